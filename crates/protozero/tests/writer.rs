@@ -1,0 +1,279 @@
+//! The writer's fixed cases: the seed's golden bytes, compaction, patches, buffers and errors.
+
+mod common;
+
+use common::{collect, EagerDelegate};
+use protozero::{
+    ContiguousMemoryRange, Delegate, Error, HeapBuffered, ProtoDecoder, ScatteredStreamWriter,
+    StaticBuffered, MAX_NESTING_DEPTH,
+};
+
+/// `nested { str_val: "foo", int_val: 42 }` as field 3 of TestMsg (seed 001).
+fn write_seed_example(msg: &mut protozero::Message<'_>) {
+    let mut nested = msg.begin_nested(3);
+    nested.append_string(1, "foo");
+    nested.append_int32(2, 42);
+}
+
+#[test]
+fn seed_example_is_compacted_to_canonical_bytes() {
+    let mut buf = HeapBuffered::new();
+    write_seed_example(&mut buf.root_message());
+    assert_eq!(
+        buf.serialize().unwrap(),
+        [0x1a, 0x07, 0x0a, 0x03, 0x66, 0x6f, 0x6f, 0x10, 0x2a]
+    );
+}
+
+#[test]
+fn seed_example_keeps_the_redundant_size_when_it_spans_buffers() {
+    // 6-byte slices: tag + reserved size (5 bytes) and one payload byte in the first slice,
+    // so the message is not contiguous when it ends and cannot be compacted.
+    let mut buf = HeapBuffered::with_slice_sizes(6, 6);
+    write_seed_example(&mut buf.root_message());
+    assert_eq!(
+        buf.serialize().unwrap(),
+        [0x1a, 0x87, 0x80, 0x80, 0x00, 0x0a, 0x03, 0x66, 0x6f, 0x6f, 0x10, 0x2a]
+    );
+}
+
+#[test]
+fn seed_example_size_arrives_through_a_patch() {
+    let mut w = ScatteredStreamWriter::new(EagerDelegate::new(7));
+    write_seed_example(&mut w.root_message());
+    assert_eq!(w.delegate().patch_count, 1);
+    assert_eq!(
+        collect(&mut w),
+        [0x1a, 0x87, 0x80, 0x80, 0x00, 0x0a, 0x03, 0x66, 0x6f, 0x6f, 0x10, 0x2a]
+    );
+}
+
+#[test]
+fn empty_nested_message_compacts_to_zero_length() {
+    let mut buf = HeapBuffered::new();
+    buf.root_message().begin_nested(5);
+    assert_eq!(buf.serialize().unwrap(), [0x2a, 0x00]);
+}
+
+#[test]
+fn compaction_stops_at_127_bytes() {
+    for (len, expect_compact) in [(125usize, true), (126, false)] {
+        // Payload = tag (1) + length (1) + len bytes: 127 or 128 bytes.
+        let mut buf = HeapBuffered::with_slice_sizes(4096, 4096);
+        {
+            let mut m = buf.root_message();
+            let mut n = m.begin_nested(1);
+            n.append_bytes(2, &vec![0xab; len]);
+        }
+        let out = buf.serialize().unwrap();
+        let size = len + 2;
+        if expect_compact {
+            assert_eq!(out[..2], [0x0a, size as u8]);
+            assert_eq!(out.len(), 2 + size);
+        } else {
+            assert_eq!(out[..5], [0x0a, 0x80, 0x81, 0x80, 0x00]);
+            assert_eq!(out.len(), 5 + size);
+        }
+        let f = ProtoDecoder::new(&out).find_field(1).unwrap();
+        assert_eq!(f.as_bytes().len(), size);
+    }
+}
+
+#[test]
+fn deep_nesting_with_eager_hand_off_patches_every_level() {
+    let mut w = ScatteredStreamWriter::new(EagerDelegate::new(5));
+    {
+        let mut root = w.root_message();
+        let mut a = root.begin_nested(1);
+        a.append_uint32(1, 1);
+        let mut b = a.begin_nested(2);
+        b.append_string(3, "a string that is longer than any buffer");
+        let mut c = b.begin_nested(4);
+        c.append_fixed64(5, 0x0102030405060708);
+    }
+    assert!(w.delegate().patch_count >= 3);
+    let bytes = collect(&mut w);
+    let a = ProtoDecoder::new(&bytes)
+        .find_field(1)
+        .unwrap()
+        .as_message();
+    assert_eq!(a.find_field(1).unwrap().as_u32(), 1);
+    let b = a.find_field(2).unwrap().as_message();
+    assert_eq!(
+        b.find_field(3).unwrap().as_str().unwrap(),
+        "a string that is longer than any buffer"
+    );
+    let c = b.find_field(4).unwrap().as_message();
+    assert_eq!(c.find_field(5).unwrap().as_fixed64(), 0x0102030405060708);
+}
+
+#[test]
+fn static_buffer_too_small_is_an_error_not_an_abort() {
+    let mut storage = [0u8; 8];
+    let mut buf = StaticBuffered::new(&mut storage);
+    {
+        let mut m = buf.root_message();
+        m.append_uint64(1, u64::MAX); // 11 bytes: does not fit
+        m.append_uint32(2, 1); // dropped after the error
+        let mut n = m.begin_nested(3);
+        n.append_string(1, "dropped");
+    }
+    assert_eq!(buf.error(), Some(Error::BufferExhausted));
+    assert_eq!(buf.finish(), Err(Error::BufferExhausted));
+}
+
+#[test]
+fn static_buffer_exact_fit_succeeds() {
+    let mut storage = [0u8; 11];
+    let mut buf = StaticBuffered::new(&mut storage);
+    buf.root_message().append_uint64(1, u64::MAX);
+    assert_eq!(buf.finish().unwrap().len(), 11);
+}
+
+#[test]
+fn nesting_past_the_limit_is_an_error() {
+    fn nest(m: &mut protozero::Message<'_>, depth: usize) {
+        if depth > 0 {
+            nest(&mut m.begin_nested(1), depth - 1);
+        }
+    }
+    let mut buf = HeapBuffered::new();
+    nest(&mut buf.root_message(), MAX_NESTING_DEPTH);
+    assert!(buf.serialize().is_ok());
+    let mut buf = HeapBuffered::new();
+    nest(&mut buf.root_message(), MAX_NESTING_DEPTH + 1);
+    assert_eq!(buf.serialize(), Err(Error::NestingTooDeep));
+}
+
+/// Hands out one reusable 1 MiB buffer over and over, redirecting every size field to a patch
+/// slot first (so reuse is legal): lets a test write more than 256 MiB without holding it.
+struct SinkDelegate {
+    buf: Box<[u8]>,
+    #[allow(clippy::vec_box)] // the Box gives each slot a stable address as the Vec grows
+    slots: Vec<Box<[u8; 4]>>,
+}
+
+// SAFETY: the one buffer is reused only after the writer has left it, and every size field in
+// it was redirected to a boxed slot (kept until drop; a Box's heap address is stable).
+unsafe impl Delegate for SinkDelegate {
+    fn get_new_buffer(&mut self, _: *mut u8, min_len: usize) -> Option<ContiguousMemoryRange> {
+        assert!(min_len <= self.buf.len());
+        Some(ContiguousMemoryRange::from_slice(&mut self.buf))
+    }
+    fn annotate_patch(&mut self, _: *mut u8) -> *mut u8 {
+        self.slots.push(Box::new([0; 4]));
+        self.slots.last_mut().unwrap().as_mut_ptr()
+    }
+}
+
+#[test]
+fn message_over_256_mib_is_an_error_not_silent_corruption() {
+    let delegate = SinkDelegate {
+        buf: vec![0; 1 << 20].into_boxed_slice(),
+        slots: Vec::new(),
+    };
+    let mut w = ScatteredStreamWriter::new(delegate);
+    let block = vec![0x55u8; 1 << 20];
+    {
+        let mut root = w.root_message();
+        let mut big = root.begin_nested(1);
+        for _ in 0..256 {
+            big.append_raw_proto_bytes(&block);
+        }
+        assert_eq!(big.size(), 256 << 20);
+    }
+    assert_eq!(w.error(), Some(Error::MessageTooLarge { size: 256 << 20 }));
+}
+
+#[test]
+fn message_of_exactly_the_limit_is_fine() {
+    let delegate = SinkDelegate {
+        buf: vec![0; 1 << 20].into_boxed_slice(),
+        slots: Vec::new(),
+    };
+    let mut w = ScatteredStreamWriter::new(delegate);
+    let block = vec![0x55u8; 1 << 20];
+    {
+        let mut root = w.root_message();
+        let mut big = root.begin_nested(1);
+        for _ in 0..255 {
+            big.append_raw_proto_bytes(&block);
+        }
+        big.append_raw_proto_bytes(&block[..(1 << 20) - 1]);
+    }
+    assert_eq!(w.error(), None);
+    let slot = *w.delegate().slots[0];
+    assert_eq!(slot, [0xff, 0xff, 0xff, 0x7f]);
+}
+
+#[test]
+fn leaked_nested_writer_leaves_an_empty_message_not_garbage() {
+    let mut buf = HeapBuffered::new();
+    {
+        let mut root = buf.root_message();
+        let mut a = root.begin_nested(1);
+        std::mem::forget(a.begin_nested(2));
+        a.append_uint32(3, 7);
+    }
+    let out = buf.serialize().unwrap();
+    // The leaked child's size stays the zero placeholder; its parent is still well-formed.
+    let a = ProtoDecoder::new(&out).find_field(1).unwrap().as_message();
+    assert_eq!(a.find_field(2).unwrap().as_bytes(), b"");
+    assert_eq!(a.find_field(3).unwrap().as_u32(), 7);
+}
+
+#[test]
+fn scattered_bytes_and_packed_fields() {
+    let mut buf = HeapBuffered::with_slice_sizes(3, 3);
+    {
+        let mut m = buf.root_message();
+        m.append_scattered_bytes(1, &[b"ab", b"", b"cde"]);
+        m.append_packed_varint(2, [1u64, 300, u64::MAX]);
+        m.append_packed_fixed32(3, &[1, 2]);
+        m.append_packed_fixed64(4, &[3]);
+        m.append_packed_sint32(5, [-1, 1]);
+        m.append_packed_varint(6, std::iter::empty());
+    }
+    let out = buf.serialize().unwrap();
+    let d = ProtoDecoder::new(&out);
+    assert_eq!(d.find_field(1).unwrap().as_bytes(), b"abcde");
+    let v: Vec<u64> = d
+        .find_field(2)
+        .unwrap()
+        .packed_varints()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(v, [1, 300, u64::MAX]);
+    let v: Vec<u32> = d
+        .find_field(3)
+        .unwrap()
+        .packed_fixed32()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(v, [1, 2]);
+    let v: Vec<u64> = d
+        .find_field(4)
+        .unwrap()
+        .packed_fixed64()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(v, [3]);
+    let v: Vec<u64> = d
+        .find_field(5)
+        .unwrap()
+        .packed_varints()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(v, [1, 2]);
+    assert_eq!(d.find_field(6).unwrap().as_bytes(), b"");
+}
+
+#[test]
+fn negative_int32_takes_ten_bytes() {
+    let mut buf = HeapBuffered::new();
+    buf.root_message().append_int32(1, -1);
+    assert_eq!(
+        buf.serialize().unwrap(),
+        [0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01]
+    );
+}
