@@ -47,6 +47,7 @@
 
 mod buffers;
 pub mod decoder;
+pub mod gen_support;
 mod message;
 pub mod wire;
 mod writer;
