@@ -1,0 +1,841 @@
+//! The central trace buffer: chunks copied out of producers' shared memory go in, whole trace
+//! packets come out, and every packet that cannot come out is counted.
+//!
+//! # Storage
+//!
+//! One contiguous byte ring (Perfetto's TraceBuffer keeps the same shape). Each chunk payload
+//! takes `align16(payload)` bytes at the write position; when it does not fit before the end,
+//! the tail is padding and the write wraps. Chunk metadata lives beside the ring, in a slab, and
+//! a FIFO of ring entries records what occupies which bytes, in write order, so making room is
+//! popping the oldest entries:
+//!
+//! - `RING_BUFFER`: unread chunks in the way are overwritten (`chunks_overwritten`,
+//!   `bytes_overwritten`, and the packets that started in them).
+//! - `DISCARD`: the first write that would clobber unread data is refused, and so is every
+//!   later one (`chunks_discarded`), as Perfetto's TraceBuffer does: the trace keeps its
+//!   beginning, without gaps.
+//!
+//! # Sequences and reassembly
+//!
+//! Packets of one `{producer, writer}` sequence are read in chunk-id order (ids wrap at 2^32;
+//! each sequence extends them to 64 bits relative to the highest id seen). A packet is emitted
+//! only when all its fragments are present: a chunk flagged "continues on next" leaves its last
+//! fragment pending until the next chunk arrives. A sequence *waits* on a chunk that still needs
+//! patches, or on the missing continuation of a packet; a chunk-id gap is *loss*, and the next
+//! packet of that sequence carries `previous_packet_dropped` with the reason bits.
+//!
+//! # Loss accounting
+//!
+//! Besides Perfetto's chunk and byte counters ([`BufferStats`]), the buffer counts lost
+//! *packets* ([`LossCounters`]), attributing each packet to the chunk that holds its first
+//! fragment, so that for every sequence: packets in committed chunks = packets read + packets
+//! counted lost, exactly (the property tests check this).
+//!
+//! Nothing here trusts the producer: every fragment length is bounded by its chunk, and bad ones
+//! are counted as `abi_violations`.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use crate::stats::{BufferStats, LossCounters};
+
+/// Identifies a producer connection (assigned by the service, never by the producer).
+pub type ProducerId = u16;
+/// A trace writer inside a producer (one per thread: one packet sequence).
+pub type WriterId = u16;
+/// Chunk ids count up per writer and wrap at 2^32.
+pub type ChunkId = u32;
+
+/// Chunk flag: the first fragment continues a packet from the previous chunk.
+pub const FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK: u8 = 1;
+/// Chunk flag: the last fragment continues in the next chunk.
+pub const LAST_PACKET_CONTINUES_ON_NEXT_CHUNK: u8 = 2;
+/// Chunk flag: some size fields in the chunk will arrive later as patches.
+pub const CHUNK_NEEDS_PATCHING: u8 = 4;
+
+/// The fragment length a writer puts in place of a packet it had to drop.
+pub const PACKET_SIZE_DROP_PACKET: u32 = (1 << 28) - 1;
+
+/// `previous_packet_dropped` reason bits (Perfetto's `TracePacket.DataLossReason`).
+pub mod data_loss {
+    /// Some loss happened before this packet.
+    pub const PRESENT: u32 = 1;
+    /// Chunk ids were skipped.
+    pub const READ_GAP: u32 = 2;
+    /// A chunk of the sequence could not be parsed.
+    pub const CHUNK_CORRUPTED: u32 = 4;
+    /// A continuation arrived without the beginning of its packet.
+    pub const ORPHAN_CONTINUATION: u32 = 8;
+    /// A packet was abandoned on a gap in the middle of it.
+    pub const REASSEMBLY_GAP: u32 = 16;
+    /// A packet was abandoned on a broken fragment chain.
+    pub const REASSEMBLY_BROKEN_CHAIN: u32 = 32;
+    /// Unread data of the sequence was overwritten.
+    pub const OVERWRITE: u32 = 64;
+    /// The writer dropped a packet.
+    pub const WRITER_ABORT: u32 = 128;
+}
+
+/// How a full buffer behaves (Perfetto's `BufferConfig.FillPolicy`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FillPolicy {
+    /// Overwrite the oldest chunks (the default).
+    RingBuffer,
+    /// Keep the oldest data; refuse everything once full.
+    Discard,
+}
+
+/// One chunk as the service copied it out of a producer's shared memory.
+#[derive(Clone, Copy, Debug)]
+pub struct ChunkToCopy<'a> {
+    /// The producer (from the connection).
+    pub producer: ProducerId,
+    /// From the chunk header.
+    pub writer: WriterId,
+    /// From the chunk header.
+    pub chunk_id: ChunkId,
+    /// Packet count from the chunk header (fragments in the chunk).
+    pub num_fragments: u16,
+    /// Flags from the chunk header.
+    pub flags: u8,
+    /// The chunk's payload (after its 8-byte header), already copied out of shared memory.
+    pub payload: &'a [u8],
+    /// False when the service scraped a chunk still being written: its last fragment may be
+    /// unfinished and is ignored, and its continuation flags are meaningless.
+    pub complete: bool,
+}
+
+/// What a read-out packet came with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PacketInfo {
+    /// The producer that wrote it.
+    pub producer: ProducerId,
+    /// The writer (sequence) within the producer.
+    pub writer: WriterId,
+    /// `previous_packet_dropped` bits (0: nothing lost before this packet on its sequence).
+    /// The first packet of every sequence has [`data_loss::PRESENT`], as in Perfetto: the
+    /// service cannot know whether anything came before it.
+    pub previous_packet_dropped: u32,
+}
+
+type SeqKey = (ProducerId, WriterId);
+type RecIdx = usize;
+
+const ALIGN: usize = 16;
+
+fn align_up(n: usize) -> usize {
+    n.div_ceil(ALIGN) * ALIGN
+}
+
+/// A chunk in the ring.
+#[derive(Debug)]
+struct Record {
+    seq: SeqKey,
+    ext: u64,
+    offset: usize,
+    payload_len: usize,
+    num_fragments: u16,
+    flags: u8,
+    complete: bool,
+    /// Fragments already processed by reads.
+    fragments_read: u16,
+    /// Payload offset of the next unread fragment.
+    read_offset: usize,
+    /// Still indexed by its sequence (not yet read to the end).
+    live: bool,
+    /// Holds fragments of its sequence's pending packet: evicting it loses that packet.
+    pinned: bool,
+}
+
+impl Record {
+    /// Fragments a reader may look at: a scraped chunk's last one may be unfinished.
+    fn readable_fragments(&self) -> u16 {
+        if self.complete {
+            self.num_fragments
+        } else {
+            self.num_fragments.saturating_sub(1)
+        }
+    }
+
+    fn flag(&self, f: u8) -> bool {
+        // "Continues from the previous chunk" is fixed when the writer acquires the chunk; the
+        // other flags of a scraped chunk describe a state still in flux and are ignored.
+        (self.complete || f == FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK) && self.flags & f != 0
+    }
+
+    /// Packets that start in this chunk and have not been read (or counted) yet.
+    fn unread_packet_starts(&self) -> u64 {
+        let n = self.readable_fragments();
+        if self.fragments_read >= n {
+            return 0;
+        }
+        let mut starts = (n - self.fragments_read) as u64;
+        if self.fragments_read == 0 && self.flag(FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK) {
+            starts -= 1;
+        }
+        starts
+    }
+}
+
+/// One entry of the ring, in write order.
+#[derive(Clone, Copy, Debug)]
+struct RingEntry {
+    offset: usize,
+    size: usize,
+    /// `None` for padding.
+    rec: Option<RecIdx>,
+}
+
+/// A packet waiting for its next fragment.
+#[derive(Debug, Default)]
+struct Pending {
+    /// (record, payload offset, length) of each fragment so far.
+    fragments: Vec<(RecIdx, usize, usize)>,
+}
+
+#[derive(Debug, Default)]
+struct Sequence {
+    /// Unread chunks by extended id.
+    chunks: BTreeMap<u64, RecIdx>,
+    /// Highest extended id committed.
+    max_ext: Option<u64>,
+    /// Extended id of the last chunk read to its end.
+    last_read_ext: Option<u64>,
+    pending: Option<Pending>,
+    /// Loss bits to report on the next packet read.
+    loss: u32,
+    /// Whether a packet of this sequence was ever read.
+    started: bool,
+    /// Scraped chunks that left the buffer (read, overwritten or refused) before their real
+    /// commit: how many of their fragments are already accounted for (read or counted lost), so
+    /// that the real commit neither repeats nor re-counts them.
+    partial: HashMap<u64, u16>,
+}
+
+impl Sequence {
+    /// Extends a 32-bit chunk id to 64 bits relative to the highest seen so far, so that ids
+    /// order correctly across the 2^32 wrap (a new id within 2^31 after the highest is newer).
+    fn extend(&self, chunk_id: ChunkId) -> u64 {
+        match self.max_ext {
+            None => (1u64 << 32) + chunk_id as u64,
+            Some(max) => {
+                let delta = chunk_id.wrapping_sub(max as u32) as i32;
+                max.wrapping_add_signed(delta as i64)
+            }
+        }
+    }
+}
+
+/// The central buffer of a tracing session (one per `TraceConfig.buffers` entry).
+#[derive(Debug)]
+pub struct TraceBuffer {
+    ring: Vec<u8>,
+    policy: FillPolicy,
+    wptr: usize,
+    fifo: VecDeque<RingEntry>,
+    slab: Vec<Option<Record>>,
+    free: Vec<RecIdx>,
+    sequences: HashMap<SeqKey, Sequence>,
+    /// Sequences in order of first commit (read-out order).
+    seq_order: Vec<SeqKey>,
+    /// DISCARD mode after the first refusal: everything new is refused.
+    discarding: bool,
+    stats: BufferStats,
+    losses: LossCounters,
+}
+
+impl TraceBuffer {
+    /// A buffer of `size` bytes (rounded down to a multiple of 16, at least 4 KiB).
+    pub fn new(size: usize, policy: FillPolicy) -> Self {
+        let size = (size.max(4096) / ALIGN) * ALIGN;
+        TraceBuffer {
+            ring: vec![0; size],
+            policy,
+            wptr: 0,
+            fifo: VecDeque::new(),
+            slab: Vec::new(),
+            free: Vec::new(),
+            sequences: HashMap::new(),
+            seq_order: Vec::new(),
+            discarding: false,
+            stats: BufferStats {
+                buffer_size: size as u64,
+                ..BufferStats::default()
+            },
+            losses: LossCounters::default(),
+        }
+    }
+
+    /// The counters, with Perfetto's names.
+    pub fn stats(&self) -> &BufferStats {
+        &self.stats
+    }
+
+    /// Packets lost inside this buffer, by cause.
+    pub fn losses(&self) -> &LossCounters {
+        &self.losses
+    }
+
+    /// The fill policy.
+    pub fn policy(&self) -> FillPolicy {
+        self.policy
+    }
+
+    // === writing ===
+
+    /// Copies a chunk into the buffer (or rewrites the same chunk committed again with more
+    /// fragments). Never fails: what cannot be stored is counted.
+    pub fn copy_chunk(&mut self, chunk: &ChunkToCopy<'_>) {
+        let key = (chunk.producer, chunk.writer);
+        if let std::collections::hash_map::Entry::Vacant(e) = self.sequences.entry(key) {
+            e.insert(Sequence::default());
+            self.seq_order.push(key);
+        }
+        let seq = self.sequences.get_mut(&key).expect("just inserted");
+        let ext = seq.extend(chunk.chunk_id);
+
+        // The same chunk again: a scraped chunk now committed for real, or a recommit.
+        if let Some(&idx) = seq.chunks.get(&ext) {
+            self.rewrite_chunk(idx, chunk);
+            return;
+        }
+        let accounted = seq.partial.get(&ext).copied().unwrap_or(0);
+        if accounted > 0 && readable_in(chunk) <= accounted {
+            // A scrape (or recommit) that adds nothing to what was already accounted for.
+            if chunk.complete {
+                seq.partial.remove(&ext);
+            }
+            return;
+        }
+        if seq.last_read_ext.is_some_and(|last| ext <= last) {
+            // Too late: the sequence has been read past this chunk.
+            self.stats.chunks_committed_out_of_order += 1;
+            self.refuse(key, ext, chunk, accounted);
+            return;
+        }
+        if seq.max_ext.is_some_and(|max| ext < max) {
+            self.stats.chunks_committed_out_of_order += 1;
+        }
+
+        let size = align_up(chunk.payload.len().max(1));
+        if chunk.payload.len() > u32::MAX as usize || size > self.ring.len() {
+            self.stats.abi_violations += 1;
+            self.refuse(key, ext, chunk, accounted);
+            return;
+        }
+        if self.discarding {
+            self.refuse(key, ext, chunk, accounted);
+            return;
+        }
+        let Some(offset) = self.reserve(size) else {
+            self.refuse(key, ext, chunk, accounted);
+            return;
+        };
+        self.ring[offset..offset + chunk.payload.len()].copy_from_slice(chunk.payload);
+        let rec = Record {
+            seq: key,
+            ext,
+            offset,
+            payload_len: chunk.payload.len(),
+            num_fragments: chunk.num_fragments,
+            flags: chunk.flags,
+            complete: chunk.complete,
+            fragments_read: 0,
+            read_offset: 0,
+            live: true,
+            pinned: false,
+        };
+        let mut rec = rec;
+        if accounted > 0 {
+            // Skip the fragments a scraped copy of this chunk already accounted for.
+            match skip_fragments(chunk.payload, accounted) {
+                Some(off) => {
+                    rec.fragments_read = accounted;
+                    rec.read_offset = off;
+                }
+                None => {
+                    self.stats.abi_violations += 1;
+                    rec.fragments_read = rec.readable_fragments();
+                    rec.read_offset = rec.payload_len;
+                    self.losses.corrupted += starts_after(chunk, accounted);
+                }
+            }
+        }
+        let idx = match self.free.pop() {
+            Some(i) => {
+                self.slab[i] = Some(rec);
+                i
+            }
+            None => {
+                self.slab.push(Some(rec));
+                self.slab.len() - 1
+            }
+        };
+        self.fifo.push_back(RingEntry {
+            offset,
+            size,
+            rec: Some(idx),
+        });
+        let seq = self.sequences.get_mut(&key).expect("exists");
+        seq.chunks.insert(ext, idx);
+        seq.max_ext = Some(seq.max_ext.map_or(ext, |m| m.max(ext)));
+        self.stats.chunks_written += 1;
+        self.stats.bytes_written += size as u64;
+    }
+
+    /// Counts a chunk the buffer will not store.
+    fn refuse(&mut self, key: SeqKey, ext: u64, chunk: &ChunkToCopy<'_>, accounted: u16) {
+        self.stats.chunks_discarded += 1;
+        self.losses.discarded += starts_after(chunk, accounted);
+        let seq = self.sequences.get_mut(&key).expect("exists");
+        if chunk.complete {
+            seq.partial.remove(&ext);
+        } else {
+            seq.partial.insert(ext, readable_in(chunk).max(accounted));
+        }
+    }
+
+    fn rewrite_chunk(&mut self, idx: RecIdx, chunk: &ChunkToCopy<'_>) {
+        let rec = self.slab[idx].as_mut().expect("indexed records exist");
+        if chunk.payload.len() != rec.payload_len || chunk.num_fragments < rec.num_fragments {
+            // A recommit must keep the chunk size and may only add fragments.
+            self.stats.abi_violations += 1;
+            return;
+        }
+        if rec.complete && !chunk.complete {
+            // A late scrape of a chunk already committed: nothing new.
+            return;
+        }
+        if rec.fragments_read > 0 && rec.read_offset > 0 {
+            // Bytes already read must not change; only the tail may be new.
+            let read = rec.read_offset.min(rec.payload_len);
+            if chunk.payload[..read] != self.ring[rec.offset..rec.offset + read] {
+                self.stats.abi_violations += 1;
+                return;
+            }
+        }
+        let (offset, len) = (rec.offset, rec.payload_len);
+        rec.num_fragments = chunk.num_fragments;
+        rec.flags = chunk.flags;
+        rec.complete = chunk.complete;
+        self.ring[offset..offset + len].copy_from_slice(chunk.payload);
+        self.stats.chunks_rewritten += 1;
+    }
+
+    /// Applies patches to a chunk still in the buffer. `has_more_patches` false clears the
+    /// chunk's needs-patching flag, letting its sequence be read past it.
+    pub fn try_patch_chunk(
+        &mut self,
+        producer: ProducerId,
+        writer: WriterId,
+        chunk_id: ChunkId,
+        patches: &[(u32, [u8; 4])],
+        has_more_patches: bool,
+    ) -> bool {
+        let Some(seq) = self.sequences.get(&(producer, writer)) else {
+            self.stats.patches_failed += patches.len().max(1) as u64;
+            return false;
+        };
+        let ext = seq.extend(chunk_id);
+        let Some(&idx) = seq.chunks.get(&ext) else {
+            self.stats.patches_failed += patches.len().max(1) as u64;
+            return false;
+        };
+        let rec = self.slab[idx].as_mut().expect("indexed records exist");
+        let mut ok = true;
+        for &(offset, data) in patches {
+            let offset = offset as usize;
+            // A patch may not touch bytes already read out.
+            if offset + 4 > rec.payload_len || offset < rec.read_offset {
+                self.stats.patches_failed += 1;
+                ok = false;
+                continue;
+            }
+            let at = rec.offset + offset;
+            self.ring[at..at + 4].copy_from_slice(&data);
+            self.stats.patches_succeeded += 1;
+        }
+        if !has_more_patches {
+            rec.flags &= !CHUNK_NEEDS_PATCHING;
+        }
+        ok
+    }
+
+    /// Makes room for `size` bytes at the write position (wrapping if needed) and returns the
+    /// offset, or `None` if the policy refuses to overwrite unread data.
+    fn reserve(&mut self, size: usize) -> Option<usize> {
+        let cap = self.ring.len();
+        if self.wptr + size > cap {
+            if !self.clear(self.wptr, cap) {
+                return None;
+            }
+            let tail = cap - self.wptr;
+            if tail > 0 {
+                self.fifo.push_back(RingEntry {
+                    offset: self.wptr,
+                    size: tail,
+                    rec: None,
+                });
+                self.stats.padding_bytes_written += tail as u64;
+            }
+            self.wptr = 0;
+            self.stats.write_wrap_count += 1;
+        }
+        if !self.clear(self.wptr, self.wptr + size) {
+            return None;
+        }
+        let offset = self.wptr;
+        self.wptr += size;
+        Some(offset)
+    }
+
+    /// Evicts the entries occupying `[a, b)`. They are always the oldest ones: entries ahead of
+    /// the write position, in order. Returns false (and evicts nothing more) when DISCARD meets
+    /// unread data.
+    fn clear(&mut self, a: usize, b: usize) -> bool {
+        while let Some(&front) = self.fifo.front() {
+            if front.offset < a || front.offset >= b {
+                break;
+            }
+            match front.rec {
+                None => self.stats.padding_bytes_cleared += front.size as u64,
+                Some(idx) => {
+                    let live = self.slab[idx].as_ref().is_some_and(|r| r.live);
+                    if live && self.policy == FillPolicy::Discard {
+                        self.discarding = true;
+                        return false;
+                    }
+                    self.evict(idx, front.size);
+                }
+            }
+            self.fifo.pop_front();
+        }
+        true
+    }
+
+    fn evict(&mut self, idx: RecIdx, size: usize) {
+        let rec = self.slab[idx]
+            .take()
+            .expect("ring entries point at records");
+        self.free.push(idx);
+        let seq = self
+            .sequences
+            .get_mut(&rec.seq)
+            .expect("records belong to sequences");
+        if rec.pinned && drop_pending(seq, &mut self.slab) {
+            // The pending packet of the sequence had fragments here: it can never complete.
+            // Its bytes were not read out yet, so this is an overwrite of unread data.
+            self.losses.incomplete += 1;
+            seq.loss |= data_loss::PRESENT | data_loss::OVERWRITE | data_loss::REASSEMBLY_GAP;
+            self.stats.chunks_overwritten += 1;
+            self.stats.bytes_overwritten += size as u64;
+        }
+        if rec.live {
+            seq.chunks.remove(&rec.ext);
+            if !rec.complete {
+                seq.partial.insert(rec.ext, rec.readable_fragments());
+            } else {
+                seq.partial.remove(&rec.ext);
+            }
+            self.stats.chunks_overwritten += 1;
+            self.stats.bytes_overwritten += size as u64;
+            self.losses.overwritten += rec.unread_packet_starts();
+            // A continuation fragment at the front of this chunk belonged to the pending
+            // packet, if any; it is now lost too.
+            if rec.fragments_read == 0
+                && rec.flag(FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK)
+                && drop_pending(seq, &mut self.slab)
+            {
+                self.losses.incomplete += 1;
+            }
+            seq.loss |= data_loss::PRESENT | data_loss::OVERWRITE;
+        }
+    }
+
+    // === reading ===
+
+    /// Reads every packet that is complete now, in order within each sequence, calling `sink`
+    /// with the packet's fragments (one slice per fragment, to be concatenated) and its info.
+    ///
+    /// With `last` set (the final read of a session), nothing is left waiting: packets still
+    /// missing fragments and chunks still waiting for patches are counted lost.
+    pub fn read_packets(&mut self, last: bool, mut sink: impl FnMut(PacketInfo, &[&[u8]])) {
+        let order = self.seq_order.clone();
+        for key in order {
+            self.read_sequence(key, last, &mut sink);
+        }
+    }
+
+    fn read_sequence(
+        &mut self,
+        key: SeqKey,
+        last: bool,
+        sink: &mut impl FnMut(PacketInfo, &[&[u8]]),
+    ) {
+        loop {
+            let seq = self
+                .sequences
+                .get_mut(&key)
+                .expect("ordered sequences exist");
+            let Some((&ext, &idx)) = seq.chunks.iter().next() else {
+                if last && drop_pending(seq, &mut self.slab) {
+                    self.losses.incomplete += 1;
+                }
+                return;
+            };
+            if let Some(prev) = seq.last_read_ext {
+                if ext != prev + 1 {
+                    seq.loss |= data_loss::PRESENT | data_loss::READ_GAP;
+                    if drop_pending(seq, &mut self.slab) {
+                        self.losses.incomplete += 1;
+                        seq.loss |= data_loss::REASSEMBLY_GAP;
+                    }
+                    // Treat the gap as crossed.
+                    seq.last_read_ext = Some(ext - 1);
+                }
+            }
+            let has_next = seq.chunks.contains_key(&(ext + 1));
+            let rec = self.slab[idx].as_ref().expect("indexed records exist");
+            if rec.flag(CHUNK_NEEDS_PATCHING) {
+                if !last {
+                    return; // wait for the patches
+                }
+                // The session is over and the patches never came: its packets are corrupt.
+                self.drop_rest_of_chunk(idx, data_loss::CHUNK_CORRUPTED);
+                self.finish_chunk(key, ext, idx);
+                continue;
+            }
+            self.read_chunk(idx, sink);
+            let rec = self.slab[idx].as_ref().expect("indexed records exist");
+            let done = rec.fragments_read >= rec.readable_fragments();
+            if !rec.complete && !has_next && !last {
+                // A scraped chunk: the writer is still in it; more may come in a recommit.
+                return;
+            }
+            if !done {
+                // Cannot happen (read_chunk reads to the end or drops the rest); be safe.
+                self.drop_rest_of_chunk(idx, data_loss::CHUNK_CORRUPTED);
+            }
+            self.finish_chunk(key, ext, idx);
+        }
+    }
+
+    /// Removes a read chunk from its sequence's index; its bytes stay in the ring (pinned if a
+    /// pending packet still points into them) until overwritten.
+    fn finish_chunk(&mut self, key: SeqKey, ext: u64, idx: RecIdx) {
+        let rec = self.slab[idx].as_mut().expect("indexed records exist");
+        rec.live = false;
+        let readable = rec.readable_fragments();
+        let scraped = !rec.complete;
+        self.stats.chunks_read += 1;
+        let seq = self.sequences.get_mut(&key).expect("exists");
+        seq.chunks.remove(&ext);
+        seq.last_read_ext = Some(ext);
+        if scraped {
+            seq.partial.insert(ext, readable);
+        } else {
+            seq.partial.remove(&ext);
+        }
+    }
+
+    /// Counts every packet starting in the unread rest of a chunk as corrupted, and drops the
+    /// pending packet if the chunk would have continued it.
+    fn drop_rest_of_chunk(&mut self, idx: RecIdx, reason: u32) {
+        let rec = self.slab[idx].as_mut().expect("indexed records exist");
+        let starts = rec.unread_packet_starts();
+        let continues = rec.fragments_read == 0 && rec.flag(FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK);
+        rec.fragments_read = rec.readable_fragments();
+        rec.read_offset = rec.payload_len;
+        let key = rec.seq;
+        self.losses.corrupted += starts;
+        let seq = self.sequences.get_mut(&key).expect("exists");
+        seq.loss |= data_loss::PRESENT | reason;
+        if continues && drop_pending(seq, &mut self.slab) {
+            self.losses.incomplete += 1;
+        }
+    }
+
+    fn read_chunk(&mut self, idx: RecIdx, sink: &mut impl FnMut(PacketInfo, &[&[u8]])) {
+        loop {
+            let rec = self.slab[idx].as_ref().expect("indexed records exist");
+            let n = rec.readable_fragments();
+            if rec.fragments_read >= n {
+                return;
+            }
+            let i = rec.fragments_read;
+            let is_first = i == 0;
+            let is_last = i + 1 == rec.num_fragments;
+            let continues_prev = is_first && rec.flag(FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK);
+            let continues_next = is_last && rec.flag(LAST_PACKET_CONTINUES_ON_NEXT_CHUNK);
+            let payload = &self.ring[rec.offset..rec.offset + rec.payload_len];
+            let Some((len, header)) = parse_fragment_header(&payload[rec.read_offset..]) else {
+                self.stats.abi_violations += 1;
+                self.drop_rest_of_chunk(idx, data_loss::CHUNK_CORRUPTED);
+                return;
+            };
+            let key = rec.seq;
+            let data_start = rec.read_offset + header;
+            if len == PACKET_SIZE_DROP_PACKET {
+                // The writer dropped this packet (or the one this fragment continues). The
+                // sentinel ends the chunk's data.
+                self.stats.trace_writer_packet_loss += 1;
+                let rec = self.slab[idx].as_mut().expect("exists");
+                rec.fragments_read += 1;
+                rec.read_offset = rec.payload_len;
+                let seq = self.sequences.get_mut(&key).expect("exists");
+                seq.loss |= data_loss::PRESENT | data_loss::WRITER_ABORT;
+                if continues_prev {
+                    if drop_pending(seq, &mut self.slab) {
+                        self.losses.writer_dropped += 1;
+                    }
+                } else {
+                    self.losses.writer_dropped += 1;
+                    if drop_pending(seq, &mut self.slab) {
+                        self.losses.incomplete += 1;
+                    }
+                }
+                // Anything the header claims after the sentinel cannot be trusted.
+                self.drop_rest_of_chunk(idx, data_loss::CHUNK_CORRUPTED);
+                return;
+            }
+            let len = len as usize;
+            if len > rec.payload_len - data_start {
+                self.stats.abi_violations += 1;
+                self.drop_rest_of_chunk(idx, data_loss::CHUNK_CORRUPTED);
+                return;
+            }
+            {
+                let rec = self.slab[idx].as_mut().expect("exists");
+                rec.fragments_read += 1;
+                rec.read_offset = data_start + len;
+            }
+            let seq = self.sequences.get_mut(&key).expect("exists");
+            if continues_prev {
+                match seq.pending.as_mut() {
+                    Some(p) => p.fragments.push((idx, data_start, len)),
+                    None => {
+                        // Its beginning was lost (and counted) already.
+                        seq.loss |= data_loss::PRESENT | data_loss::ORPHAN_CONTINUATION;
+                        continue;
+                    }
+                }
+            } else {
+                if drop_pending(seq, &mut self.slab) {
+                    // The previous chunk promised a continuation that is not here.
+                    self.losses.incomplete += 1;
+                    seq.loss |= data_loss::PRESENT | data_loss::REASSEMBLY_BROKEN_CHAIN;
+                }
+                seq.pending = Some(Pending {
+                    fragments: vec![(idx, data_start, len)],
+                });
+            }
+            if continues_next {
+                // Wait for the next chunk; keep this one's bytes.
+                self.slab[idx].as_mut().expect("exists").pinned = true;
+                self.stats.readaheads_failed += 1;
+                continue;
+            }
+            let pending = seq.pending.take().expect("set above");
+            let total: usize = pending.fragments.iter().map(|f| f.2).sum();
+            if pending.fragments.len() > 1 {
+                self.stats.readaheads_succeeded += 1;
+            }
+            if total == 0 {
+                // An empty packet: the byte a writer appends to keep an inflated packet count
+                // honest. Not a packet.
+                continue;
+            }
+            let mut info = PacketInfo {
+                producer: key.0,
+                writer: key.1,
+                previous_packet_dropped: seq.loss,
+            };
+            if !seq.started {
+                info.previous_packet_dropped |= data_loss::PRESENT;
+                seq.started = true;
+            }
+            seq.loss = 0;
+            for &(r, _, _) in &pending.fragments {
+                if let Some(rec) = self.slab[r].as_mut() {
+                    rec.pinned = false;
+                }
+            }
+            let slices: Vec<&[u8]> = pending
+                .fragments
+                .iter()
+                .map(|&(r, start, len)| {
+                    let rec = self.slab[r].as_ref().expect("pinned records stay");
+                    &self.ring[rec.offset + start..rec.offset + start + len]
+                })
+                .collect();
+            self.stats.bytes_read += total as u64;
+            sink(info, &slices);
+        }
+    }
+}
+
+/// Abandons the sequence's pending packet, if any, releasing the pins on its chunks. Returns
+/// whether there was one (the caller counts it lost).
+fn drop_pending(seq: &mut Sequence, slab: &mut [Option<Record>]) -> bool {
+    match seq.pending.take() {
+        Some(p) => {
+            for (r, _, _) in p.fragments {
+                if let Some(rec) = slab[r].as_mut() {
+                    rec.pinned = false;
+                }
+            }
+            true
+        }
+        None => false,
+    }
+}
+
+/// Fragments of a chunk a reader may look at (a scraped chunk's last one may be unfinished).
+fn readable_in(chunk: &ChunkToCopy<'_>) -> u16 {
+    if chunk.complete {
+        chunk.num_fragments
+    } else {
+        chunk.num_fragments.saturating_sub(1)
+    }
+}
+
+/// Packets that start in a chunk after its first `accounted` fragments.
+fn starts_after(chunk: &ChunkToCopy<'_>, accounted: u16) -> u64 {
+    let n = readable_in(chunk);
+    if n <= accounted {
+        return 0;
+    }
+    let mut starts = (n - accounted) as u64;
+    if accounted == 0 && chunk.flags & FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK != 0 {
+        starts -= 1;
+    }
+    starts
+}
+
+/// The payload offset after the first `n` fragments, or `None` if their headers are invalid.
+fn skip_fragments(payload: &[u8], n: u16) -> Option<usize> {
+    let mut off = 0usize;
+    for _ in 0..n {
+        let (len, header) = parse_fragment_header(payload.get(off..)?)?;
+        if len == PACKET_SIZE_DROP_PACKET {
+            return None;
+        }
+        off = off.checked_add(header)?.checked_add(len as usize)?;
+        if off > payload.len() {
+            return None;
+        }
+    }
+    Some(off)
+}
+
+/// Parses a fragment header: a varint of at most 4 bytes (usually a redundant 4-byte one, or a
+/// compacted single byte). Returns (length, header size).
+fn parse_fragment_header(bytes: &[u8]) -> Option<(u32, usize)> {
+    let mut value = 0u32;
+    for (i, &b) in bytes.iter().take(4).enumerate() {
+        value |= ((b & 0x7f) as u32) << (7 * i);
+        if b & 0x80 == 0 {
+            return Some((value, i + 1));
+        }
+    }
+    None
+}

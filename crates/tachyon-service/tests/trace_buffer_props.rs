@@ -1,0 +1,414 @@
+//! Property tests of the central buffer: random packet sizes, chunk sizes, buffer sizes and
+//! policies, several writers interleaved, writer drops, patches arriving late or never, reads
+//! in the middle (streaming) and at the end. Every packet read must equal the packet written,
+//! in order per sequence, and packets written = packets read + packets counted lost, exactly.
+
+use std::collections::HashMap;
+
+use proptest::prelude::*;
+use tachyon_service::{
+    ChunkToCopy, FillPolicy, TraceBuffer, CHUNK_NEEDS_PATCHING,
+    FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK, LAST_PACKET_CONTINUES_ON_NEXT_CHUNK,
+    PACKET_SIZE_DROP_PACKET,
+};
+
+/// A chunk as a writer would commit it, with the patch it still owes.
+#[derive(Clone, Debug)]
+struct BuiltChunk {
+    writer: u16,
+    chunk_id: u32,
+    num_fragments: u16,
+    flags: u8,
+    payload: Vec<u8>,
+    /// (offset, real bytes) zeroed in `payload` until the patch arrives.
+    patch: Option<(u32, [u8; 4])>,
+}
+
+/// What one writer does: the packets it writes (8-byte index prefix, then filler) and which
+/// ones it drops.
+#[derive(Clone, Debug)]
+struct WriterPlan {
+    sizes: Vec<usize>,
+    drops: Vec<bool>,
+    chunk_size: usize,
+    patch_every: usize,
+}
+
+fn packet_bytes(writer: u16, index: usize, size: usize) -> Vec<u8> {
+    let mut p = Vec::with_capacity(size);
+    p.extend_from_slice(&(index as u32).to_le_bytes());
+    p.extend_from_slice(&(writer as u32).to_le_bytes());
+    while p.len() < size {
+        p.push((p.len() as u8).wrapping_mul(31).wrapping_add(index as u8));
+    }
+    p.truncate(size.max(8));
+    p
+}
+
+fn redundant_varint(v: u32) -> [u8; 4] {
+    [
+        (v as u8 & 0x7f) | 0x80,
+        ((v >> 7) as u8 & 0x7f) | 0x80,
+        ((v >> 14) as u8 & 0x7f) | 0x80,
+        (v >> 21) as u8 & 0x7f,
+    ]
+}
+
+/// Splits a writer's packets into chunks the way the TraceWriter does: 4-byte fragment
+/// headers, packets fragmented across chunks with the continuation flags, a dropped packet
+/// marked with the sentinel (ending its chunk). Returns the chunks and the packets that count
+/// as written (all of them, dropped ones included: they are written and then lost).
+fn build_chunks(writer: u16, plan: &WriterPlan) -> (Vec<BuiltChunk>, Vec<Vec<u8>>) {
+    let mut chunks = Vec::new();
+    let mut written = Vec::new();
+    let mut cur = BuiltChunk {
+        writer,
+        chunk_id: 0,
+        num_fragments: 0,
+        flags: 0,
+        payload: Vec::new(),
+        patch: None,
+    };
+    let cap = plan.chunk_size;
+    let mut next_id = 0u32;
+    let close = |cur: &mut BuiltChunk, chunks: &mut Vec<BuiltChunk>, next_id: &mut u32| {
+        let mut done = std::mem::replace(
+            cur,
+            BuiltChunk {
+                writer,
+                chunk_id: *next_id + 1,
+                num_fragments: 0,
+                flags: 0,
+                payload: Vec::new(),
+                patch: None,
+            },
+        );
+        done.chunk_id = *next_id;
+        *next_id += 1;
+        done.payload.resize(cap, 0);
+        chunks.push(done);
+    };
+    for (i, (&size, &drop)) in plan.sizes.iter().zip(&plan.drops).enumerate() {
+        let packet = packet_bytes(writer, i, size);
+        written.push(packet.clone());
+        // Room for a header and at least one byte, else start a new chunk.
+        if cap - cur.payload.len() < 5 {
+            close(&mut cur, &mut chunks, &mut next_id);
+        }
+        if drop {
+            cur.payload
+                .extend_from_slice(&redundant_varint(PACKET_SIZE_DROP_PACKET));
+            cur.num_fragments += 1;
+            close(&mut cur, &mut chunks, &mut next_id);
+            continue;
+        }
+        let mut rest: &[u8] = &packet;
+        loop {
+            let room = cap - cur.payload.len() - 4;
+            let n = room.min(rest.len());
+            let start = cur.payload.len() + 4;
+            cur.payload.extend_from_slice(&redundant_varint(n as u32));
+            cur.payload.extend_from_slice(&rest[..n]);
+            cur.num_fragments += 1;
+            if plan.patch_every > 0 && i % plan.patch_every == 0 && n >= 4 && cur.patch.is_none() {
+                let mut real = [0u8; 4];
+                real.copy_from_slice(&cur.payload[start..start + 4]);
+                cur.payload[start..start + 4].fill(0);
+                cur.patch = Some((start as u32, real));
+                cur.flags |= CHUNK_NEEDS_PATCHING;
+            }
+            rest = &rest[n..];
+            if rest.is_empty() {
+                break;
+            }
+            cur.flags |= LAST_PACKET_CONTINUES_ON_NEXT_CHUNK;
+            close(&mut cur, &mut chunks, &mut next_id);
+            cur.flags |= FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK;
+        }
+    }
+    if cur.num_fragments > 0 {
+        close(&mut cur, &mut chunks, &mut next_id);
+    }
+    (chunks, written)
+}
+
+/// The chunk as the service would see it while the writer is still in it: `finished`
+/// fragments done, the next one open (counted, as the writer counts a packet when it starts it),
+/// nothing after it written yet; only the "continues from previous" flag set so far.
+fn scrape(c: &BuiltChunk, finished: usize) -> BuiltChunk {
+    let mut end = 0;
+    for _ in 0..finished {
+        // Every fragment header the builder writes is a 4-byte redundant varint.
+        end += 4 + len_of(&c.payload[end..]);
+    }
+    let mut payload = vec![0u8; c.payload.len()];
+    payload[..end].copy_from_slice(&c.payload[..end]);
+    BuiltChunk {
+        writer: c.writer,
+        chunk_id: c.chunk_id,
+        num_fragments: finished as u16 + 1,
+        flags: c.flags & FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK,
+        payload,
+        patch: None,
+    }
+}
+
+fn len_of(header: &[u8]) -> usize {
+    (header[0] & 0x7f) as usize
+        | ((header[1] & 0x7f) as usize) << 7
+        | ((header[2] & 0x7f) as usize) << 14
+        | (header[3] as usize) << 21
+}
+
+fn plan() -> impl Strategy<Value = WriterPlan> {
+    let size = prop_oneof![
+        6 => 8usize..200,
+        3 => 200usize..5000,
+        1 => 5000usize..65536,
+    ];
+    (
+        proptest::collection::vec((size, proptest::bool::weighted(0.03)), 1..60),
+        prop::sample::select(vec![64usize, 100, 292, 584, 1020, 2044, 4088]),
+        prop::sample::select(vec![0usize, 0, 3, 7]),
+    )
+        .prop_map(|(packets, chunk_size, patch_every)| WriterPlan {
+            sizes: packets.iter().map(|p| p.0).collect(),
+            drops: packets.iter().map(|p| p.1).collect(),
+            chunk_size,
+            patch_every,
+        })
+}
+
+/// One step of the schedule.
+#[derive(Clone, Debug)]
+enum Step {
+    /// Commit the next chunk of writer `w % writers`.
+    Commit(usize),
+    /// Deliver the oldest owed patch, if any.
+    Patch,
+    /// A streaming read.
+    Read,
+    /// The service scrapes writer `w`'s chunk in progress (its next chunk, with only some of its
+    /// fragments finished); the real commit comes later.
+    Scrape(usize, usize),
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        12 => any::<usize>().prop_map(Step::Commit),
+        3 => Just(Step::Patch),
+        1 => Just(Step::Read),
+        2 => (any::<usize>(), any::<usize>()).prop_map(|(w, k)| Step::Scrape(w, k)),
+    ]
+}
+
+fn run(
+    plans: Vec<WriterPlan>,
+    schedule: Vec<Step>,
+    buffer_size: usize,
+    policy: FillPolicy,
+    deliver_all_patches: bool,
+) -> Result<(), TestCaseError> {
+    let mut buf = TraceBuffer::new(buffer_size, policy);
+    let mut chunks = Vec::new();
+    let mut written = Vec::new();
+    for (w, p) in plans.iter().enumerate() {
+        let (c, wr) = build_chunks(w as u16 + 1, p);
+        chunks.push(std::collections::VecDeque::from(c));
+        written.push(wr);
+    }
+    let mut owed: std::collections::VecDeque<(u16, u32, u32, [u8; 4])> = Default::default();
+    let mut read: HashMap<u16, Vec<Vec<u8>>> = HashMap::new();
+    let mut sink = |info: tachyon_service::PacketInfo, frags: &[&[u8]]| {
+        read.entry(info.writer).or_default().push(frags.concat());
+    };
+    let commit =
+        |buf: &mut TraceBuffer, c: BuiltChunk, owed: &mut std::collections::VecDeque<_>| {
+            buf.copy_chunk(&ChunkToCopy {
+                producer: 1,
+                writer: c.writer,
+                chunk_id: c.chunk_id,
+                num_fragments: c.num_fragments,
+                flags: c.flags,
+                payload: &c.payload,
+                complete: true,
+            });
+            if let Some((off, data)) = c.patch {
+                owed.push_back((c.writer, c.chunk_id, off, data));
+            }
+        };
+    for s in schedule {
+        match s {
+            Step::Commit(w) => {
+                let w = w % chunks.len();
+                if let Some(c) = chunks[w].pop_front() {
+                    commit(&mut buf, c, &mut owed);
+                }
+            }
+            Step::Patch => {
+                if let Some((w, id, off, data)) = owed.pop_front() {
+                    buf.try_patch_chunk(1, w, id, &[(off, data)], false);
+                }
+            }
+            Step::Read => buf.read_packets(false, &mut sink),
+            Step::Scrape(w, k) => {
+                let w = w % chunks.len();
+                if let Some(c) = chunks[w].front() {
+                    if c.patch.is_none() && c.num_fragments > 0 {
+                        let scraped = scrape(c, k % c.num_fragments as usize);
+                        buf.copy_chunk(&ChunkToCopy {
+                            producer: 1,
+                            writer: c.writer,
+                            chunk_id: c.chunk_id,
+                            num_fragments: scraped.num_fragments,
+                            flags: scraped.flags,
+                            payload: &scraped.payload,
+                            complete: false,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    // The rest of every writer's chunks, then (maybe) the patches, then the final read.
+    for q in &mut chunks {
+        while let Some(c) = q.pop_front() {
+            commit(&mut buf, c, &mut owed);
+        }
+    }
+    if deliver_all_patches {
+        while let Some((w, id, off, data)) = owed.pop_front() {
+            buf.try_patch_chunk(1, w, id, &[(off, data)], false);
+        }
+    }
+    buf.read_packets(true, &mut sink);
+
+    let mut total_written = 0u64;
+    let mut total_read = 0u64;
+    for (w, wr) in written.iter().enumerate() {
+        let got = read.remove(&(w as u16 + 1)).unwrap_or_default();
+        total_written += wr.len() as u64;
+        total_read += got.len() as u64;
+        // In order, each equal to the packet written with its index.
+        let mut last_index = None;
+        for p in &got {
+            prop_assert!(p.len() >= 8, "a packet shorter than its prefix");
+            let index = u32::from_le_bytes(p[..4].try_into().unwrap()) as usize;
+            let writer = u32::from_le_bytes(p[4..8].try_into().unwrap());
+            prop_assert_eq!(writer, w as u32 + 1);
+            prop_assert!(index < wr.len());
+            prop_assert!(
+                last_index.is_none_or(|l| index > l),
+                "out of order or duplicated"
+            );
+            prop_assert!(
+                *p == wr[index],
+                "packet {} of writer {} differs",
+                index,
+                w + 1
+            );
+            prop_assert!(!plans[w].drops[index], "a dropped packet was read");
+            last_index = Some(index);
+        }
+    }
+    prop_assert!(read.is_empty(), "packets from an unknown writer");
+    let losses = *buf.losses();
+    prop_assert_eq!(
+        total_written,
+        total_read + losses.total(),
+        "written {} read {} lost {:?} stats {:?}",
+        total_written,
+        total_read,
+        losses,
+        buf.stats()
+    );
+    if deliver_all_patches
+        && policy == FillPolicy::RingBuffer
+        && buf.stats().chunks_overwritten == 0
+    {
+        // Nothing overwritten and every patch delivered: only writer drops are lost.
+        prop_assert_eq!(
+            losses.total(),
+            losses.writer_dropped,
+            "{:?} {:?}",
+            losses,
+            buf.stats()
+        );
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    #[test]
+    fn ring_buffer_accounts_for_every_packet(
+        plans in proptest::collection::vec(plan(), 1..5),
+        schedule in proptest::collection::vec(step(), 0..200),
+        buffer_kb in prop::sample::select(vec![4usize, 8, 32, 256, 4096]),
+        patches in any::<bool>(),
+    ) {
+        run(plans, schedule, buffer_kb * 1024, FillPolicy::RingBuffer, patches)?;
+    }
+
+    #[test]
+    fn discard_accounts_for_every_packet(
+        plans in proptest::collection::vec(plan(), 1..5),
+        schedule in proptest::collection::vec(step(), 0..200),
+        buffer_kb in prop::sample::select(vec![4usize, 8, 32, 256, 4096]),
+        patches in any::<bool>(),
+    ) {
+        run(plans, schedule, buffer_kb * 1024, FillPolicy::Discard, patches)?;
+    }
+}
+
+#[test]
+fn nothing_lost_when_the_buffer_is_big_enough() {
+    let plans = vec![
+        WriterPlan {
+            sizes: vec![10, 5000, 30, 70000],
+            drops: vec![false; 4],
+            chunk_size: 292,
+            patch_every: 2,
+        },
+        WriterPlan {
+            sizes: vec![100; 50],
+            drops: vec![false; 50],
+            chunk_size: 4088,
+            patch_every: 0,
+        },
+    ];
+    let mut buf = TraceBuffer::new(1 << 20, FillPolicy::RingBuffer);
+    let mut expected = 0;
+    for (w, p) in plans.iter().enumerate() {
+        let (chunks, written) = build_chunks(w as u16 + 1, p);
+        expected += written.len();
+        for c in chunks {
+            buf.copy_chunk(&ChunkToCopy {
+                producer: 1,
+                writer: c.writer,
+                chunk_id: c.chunk_id,
+                num_fragments: c.num_fragments,
+                flags: c.flags,
+                payload: &c.payload,
+                complete: true,
+            });
+            if let Some((off, data)) = c.patch {
+                assert!(buf.try_patch_chunk(1, c.writer, c.chunk_id, &[(off, data)], false));
+            }
+        }
+    }
+    let mut n = 0;
+    let mut first_flags = HashMap::new();
+    buf.read_packets(true, |info, _| {
+        n += 1;
+        first_flags
+            .entry(info.writer)
+            .or_insert(info.previous_packet_dropped);
+    });
+    assert_eq!(n, expected);
+    assert_eq!(buf.losses().total(), 0);
+    // The first packet of each sequence says "something may have come before".
+    assert!(first_flags.values().all(|&f| f == 1));
+    assert!(buf.stats().readaheads_succeeded > 0);
+}
