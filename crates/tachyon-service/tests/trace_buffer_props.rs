@@ -364,7 +364,7 @@ proptest! {
 
 #[test]
 fn nothing_lost_when_the_buffer_is_big_enough() {
-    let plans = vec![
+    let plans = [
         WriterPlan {
             sizes: vec![10, 5000, 30, 70000],
             drops: vec![false; 4],
