@@ -21,9 +21,14 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod readout;
 mod stats;
 mod trace_buffer;
 
+pub use readout::{
+    validate_packet, write_record, InvalidPacket, PacketWriter, ProducerIdentity,
+    RESERVED_PACKET_FIELDS, SERVICE_SEQUENCE_ID,
+};
 pub use stats::{BufferStats, LossCounters};
 pub use trace_buffer::{
     data_loss, ChunkId, ChunkToCopy, FillPolicy, PacketInfo, ProducerId, TraceBuffer, WriterId,
