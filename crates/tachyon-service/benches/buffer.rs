@@ -94,7 +94,7 @@ fn bench(c: &mut Criterion) {
     });
 
     let mut buf = TraceBuffer::new(BUFFER, FillPolicy::RingBuffer);
-    let mut next = vec![0u32; 1];
+    let mut next = [0u32; 1];
     group.bench_function("write/single_writer", |b| {
         b.iter(|| {
             for i in 0..per_iter {
