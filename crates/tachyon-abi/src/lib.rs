@@ -112,6 +112,7 @@
 #[cfg(target_endian = "big")]
 compile_error!("the shared memory ABI is little-endian; big-endian targets are not supported");
 
+mod commit;
 mod error;
 mod fragment;
 mod layout;
@@ -122,6 +123,7 @@ mod service;
 mod smb;
 mod sync;
 
+pub use commit::{ChunkToMove, ChunkToPatch, CommitRequest, Patch};
 pub use error::AbiError;
 pub use fragment::{
     decode_fragment_header, encode_fragment_header, Fragment, Fragments,
