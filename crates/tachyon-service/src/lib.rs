@@ -21,10 +21,12 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod commit;
 mod readout;
 mod stats;
 mod trace_buffer;
 
+pub use commit::{apply_commit, scrape, CommitStats, ProducerState};
 pub use readout::{
     validate_packet, write_record, InvalidPacket, PacketWriter, ProducerIdentity,
     RESERVED_PACKET_FIELDS, SERVICE_SEQUENCE_ID,

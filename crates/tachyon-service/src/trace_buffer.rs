@@ -280,6 +280,12 @@ impl TraceBuffer {
         self.policy
     }
 
+    /// Counts a chunk that broke the ABI before it could be stored (e.g. its header did not
+    /// validate after the copy out of shared memory).
+    pub fn count_abi_violation(&mut self) {
+        self.stats.abi_violations += 1;
+    }
+
     // === writing ===
 
     /// Copies a chunk into the buffer (or rewrites the same chunk committed again with more

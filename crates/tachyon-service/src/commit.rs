@@ -1,0 +1,168 @@
+//! Commit handling: moves the chunks a producer says are Complete from its shared memory buffer
+//! into central buffers, applies its patches, and scrapes chunks still being written.
+//!
+//! The producer is untrusted and shares the memory: it may change any byte at any moment, and
+//! its commit may lie. So every chunk is **copied out before it is parsed** (the copy is what
+//! the buffer sees), every index and size is checked, the target buffer must be one this
+//! producer may write to, and every failure is counted — never a panic, never a stop.
+
+use std::collections::HashMap;
+
+use tachyon_abi::{CommitRequest, ServiceView};
+
+use crate::trace_buffer::{ChunkToCopy, ProducerId, TraceBuffer, WriterId};
+
+/// Session-wide counters for commits that could not be attributed to a buffer (they become
+/// the top-level `TraceStats` fields of the same names).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CommitStats {
+    /// Chunks refused before reaching any buffer: a page or chunk index outside the SMB, a chunk
+    /// not in the Complete state, a target buffer that does not exist or is not allowed.
+    pub chunks_discarded: u64,
+    /// Patches refused before reaching any buffer (unknown or forbidden target buffer).
+    pub patches_discarded: u64,
+    /// Chunks whose header did not validate after the copy (bad writer id, impossible count).
+    pub abi_violations: u64,
+}
+
+/// A producer as the commit path sees it.
+#[derive(Debug)]
+pub struct ProducerState {
+    /// The id the service gave the connection.
+    pub id: ProducerId,
+    /// Central buffers (indices) this producer may write to.
+    pub allowed_buffers: Vec<u16>,
+    /// The target buffer of each writer, learned from its commits (used when scraping, where
+    /// the chunk does not say).
+    pub writer_targets: HashMap<WriterId, u16>,
+}
+
+impl ProducerState {
+    /// A producer allowed to write to `allowed_buffers`.
+    pub fn new(id: ProducerId, allowed_buffers: Vec<u16>) -> Self {
+        ProducerState {
+            id,
+            allowed_buffers,
+            writer_targets: HashMap::new(),
+        }
+    }
+
+    fn allowed(&self, buffer: u16, buffers: &[TraceBuffer]) -> bool {
+        (buffer as usize) < buffers.len() && self.allowed_buffers.contains(&buffer)
+    }
+}
+
+/// Applies one commit: every `ChunksToMove` first (Complete → BeingRead, copy, free), then the
+/// patches (Perfetto applies patches after the moves of the same request).
+pub fn apply_commit(
+    view: &ServiceView<'_>,
+    producer: &mut ProducerState,
+    req: &CommitRequest,
+    buffers: &mut [TraceBuffer],
+    stats: &mut CommitStats,
+) {
+    for mv in &req.chunks_to_move {
+        if !producer.allowed(mv.target_buffer, buffers) {
+            stats.chunks_discarded += 1;
+            // The chunk must still go back to the producer, or its SMB leaks a chunk.
+            if let Ok(chunk) =
+                view.try_acquire_chunk_for_reading(mv.page as usize, mv.chunk as usize)
+            {
+                let _ = view.release_chunk_as_free(chunk);
+            }
+            continue;
+        }
+        let chunk = match view.try_acquire_chunk_for_reading(mv.page as usize, mv.chunk as usize) {
+            Ok(c) => c,
+            Err(_) => {
+                // Out of range, not Complete, a corrupt page header: skipped, as Perfetto does.
+                stats.chunks_discarded += 1;
+                continue;
+            }
+        };
+        let copy = chunk.copy();
+        // Free the chunk whatever the copy found: the producer may reuse it now.
+        let _ = view.release_chunk_as_free(chunk);
+        let copy = match copy {
+            Ok(c) => c,
+            Err(_) => {
+                stats.abi_violations += 1;
+                buffers[mv.target_buffer as usize].count_abi_violation();
+                continue;
+            }
+        };
+        let header = copy.header();
+        producer
+            .writer_targets
+            .insert(header.writer_id, mv.target_buffer);
+        buffers[mv.target_buffer as usize].copy_chunk(&ChunkToCopy {
+            producer: producer.id,
+            writer: header.writer_id,
+            chunk_id: header.chunk_id,
+            num_fragments: header.packets.count(),
+            flags: header.packets.flags().0,
+            payload: copy.payload(),
+            complete: true,
+        });
+    }
+    for p in &req.chunks_to_patch {
+        if !producer.allowed(p.target_buffer, buffers) {
+            stats.patches_discarded += p.patches.len().max(1) as u64;
+            continue;
+        }
+        let patches: Vec<(u32, [u8; 4])> = p.patches.iter().map(|x| (x.offset, x.data)).collect();
+        buffers[p.target_buffer as usize].try_patch_chunk(
+            producer.id,
+            p.writer_id,
+            p.chunk_id,
+            &patches,
+            p.has_more_patches,
+        );
+    }
+}
+
+/// Copies every chunk of the SMB that is Complete (committed or not) or still being written
+/// with finished packets, without changing any state: done on flush, at stop and when a
+/// producer disconnects, so packets finished but not yet committed are not lost. A later real
+/// commit of the same chunk rewrites it in the buffer.
+pub fn scrape(
+    view: &ServiceView<'_>,
+    producer: &mut ProducerState,
+    buffers: &mut [TraceBuffer],
+    stats: &mut CommitStats,
+) {
+    for page in 0..view.num_pages() {
+        let Ok(layout) = view.page_layout(page) else {
+            continue;
+        };
+        for chunk in 0..layout.num_chunks() {
+            let copy = match view.scrape_chunk(page, chunk) {
+                Ok(Some(c)) => c,
+                Ok(None) => continue,
+                Err(_) => {
+                    stats.abi_violations += 1;
+                    continue;
+                }
+            };
+            let header = copy.header();
+            let target = producer
+                .writer_targets
+                .get(&header.writer_id)
+                .copied()
+                .unwrap_or(0);
+            if !producer.allowed(target, buffers) {
+                stats.chunks_discarded += 1;
+                continue;
+            }
+            buffers[target as usize].copy_chunk(&ChunkToCopy {
+                producer: producer.id,
+                writer: header.writer_id,
+                chunk_id: header.chunk_id,
+                num_fragments: header.packets.count(),
+                flags: header.packets.flags().0,
+                payload: copy.payload(),
+                complete: copy.is_complete(),
+            });
+        }
+    }
+}
