@@ -22,14 +22,21 @@
 #![deny(missing_docs)]
 
 mod commit;
+mod inprocess;
 mod readout;
+mod session;
 mod stats;
 mod trace_buffer;
 
 pub use commit::{apply_commit, scrape, CommitStats, ProducerState};
+pub use inprocess::InProcessService;
 pub use readout::{
     validate_packet, write_record, InvalidPacket, PacketWriter, ProducerIdentity,
     RESERVED_PACKET_FIELDS, SERVICE_SEQUENCE_ID,
+};
+pub use session::{
+    BufferSpec, ConfigError, DataSourceSpec, ServiceCore, SessionConfig, SessionStats,
+    DEFAULT_FILE_WRITE_PERIOD, DEFAULT_FLUSH_TIMEOUT, MIN_FILE_WRITE_PERIOD,
 };
 pub use stats::{BufferStats, LossCounters};
 pub use trace_buffer::{

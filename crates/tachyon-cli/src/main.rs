@@ -1,0 +1,40 @@
+//! `tachyon`: the command-line front end. Glue only: argument parsing (clap) and printing; the
+//! work happens in the library crates. One module per subcommand under `commands/`.
+#![forbid(unsafe_code)]
+
+mod commands;
+mod load;
+mod output;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Tachyon: Perfetto-format tracing for Rust programs.
+#[derive(Debug, Parser)]
+#[command(name = "tachyon", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    Query(commands::query::Args),
+    Stats(commands::stats::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Query(args) => commands::query::run(args),
+        Command::Stats(args) => commands::stats::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tachyon: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,222 @@
+//! Runs the built `tachyon` binary on traces written with the generated protozero writers.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+use protozero::HeapBuffered;
+use tachyon_protos::{track_event, TracePacket};
+
+/// Appends one `Trace.packet` written by `fill`.
+fn packet(trace: &mut Vec<u8>, fill: impl FnOnce(&mut TracePacket<'_>)) {
+    let mut buf = HeapBuffered::new();
+    {
+        let mut p: TracePacket<'_> = buf.root();
+        p.set_trusted_packet_sequence_id(1);
+        fill(&mut p);
+    }
+    let bytes = buf.serialize().expect("packet fits");
+    trace.push(0x0a);
+    let mut n = bytes.len();
+    while n >= 0x80 {
+        trace.push((n as u8 & 0x7f) | 0x80);
+        n >>= 7;
+    }
+    trace.push(n as u8);
+    trace.extend_from_slice(&bytes);
+}
+
+fn slice(trace: &mut Vec<u8>, ts: u64, kind: track_event::Type, name: Option<&str>) {
+    packet(trace, |p| {
+        p.set_timestamp(ts);
+        let mut e = p.set_track_event();
+        e.set_type(kind);
+        e.set_track_uuid(1);
+        if let Some(name) = name {
+            e.set_name(name);
+        }
+    });
+}
+
+/// Two "frame" zones, each with a nested "draw", on one thread.
+fn zones_trace(with_loss: bool) -> Vec<u8> {
+    use track_event::Type::{SliceBegin, SliceEnd};
+    let mut t = Vec::new();
+    packet(&mut t, |p| {
+        let mut d = p.set_track_descriptor();
+        d.set_uuid(1);
+        let mut th = d.set_thread();
+        th.set_pid(10);
+        th.set_tid(11);
+        th.set_thread_name("main");
+    });
+    for (start, len) in [(1_000u64, 3_000u64), (10_000, 5_000)] {
+        slice(&mut t, start, SliceBegin, Some("frame"));
+        slice(&mut t, start + 100, SliceBegin, Some("draw"));
+        slice(&mut t, start + 100 + len / 2, SliceEnd, None);
+        slice(&mut t, start + len, SliceEnd, None);
+    }
+    if with_loss {
+        packet(&mut t, |p| {
+            let mut s = p.set_trace_stats();
+            let mut b = s.add_buffer_stats();
+            b.set_trace_writer_packet_loss(3);
+        });
+    }
+    t
+}
+
+fn write_tmp(name: &str, bytes: &[u8]) -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+fn tachyon(args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tachyon"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run tachyon");
+    {
+        let mut input = child.stdin.take().unwrap();
+        if let Some(s) = stdin {
+            input.write_all(s.as_bytes()).unwrap();
+        }
+    }
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "tachyon panicked: {stderr}");
+    out
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+const SQL: &str = "SELECT name, dur, depth FROM slice WHERE name = 'draw' ORDER BY ts";
+
+#[test]
+fn query_prints_a_table_by_default() {
+    let path = write_tmp("query_table.pftrace", &zones_trace(false));
+    let out = tachyon(&["query", path.to_str().unwrap(), SQL], None);
+    assert!(out.status.success());
+    assert_eq!(
+        stdout(&out),
+        "name  dur   depth\n----  ----  -----\ndraw  1500      1\ndraw  2500      1\n(2 rows)\n"
+    );
+}
+
+#[test]
+fn query_csv_and_json() {
+    let path = write_tmp("query_formats.pftrace", &zones_trace(false));
+    let p = path.to_str().unwrap();
+    let out = tachyon(&["query", p, SQL, "--format", "csv"], None);
+    assert!(out.status.success());
+    assert_eq!(stdout(&out), "name,dur,depth\ndraw,1500,1\ndraw,2500,1\n");
+    let out = tachyon(
+        &[
+            "query",
+            "--format=json",
+            p,
+            "SELECT tid, name FROM thread WHERE tid = 11",
+        ],
+        None,
+    );
+    assert!(out.status.success());
+    assert_eq!(stdout(&out), "[\n  {\"tid\": 11, \"name\": \"main\"}\n]\n");
+}
+
+#[test]
+fn query_from_file_and_from_the_shell() {
+    let path = write_tmp("query_shell.pftrace", &zones_trace(false));
+    let p = path.to_str().unwrap();
+    let sql = write_tmp("query_shell.sql", b"SELECT count(*) AS n FROM slice;");
+    let out = tachyon(
+        &["query", p, "-f", sql.to_str().unwrap(), "--format", "csv"],
+        None,
+    );
+    assert_eq!(stdout(&out), "n\n4\n");
+    let out = tachyon(
+        &["query", p, "--format", "csv"],
+        Some("SELECT 1 AS x;\nSELECT count(*)\n  AS n FROM slice\n  WHERE name = 'frame';\nSELECT nonsense;\n.quit\nSELECT 2;\n"),
+    );
+    assert!(out.status.success());
+    assert_eq!(stdout(&out), "x\n1\nn\n2\n");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no such column: nonsense"));
+}
+
+#[test]
+fn stats_prints_zones_and_no_data_lost() {
+    let path = write_tmp("stats_clean.pftrace", &zones_trace(false));
+    let out = tachyon(&["stats", path.to_str().unwrap()], None);
+    assert!(out.status.success());
+    let text = stdout(&out);
+    let frame = text
+        .lines()
+        .find(|l| l.starts_with("frame"))
+        .expect("frame row");
+    let cols: Vec<&str> = frame.split_whitespace().collect();
+    // zone, count, total, self, mean, min, median, p99, max (values with units).
+    assert_eq!(cols[..3], ["frame", "2", "8.00"]);
+    assert!(
+        text.find("frame").unwrap() < text.find("draw").unwrap(),
+        "sorted by total"
+    );
+    assert!(text.contains("Data loss: no data lost"), "{text}");
+}
+
+#[test]
+fn stats_reports_data_loss() {
+    let path = write_tmp("stats_loss.pftrace", &zones_trace(true));
+    let out = tachyon(&["stats", path.to_str().unwrap()], None);
+    assert!(out.status.success());
+    let text = stdout(&out);
+    assert!(
+        text.contains("traced_buf_trace_writer_packet_loss[0] = 3 (data_loss, trace)"),
+        "{text}"
+    );
+    assert!(!text.contains("no data lost"));
+}
+
+#[test]
+fn bad_input_fails_cleanly() {
+    let out = tachyon(&["stats", "/nonexistent/trace.pftrace"], None);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read the trace"));
+
+    let json = write_tmp("bad.json", br#"{"traceEvents": []}"#);
+    let out = tachyon(&["query", json.to_str().unwrap(), "SELECT 1"], None);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a Perfetto trace"));
+
+    let good = write_tmp("bad_sql.pftrace", &zones_trace(false));
+    let out = tachyon(&["query", good.to_str().unwrap(), "SELEC 1"], None);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("syntax error"));
+
+    // A protobuf trace full of garbage still loads: the damage is in `stats`.
+    let mut junk = zones_trace(false);
+    junk.extend_from_slice(&[0x0a, 0x05, 0xff, 0xff, 0xff, 0xff, 0xff, 0x0a, 0x40, 0x01]);
+    let junk = write_tmp("junk.pftrace", &junk);
+    let out = tachyon(
+        &[
+            "query",
+            junk.to_str().unwrap(),
+            "SELECT name, value FROM stats WHERE value > 0 ORDER BY name",
+            "--format",
+            "csv",
+        ],
+        None,
+    );
+    assert!(out.status.success());
+    assert_eq!(
+        stdout(&out),
+        "name,value\ntrace_packet_malformed,1\ntrace_truncated,1\n"
+    );
+
+    let out = tachyon(&["query"], None);
+    assert_eq!(out.status.code(), Some(2), "usage error");
+}

@@ -1,0 +1,269 @@
+//! Import throughput of a large trace, beside a baseline that only decodes it, in one run; and
+//! peak memory per slice.
+//!
+//! The trace is shaped like what the C++ SDK (and Tachyon's SDK, once it exists) writes: 8
+//! threads, each its own sequence starting with SEQ_INCREMENTAL_STATE_CLEARED, a thread track
+//! descriptor, interned names, categories and annotation names, and a ClockSnapshot tying the
+//! sequence-scoped incremental clock 64 to BOOTTIME; then slices nested up to 3 deep whose
+//! begins carry an interned name and category and two debug annotations (an int and a string),
+//! timestamps as deltas on clock 64. The SDK does not exist yet, so the generated writers
+//! write it here.
+//!
+//! `TACHYON_BENCH_EVENTS` sets the number of TrackEvents (default 1 000 000; the issue's target
+//! is 10 000 000, which takes about 10× the time and memory).
+//!
+//! Run: `cargo bench -p tachyon-processor --bench import`.
+//!
+//! * `import/decode_only`: walks every packet with the generated views and visits every field
+//!   the importer reads (the floor: what decoding alone costs);
+//! * `import/full`: `TraceProcessor::from_bytes`, i.e. tokenize, sort, parse and copy into
+//!   SQLite.
+//!
+//! Before criterion runs, one timed import prints events/s and the peak RSS growth (Linux:
+//! `VmHWM` after resetting it through `/proc/self/clear_refs`), divided by the slice count.
+
+use std::hint::black_box;
+use std::time::Instant;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use protozero::decoder::{FieldValue, ProtoDecoder};
+use protozero::HeapBuffered;
+use tachyon_processor::{Options, TraceProcessor, Value};
+use tachyon_protos::{track_event, TracePacket, TracePacketView};
+
+const THREADS: u64 = 8;
+
+fn push_packet(trace: &mut Vec<u8>, fill: impl FnOnce(&mut TracePacket<'_>)) {
+    let mut buf = HeapBuffered::new();
+    {
+        let mut p: TracePacket<'_> = buf.root();
+        fill(&mut p);
+    }
+    let bytes = buf.serialize().expect("packet fits");
+    trace.push(0x0a);
+    let mut n = bytes.len();
+    while n >= 0x80 {
+        trace.push((n as u8 & 0x7f) | 0x80);
+        n >>= 7;
+    }
+    trace.push(n as u8);
+    trace.extend_from_slice(&bytes);
+}
+
+/// About `events` TrackEvents (rounded to whole begin/end pairs per thread).
+fn sdk_shaped_trace(events: u64) -> Vec<u8> {
+    let mut t = Vec::with_capacity(events as usize * 40);
+    let per_thread = events / THREADS / 2; // begin/end pairs
+    for thread in 0..THREADS {
+        let seq = thread as u32 + 1;
+        let uuid = 1000 + thread;
+        push_packet(&mut t, |p| {
+            p.set_trusted_packet_sequence_id(seq);
+            p.set_sequence_flags(1);
+            p.set_timestamp(1_000_000);
+            let mut d = p.set_track_descriptor();
+            d.set_uuid(uuid);
+            let mut th = d.set_thread();
+            th.set_pid(1);
+            th.set_tid(100 + thread as i64);
+            th.set_thread_name(&format!("worker-{thread}"));
+        });
+        push_packet(&mut t, |p| {
+            p.set_trusted_packet_sequence_id(seq);
+            let mut defaults = p.set_trace_packet_defaults();
+            defaults.set_timestamp_clock_id(64);
+            defaults.set_track_event_defaults().set_track_uuid(uuid);
+        });
+        push_packet(&mut t, |p| {
+            p.set_trusted_packet_sequence_id(seq);
+            let mut cs = p.set_clock_snapshot();
+            let mut boot = cs.add_clocks();
+            boot.set_clock_id(6);
+            boot.set_timestamp(1_000_000);
+            drop(boot);
+            let mut inc = cs.add_clocks();
+            inc.set_clock_id(64);
+            inc.set_timestamp(1_000_000);
+            inc.set_is_incremental(true);
+        });
+        push_packet(&mut t, |p| {
+            p.set_trusted_packet_sequence_id(seq);
+            p.set_sequence_flags(2);
+            let mut i = p.set_interned_data();
+            for n in 1..=50u64 {
+                let mut e = i.add_event_names();
+                e.set_iid(n);
+                e.set_name(&format!("zone_{n}"));
+            }
+            for n in 1..=3u64 {
+                let mut c = i.add_event_categories();
+                c.set_iid(n);
+                c.set_name(&format!("cat{n}"));
+            }
+            let mut a = i.add_debug_annotation_names();
+            a.set_iid(1);
+            a.set_name("count");
+            drop(a);
+            let mut a = i.add_debug_annotation_names();
+            a.set_iid(2);
+            a.set_name("job");
+        });
+        // Pairs nested 0..3 deep: begin, begin, begin, end, end, end, …
+        let mut open = 0u32;
+        let mut pairs_left = per_thread;
+        let mut i = 0u64;
+        while pairs_left > 0 || open > 0 {
+            let begin = open == 0 || (open < 3 && pairs_left > 0 && i % 2 == 0);
+            i += 1;
+            push_packet(&mut t, |p| {
+                p.set_trusted_packet_sequence_id(seq);
+                p.set_sequence_flags(2);
+                p.set_timestamp(37 + i % 13); // delta on clock 64
+                let mut e = p.set_track_event();
+                if begin {
+                    e.set_type(track_event::Type::SliceBegin);
+                    e.set_name_iid(1 + i % 50);
+                    e.add_category_iids(1 + i % 3);
+                    let mut a = e.add_debug_annotations();
+                    a.set_name_iid(1);
+                    a.set_int_value(i as i64);
+                    drop(a);
+                    let mut a = e.add_debug_annotations();
+                    a.set_name_iid(2);
+                    a.set_string_value(&format!("job-{}", i % 100));
+                } else {
+                    e.set_type(track_event::Type::SliceEnd);
+                }
+            });
+            if begin {
+                open += 1;
+                pairs_left -= 1;
+            } else {
+                open -= 1;
+            }
+        }
+    }
+    t
+}
+
+/// The baseline: decode every packet and every field the importer looks at, import nothing.
+fn decode_only(trace: &[u8]) -> u64 {
+    let mut sum = 0u64;
+    let mut dec = ProtoDecoder::new(trace);
+    while let Ok(Some(f)) = dec.read_field() {
+        let FieldValue::Bytes(bytes) = f.value() else {
+            continue;
+        };
+        let p = TracePacketView::decode(bytes).expect("well-formed packet");
+        sum = sum
+            .wrapping_add(p.timestamp())
+            .wrapping_add(p.timestamp_clock_id() as u64)
+            .wrapping_add(p.trusted_packet_sequence_id() as u64)
+            .wrapping_add(p.sequence_flags() as u64)
+            .wrapping_add(p.previous_packet_dropped() as u64);
+        if p.has_interned_data() {
+            let i = p.interned_data().expect("interned data");
+            for n in i.event_names() {
+                let n = n.expect("name");
+                sum = sum.wrapping_add(n.iid() + n.name_bytes().len() as u64);
+            }
+        }
+        if p.has_track_event() {
+            let e = p.track_event().expect("event");
+            sum = sum
+                .wrapping_add(e.type_raw() as u64)
+                .wrapping_add(e.track_uuid())
+                .wrapping_add(e.name_iid())
+                .wrapping_add(e.name_bytes().len() as u64)
+                .wrapping_add(e.counter_value() as u64);
+            for c in e.category_iids() {
+                sum = sum.wrapping_add(c.expect("category"));
+            }
+            for f in e.flow_ids() {
+                sum = sum.wrapping_add(f.expect("flow"));
+            }
+            for a in e.debug_annotations() {
+                let a = a.expect("annotation");
+                sum = sum
+                    .wrapping_add(a.name_iid())
+                    .wrapping_add(a.int_value() as u64)
+                    .wrapping_add(a.string_value_bytes().len() as u64);
+            }
+        }
+    }
+    sum
+}
+
+/// (VmRSS, VmHWM) in bytes, from /proc/self/status (None elsewhere).
+fn rss() -> Option<(u64, u64)> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let field = |name: &str| -> Option<u64> {
+        let line = status.lines().find(|l| l.starts_with(name))?;
+        let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kb * 1024)
+    };
+    Some((field("VmRSS:")?, field("VmHWM:")?))
+}
+
+fn report(trace: &[u8], events: u64) {
+    let mb = trace.len() as f64 / 1e6;
+    let t0 = Instant::now();
+    black_box(decode_only(trace));
+    let decode_s = t0.elapsed().as_secs_f64();
+
+    // Reset the peak-RSS mark so VmHWM measures this import only.
+    let reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
+    let before = rss();
+    let t0 = Instant::now();
+    let tp = TraceProcessor::from_bytes(trace, &Options::default()).expect("imports");
+    let import_s = t0.elapsed().as_secs_f64();
+    let after = rss();
+    let slices = match &tp.query("SELECT count(*) FROM slice").expect("query").rows[0][0] {
+        Value::Integer(n) => *n as u64,
+        _ => 0,
+    };
+    println!(
+        "trace: {events} TrackEvents, {slices} slices, {mb:.1} MB\n\
+         decode only: {decode_s:.3} s = {:.1} MB/s, {:.2} M events/s\n\
+         full import: {import_s:.3} s = {:.1} MB/s, {:.2} M events/s ({:.1}x decode)",
+        mb / decode_s,
+        events as f64 / decode_s / 1e6,
+        mb / import_s,
+        events as f64 / import_s / 1e6,
+        import_s / decode_s,
+    );
+    if let (true, Some((rss0, _)), Some((rss1, hwm))) = (reset, before, after) {
+        println!(
+            "memory: peak RSS +{:.0} MB during import ({:.0} bytes/slice), +{:.0} MB retained \
+             by the loaded database ({:.0} bytes/slice)",
+            (hwm - rss0) as f64 / 1e6,
+            (hwm - rss0) as f64 / slices.max(1) as f64,
+            rss1.saturating_sub(rss0) as f64 / 1e6,
+            rss1.saturating_sub(rss0) as f64 / slices.max(1) as f64,
+        );
+    }
+    drop(tp);
+}
+
+fn bench(c: &mut Criterion) {
+    let events: u64 = std::env::var("TACHYON_BENCH_EVENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
+    let trace = sdk_shaped_trace(events);
+    report(&trace, events);
+
+    let mut group = c.benchmark_group("import");
+    group.throughput(Throughput::Bytes(trace.len() as u64));
+    group.sample_size(10);
+    group.bench_function("decode_only", |b| b.iter(|| decode_only(black_box(&trace))));
+    group.bench_function("full", |b| {
+        b.iter(|| {
+            TraceProcessor::from_bytes(black_box(&trace), &Options::default()).expect("imports")
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,287 @@
+//! The SQLite side: Perfetto's table and view names and columns, the bulk copy of the imported
+//! tables, and the `extract_arg` function.
+//!
+//! As in Perfetto, the data lives in `__intrinsic_*` tables and the documented names
+//! (`slice`, `thread`, `process`, `track`, `thread_track`, `counter_track`, `args`, …) are
+//! views over them, so that alias columns (`slice.cat`, `thread.utid`, `args.display_value`)
+//! and the per-kind track tables cost nothing to store.
+
+use std::sync::Arc;
+
+use rusqlite::functions::FunctionFlags;
+use rusqlite::types::{Value as SqlValue, ValueRef};
+use rusqlite::{params, Connection};
+
+use crate::stats::STATS;
+use crate::storage::{ArgRow, ArgValue, EventType, Storage, NONE};
+use crate::strings::StringPool;
+
+const SCHEMA: &str = r#"
+CREATE TABLE __intrinsic_slice(
+  id INTEGER PRIMARY KEY, ts INTEGER NOT NULL, dur INTEGER NOT NULL, track_id INTEGER NOT NULL,
+  category TEXT, name TEXT, depth INTEGER NOT NULL, stack_id INTEGER, parent_stack_id INTEGER,
+  parent_id INTEGER, arg_set_id INTEGER, thread_ts INTEGER, thread_dur INTEGER,
+  thread_instruction_count INTEGER, thread_instruction_delta INTEGER);
+CREATE VIEW slice AS SELECT *, category AS cat, id AS slice_id FROM __intrinsic_slice;
+CREATE VIEW slices AS SELECT * FROM slice;
+CREATE VIEW instant AS SELECT ts, track_id, name, arg_set_id FROM slice WHERE dur = 0;
+
+CREATE TABLE __intrinsic_track(
+  id INTEGER PRIMARY KEY, name TEXT, type TEXT NOT NULL, event_type TEXT NOT NULL,
+  dimension_arg_set_id INTEGER, parent_id INTEGER, source_arg_set_id INTEGER,
+  machine_id INTEGER, track_group_id INTEGER, utid INTEGER, upid INTEGER,
+  counter_unit TEXT, description TEXT);
+CREATE VIEW track AS SELECT id, name, type, dimension_arg_set_id, parent_id,
+  source_arg_set_id, machine_id, track_group_id FROM __intrinsic_track;
+CREATE VIEW thread_track AS SELECT id, name, type, parent_id, source_arg_set_id, machine_id,
+  utid FROM __intrinsic_track WHERE event_type = 'slice' AND utid IS NOT NULL;
+CREATE VIEW process_track AS SELECT id, name, type, parent_id, source_arg_set_id, machine_id,
+  upid FROM __intrinsic_track WHERE event_type = 'slice' AND upid IS NOT NULL;
+CREATE VIEW counter_track AS SELECT id, name, NULL AS parent_id, type, dimension_arg_set_id,
+  source_arg_set_id, machine_id, counter_unit AS unit, description
+  FROM __intrinsic_track WHERE event_type = 'counter';
+CREATE VIEW thread_counter_track AS SELECT id, name, type, parent_id, source_arg_set_id,
+  machine_id, counter_unit AS unit, description, utid
+  FROM __intrinsic_track WHERE event_type = 'counter' AND utid IS NOT NULL;
+CREATE VIEW process_counter_track AS SELECT id, name, type, parent_id, source_arg_set_id,
+  machine_id, counter_unit AS unit, description, upid
+  FROM __intrinsic_track WHERE event_type = 'counter' AND upid IS NOT NULL;
+
+CREATE TABLE counter(
+  id INTEGER PRIMARY KEY, ts INTEGER NOT NULL, track_id INTEGER NOT NULL,
+  value REAL NOT NULL, arg_set_id INTEGER);
+CREATE VIEW counters AS SELECT c.*, t.name, t.unit FROM counter c
+  JOIN counter_track t ON c.track_id = t.id ORDER BY ts;
+
+CREATE TABLE __intrinsic_thread(
+  id INTEGER PRIMARY KEY, tid INTEGER NOT NULL, name TEXT, start_ts INTEGER, end_ts INTEGER,
+  upid INTEGER, is_main_thread INTEGER, machine_id INTEGER);
+CREATE VIEW thread AS SELECT id AS utid, * FROM __intrinsic_thread;
+
+CREATE TABLE __intrinsic_process(
+  id INTEGER PRIMARY KEY, pid INTEGER NOT NULL, name TEXT, start_ts INTEGER, end_ts INTEGER,
+  parent_upid INTEGER, uid INTEGER, android_appid INTEGER, cmdline TEXT, arg_set_id INTEGER,
+  machine_id INTEGER);
+CREATE VIEW process AS SELECT id AS upid, * FROM __intrinsic_process;
+
+CREATE TABLE flow(
+  id INTEGER PRIMARY KEY, slice_out INTEGER NOT NULL, slice_in INTEGER NOT NULL,
+  trace_id INTEGER, arg_set_id INTEGER);
+
+CREATE TABLE __intrinsic_args(
+  id INTEGER PRIMARY KEY, arg_set_id INTEGER NOT NULL, flat_key TEXT NOT NULL,
+  key TEXT NOT NULL, int_value INTEGER, string_value TEXT, real_value REAL,
+  value_type TEXT NOT NULL);
+CREATE VIEW args AS SELECT *,
+  CASE value_type
+    WHEN 'int' THEN CAST(int_value AS TEXT)
+    WHEN 'uint' THEN CAST(int_value AS TEXT)
+    WHEN 'string' THEN string_value
+    WHEN 'real' THEN CAST(real_value AS TEXT)
+    WHEN 'pointer' THEN printf('0x%x', int_value)
+    WHEN 'bool' THEN (CASE WHEN int_value <> 0 THEN 'true' ELSE 'false' END)
+    WHEN 'json' THEN string_value
+    ELSE NULL END AS display_value
+  FROM __intrinsic_args;
+
+CREATE TABLE stats(
+  id INTEGER PRIMARY KEY, name TEXT NOT NULL, key INTEGER NOT NULL, idx INTEGER,
+  severity TEXT NOT NULL, source TEXT NOT NULL, value INTEGER NOT NULL, description TEXT,
+  machine_id INTEGER, trace_id INTEGER);
+"#;
+
+/// The args, grouped by arg set, kept for `extract_arg` (which must not query the database
+/// from inside a query).
+#[derive(Debug)]
+pub(crate) struct ArgIndex {
+    strings: StringPool,
+    args: Vec<ArgRow>,
+    /// `args[offsets[s]..offsets[s + 1]]` is arg set `s`.
+    offsets: Vec<u32>,
+}
+
+impl ArgIndex {
+    fn lookup(&self, set: i64, key: &str) -> Option<ArgValue> {
+        let s = usize::try_from(set).ok()?;
+        let (&start, &end) = (self.offsets.get(s)?, self.offsets.get(s + 1)?);
+        self.args[start as usize..end as usize]
+            .iter()
+            .find(|a| self.strings.get(a.key) == key)
+            .map(|a| a.value)
+    }
+}
+
+fn opt(id: u32) -> Option<i64> {
+    (id != NONE).then_some(id as i64)
+}
+
+/// Creates the schema in `conn`, copies `st` into it and registers `extract_arg`.
+pub(crate) fn load(conn: &Connection, mut st: Storage) -> rusqlite::Result<()> {
+    conn.execute_batch(
+        "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA temp_store = MEMORY;",
+    )?;
+    conn.execute_batch(SCHEMA)?;
+    // Arg sets are contiguous once sorted by set (stable: order within a set is kept).
+    st.args.sort_by_key(|a| a.set);
+    let tx = conn.unchecked_transaction()?;
+    {
+        let s = &st.strings;
+        let text = |id: u32| (id != NONE).then(|| s.get(id));
+        let mut ins = tx.prepare(
+            "INSERT INTO __intrinsic_slice(id, ts, dur, track_id, category, name, depth, \
+             parent_id, arg_set_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        )?;
+        for (i, r) in st.slices.iter().enumerate() {
+            ins.execute(params![
+                i as i64,
+                r.ts,
+                r.dur,
+                r.track,
+                text(r.category),
+                text(r.name),
+                r.depth,
+                opt(r.parent),
+                opt(r.arg_set)
+            ])?;
+        }
+        let mut ins = tx.prepare(
+            "INSERT INTO __intrinsic_track(id, name, type, event_type, dimension_arg_set_id, \
+             parent_id, source_arg_set_id, utid, upid, counter_unit, description) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        )?;
+        for (i, t) in st.tracks.iter().enumerate() {
+            ins.execute(params![
+                i as i64,
+                text(t.name),
+                t.kind,
+                match t.event_type {
+                    EventType::Slice => "slice",
+                    EventType::Counter => "counter",
+                },
+                opt(t.dimension_arg_set),
+                opt(t.parent),
+                opt(t.source_arg_set),
+                opt(t.utid),
+                opt(t.upid),
+                text(t.unit),
+                text(t.description)
+            ])?;
+        }
+        let mut ins =
+            tx.prepare("INSERT INTO counter(id, ts, track_id, value) VALUES (?1, ?2, ?3, ?4)")?;
+        for (i, c) in st.counters.iter().enumerate() {
+            ins.execute(params![i as i64, c.ts, c.track, c.value])?;
+        }
+        let mut ins = tx.prepare(
+            "INSERT INTO __intrinsic_thread(id, tid, name, upid, is_main_thread) \
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?;
+        for (i, t) in st.threads.iter().enumerate() {
+            let main = (t.upid != NONE && i != 0)
+                .then(|| (st.processes[t.upid as usize].pid == t.tid) as i64);
+            ins.execute(params![i as i64, t.tid, text(t.name), opt(t.upid), main])?;
+        }
+        let mut ins = tx.prepare(
+            "INSERT INTO __intrinsic_process(id, pid, name, cmdline) VALUES (?1, ?2, ?3, ?4)",
+        )?;
+        for (i, p) in st.processes.iter().enumerate() {
+            ins.execute(params![i as i64, p.pid, text(p.name), text(p.cmdline)])?;
+        }
+        let mut ins = tx.prepare(
+            "INSERT INTO flow(id, slice_out, slice_in, trace_id) VALUES (?1, ?2, ?3, ?4)",
+        )?;
+        for (i, f) in st.flows.iter().enumerate() {
+            ins.execute(params![
+                i as i64,
+                f.slice_out,
+                f.slice_in,
+                f.trace_id as i64
+            ])?;
+        }
+        let mut ins = tx.prepare(
+            "INSERT INTO __intrinsic_args(id, arg_set_id, flat_key, key, int_value, \
+             string_value, real_value, value_type) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        )?;
+        for (i, a) in st.args.iter().enumerate() {
+            let (int, string, real): (Option<i64>, Option<&str>, Option<f64>) = match a.value {
+                ArgValue::Int(v) => (Some(v), None, None),
+                // Stored as SQLite's 64-bit integer, as Perfetto does.
+                ArgValue::UInt(v) | ArgValue::Pointer(v) => (Some(v as i64), None, None),
+                ArgValue::Bool(v) => (Some(v as i64), None, None),
+                ArgValue::Real(v) => (None, None, Some(v)),
+                ArgValue::Str(v) | ArgValue::Json(v) => (None, Some(s.get(v)), None),
+            };
+            ins.execute(params![
+                i as i64,
+                a.set,
+                s.get(a.flat_key),
+                s.get(a.key),
+                int,
+                string,
+                real,
+                a.value.type_name()
+            ])?;
+        }
+        let mut ins = tx.prepare(
+            "INSERT INTO stats(id, name, key, idx, severity, source, value, description) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        )?;
+        for (i, (key, idx, value)) in st.stats.rows().into_iter().enumerate() {
+            let d = &STATS[key];
+            ins.execute(params![
+                i as i64,
+                d.name,
+                key as i64,
+                idx,
+                d.severity.as_str(),
+                d.source.as_str(),
+                value,
+                d.description
+            ])?;
+        }
+    }
+    tx.execute_batch("CREATE INDEX __args_set ON __intrinsic_args(arg_set_id);")?;
+    tx.commit()?;
+
+    // Keep the args (and their strings) for extract_arg; everything else is dropped.
+    let sets = st.args.last().map_or(0, |a| a.set as usize + 1);
+    let mut offsets = Vec::with_capacity(sets + 1);
+    let mut i = 0usize;
+    for s in 0..=sets {
+        while i < st.args.len() && (st.args[i].set as usize) < s {
+            i += 1;
+        }
+        offsets.push(i as u32);
+    }
+    let index = Arc::new(ArgIndex {
+        strings: st.strings,
+        args: st.args,
+        offsets,
+    });
+    conn.create_scalar_function(
+        "extract_arg",
+        2,
+        FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC,
+        move |ctx| {
+            let set = match ctx.get_raw(0) {
+                ValueRef::Integer(v) => v,
+                _ => return Ok(SqlValue::Null),
+            };
+            let key = match ctx.get_raw(1) {
+                ValueRef::Text(t) => String::from_utf8_lossy(t).into_owned(),
+                _ => return Ok(SqlValue::Null),
+            };
+            Ok(match index.lookup(set, &key) {
+                None => SqlValue::Null,
+                Some(ArgValue::Int(v)) => SqlValue::Integer(v),
+                Some(ArgValue::UInt(v) | ArgValue::Pointer(v)) => SqlValue::Integer(v as i64),
+                Some(ArgValue::Bool(v)) => SqlValue::Integer(v as i64),
+                Some(ArgValue::Real(v)) => SqlValue::Real(v),
+                Some(ArgValue::Str(v) | ArgValue::Json(v)) => {
+                    SqlValue::Text(index.strings.get(v).to_owned())
+                }
+            })
+        },
+    )?;
+    Ok(())
+}

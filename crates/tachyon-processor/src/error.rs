@@ -1,0 +1,47 @@
+//! The error type.
+
+use std::fmt;
+
+/// What can go wrong (import problems inside a trace are not errors: they are `stats` rows).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// The trace file could not be read.
+    Io(std::io::Error),
+    /// The input is not a Perfetto protobuf trace.
+    NotATrace(String),
+    /// A query (or building the database) failed.
+    Sql(rusqlite::Error),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Io(e) => write!(f, "cannot read the trace: {e}"),
+            Error::NotATrace(why) => write!(f, "not a Perfetto trace: {why}"),
+            Error::Sql(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Io(e) => Some(e),
+            Error::Sql(e) => Some(e),
+            Error::NotATrace(_) => None,
+        }
+    }
+}
+
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Self {
+        Error::Io(e)
+    }
+}
+
+impl From<rusqlite::Error> for Error {
+    fn from(e: rusqlite::Error) -> Self {
+        Error::Sql(e)
+    }
+}

@@ -1,0 +1,1507 @@
+//! Tokenizing: from trace bytes to timestamped, self-contained events, in file order.
+//!
+//! This stage owns everything that depends on the order packets were *written* in, which is
+//! why it runs before sorting, as Perfetto's `ProtoTraceReader` and `TrackEventTokenizer` do:
+//! per-sequence incremental state (interned data, TracePacketDefaults, incremental counters),
+//! loss bookkeeping (`previous_packet_dropped`), clock snapshots and incremental clocks, and
+//! the reservation of track descriptors. What comes out is an [`Event`] with its timestamp in
+//! trace time and every interned id already resolved to a pooled string, so the sorter may
+//! reorder events freely and the parser ([`crate::parse`]) needs no sequence state.
+
+use std::io::Read;
+
+use flate2::read::{MultiGzDecoder, ZlibDecoder};
+use protozero::decoder::{FieldValue, ProtoDecoder};
+use tachyon_protos::{
+    debug_annotation, DebugAnnotationView, TracePacketView, TrackDescriptorView, TrackEventView,
+};
+
+use crate::clock::{self, ClockId, ClockReading, ClockTracker};
+use crate::sort::Sorter;
+use crate::stats::Stat;
+use crate::storage::{ArgValue, Storage, NONE};
+use crate::strings::{FxHashMap, StrId};
+use crate::SortMode;
+
+/// `SEQ_INCREMENTAL_STATE_CLEARED`.
+const SEQ_INCREMENTAL_STATE_CLEARED: u32 = 1;
+/// `SEQ_NEEDS_INCREMENTAL_STATE`.
+const SEQ_NEEDS_INCREMENTAL_STATE: u32 = 2;
+/// Nesting limit for debug annotations (dicts in arrays in dicts…): deeper values are dropped
+/// rather than recursing without bound on hostile input.
+const MAX_ANNOTATION_DEPTH: u32 = 32;
+/// A decompressed `compressed_packets` payload larger than this is refused (a zip bomb would
+/// otherwise exhaust memory).
+const MAX_INFLATED_BYTES: u64 = 1 << 30;
+/// Track uuids with this bit set name a legacy thread (ThreadDescriptor on the sequence, no
+/// track uuid) by index into `Importer::legacy_threads`.
+pub(crate) const LEGACY_THREAD_BIT: u64 = 1 << 63;
+
+/// What a tokenized event does once sorted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum EventKind {
+    SliceBegin,
+    SliceEnd,
+    Instant,
+    /// A legacy complete event (phase `X`); `data` is its duration.
+    Complete,
+    /// A counter value; `data` is the `f64` bits.
+    Counter,
+    /// Names a thread; `data` indexes `Importer::aux`.
+    Thread,
+    /// Names a process; `data` indexes `Importer::aux`.
+    Process,
+}
+
+/// One timestamped event. Variable-length parts (args, flow ids) live in the importer's arenas
+/// and are referenced by range, so an event is a fixed 56 bytes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Event {
+    pub(crate) ts: i64,
+    pub(crate) track: u64,
+    pub(crate) data: u64,
+    pub(crate) name: StrId,
+    pub(crate) category: StrId,
+    pub(crate) args: u32,
+    pub(crate) nargs: u32,
+    pub(crate) flows: u32,
+    pub(crate) nflows: u16,
+    pub(crate) nterm: u16,
+    pub(crate) kind: EventKind,
+}
+
+/// An argument before it gets its arg set id.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PendingArg {
+    pub(crate) flat_key: StrId,
+    pub(crate) key: StrId,
+    pub(crate) value: ArgValue,
+}
+
+/// Thread or process naming, from descriptors.
+#[derive(Clone, Debug)]
+pub(crate) struct Aux {
+    pub(crate) pid: Option<i64>,
+    pub(crate) tid: i64,
+    pub(crate) name: StrId,
+    pub(crate) cmdline: StrId,
+}
+
+/// What a TrackDescriptor said about a track (Perfetto's "reservation").
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Reservation {
+    pub(crate) parent: u64,
+    pub(crate) name: Option<StrId>,
+    pub(crate) pid: Option<i64>,
+    pub(crate) tid: Option<i64>,
+    pub(crate) counter: Option<CounterDetails>,
+    pub(crate) description: Option<StrId>,
+    pub(crate) child_ordering: i32,
+    pub(crate) sibling_order_rank: Option<i32>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub(crate) struct CounterDetails {
+    pub(crate) unit: Option<StrId>,
+    pub(crate) multiplier: i64,
+    pub(crate) incremental: bool,
+    pub(crate) builtin_type: i32,
+    pub(crate) category: Option<StrId>,
+    pub(crate) y_axis_share_key: Option<StrId>,
+}
+
+#[derive(Debug, Default)]
+struct Defaults {
+    clock_id: u32,
+    track_uuid: Option<u64>,
+    extra_counter_uuids: Vec<u64>,
+    extra_double_counter_uuids: Vec<u64>,
+}
+
+/// Per-sequence state (Perfetto's PacketSequenceState and its current generation).
+#[derive(Debug, Default)]
+struct Sequence {
+    valid: bool,
+    defaults: Option<Defaults>,
+    names: FxHashMap<u64, StrId>,
+    categories: FxHashMap<u64, StrId>,
+    annotation_names: FxHashMap<u64, StrId>,
+    annotation_strings: FxHashMap<u64, StrId>,
+    source_locations: FxHashMap<u64, (StrId, StrId, u32)>,
+    counter_values: FxHashMap<u64, f64>,
+    legacy_thread: Option<u64>,
+    legacy_ts_us: Option<i64>,
+    // Loss accounting, attributed to buffers at the end via TraceStats.writer_stats.
+    dropped: i64,
+    loss_causes: [i64; 8],
+    needs_total: u64,
+    needs_skipped: u64,
+}
+
+impl Sequence {
+    fn clear(&mut self) {
+        self.valid = true;
+        self.defaults = None;
+        self.names.clear();
+        self.categories.clear();
+        self.annotation_names.clear();
+        self.annotation_strings.clear();
+        self.source_locations.clear();
+        self.counter_values.clear();
+    }
+}
+
+/// A packet whose clock had no path to the trace clock yet: converted at the end of the file.
+#[derive(Debug)]
+struct Deferred {
+    clock: ClockId,
+    raw: u64,
+    event: Event,
+}
+
+/// The whole import: tokenizer state here, parser state in [`crate::parse`].
+#[derive(Debug)]
+pub(crate) struct Importer {
+    pub(crate) st: Storage,
+    clocks: ClockTracker,
+    seqs: FxHashMap<u32, Sequence>,
+    pub(crate) reservations: FxHashMap<u64, Reservation>,
+    pub(crate) sorter: Sorter,
+    pub(crate) arena_args: Vec<PendingArg>,
+    pub(crate) arena_flows: Vec<u64>,
+    pub(crate) aux: Vec<Aux>,
+    pub(crate) legacy_threads: Vec<(i64, i64)>,
+    legacy_thread_ids: FxHashMap<(i64, i64), u64>,
+    latest_ts: i64,
+    deferred: Vec<Deferred>,
+    writer_buffers: Vec<(u32, u32)>,
+    top_key_cache: FxHashMap<StrId, StrId>,
+    key_debug: StrId,
+    pub(crate) parse: crate::parse::ParseState,
+}
+
+impl Importer {
+    pub(crate) fn new(sort: SortMode) -> Self {
+        let mut st = Storage::default();
+        let key_debug = st.strings.intern("debug");
+        Importer {
+            st,
+            clocks: ClockTracker::default(),
+            seqs: FxHashMap::default(),
+            reservations: FxHashMap::default(),
+            sorter: Sorter::new(sort),
+            arena_args: Vec::new(),
+            arena_flows: Vec::new(),
+            aux: Vec::new(),
+            legacy_threads: Vec::new(),
+            legacy_thread_ids: FxHashMap::default(),
+            latest_ts: 0,
+            deferred: Vec::new(),
+            writer_buffers: Vec::new(),
+            top_key_cache: FxHashMap::default(),
+            key_debug,
+            parse: Default::default(),
+        }
+    }
+
+    // === Trace framing ===
+
+    /// Imports the packets of a `Trace` message (a whole file, or the payload of
+    /// `compressed_packets`). `progress` is called with the offset reached, now and then.
+    pub(crate) fn push_trace(
+        &mut self,
+        bytes: &[u8],
+        nested: bool,
+        progress: &mut dyn FnMut(usize),
+    ) {
+        let mut dec = ProtoDecoder::new(bytes);
+        let mut count = 0u32;
+        loop {
+            match dec.read_field() {
+                Ok(Some(f)) => {
+                    if f.id() != 1 {
+                        continue; // Not a packet: Trace has no other fields we know.
+                    }
+                    match f.value() {
+                        FieldValue::Bytes(packet) => {
+                            self.push_packet(packet, nested);
+                            count += 1;
+                            if count % 4096 == 0 {
+                                // The packet borrows from `bytes`: its end is our offset.
+                                let end = packet.as_ptr() as usize + packet.len();
+                                progress(end.saturating_sub(bytes.as_ptr() as usize));
+                            }
+                        }
+                        _ => self.st.stats.inc(Stat::trace_packet_malformed),
+                    }
+                }
+                Ok(None) => break,
+                Err(_) => {
+                    // A broken length or tag: nothing after it can be framed again.
+                    self.st.stats.inc(Stat::trace_truncated);
+                    break;
+                }
+            }
+        }
+        progress(bytes.len());
+    }
+
+    fn push_packet(&mut self, bytes: &[u8], nested: bool) {
+        let packet = match TracePacketView::decode(bytes) {
+            Ok(p) => p,
+            Err(_) => {
+                self.st.stats.inc(Stat::trace_packet_malformed);
+                return;
+            }
+        };
+        if packet.has_compressed_packets() || packet.has_zstd_compressed_packets() {
+            self.push_compressed(&packet, nested);
+            return;
+        }
+        if let Err(()) = self.tokenize_packet(&packet) {
+            self.st.stats.inc(Stat::trace_packet_malformed);
+        }
+    }
+
+    fn push_compressed(&mut self, packet: &TracePacketView<'_>, nested: bool) {
+        if nested || packet.has_zstd_compressed_packets() {
+            self.st.stats.inc(Stat::compressed_packets_errors);
+            return;
+        }
+        let data = packet.compressed_packets();
+        let mut out = Vec::new();
+        // Perfetto inflates with zlib's automatic header detection (zlib or gzip).
+        let res = if data.starts_with(&[0x1f, 0x8b]) {
+            MultiGzDecoder::new(data)
+                .take(MAX_INFLATED_BYTES + 1)
+                .read_to_end(&mut out)
+        } else {
+            ZlibDecoder::new(data)
+                .take(MAX_INFLATED_BYTES + 1)
+                .read_to_end(&mut out)
+        };
+        if res.is_err() || out.len() as u64 > MAX_INFLATED_BYTES {
+            self.st.stats.inc(Stat::compressed_packets_errors);
+            if out.len() as u64 > MAX_INFLATED_BYTES {
+                return;
+            }
+            // A truncated stream: keep the whole packets that came out before the error.
+        }
+        self.push_trace(&out, true, &mut |_| {});
+    }
+
+    // === Packets ===
+
+    fn tokenize_packet(&mut self, p: &TracePacketView<'_>) -> Result<(), ()> {
+        let seq_id = p.trusted_packet_sequence_id();
+        let has_seq = p.has_trusted_packet_sequence_id();
+        let dropped = p.previous_packet_dropped();
+        {
+            let first_seen = !self.seqs.contains_key(&seq_id);
+            let seq = self.seqs.entry(seq_id).or_default();
+            // The first packet of a sequence always says "dropped" (the service cannot know
+            // what came before), so it is not counted as a loss, as in Perfetto.
+            if has_seq && !first_seen && dropped != 0 {
+                seq.dropped += 1;
+                for (bit, count) in seq.loss_causes.iter_mut().enumerate() {
+                    if dropped & (2 << bit) != 0 {
+                        *count += 1;
+                    }
+                }
+            }
+        }
+        let flags = p.sequence_flags();
+        if p.incremental_state_cleared() || flags & SEQ_INCREMENTAL_STATE_CLEARED != 0 {
+            if has_seq {
+                self.seq(seq_id).clear();
+            } else {
+                self.st
+                    .stats
+                    .inc(Stat::incremental_state_cleared_missing_sequence_id);
+            }
+        } else if dropped != 0 {
+            if has_seq {
+                self.seq(seq_id).valid = false;
+            } else {
+                self.st
+                    .stats
+                    .inc(Stat::previous_packet_dropped_missing_sequence_id);
+            }
+        }
+
+        // Defaults first: they affect this packet's own timestamp and track.
+        if p.has_trace_packet_defaults() {
+            if has_seq {
+                let d = p.trace_packet_defaults().map_err(drop)?;
+                let mut defaults = Defaults {
+                    clock_id: d.timestamp_clock_id(),
+                    ..Default::default()
+                };
+                if d.has_track_event_defaults() {
+                    let te = d.track_event_defaults().map_err(drop)?;
+                    if te.has_track_uuid() {
+                        defaults.track_uuid = Some(te.track_uuid());
+                    }
+                    defaults.extra_counter_uuids = te
+                        .extra_counter_track_uuids()
+                        .filter_map(Result::ok)
+                        .collect();
+                    defaults.extra_double_counter_uuids = te
+                        .extra_double_counter_track_uuids()
+                        .filter_map(Result::ok)
+                        .collect();
+                }
+                self.seq(seq_id).defaults = Some(defaults);
+            } else {
+                self.st
+                    .stats
+                    .inc(Stat::trace_packet_defaults_missing_sequence_id);
+            }
+        }
+        if p.has_interned_data() {
+            if !has_seq {
+                self.st.stats.inc(Stat::interned_data_missing_sequence_id);
+            } else if !self.seq(seq_id).valid {
+                self.st
+                    .stats
+                    .inc(Stat::interned_data_skipped_incremental_state_invalid);
+            } else {
+                self.ingest_interned(seq_id, p)?;
+            }
+        }
+        if p.has_clock_snapshot() {
+            // Like Perfetto, a clock snapshot packet carries nothing else we look at.
+            return self.clock_snapshot(seq_id, p);
+        }
+        if p.has_trace_stats() {
+            self.trace_stats(p)?;
+        }
+        if p.has_service_event() {
+            let e = p.service_event().map_err(drop)?;
+            if e.all_data_sources_flushed() {
+                self.sorter.notify_flush();
+            }
+            if e.read_tracing_buffers_completed() {
+                self.notify_read_buffers();
+            }
+            return Ok(());
+        }
+
+        if flags & SEQ_NEEDS_INCREMENTAL_STATE != 0 {
+            if !has_seq || seq_id == 0 {
+                // Perfetto rejects this outright (the service is too old): count and skip.
+                self.st
+                    .stats
+                    .inc(Stat::packet_skipped_seq_needs_incremental_state_invalid);
+                return Ok(());
+            }
+            let seq = self.seq(seq_id);
+            seq.needs_total += 1;
+            if !seq.valid {
+                seq.needs_skipped += 1;
+                self.st
+                    .stats
+                    .inc(Stat::packet_skipped_seq_needs_incremental_state_invalid);
+                return Ok(());
+            }
+        }
+
+        if p.has_track_descriptor() {
+            let d = p.track_descriptor().map_err(drop)?;
+            self.track_descriptor(&d)?;
+        }
+        if p.has_thread_descriptor() {
+            let d = p.thread_descriptor().map_err(drop)?;
+            let (pid, tid) = (d.pid() as i64, d.tid());
+            let name = if d.has_thread_name() {
+                self.st.strings.intern_bytes(d.thread_name_bytes())
+            } else {
+                NONE
+            };
+            if has_seq {
+                let idx = self.legacy_thread(pid, tid);
+                let seq = self.seq(seq_id);
+                seq.legacy_thread = Some(idx);
+                seq.legacy_ts_us = d
+                    .has_reference_timestamp_us()
+                    .then(|| d.reference_timestamp_us());
+            }
+            self.push_aux(p, seq_id, EventKind::Thread, Some(pid), tid, name, NONE);
+        }
+        if p.has_process_descriptor() {
+            let d = p.process_descriptor().map_err(drop)?;
+            let (name, cmdline) = self.process_names(&d);
+            self.push_aux(
+                p,
+                seq_id,
+                EventKind::Process,
+                Some(d.pid() as i64),
+                0,
+                name,
+                cmdline,
+            );
+        }
+        if p.has_track_event() {
+            return self.track_event(seq_id, has_seq, p);
+        }
+        Ok(())
+    }
+
+    fn seq(&mut self, id: u32) -> &mut Sequence {
+        self.seqs.entry(id).or_default()
+    }
+
+    fn legacy_thread(&mut self, pid: i64, tid: i64) -> u64 {
+        let next = self.legacy_threads.len() as u64;
+        *self.legacy_thread_ids.entry((pid, tid)).or_insert_with(|| {
+            self.legacy_threads.push((pid, tid));
+            next | LEGACY_THREAD_BIT
+        })
+    }
+
+    fn process_names(&mut self, d: &tachyon_protos::ProcessDescriptorView<'_>) -> (StrId, StrId) {
+        let args: Vec<String> = d
+            .cmdline()
+            .filter_map(Result::ok)
+            .map(str::to_owned)
+            .collect();
+        let cmdline = if args.is_empty() {
+            NONE
+        } else {
+            self.st.strings.intern(&args.join(" "))
+        };
+        let name = if d.has_process_name() {
+            self.st.strings.intern_bytes(d.process_name_bytes())
+        } else if let Some(first) = args.first() {
+            self.st.strings.intern(first)
+        } else {
+            NONE
+        };
+        (name, cmdline)
+    }
+
+    /// Queues a thread/process naming event at the packet's time (or the latest time).
+    #[allow(clippy::too_many_arguments)]
+    fn push_aux(
+        &mut self,
+        p: &TracePacketView<'_>,
+        seq_id: u32,
+        kind: EventKind,
+        pid: Option<i64>,
+        tid: i64,
+        name: StrId,
+        cmdline: StrId,
+    ) {
+        let idx = self.aux.len() as u64;
+        self.aux.push(Aux {
+            pid,
+            tid,
+            name,
+            cmdline,
+        });
+        let ev = Event {
+            ts: 0,
+            track: 0,
+            data: idx,
+            name: NONE,
+            category: NONE,
+            args: 0,
+            nargs: 0,
+            flows: 0,
+            nflows: 0,
+            nterm: 0,
+            kind,
+        };
+        // Naming never fails for want of a clock: fall back to the latest timestamp.
+        let ts = match self.packet_time(seq_id, p) {
+            Time::At(ts) => ts,
+            _ => self.latest_ts,
+        };
+        self.emit(Event { ts, ..ev });
+    }
+
+    // === Interned data ===
+
+    fn ingest_interned(&mut self, seq_id: u32, p: &TracePacketView<'_>) -> Result<(), ()> {
+        let d = p.interned_data().map_err(drop)?;
+        let mut names = Vec::new();
+        for e in d.event_names() {
+            let e = e.map_err(drop)?;
+            names.push((e.iid(), self.st.strings.intern_bytes(e.name_bytes())));
+        }
+        let mut cats = Vec::new();
+        for e in d.event_categories() {
+            let e = e.map_err(drop)?;
+            cats.push((e.iid(), self.st.strings.intern_bytes(e.name_bytes())));
+        }
+        let mut ann = Vec::new();
+        for e in d.debug_annotation_names() {
+            let e = e.map_err(drop)?;
+            ann.push((e.iid(), self.st.strings.intern_bytes(e.name_bytes())));
+        }
+        let mut strs = Vec::new();
+        for e in d.debug_annotation_string_values() {
+            let e = e.map_err(drop)?;
+            strs.push((e.iid(), self.st.strings.intern_bytes(e.str())));
+        }
+        let mut locs = Vec::new();
+        for e in d.source_locations() {
+            let e = e.map_err(drop)?;
+            let file = self.st.strings.intern_bytes(e.file_name_bytes());
+            let func = self.st.strings.intern_bytes(e.function_name_bytes());
+            locs.push((e.iid(), (file, func, e.line_number())));
+        }
+        let seq = self.seq(seq_id);
+        seq.names.extend(names);
+        seq.categories.extend(cats);
+        seq.annotation_names.extend(ann);
+        seq.annotation_strings.extend(strs);
+        seq.source_locations.extend(locs);
+        Ok(())
+    }
+
+    // === Clocks ===
+
+    fn clock_snapshot(&mut self, seq_id: u32, p: &TracePacketView<'_>) -> Result<(), ()> {
+        let snap = p.clock_snapshot().map_err(drop)?;
+        if snap.has_primary_trace_clock()
+            && !self
+                .clocks
+                .set_trace_clock(snap.primary_trace_clock_raw() as ClockId)
+        {
+            self.st.stats.inc(Stat::invalid_clock_snapshots);
+        }
+        let mut readings = Vec::new();
+        for c in snap.clocks() {
+            let c = c.map_err(drop)?;
+            let mut id = c.clock_id() as ClockId;
+            if clock::is_sequence_clock(c.clock_id()) {
+                if seq_id == 0 {
+                    self.st.stats.inc(Stat::invalid_clock_snapshots);
+                    return Ok(());
+                }
+                id = clock::sequence_clock(seq_id, c.clock_id());
+            }
+            readings.push(ClockReading {
+                id,
+                value: c.timestamp(),
+                is_incremental: c.is_incremental(),
+                unit_multiplier_ns: c.unit_multiplier_ns(),
+            });
+        }
+        if self.clocks.add_snapshot(&readings).is_err() {
+            self.st.stats.inc(Stat::invalid_clock_snapshots);
+        }
+        Ok(())
+    }
+
+    fn packet_time(&mut self, seq_id: u32, p: &TracePacketView<'_>) -> Time {
+        if !p.has_timestamp() {
+            return Time::Missing;
+        }
+        let raw = p.timestamp();
+        let clock_id = if p.has_timestamp_clock_id() {
+            p.timestamp_clock_id()
+        } else {
+            self.seqs
+                .get(&seq_id)
+                .and_then(|s| s.defaults.as_ref())
+                .map_or(0, |d| d.clock_id)
+        };
+        if clock_id == 0 {
+            return Time::At(raw as i64);
+        }
+        let mut id = clock_id as ClockId;
+        if clock::is_sequence_clock(clock_id) {
+            if seq_id == 0 {
+                return Time::Failed;
+            }
+            id = clock::sequence_clock(seq_id, clock_id);
+        }
+        if !self.clocks.has_path(id) {
+            // No snapshot links this clock to the trace clock yet: one may come later in the
+            // file (Perfetto defers such packets to the end of the file too). Incremental
+            // clocks cannot wait: their deltas only make sense in order.
+            if !clock::is_sequence_clock(clock_id) {
+                return Time::Deferred(id, raw);
+            }
+            return Time::Failed;
+        }
+        match self.clocks.convert(id, raw) {
+            Some(ts) => Time::At(ts),
+            None => Time::Failed,
+        }
+    }
+
+    // === TraceStats and service events ===
+
+    fn trace_stats(&mut self, p: &TracePacketView<'_>) -> Result<(), ()> {
+        let t = p.trace_stats().map_err(drop)?;
+        let s = &mut self.st.stats;
+        let u = |v: u64| v.min(i64::MAX as u64) as i64;
+        s.set(
+            Stat::traced_producers_connected,
+            t.producers_connected() as i64,
+        );
+        s.set(Stat::traced_producers_seen, u(t.producers_seen()));
+        s.set(
+            Stat::traced_data_sources_registered,
+            t.data_sources_registered() as i64,
+        );
+        s.set(Stat::traced_data_sources_seen, u(t.data_sources_seen()));
+        s.set(Stat::traced_tracing_sessions, t.tracing_sessions() as i64);
+        s.set(Stat::traced_total_buffers, t.total_buffers() as i64);
+        s.set(Stat::traced_chunks_discarded, u(t.chunks_discarded()));
+        s.set(Stat::traced_patches_discarded, u(t.patches_discarded()));
+        s.set(Stat::traced_flushes_requested, u(t.flushes_requested()));
+        s.set(Stat::traced_flushes_succeeded, u(t.flushes_succeeded()));
+        s.set(Stat::traced_flushes_failed, u(t.flushes_failed()));
+        match t.final_flush_outcome_raw() {
+            1 => s.add(Stat::traced_final_flush_succeeded, 1),
+            2 => s.add(Stat::traced_final_flush_failed, 1),
+            _ => {}
+        }
+        for (i, b) in t.buffer_stats().enumerate() {
+            let b = b.map_err(drop)?;
+            let i = i as i64;
+            for (stat, v) in [
+                (Stat::traced_buf_buffer_size, b.buffer_size()),
+                (Stat::traced_buf_bytes_written, b.bytes_written()),
+                (Stat::traced_buf_bytes_overwritten, b.bytes_overwritten()),
+                (Stat::traced_buf_bytes_read, b.bytes_read()),
+                (
+                    Stat::traced_buf_padding_bytes_written,
+                    b.padding_bytes_written(),
+                ),
+                (
+                    Stat::traced_buf_padding_bytes_cleared,
+                    b.padding_bytes_cleared(),
+                ),
+                (Stat::traced_buf_chunks_written, b.chunks_written()),
+                (Stat::traced_buf_chunks_rewritten, b.chunks_rewritten()),
+                (Stat::traced_buf_chunks_overwritten, b.chunks_overwritten()),
+                (Stat::traced_buf_chunks_discarded, b.chunks_discarded()),
+                (Stat::traced_buf_chunks_read, b.chunks_read()),
+                (
+                    Stat::traced_buf_chunks_committed_out_of_order,
+                    b.chunks_committed_out_of_order(),
+                ),
+                (Stat::traced_buf_chunks_relocated, b.chunks_relocated()),
+                (Stat::traced_buf_write_wrap_count, b.write_wrap_count()),
+                (Stat::traced_buf_patches_succeeded, b.patches_succeeded()),
+                (Stat::traced_buf_patches_failed, b.patches_failed()),
+                (
+                    Stat::traced_buf_readaheads_succeeded,
+                    b.readaheads_succeeded(),
+                ),
+                (Stat::traced_buf_readaheads_failed, b.readaheads_failed()),
+                (Stat::traced_buf_abi_violations, b.abi_violations()),
+                (
+                    Stat::traced_buf_trace_writer_packet_loss,
+                    b.trace_writer_packet_loss(),
+                ),
+            ] {
+                s.set_indexed(stat, i, u(v));
+            }
+            // Loss causes the service counted itself (TraceBufferV2); the per-sequence
+            // previous_packet_dropped bits may add to them at the end.
+            for (stat, v) in [
+                (Stat::traced_buf_data_loss_read_gap, b.data_loss_read_gap()),
+                (
+                    Stat::traced_buf_data_loss_chunk_corrupted,
+                    b.data_loss_chunk_corrupted(),
+                ),
+                (
+                    Stat::traced_buf_data_loss_orphan_continuation,
+                    b.data_loss_orphan_continuation(),
+                ),
+                (
+                    Stat::traced_buf_data_loss_reassembly_gap,
+                    b.data_loss_reassembly_gap(),
+                ),
+                (
+                    Stat::traced_buf_data_loss_reassembly_broken_chain,
+                    b.data_loss_reassembly_broken_chain(),
+                ),
+                (
+                    Stat::traced_buf_data_loss_overwrite,
+                    b.data_loss_overwrite(),
+                ),
+            ] {
+                if v != 0 {
+                    s.set_indexed(stat, i, u(v));
+                }
+            }
+        }
+        self.writer_buffers.clear();
+        for w in t.writer_stats() {
+            let w = w.map_err(drop)?;
+            self.writer_buffers
+                .push((w.sequence_id() as u32, w.buffer()));
+        }
+        Ok(())
+    }
+
+    fn notify_read_buffers(&mut self) {
+        let mut batch = self.sorter.on_read_buffers();
+        if !batch.is_empty() {
+            self.apply_batch(&mut batch);
+        }
+    }
+
+    // === Track descriptors ===
+
+    fn track_descriptor(&mut self, d: &TrackDescriptorView<'_>) -> Result<(), ()> {
+        if !d.has_uuid() {
+            self.st.stats.inc(Stat::track_descriptor_missing_uuid);
+            return Ok(());
+        }
+        let uuid = d.uuid();
+        let strings = &mut self.st.strings;
+        let name = if d.has_name() {
+            Some(strings.intern_bytes(d.name_bytes()))
+        } else if d.has_static_name() {
+            Some(strings.intern_bytes(d.static_name_bytes()))
+        } else if d.has_atrace_name() {
+            Some(strings.intern_bytes(d.atrace_name_bytes()))
+        } else {
+            None
+        };
+        let mut r = Reservation {
+            parent: if uuid == 0 { 0 } else { d.parent_uuid() },
+            name,
+            description: d
+                .has_description()
+                .then(|| strings.intern_bytes(d.description_bytes())),
+            child_ordering: d.child_ordering_raw(),
+            sibling_order_rank: d.has_sibling_order_rank().then(|| d.sibling_order_rank()),
+            ..Default::default()
+        };
+        let mut thread_name = NONE;
+        if d.has_thread() {
+            let t = d.thread().map_err(drop)?;
+            r.tid = Some(t.tid());
+            r.pid = t.has_pid().then(|| t.pid() as i64);
+            if t.has_thread_name() {
+                thread_name = strings.intern_bytes(t.thread_name_bytes());
+            }
+        }
+        let mut process = None;
+        if d.has_process() {
+            let pd = d.process().map_err(drop)?;
+            if r.tid.is_none() {
+                r.pid = Some(pd.pid() as i64);
+            }
+            process = Some((pd.pid() as i64, self.process_names(&pd)));
+        }
+        if d.has_counter() {
+            let c = d.counter().map_err(drop)?;
+            let strings = &mut self.st.strings;
+            let unit = if c.has_unit_name() {
+                Some(strings.intern_bytes(c.unit_name_bytes()))
+            } else {
+                match c.unit_raw() {
+                    1 => Some(strings.intern("ns")),
+                    2 => Some(strings.intern("count")),
+                    3 => Some(strings.intern("bytes")),
+                    _ => None,
+                }
+            };
+            let cats: Vec<&str> = c.categories().filter_map(Result::ok).collect();
+            r.counter = Some(CounterDetails {
+                unit,
+                multiplier: c.unit_multiplier(),
+                incremental: c.is_incremental(),
+                builtin_type: c.type_raw(),
+                category: (!cats.is_empty()).then(|| strings.intern(&cats.join(","))),
+                y_axis_share_key: c
+                    .has_y_axis_share_key()
+                    .then(|| strings.intern_bytes(c.y_axis_share_key_bytes())),
+            });
+        }
+        match self.reservations.get_mut(&uuid) {
+            None => {
+                self.reservations.insert(uuid, r.clone());
+            }
+            Some(old) => {
+                let same = old.parent == r.parent
+                    && old.pid == r.pid
+                    && old.tid == r.tid
+                    && old.counter.is_some() == r.counter.is_some();
+                if !same {
+                    self.st
+                        .stats
+                        .inc(Stat::track_descriptor_conflicting_reservation);
+                    return Ok(());
+                }
+                if r.name.is_some() {
+                    old.name = r.name;
+                }
+            }
+        }
+        // Thread and process names are applied in timestamp order, like any event.
+        if let Some(tid) = r.tid {
+            self.push_aux_now(EventKind::Thread, r.pid, tid, thread_name, NONE);
+        }
+        if let Some((pid, (pname, cmdline))) = process {
+            self.push_aux_now(EventKind::Process, Some(pid), 0, pname, cmdline);
+        }
+        Ok(())
+    }
+
+    fn push_aux_now(
+        &mut self,
+        kind: EventKind,
+        pid: Option<i64>,
+        tid: i64,
+        name: StrId,
+        cmdline: StrId,
+    ) {
+        let idx = self.aux.len() as u64;
+        self.aux.push(Aux {
+            pid,
+            tid,
+            name,
+            cmdline,
+        });
+        // Descriptors apply from the start of the trace: a name is a property of the thread,
+        // not of a moment, and events before the descriptor should see it too.
+        self.emit(Event {
+            ts: i64::MIN,
+            track: 0,
+            data: idx,
+            name: NONE,
+            category: NONE,
+            args: 0,
+            nargs: 0,
+            flows: 0,
+            nflows: 0,
+            nterm: 0,
+            kind,
+        });
+    }
+
+    // === TrackEvent ===
+
+    fn track_event(
+        &mut self,
+        seq_id: u32,
+        has_seq: bool,
+        p: &TracePacketView<'_>,
+    ) -> Result<(), ()> {
+        let ev = match p.track_event() {
+            Ok(ev) => ev,
+            Err(_) => {
+                self.st.stats.inc(Stat::track_event_tokenizer_errors);
+                return Ok(());
+            }
+        };
+        if !has_seq {
+            self.st.stats.inc(Stat::track_event_missing_sequence_id);
+            return Ok(());
+        }
+        let time = if ev.has_timestamp_absolute_us() {
+            Time::At(ev.timestamp_absolute_us().saturating_mul(1000))
+        } else if ev.has_timestamp_delta_us() {
+            let seq = self.seq(seq_id);
+            match seq.legacy_ts_us {
+                Some(base) => {
+                    let t = base.saturating_add(ev.timestamp_delta_us());
+                    seq.legacy_ts_us = Some(t);
+                    Time::At(t.saturating_mul(1000))
+                }
+                None => Time::Failed,
+            }
+        } else {
+            self.packet_time(seq_id, p)
+        };
+        let (ts, deferred) = match time {
+            Time::At(ts) => (ts, None),
+            Time::Deferred(clock, raw) => (0, Some((clock, raw))),
+            Time::Missing => {
+                self.st.stats.inc(Stat::track_event_missing_timestamp);
+                return Ok(());
+            }
+            Time::Failed => {
+                self.st.stats.inc(Stat::clock_sync_failure);
+                return Ok(());
+            }
+        };
+        if deferred.is_none() && ts < 0 {
+            self.st.stats.inc(Stat::track_event_invalid_timestamp);
+            return Ok(());
+        }
+        let mut out = Vec::with_capacity(1);
+        self.tokenize_track_event(seq_id, &ev, ts, &mut out)?;
+        for event in out {
+            match deferred {
+                None => self.emit(event),
+                Some((clock, raw)) => {
+                    self.sorter.force_full_sort();
+                    self.deferred.push(Deferred { clock, raw, event })
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn tokenize_track_event(
+        &mut self,
+        seq_id: u32,
+        ev: &TrackEventView<'_>,
+        ts: i64,
+        out: &mut Vec<Event>,
+    ) -> Result<(), ()> {
+        let seq = self
+            .seqs
+            .get(&seq_id)
+            .expect("sequence exists once a packet was seen");
+        let defaults = seq.defaults.as_ref();
+        let track = if ev.has_track_uuid() {
+            ev.track_uuid()
+        } else if let Some(uuid) = defaults.and_then(|d| d.track_uuid) {
+            uuid
+        } else {
+            // A legacy ThreadDescriptor on the sequence, else the default track (uuid 0).
+            seq.legacy_thread.unwrap_or_default()
+        };
+        let mut kind = match ev.type_raw() {
+            1 => EventKind::SliceBegin,
+            2 => EventKind::SliceEnd,
+            3 => EventKind::Instant,
+            4 => EventKind::Counter,
+            _ => EventKind::Instant,
+        };
+        let mut data = 0u64;
+        let mut legacy_name_iid = None;
+        if ev.type_raw() == 0 || !ev.has_type() {
+            // A legacy (TRACE_EVENT-era) event: the phase says what it is.
+            match ev.legacy_event() {
+                Ok(l) if ev.has_legacy_event() => {
+                    kind = match l.phase() as u8 {
+                        b'B' => EventKind::SliceBegin,
+                        b'E' => EventKind::SliceEnd,
+                        b'I' | b'i' | b'n' => EventKind::Instant,
+                        b'X' => {
+                            data = l.duration_us().saturating_mul(1000).max(0) as u64;
+                            EventKind::Complete
+                        }
+                        _ => {
+                            self.st.stats.inc(Stat::track_event_parser_errors);
+                            return Ok(());
+                        }
+                    };
+                    if l.has_name_iid() {
+                        legacy_name_iid = Some(l.name_iid());
+                    }
+                }
+                _ => {
+                    self.st.stats.inc(Stat::track_event_parser_errors);
+                    return Ok(());
+                }
+            }
+        }
+
+        // Name and categories, through the sequence's interned data.
+        let mut interned_misses = 0;
+        let name = if ev.has_name() {
+            self.st.strings.intern_bytes(ev.name_bytes())
+        } else if let Some(iid) = ev.has_name_iid().then(|| ev.name_iid()).or(legacy_name_iid) {
+            match seq.names.get(&iid) {
+                Some(&n) => n,
+                None => {
+                    interned_misses += 1;
+                    NONE
+                }
+            }
+        } else {
+            NONE
+        };
+        let mut cat_ids: Vec<StrId> = Vec::new();
+        for iid in ev.category_iids() {
+            match iid.ok().and_then(|iid| seq.categories.get(&iid)) {
+                Some(&c) => cat_ids.push(c),
+                None => interned_misses += 1,
+            }
+        }
+        let mut cat_strs: Vec<&[u8]> = Vec::new();
+        for c in ev.categories().flatten() {
+            cat_strs.push(c.as_bytes());
+        }
+        let category = match (cat_ids.len(), cat_strs.len()) {
+            (0, 0) => NONE,
+            (1, 0) => cat_ids[0],
+            (0, 1) => self.st.strings.intern_bytes(cat_strs[0]),
+            _ => {
+                let mut joined: Vec<String> = cat_ids
+                    .iter()
+                    .map(|&c| self.st.strings.get(c).to_owned())
+                    .collect();
+                joined.extend(
+                    cat_strs
+                        .iter()
+                        .map(|c| String::from_utf8_lossy(c).into_owned()),
+                );
+                self.st.strings.intern(&joined.join(","))
+            }
+        };
+
+        // Counter values: the main one, then the extra ones (which may ride on any event).
+        if kind == EventKind::Counter {
+            let value = if ev.has_counter_value() {
+                ev.counter_value() as f64
+            } else if ev.has_double_counter_value() {
+                ev.double_counter_value()
+            } else {
+                self.st.stats.inc(Stat::track_event_counter_missing_value);
+                return Ok(());
+            };
+            match self.counter_value(seq_id, track, value) {
+                Some(v) => out.push(Event::counter(ts, track, v)),
+                None => self
+                    .st
+                    .stats
+                    .inc(Stat::track_event_counter_invalid_track_uuid),
+            }
+        }
+        self.extra_counters(seq_id, ev, ts, out);
+
+        if kind != EventKind::Counter {
+            let args = self.arena_args.len() as u32;
+            self.annotations(seq_id, ev, &mut interned_misses);
+            let nargs = self.arena_args.len() as u32 - args;
+            let flows = self.arena_flows.len() as u32;
+            self.arena_flows
+                .extend(ev.flow_ids().filter_map(Result::ok));
+            self.arena_flows
+                .extend(ev.flow_ids_old().filter_map(Result::ok));
+            let nflows = (self.arena_flows.len() as u32 - flows).min(u16::MAX as u32) as u16;
+            self.arena_flows.truncate((flows + nflows as u32) as usize);
+            self.arena_flows
+                .extend(ev.terminating_flow_ids().filter_map(Result::ok));
+            self.arena_flows
+                .extend(ev.terminating_flow_ids_old().filter_map(Result::ok));
+            let nterm =
+                (self.arena_flows.len() as u32 - flows - nflows as u32).min(u16::MAX as u32) as u16;
+            self.arena_flows
+                .truncate((flows + nflows as u32 + nterm as u32) as usize);
+            out.push(Event {
+                ts,
+                track,
+                data,
+                name,
+                category,
+                args,
+                nargs,
+                flows,
+                nflows,
+                nterm,
+                kind,
+            });
+        }
+        if interned_misses > 0 {
+            self.st
+                .stats
+                .add(Stat::interned_data_tokenizer_errors, interned_misses);
+        }
+        Ok(())
+    }
+
+    fn extra_counters(
+        &mut self,
+        seq_id: u32,
+        ev: &TrackEventView<'_>,
+        ts: i64,
+        out: &mut Vec<Event>,
+    ) {
+        let seq = &self.seqs[&seq_id];
+        let pick = |own: Vec<u64>, dflt: Option<&Vec<u64>>| {
+            if own.is_empty() {
+                dflt.cloned().unwrap_or_default()
+            } else {
+                own
+            }
+        };
+        let defaults = seq.defaults.as_ref();
+        let int_values: Vec<f64> = ev
+            .extra_counter_values()
+            .filter_map(Result::ok)
+            .map(|v| v as f64)
+            .collect();
+        let dbl_values: Vec<f64> = ev
+            .extra_double_counter_values()
+            .filter_map(Result::ok)
+            .collect();
+        if int_values.is_empty() && dbl_values.is_empty() {
+            return;
+        }
+        let int_uuids = pick(
+            ev.extra_counter_track_uuids()
+                .filter_map(Result::ok)
+                .collect(),
+            defaults.map(|d| &d.extra_counter_uuids),
+        );
+        let dbl_uuids = pick(
+            ev.extra_double_counter_track_uuids()
+                .filter_map(Result::ok)
+                .collect(),
+            defaults.map(|d| &d.extra_double_counter_uuids),
+        );
+        for (values, uuids) in [(int_values, int_uuids), (dbl_values, dbl_uuids)] {
+            if values.len() > uuids.len() {
+                self.st
+                    .stats
+                    .inc(Stat::track_event_extra_counter_track_uuid_mismatch);
+            }
+            for (v, uuid) in values.into_iter().zip(uuids) {
+                match self.counter_value(seq_id, uuid, v) {
+                    Some(v) => out.push(Event::counter(ts, uuid, v)),
+                    None => self
+                        .st
+                        .stats
+                        .inc(Stat::track_event_extra_counter_invalid_track),
+                }
+            }
+        }
+    }
+
+    /// Applies the counter track's multiplier and, for incremental counters, the sequence's
+    /// running total (reset with the incremental state). `None` if `uuid` is not a counter.
+    fn counter_value(&mut self, seq_id: u32, uuid: u64, value: f64) -> Option<f64> {
+        let c = self.reservations.get(&uuid)?.counter.as_ref()?;
+        let mut v = value;
+        if c.multiplier > 0 {
+            v *= c.multiplier as f64;
+        }
+        if c.incremental {
+            let total = self.seq(seq_id).counter_values.entry(uuid).or_insert(0.0);
+            *total += v;
+            v = *total;
+        }
+        Some(v)
+    }
+
+    // === Debug annotations → args ===
+
+    fn annotations(&mut self, seq_id: u32, ev: &TrackEventView<'_>, misses: &mut i64) {
+        for a in ev.debug_annotations() {
+            let Ok(a) = a else {
+                self.st.stats.inc(Stat::track_event_tokenizer_errors);
+                continue;
+            };
+            let name = if a.has_name() {
+                self.st.strings.intern_bytes(a.name_bytes())
+            } else if let Some(&n) = self.seqs[&seq_id].annotation_names.get(&a.name_iid()) {
+                n
+            } else {
+                *misses += 1;
+                continue;
+            };
+            let key = match self.top_key_cache.get(&name) {
+                Some(&k) => k,
+                None => {
+                    let k = format!(
+                        "{}.{}",
+                        self.st.strings.get(self.key_debug),
+                        self.st.strings.get(name)
+                    );
+                    let k = self.st.strings.intern(&k);
+                    self.top_key_cache.insert(name, k);
+                    k
+                }
+            };
+            self.annotation_value(seq_id, &a, key, key, 0, misses);
+        }
+        // Source location: interned or inline, as `source.*` args.
+        let seq = &self.seqs[&seq_id];
+        let loc = if ev.has_source_location_iid() {
+            match seq.source_locations.get(&ev.source_location_iid()) {
+                Some(&l) => Some(l),
+                None => {
+                    *misses += 1;
+                    None
+                }
+            }
+        } else if ev.has_source_location() {
+            ev.source_location().ok().map(|l| {
+                (
+                    self.st.strings.intern_bytes(l.file_name_bytes()),
+                    self.st.strings.intern_bytes(l.function_name_bytes()),
+                    l.line_number(),
+                )
+            })
+        } else {
+            None
+        };
+        if let Some((file, func, line)) = loc {
+            for (k, v) in [
+                ("source.file_name", ArgValue::Str(file)),
+                ("source.function_name", ArgValue::Str(func)),
+                ("source.line_number", ArgValue::Int(line as i64)),
+            ] {
+                let k = self.st.strings.intern(k);
+                self.arena_args.push(PendingArg {
+                    flat_key: k,
+                    key: k,
+                    value: v,
+                });
+            }
+        }
+    }
+
+    fn annotation_value(
+        &mut self,
+        seq_id: u32,
+        a: &DebugAnnotationView<'_>,
+        flat_key: StrId,
+        key: StrId,
+        depth: u32,
+        misses: &mut i64,
+    ) {
+        if depth > MAX_ANNOTATION_DEPTH {
+            self.st.stats.inc(Stat::track_event_tokenizer_errors);
+            return;
+        }
+        let strings = &mut self.st.strings;
+        let value = if a.has_bool_value() {
+            ArgValue::Bool(a.bool_value())
+        } else if a.has_uint_value() {
+            ArgValue::UInt(a.uint_value())
+        } else if a.has_int_value() {
+            ArgValue::Int(a.int_value())
+        } else if a.has_double_value() {
+            ArgValue::Real(a.double_value())
+        } else if a.has_string_value() {
+            ArgValue::Str(strings.intern_bytes(a.string_value_bytes()))
+        } else if a.has_string_value_iid() {
+            match self.seqs[&seq_id]
+                .annotation_strings
+                .get(&a.string_value_iid())
+            {
+                Some(&s) => ArgValue::Str(s),
+                None => {
+                    *misses += 1;
+                    return;
+                }
+            }
+        } else if a.has_pointer_value() {
+            ArgValue::Pointer(a.pointer_value())
+        } else if a.has_legacy_json_value() {
+            ArgValue::Json(strings.intern_bytes(a.legacy_json_value_bytes()))
+        } else if a.has_nested_value() {
+            match a.nested_value() {
+                Ok(n) => self.nested_value(&n, flat_key, key, depth + 1),
+                Err(_) => self.st.stats.inc(Stat::track_event_tokenizer_errors),
+            }
+            return;
+        } else {
+            // A dictionary, an array, or nothing.
+            let entries: Vec<_> = a.dict_entries().collect();
+            for e in entries {
+                let Ok(e) = e else {
+                    self.st.stats.inc(Stat::track_event_tokenizer_errors);
+                    continue;
+                };
+                let name = if e.has_name() {
+                    String::from_utf8_lossy(e.name_bytes()).into_owned()
+                } else if let Some(&n) = self.seqs[&seq_id].annotation_names.get(&e.name_iid()) {
+                    self.st.strings.get(n).to_owned()
+                } else {
+                    *misses += 1;
+                    continue;
+                };
+                let (fk, k) = self.child_keys(flat_key, key, &name);
+                self.annotation_value(seq_id, &e, fk, k, depth + 1, misses);
+            }
+            let elems: Vec<_> = a.array_values().collect();
+            for (i, e) in elems.into_iter().enumerate() {
+                let Ok(e) = e else {
+                    self.st.stats.inc(Stat::track_event_tokenizer_errors);
+                    continue;
+                };
+                let k = format!("{}[{i}]", self.st.strings.get(key));
+                let k = self.st.strings.intern(&k);
+                self.annotation_value(seq_id, &e, flat_key, k, depth + 1, misses);
+            }
+            return;
+        };
+        self.arena_args.push(PendingArg {
+            flat_key,
+            key,
+            value,
+        });
+    }
+
+    fn child_keys(&mut self, flat_key: StrId, key: StrId, name: &str) -> (StrId, StrId) {
+        let fk = format!("{}.{name}", self.st.strings.get(flat_key));
+        let k = format!("{}.{name}", self.st.strings.get(key));
+        (self.st.strings.intern(&fk), self.st.strings.intern(&k))
+    }
+
+    /// The legacy `NestedValue` form of nested annotations.
+    fn nested_value(
+        &mut self,
+        n: &debug_annotation::NestedValueView<'_>,
+        flat_key: StrId,
+        key: StrId,
+        depth: u32,
+    ) {
+        if depth > MAX_ANNOTATION_DEPTH {
+            self.st.stats.inc(Stat::track_event_tokenizer_errors);
+            return;
+        }
+        match n.nested_type_raw() {
+            1 => {
+                let keys: Vec<String> = n
+                    .dict_keys()
+                    .filter_map(Result::ok)
+                    .map(str::to_owned)
+                    .collect();
+                let values: Vec<_> = n.dict_values().collect();
+                for (name, v) in keys.iter().zip(values) {
+                    if let Ok(v) = v {
+                        let (fk, k) = self.child_keys(flat_key, key, name);
+                        self.nested_value(&v, fk, k, depth + 1);
+                    }
+                }
+            }
+            2 => {
+                let values: Vec<_> = n.array_values().collect();
+                for (i, v) in values.into_iter().enumerate() {
+                    if let Ok(v) = v {
+                        let k = format!("{}[{i}]", self.st.strings.get(key));
+                        let k = self.st.strings.intern(&k);
+                        self.nested_value(&v, flat_key, k, depth + 1);
+                    }
+                }
+            }
+            _ => {
+                let value = if n.has_int_value() {
+                    ArgValue::Int(n.int_value())
+                } else if n.has_double_value() {
+                    ArgValue::Real(n.double_value())
+                } else if n.has_bool_value() {
+                    ArgValue::Bool(n.bool_value())
+                } else if n.has_string_value() {
+                    ArgValue::Str(self.st.strings.intern_bytes(n.string_value_bytes()))
+                } else {
+                    return;
+                };
+                self.arena_args.push(PendingArg {
+                    flat_key,
+                    key,
+                    value,
+                });
+            }
+        }
+    }
+
+    // === Sorting and the end of the file ===
+
+    fn emit(&mut self, ev: Event) {
+        if ev.ts != i64::MIN {
+            self.latest_ts = self.latest_ts.max(ev.ts);
+        }
+        self.sorter.push(ev);
+    }
+
+    /// End of input: converts deferred packets, sorts what is left, parses it, and computes
+    /// the stats that need the whole trace.
+    pub(crate) fn finish(&mut self) {
+        for d in std::mem::take(&mut self.deferred) {
+            match self.clocks.convert(d.clock, d.raw) {
+                Some(ts) if ts >= 0 => self.emit(Event { ts, ..d.event }),
+                Some(_) => self.st.stats.inc(Stat::track_event_invalid_timestamp),
+                None => self.st.stats.inc(Stat::clock_sync_failure),
+            }
+        }
+        let mut rest = self.sorter.drain_all();
+        self.apply_batch(&mut rest);
+        self.finish_parse();
+
+        // Per-buffer loss, attributed through TraceStats.writer_stats (sequence → buffer).
+        let causes = [
+            Stat::traced_buf_data_loss_read_gap,
+            Stat::traced_buf_data_loss_chunk_corrupted,
+            Stat::traced_buf_data_loss_orphan_continuation,
+            Stat::traced_buf_data_loss_reassembly_gap,
+            Stat::traced_buf_data_loss_reassembly_broken_chain,
+            Stat::traced_buf_data_loss_overwrite,
+            Stat::traced_buf_data_loss_writer_abort,
+            Stat::traced_buf_data_loss_smb_full,
+        ];
+        let mut seen_buffers = Vec::new();
+        for &(seq_id, buffer) in &self.writer_buffers {
+            let Some(seq) = self.seqs.get(&seq_id) else {
+                continue;
+            };
+            let b = buffer as i64;
+            if !seen_buffers.contains(&b) {
+                seen_buffers.push(b);
+                self.st
+                    .stats
+                    .add_indexed(Stat::traced_buf_sequence_packet_loss, b, 0);
+                self.st
+                    .stats
+                    .add_indexed(Stat::traced_buf_incremental_sequences_dropped, b, 0);
+            }
+            let s = &mut self.st.stats;
+            s.add_indexed(Stat::traced_buf_sequence_packet_loss, b, seq.dropped);
+            let all_dropped = seq.needs_skipped > 0 && seq.needs_skipped == seq.needs_total;
+            s.add_indexed(
+                Stat::traced_buf_incremental_sequences_dropped,
+                b,
+                all_dropped as i64,
+            );
+            for (stat, &n) in causes.iter().zip(&seq.loss_causes) {
+                if n != 0 {
+                    s.add_indexed(*stat, b, n);
+                }
+            }
+        }
+    }
+}
+
+impl Event {
+    fn counter(ts: i64, track: u64, value: f64) -> Event {
+        Event {
+            ts,
+            track,
+            data: value.to_bits(),
+            name: NONE,
+            category: NONE,
+            args: 0,
+            nargs: 0,
+            flows: 0,
+            nflows: 0,
+            nterm: 0,
+            kind: EventKind::Counter,
+        }
+    }
+}
+
+/// A packet's timestamp, resolved.
+enum Time {
+    At(i64),
+    Missing,
+    Deferred(ClockId, u64),
+    Failed,
+}
+
+/// Decompresses a gzip file in memory; a truncated stream keeps what came out before the
+/// error (reported by the `bool`).
+pub(crate) fn gunzip(data: &[u8]) -> (Vec<u8>, bool) {
+    let mut out = Vec::new();
+    let ok = MultiGzDecoder::new(data).read_to_end(&mut out).is_ok();
+    (out, ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_is_small() {
+        assert!(std::mem::size_of::<Event>() <= 56);
+    }
+}

@@ -1,0 +1,65 @@
+//! Tachyon's trace processor: imports a Perfetto protobuf trace (Tachyon's own or any other
+//! tool's; plain, gzip-compressed, or with `compressed_packets` inside) into an embedded SQLite
+//! database whose tables and columns carry Perfetto's trace processor names, so existing
+//! queries work unchanged.
+//!
+//! ```
+//! use tachyon_processor::{Options, TraceProcessor, Value};
+//!
+//! // A one-packet trace: an instant "hello" at t = 1000 on the default track.
+//! // (Trace.packet { trusted_packet_sequence_id: 1, timestamp: 1000,
+//! //   track_event { type: TYPE_INSTANT, name: "hello" } })
+//! let trace = b"\x0a\x11\x50\x01\x40\xe8\x07\x5a\x0a\x48\x03\xba\x01\x05hello";
+//! let tp = TraceProcessor::from_bytes(trace, &Options::default())?;
+//! let result = tp.query("SELECT ts, dur, name FROM slice")?;
+//! assert_eq!(result.rows[0], [Value::Integer(1000), Value::Integer(0), Value::Text("hello".into())]);
+//! # Ok::<(), tachyon_processor::Error>(())
+//! ```
+//!
+//! # What is imported
+//!
+//! * **TrackEvent**: slices (begin/end matched per track with depth, `parent_id`, `dur`, and
+//!   `dur = -1` for slices that never ended), instants (`dur = 0`), counters (including
+//!   incremental counters, unit multipliers and extra counter values), flows (`flow_ids`,
+//!   `terminating_flow_ids`), debug annotations as args (nested dictionaries and arrays become
+//!   `debug.a.b` and `debug.arr[0]`), source locations, and names and categories through
+//!   interning.
+//! * **Track, thread and process descriptors** with their hierarchy (`track`, `thread_track`,
+//!   `process_track`, `counter_track`, `thread_counter_track`, `process_counter_track`,
+//!   `thread`, `process`).
+//! * **Per-sequence incremental state** exactly as Perfetto: interned data and
+//!   TracePacketDefaults per `trusted_packet_sequence_id`; `SEQ_INCREMENTAL_STATE_CLEARED`
+//!   resets it; packets with `SEQ_NEEDS_INCREMENTAL_STATE` are skipped while it is invalid (at
+//!   the start and after `previous_packet_dropped`) and counted.
+//! * **Clocks**: ClockSnapshots convert any clock (builtin, sequence-scoped 64–127, custom,
+//!   incremental, with `unit_multiplier_ns`) to the trace clock; with no snapshot at all, raw
+//!   timestamps are trace time.
+//! * **TraceStats** become `stats` rows with Perfetto's names, indexes and severities, beside
+//!   the importer's own counts. Malformed input is imported as far as it goes and the rest is
+//!   counted in `stats`; the importer never panics on input.
+//!
+//! Events are sorted by timestamp before parsing, fully by default; [`SortMode::Windowed`]
+//! follows Perfetto's incremental extraction for streamed traces.
+//!
+//! SQL functions: `extract_arg(arg_set_id, key)`.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+mod clock;
+mod db;
+mod error;
+mod import;
+mod parse;
+mod processor;
+mod sort;
+mod stats;
+mod storage;
+mod strings;
+mod zones;
+
+pub use error::Error;
+pub use processor::{
+    is_complete_statement, Options, Progress, QueryResult, SortMode, StatRow, TraceProcessor, Value,
+};
+pub use stats::{Severity, Source};
+pub use zones::ZoneStats;

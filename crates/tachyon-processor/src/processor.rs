@@ -1,0 +1,295 @@
+//! The public API: import options, [`TraceProcessor`] and query results.
+
+use std::path::Path;
+
+use crate::{db, import, stats, zones, Error, ZoneStats};
+
+/// How events are ordered by timestamp before they are parsed into tables.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SortMode {
+    /// Sort everything at the end of the file (Perfetto's `--full-sort`). Never drops events.
+    #[default]
+    Full,
+    /// Perfetto's incremental extraction for `write_into_file` traces: events are sorted and
+    /// parsed batch by batch at `read_tracing_buffers_completed` service events (after two
+    /// flushes). Uses less time before the first rows appear; an event arriving after later
+    /// events were parsed is dropped and counted in `sorter_push_event_out_of_order`.
+    Windowed,
+}
+
+/// Import options.
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct Options {
+    /// The sorting mode.
+    pub sort: SortMode,
+}
+
+impl Options {
+    /// Options with the given sorting mode.
+    pub fn with_sort(sort: SortMode) -> Self {
+        Options { sort }
+    }
+}
+
+/// One SQL value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    /// SQL NULL.
+    Null,
+    /// A 64-bit integer.
+    Integer(i64),
+    /// A double.
+    Real(f64),
+    /// Text.
+    Text(String),
+    /// Bytes.
+    Blob(Vec<u8>),
+}
+
+/// The result of a query: column names and rows.
+#[derive(Clone, Debug, PartialEq)]
+pub struct QueryResult {
+    /// Column names, in order.
+    pub columns: Vec<String>,
+    /// Rows, each with one value per column.
+    pub rows: Vec<Vec<Value>>,
+}
+
+/// A row of the `stats` table.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StatRow {
+    /// The stat's name, e.g. `traced_buf_chunks_overwritten`.
+    pub name: String,
+    /// The index (buffer, …) of indexed stats.
+    pub idx: Option<i64>,
+    /// `info`, `notice`, `data_loss` or `error`.
+    pub severity: String,
+    /// `trace` or `analysis`.
+    pub source: String,
+    /// The value.
+    pub value: i64,
+    /// What the stat means.
+    pub description: String,
+}
+
+/// Load progress, for a progress bar.
+#[derive(Clone, Copy, Debug)]
+pub struct Progress {
+    /// Bytes of the (decompressed) trace tokenized so far.
+    pub done: u64,
+    /// Total bytes of the (decompressed) trace.
+    pub total: u64,
+}
+
+/// An imported trace, queryable with SQL.
+#[derive(Debug)]
+pub struct TraceProcessor {
+    conn: rusqlite::Connection,
+}
+
+impl TraceProcessor {
+    /// Imports a trace file (plain or gzip-compressed).
+    pub fn open(path: impl AsRef<Path>, options: &Options) -> Result<Self, Error> {
+        Self::open_with_progress(path, options, &mut |_| {})
+    }
+
+    /// Imports a trace file, calling `progress` now and then while it loads.
+    pub fn open_with_progress(
+        path: impl AsRef<Path>,
+        options: &Options,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<Self, Error> {
+        let bytes = std::fs::read(path)?;
+        Self::from_bytes_with_progress(&bytes, options, progress)
+    }
+
+    /// Imports a trace held in memory (plain or gzip-compressed).
+    pub fn from_bytes(bytes: &[u8], options: &Options) -> Result<Self, Error> {
+        Self::from_bytes_with_progress(bytes, options, &mut |_| {})
+    }
+
+    /// Imports a trace held in memory, calling `progress` now and then.
+    pub fn from_bytes_with_progress(
+        bytes: &[u8],
+        options: &Options,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<Self, Error> {
+        let mut importer = import::Importer::new(options.sort);
+        let gunzipped;
+        let trace: &[u8] = if bytes.starts_with(&[0x1f, 0x8b]) {
+            let (data, complete) = import::gunzip(bytes);
+            if !complete {
+                importer.st.stats.inc(stats::Stat::trace_truncated);
+            }
+            gunzipped = data;
+            &gunzipped
+        } else {
+            bytes
+        };
+        check_format(trace)?;
+        let total = trace.len() as u64;
+        importer.push_trace(trace, false, &mut |done| {
+            progress(Progress {
+                done: done as u64,
+                total,
+            })
+        });
+        importer.finish();
+        let conn = rusqlite::Connection::open_in_memory()?;
+        db::load(&conn, importer.st)?;
+        Ok(TraceProcessor { conn })
+    }
+
+    /// Runs SQL and collects the rows (of the last statement, if there are several).
+    pub fn query(&self, sql: &str) -> Result<QueryResult, Error> {
+        let mut result = QueryResult {
+            columns: Vec::new(),
+            rows: Vec::new(),
+        };
+        let mut rest = sql.trim();
+        while !rest.is_empty() {
+            let (stmt, tail) = split_statement(rest);
+            rest = tail.trim();
+            if stmt.trim().is_empty() {
+                continue;
+            }
+            let mut st = self.conn.prepare(stmt)?;
+            let columns: Vec<String> = st.column_names().iter().map(|c| c.to_string()).collect();
+            let n = columns.len();
+            let mut rows = Vec::new();
+            let mut it = st.query([])?;
+            while let Some(row) = it.next()? {
+                let mut out = Vec::with_capacity(n);
+                for i in 0..n {
+                    out.push(match row.get_ref(i)? {
+                        rusqlite::types::ValueRef::Null => Value::Null,
+                        rusqlite::types::ValueRef::Integer(v) => Value::Integer(v),
+                        rusqlite::types::ValueRef::Real(v) => Value::Real(v),
+                        rusqlite::types::ValueRef::Text(t) => {
+                            Value::Text(String::from_utf8_lossy(t).into_owned())
+                        }
+                        rusqlite::types::ValueRef::Blob(b) => Value::Blob(b.to_vec()),
+                    });
+                }
+                rows.push(out);
+            }
+            result = QueryResult { columns, rows };
+        }
+        Ok(result)
+    }
+
+    /// The underlying SQLite connection, for callers that want rusqlite's full API.
+    pub fn connection(&self) -> &rusqlite::Connection {
+        &self.conn
+    }
+
+    /// Tracy-style statistics per zone name (see [`ZoneStats`]), sorted by total time.
+    pub fn zone_stats(&self) -> Result<Vec<ZoneStats>, Error> {
+        zones::compute(&self.conn)
+    }
+
+    /// Every `stats` row with severity `data_loss` or `error` and a non-zero value.
+    pub fn data_loss(&self) -> Result<Vec<StatRow>, Error> {
+        let mut st = self.conn.prepare(
+            "SELECT name, idx, severity, source, value, description FROM stats \
+             WHERE severity IN ('data_loss', 'error') AND value != 0 ORDER BY severity DESC, name, idx",
+        )?;
+        let rows = st.query_map([], |r| {
+            Ok(StatRow {
+                name: r.get(0)?,
+                idx: r.get(1)?,
+                severity: r.get(2)?,
+                source: r.get(3)?,
+                value: r.get(4)?,
+                description: r.get::<_, Option<String>>(5)?.unwrap_or_default(),
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+}
+
+/// A Perfetto trace is a `Trace` message whose fields are `packet = 1` (tag byte 0x0a). Anything
+/// else at byte 0 is another format (JSON, systrace, …) or not a trace at all.
+fn check_format(trace: &[u8]) -> Result<(), Error> {
+    match trace.first() {
+        None | Some(0x0a) => Ok(()),
+        Some(b'{') | Some(b'[') => Err(Error::NotATrace(
+            "this looks like a JSON trace; only Perfetto protobuf traces are supported".into(),
+        )),
+        Some(b) => Err(Error::NotATrace(format!(
+            "the first byte is 0x{b:02x}, a protobuf trace starts with 0x0a (TracePacket)"
+        ))),
+    }
+}
+
+/// Splits off the first SQL statement (at a `;` outside quotes and comments).
+fn split_statement(sql: &str) -> (&str, &str) {
+    let b = sql.as_bytes();
+    let mut i = 0;
+    let mut quote: Option<u8> = None;
+    while i < b.len() {
+        let c = b[i];
+        match quote {
+            Some(q) => {
+                if c == q {
+                    quote = None;
+                }
+            }
+            None => match c {
+                b'\'' | b'"' | b'`' => quote = Some(c),
+                b'-' if b.get(i + 1) == Some(&b'-') => {
+                    while i < b.len() && b[i] != b'\n' {
+                        i += 1;
+                    }
+                    continue;
+                }
+                b'/' if b.get(i + 1) == Some(&b'*') => {
+                    i += 2;
+                    while i + 1 < b.len() && !(b[i] == b'*' && b[i + 1] == b'/') {
+                        i += 1;
+                    }
+                    i += 2;
+                    continue;
+                }
+                b';' => return (&sql[..i], &sql[i + 1..]),
+                _ => {}
+            },
+        }
+        i += 1;
+    }
+    (sql, "")
+}
+
+/// Whether `sql` holds at least one complete statement (ends with `;` outside quotes and
+/// comments); used by interactive shells to know when to run what was typed.
+pub fn is_complete_statement(sql: &str) -> bool {
+    let (first, rest) = split_statement(sql);
+    first.len() < sql.len() || !rest.is_empty()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statements_split_outside_quotes_and_comments() {
+        assert_eq!(split_statement("select ';'; x"), ("select ';'", " x"));
+        assert_eq!(
+            split_statement("-- a;b\nselect 1"),
+            ("-- a;b\nselect 1", "")
+        );
+        assert!(is_complete_statement("select 1;"));
+        assert!(!is_complete_statement("select ';'"));
+        assert!(!is_complete_statement("select 1 /* ; */"));
+    }
+
+    #[test]
+    fn rejects_other_formats() {
+        assert!(matches!(
+            TraceProcessor::from_bytes(b"{\"traceEvents\":[]}", &Options::default()),
+            Err(Error::NotATrace(_))
+        ));
+        assert!(TraceProcessor::from_bytes(b"", &Options::default()).is_ok());
+    }
+}

@@ -1,0 +1,244 @@
+//! The imported trace, as plain Rust tables, before it is copied into SQLite.
+//!
+//! Rows are appended during the import and patched in place (a slice's `dur` when its end
+//! arrives), which is why they live in `Vec`s first and are written to SQLite once, at the end.
+//! Optional ids use [`NONE`] instead of `Option<u32>` to keep rows small: a slice row is 40
+//! bytes.
+
+use crate::stats::Stats;
+use crate::strings::{FxHashMap, StrId, StringPool};
+
+/// "No value" for the `u32` id columns.
+pub(crate) const NONE: u32 = u32::MAX;
+
+/// A typed argument value (`args.value_type` is derived from the variant).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum ArgValue {
+    Int(i64),
+    UInt(u64),
+    Real(f64),
+    Str(StrId),
+    Bool(bool),
+    Pointer(u64),
+    Json(StrId),
+}
+
+impl ArgValue {
+    pub(crate) fn type_name(&self) -> &'static str {
+        match self {
+            ArgValue::Int(_) => "int",
+            ArgValue::UInt(_) => "uint",
+            ArgValue::Real(_) => "real",
+            ArgValue::Str(_) => "string",
+            ArgValue::Bool(_) => "bool",
+            ArgValue::Pointer(_) => "pointer",
+            ArgValue::Json(_) => "json",
+        }
+    }
+}
+
+/// One argument: `flat_key` omits array indexes, `key` keeps them (`debug.a[1].b` has the flat
+/// key `debug.a.b`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ArgRow {
+    pub(crate) set: u32,
+    pub(crate) flat_key: StrId,
+    pub(crate) key: StrId,
+    pub(crate) value: ArgValue,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SliceRow {
+    pub(crate) ts: i64,
+    pub(crate) dur: i64,
+    pub(crate) track: u32,
+    pub(crate) category: StrId,
+    pub(crate) name: StrId,
+    pub(crate) depth: u32,
+    pub(crate) parent: u32,
+    pub(crate) arg_set: u32,
+}
+
+/// Whether a track holds slices or counter values (Perfetto's `event_type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum EventType {
+    Slice,
+    Counter,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct TrackRow {
+    pub(crate) name: StrId,
+    pub(crate) kind: &'static str,
+    pub(crate) event_type: EventType,
+    pub(crate) dimension_arg_set: u32,
+    pub(crate) parent: u32,
+    pub(crate) source_arg_set: u32,
+    pub(crate) utid: u32,
+    pub(crate) upid: u32,
+    pub(crate) unit: StrId,
+    pub(crate) description: StrId,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct ThreadRow {
+    pub(crate) tid: i64,
+    pub(crate) name: StrId,
+    pub(crate) upid: u32,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct ProcessRow {
+    pub(crate) pid: i64,
+    pub(crate) name: StrId,
+    pub(crate) cmdline: StrId,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CounterRow {
+    pub(crate) ts: i64,
+    pub(crate) track: u32,
+    pub(crate) value: f64,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FlowRow {
+    pub(crate) slice_out: u32,
+    pub(crate) slice_in: u32,
+    pub(crate) trace_id: u64,
+}
+
+/// All tables of one import.
+#[derive(Debug)]
+pub(crate) struct Storage {
+    pub(crate) strings: StringPool,
+    pub(crate) stats: Stats,
+    pub(crate) slices: Vec<SliceRow>,
+    pub(crate) tracks: Vec<TrackRow>,
+    pub(crate) threads: Vec<ThreadRow>,
+    pub(crate) processes: Vec<ProcessRow>,
+    pub(crate) counters: Vec<CounterRow>,
+    pub(crate) flows: Vec<FlowRow>,
+    pub(crate) args: Vec<ArgRow>,
+    next_arg_set: u32,
+    tid_to_utid: FxHashMap<i64, u32>,
+    pid_to_upid: FxHashMap<i64, u32>,
+}
+
+impl Default for Storage {
+    fn default() -> Self {
+        let mut s = Storage {
+            strings: StringPool::default(),
+            stats: Stats::default(),
+            slices: Vec::new(),
+            tracks: Vec::new(),
+            threads: Vec::new(),
+            processes: Vec::new(),
+            counters: Vec::new(),
+            flows: Vec::new(),
+            args: Vec::new(),
+            next_arg_set: 0,
+            tid_to_utid: FxHashMap::default(),
+            pid_to_upid: FxHashMap::default(),
+        };
+        // As in Perfetto, utid 0 and upid 0 exist from the start and stand for tid/pid 0 (the
+        // idle "swapper"), so that 0 never names a real thread or process.
+        s.processes.push(ProcessRow {
+            pid: 0,
+            name: NONE,
+            cmdline: NONE,
+        });
+        s.threads.push(ThreadRow {
+            tid: 0,
+            name: NONE,
+            upid: 0,
+        });
+        s.pid_to_upid.insert(0, 0);
+        s.tid_to_utid.insert(0, 0);
+        s
+    }
+}
+
+impl Storage {
+    /// Starts a new argument set and returns its id.
+    pub(crate) fn new_arg_set(&mut self) -> u32 {
+        let id = self.next_arg_set;
+        self.next_arg_set += 1;
+        id
+    }
+
+    pub(crate) fn push_arg(&mut self, set: u32, flat_key: StrId, key: StrId, value: ArgValue) {
+        self.args.push(ArgRow {
+            set,
+            flat_key,
+            key,
+            value,
+        });
+    }
+
+    /// Convenience: an arg whose flat key and key are the same literal.
+    pub(crate) fn push_arg_str_key(&mut self, set: u32, key: &str, value: ArgValue) {
+        let k = self.strings.intern(key);
+        self.push_arg(set, k, k, value);
+    }
+
+    /// The process with this pid, created if new.
+    pub(crate) fn process(&mut self, pid: i64) -> u32 {
+        if let Some(&upid) = self.pid_to_upid.get(&pid) {
+            return upid;
+        }
+        let upid = self.processes.len() as u32;
+        self.processes.push(ProcessRow {
+            pid,
+            name: NONE,
+            cmdline: NONE,
+        });
+        self.pid_to_upid.insert(pid, upid);
+        upid
+    }
+
+    /// The thread with this tid in process `pid` (if known), created if new. A tid seen
+    /// earlier in another process is taken as reused: a new thread starts.
+    pub(crate) fn thread(&mut self, tid: i64, pid: Option<i64>) -> u32 {
+        let upid = pid.map(|p| self.process(p));
+        if let Some(&utid) = self.tid_to_utid.get(&tid) {
+            let t = &mut self.threads[utid as usize];
+            match upid {
+                None => return utid,
+                Some(u) if t.upid == u => return utid,
+                Some(u) if t.upid == NONE => {
+                    t.upid = u;
+                    return utid;
+                }
+                Some(_) => {}
+            }
+        }
+        let utid = self.threads.len() as u32;
+        self.threads.push(ThreadRow {
+            tid,
+            name: NONE,
+            upid: upid.unwrap_or(NONE),
+        });
+        self.tid_to_utid.insert(tid, utid);
+        utid
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn threads_join_processes_and_tid_reuse_starts_a_new_thread() {
+        let mut s = Storage::default();
+        let a = s.thread(10, None);
+        assert_eq!(s.threads[a as usize].upid, NONE);
+        assert_eq!(s.thread(10, Some(1)), a);
+        let p1 = s.process(1);
+        assert_eq!(s.threads[a as usize].upid, p1);
+        let b = s.thread(10, Some(2));
+        assert_ne!(a, b);
+        assert_eq!(s.thread(0, None), 0);
+        assert_eq!(s.process(0), 0);
+    }
+}

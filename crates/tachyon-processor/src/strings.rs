@@ -1,0 +1,115 @@
+//! A string pool: every name, category, argument key and string value is stored once and
+//! referred to by a 32-bit id, so the per-event records stay small and fixed-size.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// Id of a string in a [`StringPool`].
+pub(crate) type StrId = u32;
+
+/// A small, fast, non-cryptographic hasher (the multiply-rotate scheme of rustc's FxHasher).
+///
+/// Keys here are interning ids and strings taken from the trace. A hostile trace could aim for
+/// collisions, but the worst it gets is a slower import of its own data, which is acceptable
+/// for a local analysis tool; SipHash costs a large share of the import time.
+#[derive(Default, Clone, Copy, Debug)]
+pub(crate) struct FxHasher(u64);
+
+const SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+
+impl FxHasher {
+    #[inline]
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(SEED);
+    }
+}
+
+impl Hasher for FxHasher {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(c);
+            self.add(u64::from_le_bytes(w));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut w = [0u8; 8];
+            w[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(w));
+        }
+    }
+    #[inline]
+    fn write_u8(&mut self, i: u8) {
+        self.add(i as u64);
+    }
+    #[inline]
+    fn write_u32(&mut self, i: u32) {
+        self.add(i as u64);
+    }
+    #[inline]
+    fn write_u64(&mut self, i: u64) {
+        self.add(i);
+    }
+    #[inline]
+    fn write_usize(&mut self, i: usize) {
+        self.add(i as u64);
+    }
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// `HashMap` with [`FxHasher`].
+pub(crate) type FxHashMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
+
+/// Interns strings; ids are dense from 0 in insertion order.
+#[derive(Debug, Default)]
+pub(crate) struct StringPool {
+    ids: FxHashMap<Box<str>, StrId>,
+    strings: Vec<Box<str>>,
+}
+
+impl StringPool {
+    /// The id of `s`, adding it if new.
+    pub(crate) fn intern(&mut self, s: &str) -> StrId {
+        if let Some(&id) = self.ids.get(s) {
+            return id;
+        }
+        let id = self.strings.len() as StrId;
+        self.strings.push(s.into());
+        self.ids.insert(s.into(), id);
+        id
+    }
+
+    /// Interns raw bytes from the trace; invalid UTF-8 is replaced, never rejected.
+    pub(crate) fn intern_bytes(&mut self, b: &[u8]) -> StrId {
+        match std::str::from_utf8(b) {
+            Ok(s) => self.intern(s),
+            Err(_) => self.intern(&String::from_utf8_lossy(b)),
+        }
+    }
+
+    pub(crate) fn get(&self, id: StrId) -> &str {
+        &self.strings[id as usize]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interning_is_stable_and_lossy_on_bad_utf8() {
+        let mut p = StringPool::default();
+        let a = p.intern("a");
+        let b = p.intern("b");
+        assert_ne!(a, b);
+        assert_eq!(p.intern("a"), a);
+        assert_eq!(p.get(b), "b");
+        let bad = p.intern_bytes(&[b'x', 0xff]);
+        assert_eq!(p.get(bad), "x\u{fffd}");
+    }
+}

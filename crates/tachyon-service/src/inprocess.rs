@@ -1,0 +1,151 @@
+//! The in-process service: a thread that owns a [`ServiceCore`], receives the commits of the
+//! process's own writers through a channel (std's unbounded `mpsc`, a lock-free hand-off: a
+//! sender never waits for the service), copies their chunks out of the process's shared memory
+//! buffer, streams the trace to its file when asked to, and writes the end of the trace at stop.
+
+use std::io;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tachyon_abi::{CommitRequest, OwnedSmb};
+
+use crate::readout::ProducerIdentity;
+use crate::session::{ServiceCore, SessionConfig};
+use crate::trace_buffer::ProducerId;
+
+/// How often the service thread wakes up when no commit arrives (timers, control requests).
+const TICK: Duration = Duration::from_millis(10);
+
+#[derive(Debug)]
+enum Control {
+    Flush { scrape: bool, done: Sender<()> },
+    Stop { scrape: bool },
+}
+
+/// A running in-process session. See the module docs.
+#[derive(Debug)]
+pub struct InProcessService {
+    control: Sender<Control>,
+    thread: Option<JoinHandle<io::Result<Vec<u8>>>>,
+}
+
+impl InProcessService {
+    /// Starts the service thread for one session: `smb` is the process's shared memory buffer,
+    /// `commits` the receiving end its writers commit to, `identity` the process itself.
+    pub fn start(
+        config: SessionConfig,
+        smb: Arc<OwnedSmb>,
+        commits: Receiver<CommitRequest>,
+        identity: ProducerIdentity,
+    ) -> io::Result<Self> {
+        let mut core = ServiceCore::new(config)?;
+        let producer = core.add_producer(identity);
+        let (control, control_rx) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("tachyon-service".into())
+            .spawn(move || run(core, producer, smb, commits, control_rx))?;
+        Ok(InProcessService {
+            control,
+            thread: Some(thread),
+        })
+    }
+
+    /// Applies every commit sent so far, optionally scrapes the shared memory buffer for
+    /// finished packets not yet committed, and (with `write_into_file`) writes what is complete
+    /// to the file. Waits at most `timeout`; returns whether the flush completed in time.
+    ///
+    /// Scraping copies chunks writers may still be writing: call it with `scrape` only when no
+    /// writer thread is writing concurrently (e.g. after they flushed), since the bytes a writer
+    /// stores are plain stores, not atomics.
+    pub fn flush(&self, scrape: bool, timeout: Duration) -> bool {
+        let (done, done_rx) = mpsc::channel();
+        if self.control.send(Control::Flush { scrape, done }).is_err() {
+            return false;
+        }
+        done_rx.recv_timeout(timeout).is_ok()
+    }
+
+    /// Stops the session: applies the remaining commits (waiting until every sender is gone
+    /// or the channel is empty), optionally scrapes, reads everything out and writes the
+    /// `TraceStats` packet. Returns the trace if it was kept in memory (no output path).
+    pub fn stop(mut self, scrape: bool) -> io::Result<Vec<u8>> {
+        let _ = self.control.send(Control::Stop { scrape });
+        match self.thread.take().expect("stopped once").join() {
+            Ok(r) => r,
+            Err(_) => Err(io::Error::other("the tachyon service thread panicked")),
+        }
+    }
+}
+
+impl Drop for InProcessService {
+    fn drop(&mut self) {
+        if let Some(t) = self.thread.take() {
+            let _ = self.control.send(Control::Stop { scrape: false });
+            let _ = t.join();
+        }
+    }
+}
+
+fn run(
+    mut core: ServiceCore,
+    producer: ProducerId,
+    smb: Arc<OwnedSmb>,
+    commits: Receiver<CommitRequest>,
+    control: Receiver<Control>,
+) -> io::Result<Vec<u8>> {
+    let view = smb.service();
+    let start = Instant::now();
+    let write_period = core
+        .config()
+        .write_into_file
+        .then(|| core.config().file_write_period);
+    let mut next_write = write_period.map(|p| start + p);
+    let mut commits_open = true;
+    loop {
+        if commits_open {
+            match commits.recv_timeout(TICK) {
+                Ok(req) => core.commit(producer, &view, &req),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => commits_open = false,
+            }
+        }
+        let msg = if commits_open {
+            control.try_recv().ok()
+        } else {
+            control.recv_timeout(TICK).ok()
+        };
+        if let Some(msg) = msg {
+            // Everything committed before the request is applied first.
+            while let Ok(req) = commits.try_recv() {
+                core.commit(producer, &view, &req);
+            }
+            match msg {
+                Control::Flush { scrape, done } => {
+                    if scrape {
+                        core.scrape(producer, &view);
+                    }
+                    core.record_flush(true);
+                    if write_period.is_some() {
+                        core.drain(false)?;
+                    }
+                    let _ = done.send(());
+                }
+                Control::Stop { scrape } => {
+                    if scrape {
+                        core.scrape(producer, &view);
+                    }
+                    core.remove_producer(producer);
+                    return core.finish();
+                }
+            }
+        }
+        if let (Some(at), Some(period)) = (next_write, write_period) {
+            if Instant::now() >= at {
+                core.drain(false)?;
+                next_write = Some(at + period);
+            }
+        }
+    }
+}

@@ -1,0 +1,468 @@
+//! A tracing session: its configuration (from a Perfetto `TraceConfig`), its central buffers,
+//! the producers writing into them, and the output file.
+//!
+//! [`ServiceCore`] is the synchronous heart: commits and scrapes go in, `Trace.packet` records
+//! come out (to memory until the end, or streamed to the file every `file_write_period_ms` with
+//! `write_into_file`), and every trace ends with a `TraceStats` packet whose `BufferStats` carry
+//! Perfetto's field numbers, so Perfetto's trace processor fills `traced_buf_*` stats from it.
+//! The in-process service thread ([`crate::InProcessService`]) and, later, the daemon drive it.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{self, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tachyon_abi::{CommitRequest, ServiceView};
+use tachyon_protos::{trace_config, TraceConfigView, TracePacket};
+
+use crate::commit::{apply_commit, scrape, CommitStats, ProducerState};
+use crate::readout::{write_record, PacketWriter, ProducerIdentity, SERVICE_SEQUENCE_ID};
+use crate::trace_buffer::{FillPolicy, ProducerId, TraceBuffer};
+
+/// Perfetto's default flush timeout (`kDefaultFlushTimeoutMs`).
+pub const DEFAULT_FLUSH_TIMEOUT: Duration = Duration::from_millis(5000);
+/// Perfetto's default `file_write_period_ms`.
+pub const DEFAULT_FILE_WRITE_PERIOD: Duration = Duration::from_millis(5000);
+/// The shortest `file_write_period_ms` accepted (Perfetto clamps to 100 ms).
+pub const MIN_FILE_WRITE_PERIOD: Duration = Duration::from_millis(100);
+
+/// One central buffer's configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BufferSpec {
+    /// Size in bytes.
+    pub size_bytes: usize,
+    /// What happens when it is full.
+    pub policy: FillPolicy,
+}
+
+/// A data source the session enables.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DataSourceSpec {
+    /// Its name, e.g. `track_event`.
+    pub name: String,
+    /// The buffer its writers target.
+    pub target_buffer: u16,
+    /// The encoded `DataSourceConfig`, for the data source to read its own settings.
+    pub config: Vec<u8>,
+}
+
+/// What a session does, as read from a `TraceConfig`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionConfig {
+    /// Central buffers (at least one).
+    pub buffers: Vec<BufferSpec>,
+    /// Data sources to enable.
+    pub data_sources: Vec<DataSourceSpec>,
+    /// Stop after this long (`duration_ms`).
+    pub duration: Option<Duration>,
+    /// Flush all producers this often (`flush_period_ms`).
+    pub flush_period: Option<Duration>,
+    /// How long a flush waits for producers (`flush_timeout_ms`, default 5 s).
+    pub flush_timeout: Duration,
+    /// Stream to the output file while tracing (`write_into_file`).
+    pub write_into_file: bool,
+    /// How often to stream (`file_write_period_ms`, default 5 s, at least 100 ms).
+    pub file_write_period: Duration,
+    /// Where to write the trace (`output_path`).
+    pub output_path: Option<PathBuf>,
+    /// Stop writing when the file reaches this size (`max_file_size_bytes`).
+    pub max_file_size_bytes: Option<u64>,
+    /// Ask producers to clear incremental state this often
+    /// (`incremental_state_config.clear_period_ms`).
+    pub incremental_state_clear_period: Option<Duration>,
+}
+
+impl Default for SessionConfig {
+    /// One 32 MiB ring buffer, the track event data source, written at stop.
+    fn default() -> Self {
+        SessionConfig {
+            buffers: vec![BufferSpec {
+                size_bytes: 32 << 20,
+                policy: FillPolicy::RingBuffer,
+            }],
+            data_sources: vec![DataSourceSpec {
+                name: "track_event".into(),
+                target_buffer: 0,
+                config: Vec::new(),
+            }],
+            duration: None,
+            flush_period: None,
+            flush_timeout: DEFAULT_FLUSH_TIMEOUT,
+            write_into_file: false,
+            file_write_period: DEFAULT_FILE_WRITE_PERIOD,
+            output_path: None,
+            max_file_size_bytes: None,
+            incremental_state_clear_period: None,
+        }
+    }
+}
+
+/// A `TraceConfig` the session cannot run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "invalid trace config: {}", self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn ms(v: u32) -> Option<Duration> {
+    (v > 0).then(|| Duration::from_millis(v as u64))
+}
+
+impl SessionConfig {
+    /// Reads an encoded Perfetto `TraceConfig`.
+    pub fn from_trace_config(bytes: &[u8]) -> Result<Self, ConfigError> {
+        let bad = |e: protozero::DecodeError| ConfigError(e.to_string());
+        let cfg = TraceConfigView::decode(bytes).map_err(bad)?;
+        let mut buffers = Vec::new();
+        for b in cfg.buffers() {
+            let b = b.map_err(bad)?;
+            let size_kb = b.size_kb();
+            if size_kb == 0 {
+                return Err(ConfigError("a buffer has size_kb = 0".into()));
+            }
+            let policy = match b.fill_policy() {
+                Some(trace_config::buffer_config::FillPolicy::Discard) => FillPolicy::Discard,
+                _ => FillPolicy::RingBuffer,
+            };
+            buffers.push(BufferSpec {
+                size_bytes: size_kb as usize * 1024,
+                policy,
+            });
+        }
+        if buffers.is_empty() {
+            return Err(ConfigError("no buffers".into()));
+        }
+        let mut data_sources = Vec::new();
+        for ds in cfg.data_sources() {
+            let ds = ds.map_err(bad)?;
+            let c = ds.config().map_err(bad)?;
+            let name = c.name().map_err(bad)?.to_owned();
+            let target = c.target_buffer();
+            if target as usize >= buffers.len() {
+                return Err(ConfigError(format!(
+                    "data source {name:?} targets buffer {target}, but there are {} buffers",
+                    buffers.len()
+                )));
+            }
+            data_sources.push(DataSourceSpec {
+                name,
+                target_buffer: target as u16,
+                config: c.bytes().to_vec(),
+            });
+        }
+        let clear = if cfg.has_incremental_state_config() {
+            ms(cfg
+                .incremental_state_config()
+                .map_err(bad)?
+                .clear_period_ms())
+        } else {
+            None
+        };
+        let output_path = if cfg.has_output_path() {
+            Some(PathBuf::from(cfg.output_path().map_err(bad)?))
+        } else {
+            None
+        };
+        Ok(SessionConfig {
+            buffers,
+            data_sources,
+            duration: ms(cfg.duration_ms()),
+            flush_period: ms(cfg.flush_period_ms()),
+            flush_timeout: ms(cfg.flush_timeout_ms()).unwrap_or(DEFAULT_FLUSH_TIMEOUT),
+            write_into_file: cfg.write_into_file(),
+            file_write_period: ms(cfg.file_write_period_ms())
+                .unwrap_or(DEFAULT_FILE_WRITE_PERIOD)
+                .max(MIN_FILE_WRITE_PERIOD),
+            output_path,
+            max_file_size_bytes: (cfg.max_file_size_bytes() > 0).then(|| cfg.max_file_size_bytes()),
+            incremental_state_clear_period: clear,
+        })
+    }
+}
+
+/// Session-wide counters reported in the final `TraceStats`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SessionStats {
+    /// Producers connected now.
+    pub producers_connected: u32,
+    /// Producers ever connected.
+    pub producers_seen: u64,
+    /// Flushes requested.
+    pub flushes_requested: u64,
+    /// Flushes every producer acknowledged in time.
+    pub flushes_succeeded: u64,
+    /// Flushes that timed out.
+    pub flushes_failed: u64,
+    /// Bytes written to the output.
+    pub bytes_written: u64,
+    /// Records not written because the file reached `max_file_size_bytes`.
+    pub records_dropped_file_full: u64,
+}
+
+/// Where records go: memory, or a file.
+#[derive(Debug)]
+enum Sink {
+    Memory(Vec<u8>),
+    File(io::BufWriter<File>),
+}
+
+/// The synchronous service of one session. See the module docs.
+#[derive(Debug)]
+pub struct ServiceCore {
+    config: SessionConfig,
+    buffers: Vec<TraceBuffer>,
+    producers: HashMap<ProducerId, (ProducerState, ProducerIdentity)>,
+    next_producer: ProducerId,
+    packets: PacketWriter,
+    commit_stats: CommitStats,
+    stats: SessionStats,
+    staged: Vec<u8>,
+    sink: Sink,
+    file_full: bool,
+}
+
+impl ServiceCore {
+    /// A session writing to `config.output_path` if set, else into memory (see
+    /// [`finish`](Self::finish)).
+    pub fn new(config: SessionConfig) -> io::Result<Self> {
+        let sink = match &config.output_path {
+            Some(p) => Sink::File(io::BufWriter::new(File::create(p)?)),
+            None => Sink::Memory(Vec::new()),
+        };
+        let buffers = config
+            .buffers
+            .iter()
+            .map(|b| TraceBuffer::new(b.size_bytes, b.policy))
+            .collect();
+        Ok(ServiceCore {
+            config,
+            buffers,
+            producers: HashMap::new(),
+            next_producer: 1,
+            packets: PacketWriter::new(),
+            commit_stats: CommitStats::default(),
+            stats: SessionStats::default(),
+            staged: Vec::new(),
+            sink,
+            file_full: false,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SessionConfig {
+        &self.config
+    }
+
+    /// The central buffers.
+    pub fn buffers(&self) -> &[TraceBuffer] {
+        &self.buffers
+    }
+
+    /// Commit-path counters.
+    pub fn commit_stats(&self) -> &CommitStats {
+        &self.commit_stats
+    }
+
+    /// Session counters.
+    pub fn stats(&self) -> &SessionStats {
+        &self.stats
+    }
+
+    /// Packets rejected at read-out.
+    pub fn invalid_packets(&self) -> u64 {
+        self.packets.invalid_packets()
+    }
+
+    /// Registers a producer, allowed to write to every buffer of the session.
+    pub fn add_producer(&mut self, identity: ProducerIdentity) -> ProducerId {
+        let id = self.next_producer;
+        self.next_producer = self.next_producer.wrapping_add(1).max(1);
+        let allowed = (0..self.buffers.len() as u16).collect();
+        self.producers
+            .insert(id, (ProducerState::new(id, allowed), identity));
+        self.stats.producers_connected += 1;
+        self.stats.producers_seen += 1;
+        id
+    }
+
+    /// Forgets a producer (after a last scrape by the caller).
+    pub fn remove_producer(&mut self, id: ProducerId) {
+        if self.producers.remove(&id).is_some() {
+            self.stats.producers_connected -= 1;
+        }
+    }
+
+    /// Applies a commit of `producer`, whose SMB is `view`.
+    pub fn commit(&mut self, producer: ProducerId, view: &ServiceView<'_>, req: &CommitRequest) {
+        match self.producers.get_mut(&producer) {
+            Some((state, _)) => {
+                apply_commit(view, state, req, &mut self.buffers, &mut self.commit_stats)
+            }
+            None => self.commit_stats.chunks_discarded += req.chunks_to_move.len() as u64,
+        }
+    }
+
+    /// Scrapes `producer`'s SMB (on flush, stop or disconnect).
+    pub fn scrape(&mut self, producer: ProducerId, view: &ServiceView<'_>) {
+        if let Some((state, _)) = self.producers.get_mut(&producer) {
+            scrape(view, state, &mut self.buffers, &mut self.commit_stats);
+        }
+    }
+
+    /// Records the outcome of a flush.
+    pub fn record_flush(&mut self, succeeded: bool) {
+        self.stats.flushes_requested += 1;
+        if succeeded {
+            self.stats.flushes_succeeded += 1;
+        } else {
+            self.stats.flushes_failed += 1;
+        }
+    }
+
+    /// Reads every complete packet out of the buffers into the output (streaming). With `last`,
+    /// nothing is left waiting (see [`TraceBuffer::read_packets`]).
+    pub fn drain(&mut self, last: bool) -> io::Result<()> {
+        let ServiceCore {
+            buffers,
+            producers,
+            packets,
+            staged,
+            ..
+        } = self;
+        for buf in buffers.iter_mut() {
+            buf.read_packets(last, |info, fragments| {
+                let identity = producers
+                    .get(&info.producer)
+                    .map(|p| p.1)
+                    .unwrap_or(ProducerIdentity { pid: 0, uid: 0 });
+                packets.write_packet(info, fragments, identity, staged);
+            });
+        }
+        self.flush_staged()
+    }
+
+    fn flush_staged(&mut self) -> io::Result<()> {
+        if self.staged.is_empty() {
+            return Ok(());
+        }
+        let mut take = self.staged.len();
+        if let Some(max) = self.config.max_file_size_bytes {
+            if self.stats.bytes_written + take as u64 > max {
+                // Keep whole records that fit; the rest is dropped and the session should stop.
+                take = fit_records(&self.staged, max.saturating_sub(self.stats.bytes_written));
+                self.stats.records_dropped_file_full += count_records(&self.staged[take..]);
+                self.file_full = true;
+            }
+        }
+        match &mut self.sink {
+            Sink::Memory(v) => v.extend_from_slice(&self.staged[..take]),
+            Sink::File(f) => f.write_all(&self.staged[..take])?,
+        }
+        self.stats.bytes_written += take as u64;
+        self.staged.clear();
+        Ok(())
+    }
+
+    /// Whether the output reached `max_file_size_bytes` (the session should stop).
+    pub fn file_full(&self) -> bool {
+        self.file_full
+    }
+
+    /// The last read, the `TraceStats` packet, and the end of the output. Returns the trace
+    /// when it was kept in memory (no `output_path`), else an empty vector.
+    pub fn finish(mut self) -> io::Result<Vec<u8>> {
+        self.drain(true)?;
+        let stats = self.trace_stats_packet();
+        // The stats packet is always written, even past max_file_size_bytes: it is what says
+        // that data was dropped.
+        match &mut self.sink {
+            Sink::Memory(v) => v.extend_from_slice(&stats),
+            Sink::File(f) => f.write_all(&stats)?,
+        }
+        match self.sink {
+            Sink::Memory(v) => Ok(v),
+            Sink::File(mut f) => {
+                f.flush()?;
+                Ok(Vec::new())
+            }
+        }
+    }
+
+    /// A `Trace.packet` record with the session's `TraceStats`.
+    pub fn trace_stats_packet(&self) -> Vec<u8> {
+        let mut buf = protozero::HeapBuffered::new();
+        {
+            let mut packet: TracePacket<'_> = buf.root();
+            {
+                let mut ts = packet.set_trace_stats();
+                for b in &self.buffers {
+                    let mut bs = ts.add_buffer_stats();
+                    b.stats().write_to(bs.message());
+                }
+                ts.set_producers_connected(self.stats.producers_connected);
+                ts.set_producers_seen(self.stats.producers_seen);
+                ts.set_tracing_sessions(1);
+                ts.set_total_buffers(self.buffers.len() as u32);
+                ts.set_chunks_discarded(self.commit_stats.chunks_discarded);
+                ts.set_patches_discarded(self.commit_stats.patches_discarded);
+                ts.set_invalid_packets(self.packets.invalid_packets());
+                ts.set_flushes_requested(self.stats.flushes_requested);
+                ts.set_flushes_succeeded(self.stats.flushes_succeeded);
+                ts.set_flushes_failed(self.stats.flushes_failed);
+            }
+            packet.set_trusted_packet_sequence_id(SERVICE_SEQUENCE_ID);
+        }
+        let bytes = buf.serialize().expect("heap buffers do not fail");
+        let mut out = Vec::with_capacity(bytes.len() + 6);
+        write_record(&mut out, &[&bytes]);
+        out
+    }
+}
+
+/// How many leading bytes of `records` are whole `Trace.packet` records within `budget`.
+fn fit_records(records: &[u8], budget: u64) -> usize {
+    let mut off = 0usize;
+    for (start, end) in record_bounds(records) {
+        if end as u64 > budget {
+            break;
+        }
+        off = end;
+        let _ = start;
+    }
+    off
+}
+
+fn count_records(records: &[u8]) -> u64 {
+    record_bounds(records).count() as u64
+}
+
+/// (start, end) of each record; our own output, so well-formed.
+fn record_bounds(records: &[u8]) -> impl Iterator<Item = (usize, usize)> + '_ {
+    let mut off = 0usize;
+    std::iter::from_fn(move || {
+        if off >= records.len() {
+            return None;
+        }
+        let start = off;
+        let mut len = 0usize;
+        let mut shift = 0;
+        let mut i = off + 1;
+        while i < records.len() {
+            let b = records[i];
+            len |= ((b & 0x7f) as usize) << shift;
+            i += 1;
+            if b & 0x80 == 0 {
+                break;
+            }
+            shift += 7;
+        }
+        off = (i + len).min(records.len());
+        Some((start, off))
+    })
+}

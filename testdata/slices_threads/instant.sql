@@ -1,0 +1,1 @@
+SELECT ts, track_id, name FROM instant;
