@@ -238,6 +238,14 @@ fn concurrent_scribbler_cannot_crash_the_service() {
                 apply_commit(&smb.service(), &mut producer, &req, &mut bufs, &mut stats);
             }
         }
+        if round % 50 == 0 {
+            // The producer lies outright from time to time (a page that does not exist).
+            let req = CommitRequest {
+                chunks_to_move: vec![ChunkToMove { page: 999, chunk: 0, target_buffer: 0 }],
+                ..Default::default()
+            };
+            apply_commit(&smb.service(), &mut producer, &req, &mut bufs, &mut stats);
+        }
         if round % 97 == 0 {
             scrape(&smb.service(), &mut producer, &mut bufs, &mut stats);
             bufs[0].read_packets(false, |_, _| read += 1);
@@ -246,8 +254,9 @@ fn concurrent_scribbler_cannot_crash_the_service() {
     stop.store(true, Ordering::Relaxed);
     scribbler.join().unwrap();
     bufs[0].read_packets(true, |_, _| read += 1);
-    // Honest commits got through despite the noise, and the noise was counted somewhere.
+    // Honest commits got through despite the noise, and the lies were counted (the scribbler's
+    // damage may or may not be, depending on what it hit and when).
     let s = bufs[0].stats();
     assert!(s.chunks_written > 0 && read > 0);
-    assert!(stats.chunks_discarded + stats.abi_violations + s.abi_violations > 0);
+    assert!(stats.chunks_discarded >= 40);
 }
