@@ -218,6 +218,9 @@ pub struct ServiceCore {
     config: SessionConfig,
     buffers: Vec<TraceBuffer>,
     producers: HashMap<ProducerId, (ProducerState, ProducerIdentity)>,
+    /// Identities of every producer ever connected: packets of a producer that left are still
+    /// read out (and attributed) after it is gone.
+    identities: HashMap<ProducerId, ProducerIdentity>,
     next_producer: ProducerId,
     packets: PacketWriter,
     commit_stats: CommitStats,
@@ -244,6 +247,7 @@ impl ServiceCore {
             config,
             buffers,
             producers: HashMap::new(),
+            identities: HashMap::new(),
             next_producer: 1,
             packets: PacketWriter::new(),
             commit_stats: CommitStats::default(),
@@ -286,6 +290,7 @@ impl ServiceCore {
         let allowed = (0..self.buffers.len() as u16).collect();
         self.producers
             .insert(id, (ProducerState::new(id, allowed), identity));
+        self.identities.insert(id, identity);
         self.stats.producers_connected += 1;
         self.stats.producers_seen += 1;
         id
@@ -330,16 +335,16 @@ impl ServiceCore {
     pub fn drain(&mut self, last: bool) -> io::Result<()> {
         let ServiceCore {
             buffers,
-            producers,
+            identities,
             packets,
             staged,
             ..
         } = self;
         for buf in buffers.iter_mut() {
             buf.read_packets(last, |info, fragments| {
-                let identity = producers
+                let identity = identities
                     .get(&info.producer)
-                    .map(|p| p.1)
+                    .copied()
                     .unwrap_or(ProducerIdentity { pid: 0, uid: 0 });
                 packets.write_packet(info, fragments, identity, staged);
             });

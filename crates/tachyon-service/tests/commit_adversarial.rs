@@ -241,7 +241,11 @@ fn concurrent_scribbler_cannot_crash_the_service() {
         if round % 50 == 0 {
             // The producer lies outright from time to time (a page that does not exist).
             let req = CommitRequest {
-                chunks_to_move: vec![ChunkToMove { page: 999, chunk: 0, target_buffer: 0 }],
+                chunks_to_move: vec![ChunkToMove {
+                    page: 999,
+                    chunk: 0,
+                    target_buffer: 0,
+                }],
                 ..Default::default()
             };
             apply_commit(&smb.service(), &mut producer, &req, &mut bufs, &mut stats);

@@ -1,0 +1,185 @@
+//! The in-process service end to end: a producer writes chunks into an `OwnedSmb` and commits
+//! them over the channel; the service streams the trace to a file (`write_into_file`) or keeps
+//! it in memory; the result is decoded with the generated views and checked for framing,
+//! trusted fields and the final TraceStats.
+
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tachyon_abi::{ChunkHeader, ChunkToMove, CommitRequest, OwnedSmb, PageLayout, PageSize};
+use tachyon_protos::{TracePacketView, TraceView};
+use tachyon_service::{InProcessService, ProducerIdentity, SessionConfig};
+
+/// Writes one chunk holding `packets` (each a serialized TracePacket) and returns its commit.
+fn commit_packets(
+    smb: &OwnedSmb,
+    writer: u16,
+    chunk_id: u32,
+    packets: &[Vec<u8>],
+) -> CommitRequest {
+    let abi = smb.producer();
+    let mut chunk = (0..abi.num_pages())
+        .find_map(|p| {
+            abi.try_acquire_any_chunk_for_writing(
+                p,
+                PageLayout::Div1,
+                ChunkHeader::new(writer, chunk_id),
+            )
+            .ok()
+        })
+        .expect("a free chunk");
+    let mut off = 0;
+    for p in packets {
+        chunk.increment_packet_count().unwrap();
+        assert!(p.len() < 128);
+        chunk.write_payload(off, &[p.len() as u8]).unwrap();
+        chunk.write_payload(off + 1, p).unwrap();
+        off += 1 + p.len();
+    }
+    let (page, idx) = (chunk.page_idx() as u32, chunk.chunk_idx() as u32);
+    abi.release_chunk_as_complete(chunk).unwrap();
+    CommitRequest {
+        chunks_to_move: vec![ChunkToMove {
+            page,
+            chunk: idx,
+            target_buffer: 0,
+        }],
+        ..Default::default()
+    }
+}
+
+fn packet(ts: u64) -> Vec<u8> {
+    let mut buf = protozero::HeapBuffered::new();
+    {
+        let mut p: tachyon_protos::TracePacket<'_> = buf.root();
+        p.set_timestamp(ts);
+    }
+    buf.serialize().unwrap()
+}
+
+fn check_trace(bytes: &[u8], expected_packets: usize) {
+    let trace = TraceView::decode(bytes).expect("a well-formed Trace");
+    let packets: Vec<TracePacketView<'_>> = trace.packet().map(|p| p.unwrap()).collect();
+    assert_eq!(
+        packets.len(),
+        expected_packets + 1,
+        "data packets plus the TraceStats packet"
+    );
+    let mut last_ts = 0;
+    for p in &packets[..expected_packets] {
+        assert_eq!(p.trusted_pid(), 4242);
+        assert_eq!(p.trusted_uid(), 1000);
+        assert!(
+            p.trusted_packet_sequence_id() >= 2,
+            "1 is the service's own sequence"
+        );
+        assert!(p.timestamp() > last_ts, "in order within the sequence");
+        last_ts = p.timestamp();
+    }
+    let stats = packets.last().unwrap();
+    assert_eq!(stats.trusted_packet_sequence_id(), 1);
+    let ts = stats.trace_stats().unwrap();
+    let bufs: Vec<_> = ts.buffer_stats().map(|b| b.unwrap()).collect();
+    assert_eq!(bufs.len(), 1);
+    assert_eq!(bufs[0].chunks_written(), bufs[0].chunks_read());
+    assert_eq!(bufs[0].chunks_overwritten(), 0);
+    assert!(
+        bufs[0].has_trace_writer_packet_loss(),
+        "zeros are written too"
+    );
+}
+
+fn run(config: SessionConfig, chunks: u32) -> (Vec<u8>, usize) {
+    let smb = Arc::new(OwnedSmb::new(64 * 4096, PageSize::Kib4).unwrap());
+    let (tx, rx) = mpsc::channel();
+    let identity = ProducerIdentity {
+        pid: 4242,
+        uid: 1000,
+    };
+    let service = InProcessService::start(config, smb.clone(), rx, identity).unwrap();
+    let mut ts = 1;
+    for id in 0..chunks {
+        let packets: Vec<Vec<u8>> = (0..10)
+            .map(|_| {
+                ts += 1;
+                packet(ts)
+            })
+            .collect();
+        tx.send(commit_packets(&smb, 1, id, &packets)).unwrap();
+        if id % 10 == 9 {
+            assert!(service.flush(false, Duration::from_secs(5)));
+        }
+    }
+    drop(tx);
+    (service.stop(false).unwrap(), chunks as usize * 10)
+}
+
+#[test]
+fn in_memory_trace_at_stop() {
+    let (bytes, n) = run(SessionConfig::default(), 50);
+    check_trace(&bytes, n);
+}
+
+#[test]
+fn streamed_to_file_while_tracing() {
+    let dir = std::env::temp_dir().join(format!("tachyon-session-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("trace.pftrace");
+    let config = SessionConfig {
+        write_into_file: true,
+        file_write_period: Duration::from_millis(100),
+        output_path: Some(path.clone()),
+        ..SessionConfig::default()
+    };
+    let (mem, n) = run(config, 200);
+    assert!(mem.is_empty(), "a file session returns nothing in memory");
+    let bytes = std::fs::read(&path).unwrap();
+    check_trace(&bytes, n);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn trace_config_is_read() {
+    // buffers { size_kb: 1024 fill_policy: DISCARD } data_sources { config { name: "track_event"
+    // target_buffer: 0 } } duration_ms: 1500 write_into_file: true file_write_period_ms: 50
+    let mut buf = protozero::HeapBuffered::new();
+    {
+        let mut c: tachyon_protos::TraceConfig<'_> = buf.root();
+        {
+            let mut b = c.add_buffers();
+            b.set_size_kb(1024);
+            b.set_fill_policy(tachyon_protos::trace_config::buffer_config::FillPolicy::Discard);
+        }
+        {
+            let mut ds = c.add_data_sources();
+            let mut cfg = ds.set_config();
+            cfg.set_name("track_event");
+            cfg.set_target_buffer(0);
+        }
+        c.set_duration_ms(1500);
+        c.set_write_into_file(true);
+        c.set_file_write_period_ms(50);
+    }
+    let cfg = SessionConfig::from_trace_config(&buf.serialize().unwrap()).unwrap();
+    assert_eq!(cfg.buffers[0].size_bytes, 1 << 20);
+    assert_eq!(cfg.buffers[0].policy, tachyon_service::FillPolicy::Discard);
+    assert_eq!(cfg.data_sources[0].name, "track_event");
+    assert_eq!(cfg.duration, Some(Duration::from_millis(1500)));
+    assert!(cfg.write_into_file);
+    assert_eq!(
+        cfg.file_write_period,
+        Duration::from_millis(100),
+        "clamped to the minimum"
+    );
+
+    // A data source targeting a buffer that does not exist is an error, not a crash.
+    let mut buf = protozero::HeapBuffered::new();
+    {
+        let mut c: tachyon_protos::TraceConfig<'_> = buf.root();
+        c.add_buffers().set_size_kb(64);
+        c.add_data_sources().set_config().set_target_buffer(3);
+    }
+    assert!(SessionConfig::from_trace_config(&buf.serialize().unwrap()).is_err());
+    assert!(SessionConfig::from_trace_config(&[0x0a, 0x05]).is_err());
+}
