@@ -1,0 +1,1027 @@
+//! [`TraceWriter`]: one packet sequence, serialized with protozero straight into chunks of the
+//! shared memory buffer.
+//!
+//! The design (layout, fragmentation, patches, drops, allocations) is documented on
+//! [`TraceWriter`], where users read it. Maintainers: the protozero [`Delegate`] is
+//! `ChunkDelegate`; every write into chunk memory goes through `ChunkDelegate::store`, which
+//! checks bounds before its one `unsafe` copy.
+
+use std::fmt;
+use std::ptr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use protozero::{ContiguousMemoryRange, Delegate, Message, MessageWriter, ScatteredStreamWriter};
+use tachyon_abi::{
+    Chunk, ChunkFlags, ChunkHeader, ChunkToMove, CommitRequest, Packets,
+    DROP_PACKET_FRAGMENT_HEADER, FRAGMENT_HEADER_SIZE, MAX_PAGE_SIZE, MAX_WRITER_PACKET_COUNT,
+};
+use tachyon_protos::TracePacket;
+
+use crate::writer::arbiter::{BufferExhaustedPolicy, SmbArbiter};
+use crate::writer::patch_list::PatchList;
+
+/// Size of each writer's scratch chunk, where dropped packets go (Perfetto's garbage chunk is
+/// 1 KiB too, but one static buffer shared by all threads).
+pub const SCRATCH_CHUNK_SIZE: usize = 1024;
+
+/// `previous_packet_dropped` on the first packet after drops: `DATA_LOSS_PRESENT` (1) |
+/// `DATA_LOSS_SMB_FULL` (256), Perfetto's `DataLossReason` bits.
+pub const PREVIOUS_PACKET_DROPPED_SMB_FULL: u32 = 257;
+
+/// A packet does not start with less room than this in the chunk (Perfetto: header + 8).
+const MIN_PACKET_ROOM: usize = FRAGMENT_HEADER_SIZE + 8;
+
+/// Bytes at the end of every chunk the stream never writes: room for a drop marker (4 bytes) or
+/// the filler of an inflated count (1 byte).
+const CHUNK_TAIL_RESERVE: usize = FRAGMENT_HEADER_SIZE;
+
+/// Zeros to fill the rest of a buffer with when the writer leaves it between packets (the
+/// largest range is a 32 KiB page's chunk). In `.bss`: costs no binary size.
+static ZEROS: [u8; MAX_PAGE_SIZE + FRAGMENT_HEADER_SIZE] =
+    [0; MAX_PAGE_SIZE + FRAGMENT_HEADER_SIZE];
+
+/// Per-writer counters (exact).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriterStats {
+    /// Packets started with [`TraceWriter::new_trace_packet`].
+    pub packets: u64,
+    /// Of those, packets that did not reach the buffer whole (buffer exhausted, or the writer
+    /// broke).
+    pub packets_dropped: u64,
+    /// Of the dropped packets, those marked in a chunk handed to the service (a drop sentinel,
+    /// or a continuation that never comes), which the service counts lost too (see the module
+    /// docs).
+    pub packets_dropped_marked: u64,
+    /// Episodes of dropping (Perfetto's `drop_count_`).
+    pub drop_episodes: u64,
+    /// Chunks handed back and committed.
+    pub chunks_committed: u64,
+    /// Patches committed.
+    pub patches_committed: u64,
+    /// protozero errors that broke the writer (0 or 1).
+    pub errors: u64,
+}
+
+/// What a call to `get_new_buffer` outside a packet is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Switch {
+    /// A packet is about to start and needs a fresh chunk.
+    NewPacket,
+    /// `flush()`: hand the chunk back and take none.
+    Park,
+}
+
+/// What looking for the next chunk without waiting found.
+enum Next {
+    /// A chunk.
+    Found(Chunk<'static>),
+    /// None, and the policy allows waiting: the writer will, after handing its chunk back.
+    Wait,
+    /// None, and the writer drops.
+    Drop,
+}
+
+// === Scratch ===
+
+/// A heap buffer owned through a raw pointer (protozero writes into it through raw pointers).
+struct Scratch {
+    /// From `Box::<[u8]>::into_raw`, `len` bytes, freed in `Drop`.
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Scratch {
+    fn new(len: usize) -> Self {
+        let ptr = Box::into_raw(vec![0u8; len].into_boxed_slice()).cast::<u8>();
+        Scratch { ptr, len }
+    }
+
+    /// The first `n` bytes (`n <= len`).
+    fn head(&self, n: usize) -> ContiguousMemoryRange {
+        ContiguousMemoryRange {
+            begin: self.ptr,
+            end: self.ptr.wrapping_add(n.min(self.len)),
+        }
+    }
+
+    fn range(&self) -> ContiguousMemoryRange {
+        self.head(self.len)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let slice = ptr::slice_from_raw_parts_mut(self.ptr, self.len);
+        // SAFETY: `ptr`/`len` come from `Box::into_raw` of a boxed slice of exactly `len` bytes,
+        // freed once, here.
+        drop(unsafe { Box::from_raw(slice) });
+    }
+}
+
+// === ChunkDelegate ===
+
+/// The writer's state, living inside the protozero stream as its [`Delegate`]. The
+/// [`TraceWriter`] reaches it between protozero calls with `delegate_mut()`.
+struct ChunkDelegate {
+    // The chunks come first: fields drop in declaration order, and a `Chunk<'static>` must not
+    // outlive the arbiter (below) that keeps its memory alive.
+    /// The chunk being written (BeingWritten, ours).
+    cur: Option<Chunk<'static>>,
+    /// The outcome of looking for the next chunk, found early by `annotate_patch` (it must know
+    /// whether the packet will continue before it redirects a size field).
+    prefetched: Option<Next>,
+    /// `cur`'s payload, `[payload_begin, payload_end)`; null without a chunk.
+    payload_begin: *mut u8,
+    payload_end: *mut u8,
+    cur_chunk_id: u32,
+    /// `cur`'s packet count as we last stored it.
+    count: u16,
+    /// The count includes one packet more than has started (count inflation, see
+    /// [`TraceWriter`]).
+    inflated: bool,
+    /// A size field of `cur` was redirected to a patch slot.
+    cur_needs_patching: bool,
+    /// Header and first data byte of the open packet's fragment in `cur` (null: none).
+    fragment_header: *mut u8,
+    fragment_start: *mut u8,
+    /// End of the last finished fragment in `cur` (where a filler or marker goes).
+    data_end: *mut u8,
+
+    /// Inside a packet (protozero asking for a buffer means the packet continues).
+    in_packet: bool,
+    switch: Switch,
+    /// The next packet must start in a new chunk (1022 packets in this one, or a retry after a
+    /// dropped packet went round the scratch chunk).
+    need_switch: bool,
+    /// Writing into the scratch chunk: packets are lost.
+    dropping: bool,
+    /// The next packet that reaches the buffer gets `previous_packet_dropped`.
+    report_drop: bool,
+    /// The next packet is the writer's first.
+    first_packet: bool,
+    /// The stream hit a protozero error; every later packet is dropped.
+    broken: bool,
+
+    next_chunk_id: u32,
+    page_hint: usize,
+    flush_seen: u64,
+    writer_id: u16,
+    target_buffer: u16,
+    policy: BufferExhaustedPolicy,
+    scratch: Scratch,
+    patches: PatchList,
+    stats: WriterStats,
+    arbiter: Arc<SmbArbiter>,
+}
+
+// SAFETY: the raw pointers point into memory this delegate owns exclusively: the chunk it holds
+// in the BeingWritten state (no other writer may touch it, and the arbiter's contract keeps this
+// process's service off it), its scratch chunk and its patch slots (heap allocations freed only
+// in its `Drop`). Moving the delegate to another thread moves that ownership with it; nothing is
+// left shared with the old thread. `Chunk` and `Arc<SmbArbiter>` are `Send` themselves.
+unsafe impl Send for ChunkDelegate {}
+
+impl fmt::Debug for ChunkDelegate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ChunkDelegate")
+            .field("writer_id", &self.writer_id)
+            .field("target_buffer", &self.target_buffer)
+            .field(
+                "cur_chunk_id",
+                &self.cur.as_ref().map(|_| self.cur_chunk_id),
+            )
+            .field("count", &self.count)
+            .field("dropping", &self.dropping)
+            .field("broken", &self.broken)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ChunkDelegate {
+    fn chunk_header(&self, count: u16, flags: ChunkFlags) -> ChunkHeader {
+        ChunkHeader {
+            packets: Packets::new(count, flags).unwrap_or(Packets::EMPTY),
+            ..ChunkHeader::new(self.writer_id, self.next_chunk_id)
+        }
+    }
+
+    /// The policy in force: `StallThenDrop` does not wait again while the writer is already
+    /// dropping.
+    fn may_wait(&self) -> bool {
+        match self.policy {
+            BufferExhaustedPolicy::Drop => false,
+            BufferExhaustedPolicy::StallThenDrop { timeout } => {
+                !self.dropping && !timeout.is_zero()
+            }
+            BufferExhaustedPolicy::Stall { timeout } => !timeout.is_zero(),
+        }
+    }
+
+    /// Looks for the next chunk without waiting.
+    fn try_next(&mut self, count: u16, flags: ChunkFlags) -> Next {
+        let header = self.chunk_header(count, flags);
+        match self.arbiter.try_acquire_chunk(header, &mut self.page_hint) {
+            Some(chunk) => Next::Found(chunk),
+            None if self.may_wait() => Next::Wait,
+            None => Next::Drop,
+        }
+    }
+
+    /// Waits for the next chunk as long as the policy allows. The writer holds no chunk while
+    /// it waits (see [`TraceWriter`]'s docs).
+    #[cold]
+    fn stall_for(&mut self, count: u16, flags: ChunkFlags) -> Option<Chunk<'static>> {
+        let header = self.chunk_header(count, flags);
+        let timeout = self.policy.timeout();
+        self.arbiter.stall(header, timeout, &mut self.page_hint)
+    }
+
+    /// Leaves drop mode (a chunk was acquired): the next packet says packets were lost.
+    fn leave_drop_mode(&mut self) {
+        if self.dropping {
+            self.dropping = false;
+            self.report_drop = true;
+        }
+    }
+
+    /// Makes `chunk` (acquired with `count` packets) the current chunk.
+    fn install(&mut self, mut chunk: Chunk<'static>, count: u16) {
+        self.payload_begin = chunk.payload_ptr();
+        self.payload_end = self.payload_begin.wrapping_add(chunk.payload_size());
+        self.cur_chunk_id = self.next_chunk_id;
+        self.next_chunk_id = self.next_chunk_id.wrapping_add(1);
+        self.count = count;
+        self.inflated = false;
+        self.cur_needs_patching = false;
+        self.need_switch = false;
+        self.data_end = ptr::null_mut();
+        self.cur = Some(chunk);
+    }
+
+    /// The stream's range in the current chunk, from `begin`.
+    fn chunk_range(&self, begin: *mut u8) -> ContiguousMemoryRange {
+        ContiguousMemoryRange {
+            begin,
+            end: self.payload_end.wrapping_sub(CHUNK_TAIL_RESERVE),
+        }
+    }
+
+    /// Whether `[p, p + n)` lies in the current chunk's payload.
+    fn in_chunk(&self, p: *const u8, n: usize) -> bool {
+        self.cur.is_some()
+            && ContiguousMemoryRange {
+                begin: self.payload_begin,
+                end: self.payload_end,
+            }
+            .contains(p, n)
+    }
+
+    /// Writes `bytes` at `at` in the current chunk; does nothing if that is not entirely inside
+    /// the chunk's payload (a bug, but never a stray write).
+    #[inline(always)]
+    fn store(&mut self, at: *mut u8, bytes: &[u8]) {
+        if self.in_chunk(at, bytes.len()) {
+            // SAFETY: `at .. at + len` lies in the payload of `cur` (checked above), a chunk
+            // this writer holds in the BeingWritten state: no other writer may write it and, by
+            // `SmbArbiter::new`'s contract, nothing else in this process accesses it in a way
+            // that races with this store. The protozero
+            // stream writes the same chunk only through its own raw pointers, at positions after
+            // the ones the writer patches here (fragment headers are reserved before the packet
+            // data, markers and fillers go after the last finished fragment, where the stream's
+            // zero-filling has already passed), and never during this call: stream and delegate
+            // run on this thread, one call at a time. `bytes` is a shared borrow of other memory.
+            unsafe { ptr::copy_nonoverlapping(bytes.as_ptr(), at, bytes.len()) };
+        }
+    }
+
+    /// Back-fills the fragment header of the open packet with the size of its data up to `end`.
+    #[inline(always)]
+    fn close_fragment(&mut self, end: *mut u8) {
+        let size = (end as usize).saturating_sub(self.fragment_start as usize);
+        // A fragment is at most a chunk (< 2^16), far below the 2^28 − 1 the 4-byte redundant
+        // varint holds (the same bytes as `tachyon_abi::encode_fragment_header`).
+        let header = protozero::wire::redundant_varint(size as u32);
+        self.store(self.fragment_header, &header);
+        self.fragment_header = ptr::null_mut();
+    }
+
+    /// Counts one more packet in the current chunk (release store: everything written before
+    /// is visible to a service that loads the count).
+    #[inline(always)]
+    fn bump_count(&mut self) {
+        if let Some(chunk) = self.cur.as_mut() {
+            // Cannot overflow: the writer stops at 1022 packets plus one inflated.
+            self.count = chunk.increment_packet_count().unwrap_or(self.count);
+        }
+    }
+
+    /// Completes the current chunk and commits it with the ready patches.
+    fn return_chunk(&mut self) {
+        let Some(chunk) = self.cur.take() else {
+            return;
+        };
+        let (page, index) = (chunk.page_idx() as u32, chunk.chunk_idx() as u32);
+        self.payload_begin = ptr::null_mut();
+        self.payload_end = ptr::null_mut();
+        self.fragment_header = ptr::null_mut();
+        self.data_end = ptr::null_mut();
+        self.inflated = false;
+        if !self.arbiter.complete_chunk(chunk) {
+            // Someone corrupted the page word; the chunk is lost (counted by the arbiter).
+            self.commit_ready_patches();
+            return;
+        }
+        let mut request = CommitRequest {
+            chunks_to_move: vec![ChunkToMove {
+                page,
+                chunk: index,
+                target_buffer: self.target_buffer,
+            }],
+            ..CommitRequest::default()
+        };
+        self.stats.patches_committed += self.patches.take_ready(
+            self.writer_id,
+            self.target_buffer,
+            &mut request.chunks_to_patch,
+        ) as u64;
+        self.arbiter.commit(request);
+        self.stats.chunks_committed += 1;
+        self.arbiter
+            .counters
+            .chunks_committed
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Commits the patches that are ready, if any.
+    #[cold]
+    fn commit_ready_patches(&mut self) {
+        if !self.patches.any_ready() {
+            return;
+        }
+        let mut request = CommitRequest::default();
+        self.stats.patches_committed += self.patches.take_ready(
+            self.writer_id,
+            self.target_buffer,
+            &mut request.chunks_to_patch,
+        ) as u64;
+        self.arbiter.commit(request);
+    }
+
+    /// Hands the current chunk back between packets: with a drop marker in the slot of the
+    /// inflated count when `marker`, else with the filler byte an inflated count needs.
+    fn close_chunk_between_packets(&mut self, marker: bool) {
+        if self.cur.is_none() {
+            return;
+        }
+        let at = self.data_end;
+        if !at.is_null() {
+            if marker {
+                if !self.inflated {
+                    self.bump_count();
+                }
+                self.store(at, &DROP_PACKET_FRAGMENT_HEADER);
+                self.stats.packets_dropped_marked += 1;
+            } else if self.inflated {
+                self.store(at, &[0]);
+            }
+        }
+        self.return_chunk();
+    }
+
+    /// Starts (or continues) an episode of dropping.
+    #[cold]
+    fn enter_drop_mode(&mut self) {
+        if !self.dropping {
+            self.dropping = true;
+            self.stats.drop_episodes += 1;
+            self.arbiter
+                .counters
+                .drop_episodes
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        self.need_switch = false;
+    }
+
+    /// Counts one lost packet; `marked` if a sentinel in the buffer stands for it.
+    #[cold]
+    fn record_drop(&mut self, marked: bool) {
+        self.stats.packets_dropped += 1;
+        if marked {
+            self.stats.packets_dropped_marked += 1;
+        }
+        self.arbiter
+            .counters
+            .packets_dropped
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `get_new_buffer` inside a packet: continue it in a new chunk, or drop it.
+    #[cold]
+    fn continue_packet(&mut self, used_end: *mut u8) -> ContiguousMemoryRange {
+        if self.dropping || self.cur.is_none() {
+            // The packet is already lost: go round the scratch chunk again, and try the buffer
+            // again at the next packet.
+            self.need_switch = true;
+            return self.scratch.range();
+        }
+        let next = match self.prefetched.take() {
+            Some(next) => next,
+            None => self.try_next(1, ChunkFlags::FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK),
+        };
+        match next {
+            Next::Found(chunk) => {
+                self.hand_over_continuing(used_end);
+                self.continue_in(chunk)
+            }
+            Next::Wait => {
+                // Hand the chunk back before waiting, as if the packet went on: a writer that
+                // waits holds no chunk, so the service can always make progress.
+                self.hand_over_continuing(used_end);
+                match self.stall_for(1, ChunkFlags::FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK) {
+                    Some(chunk) => self.continue_in(chunk),
+                    None => {
+                        // The continuation never comes: the service counts the packet lost when
+                        // the sequence's next chunk does not continue it (or at its last read).
+                        self.enter_drop_mode();
+                        self.record_drop(true);
+                        self.scratch.range()
+                    }
+                }
+            }
+            Next::Drop => {
+                // The packet cannot be finished: its fragment here becomes the drop sentinel so
+                // the service discards it (size fields pointing here were already dropped:
+                // `annotate_patch` returned null). No continuation or patching flags.
+                let header = self.fragment_header;
+                self.store(header, &DROP_PACKET_FRAGMENT_HEADER);
+                self.return_chunk();
+                self.enter_drop_mode();
+                self.record_drop(true);
+                self.scratch.range()
+            }
+        }
+    }
+
+    /// Closes the open packet's fragment at `used_end`, flags the chunk "continues on next"
+    /// (and "needs patching" if a size field was redirected), and hands it back.
+    fn hand_over_continuing(&mut self, used_end: *mut u8) {
+        self.close_fragment(used_end);
+        let mut flags = ChunkFlags::LAST_PACKET_CONTINUES_ON_NEXT_CHUNK;
+        if self.cur_needs_patching {
+            flags = flags.union(ChunkFlags::CHUNK_NEEDS_PATCHING);
+        }
+        if let Some(cur) = self.cur.as_mut() {
+            cur.set_flags(flags);
+        }
+        self.return_chunk();
+    }
+
+    /// Makes `chunk` (acquired with count 1, "continues from previous") the current chunk and
+    /// opens the continuation fragment at its start.
+    fn continue_in(&mut self, chunk: Chunk<'static>) -> ContiguousMemoryRange {
+        self.install(chunk, 1);
+        let header = self.payload_begin;
+        self.store(header, &[0; FRAGMENT_HEADER_SIZE]);
+        self.fragment_header = header;
+        self.fragment_start = header.wrapping_add(FRAGMENT_HEADER_SIZE);
+        self.chunk_range(self.fragment_start)
+    }
+
+    /// `get_new_buffer` between packets (the writer forced the stream out of its buffer).
+    #[cold]
+    fn switch_between_packets(&mut self) -> ContiguousMemoryRange {
+        if self.switch == Switch::Park {
+            self.close_chunk_between_packets(false);
+            // Exactly the 4 bytes the forced write still has to put somewhere: the stream is
+            // left with no room, so the next packet starts with a chunk switch.
+            return self.scratch.head(FRAGMENT_HEADER_SIZE);
+        }
+        self.need_switch = false;
+        let next = self.try_next(0, ChunkFlags::NONE);
+        let chunk = match next {
+            Next::Found(chunk) => {
+                self.close_chunk_between_packets(false);
+                Some(chunk)
+            }
+            Next::Wait => {
+                // Hand the chunk back first: a writer that waits holds no chunk.
+                self.close_chunk_between_packets(false);
+                self.stall_for(0, ChunkFlags::NONE)
+            }
+            Next::Drop => {
+                // The packet about to start is lost: mark it after the last packet of the chunk
+                // handed back (if this episode just began; later ones have no chunk).
+                let starts = !self.dropping;
+                self.close_chunk_between_packets(starts);
+                None
+            }
+        };
+        match chunk {
+            Some(chunk) => {
+                self.leave_drop_mode();
+                self.install(chunk, 0);
+                self.chunk_range(self.payload_begin)
+            }
+            None => {
+                self.enter_drop_mode();
+                self.scratch.range()
+            }
+        }
+    }
+
+    /// `annotate_patch`: where the size of an open nested message at `size_field` must go now
+    /// that the writer leaves the buffer holding it.
+    #[cold]
+    fn redirect_size_field(&mut self, size_field: *mut u8) -> *mut u8 {
+        if !self.in_packet || self.dropping || !self.in_chunk(size_field, FRAGMENT_HEADER_SIZE) {
+            // In the scratch chunk (or not ours at all): the size is worthless, drop it.
+            return ptr::null_mut();
+        }
+        // Only a packet that continues in a new chunk needs its sizes: find out now.
+        if self.prefetched.is_none() {
+            let next = self.try_next(1, ChunkFlags::FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK);
+            self.prefetched = Some(next);
+        }
+        if matches!(self.prefetched, Some(Next::Drop)) {
+            // The packet will be dropped and its fragment here marked: no patch.
+            return ptr::null_mut();
+        }
+        // Found, or the writer will wait for it: the chunk is handed over as continuing.
+        let offset = size_field as usize - self.payload_begin as usize;
+        self.cur_needs_patching = true;
+        self.patches.alloc(self.cur_chunk_id, offset as u32)
+    }
+
+    /// The stream failed (protozero error): abandon the packet and stop writing.
+    #[cold]
+    fn break_writer(&mut self) {
+        self.broken = true;
+        self.stats.errors += 1;
+        if !self.dropping && !self.fragment_header.is_null() {
+            let header = self.fragment_header;
+            self.store(header, &DROP_PACKET_FRAGMENT_HEADER);
+            self.record_drop(true);
+        }
+        // Nested messages of the packet will never end: release the chunks waiting for them.
+        self.patches.force_ready();
+        self.return_chunk();
+        self.commit_ready_patches();
+    }
+}
+
+// SAFETY: the three promises of the `Delegate` contract:
+// 1. Ranges are either the payload of a chunk this writer just acquired (BeingWritten: exclusively
+//    ours in the SMB protocol; nothing else in this process touches it by `SmbArbiter::new`'s
+//    contract), minus its last 4 bytes, or a prefix of the writer's own scratch allocation. The
+//    chunk ranges are at least 280 bytes, the scratch ranges at least 4 (`Park`, where the writer
+//    asks for 1) or 1024, so every range is at least `min_len` (1 or 4). A new range never
+//    overlaps a range still in use (the previous one is left by then), nor a patch slot (separate
+//    heap blocks).
+// 2. A chunk range stays valid until the next `get_new_buffer` call, where the chunk is returned;
+//    `annotate_patch` never returns the address it was given, so nothing in a returned chunk is
+//    written later. The scratch chunk lives as long as the delegate.
+// 3. Patch slots come from `PatchList`: blocks freed only when the delegate is dropped, a slot
+//    reused only after its first byte became non-zero. Null is returned when a size must be
+//    dropped.
+unsafe impl Delegate for ChunkDelegate {
+    fn get_new_buffer(
+        &mut self,
+        used_end: *mut u8,
+        _min_len: usize,
+    ) -> Option<ContiguousMemoryRange> {
+        Some(if self.in_packet {
+            self.continue_packet(used_end)
+        } else {
+            self.switch_between_packets()
+        })
+    }
+
+    fn annotate_patch(&mut self, size_field: *mut u8) -> *mut u8 {
+        self.redirect_size_field(size_field)
+    }
+}
+
+// === TraceWriter ===
+
+/// Writes one packet sequence (one per thread) with protozero straight into chunks of an
+/// arbiter's shared memory buffer.
+///
+/// Made by [`SmbArbiter::create_trace_writer`] (or per thread by
+/// [`SmbArbiter::with_thread_writer`]). Start a packet with
+/// [`new_trace_packet`](TraceWriter::new_trace_packet) or write one with
+/// [`write_packet`](TraceWriter::write_packet). Not `Sync`: one thread writes at a time (the
+/// writer may be moved between threads). Dropping it flushes and releases its writer id.
+///
+/// # A packet in a chunk
+///
+/// ```text
+///  chunk payload (the writer's range ends 4 bytes early: room for a drop marker)
+///  +----------+----------+----------+----------+-----+---------------------------+------+
+///  | hdr (4B) | packet 0 | hdr (4B) | packet 1 | ... | unused (zeroed on return) | tail |
+///  +----------+----------+----------+----------+-----+---------------------------+------+
+///  hdr: fragment size as a 4-byte redundant varint, e.g. 7 = 87 80 80 00
+/// ```
+///
+/// [`new_trace_packet`](TraceWriter::new_trace_packet) reserves the 4-byte fragment header and
+/// counts the packet in the chunk header (release store) *before* the packet is written, as
+/// Perfetto does; when the packet handle is dropped the header is back-filled and the count is
+/// *inflated* by one more, so that a service scraping the chunk (which ignores the last counted
+/// packet, possibly unfinished) sees the finished packet. The next packet reuses the inflated
+/// count; a chunk returned with the count still inflated gets a 0x00 byte at the end of its data
+/// (an empty fragment, which the service skips). A chunk is returned when fewer than 12 bytes are
+/// left or after 1022 packets (so that inflation never exceeds the 10-bit count).
+///
+/// Root fragment headers are always the 4-byte redundant form: the 1-byte compaction Perfetto
+/// does for small packets needs to move the stream's write pointer back, which protozero's public
+/// writer does not offer. Nested messages are compacted by protozero as usual.
+///
+/// # A packet across chunks
+///
+/// When the packet does not fit, protozero asks the delegate for a new buffer. The writer looks
+/// for the next chunk (header: count 1, "first packet continues from previous chunk"),
+/// back-fills the fragment size in the chunk it leaves, flags it "last packet continues on next
+/// chunk", returns and commits it, then reserves a fragment header at the start of the new
+/// chunk. Size fields of nested messages still open in the chunk being left are redirected
+/// (protozero calls `annotate_patch` for each, before asking for the buffer) to patch slots,
+/// and that chunk is flagged "needs patching"; ready patches travel with the next commit, grouped
+/// per chunk, with `has_more_patches` (see `patch_list.rs`).
+///
+/// # When the buffer is full
+///
+/// The writer first looks for a free chunk without waiting. If there is none:
+///
+/// - If its [`BufferExhaustedPolicy`] lets it wait (`Stall`, or `StallThenDrop` at the start of
+///   an episode), it **hands its current chunk back first** (as a packet boundary, or as
+///   "continues on next chunk" in the middle of a packet), then waits, bounded. Perfetto waits
+///   while holding its chunk: a writer then needs two chunks to make progress, a buffer with one
+///   free chunk deadlocks a lone stalling writer, and N stalling writers pin N chunks. Here a
+///   waiting writer pins nothing, so the service can always free what it needs.
+/// - Otherwise, or once the wait timed out, the writer drops: it writes into its own 1 KiB
+///   scratch chunk (allocated with the writer) and throws it away, and every packet that does
+///   not reach the buffer is counted ([`WriterStats::packets_dropped`], exact).
+///
+/// The loss is also *marked in the buffer* whenever the writer still holds the chunk where it
+/// happens, so the service reports it even if the writer never gets another chunk:
+///
+/// - A packet cut in the middle when the writer drops without waiting gets the drop sentinel
+///   (2^28 − 1) as the size of its fragment in the chunk it leaves; the service discards the
+///   partial packet (`trace_writer_packet_loss`). Size fields pointing into that chunk are
+///   dropped (`annotate_patch` returns null); earlier chunks' patches still ship.
+/// - A packet cut in the middle after a wait that timed out already left its chunk as
+///   "continues on next chunk": the service counts it lost when the sequence's next chunk does
+///   not continue it, or at its last read. Its patches ship as usual.
+/// - A packet that cannot even start (no chunk at a packet boundary, no wait) is marked by a
+///   sentinel fragment appended in the slot of the inflated count of the chunk being returned.
+///   Perfetto instead overwrites the size of the *last finished packet* with the sentinel,
+///   sacrificing a packet that was fine; Tachyon keeps 4 bytes free at the end of each chunk for
+///   the marker and loses nothing extra. For the service both look the same: one sentinel, one
+///   `trace_writer_packet_loss`, one packet lost.
+/// - A packet that cannot start after a wait timed out, and later packets of an episode, have no
+///   chunk to be marked in: only the writer's counters (summed in the arbiter's
+///   [`crate::ArbiterStats`], for the session's stats) and the next packet's
+///   `previous_packet_dropped` report them.
+///
+/// So a packet counted in [`WriterStats::packets_dropped_marked`] is one the service counts
+/// lost too; the others it cannot see. With `written` = packets started:
+/// written = read + (dropped − dropped_marked) + packets the service counts lost, exactly.
+///
+/// The writer retries the buffer at the next packet start once the scratch chunk is full (or a
+/// dropped packet went round it), as Perfetto. The first packet that reaches the buffer again
+/// carries `previous_packet_dropped = 257` (`DATA_LOSS_PRESENT | DATA_LOSS_SMB_FULL`). The very
+/// first packet of every writer carries `first_packet_on_sequence = true` (even if it is the one
+/// dropped: then no packet does, and the next one says `previous_packet_dropped`).
+///
+/// # What allocates
+///
+/// Creating a writer (the scratch chunk, one block of 16 patch slots, small vectors). Handing a
+/// chunk back: the commit's `Vec` of one chunk to move (and of patches, if any), plus the
+/// channel's block every 31 commits — once per chunk, i.e. about once per 4 KiB written. A
+/// 17th simultaneously outstanding patch slot adds a block. Nothing else: starting a packet,
+/// writing fields, finishing a packet within a chunk do not allocate.
+///
+/// # Errors
+///
+/// protozero's sticky errors (more than 64 nested messages open, a nested message above 256 MiB)
+/// leave the stream unable to write. The writer then marks the packet dropped in its chunk,
+/// hands the chunk back and drops every later packet (counted). It is *broken*:
+/// [`TraceWriter::is_broken`]; the thread-local facility replaces a broken writer.
+pub struct TraceWriter {
+    stream: ScatteredStreamWriter<ChunkDelegate>,
+}
+
+impl fmt::Debug for TraceWriter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TraceWriter")
+            .field("state", self.stream.delegate())
+            .finish_non_exhaustive()
+    }
+}
+
+impl TraceWriter {
+    pub(crate) fn new(
+        arbiter: Arc<SmbArbiter>,
+        writer_id: u16,
+        first_chunk_id: u32,
+        target_buffer: u16,
+        policy: BufferExhaustedPolicy,
+    ) -> TraceWriter {
+        let scratch = Scratch::new(SCRATCH_CHUNK_SIZE);
+        // Start with an empty range (no room) at the scratch chunk, so that the first packet
+        // switches to a chunk like any other.
+        let start = scratch.head(0);
+        let delegate = ChunkDelegate {
+            cur: None,
+            prefetched: None,
+            payload_begin: ptr::null_mut(),
+            payload_end: ptr::null_mut(),
+            cur_chunk_id: 0,
+            count: 0,
+            inflated: false,
+            cur_needs_patching: false,
+            fragment_header: ptr::null_mut(),
+            fragment_start: ptr::null_mut(),
+            data_end: ptr::null_mut(),
+            in_packet: false,
+            switch: Switch::NewPacket,
+            need_switch: false,
+            dropping: false,
+            report_drop: false,
+            first_packet: true,
+            broken: false,
+            next_chunk_id: first_chunk_id,
+            page_hint: arbiter.initial_page_hint(writer_id),
+            flush_seen: arbiter.flush_generation(),
+            writer_id,
+            target_buffer,
+            policy,
+            scratch,
+            patches: PatchList::new(),
+            stats: WriterStats::default(),
+            arbiter,
+        };
+        // SAFETY: `start` is an empty range (no byte to write) at the start of the delegate's
+        // scratch allocation, which moves into the stream with the delegate (the heap memory
+        // itself does not move) and lives as long as it.
+        let stream = unsafe { ScatteredStreamWriter::with_range(delegate, start) };
+        TraceWriter { stream }
+    }
+
+    /// Starts a packet. Write it through the handle ([`TracePacketHandle::packet`] for the
+    /// generated `TracePacket` writer, [`TracePacketHandle::message`] for a raw
+    /// [`Message`]); dropping the handle finishes it. The handle borrows the writer, so packets
+    /// are written one at a time, checked by the compiler.
+    ///
+    /// Never blocks longer than the writer's [`BufferExhaustedPolicy`] allows, never allocates
+    /// unless it hands a full chunk back (see "What allocates" on [`TraceWriter`]). A packet
+    /// with no fields is not emitted: the service takes a zero-length fragment for filler.
+    #[inline]
+    pub fn new_trace_packet(&mut self) -> TracePacketHandle<'_> {
+        let avail = self.stream.bytes_available();
+        let core = self.stream.delegate_mut();
+        core.stats.packets += 1;
+        if core.broken {
+            core.record_drop(false);
+            return TracePacketHandle { writer: self };
+        }
+        if avail < MIN_PACKET_ROOM || core.need_switch {
+            core.in_packet = false;
+            core.switch = Switch::NewPacket;
+            // Fill the rest of the buffer, then write the header into the next one.
+            self.force_switch(avail);
+        } else {
+            self.stream.write_bytes(&[0; FRAGMENT_HEADER_SIZE]);
+        }
+        // The 4 bytes just written, contiguous: the fragment header.
+        let header = self.stream.write_ptr().wrapping_sub(FRAGMENT_HEADER_SIZE);
+        let core = self.stream.delegate_mut();
+        core.in_packet = true;
+        if core.dropping {
+            core.record_drop(false);
+        } else {
+            core.fragment_header = header;
+            core.fragment_start = header.wrapping_add(FRAGMENT_HEADER_SIZE);
+            if core.inflated {
+                // The count already covers this packet.
+                core.inflated = false;
+            } else {
+                core.bump_count();
+            }
+            if core.count >= MAX_WRITER_PACKET_COUNT {
+                core.need_switch = true;
+            }
+        }
+        if core.first_packet || core.report_drop {
+            self.write_sequence_marks();
+        }
+        TracePacketHandle { writer: self }
+    }
+
+    /// Writes `first_packet_on_sequence` / `previous_packet_dropped` into the new packet.
+    #[cold]
+    fn write_sequence_marks(&mut self) {
+        let core = self.stream.delegate_mut();
+        let first = std::mem::take(&mut core.first_packet);
+        let dropped = core.report_drop && !core.dropping;
+        if dropped {
+            core.report_drop = false;
+        }
+        let mut packet = TracePacket::from_message(self.stream.root_message());
+        if first {
+            packet.set_first_packet_on_sequence(true);
+        }
+        if dropped {
+            packet.set_previous_packet_dropped(PREVIOUS_PACKET_DROPPED_SMB_FULL);
+        }
+    }
+
+    /// Writes zeros over the `avail` bytes left in the stream's buffer and 4 more, so that the
+    /// stream asks the delegate for its next buffer exactly once (for the reason in `switch`)
+    /// and puts the 4 bytes at its start.
+    #[cold]
+    #[inline(never)]
+    fn force_switch(&mut self, avail: usize) {
+        let mut left = avail + FRAGMENT_HEADER_SIZE;
+        while left > 0 {
+            let n = left.min(ZEROS.len());
+            self.stream.write_bytes(&ZEROS[..n]);
+            left -= n;
+        }
+    }
+
+    /// Ends the packet started by the last `new_trace_packet` (the handle's `Drop`).
+    #[inline]
+    fn finish_packet(&mut self) {
+        if self.stream.nesting_depth() != 0 {
+            self.close_leaked_messages();
+        }
+        let end = self.stream.write_ptr();
+        let failed = self.stream.error().is_some();
+        let core = self.stream.delegate_mut();
+        core.in_packet = false;
+        if failed && !core.broken {
+            core.break_writer();
+        } else if !core.dropping && !core.broken {
+            core.close_fragment(end);
+            core.data_end = end;
+            // Inflate: a service scraping the chunk now sees this packet as finished.
+            core.bump_count();
+            core.inflated = true;
+        }
+        if core.patches.has_outstanding() {
+            core.commit_ready_patches();
+        }
+        if core.arbiter.flush_generation() != core.flush_seen {
+            self.flush();
+        }
+    }
+
+    /// Nested messages of the packet were leaked (`mem::forget`) instead of dropped: pop them
+    /// with a zero size, so the next packet starts at nesting depth 0 and their patch slots (if
+    /// any) become ready.
+    #[cold]
+    fn close_leaked_messages(&mut self) {
+        let written = self.stream.written();
+        self.stream.end_nested(1, written);
+    }
+
+    /// Hands the current chunk back, even if only partly filled, and commits it with every ready
+    /// patch. The next packet takes a new chunk. Cheap when there is nothing to flush.
+    pub fn flush(&mut self) {
+        let avail = self.stream.bytes_available();
+        let core = self.stream.delegate_mut();
+        core.flush_seen = core.arbiter.flush_generation();
+        if core.cur.is_some() && !core.broken {
+            core.in_packet = false;
+            core.switch = Switch::Park;
+            self.force_switch(avail);
+            self.stream.delegate_mut().switch = Switch::NewPacket;
+        }
+        self.stream.delegate_mut().commit_ready_patches();
+    }
+
+    /// The writer id (packet sequence within the producer), 1..=32767.
+    pub fn writer_id(&self) -> u16 {
+        self.stream.delegate().writer_id
+    }
+
+    /// The central buffer this writer targets.
+    pub fn target_buffer(&self) -> u16 {
+        self.stream.delegate().target_buffer
+    }
+
+    /// The buffer-exhaustion policy.
+    pub fn policy(&self) -> BufferExhaustedPolicy {
+        self.stream.delegate().policy
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> WriterStats {
+        self.stream.delegate().stats
+    }
+
+    /// Packets that did not reach the buffer, exactly (`stats().packets_dropped`).
+    pub fn packets_dropped(&self) -> u64 {
+        self.stream.delegate().stats.packets_dropped
+    }
+
+    /// Whether the writer is currently dropping packets (the buffer was exhausted).
+    pub fn is_dropping(&self) -> bool {
+        let core = self.stream.delegate();
+        core.dropping || core.broken
+    }
+
+    /// Whether a protozero error made the writer drop everything from now on (see the module
+    /// docs). A new writer starts afresh.
+    pub fn is_broken(&self) -> bool {
+        self.stream.delegate().broken
+    }
+
+    /// The arbiter this writer belongs to.
+    pub fn arbiter(&self) -> &Arc<SmbArbiter> {
+        &self.stream.delegate().arbiter
+    }
+
+    /// Writes one packet with `f` and finishes it: `new_trace_packet` in one call.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # let smb = Arc::new(tachyon::OwnedSmb::new(16 * 1024, tachyon::PageSize::Kib4)?);
+    /// # let (sink, _commits) = tachyon::commit_channel();
+    /// # // SAFETY: nothing scrapes the buffer.
+    /// # let arbiter = unsafe { tachyon::SmbArbiter::new(smb, Default::default(), sink) };
+    /// # let mut writer = arbiter.create_trace_writer(0)?;
+    /// writer.write_packet(|packet| {
+    ///     packet.set_timestamp(1_000);
+    ///     let mut event = packet.set_track_event();
+    ///     event.set_type(tachyon_protos::track_event::Type::Instant);
+    ///     event.set_name_iid(1);
+    /// });
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn write_packet<R>(&mut self, f: impl FnOnce(&mut TracePacket<'_>) -> R) -> R {
+        let mut handle = self.new_trace_packet();
+        let mut packet = handle.packet();
+        f(&mut packet)
+    }
+}
+
+impl Drop for TraceWriter {
+    fn drop(&mut self) {
+        self.flush();
+        let core = self.stream.delegate();
+        core.arbiter
+            .release_writer_id(core.writer_id, core.next_chunk_id);
+    }
+}
+
+// === TracePacketHandle ===
+
+/// A packet being written; dropping it finishes the packet (back-fills its size, counts it).
+///
+/// Get the generated writer with [`packet`](Self::packet) or a raw protozero [`Message`] with
+/// [`message`](Self::message); both append to the same packet and may be called several times.
+pub struct TracePacketHandle<'a> {
+    writer: &'a mut TraceWriter,
+}
+
+impl fmt::Debug for TracePacketHandle<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TracePacketHandle")
+            .field("writer_id", &self.writer.writer_id())
+            .field("dropped", &self.is_dropped())
+            .finish()
+    }
+}
+
+impl TracePacketHandle<'_> {
+    /// The packet as the generated `TracePacket` writer.
+    #[inline(always)]
+    pub fn packet(&mut self) -> TracePacket<'_> {
+        TracePacket::from_message(self.writer.stream.root_message())
+    }
+
+    /// The packet as a raw protozero message (fields by number).
+    #[inline(always)]
+    pub fn message(&mut self) -> Message<'_> {
+        self.writer.stream.root_message()
+    }
+
+    /// Whether this packet is being dropped (the buffer is exhausted): callers may skip
+    /// expensive work. Its writes are accepted and thrown away.
+    pub fn is_dropped(&self) -> bool {
+        self.writer.is_dropping()
+    }
+
+    /// Finishes the packet (same as dropping the handle).
+    pub fn finish(self) {}
+}
+
+impl Drop for TracePacketHandle<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        self.writer.finish_packet();
+    }
+}
