@@ -162,14 +162,19 @@ impl Record {
         (self.complete || f == FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK) && self.flags & f != 0
     }
 
-    /// Packets that start in this chunk and have not been read (or counted) yet.
-    fn unread_packet_starts(&self) -> u64 {
+    /// Packets that start in this chunk and have not been read (or counted) yet. `ring` is the
+    /// buffer's ring, which still holds the chunk's bytes.
+    fn unread_packet_starts(&self, ring: &[u8]) -> u64 {
         let n = self.readable_fragments();
         if self.fragments_read >= n {
             return 0;
         }
         let mut starts = (n - self.fragments_read) as u64;
         if self.fragments_read == 0 && self.flag(FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK) {
+            starts -= 1;
+        }
+        let payload = &ring[self.offset..self.offset + self.payload_len];
+        if starts > 0 && ends_with_filler(payload, self.read_offset, self.fragments_read, n) {
             starts -= 1;
         }
         starts
@@ -544,7 +549,7 @@ impl TraceBuffer {
             }
             self.stats.chunks_overwritten += 1;
             self.stats.bytes_overwritten += size as u64;
-            self.losses.overwritten += rec.unread_packet_starts();
+            self.losses.overwritten += rec.unread_packet_starts(&self.ring);
             // A continuation fragment at the front of this chunk belonged to the pending
             // packet, if any; it is now lost too.
             if rec.fragments_read == 0
@@ -647,7 +652,7 @@ impl TraceBuffer {
     /// pending packet if the chunk would have continued it.
     fn drop_rest_of_chunk(&mut self, idx: RecIdx, reason: u32) {
         let rec = self.slab[idx].as_mut().expect("indexed records exist");
-        let starts = rec.unread_packet_starts();
+        let starts = rec.unread_packet_starts(&self.ring);
         let continues = rec.fragments_read == 0 && rec.flag(FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK);
         rec.fragments_read = rec.readable_fragments();
         rec.read_offset = rec.payload_len;
@@ -814,7 +819,36 @@ fn starts_after(chunk: &ChunkToCopy<'_>, accounted: u16) -> u64 {
     if accounted == 0 && chunk.flags & FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK != 0 {
         starts -= 1;
     }
+    if starts > 0 {
+        if let Some(off) = skip_fragments(chunk.payload, accounted) {
+            if ends_with_filler(chunk.payload, off, accounted, n) {
+                starts -= 1;
+            }
+        }
+    }
     starts
+}
+
+/// Whether the last of fragments `from..n` (the first at byte `offset`) is a zero-length filler:
+/// the byte a writer appends to keep an inflated packet count honest, which is not a packet.
+/// False when the headers do not parse (then every fragment counts).
+fn ends_with_filler(payload: &[u8], mut offset: usize, from: u16, n: u16) -> bool {
+    for i in from..n {
+        let Some((len, header)) = payload.get(offset..).and_then(parse_fragment_header) else {
+            return false;
+        };
+        if i + 1 == n {
+            return len == 0;
+        }
+        if len == PACKET_SIZE_DROP_PACKET {
+            return false;
+        }
+        offset = match offset.checked_add(header + len as usize) {
+            Some(o) if o <= payload.len() => o,
+            _ => return false,
+        };
+    }
+    false
 }
 
 /// The payload offset after the first `n` fragments, or `None` if their headers are invalid.

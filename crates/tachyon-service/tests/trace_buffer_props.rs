@@ -412,3 +412,36 @@ fn nothing_lost_when_the_buffer_is_big_enough() {
     assert!(first_flags.values().all(|&f| f == 1));
     assert!(buf.stats().readaheads_succeeded > 0);
 }
+
+/// The zero-length filler a writer appends after an inflated packet count is not a packet: when
+/// its chunk is overwritten or refused, it is not counted lost (regression: it was).
+#[test]
+fn filler_fragments_are_not_counted_as_lost_packets() {
+    // Two packets and the filler byte.
+    let mut payload = vec![2, 0x08, 0x01, 2, 0x08, 0x02, 0];
+    payload.resize(4000, 0);
+    for policy in [FillPolicy::RingBuffer, FillPolicy::Discard] {
+        let mut buf = TraceBuffer::new(4096, policy);
+        for id in 0..3 {
+            buf.copy_chunk(&ChunkToCopy {
+                producer: 1,
+                writer: 1,
+                chunk_id: id,
+                num_fragments: 3,
+                flags: 0,
+                payload: &payload,
+                complete: true,
+            });
+        }
+        let mut read = 0;
+        buf.read_packets(true, |_, _| read += 1);
+        // 3 chunks of 2 packets each; one 4 KiB buffer holds one chunk at a time.
+        assert_eq!(
+            read + buf.losses().total(),
+            6,
+            "{policy:?}: {:?}",
+            buf.losses()
+        );
+        assert_eq!(read, 2);
+    }
+}
