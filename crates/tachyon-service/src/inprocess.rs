@@ -4,7 +4,7 @@
 //! buffer, streams the trace to its file when asked to, and writes the end of the trace at stop.
 
 use std::io;
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -15,8 +15,28 @@ use crate::readout::ProducerIdentity;
 use crate::session::{ServiceCore, SessionConfig};
 use crate::trace_buffer::ProducerId;
 
-/// How often the service thread wakes up when no commit arrives (timers, control requests).
-const TICK: Duration = Duration::from_millis(10);
+/// How long the service thread sleeps when no commit is waiting. The thread polls rather than
+/// blocks: a blocked receiver makes every sender pay a futex wake-up (10–30 ns per packet
+/// measured on the writer side), a polling one costs the writers nothing.
+const TICK: Duration = Duration::from_millis(2);
+
+/// Where the service thread gets commits from.
+pub trait CommitSource: Send + 'static {
+    /// The next commit if one is waiting, `Ok(None)` if none is, `Err(())` once every sender is
+    /// gone and nothing is left.
+    #[allow(clippy::result_unit_err)]
+    fn try_next(&mut self) -> Result<Option<CommitRequest>, ()>;
+}
+
+impl CommitSource for Receiver<CommitRequest> {
+    fn try_next(&mut self) -> Result<Option<CommitRequest>, ()> {
+        match self.try_recv() {
+            Ok(r) => Ok(Some(r)),
+            Err(TryRecvError::Empty) => Ok(None),
+            Err(TryRecvError::Disconnected) => Err(()),
+        }
+    }
+}
 
 #[derive(Debug)]
 enum Control {
@@ -37,7 +57,7 @@ impl InProcessService {
     pub fn start(
         config: SessionConfig,
         smb: Arc<OwnedSmb>,
-        commits: Receiver<CommitRequest>,
+        commits: impl CommitSource,
         identity: ProducerIdentity,
     ) -> io::Result<Self> {
         let mut core = ServiceCore::new(config)?;
@@ -92,7 +112,7 @@ fn run(
     mut core: ServiceCore,
     producer: ProducerId,
     smb: Arc<OwnedSmb>,
-    commits: Receiver<CommitRequest>,
+    mut commits: impl CommitSource,
     control: Receiver<Control>,
 ) -> io::Result<Vec<u8>> {
     let view = smb.service();
@@ -104,21 +124,25 @@ fn run(
     let mut next_write = write_period.map(|p| start + p);
     let mut commits_open = true;
     loop {
-        if commits_open {
-            match commits.recv_timeout(TICK) {
-                Ok(req) => core.commit(producer, &view, &req),
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => commits_open = false,
+        let mut busy = false;
+        while commits_open {
+            match commits.try_next() {
+                Ok(Some(req)) => {
+                    core.commit(producer, &view, &req);
+                    busy = true;
+                }
+                Ok(None) => break,
+                Err(()) => commits_open = false,
             }
         }
-        let msg = if commits_open {
+        let msg = if busy {
             control.try_recv().ok()
         } else {
             control.recv_timeout(TICK).ok()
         };
         if let Some(msg) = msg {
             // Everything committed before the request is applied first.
-            while let Ok(req) = commits.try_recv() {
+            while let Ok(Some(req)) = commits.try_next() {
                 core.commit(producer, &view, &req);
             }
             match msg {

@@ -35,9 +35,12 @@
 //! `tachyon-service`.
 #![deny(missing_docs)]
 
+mod session;
 mod writer;
 
+pub use session::{InProcessSession, SessionOptions, StopReport};
 pub use tachyon_abi::{CommitRequest, OwnedSmb, PageLayout, PageSize, SharedMemoryAbi};
+pub use tachyon_service::SessionConfig;
 pub use writer::{
     commit_channel, default_layout, ArbiterConfig, ArbiterError, ArbiterStats,
     BufferExhaustedPolicy, ChannelCommitSink, CommitReceiver, CommitSink, Disconnected, SmbArbiter,
