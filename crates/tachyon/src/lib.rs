@@ -35,6 +35,7 @@
 //! `tachyon-service`.
 #![deny(missing_docs)]
 
+pub mod clock;
 mod session;
 mod writer;
 
