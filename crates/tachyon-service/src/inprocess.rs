@@ -60,12 +60,25 @@ impl InProcessService {
         commits: impl CommitSource,
         identity: ProducerIdentity,
     ) -> io::Result<Self> {
+        Self::start_with_flush_hook(config, smb, commits, identity, Box::new(|| {}))
+    }
+
+    /// [`start`](Self::start), with `flush_writers` called every `flush_period_ms` (the
+    /// periodic flush): the producer side asks its writers to commit what they hold, and the
+    /// commits that follow are applied (and streamed, with `write_into_file`).
+    pub fn start_with_flush_hook(
+        config: SessionConfig,
+        smb: Arc<OwnedSmb>,
+        commits: impl CommitSource,
+        identity: ProducerIdentity,
+        flush_writers: Box<dyn Fn() + Send>,
+    ) -> io::Result<Self> {
         let mut core = ServiceCore::new(config)?;
         let producer = core.add_producer(identity);
         let (control, control_rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("tachyon-service".into())
-            .spawn(move || run(core, producer, smb, commits, control_rx))?;
+            .spawn(move || run(core, producer, smb, commits, control_rx, flush_writers))?;
         Ok(InProcessService {
             control,
             thread: Some(thread),
@@ -114,6 +127,7 @@ fn run(
     smb: Arc<OwnedSmb>,
     mut commits: impl CommitSource,
     control: Receiver<Control>,
+    flush_writers: Box<dyn Fn() + Send>,
 ) -> io::Result<Vec<u8>> {
     let view = smb.service();
     let start = Instant::now();
@@ -122,6 +136,8 @@ fn run(
         .write_into_file
         .then(|| core.config().file_write_period);
     let mut next_write = write_period.map(|p| start + p);
+    let flush_period = core.config().flush_period;
+    let mut next_flush = flush_period.map(|p| start + p);
     let mut commits_open = true;
     loop {
         let mut busy = false;
@@ -169,6 +185,14 @@ fn run(
             if Instant::now() >= at {
                 core.drain(false)?;
                 next_write = Some(at + period);
+            }
+        }
+        if let (Some(at), Some(period)) = (next_flush, flush_period) {
+            if Instant::now() >= at {
+                // Writers commit at their next packet; their commits arrive in later turns.
+                flush_writers();
+                core.record_flush(true);
+                next_flush = Some(at + period);
             }
         }
     }

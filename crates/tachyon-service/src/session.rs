@@ -367,7 +367,11 @@ impl ServiceCore {
         }
         match &mut self.sink {
             Sink::Memory(v) => v.extend_from_slice(&self.staged[..take]),
-            Sink::File(f) => f.write_all(&self.staged[..take])?,
+            Sink::File(f) => {
+                f.write_all(&self.staged[..take])?;
+                // Streaming means the data is in the file now, not in a userspace buffer.
+                f.flush()?;
+            }
         }
         self.stats.bytes_written += take as u64;
         self.staged.clear();

@@ -86,12 +86,25 @@ impl InProcessSession {
             pid: std::process::id() as i32,
             uid: current_uid(),
         };
-        let service = InProcessService::start(config, smb.clone(), receiver, identity)?;
         // SAFETY: the only other user of the buffer in this process is the service thread, which
         // copies chunks only after writers released them (Complete) and never scrapes (the
-        // service is always stopped with `scrape = false` below), so no chunk a writer is
-        // writing is ever read concurrently.
-        let arbiter = unsafe { SmbArbiter::new(smb, options.arbiter, sink) };
+        // service is always flushed and stopped with `scrape = false` below), so no chunk a
+        // writer is writing is ever read concurrently.
+        let arbiter = unsafe { SmbArbiter::new(smb.clone(), options.arbiter, sink) };
+        // The periodic flush (`flush_period_ms`) asks writers to commit at their next packet.
+        let hook_arbiter = Arc::downgrade(&arbiter);
+        let flush_writers = Box::new(move || {
+            if let Some(a) = hook_arbiter.upgrade() {
+                a.request_flush();
+            }
+        });
+        let service = InProcessService::start_with_flush_hook(
+            config,
+            smb,
+            receiver,
+            identity,
+            flush_writers,
+        )?;
         Ok(InProcessSession {
             arbiter,
             service: Some(service),

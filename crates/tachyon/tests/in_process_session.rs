@@ -75,3 +75,49 @@ fn eight_threads_into_an_in_process_session() {
     }
     assert_eq!(read + report.arbiter.packets_dropped, THREADS * PACKETS);
 }
+
+/// `flush_period_ms` with `write_into_file`: a thread writing far less than a chunk still
+/// reaches the file while the session runs (without the periodic flush it would only commit
+/// when its chunk fills, which these few small packets never do).
+#[test]
+fn periodic_flush_streams_a_slow_writer() {
+    let dir = std::env::temp_dir().join(format!("tachyon-periodic-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("trace.pftrace");
+    let config = SessionConfig {
+        write_into_file: true,
+        file_write_period: std::time::Duration::from_millis(100),
+        flush_period: Some(std::time::Duration::from_millis(50)),
+        output_path: Some(path.clone()),
+        ..SessionConfig::default()
+    };
+    let session = InProcessSession::start(config).unwrap();
+    let arbiter = session.arbiter().clone();
+    // The writer writes one small packet each time it is told to, and stays alive.
+    let (tell, told) = std::sync::mpsc::channel::<bool>();
+    let writer = std::thread::spawn(move || {
+        let mut i = 0;
+        while told.recv() == Ok(true) {
+            i += 1;
+            arbiter.with_thread_writer(0, |w| w.new_trace_packet().packet().set_timestamp(i));
+        }
+    });
+    let mut seen = 0;
+    for _ in 0..200 {
+        tell.send(true).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let bytes = std::fs::read(&path).unwrap_or_default();
+        seen = protozero::ProtoDecoder::new(&bytes)
+            .filter(|f| f.is_ok())
+            .count();
+        if seen > 0 {
+            break;
+        }
+    }
+    // At most 200 packets of ~7 bytes: well under one 4 KiB chunk.
+    assert!(seen > 0, "nothing was streamed while the session ran");
+    tell.send(false).unwrap();
+    writer.join().unwrap();
+    session.stop().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
