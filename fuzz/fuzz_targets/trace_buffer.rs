@@ -7,12 +7,18 @@
 
 use libfuzzer_sys::fuzz_target;
 use tachyon_service::{
-    validate_packet, ChunkToCopy, FillPolicy, PacketWriter, ProducerIdentity, TraceBuffer,
+    validate_packet, ChunkToCopy, FillPolicy, PacketWriter, Patch, ProducerIdentity, TraceBuffer,
 };
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&mode, mut rest)) = data.split_first() else { return };
-    let policy = if mode & 1 == 0 { FillPolicy::RingBuffer } else { FillPolicy::Discard };
+    let Some((&mode, mut rest)) = data.split_first() else {
+        return;
+    };
+    let policy = if mode & 1 == 0 {
+        FillPolicy::RingBuffer
+    } else {
+        FillPolicy::Discard
+    };
     let mut buf = TraceBuffer::new(4096 << (mode >> 1 & 3), policy);
     let mut writer = PacketWriter::new();
     let mut out = Vec::new();
@@ -42,21 +48,43 @@ fuzz_target!(|data: &[u8]| {
             }
             2 => {
                 let offset = u16::from_le_bytes([op[5], op[6]]) as u32;
-                buf.try_patch_chunk(1, writer_id, chunk_id, &[(offset, [op[7], 1, 2, 3])], op[7] & 1 == 1);
+                buf.try_patch_chunk(
+                    1,
+                    writer_id,
+                    chunk_id,
+                    &[Patch {
+                        offset,
+                        data: [op[7], 1, 2, 3],
+                    }],
+                    op[7] & 1 == 1,
+                );
             }
             _ => {
                 buf.read_packets(op[0] % 5 == 4, |info, fragments| {
                     read += 1;
                     let packet: Vec<u8> = fragments.concat();
                     let _ = validate_packet(&packet);
-                    writer.write_packet(info, fragments, ProducerIdentity { pid: 1, uid: 2 }, &mut out);
+                    writer.write_packet(
+                        info,
+                        fragments,
+                        ProducerIdentity { pid: 1, uid: 2 },
+                        &mut out,
+                    );
                 });
             }
         }
     }
     buf.read_packets(true, |info, fragments| {
         read += 1;
-        writer.write_packet(info, fragments, ProducerIdentity { pid: 1, uid: 2 }, &mut out);
+        writer.write_packet(
+            info,
+            fragments,
+            ProducerIdentity { pid: 1, uid: 2 },
+            &mut out,
+        );
     });
-    assert!(read + buf.losses().total() <= max_packets, "more packets accounted than committed");
+    assert!(
+        read + buf.losses().total() <= max_packets,
+        "more packets accounted than committed"
+    );
 });

@@ -94,7 +94,7 @@ fn bench(c: &mut Criterion) {
     });
 
     let mut buf = TraceBuffer::new(BUFFER, FillPolicy::RingBuffer);
-    let mut next = [0u32; 1];
+    let mut next_id = 0u32;
     group.bench_function("write/single_writer", |b| {
         b.iter(|| {
             for i in 0..per_iter {
@@ -102,13 +102,13 @@ fn bench(c: &mut Criterion) {
                 buf.copy_chunk(&ChunkToCopy {
                     producer: 1,
                     writer: 1,
-                    chunk_id: next[0],
+                    chunk_id: next_id,
                     num_fragments: *n,
                     flags: 0,
                     payload,
                     complete: true,
                 });
-                next[0] = next[0].wrapping_add(1);
+                next_id = next_id.wrapping_add(1);
             }
         })
     });

@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 
-use tachyon_abi::{CommitRequest, ServiceView};
+use tachyon_abi::{ChunkCopy, CommitRequest, ServiceView};
 
 use crate::trace_buffer::{ChunkToCopy, ProducerId, TraceBuffer, WriterId};
 
@@ -62,16 +62,6 @@ pub fn apply_commit(
     stats: &mut CommitStats,
 ) {
     for mv in &req.chunks_to_move {
-        if !producer.allowed(mv.target_buffer, buffers) {
-            stats.chunks_discarded += 1;
-            // The chunk must still go back to the producer, or its SMB leaks a chunk.
-            if let Ok(chunk) =
-                view.try_acquire_chunk_for_reading(mv.page as usize, mv.chunk as usize)
-            {
-                let _ = view.release_chunk_as_free(chunk);
-            }
-            continue;
-        }
         let chunk = match view.try_acquire_chunk_for_reading(mv.page as usize, mv.chunk as usize) {
             Ok(c) => c,
             Err(_) => {
@@ -80,44 +70,51 @@ pub fn apply_commit(
                 continue;
             }
         };
+        if !producer.allowed(mv.target_buffer, buffers) {
+            // Refused, but the chunk still goes back to the producer, or its SMB leaks a chunk.
+            stats.chunks_discarded += 1;
+            let _ = view.release_chunk_as_free(chunk);
+            continue;
+        }
         let copy = chunk.copy();
         // Free the chunk whatever the copy found: the producer may reuse it now.
         let _ = view.release_chunk_as_free(chunk);
-        let copy = match copy {
-            Ok(c) => c,
-            Err(_) => {
-                stats.abi_violations += 1;
-                buffers[mv.target_buffer as usize].count_abi_violation();
-                continue;
-            }
+        let Ok(copy) = copy else {
+            stats.abi_violations += 1;
+            buffers[mv.target_buffer as usize].count_abi_violation();
+            continue;
         };
-        let header = copy.header();
         producer
             .writer_targets
-            .insert(header.writer_id, mv.target_buffer);
-        buffers[mv.target_buffer as usize].copy_chunk(&ChunkToCopy {
-            producer: producer.id,
-            writer: header.writer_id,
-            chunk_id: header.chunk_id,
-            num_fragments: header.packets.count(),
-            flags: header.packets.flags().0,
-            payload: copy.payload(),
-            complete: true,
-        });
+            .insert(copy.header().writer_id, mv.target_buffer);
+        buffers[mv.target_buffer as usize].copy_chunk(&to_copy(producer.id, &copy));
     }
     for p in &req.chunks_to_patch {
         if !producer.allowed(p.target_buffer, buffers) {
             stats.patches_discarded += p.patches.len().max(1) as u64;
             continue;
         }
-        let patches: Vec<(u32, [u8; 4])> = p.patches.iter().map(|x| (x.offset, x.data)).collect();
         buffers[p.target_buffer as usize].try_patch_chunk(
             producer.id,
             p.writer_id,
             p.chunk_id,
-            &patches,
+            &p.patches,
             p.has_more_patches,
         );
+    }
+}
+
+/// What the buffer needs of a chunk copied out of shared memory.
+fn to_copy(producer: ProducerId, copy: &ChunkCopy) -> ChunkToCopy<'_> {
+    let header = copy.header();
+    ChunkToCopy {
+        producer,
+        writer: header.writer_id,
+        chunk_id: header.chunk_id,
+        num_fragments: header.packets.count(),
+        flags: header.packets.flags().0,
+        payload: copy.payload(),
+        complete: copy.is_complete(),
     }
 }
 
@@ -144,25 +141,16 @@ pub fn scrape(
                     continue;
                 }
             };
-            let header = copy.header();
             let target = producer
                 .writer_targets
-                .get(&header.writer_id)
+                .get(&copy.header().writer_id)
                 .copied()
                 .unwrap_or(0);
             if !producer.allowed(target, buffers) {
                 stats.chunks_discarded += 1;
                 continue;
             }
-            buffers[target as usize].copy_chunk(&ChunkToCopy {
-                producer: producer.id,
-                writer: header.writer_id,
-                chunk_id: header.chunk_id,
-                num_fragments: header.packets.count(),
-                flags: header.packets.flags().0,
-                payload: copy.payload(),
-                complete: copy.is_complete(),
-            });
+            buffers[target as usize].copy_chunk(&to_copy(producer.id, &copy));
         }
     }
 }

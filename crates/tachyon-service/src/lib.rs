@@ -39,6 +39,8 @@ pub use session::{
     DEFAULT_FILE_WRITE_PERIOD, DEFAULT_FLUSH_TIMEOUT, MIN_FILE_WRITE_PERIOD,
 };
 pub use stats::{BufferStats, LossCounters};
+/// A patch for [`TraceBuffer::try_patch_chunk`] (the shared ABI vocabulary).
+pub use tachyon_abi::Patch;
 pub use trace_buffer::{
     data_loss, ChunkId, ChunkToCopy, FillPolicy, PacketInfo, ProducerId, TraceBuffer, WriterId,
     CHUNK_NEEDS_PATCHING, FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK,

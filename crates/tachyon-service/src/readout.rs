@@ -16,6 +16,7 @@
 use std::collections::HashMap;
 
 use protozero::{FieldValue, ProtoDecoder};
+use tachyon_protos::TracePacket;
 
 use crate::trace_buffer::{PacketInfo, ProducerId, WriterId};
 
@@ -25,10 +26,7 @@ pub const RESERVED_PACKET_FIELDS: [u32; 12] = [3, 10, 33, 35, 36, 50, 69, 79, 98
 /// `trusted_packet_sequence_id` of the service's own packets (stats, markers, snapshots).
 pub const SERVICE_SEQUENCE_ID: u32 = 1;
 
-const TRUSTED_UID: u32 = 3;
-const TRUSTED_PACKET_SEQUENCE_ID: u32 = 10;
-const PREVIOUS_PACKET_DROPPED: u32 = 42;
-const TRUSTED_PID: u32 = 79;
+const PREVIOUS_PACKET_DROPPED: u32 = TracePacket::PREVIOUS_PACKET_DROPPED_FIELD_NUMBER;
 const MAX_PACKET_SIZE: usize = (1 << 28) - 1;
 
 /// Who a producer is, as the service established it (from the connection, never from data).
@@ -146,16 +144,21 @@ impl PacketWriter {
         let ok = match validate_packet(&scratch) {
             Ok(own_dropped) => {
                 let seq = self.sequence_id(info.producer, info.writer);
-                let mut trusted = [0u8; 40];
-                let mut n = 0;
-                n += put_field(&mut trusted[n..], TRUSTED_UID, producer.uid as i64 as u64);
-                n += put_field(&mut trusted[n..], TRUSTED_PACKET_SEQUENCE_ID, seq as u64);
-                n += put_field(&mut trusted[n..], TRUSTED_PID, producer.pid as i64 as u64);
                 let dropped = own_dropped | info.previous_packet_dropped;
-                if dropped != 0 {
-                    n += put_field(&mut trusted[n..], PREVIOUS_PACKET_DROPPED, dropped as u64);
+                // At most 36 bytes: two sign-extended int32s, a uint32 and the loss bits.
+                let mut storage = [0u8; 40];
+                let mut trusted = protozero::StaticBuffered::new(&mut storage);
+                {
+                    let mut p: TracePacket<'_> = trusted.root();
+                    p.set_trusted_uid(producer.uid);
+                    p.set_trusted_packet_sequence_id(seq);
+                    p.set_trusted_pid(producer.pid);
+                    if dropped != 0 {
+                        p.set_previous_packet_dropped(dropped);
+                    }
                 }
-                write_record(out, &[&scratch, &trusted[..n]]);
+                let trusted = trusted.finish().expect("40 bytes hold the trusted fields");
+                write_record(out, &[&scratch, trusted]);
                 self.packets_written += 1;
                 true
             }
@@ -179,12 +182,6 @@ pub fn write_record(out: &mut Vec<u8>, parts: &[&[u8]]) {
     for p in parts {
         out.extend_from_slice(p);
     }
-}
-
-/// Writes a varint field into `out`, returning its size.
-fn put_field(out: &mut [u8], id: u32, value: u64) -> usize {
-    let n = protozero::wire::encode_varint((id as u64) << 3, out);
-    n + protozero::wire::encode_varint(value, &mut out[n..])
 }
 
 #[cfg(test)]

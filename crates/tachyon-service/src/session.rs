@@ -13,11 +13,12 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use protozero::ProtoDecoder;
 use tachyon_abi::{CommitRequest, ServiceView};
-use tachyon_protos::{trace_config, TraceConfigView, TracePacket};
+use tachyon_protos::{trace_config, Trace, TraceConfigView};
 
 use crate::commit::{apply_commit, scrape, CommitStats, ProducerState};
-use crate::readout::{write_record, PacketWriter, ProducerIdentity, SERVICE_SEQUENCE_ID};
+use crate::readout::{PacketWriter, ProducerIdentity, SERVICE_SEQUENCE_ID};
 use crate::trace_buffer::{FillPolicy, ProducerId, TraceBuffer};
 
 /// Perfetto's default flush timeout (`kDefaultFlushTimeoutMs`).
@@ -407,7 +408,9 @@ impl ServiceCore {
     pub fn trace_stats_packet(&self) -> Vec<u8> {
         let mut buf = protozero::HeapBuffered::new();
         {
-            let mut packet: TracePacket<'_> = buf.root();
+            // Written as a `Trace` with one packet: the bytes are a `Trace.packet` record.
+            let mut trace: Trace<'_> = buf.root();
+            let mut packet = trace.add_packet();
             {
                 let mut ts = packet.set_trace_stats();
                 for b in &self.buffers {
@@ -427,51 +430,24 @@ impl ServiceCore {
             }
             packet.set_trusted_packet_sequence_id(SERVICE_SEQUENCE_ID);
         }
-        let bytes = buf.serialize().expect("heap buffers do not fail");
-        let mut out = Vec::with_capacity(bytes.len() + 6);
-        write_record(&mut out, &[&bytes]);
-        out
+        buf.serialize().expect("heap buffers do not fail")
     }
 }
 
 /// How many leading bytes of `records` are whole `Trace.packet` records within `budget`.
 fn fit_records(records: &[u8], budget: u64) -> usize {
-    let mut off = 0usize;
-    for (start, end) in record_bounds(records) {
-        if end as u64 > budget {
+    let mut decoder = ProtoDecoder::new(records);
+    let mut fit = 0;
+    while let Ok(Some(_)) = decoder.read_field() {
+        if decoder.offset() as u64 > budget {
             break;
         }
-        off = end;
-        let _ = start;
+        fit = decoder.offset();
     }
-    off
+    fit
 }
 
+/// How many `Trace.packet` records `records` holds (our own output, so well-formed).
 fn count_records(records: &[u8]) -> u64 {
-    record_bounds(records).count() as u64
-}
-
-/// (start, end) of each record; our own output, so well-formed.
-fn record_bounds(records: &[u8]) -> impl Iterator<Item = (usize, usize)> + '_ {
-    let mut off = 0usize;
-    std::iter::from_fn(move || {
-        if off >= records.len() {
-            return None;
-        }
-        let start = off;
-        let mut len = 0usize;
-        let mut shift = 0;
-        let mut i = off + 1;
-        while i < records.len() {
-            let b = records[i];
-            len |= ((b & 0x7f) as usize) << shift;
-            i += 1;
-            if b & 0x80 == 0 {
-                break;
-            }
-            shift += 7;
-        }
-        off = (i + len).min(records.len());
-        Some((start, off))
-    })
+    ProtoDecoder::new(records).take_while(Result::is_ok).count() as u64
 }

@@ -36,6 +36,8 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
+use tachyon_abi::{decode_fragment_header, ChunkFlags, Patch};
+
 use crate::stats::{BufferStats, LossCounters};
 
 /// Identifies a producer connection (assigned by the service, never by the producer).
@@ -45,15 +47,17 @@ pub type WriterId = u16;
 /// Chunk ids count up per writer and wrap at 2^32.
 pub type ChunkId = u32;
 
-/// Chunk flag: the first fragment continues a packet from the previous chunk.
-pub const FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK: u8 = 1;
+/// Chunk flag (raw bits of [`ChunkFlags`]): the first fragment continues a packet from the
+/// previous chunk.
+pub const FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK: u8 =
+    ChunkFlags::FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK.0;
 /// Chunk flag: the last fragment continues in the next chunk.
-pub const LAST_PACKET_CONTINUES_ON_NEXT_CHUNK: u8 = 2;
+pub const LAST_PACKET_CONTINUES_ON_NEXT_CHUNK: u8 =
+    ChunkFlags::LAST_PACKET_CONTINUES_ON_NEXT_CHUNK.0;
 /// Chunk flag: some size fields in the chunk will arrive later as patches.
-pub const CHUNK_NEEDS_PATCHING: u8 = 4;
+pub const CHUNK_NEEDS_PATCHING: u8 = ChunkFlags::CHUNK_NEEDS_PATCHING.0;
 
-/// The fragment length a writer puts in place of a packet it had to drop.
-pub const PACKET_SIZE_DROP_PACKET: u32 = (1 << 28) - 1;
+pub use tachyon_abi::PACKET_SIZE_DROP_PACKET;
 
 /// `previous_packet_dropped` reason bits (Perfetto's `TracePacket.DataLossReason`).
 pub mod data_loss {
@@ -439,7 +443,7 @@ impl TraceBuffer {
         producer: ProducerId,
         writer: WriterId,
         chunk_id: ChunkId,
-        patches: &[(u32, [u8; 4])],
+        patches: &[Patch],
         has_more_patches: bool,
     ) -> bool {
         let Some(seq) = self.sequences.get(&(producer, writer)) else {
@@ -453,7 +457,7 @@ impl TraceBuffer {
         };
         let rec = self.slab[idx].as_mut().expect("indexed records exist");
         let mut ok = true;
-        for &(offset, data) in patches {
+        for &Patch { offset, data } in patches {
             let offset = offset as usize;
             // A patch may not touch bytes already read out.
             if offset + 4 > rec.payload_len || offset < rec.read_offset {
@@ -867,15 +871,8 @@ fn skip_fragments(payload: &[u8], n: u16) -> Option<usize> {
     Some(off)
 }
 
-/// Parses a fragment header: a varint of at most 4 bytes (usually a redundant 4-byte one, or a
+/// Parses a fragment header (a varint of at most 4 bytes: usually the redundant 4-byte form, or a
 /// compacted single byte). Returns (length, header size).
 fn parse_fragment_header(bytes: &[u8]) -> Option<(u32, usize)> {
-    let mut value = 0u32;
-    for (i, &b) in bytes.iter().take(4).enumerate() {
-        value |= ((b & 0x7f) as u32) << (7 * i);
-        if b & 0x80 == 0 {
-            return Some((value, i + 1));
-        }
-    }
-    None
+    decode_fragment_header(bytes, 0).ok()
 }

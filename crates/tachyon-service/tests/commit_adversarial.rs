@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use tachyon_abi::{
-    ChunkHeader, ChunkToMove, ChunkToPatch, CommitRequest, OwnedSmb, PageLayout, PageSize, Patch,
+    encode_fragment_header, ChunkHeader, ChunkToMove, ChunkToPatch, CommitRequest, OwnedSmb,
+    PageLayout, PageSize, Patch,
 };
 use tachyon_service::{apply_commit, scrape, CommitStats, FillPolicy, ProducerState, TraceBuffer};
 
@@ -35,13 +36,7 @@ fn honest_chunk(smb: &OwnedSmb, writer: u16, chunk_id: u32, packets: &[&[u8]]) -
     let mut off = 0;
     for p in packets {
         chunk.increment_packet_count().unwrap();
-        let len = p.len() as u32;
-        let header = [
-            (len as u8 & 0x7f) | 0x80,
-            ((len >> 7) as u8 & 0x7f) | 0x80,
-            ((len >> 14) as u8 & 0x7f) | 0x80,
-            (len >> 21) as u8,
-        ];
+        let header = encode_fragment_header(p.len() as u32).unwrap();
         chunk.write_payload(off, &header).unwrap();
         chunk.write_payload(off + 4, p).unwrap();
         off += 4 + p.len();

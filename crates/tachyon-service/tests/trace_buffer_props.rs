@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 
 use proptest::prelude::*;
+use tachyon_abi::{decode_fragment_header, Patch};
 use tachyon_service::{
     ChunkToCopy, FillPolicy, TraceBuffer, CHUNK_NEEDS_PATCHING,
     FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK, LAST_PACKET_CONTINUES_ON_NEXT_CHUNK,
@@ -43,15 +44,6 @@ fn packet_bytes(writer: u16, index: usize, size: usize) -> Vec<u8> {
     }
     p.truncate(size.max(8));
     p
-}
-
-fn redundant_varint(v: u32) -> [u8; 4] {
-    [
-        (v as u8 & 0x7f) | 0x80,
-        ((v >> 7) as u8 & 0x7f) | 0x80,
-        ((v >> 14) as u8 & 0x7f) | 0x80,
-        (v >> 21) as u8 & 0x7f,
-    ]
 }
 
 /// Splits a writer's packets into chunks the way the TraceWriter does: 4-byte fragment
@@ -97,7 +89,7 @@ fn build_chunks(writer: u16, plan: &WriterPlan) -> (Vec<BuiltChunk>, Vec<Vec<u8>
         }
         if drop {
             cur.payload
-                .extend_from_slice(&redundant_varint(PACKET_SIZE_DROP_PACKET));
+                .extend_from_slice(&protozero::wire::redundant_varint(PACKET_SIZE_DROP_PACKET));
             cur.num_fragments += 1;
             close(&mut cur, &mut chunks, &mut next_id);
             continue;
@@ -107,7 +99,8 @@ fn build_chunks(writer: u16, plan: &WriterPlan) -> (Vec<BuiltChunk>, Vec<Vec<u8>
             let room = cap - cur.payload.len() - 4;
             let n = room.min(rest.len());
             let start = cur.payload.len() + 4;
-            cur.payload.extend_from_slice(&redundant_varint(n as u32));
+            cur.payload
+                .extend_from_slice(&protozero::wire::redundant_varint(n as u32));
             cur.payload.extend_from_slice(&rest[..n]);
             cur.num_fragments += 1;
             if plan.patch_every > 0 && i % plan.patch_every == 0 && n >= 4 && cur.patch.is_none() {
@@ -139,7 +132,7 @@ fn scrape(c: &BuiltChunk, finished: usize) -> BuiltChunk {
     let mut end = 0;
     for _ in 0..finished {
         // Every fragment header the builder writes is a 4-byte redundant varint.
-        end += 4 + len_of(&c.payload[end..]);
+        end += 4 + decode_fragment_header(&c.payload[end..], end).unwrap().0 as usize;
     }
     let mut payload = vec![0u8; c.payload.len()];
     payload[..end].copy_from_slice(&c.payload[..end]);
@@ -151,13 +144,6 @@ fn scrape(c: &BuiltChunk, finished: usize) -> BuiltChunk {
         payload,
         patch: None,
     }
-}
-
-fn len_of(header: &[u8]) -> usize {
-    (header[0] & 0x7f) as usize
-        | ((header[1] & 0x7f) as usize) << 7
-        | ((header[2] & 0x7f) as usize) << 14
-        | (header[3] as usize) << 21
 }
 
 fn plan() -> impl Strategy<Value = WriterPlan> {
@@ -247,7 +233,7 @@ fn run(
             }
             Step::Patch => {
                 if let Some((w, id, off, data)) = owed.pop_front() {
-                    buf.try_patch_chunk(1, w, id, &[(off, data)], false);
+                    buf.try_patch_chunk(1, w, id, &[Patch { offset: off, data }], false);
                 }
             }
             Step::Read => buf.read_packets(false, &mut sink),
@@ -278,7 +264,7 @@ fn run(
     }
     if deliver_all_patches {
         while let Some((w, id, off, data)) = owed.pop_front() {
-            buf.try_patch_chunk(1, w, id, &[(off, data)], false);
+            buf.try_patch_chunk(1, w, id, &[Patch { offset: off, data }], false);
         }
     }
     buf.read_packets(true, &mut sink);
@@ -394,7 +380,13 @@ fn nothing_lost_when_the_buffer_is_big_enough() {
                 complete: true,
             });
             if let Some((off, data)) = c.patch {
-                assert!(buf.try_patch_chunk(1, c.writer, c.chunk_id, &[(off, data)], false));
+                assert!(buf.try_patch_chunk(
+                    1,
+                    c.writer,
+                    c.chunk_id,
+                    &[Patch { offset: off, data }],
+                    false
+                ));
             }
         }
     }

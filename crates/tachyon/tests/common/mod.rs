@@ -275,18 +275,16 @@ impl TestService {
         }
         for p in &req.chunks_to_patch {
             assert_eq!(p.target_buffer, 0);
-            let patches: Vec<(u32, [u8; 4])> =
-                p.patches.iter().map(|x| (x.offset, x.data)).collect();
-            assert!(!patches.is_empty());
+            assert!(!p.patches.is_empty());
             for x in &p.patches {
                 assert_ne!(x.data[0], 0, "a shipped patch is ready");
             }
-            self.patches += patches.len() as u64;
+            self.patches += p.patches.len() as u64;
             self.buffer.try_patch_chunk(
                 PRODUCER,
                 p.writer_id,
                 p.chunk_id,
-                &patches,
+                &p.patches,
                 p.has_more_patches,
             );
         }
