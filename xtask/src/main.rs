@@ -5,8 +5,11 @@
 //!   fails whenever the checked-in code differs from what this produces.
 #![forbid(unsafe_code)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
+
+#[path = "../../crates/tachyon-protos/proto_files.rs"]
+mod proto_files;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -30,7 +33,7 @@ fn gen_protos() -> Result<(), Box<dyn std::error::Error>> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let crate_dir = root.join("crates/tachyon-protos");
     let protos = crate_dir.join("protos");
-    let files = tachyon_proto_files(&protos)?;
+    let files = proto_files::proto_files(&protos)?;
     let out = crate_dir.join("src/generated");
     let written = protozero_gen::Config::new()
         .layout(protozero_gen::Layout::SingleFile("protos.rs".into()))
@@ -40,24 +43,4 @@ fn gen_protos() -> Result<(), Box<dyn std::error::Error>> {
         println!("generated {}", f.display());
     }
     Ok(())
-}
-
-/// Every `.proto` under `dir`, relative to it, sorted (the generator's output does not depend
-/// on the order, but a stable list keeps diagnostics stable).
-fn tachyon_proto_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
-    fn walk(base: &Path, dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
-        for entry in std::fs::read_dir(dir)? {
-            let path = entry?.path();
-            if path.is_dir() {
-                walk(base, &path, out)?;
-            } else if path.extension().is_some_and(|e| e == "proto") {
-                out.push(path.strip_prefix(base).expect("under base").to_path_buf());
-            }
-        }
-        Ok(())
-    }
-    let mut out = Vec::new();
-    walk(dir, dir, &mut out)?;
-    out.sort();
-    Ok(out)
 }

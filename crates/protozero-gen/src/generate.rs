@@ -1065,3 +1065,11 @@ fn enum_members(e: &EnumDescriptorProto) -> (Vec<Variant<'_>>, Vec<Alias<'_>>) {
         .collect();
     (variants, aliases)
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn max_field_id_is_the_decoders() {
+        assert_eq!(super::MAX_FIELD_ID as u32, protozero::wire::MAX_FIELD_ID);
+    }
+}

@@ -6,8 +6,8 @@
 //! PROTOZERO_GEN_BLESS=1 cargo test -p protozero-gen --test golden
 //! ```
 //!
-//! and review the diff. The same files are compiled and exercised by `tests/generated.rs` and
-//! `tests/roundtrip.rs`, so a golden that stopped compiling also fails there.
+//! and review the diff. The same files are compiled and exercised by `tests/generated/`, so a
+//! golden that stopped compiling also fails there.
 
 mod common;
 

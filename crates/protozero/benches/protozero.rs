@@ -5,22 +5,39 @@
 //! 14, string = 500. *Simple* is five setters (0x12345678 as int32, 0x90ABCDEF as uint32,
 //! 0x11111111 as int64, 0xFFFFFFFF as uint64, a 31-character string); *nested* is simple plus
 //! three levels of nesting (four levels in all). Each iteration writes into the next 512-byte
-//! slot of a 64 MiB working set, then XOR-chains the slot's 64 words (the "clobber") so the
+//! slot of a 64 MiB working set (by default), then XOR-chains the slot's 64 words (the "clobber") so the
 //! stores are really retired.
 //!
 //! Unlike Perfetto's version, the protozero variant finalizes every nested size (and so pays
 //! for compaction of the small inner levels).
 //!
-//! Run: `cargo bench -p protozero --bench protozero`.
+//! Run: `cargo bench -p protozero --bench protozero`. `PROTOZERO_BENCH_WORKING_SET_KIB` sets
+//! another working set, a power of two in KiB (`=64` for a cache-resident one); the code
+//! measured and the bench ids stay the same.
 
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 
+/// The default working set: 64 MiB, far beyond the last-level cache.
 const WORKING_SET: usize = 64 << 20;
 const SLOT: usize = 512;
 const SLOT_WORDS: usize = SLOT / 8;
-const SLOTS: usize = WORKING_SET / SLOT;
+
+/// The working set in bytes: `PROTOZERO_BENCH_WORKING_SET_KIB` KiB if set, else
+/// [`WORKING_SET`]. A power of two, so that cycling through the slots stays a mask.
+fn working_set() -> usize {
+    const VAR: &str = "PROTOZERO_BENCH_WORKING_SET_KIB";
+    let Ok(kib) = std::env::var(VAR) else {
+        return WORKING_SET;
+    };
+    kib.trim()
+        .parse::<usize>()
+        .ok()
+        .and_then(|kib| kib.checked_mul(1 << 10))
+        .filter(|&b| b.is_power_of_two())
+        .unwrap_or_else(|| panic!("{VAR}={kib:?}: expected a power of two (KiB)"))
+}
 
 const INT32: i32 = 0x12345678;
 const UINT32: u32 = 0x90ABCDEF;
@@ -29,17 +46,22 @@ const UINT64: u64 = 0xFFFFFFFF;
 /// 31 × 'f', as the 4 words of 0x66 bytes (the last one ending in a NUL) of the original.
 const STRING: &str = "fffffffffffffffffffffffffffffff";
 
-/// 64 MiB of 8-byte aligned slots, cycled through so the benchmark is not all-L1.
+/// [`working_set`] bytes (64 MiB by default) of 8-byte aligned slots, cycled through so the
+/// benchmark is not all-L1.
 struct WorkingSet {
     words: Vec<u64>,
     next: usize,
+    /// The number of slots minus one (a power of two minus one).
+    mask: usize,
 }
 
 impl WorkingSet {
     fn new() -> Self {
+        let bytes = working_set();
         WorkingSet {
-            words: vec![0; WORKING_SET / 8],
+            words: vec![0; bytes / 8],
             next: 0,
+            mask: bytes / SLOT - 1,
         }
     }
 
@@ -47,7 +69,7 @@ impl WorkingSet {
     #[inline(always)]
     fn iteration(&mut self, fill: impl FnOnce(&mut [u64; SLOT_WORDS])) {
         let i = self.next;
-        self.next = (i + 1) % SLOTS;
+        self.next = (i + 1) & self.mask;
         let slot: &mut [u64; SLOT_WORDS] = (&mut self.words[i * SLOT_WORDS..(i + 1) * SLOT_WORDS])
             .try_into()
             .unwrap();

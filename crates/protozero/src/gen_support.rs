@@ -14,7 +14,7 @@
 #![doc(hidden)]
 
 use crate::decoder::{DecodeError, Field, TypedDecoder};
-use crate::wire::{self, make_tag, WireType};
+use crate::wire::{self, WireType};
 use crate::Message;
 
 // === views ===
@@ -262,8 +262,8 @@ pub fn append_packed_double(msg: &mut Message<'_>, field_id: u32, values: &[f64]
     append_packed_fixed(msg, field_id, values, |v| v.to_bits().to_le_bytes());
 }
 
-/// Tag, exact length, then the values: the same bytes as `Message::append_packed_fixed32`,
-/// for element types other than `u32`/`u64`, built on the message's public API.
+/// A packed fixed-size field of any element type, written by the code behind
+/// `Message::append_packed_fixed32`/`64` (so the bytes are the same).
 #[inline]
 fn append_packed_fixed<T: Copy, const B: usize>(
     msg: &mut Message<'_>,
@@ -271,16 +271,11 @@ fn append_packed_fixed<T: Copy, const B: usize>(
     values: &[T],
     le_bytes: impl Fn(T) -> [u8; B],
 ) {
-    let mut header = [0u8; wire::MAX_TAG_SIZE + wire::MAX_VARINT_SIZE];
-    let n = wire::encode_varint(
-        u64::from(make_tag(field_id, WireType::LengthDelimited)),
-        &mut header,
+    msg.append_packed_fixed(
+        field_id,
+        values.len() * B,
+        values.iter().map(|&v| le_bytes(v)),
     );
-    let n = n + wire::encode_varint((values.len() * B) as u64, &mut header[n..]);
-    msg.append_raw_proto_bytes(&header[..n]);
-    for &v in values {
-        msg.append_raw_proto_bytes(&le_bytes(v));
-    }
 }
 
 #[cfg(test)]

@@ -274,8 +274,10 @@ impl<'w> Message<'w> {
         );
     }
 
+    /// Tag, exact length `len`, then the values' bytes: the packed fixed-size fields. Also
+    /// used by `gen_support` for the element types other than `u32`/`u64`.
     #[inline(always)]
-    fn append_packed_fixed<const N: usize>(
+    pub(crate) fn append_packed_fixed<const N: usize>(
         &mut self,
         field_id: u32,
         len: usize,

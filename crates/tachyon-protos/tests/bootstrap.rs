@@ -1,15 +1,16 @@
 //! The checked-in generated code is exactly what protozero-gen produces from the `.proto` files
 //! today. If this fails, run `cargo xtask gen-protos` and commit the result.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+#[path = "../proto_files.rs"]
+mod proto_files;
 
 #[test]
 fn generated_code_is_up_to_date() {
     let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     let protos = crate_dir.join("protos");
-    let mut files = Vec::new();
-    walk(&protos, &protos, &mut files);
-    files.sort();
+    let files = proto_files::proto_files(&protos).expect("the protos directory reads");
     assert!(files.len() > 10, "found the .proto files");
     let generated = protozero_gen::Config::new()
         .layout(protozero_gen::Layout::SingleFile("protos.rs".into()))
@@ -25,16 +26,5 @@ fn generated_code_is_up_to_date() {
             "{} is stale: run `cargo xtask gen-protos` and commit the result",
             path.display()
         );
-    }
-}
-
-fn walk(base: &Path, dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            walk(base, &path, out);
-        } else if path.extension().is_some_and(|e| e == "proto") {
-            out.push(path.strip_prefix(base).unwrap().to_path_buf());
-        }
     }
 }

@@ -22,7 +22,7 @@ use super::{
 /// The fields of one message, parsed up front and indexed by a dense slot number.
 ///
 /// [`new`](Self::new) walks the whole message once with a [`ProtoDecoder`] and records, for each
-/// slot, the first occurrence's offset, the last occurrence and the number of occurrences, in
+/// slot, the offset of the last occurrence, the field id and the number of occurrences, in
 /// fixed arrays of `N` entries (no heap allocation). Fields whose id maps to no slot are unknown
 /// fields and are skipped. Parsing stops at the first malformed field: the fields before it stay
 /// available and [`error`](Self::error) reports what went wrong.
