@@ -5,28 +5,16 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
 use protozero::HeapBuffered;
-use tachyon_protos::{track_event, TracePacket};
+use tachyon_protos::{track_event, Trace, TracePacket};
 
-/// Appends one `Trace.packet` written by `fill`.
-fn packet(trace: &mut Vec<u8>, fill: impl FnOnce(&mut TracePacket<'_>)) {
-    let mut buf = HeapBuffered::new();
-    {
-        let mut p: TracePacket<'_> = buf.root();
-        p.set_trusted_packet_sequence_id(1);
-        fill(&mut p);
-    }
-    let bytes = buf.serialize().expect("packet fits");
-    trace.push(0x0a);
-    let mut n = bytes.len();
-    while n >= 0x80 {
-        trace.push((n as u8 & 0x7f) | 0x80);
-        n >>= 7;
-    }
-    trace.push(n as u8);
-    trace.extend_from_slice(&bytes);
+/// Appends one `Trace.packet` on sequence 1, written by `fill`.
+fn packet(trace: &mut Trace<'_>, fill: impl FnOnce(&mut TracePacket<'_>)) {
+    let mut p = trace.add_packet();
+    p.set_trusted_packet_sequence_id(1);
+    fill(&mut p);
 }
 
-fn slice(trace: &mut Vec<u8>, ts: u64, kind: track_event::Type, name: Option<&str>) {
+fn slice(trace: &mut Trace<'_>, ts: u64, kind: track_event::Type, name: Option<&str>) {
     packet(trace, |p| {
         p.set_timestamp(ts);
         let mut e = p.set_track_event();
@@ -41,7 +29,8 @@ fn slice(trace: &mut Vec<u8>, ts: u64, kind: track_event::Type, name: Option<&st
 /// Two "frame" zones, each with a nested "draw", on one thread.
 fn zones_trace(with_loss: bool) -> Vec<u8> {
     use track_event::Type::{SliceBegin, SliceEnd};
-    let mut t = Vec::new();
+    let mut buf = HeapBuffered::new();
+    let mut t: Trace<'_> = buf.root();
     packet(&mut t, |p| {
         let mut d = p.set_track_descriptor();
         d.set_uuid(1);
@@ -63,7 +52,8 @@ fn zones_trace(with_loss: bool) -> Vec<u8> {
             b.set_trace_writer_packet_loss(3);
         });
     }
-    t
+    drop(t);
+    buf.serialize().expect("trace fits")
 }
 
 fn write_tmp(name: &str, bytes: &[u8]) -> PathBuf {

@@ -27,6 +27,7 @@ use std::time::Instant;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use protozero::decoder::{FieldValue, ProtoDecoder};
+use protozero::wire::{encode_varint, MAX_VARINT_SIZE};
 use protozero::HeapBuffered;
 use tachyon_processor::{Options, TraceProcessor, Value};
 use tachyon_protos::{track_event, TracePacket, TracePacketView};
@@ -40,13 +41,12 @@ fn push_packet(trace: &mut Vec<u8>, fill: impl FnOnce(&mut TracePacket<'_>)) {
         fill(&mut p);
     }
     let bytes = buf.serialize().expect("packet fits");
+    // Trace.packet (field 1, length-delimited) with a minimal length varint, as the service
+    // writes it.
+    let mut len = [0u8; MAX_VARINT_SIZE];
+    let n = encode_varint(bytes.len() as u64, &mut len);
     trace.push(0x0a);
-    let mut n = bytes.len();
-    while n >= 0x80 {
-        trace.push((n as u8 & 0x7f) | 0x80);
-        n >>= 7;
-    }
-    trace.push(n as u8);
+    trace.extend_from_slice(&len[..n]);
     trace.extend_from_slice(&bytes);
 }
 

@@ -8,10 +8,12 @@
 //! trace time and every interned id already resolved to a pooled string, so the sorter may
 //! reorder events freely and the parser ([`crate::parse`]) needs no sequence state.
 
+use std::collections::hash_map::Entry;
 use std::io::Read;
 
 use flate2::read::{MultiGzDecoder, ZlibDecoder};
 use protozero::decoder::{FieldValue, ProtoDecoder};
+use tachyon_protos::trace_packet::{DataLossReason, SequenceFlags};
 use tachyon_protos::{
     debug_annotation, DebugAnnotationView, TracePacketView, TrackDescriptorView, TrackEventView,
 };
@@ -23,19 +25,52 @@ use crate::storage::{ArgValue, Storage, NONE};
 use crate::strings::{FxHashMap, StrId};
 use crate::SortMode;
 
-/// `SEQ_INCREMENTAL_STATE_CLEARED`.
-const SEQ_INCREMENTAL_STATE_CLEARED: u32 = 1;
-/// `SEQ_NEEDS_INCREMENTAL_STATE`.
-const SEQ_NEEDS_INCREMENTAL_STATE: u32 = 2;
+const SEQ_INCREMENTAL_STATE_CLEARED: u32 = SequenceFlags::SeqIncrementalStateCleared as u32;
+const SEQ_NEEDS_INCREMENTAL_STATE: u32 = SequenceFlags::SeqNeedsIncrementalState as u32;
+/// The loss causes `previous_packet_dropped` can name, each with the per-buffer stat it is
+/// counted in. The first six are also counted by the service itself (`BufferStats`).
+const LOSS_CAUSES: [(DataLossReason, Stat); 8] = [
+    (
+        DataLossReason::DataLossReadGap,
+        Stat::traced_buf_data_loss_read_gap,
+    ),
+    (
+        DataLossReason::DataLossChunkCorrupted,
+        Stat::traced_buf_data_loss_chunk_corrupted,
+    ),
+    (
+        DataLossReason::DataLossOrphanContinuation,
+        Stat::traced_buf_data_loss_orphan_continuation,
+    ),
+    (
+        DataLossReason::DataLossReassemblyGap,
+        Stat::traced_buf_data_loss_reassembly_gap,
+    ),
+    (
+        DataLossReason::DataLossReassemblyBrokenChain,
+        Stat::traced_buf_data_loss_reassembly_broken_chain,
+    ),
+    (
+        DataLossReason::DataLossOverwrite,
+        Stat::traced_buf_data_loss_overwrite,
+    ),
+    (
+        DataLossReason::DataLossWriterAbort,
+        Stat::traced_buf_data_loss_writer_abort,
+    ),
+    (
+        DataLossReason::DataLossSmbFull,
+        Stat::traced_buf_data_loss_smb_full,
+    ),
+];
 /// Nesting limit for debug annotations (dicts in arrays in dicts…): deeper values are dropped
 /// rather than recursing without bound on hostile input.
 const MAX_ANNOTATION_DEPTH: u32 = 32;
 /// A decompressed `compressed_packets` payload larger than this is refused (a zip bomb would
 /// otherwise exhaust memory).
 const MAX_INFLATED_BYTES: u64 = 1 << 30;
-/// Track uuids with this bit set name a legacy thread (ThreadDescriptor on the sequence, no
-/// track uuid) by index into `Importer::legacy_threads`.
-pub(crate) const LEGACY_THREAD_BIT: u64 = 1 << 63;
+/// The first bytes of a gzip stream.
+pub(crate) const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 
 /// What a tokenized event does once sorted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,6 +93,9 @@ pub(crate) enum EventKind {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Event {
     pub(crate) ts: i64,
+    /// A track uuid or, if `legacy_thread`, an index into `Importer::legacy_threads` (events
+    /// on a sequence with a ThreadDescriptor and no track uuid). Kept apart by the flag
+    /// because track uuids use all 64 bits.
     pub(crate) track: u64,
     pub(crate) data: u64,
     pub(crate) name: StrId,
@@ -68,6 +106,7 @@ pub(crate) struct Event {
     pub(crate) nflows: u16,
     pub(crate) nterm: u16,
     pub(crate) kind: EventKind,
+    pub(crate) legacy_thread: bool,
 }
 
 /// An argument before it gets its arg set id.
@@ -79,7 +118,7 @@ pub(crate) struct PendingArg {
 }
 
 /// Thread or process naming, from descriptors.
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct Aux {
     pub(crate) pid: Option<i64>,
     pub(crate) tid: i64,
@@ -129,6 +168,7 @@ struct Sequence {
     annotation_strings: FxHashMap<u64, StrId>,
     source_locations: FxHashMap<u64, (StrId, StrId, u32)>,
     counter_values: FxHashMap<u64, f64>,
+    /// Index into `Importer::legacy_threads`.
     legacy_thread: Option<u64>,
     legacy_ts_us: Option<i64>,
     // Loss accounting, attributed to buffers at the end via TraceStats.writer_stats.
@@ -177,6 +217,8 @@ pub(crate) struct Importer {
     writer_buffers: Vec<(u32, u32)>,
     top_key_cache: FxHashMap<StrId, StrId>,
     key_debug: StrId,
+    /// Reused for the events of one TrackEvent, so that tokenizing does not allocate.
+    scratch: Vec<Event>,
     pub(crate) parse: crate::parse::ParseState,
 }
 
@@ -200,6 +242,7 @@ impl Importer {
             writer_buffers: Vec::new(),
             top_key_cache: FxHashMap::default(),
             key_debug,
+            scratch: Vec::new(),
             parse: Default::default(),
         }
     }
@@ -227,9 +270,7 @@ impl Importer {
                             self.push_packet(packet, nested);
                             count += 1;
                             if count % 4096 == 0 {
-                                // The packet borrows from `bytes`: its end is our offset.
-                                let end = packet.as_ptr() as usize + packet.len();
-                                progress(end.saturating_sub(bytes.as_ptr() as usize));
+                                progress(dec.offset());
                             }
                         }
                         _ => self.st.stats.inc(Stat::trace_packet_malformed),
@@ -268,19 +309,8 @@ impl Importer {
             self.st.stats.inc(Stat::compressed_packets_errors);
             return;
         }
-        let data = packet.compressed_packets();
-        let mut out = Vec::new();
-        // Perfetto inflates with zlib's automatic header detection (zlib or gzip).
-        let res = if data.starts_with(&[0x1f, 0x8b]) {
-            MultiGzDecoder::new(data)
-                .take(MAX_INFLATED_BYTES + 1)
-                .read_to_end(&mut out)
-        } else {
-            ZlibDecoder::new(data)
-                .take(MAX_INFLATED_BYTES + 1)
-                .read_to_end(&mut out)
-        };
-        if res.is_err() || out.len() as u64 > MAX_INFLATED_BYTES {
+        let (out, complete) = inflate(packet.compressed_packets(), MAX_INFLATED_BYTES + 1);
+        if !complete || out.len() as u64 > MAX_INFLATED_BYTES {
             self.st.stats.inc(Stat::compressed_packets_errors);
             if out.len() as u64 > MAX_INFLATED_BYTES {
                 return;
@@ -296,19 +326,22 @@ impl Importer {
         let seq_id = p.trusted_packet_sequence_id();
         let has_seq = p.has_trusted_packet_sequence_id();
         let dropped = p.previous_packet_dropped();
-        {
-            let first_seen = !self.seqs.contains_key(&seq_id);
-            let seq = self.seqs.entry(seq_id).or_default();
-            // The first packet of a sequence always says "dropped" (the service cannot know
-            // what came before), so it is not counted as a loss, as in Perfetto.
-            if has_seq && !first_seen && dropped != 0 {
+        // The first packet of a sequence always says "dropped" (the service cannot know what
+        // came before), so it is not counted as a loss, as in Perfetto.
+        match self.seqs.entry(seq_id) {
+            Entry::Vacant(e) => {
+                e.insert(Sequence::default());
+            }
+            Entry::Occupied(e) if has_seq && dropped != 0 => {
+                let seq = e.into_mut();
                 seq.dropped += 1;
-                for (bit, count) in seq.loss_causes.iter_mut().enumerate() {
-                    if dropped & (2 << bit) != 0 {
+                for ((reason, _), count) in LOSS_CAUSES.iter().zip(&mut seq.loss_causes) {
+                    if dropped & *reason as u32 != 0 {
                         *count += 1;
                     }
                 }
             }
+            Entry::Occupied(_) => {}
         }
         let flags = p.sequence_flags();
         if p.incremental_state_cleared() || flags & SEQ_INCREMENTAL_STATE_CLEARED != 0 {
@@ -426,20 +459,26 @@ impl Importer {
                     .has_reference_timestamp_us()
                     .then(|| d.reference_timestamp_us());
             }
-            self.push_aux(p, seq_id, EventKind::Thread, Some(pid), tid, name, NONE);
+            let aux = Aux {
+                pid: Some(pid),
+                tid,
+                name,
+                cmdline: NONE,
+            };
+            let ts = self.naming_time(seq_id, p);
+            self.push_aux(ts, EventKind::Thread, aux);
         }
         if p.has_process_descriptor() {
             let d = p.process_descriptor().map_err(drop)?;
             let (name, cmdline) = self.process_names(&d);
-            self.push_aux(
-                p,
-                seq_id,
-                EventKind::Process,
-                Some(d.pid() as i64),
-                0,
+            let aux = Aux {
+                pid: Some(d.pid() as i64),
+                tid: 0,
                 name,
                 cmdline,
-            );
+            };
+            let ts = self.naming_time(seq_id, p);
+            self.push_aux(ts, EventKind::Process, aux);
         }
         if p.has_track_event() {
             return self.track_event(seq_id, has_seq, p);
@@ -455,7 +494,7 @@ impl Importer {
         let next = self.legacy_threads.len() as u64;
         *self.legacy_thread_ids.entry((pid, tid)).or_insert_with(|| {
             self.legacy_threads.push((pid, tid));
-            next | LEGACY_THREAD_BIT
+            next
         })
     }
 
@@ -480,44 +519,20 @@ impl Importer {
         (name, cmdline)
     }
 
-    /// Queues a thread/process naming event at the packet's time (or the latest time).
-    #[allow(clippy::too_many_arguments)]
-    fn push_aux(
-        &mut self,
-        p: &TracePacketView<'_>,
-        seq_id: u32,
-        kind: EventKind,
-        pid: Option<i64>,
-        tid: i64,
-        name: StrId,
-        cmdline: StrId,
-    ) {
-        let idx = self.aux.len() as u64;
-        self.aux.push(Aux {
-            pid,
-            tid,
-            name,
-            cmdline,
-        });
-        let ev = Event {
-            ts: 0,
-            track: 0,
-            data: idx,
-            name: NONE,
-            category: NONE,
-            args: 0,
-            nargs: 0,
-            flows: 0,
-            nflows: 0,
-            nterm: 0,
-            kind,
-        };
-        // Naming never fails for want of a clock: fall back to the latest timestamp.
-        let ts = match self.packet_time(seq_id, p) {
+    /// When a thread/process descriptor packet names something: at the packet's time, or the
+    /// latest time seen (naming never fails for want of a clock).
+    fn naming_time(&mut self, seq_id: u32, p: &TracePacketView<'_>) -> i64 {
+        match self.packet_time(seq_id, p) {
             Time::At(ts) => ts,
             _ => self.latest_ts,
-        };
-        self.emit(Event { ts, ..ev });
+        }
+    }
+
+    /// Queues a thread/process naming event (`kind` is `Thread` or `Process`) at `ts`.
+    fn push_aux(&mut self, ts: i64, kind: EventKind, aux: Aux) {
+        let idx = self.aux.len() as u64;
+        self.aux.push(aux);
+        self.emit(Event::bare(kind, ts, 0, idx));
     }
 
     // === Interned data ===
@@ -703,33 +718,19 @@ impl Importer {
             ] {
                 s.set_indexed(stat, i, u(v));
             }
-            // Loss causes the service counted itself (TraceBufferV2); the per-sequence
-            // previous_packet_dropped bits may add to them at the end.
-            for (stat, v) in [
-                (Stat::traced_buf_data_loss_read_gap, b.data_loss_read_gap()),
-                (
-                    Stat::traced_buf_data_loss_chunk_corrupted,
-                    b.data_loss_chunk_corrupted(),
-                ),
-                (
-                    Stat::traced_buf_data_loss_orphan_continuation,
-                    b.data_loss_orphan_continuation(),
-                ),
-                (
-                    Stat::traced_buf_data_loss_reassembly_gap,
-                    b.data_loss_reassembly_gap(),
-                ),
-                (
-                    Stat::traced_buf_data_loss_reassembly_broken_chain,
-                    b.data_loss_reassembly_broken_chain(),
-                ),
-                (
-                    Stat::traced_buf_data_loss_overwrite,
-                    b.data_loss_overwrite(),
-                ),
-            ] {
+            // Loss causes the service counted itself (TraceBufferV2), in LOSS_CAUSES order; the
+            // per-sequence previous_packet_dropped bits may add to them at the end.
+            let service_counted = [
+                b.data_loss_read_gap(),
+                b.data_loss_chunk_corrupted(),
+                b.data_loss_orphan_continuation(),
+                b.data_loss_reassembly_gap(),
+                b.data_loss_reassembly_broken_chain(),
+                b.data_loss_overwrite(),
+            ];
+            for ((_, stat), v) in LOSS_CAUSES.iter().zip(service_counted) {
                 if v != 0 {
-                    s.set_indexed(stat, i, u(v));
+                    s.set_indexed(*stat, i, u(v));
                 }
             }
         }
@@ -819,11 +820,13 @@ impl Importer {
                     .then(|| strings.intern_bytes(c.y_axis_share_key_bytes())),
             });
         }
-        match self.reservations.get_mut(&uuid) {
-            None => {
-                self.reservations.insert(uuid, r.clone());
+        let (pid, tid) = (r.pid, r.tid);
+        match self.reservations.entry(uuid) {
+            Entry::Vacant(e) => {
+                e.insert(r);
             }
-            Some(old) => {
+            Entry::Occupied(mut e) => {
+                let old = e.get_mut();
                 let same = old.parent == r.parent
                     && old.pid == r.pid
                     && old.tid == r.tid
@@ -839,46 +842,28 @@ impl Importer {
                 }
             }
         }
-        // Thread and process names are applied in timestamp order, like any event.
-        if let Some(tid) = r.tid {
-            self.push_aux_now(EventKind::Thread, r.pid, tid, thread_name, NONE);
+        // Track descriptors name from the start of the trace (`i64::MIN`): a name is a
+        // property of the thread, not of a moment, and events before the descriptor should
+        // see it too.
+        if let Some(tid) = tid {
+            let aux = Aux {
+                pid,
+                tid,
+                name: thread_name,
+                cmdline: NONE,
+            };
+            self.push_aux(i64::MIN, EventKind::Thread, aux);
         }
-        if let Some((pid, (pname, cmdline))) = process {
-            self.push_aux_now(EventKind::Process, Some(pid), 0, pname, cmdline);
+        if let Some((pid, (name, cmdline))) = process {
+            let aux = Aux {
+                pid: Some(pid),
+                tid: 0,
+                name,
+                cmdline,
+            };
+            self.push_aux(i64::MIN, EventKind::Process, aux);
         }
         Ok(())
-    }
-
-    fn push_aux_now(
-        &mut self,
-        kind: EventKind,
-        pid: Option<i64>,
-        tid: i64,
-        name: StrId,
-        cmdline: StrId,
-    ) {
-        let idx = self.aux.len() as u64;
-        self.aux.push(Aux {
-            pid,
-            tid,
-            name,
-            cmdline,
-        });
-        // Descriptors apply from the start of the trace: a name is a property of the thread,
-        // not of a moment, and events before the descriptor should see it too.
-        self.emit(Event {
-            ts: i64::MIN,
-            track: 0,
-            data: idx,
-            name: NONE,
-            category: NONE,
-            args: 0,
-            nargs: 0,
-            flows: 0,
-            nflows: 0,
-            nterm: 0,
-            kind,
-        });
     }
 
     // === TrackEvent ===
@@ -931,9 +916,9 @@ impl Importer {
             self.st.stats.inc(Stat::track_event_invalid_timestamp);
             return Ok(());
         }
-        let mut out = Vec::with_capacity(1);
-        self.tokenize_track_event(seq_id, &ev, ts, &mut out)?;
-        for event in out {
+        let mut out = std::mem::take(&mut self.scratch);
+        self.tokenize_track_event(seq_id, &ev, ts, &mut out);
+        for event in out.drain(..) {
             match deferred {
                 None => self.emit(event),
                 Some((clock, raw)) => {
@@ -942,6 +927,7 @@ impl Importer {
                 }
             }
         }
+        self.scratch = out;
         Ok(())
     }
 
@@ -951,19 +937,22 @@ impl Importer {
         ev: &TrackEventView<'_>,
         ts: i64,
         out: &mut Vec<Event>,
-    ) -> Result<(), ()> {
+    ) {
         let seq = self
             .seqs
             .get(&seq_id)
             .expect("sequence exists once a packet was seen");
         let defaults = seq.defaults.as_ref();
-        let track = if ev.has_track_uuid() {
-            ev.track_uuid()
+        let (track, legacy_thread) = if ev.has_track_uuid() {
+            (ev.track_uuid(), false)
         } else if let Some(uuid) = defaults.and_then(|d| d.track_uuid) {
-            uuid
+            (uuid, false)
         } else {
             // A legacy ThreadDescriptor on the sequence, else the default track (uuid 0).
-            seq.legacy_thread.unwrap_or_default()
+            match seq.legacy_thread {
+                Some(idx) => (idx, true),
+                None => (0, false),
+            }
         };
         let mut kind = match ev.type_raw() {
             1 => EventKind::SliceBegin,
@@ -988,7 +977,7 @@ impl Importer {
                         }
                         _ => {
                             self.st.stats.inc(Stat::track_event_parser_errors);
-                            return Ok(());
+                            return;
                         }
                     };
                     if l.has_name_iid() {
@@ -997,7 +986,7 @@ impl Importer {
                 }
                 _ => {
                     self.st.stats.inc(Stat::track_event_parser_errors);
-                    return Ok(());
+                    return;
                 }
             }
         }
@@ -1017,32 +1006,34 @@ impl Importer {
         } else {
             NONE
         };
-        let mut cat_ids: Vec<StrId> = Vec::new();
+        // Categories: one is used as is (no allocation on this per-event path); several, the
+        // interned ones then the inline ones, are joined with ",".
+        let mut interned_category = NONE;
+        let mut interned_categories = 0;
         for iid in ev.category_iids() {
             match iid.ok().and_then(|iid| seq.categories.get(&iid)) {
-                Some(&c) => cat_ids.push(c),
+                Some(&c) => {
+                    interned_category = c;
+                    interned_categories += 1;
+                }
                 None => interned_misses += 1,
             }
         }
-        let mut cat_strs: Vec<&[u8]> = Vec::new();
-        for c in ev.categories().flatten() {
-            cat_strs.push(c.as_bytes());
-        }
-        let category = match (cat_ids.len(), cat_strs.len()) {
-            (0, 0) => NONE,
-            (1, 0) => cat_ids[0],
-            (0, 1) => self.st.strings.intern_bytes(cat_strs[0]),
+        let mut inline = ev.categories().flatten();
+        let category = match (interned_categories, inline.next()) {
+            (0, None) => NONE,
+            (1, None) => interned_category,
+            (0, Some(c)) if inline.next().is_none() => self.st.strings.intern(c),
             _ => {
-                let mut joined: Vec<String> = cat_ids
-                    .iter()
-                    .map(|&c| self.st.strings.get(c).to_owned())
-                    .collect();
-                joined.extend(
-                    cat_strs
-                        .iter()
-                        .map(|c| String::from_utf8_lossy(c).into_owned()),
-                );
-                self.st.strings.intern(&joined.join(","))
+                let strings = &self.st.strings;
+                let joined = ev
+                    .category_iids()
+                    .filter_map(|iid| seq.categories.get(&iid.ok()?))
+                    .map(|&c| strings.get(c))
+                    .chain(ev.categories().flatten())
+                    .collect::<Vec<_>>()
+                    .join(",");
+                self.st.strings.intern(&joined)
             }
         };
 
@@ -1054,9 +1045,15 @@ impl Importer {
                 ev.double_counter_value()
             } else {
                 self.st.stats.inc(Stat::track_event_counter_missing_value);
-                return Ok(());
+                return;
             };
-            match self.counter_value(seq_id, track, value) {
+            // A legacy thread's track is never a counter track.
+            let value = if legacy_thread {
+                None
+            } else {
+                self.counter_value(seq_id, track, value)
+            };
+            match value {
                 Some(v) => out.push(Event::counter(ts, track, v)),
                 None => self
                     .st
@@ -1097,6 +1094,7 @@ impl Importer {
                 nflows,
                 nterm,
                 kind,
+                legacy_thread,
             });
         }
         if interned_misses > 0 {
@@ -1104,7 +1102,6 @@ impl Importer {
                 .stats
                 .add(Stat::interned_data_tokenizer_errors, interned_misses);
         }
-        Ok(())
     }
 
     fn extra_counters(
@@ -1420,16 +1417,6 @@ impl Importer {
         self.finish_parse();
 
         // Per-buffer loss, attributed through TraceStats.writer_stats (sequence → buffer).
-        let causes = [
-            Stat::traced_buf_data_loss_read_gap,
-            Stat::traced_buf_data_loss_chunk_corrupted,
-            Stat::traced_buf_data_loss_orphan_continuation,
-            Stat::traced_buf_data_loss_reassembly_gap,
-            Stat::traced_buf_data_loss_reassembly_broken_chain,
-            Stat::traced_buf_data_loss_overwrite,
-            Stat::traced_buf_data_loss_writer_abort,
-            Stat::traced_buf_data_loss_smb_full,
-        ];
         let mut seen_buffers = Vec::new();
         for &(seq_id, buffer) in &self.writer_buffers {
             let Some(seq) = self.seqs.get(&seq_id) else {
@@ -1453,7 +1440,7 @@ impl Importer {
                 b,
                 all_dropped as i64,
             );
-            for (stat, &n) in causes.iter().zip(&seq.loss_causes) {
+            for ((_, stat), &n) in LOSS_CAUSES.iter().zip(&seq.loss_causes) {
                 if n != 0 {
                     s.add_indexed(*stat, b, n);
                 }
@@ -1463,11 +1450,12 @@ impl Importer {
 }
 
 impl Event {
-    fn counter(ts: i64, track: u64, value: f64) -> Event {
+    /// An event with no name, category, args or flows, on track uuid `track`.
+    pub(crate) fn bare(kind: EventKind, ts: i64, track: u64, data: u64) -> Event {
         Event {
             ts,
             track,
-            data: value.to_bits(),
+            data,
             name: NONE,
             category: NONE,
             args: 0,
@@ -1475,8 +1463,13 @@ impl Event {
             flows: 0,
             nflows: 0,
             nterm: 0,
-            kind: EventKind::Counter,
+            kind,
+            legacy_thread: false,
         }
+    }
+
+    fn counter(ts: i64, track: u64, value: f64) -> Event {
+        Event::bare(EventKind::Counter, ts, track, value.to_bits())
     }
 }
 
@@ -1488,12 +1481,17 @@ enum Time {
     Failed,
 }
 
-/// Decompresses a gzip file in memory; a truncated stream keeps what came out before the
-/// error (reported by the `bool`).
-pub(crate) fn gunzip(data: &[u8]) -> (Vec<u8>, bool) {
+/// Inflates a gzip (one or more members) or else zlib stream, stopping after `limit` bytes, as
+/// Perfetto does with zlib's automatic header detection. A truncated or corrupt stream keeps
+/// what came out before the error; the `bool` says whether there was none.
+pub(crate) fn inflate(data: &[u8], limit: u64) -> (Vec<u8>, bool) {
     let mut out = Vec::new();
-    let ok = MultiGzDecoder::new(data).read_to_end(&mut out).is_ok();
-    (out, ok)
+    let res = if data.starts_with(&GZIP_MAGIC) {
+        MultiGzDecoder::new(data).take(limit).read_to_end(&mut out)
+    } else {
+        ZlibDecoder::new(data).take(limit).read_to_end(&mut out)
+    };
+    (out, res.is_ok())
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@
 //! Perfetto also merges sibling tracks with equal names into one UI track; we keep one track
 //! per uuid.
 
-use crate::import::{Event, EventKind, Importer, LEGACY_THREAD_BIT};
+use crate::import::{Event, EventKind, Importer};
 use crate::stats::Stat;
 use crate::storage::{ArgValue, EventType, SliceRow, TrackRow, NONE};
 use crate::strings::{FxHashMap, StrId};
@@ -38,8 +38,10 @@ enum Scope {
 
 #[derive(Debug, Default)]
 pub(crate) struct ParseState {
-    /// uuid (or legacy thread) → track id.
+    /// uuid → track id.
     tracks: FxHashMap<u64, u32>,
+    /// Index into `Importer::legacy_threads` → track id.
+    legacy_tracks: FxHashMap<u64, u32>,
     /// uuid → (scope, is root), once resolved.
     scopes: FxHashMap<u64, (Scope, bool)>,
     /// utid → its `thread` track.
@@ -60,14 +62,14 @@ impl Importer {
     fn apply(&mut self, ev: &Event) {
         match ev.kind {
             EventKind::Thread => {
-                let a = self.aux[ev.data as usize].clone();
+                let a = self.aux[ev.data as usize];
                 let utid = self.st.thread(a.tid, a.pid);
                 if a.name != NONE {
                     self.st.threads[utid as usize].name = a.name;
                 }
             }
             EventKind::Process => {
-                let a = self.aux[ev.data as usize].clone();
+                let a = self.aux[ev.data as usize];
                 let upid = self.st.process(a.pid.unwrap_or(0));
                 let p = &mut self.st.processes[upid as usize];
                 if a.name != NONE {
@@ -78,7 +80,7 @@ impl Importer {
                 }
             }
             EventKind::Counter => {
-                if let Some(track) = self.intern_track(ev.track, NONE) {
+                if let Some(track) = self.event_track(ev, NONE) {
                     self.st.counters.push(crate::storage::CounterRow {
                         ts: ev.ts,
                         track,
@@ -87,7 +89,7 @@ impl Importer {
                 }
             }
             EventKind::SliceBegin | EventKind::Instant | EventKind::Complete => {
-                let Some(track) = self.intern_track(ev.track, ev.name) else {
+                let Some(track) = self.event_track(ev, ev.name) else {
                     return;
                 };
                 let stack = self.parse.stacks.entry(track).or_default();
@@ -120,7 +122,7 @@ impl Importer {
                 self.flows_for(id, ev);
             }
             EventKind::SliceEnd => {
-                let Some(track) = self.intern_track(ev.track, NONE) else {
+                let Some(track) = self.event_track(ev, NONE) else {
                     return;
                 };
                 let Some(id) = self.parse.stacks.get_mut(&track).and_then(Vec::pop) else {
@@ -197,17 +199,25 @@ impl Importer {
 
     // === Tracks ===
 
+    /// The track id of an event: its legacy thread's track or its uuid's.
+    fn event_track(&mut self, ev: &Event, event_name: StrId) -> Option<u32> {
+        if !ev.legacy_thread {
+            return self.intern_track(ev.track, event_name);
+        }
+        if let Some(&t) = self.parse.legacy_tracks.get(&ev.track) {
+            return Some(t);
+        }
+        let (pid, tid) = self.legacy_threads[ev.track as usize];
+        let utid = self.st.thread(tid, Some(pid));
+        let t = self.thread_track(utid);
+        self.parse.legacy_tracks.insert(ev.track, t);
+        Some(t)
+    }
+
     /// The track id for `uuid`, created on first use. `event_name` names global child tracks
     /// that have no name of their own, as in Perfetto.
     fn intern_track(&mut self, uuid: u64, event_name: StrId) -> Option<u32> {
         if let Some(&t) = self.parse.tracks.get(&uuid) {
-            return Some(t);
-        }
-        if uuid & LEGACY_THREAD_BIT != 0 {
-            let (pid, tid) = self.legacy_threads[(uuid & !LEGACY_THREAD_BIT) as usize];
-            let utid = self.st.thread(tid, Some(pid));
-            let t = self.thread_track(utid);
-            self.parse.tracks.insert(uuid, t);
             return Some(t);
         }
         let (scope, is_root) = self.resolve(uuid)?;

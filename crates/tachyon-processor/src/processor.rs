@@ -117,8 +117,8 @@ impl TraceProcessor {
     ) -> Result<Self, Error> {
         let mut importer = import::Importer::new(options.sort);
         let gunzipped;
-        let trace: &[u8] = if bytes.starts_with(&[0x1f, 0x8b]) {
-            let (data, complete) = import::gunzip(bytes);
+        let trace: &[u8] = if bytes.starts_with(&import::GZIP_MAGIC) {
+            let (data, complete) = import::inflate(bytes, u64::MAX);
             if !complete {
                 importer.st.stats.inc(stats::Stat::trace_truncated);
             }

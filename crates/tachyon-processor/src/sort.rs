@@ -106,22 +106,9 @@ impl Sorter {
 mod tests {
     use super::*;
     use crate::import::EventKind;
-    use crate::storage::NONE;
 
     fn ev(ts: i64) -> Event {
-        Event {
-            ts,
-            track: 0,
-            data: 0,
-            name: NONE,
-            category: NONE,
-            args: 0,
-            nargs: 0,
-            flows: 0,
-            nflows: 0,
-            nterm: 0,
-            kind: EventKind::Instant,
-        }
+        Event::bare(EventKind::Instant, ts, 0, 0)
     }
 
     fn ts(v: &[Event]) -> Vec<i64> {

@@ -1,10 +1,10 @@
 //! The `testdata/` corpus: each case directory holds `trace.textproto` (a Perfetto `Trace` in
 //! protobuf text format, as Perfetto's diff tests write them), optionally `options` (one word
 //! per line: `gzip` compresses the file, `compress_packets` wraps every packet into one
-//! `compressed_packets` packet, `truncate` appends a packet cut short, `sort=windowed` imports
-//! with windowed sorting), and pairs of `NAME.sql` + `NAME.csv`: the query and its expected
-//! output (Perfetto's diff-test CSV: quoted strings and header, `"[NULL]"` for NULL, reals with
-//! six decimals).
+//! `compressed_packets` packet (zlib, or gzip with `compress_packets=gzip`), `truncate` appends
+//! a packet cut short, `sort=windowed` imports with windowed sorting; any other word fails the
+//! test), and pairs of `NAME.sql` + `NAME.csv`: the query and its expected output (Perfetto's
+//! diff-test CSV: quoted strings and header, `"[NULL]"` for NULL, reals with six decimals).
 //!
 //! Run with `TACHYON_BLESS=1` to (re)write the `.csv` files from the current output, and with
 //! `TACHYON_DUMP_TRACES=DIR` to also write each case's binary trace into `DIR` (fuzz seeds).
@@ -14,7 +14,9 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use prost_reflect::{DescriptorPool, DynamicMessage};
+use protozero::HeapBuffered;
 use tachyon_processor::{Options, SortMode, TraceProcessor, Value};
+use tachyon_protos::Trace;
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -30,22 +32,6 @@ fn trace_descriptor() -> prost_reflect::MessageDescriptor {
         .expect("Trace message")
 }
 
-/// Encodes a length-delimited field (`tag` already encoded as a varint).
-fn field(out: &mut Vec<u8>, tag: &[u8], payload: &[u8]) {
-    out.extend_from_slice(tag);
-    let mut n = payload.len() as u64;
-    loop {
-        let b = (n & 0x7f) as u8;
-        n >>= 7;
-        if n == 0 {
-            out.push(b);
-            break;
-        }
-        out.push(b | 0x80);
-    }
-    out.extend_from_slice(payload);
-}
-
 fn build_trace(dir: &Path, desc: &prost_reflect::MessageDescriptor, options: &[String]) -> Vec<u8> {
     let text = std::fs::read_to_string(dir.join("trace.textproto")).expect("trace.textproto");
     let msg = DynamicMessage::parse_text_format(desc.clone(), &text)
@@ -53,27 +39,35 @@ fn build_trace(dir: &Path, desc: &prost_reflect::MessageDescriptor, options: &[S
     let mut bytes = prost::Message::encode_to_vec(&msg);
     for opt in options {
         match opt.as_str() {
-            "compress_packets" => {
-                let mut z =
-                    flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
-                z.write_all(&bytes).unwrap();
-                let compressed = z.finish().unwrap();
-                let mut packet = Vec::new();
-                field(&mut packet, &[0x92, 0x03], &compressed); // compressed_packets = 50
-                bytes.clear();
-                field(&mut bytes, &[0x0a], &packet);
+            "compress_packets" | "compress_packets=gzip" => {
+                let compressed = if opt == "compress_packets" {
+                    let level = flate2::Compression::default();
+                    let mut z = flate2::write::ZlibEncoder::new(Vec::new(), level);
+                    z.write_all(&bytes).unwrap();
+                    z.finish().unwrap()
+                } else {
+                    gzip(&bytes)
+                };
+                let mut buf = HeapBuffered::new();
+                {
+                    let mut trace: Trace<'_> = buf.root();
+                    trace.add_packet().set_compressed_packets(&compressed);
+                }
+                bytes = buf.serialize().expect("trace fits");
             }
             "truncate" => bytes.extend_from_slice(&[0x0a, 0x10, 0x08]),
-            "gzip" => {
-                let mut z =
-                    flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-                z.write_all(&bytes).unwrap();
-                bytes = z.finish().unwrap();
-            }
-            _ => {}
+            "gzip" => bytes = gzip(&bytes),
+            "sort=windowed" => {} // Read by the caller.
+            other => panic!("{}: unknown option {other:?}", dir.display()),
         }
     }
     bytes
+}
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    let mut z = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    z.write_all(bytes).unwrap();
+    z.finish().unwrap()
 }
 
 /// Perfetto's diff-test CSV rendering.
