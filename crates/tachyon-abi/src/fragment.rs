@@ -11,11 +11,14 @@
 //! memory before looking at it), checks every size against the bytes that are left, and never
 //! panics.
 
+use protozero::wire::redundant_varint;
+
 use crate::error::AbiError;
 use crate::layout::{FRAGMENT_HEADER_SIZE, PACKET_SIZE_DROP_PACKET};
 
-/// Encodes `size` (≤ 2^28 − 1) as the 4-byte redundant varint a writer back-fills, or `None`
-/// if it does not fit.
+/// Encodes `size` (≤ 2^28 − 1) as the 4-byte redundant varint a writer back-fills
+/// ([`protozero::wire::redundant_varint`], the encoding of protozero's reserved size fields),
+/// or `None` if it does not fit.
 ///
 /// ```
 /// assert_eq!(tachyon_abi::encode_fragment_header(7), Some([0x87, 0x80, 0x80, 0x00]));
@@ -26,17 +29,13 @@ pub const fn encode_fragment_header(size: u32) -> Option<[u8; FRAGMENT_HEADER_SI
     if size > PACKET_SIZE_DROP_PACKET {
         return None;
     }
-    Some([
-        (size & 0x7F) as u8 | 0x80,
-        ((size >> 7) & 0x7F) as u8 | 0x80,
-        ((size >> 14) & 0x7F) as u8 | 0x80,
-        ((size >> 21) & 0x7F) as u8,
-    ])
+    Some(redundant_varint(size))
 }
 
 /// The fragment header a writer writes over a packet it cannot finish: the redundant varint of
-/// [`PACKET_SIZE_DROP_PACKET`].
-pub const DROP_PACKET_FRAGMENT_HEADER: [u8; FRAGMENT_HEADER_SIZE] = [0xFF, 0xFF, 0xFF, 0x7F];
+/// [`PACKET_SIZE_DROP_PACKET`] (`FF FF FF 7F`).
+pub const DROP_PACKET_FRAGMENT_HEADER: [u8; FRAGMENT_HEADER_SIZE] =
+    redundant_varint(PACKET_SIZE_DROP_PACKET);
 
 /// Decodes the fragment size varint at the start of `bytes`: `(size, header length)`.
 ///
@@ -165,9 +164,10 @@ mod tests {
         assert_eq!(encode_fragment_header(0), Some([0x80, 0x80, 0x80, 0x00]));
         assert_eq!(encode_fragment_header(7), Some([0x87, 0x80, 0x80, 0x00]));
         assert_eq!(encode_fragment_header(300), Some([0xAC, 0x82, 0x80, 0x00]));
+        assert_eq!(DROP_PACKET_FRAGMENT_HEADER, [0xFF, 0xFF, 0xFF, 0x7F]);
         assert_eq!(
             encode_fragment_header(PACKET_SIZE_DROP_PACKET),
-            Some(DROP_PACKET_FRAGMENT_HEADER)
+            Some([0xFF, 0xFF, 0xFF, 0x7F])
         );
         assert_eq!(encode_fragment_header(PACKET_SIZE_DROP_PACKET + 1), None);
         for size in [

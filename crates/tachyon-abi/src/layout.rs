@@ -82,12 +82,13 @@ pub const MAX_WRITER_PACKET_COUNT: u16 = MAX_PACKET_COUNT - 1;
 /// Largest valid writer id (`kMaxWriterID`, 2^15 − 1). Writer id 0 is invalid.
 pub const MAX_WRITER_ID: u16 = (1 << 15) - 1;
 
-/// Maximum size of the varint that prefixes every fragment (`kPacketHeaderSize`).
-pub const FRAGMENT_HEADER_SIZE: usize = 4;
+/// Maximum size of the varint that prefixes every fragment (`kPacketHeaderSize`): 4, the size
+/// of protozero's reserved length field.
+pub const FRAGMENT_HEADER_SIZE: usize = protozero::wire::MESSAGE_LENGTH_FIELD_SIZE;
 
 /// Fragment size meaning "the writer could not finish this packet; drop it"
 /// (`kPacketSizeDropPacket` = protozero's `kMaxMessageLength` = 2^28 − 1).
-pub const PACKET_SIZE_DROP_PACKET: u32 = (1 << 28) - 1;
+pub const PACKET_SIZE_DROP_PACKET: u32 = protozero::wire::MAX_MESSAGE_LENGTH;
 
 /// Number of compare-and-swap attempts before a page-header transition gives up
 /// (`kRetryAttempts`).

@@ -1,14 +1,11 @@
 //! The producer's view: partition pages, acquire chunks for writing, fill them, complete them.
 
-use core::fmt;
-
 use crate::error::AbiError;
 use crate::layout::{
-    ChunkFlags, ChunkHeader, ChunkState, HeaderBitmap, Packets, PageHeader, PageLayout, PageSize,
-    MAX_CHUNKS_PER_PAGE, MAX_PACKET_COUNT,
+    ChunkFlags, ChunkHeader, ChunkState, HeaderBitmap, Packets, PageLayout, MAX_CHUNKS_PER_PAGE,
+    MAX_PACKET_COUNT,
 };
 use crate::smb::{ChunkRef, SmbCore};
-use crate::sync::AtomicU32;
 
 /// The producer side of a shared memory buffer (Perfetto's `SharedMemoryABI`).
 ///
@@ -24,78 +21,12 @@ pub struct SharedMemoryAbi<'a> {
     core: SmbCore<'a>,
 }
 
-impl fmt::Debug for SharedMemoryAbi<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SharedMemoryAbi")
-            .field("size", &self.size())
-            .field("page_size", &self.page_size())
-            .field("num_pages", &self.num_pages())
-            .finish()
-    }
-}
+crate::smb::smb_view!(SharedMemoryAbi);
 
 impl<'a> SharedMemoryAbi<'a> {
-    /// A view of `words` (the buffer, `4 · words.len()` bytes) split in pages of `page_size`.
-    ///
-    /// Errors: the size is 0, not a multiple of the page size, or above
-    /// [`MAX_SMB_SIZE`](crate::MAX_SMB_SIZE).
-    pub fn new(words: &'a [AtomicU32], page_size: PageSize) -> Result<Self, AbiError> {
-        Ok(SharedMemoryAbi {
-            core: SmbCore::new(words, page_size)?,
-        })
-    }
-
-    /// A view of `len` bytes at `ptr`, typically a shared memfd mapping.
-    ///
-    /// Errors: `ptr` null or not 4-aligned, or the size checks of [`SharedMemoryAbi::new`].
-    ///
-    /// # Safety
-    ///
-    /// For the whole of `'a`, `ptr..ptr + len` must stay mapped and valid for reads and writes,
-    /// and this process must access it only through this crate's views (or other 4-byte atomic
-    /// accesses at 4-aligned offsets), never through references or plain loads and stores that
-    /// race with them. Other processes may write to it at any time.
-    #[cfg(not(loom))]
-    pub unsafe fn from_raw_parts(
-        ptr: *mut u8,
-        len: usize,
-        page_size: PageSize,
-    ) -> Result<Self, AbiError> {
-        // SAFETY: forwarded verbatim from this function's contract.
-        let words = unsafe { crate::raw::words_from_raw_parts(ptr, len)? };
-        Self::new(words, page_size)
-    }
-
-    pub(crate) fn from_core(core: SmbCore<'a>) -> Self {
-        SharedMemoryAbi { core }
-    }
-
-    /// Buffer size in bytes.
-    #[must_use]
-    pub fn size(&self) -> usize {
-        self.core.geometry().size()
-    }
-
-    /// Page size.
-    #[must_use]
-    pub fn page_size(&self) -> PageSize {
-        self.core.geometry().page_size()
-    }
-
-    /// Number of pages.
-    #[must_use]
-    pub fn num_pages(&self) -> usize {
-        self.core.geometry().num_pages()
-    }
-
     /// `Acquire`-loads the header bitmap of a page. Advisory: it may change right after.
     pub fn page_bitmap(&self, page_idx: usize) -> Result<HeaderBitmap, AbiError> {
         self.core.bitmap(page_idx)
-    }
-
-    /// Both words of a page header.
-    pub fn page_header(&self, page_idx: usize) -> Result<PageHeader, AbiError> {
-        self.core.page_header(page_idx)
     }
 
     /// True when the page is free and unpartitioned (bitmap 0). Advisory.
@@ -274,37 +205,33 @@ impl Chunk<'_> {
     /// fragment if it completes the chunk without another packet.
     ///
     /// [`AbiError::PacketCountOverflow`] past 1023.
+    // Inlined across crates: a trace writer calls this for every packet.
+    #[inline]
     pub fn increment_packet_count(&mut self) -> Result<u16, AbiError> {
-        let packets = self.inner.packets();
-        let count = packets.count() + 1;
-        if count > MAX_PACKET_COUNT {
-            return Err(AbiError::PacketCountOverflow);
-        }
-        let next = Packets::new(count, packets.flags()).ok_or(AbiError::PacketCountOverflow)?;
-        self.inner.store_packets(next);
-        Ok(count)
+        self.inner
+            // The count is the low 10 bits: below 1023, adding 1 leaves the flags alone.
+            .update_packets(|p| (p.count() < MAX_PACKET_COUNT).then_some(Packets(p.0 + 1)))
+            .map(Packets::count)
+            .ok_or(AbiError::PacketCountOverflow)
     }
 
     /// Sets flags (release store); they stay set until the chunk is freed. Bits beyond the
     /// 6-bit field are ignored.
     pub fn set_flags(&mut self, flags: ChunkFlags) {
-        let packets = self.inner.packets();
-        let flags = packets
-            .flags()
-            .union(ChunkFlags(flags.0 & ChunkFlags::FIELD_MASK));
-        if let Some(next) = Packets::new(packets.count(), flags) {
-            self.inner.store_packets(next);
-        }
+        let flags = ChunkFlags(flags.0 & ChunkFlags::FIELD_MASK);
+        self.inner
+            .update_packets(|p| Packets::new(p.count(), p.flags().union(flags)));
     }
 
     /// Clears [`ChunkFlags::CHUNK_NEEDS_PATCHING`], once the chunk's patches are applied in
     /// place (only allowed while the chunk is still held).
     pub fn clear_needs_patching(&mut self) {
-        let packets = self.inner.packets();
-        let flags = packets.flags().difference(ChunkFlags::CHUNK_NEEDS_PATCHING);
-        if let Some(next) = Packets::new(packets.count(), flags) {
-            self.inner.store_packets(next);
-        }
+        self.inner.update_packets(|p| {
+            Packets::new(
+                p.count(),
+                p.flags().difference(ChunkFlags::CHUNK_NEEDS_PATCHING),
+            )
+        });
     }
 
     /// Writes `bytes` at `offset` in the payload (relaxed atomic stores).

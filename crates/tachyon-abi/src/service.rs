@@ -13,9 +13,9 @@ use core::ops::Range;
 
 use crate::error::AbiError;
 use crate::fragment::Fragments;
-use crate::layout::{ChunkHeader, ChunkState, HeaderBitmap, PageHeader, PageLayout, PageSize};
+use crate::layout::{ChunkHeader, ChunkState, HeaderBitmap, PageLayout};
 use crate::smb::{ChunkRef, SmbCore};
-use crate::sync::{AtomicU32, Ordering};
+use crate::sync::Ordering;
 
 /// The service side of a shared memory buffer, for memory an untrusted producer also writes.
 ///
@@ -30,75 +30,9 @@ pub struct ServiceView<'a> {
     core: SmbCore<'a>,
 }
 
-impl fmt::Debug for ServiceView<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ServiceView")
-            .field("size", &self.size())
-            .field("page_size", &self.page_size())
-            .field("num_pages", &self.num_pages())
-            .finish()
-    }
-}
+crate::smb::smb_view!(ServiceView);
 
 impl<'a> ServiceView<'a> {
-    /// A view of `words` split in pages of `page_size` (the service chose the page size when it
-    /// set the buffer up; nothing in the memory says it).
-    ///
-    /// Errors: the size is 0, not a multiple of the page size, or above
-    /// [`MAX_SMB_SIZE`](crate::MAX_SMB_SIZE).
-    pub fn new(words: &'a [AtomicU32], page_size: PageSize) -> Result<Self, AbiError> {
-        Ok(ServiceView {
-            core: SmbCore::new(words, page_size)?,
-        })
-    }
-
-    /// A view of `len` bytes at `ptr`: the service's mapping of the producer's memfd.
-    ///
-    /// # Safety
-    ///
-    /// For the whole of `'a`, `ptr..ptr + len` must stay mapped and valid for reads and writes
-    /// (for a producer-supplied memfd: seal it against shrinking, `F_SEAL_SHRINK`, before
-    /// mapping, or the producer could truncate it under us), and this process must access it only
-    /// through this crate's views (or other 4-byte atomic accesses at 4-aligned offsets). The
-    /// producer process may write anything to it at any time.
-    #[cfg(not(loom))]
-    pub unsafe fn from_raw_parts(
-        ptr: *mut u8,
-        len: usize,
-        page_size: PageSize,
-    ) -> Result<Self, AbiError> {
-        // SAFETY: forwarded verbatim from this function's contract.
-        let words = unsafe { crate::raw::words_from_raw_parts(ptr, len)? };
-        Self::new(words, page_size)
-    }
-
-    pub(crate) fn from_core(core: SmbCore<'a>) -> Self {
-        ServiceView { core }
-    }
-
-    /// Buffer size in bytes.
-    #[must_use]
-    pub fn size(&self) -> usize {
-        self.core.geometry().size()
-    }
-
-    /// Page size.
-    #[must_use]
-    pub fn page_size(&self) -> PageSize {
-        self.core.geometry().page_size()
-    }
-
-    /// Number of pages.
-    #[must_use]
-    pub fn num_pages(&self) -> usize {
-        self.core.geometry().num_pages()
-    }
-
-    /// Both words of a page header, undecoded (`Acquire` load of the bitmap).
-    pub fn page_header(&self, page_idx: usize) -> Result<PageHeader, AbiError> {
-        self.core.page_header(page_idx)
-    }
-
     /// The page's header bitmap, validated ([`HeaderBitmap::validate`]).
     pub fn page_bitmap(&self, page_idx: usize) -> Result<HeaderBitmap, AbiError> {
         let bitmap = self.core.bitmap(page_idx)?;

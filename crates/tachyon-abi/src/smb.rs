@@ -307,6 +307,95 @@ impl<'a> SmbCore<'a> {
     }
 }
 
+// === The views ===
+
+/// What both views ([`crate::SharedMemoryAbi`], [`crate::ServiceView`]) are made of: a
+/// `core: SmbCore` field behind the same constructors, geometry getters and `Debug`.
+macro_rules! smb_view {
+    ($view:ident) => {
+        impl core::fmt::Debug for $view<'_> {
+            fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+                f.debug_struct(stringify!($view))
+                    .field("size", &self.size())
+                    .field("page_size", &self.page_size())
+                    .field("num_pages", &self.num_pages())
+                    .finish()
+            }
+        }
+
+        impl<'a> $view<'a> {
+            /// A view of `words` (the buffer, `4 · words.len()` bytes) split in pages of
+            /// `page_size` (nothing in the memory says the page size: whoever sets the buffer up
+            /// chooses it and tells the other side).
+            ///
+            /// Errors: the size is 0, not a multiple of the page size, or above
+            /// [`MAX_SMB_SIZE`](crate::MAX_SMB_SIZE).
+            pub fn new(
+                words: &'a [$crate::sync::AtomicU32],
+                page_size: $crate::layout::PageSize,
+            ) -> Result<Self, $crate::error::AbiError> {
+                Ok($view {
+                    core: $crate::smb::SmbCore::new(words, page_size)?,
+                })
+            }
+
+            /// A view of `len` bytes at `ptr`, typically a shared memfd mapping.
+            ///
+            /// Errors: `ptr` null or not 4-aligned, or the size checks of `new`.
+            ///
+            /// # Safety
+            ///
+            /// For the whole of `'a`, `ptr..ptr + len` must stay mapped and valid for reads and
+            /// writes (for a memfd supplied by the other process: seal it against shrinking,
+            /// `F_SEAL_SHRINK`, before mapping, or that process could truncate it under us), and
+            /// this process must access it only through this crate's views (or other 4-byte
+            /// atomic accesses at 4-aligned offsets), never through references or plain loads
+            /// and stores that race with them. Other processes may write to it at any time.
+            #[cfg(not(loom))]
+            pub unsafe fn from_raw_parts(
+                ptr: *mut u8,
+                len: usize,
+                page_size: $crate::layout::PageSize,
+            ) -> Result<Self, $crate::error::AbiError> {
+                // SAFETY: forwarded verbatim from this function's contract.
+                let words = unsafe { $crate::raw::words_from_raw_parts(ptr, len)? };
+                Self::new(words, page_size)
+            }
+
+            pub(crate) fn from_core(core: $crate::smb::SmbCore<'a>) -> Self {
+                $view { core }
+            }
+
+            /// Buffer size in bytes.
+            #[must_use]
+            pub fn size(&self) -> usize {
+                self.core.geometry().size()
+            }
+
+            /// Page size.
+            #[must_use]
+            pub fn page_size(&self) -> $crate::layout::PageSize {
+                self.core.geometry().page_size()
+            }
+
+            /// Number of pages.
+            #[must_use]
+            pub fn num_pages(&self) -> usize {
+                self.core.geometry().num_pages()
+            }
+
+            /// Both words of a page header, undecoded (`Acquire` load of the bitmap).
+            pub fn page_header(
+                &self,
+                page_idx: usize,
+            ) -> Result<$crate::layout::PageHeader, $crate::error::AbiError> {
+                self.core.page_header(page_idx)
+            }
+        }
+    };
+}
+pub(crate) use smb_view;
+
 // === ChunkRef ===
 
 /// One chunk's words (header + payload) and where it sits. Whether the holder owns it is up to
@@ -344,6 +433,7 @@ impl<'a> ChunkRef<'a> {
         self.size() - CHUNK_HEADER_SIZE
     }
 
+    #[inline]
     fn word(&self, i: usize) -> Option<&'a AtomicU32> {
         self.words.get(i)
     }
@@ -369,13 +459,21 @@ impl<'a> ChunkRef<'a> {
         }
     }
 
-    /// `Release`-stores a new packets word, keeping the writer id. Only the chunk's owner may
-    /// call this (it is a load + store, not an atomic read-modify-write).
-    pub(crate) fn store_packets(&self, packets: Packets) {
-        if let Some(w) = self.word(1) {
-            let writer_id = w.load(Ordering::Relaxed) as u16;
-            w.store(pack_word1(writer_id, packets), Ordering::Release);
-        }
+    /// Replaces the packets word with `f(packets)` (`Release` store, writer id kept) and
+    /// returns the new value; `None` from `f` leaves the word as it is. Only the chunk's owner
+    /// may call this: it is one load + one store, not an atomic read-modify-write, and the load
+    /// is `Relaxed` because the owner is the only writer of the word (it reads back its own
+    /// last store).
+    #[inline]
+    pub(crate) fn update_packets(
+        &self,
+        f: impl FnOnce(Packets) -> Option<Packets>,
+    ) -> Option<Packets> {
+        let w = self.word(1)?;
+        let word1 = w.load(Ordering::Relaxed);
+        let next = f(ChunkHeader::from_words([0, word1]).packets)?;
+        w.store(pack_word1(word1 as u16, next), Ordering::Release);
+        Some(next)
     }
 
     fn check_payload(&self, offset: usize, len: usize) -> Result<(), AbiError> {

@@ -18,13 +18,20 @@
 //!   clock reads alone.
 //!
 //! Run: `cargo bench -p tachyon --bench writer`.
+//!
+//! With `TACHYON_WRITER_CALLGRIND=N` the bench skips criterion and writes N packets through a
+//! `TraceWriter` (polling consumer, as `writer/packet`) in `writer_packets`, then encodes N with
+//! protozero alone (as `writer/protozero_only`) in `protozero_packets`: run it under callgrind
+//! and divide each function's inclusive instruction count by N (command in the crate README).
 
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use tachyon::{commit_channel, ArbiterConfig, CommitRequest, OwnedSmb, PageSize, SmbArbiter};
+use criterion::{criterion_group, Criterion, Throughput};
+use tachyon::{
+    commit_channel, ArbiterConfig, CommitRequest, OwnedSmb, PageSize, SmbArbiter, TraceWriter,
+};
 use tachyon_protos::{track_event, TracePacket};
 
 const TRACK_UUID: u64 = 0x5ff1_2345_6789;
@@ -36,6 +43,25 @@ fn fill(p: &mut TracePacket<'_>, ts: u64) {
     e.set_type(track_event::Type::SliceBegin);
     e.set_track_uuid(black_box(TRACK_UUID));
     e.set_name_iid(black_box(7));
+}
+
+/// One `writer/packet` iteration.
+#[inline(always)]
+fn write_one(writer: &mut TraceWriter, ts: &mut u64) {
+    *ts += 1234;
+    writer.write_packet(|p| fill(p, black_box(*ts)));
+}
+
+/// One `writer/protozero_only` iteration.
+#[inline(always)]
+fn encode_one(slot: &mut [u8; 64], ts: &mut u64) -> usize {
+    *ts += 1234;
+    let mut buf = protozero::StaticBuffered::new(black_box(&mut slot[..]));
+    {
+        let mut p: TracePacket<'_> = buf.root();
+        fill(&mut p, black_box(*ts));
+    }
+    buf.written()
 }
 
 /// The bytes `writer/packet` puts in the chunk for timestamp `ts`: fragment header + packet.
@@ -107,32 +133,16 @@ fn bench(c: &mut Criterion) {
 
     let mut writer = arbiter.create_trace_writer(0).unwrap();
     let mut ts = 1_700_000_000_000u64;
-    g.bench_function("packet", |b| {
-        b.iter(|| {
-            ts += 1234;
-            writer.write_packet(|p| fill(p, black_box(ts)));
-        })
-    });
+    g.bench_function("packet", |b| b.iter(|| write_one(&mut writer, &mut ts)));
     assert_eq!(writer.packets_dropped(), 0, "the service kept up");
 
     g.bench_function("packet_thread_local", |b| {
-        b.iter(|| {
-            ts += 1234;
-            arbiter.with_thread_writer(0, |w| w.write_packet(|p| fill(p, black_box(ts))))
-        })
+        b.iter(|| arbiter.with_thread_writer(0, |w| write_one(w, &mut ts)))
     });
 
     let mut slot = [0u8; 64];
     g.bench_function("protozero_only", |b| {
-        b.iter(|| {
-            ts += 1234;
-            let mut buf = protozero::StaticBuffered::new(black_box(&mut slot[..]));
-            {
-                let mut p: TracePacket<'_> = buf.root();
-                fill(&mut p, black_box(ts));
-            }
-            black_box(buf.written())
-        })
+        b.iter(|| black_box(encode_one(&mut slot, &mut ts)))
     });
 
     let bytes = packet_bytes(ts);
@@ -168,15 +178,58 @@ fn bench(c: &mut Criterion) {
     let consumer = Consumer::start(true);
     let mut writer = consumer.arbiter.create_trace_writer(0).unwrap();
     g.bench_function("packet_blocking_consumer", |b| {
-        b.iter(|| {
-            ts += 1234;
-            writer.write_packet(|p| fill(p, black_box(ts)));
-        })
+        b.iter(|| write_one(&mut writer, &mut ts))
     });
     drop(writer);
     consumer.finish();
     g.finish();
 }
 
+/// `n` packets through `writer`, for callgrind.
+#[inline(never)]
+fn writer_packets(writer: &mut TraceWriter, n: u64, ts: &mut u64) {
+    for _ in 0..n {
+        write_one(writer, ts);
+    }
+}
+
+/// `n` packets encoded by protozero alone, for callgrind.
+#[inline(never)]
+fn protozero_packets(n: u64, ts: &mut u64) {
+    let mut slot = [0u8; 64];
+    for _ in 0..n {
+        black_box(encode_one(&mut slot, ts));
+    }
+}
+
+/// The `TACHYON_WRITER_CALLGRIND=N` mode (see the module docs).
+fn instruction_counts(n: u64) {
+    let consumer = Consumer::start(false);
+    let mut writer = consumer.arbiter.create_trace_writer(0).unwrap();
+    let mut ts = 1_700_000_000_000u64;
+    // The first packet takes the first chunk: setup, not per-packet cost.
+    write_one(&mut writer, &mut ts);
+    writer_packets(&mut writer, n, &mut ts);
+    assert_eq!(writer.packets_dropped(), 0, "the service kept up");
+    protozero_packets(n, &mut ts);
+    drop(writer);
+    consumer.finish();
+    println!(
+        "{n} packets in writer_packets and in protozero_packets: divide their inclusive Ir by {n}"
+    );
+}
+
 criterion_group!(benches, bench);
-criterion_main!(benches);
+
+fn main() {
+    if let Some(n) = std::env::var("TACHYON_WRITER_CALLGRIND")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        instruction_counts(n);
+        return;
+    }
+    // What `criterion_main!(benches)` expands to.
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

@@ -29,14 +29,16 @@ pub const CALIBRATION_BUDGET: Duration = Duration::from_millis(20);
 /// recommends: FNV-1a of the name with the top bit set).
 pub const TRACE_CLOCK_ID: u32 = fnv1a(b"tachyon.trace_clock") | 0x8000_0000;
 
-/// Perfetto's builtin clock ids (`common/builtin_clock.proto`).
+/// Perfetto's builtin clock ids (`common/builtin_clock.proto`), as `ClockSnapshot` takes them.
 pub mod builtin {
+    use tachyon_protos::BuiltinClock;
+
     /// `CLOCK_REALTIME`.
-    pub const REALTIME: u32 = 1;
+    pub const REALTIME: u32 = BuiltinClock::Realtime as u32;
     /// `CLOCK_MONOTONIC`.
-    pub const MONOTONIC: u32 = 3;
+    pub const MONOTONIC: u32 = BuiltinClock::Monotonic as u32;
     /// `CLOCK_BOOTTIME`, the default trace clock.
-    pub const BOOTTIME: u32 = 6;
+    pub const BOOTTIME: u32 = BuiltinClock::Boottime as u32;
 }
 
 const fn fnv1a(bytes: &[u8]) -> u32 {
@@ -86,6 +88,14 @@ pub fn now() -> u64 {
 }
 
 impl Clock {
+    /// `CLOCK_BOOTTIME` itself: ticks are nanoseconds.
+    const BOOTTIME: Clock = Clock {
+        source: Source::Boottime,
+        mult: 1 << 32,
+        base_ticks: 0,
+        base_ns: 0,
+    };
+
     /// The source in use.
     pub fn source(&self) -> Source {
         self.source
@@ -134,12 +144,7 @@ impl Clock {
             counter_source()
         };
         if source == Source::Boottime {
-            return Clock {
-                source,
-                mult: 1 << 32,
-                base_ticks: 0,
-                base_ns: 0,
-            };
+            return Clock::BOOTTIME;
         }
         if let Some(freq) = counter_frequency(source) {
             // The architecture tells the frequency: no measuring needed.
@@ -175,12 +180,7 @@ impl Clock {
             window *= 2;
         }
         if mult == 0 {
-            return Clock {
-                source: Source::Boottime,
-                mult: 1 << 32,
-                base_ticks: 0,
-                base_ns: 0,
-            };
+            return Clock::BOOTTIME;
         }
         Clock {
             source,

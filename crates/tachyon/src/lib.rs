@@ -1,7 +1,7 @@
 //! Tachyon's client SDK: what an instrumented process links to record Perfetto traces.
 //!
-//! This release holds the writer side of the data path (more — clock, categories, macros,
-//! interning, the in-process backend — comes on top of it):
+//! This release holds the writer side of the data path, the trace clock ([`clock`]) and the
+//! in-process session ([`InProcessSession`]); categories, macros and interning come on top:
 //!
 //! - [`SmbArbiter`] shares a shared memory buffer (SMB) between the process's writers, without a
 //!   lock: chunks are taken with compare-and-swaps on the buffer's page headers.

@@ -74,11 +74,7 @@ fn run(
                 w.dropped.push(dropped);
             }
             Op::Flush(i) => ws[i].flush(),
-            Op::Pump => {
-                for c in commits.try_iter() {
-                    service.apply(&c);
-                }
-            }
+            Op::Pump => service.apply_queued(&commits),
         }
     }
     for (w, record) in ws.iter().zip(&mut written) {

@@ -7,12 +7,11 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{check_run, write_test_packet, TestService, Written};
+use common::{check_run, spawn_service, write_test_packet, Written};
 use tachyon::{
     commit_channel, ArbiterConfig, BufferExhaustedPolicy, OwnedSmb, PageLayout, PageSize,
     SmbArbiter,
 };
-use tachyon_service::FillPolicy;
 
 const THREADS: usize = 8;
 const MAX_PACKET: usize = 16 * 1024;
@@ -39,13 +38,7 @@ fn stress(
     // SAFETY: the test service only reads chunks it acquired (Complete → BeingRead); it never
     // scrapes.
     let arbiter = unsafe { SmbArbiter::new(Arc::clone(&smb), config, sink) };
-    let service = std::thread::spawn(move || {
-        let mut service = TestService::new(smb, 256 << 20, FillPolicy::RingBuffer);
-        while let Some(c) = commits.recv() {
-            service.apply(&c);
-        }
-        service
-    });
+    let service = spawn_service(smb, 256 << 20, commits);
     let threads: Vec<_> = (0..THREADS)
         .map(|t| {
             let arbiter = Arc::clone(&arbiter);

@@ -5,9 +5,8 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{check_run, write_test_packet, TestService, Written};
+use common::{check_run, spawn_service, write_test_packet, Written};
 use tachyon::{commit_channel, ArbiterConfig, OwnedSmb, PageSize, SmbArbiter};
-use tachyon_service::FillPolicy;
 
 #[test]
 fn writers_of_exiting_threads_flush_everything() {
@@ -15,21 +14,15 @@ fn writers_of_exiting_threads_flush_everything() {
     let (sink, commits) = commit_channel();
     // SAFETY: the service below only reads chunks it acquired; it never scrapes.
     let arbiter = unsafe { SmbArbiter::new(Arc::clone(&smb), ArbiterConfig::default(), sink) };
-    let service = std::thread::spawn(move || {
-        let mut service = TestService::new(smb, 64 << 20, FillPolicy::RingBuffer);
-        while let Some(c) = commits.recv() {
-            service.apply(&c);
-        }
-        service
-    });
+    let service = spawn_service(smb, 64 << 20, commits);
     let threads: Vec<_> = (0..6u64)
         .map(|t| {
             let arbiter = Arc::clone(&arbiter);
             std::thread::spawn(move || {
                 let seed = 0x7000 + t;
                 let mut dropped = Vec::new();
-                // A few small packets: they all fit in the thread's first chunk, which is
-                // committed only by the flush at thread exit.
+                // Small packets, a few chunks at most: each thread's last chunk is committed
+                // only by the flush at thread exit.
                 for seq in 0..(5 + t * 40) {
                     let d = arbiter
                         .with_thread_writer(0, |w| write_test_packet(w, seed, seq, 256))

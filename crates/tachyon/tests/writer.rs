@@ -7,7 +7,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{check_run, write_test_packet, TestService, Written};
+use common::{check_run, spawn_service, write_test_packet, TestService, Written};
 use protozero::ProtoDecoder;
 use tachyon::{
     commit_channel, ArbiterConfig, BufferExhaustedPolicy, CommitReceiver, CommitRequest, OwnedSmb,
@@ -43,14 +43,9 @@ fn drain(commits: &CommitReceiver) -> Vec<CommitRequest> {
     commits.try_iter().collect()
 }
 
-/// Copies a committed chunk out (acquire for reading, copy, free): `(flags, count, payload)`.
+/// Copies a committed chunk out (`common::take_chunk`): `(flags, count, payload, chunk_id)`.
 fn take_chunk(smb: &OwnedSmb, page: u32, chunk: u32) -> (ChunkFlags, u16, Vec<u8>, u32) {
-    let view = smb.service();
-    let c = view
-        .try_acquire_chunk_for_reading(page as usize, chunk as usize)
-        .unwrap();
-    let copy = c.copy().unwrap();
-    view.release_chunk_as_free(c).unwrap();
+    let copy = common::take_chunk(smb, page, chunk);
     let h = copy.header();
     (
         h.packets.flags(),
@@ -254,15 +249,11 @@ fn packets_across_chunks_round_trip_through_the_service() {
         written
             .dropped
             .push(write_test_packet(&mut w, written.seed, seq, 64 * 1024));
-        for c in s.commits.try_iter() {
-            service.apply(&c);
-        }
+        service.apply_queued(&s.commits);
     }
     written.stats = w.stats();
     drop(w);
-    for c in s.commits.try_iter() {
-        service.apply(&c);
-    }
+    service.apply_queued(&s.commits);
     assert!(service.patches > 0, "the packets exercised patches");
     assert_eq!(written.stats.packets_dropped, 0);
     assert_eq!(check_run(&mut service, &[written], 64 * 1024, true), 300);
@@ -320,9 +311,7 @@ fn no_chunk_at_a_packet_boundary_marks_the_drop_after_the_last_packet() {
     );
     assert_eq!(w.stats().packets_dropped, seq - before);
     w.flush();
-    for c in s.commits.try_iter() {
-        service.apply(&c);
-    }
+    service.apply_queued(&s.commits);
     let read = service.read_all();
     assert_eq!(read.len(), 1);
     let view = TracePacketView::decode(&read[0].1).unwrap();
@@ -443,15 +432,7 @@ fn a_stalled_writer_continues_when_the_service_frees_a_chunk() {
             timeout: Duration::from_secs(20),
         },
     );
-    let smb = Arc::clone(&s.smb);
-    let commits = s.commits;
-    let service = std::thread::spawn(move || {
-        let mut service = TestService::new(smb, 1 << 20, FillPolicy::RingBuffer);
-        while let Some(c) = commits.recv() {
-            service.apply(&c);
-        }
-        service
-    });
+    let service = spawn_service(Arc::clone(&s.smb), 1 << 20, s.commits);
     let mut w = s.arbiter.create_trace_writer(0).unwrap();
     let mut written = Written {
         writer_id: w.writer_id(),
@@ -491,9 +472,7 @@ fn an_empty_packet_is_not_emitted() {
     timestamp_packet(&mut w, 3);
     assert_eq!(w.stats().packets, 3);
     drop(w);
-    for c in s.commits.try_iter() {
-        service.apply(&c);
-    }
+    service.apply_queued(&s.commits);
     let read = service.read_all();
     let ts: Vec<u64> = read
         .iter()
@@ -569,9 +548,7 @@ fn a_leaked_nested_message_does_not_break_the_next_packets() {
     }
     timestamp_packet(&mut w, 2);
     drop(w);
-    for c in s.commits.try_iter() {
-        service.apply(&c);
-    }
+    service.apply_queued(&s.commits);
     let read = service.read_all();
     assert_eq!(read.len(), 2);
     for (i, (_, bytes)) in read.iter().enumerate() {
@@ -613,9 +590,7 @@ fn a_protozero_error_breaks_the_writer_and_everything_after_is_dropped() {
         (3, 2, 1, 1)
     );
     drop(w);
-    for c in s.commits.try_iter() {
-        service.apply(&c);
-    }
+    service.apply_queued(&s.commits);
     let read = service.read_all();
     assert_eq!(read.len(), 1);
     assert_eq!(service.buffer.losses().writer_dropped, 1);
@@ -702,9 +677,7 @@ fn a_wait_that_times_out_mid_packet_leaves_a_continuation_the_service_counts_los
         seq += 1;
     }
     drop(w);
-    for c in s.commits.try_iter() {
-        service.apply(&c);
-    }
+    service.apply_queued(&s.commits);
     let read = service.read_all();
     let losses = *service.buffer.losses();
     assert_eq!(losses.incomplete, 1, "{losses:?}");

@@ -406,7 +406,7 @@ impl SmbArbiter {
         policy: BufferExhaustedPolicy,
         hint: &mut usize,
     ) -> Option<Chunk<'static>> {
-        if let Some(chunk) = self.scan(header, hint) {
+        if let Some(chunk) = self.try_acquire_chunk(header, hint) {
             return Some(chunk);
         }
         if policy.timeout().is_zero() {
@@ -415,18 +415,12 @@ impl SmbArbiter {
         self.stall(header, policy.timeout(), hint)
     }
 
-    /// Takes a free chunk if there is one now.
-    #[inline]
+    /// Takes a free chunk if there is one now: one pass over every page, starting at `hint`.
     pub(crate) fn try_acquire_chunk(
         &self,
         header: ChunkHeader,
         hint: &mut usize,
     ) -> Option<Chunk<'static>> {
-        self.scan(header, hint)
-    }
-
-    /// One pass over every page, starting at `hint`.
-    fn scan(&self, header: ChunkHeader, hint: &mut usize) -> Option<Chunk<'static>> {
         let n = self.abi.num_pages();
         let mut page = if *hint < n { *hint } else { 0 };
         for _ in 0..n {
@@ -473,7 +467,7 @@ impl SmbArbiter {
                 std::thread::sleep(Duration::from_micros(sleep_us).min(remaining));
             }
             attempt += 1;
-            if let Some(chunk) = self.scan(header, hint) {
+            if let Some(chunk) = self.try_acquire_chunk(header, hint) {
                 break Some(chunk);
             }
         };

@@ -26,6 +26,7 @@
 use std::fmt;
 use std::ptr;
 
+use protozero::wire::redundant_varint;
 use tachyon_abi::{ChunkToPatch, Patch};
 
 /// Slots per heap block.
@@ -200,7 +201,7 @@ impl PatchList {
                 // SAFETY: as in `alloc`; protozero will not write this slot any more (the packet
                 // is abandoned), and if it did it would write 4 bytes into memory that stays
                 // valid until the list is dropped.
-                unsafe { ptr::write(self.slot(n), [0x80, 0x80, 0x80, 0x00]) };
+                unsafe { ptr::write(self.slot(n), redundant_varint(0)) };
             }
         }
     }

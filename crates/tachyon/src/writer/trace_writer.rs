@@ -301,7 +301,7 @@ impl ChunkDelegate {
     fn close_fragment(&mut self, end: *mut u8) {
         let size = (end as usize).saturating_sub(self.fragment_start as usize);
         // A fragment is at most a chunk (< 2^16), far below the 2^28 − 1 the 4-byte redundant
-        // varint holds (the same bytes as `tachyon_abi::encode_fragment_header`).
+        // varint holds (`tachyon_abi::encode_fragment_header` without its range check).
         let header = protozero::wire::redundant_varint(size as u32);
         self.store(self.fragment_header, &header);
         self.fragment_header = ptr::null_mut();

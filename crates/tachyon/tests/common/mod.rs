@@ -14,8 +14,10 @@ use std::sync::Arc;
 
 use protozero::{FieldValue, Message, ProtoDecoder};
 use tachyon::{
-    CommitRequest, OwnedSmb, TraceWriter, WriterStats, PREVIOUS_PACKET_DROPPED_SMB_FULL,
+    CommitReceiver, CommitRequest, OwnedSmb, TraceWriter, WriterStats,
+    PREVIOUS_PACKET_DROPPED_SMB_FULL,
 };
+use tachyon_abi::ChunkCopy;
 use tachyon_protos::{TracePacketView, TraceView};
 use tachyon_service::{
     ChunkToCopy, FillPolicy, PacketInfo, PacketWriter, ProducerIdentity, TraceBuffer,
@@ -240,28 +242,21 @@ impl TestService {
         }
     }
 
-    /// Applies one commit: moves (acquire for reading, copy, free, copy into the buffer), then
-    /// patches. Everything a correct writer commits must succeed.
+    /// Applies one commit: moves (take the chunk, copy it into the buffer), then patches.
+    /// Everything a correct writer commits must succeed.
     pub fn apply(&mut self, req: &CommitRequest) {
         self.commits += 1;
-        let view = self.smb.service();
         for mv in &req.chunks_to_move {
             assert_eq!(mv.target_buffer, 0);
-            let chunk = view
-                .try_acquire_chunk_for_reading(mv.page as usize, mv.chunk as usize)
-                .expect("a committed chunk is Complete");
-            let copy = chunk.copy().expect("a committed chunk copies");
-            view.release_chunk_as_free(chunk).expect("free");
+            // `take_chunk` validated the header.
+            let copy = take_chunk(&self.smb, mv.page, mv.chunk);
             let header = copy.header();
-            header
-                .validate(copy.payload().len())
-                .expect("a valid chunk header");
             // Every fragment the header counts parses.
-            let fragments = copy.fragments().count();
-            assert_eq!(fragments, header.packets.count() as usize);
-            for f in copy.fragments() {
-                f.expect("fragments parse");
-            }
+            let fragments = copy
+                .fragments()
+                .collect::<Result<Vec<_>, _>>()
+                .expect("fragments parse");
+            assert_eq!(fragments.len(), header.packets.count() as usize);
             self.buffer.copy_chunk(&ChunkToCopy {
                 producer: PRODUCER,
                 writer: header.writer_id,
@@ -290,6 +285,13 @@ impl TestService {
         }
     }
 
+    /// Applies every commit queued in `commits` now.
+    pub fn apply_queued(&mut self, commits: &CommitReceiver) {
+        for c in commits.try_iter() {
+            self.apply(&c);
+        }
+    }
+
     /// Reads everything out (last read of the session): `(info, packet bytes)` in read order.
     pub fn read_all(&mut self) -> Vec<(PacketInfo, Vec<u8>)> {
         let mut out = Vec::new();
@@ -297,6 +299,34 @@ impl TestService {
             .read_packets(true, |info, fragments| out.push((info, fragments.concat())));
         out
     }
+}
+
+/// A service thread applying every commit until the arbiter and its writers are gone; join it
+/// for the service.
+pub fn spawn_service(
+    smb: Arc<OwnedSmb>,
+    buffer_size: usize,
+    commits: CommitReceiver,
+) -> std::thread::JoinHandle<TestService> {
+    std::thread::spawn(move || {
+        let mut service = TestService::new(smb, buffer_size, FillPolicy::RingBuffer);
+        while let Some(c) = commits.recv() {
+            service.apply(&c);
+        }
+        service
+    })
+}
+
+/// Takes a committed chunk out of the buffer as a service does: acquire for reading, copy
+/// (which validates the header), free.
+pub fn take_chunk(smb: &OwnedSmb, page: u32, chunk: u32) -> ChunkCopy {
+    let view = smb.service();
+    let c = view
+        .try_acquire_chunk_for_reading(page as usize, chunk as usize)
+        .expect("a committed chunk is Complete");
+    let copy = c.copy().expect("a committed chunk copies");
+    view.release_chunk_as_free(c).expect("free");
+    copy
 }
 
 /// Per-writer bookkeeping of what was written.
