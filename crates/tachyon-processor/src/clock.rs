@@ -24,7 +24,7 @@ use crate::strings::FxHashMap;
 pub(crate) type ClockId = u64;
 
 /// `BUILTIN_CLOCK_BOOTTIME`, the default trace clock.
-pub(crate) const BOOTTIME: ClockId = 6;
+pub(crate) const BOOTTIME: ClockId = tachyon_protos::BuiltinClock::Boottime as ClockId;
 
 /// Whether a clock id is sequence-scoped (64–127).
 pub(crate) fn is_sequence_clock(id: u32) -> bool {
