@@ -7,7 +7,9 @@
 //! and `end`. Every append checks `end - cur` against the most it could write and, on the fast
 //! path, stores straight through `cur`; it is inlined into the caller and costs a compare and
 //! the stores. When the buffer is too small the `#[cold]` slow path copies what fits, asks the
-//! delegate for the next buffer ([`Delegate::get_new_buffer`]) and continues there.
+//! delegate for the next buffer ([`Delegate::get_new_buffer`]) and continues there. The owner of
+//! the writer can take the same path at a point of its choosing with
+//! [`ScatteredStreamWriter::switch_buffer`].
 //!
 //! # Size fields and patches
 //!
@@ -153,7 +155,10 @@ impl std::error::Error for Error {}
 ///    non-zero (a written size never starts with `0x00`), and overlaps no range.
 pub unsafe trait Delegate {
     /// Hands out the next buffer to write into, at least `min_len` bytes long, or `None` if
-    /// there is none (the writer then fails with [`Error::BufferExhausted`]).
+    /// there is none (the writer then fails with [`Error::BufferExhausted`]). `min_len` is 0
+    /// only when the writer's owner asked for it
+    /// ([`ScatteredStreamWriter::switch_buffer`]); an empty range must still have a non-null
+    /// `begin`.
     ///
     /// `used_end` is the writer's position in the buffer it is leaving: the bytes between that
     /// buffer's start and `used_end` hold data, anything after it is unused. It is null on the
@@ -501,7 +506,7 @@ impl<D: ?Sized + Delegate> ScatteredStreamWriter<D> {
             if src.is_empty() {
                 return;
             }
-            self.extend(1);
+            self.switch_buffer(1);
         }
     }
 
@@ -516,7 +521,7 @@ impl<D: ?Sized + Delegate> ScatteredStreamWriter<D> {
         self.write_bytes(&tmp[..n]);
         if self.error.is_none() && self.bytes_available() < MESSAGE_LENGTH_FIELD_SIZE {
             // The size field must be contiguous: abandon this buffer's last bytes.
-            self.extend(MESSAGE_LENGTH_FIELD_SIZE);
+            self.switch_buffer(MESSAGE_LENGTH_FIELD_SIZE);
         }
         if self.error.is_some() {
             return 0;
@@ -528,10 +533,29 @@ impl<D: ?Sized + Delegate> ScatteredStreamWriter<D> {
         self.depth as u32
     }
 
-    /// Leaves the current buffer for a new one of at least `min_len` bytes.
+    /// Leaves the current buffer now and continues in the buffer the delegate returns, exactly
+    /// as when a write runs out of room.
+    ///
+    /// The size fields of nested messages still open in the buffer being left go through
+    /// [`Delegate::annotate_patch`] first; then [`Delegate::get_new_buffer`] is called with
+    /// `used_end` = the current write pointer ([`write_ptr`](Self::write_ptr)): nothing is
+    /// written into the rest of the buffer being left, which the delegate may use or ignore.
+    /// The new buffer must be at least `min_len` bytes long. `min_len` may be 0, and the
+    /// delegate may then return an empty range: the next write switches again. Any range must
+    /// have a non-null `begin`, an empty one too: a null range, or one shorter than `min_len`,
+    /// fails the writer with [`Error::BufferExhausted`], as `None` does.
+    ///
+    /// A writer that has failed stays failed: the call then does nothing (the delegate is not
+    /// called), as every write after the first error.
+    ///
+    /// Owners of a writer use this to move to a new buffer at a boundary of their own (e.g. a
+    /// tracing writer leaving a chunk between two packets) without writing filler to get there.
     #[cold]
     #[inline(never)]
-    fn extend(&mut self, min_len: usize) {
+    pub fn switch_buffer(&mut self, min_len: usize) {
+        if self.error.is_some() {
+            return;
+        }
         let old = self.current_range();
         // Redirect the size fields of open messages that live in the buffer we leave, before
         // the delegate may hand it off.

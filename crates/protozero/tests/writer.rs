@@ -1,4 +1,5 @@
-//! The writer's fixed cases: the seed's golden bytes, compaction, patches, buffers and errors.
+//! The writer's fixed cases: the seed's golden bytes, compaction, patches, buffers, buffer switches
+//! and errors.
 
 mod common;
 
@@ -276,4 +277,240 @@ fn negative_int32_takes_ten_bytes() {
         buf.serialize().unwrap(),
         [0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01]
     );
+}
+
+// === ScatteredStreamWriter::switch_buffer ===
+
+/// Size of every buffer [`SwitchDelegate`] allocates.
+const SWITCH_BUF: usize = 32;
+/// What a fresh [`SwitchDelegate`] buffer holds before the writer writes it.
+const UNWRITTEN: u8 = 0xAA;
+
+/// What [`SwitchDelegate`] hands out at its next `get_new_buffer` call.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Hand {
+    /// A fresh buffer of `SWITCH_BUF` bytes.
+    Full,
+    /// An empty range at the start of a fresh buffer (non-null).
+    Empty,
+    /// `ContiguousMemoryRange::empty()`: an empty range with null pointers.
+    Null,
+}
+
+/// Records every `get_new_buffer` call (`used_end`, `min_len`) and every `annotate_patch`;
+/// redirects every size field to a fresh patch slot, so that a size written later into a buffer
+/// already left shows up.
+struct SwitchDelegate {
+    /// Every allocation handed out (from `Box::into_raw`, `SWITCH_BUF` bytes, freed on drop).
+    buffers: Vec<*mut u8>,
+    /// `(used_end, min_len)` of each `get_new_buffer` call.
+    calls: Vec<(*mut u8, usize)>,
+    /// `(size_field, slot)` of each `annotate_patch` call.
+    patches: Vec<(*mut u8, *mut [u8; 4])>,
+    next: Hand,
+}
+
+impl SwitchDelegate {
+    fn new() -> Self {
+        SwitchDelegate {
+            buffers: Vec::new(),
+            calls: Vec::new(),
+            patches: Vec::new(),
+            next: Hand::Full,
+        }
+    }
+
+    /// The bytes the writer produced: the used part of each buffer (up to the `used_end` it
+    /// was left at, or `write_ptr` for the current one) with the patches applied.
+    fn output(&self, write_ptr: *mut u8) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (i, &begin) in self.buffers.iter().enumerate() {
+            let end = self
+                .calls
+                .get(i + 1)
+                .map_or(write_ptr, |&(used_end, _)| used_end);
+            let used = end as usize - begin as usize;
+            assert!(used <= SWITCH_BUF);
+            // SAFETY: a live allocation of SWITCH_BUF bytes; the writer is not writing.
+            let mut bytes = unsafe { std::slice::from_raw_parts(begin, used) }.to_vec();
+            for &(size_field, slot) in &self.patches {
+                let offset = (size_field as usize).wrapping_sub(begin as usize);
+                if offset < used {
+                    // SAFETY: a live 4-byte allocation.
+                    bytes[offset..offset + 4].copy_from_slice(&unsafe { *slot });
+                }
+            }
+            out.extend(bytes);
+        }
+        out
+    }
+
+    /// The bytes of buffer `i` from `from` to its end.
+    fn tail(&self, i: usize, from: *mut u8) -> Vec<u8> {
+        let begin = self.buffers[i];
+        let skip = from as usize - begin as usize;
+        // SAFETY: a live allocation of SWITCH_BUF bytes; the writer is not writing.
+        let all = unsafe { std::slice::from_raw_parts(begin, SWITCH_BUF) };
+        all[skip..].to_vec()
+    }
+}
+
+impl Drop for SwitchDelegate {
+    fn drop(&mut self) {
+        for &begin in &self.buffers {
+            let slice = std::ptr::slice_from_raw_parts_mut(begin, SWITCH_BUF);
+            // SAFETY: from Box::into_raw of a boxed slice of SWITCH_BUF bytes, freed once.
+            drop(unsafe { Box::from_raw(slice) });
+        }
+        for &(_, slot) in &self.patches {
+            // SAFETY: from Box::into_raw, freed once.
+            drop(unsafe { Box::from_raw(slot) });
+        }
+    }
+}
+
+// SAFETY: every range is a fresh allocation (or an empty range at its start), kept alive and
+// never handed out again until the delegate drops; every size field is redirected to a fresh
+// boxed slot kept alive until then too.
+unsafe impl Delegate for SwitchDelegate {
+    fn get_new_buffer(
+        &mut self,
+        used_end: *mut u8,
+        min_len: usize,
+    ) -> Option<ContiguousMemoryRange> {
+        self.calls.push((used_end, min_len));
+        if self.next == Hand::Null {
+            return Some(ContiguousMemoryRange::empty());
+        }
+        let begin = Box::into_raw(vec![UNWRITTEN; SWITCH_BUF].into_boxed_slice()).cast::<u8>();
+        self.buffers.push(begin);
+        let len = if self.next == Hand::Empty {
+            0
+        } else {
+            SWITCH_BUF
+        };
+        Some(ContiguousMemoryRange {
+            begin,
+            end: begin.wrapping_add(len),
+        })
+    }
+
+    fn annotate_patch(&mut self, size_field: *mut u8) -> *mut u8 {
+        let slot = Box::into_raw(Box::new([0u8; 4]));
+        self.patches.push((size_field, slot));
+        slot.cast()
+    }
+}
+
+const TAG_1_VARINT: u32 = protozero::wire::make_tag(1, protozero::WireType::Varint);
+const TAG_2_VARINT: u32 = protozero::wire::make_tag(2, protozero::WireType::Varint);
+const TAG_2_BYTES: u32 = protozero::wire::make_tag(2, protozero::WireType::LengthDelimited);
+
+#[test]
+fn switch_buffer_leaves_at_the_write_pointer_and_open_sizes_go_through_annotate_patch() {
+    let mut w = ScatteredStreamWriter::new(SwitchDelegate::new());
+    w.write_varint_field(TAG_1_VARINT, 5);
+    let level = w.begin_nested(TAG_2_BYTES);
+    let start = w.written();
+    let size_field = w.write_ptr().wrapping_sub(4);
+    w.write_varint_field(TAG_1_VARINT, 7);
+    let (left_at, written) = (w.write_ptr(), w.written());
+    assert!(
+        w.bytes_available() >= 16,
+        "room left: no write would switch"
+    );
+
+    w.switch_buffer(4);
+
+    let d = w.delegate();
+    assert_eq!(d.calls.len(), 2, "first buffer, then the switch");
+    assert_eq!(d.calls[1], (left_at, 4), "used_end is the write pointer");
+    assert_eq!(
+        d.patches.len(),
+        1,
+        "the open size field, before the buffer was left"
+    );
+    assert_eq!(d.patches[0].0, size_field);
+    assert!(
+        d.tail(0, left_at).iter().all(|&b| b == UNWRITTEN),
+        "nothing written past the write pointer"
+    );
+    assert_eq!(w.error(), None);
+    assert_eq!(w.written(), written, "the switch writes nothing");
+    assert_eq!(w.write_ptr(), w.delegate().buffers[1]);
+    assert_eq!(w.bytes_available(), SWITCH_BUF);
+
+    w.write_varint_field(TAG_2_VARINT, 300);
+    w.end_nested(level, start);
+    assert_eq!(w.error(), None);
+    // The nested message spans the switch: its size (5) arrives in the patch slot, in the
+    // redundant 4-byte form (it cannot be compacted).
+    // SAFETY: a live 4-byte slot, freed only when the delegate drops.
+    let slot = unsafe { *w.delegate().patches[0].1 };
+    assert_eq!(slot, [0x85, 0x80, 0x80, 0x00]);
+    let out = w.delegate().output(w.write_ptr());
+    assert_eq!(
+        out,
+        [0x08, 0x05, 0x12, 0x85, 0x80, 0x80, 0x00, 0x08, 0x07, 0x10, 0xac, 0x02]
+    );
+    let nested = ProtoDecoder::new(&out).find_field(2).unwrap().as_message();
+    assert_eq!(nested.find_field(1).unwrap().as_u32(), 7);
+    assert_eq!(nested.find_field(2).unwrap().as_u32(), 300);
+}
+
+#[test]
+fn switch_buffer_to_an_empty_range_switches_again_at_the_next_write() {
+    let mut w = ScatteredStreamWriter::new(SwitchDelegate::new());
+    w.write_varint_field(TAG_1_VARINT, 5);
+    let left_at = w.write_ptr();
+    w.delegate_mut().next = Hand::Empty;
+
+    w.switch_buffer(0);
+
+    assert_eq!(w.error(), None);
+    assert_eq!(w.delegate().calls[1], (left_at, 0));
+    assert_eq!(w.bytes_available(), 0);
+    let parked = w.write_ptr();
+    assert_eq!(parked, w.delegate().buffers[1]);
+
+    w.delegate_mut().next = Hand::Full;
+    w.write_varint_field(TAG_2_VARINT, 300);
+    assert_eq!(w.error(), None);
+    assert_eq!(w.delegate().calls.len(), 3);
+    assert_eq!(
+        w.delegate().calls[2],
+        (parked, 1),
+        "left the empty range at its start"
+    );
+    assert_eq!(
+        w.delegate().output(w.write_ptr()),
+        [0x08, 0x05, 0x10, 0xac, 0x02]
+    );
+}
+
+#[test]
+fn switch_buffer_fails_on_a_null_or_short_range_and_a_failed_writer_stays_failed() {
+    // A null range is no buffer, even when `min_len` is 0.
+    let mut w = ScatteredStreamWriter::new(SwitchDelegate::new());
+    w.write_varint_field(TAG_1_VARINT, 5);
+    w.delegate_mut().next = Hand::Null;
+    w.switch_buffer(0);
+    assert_eq!(w.error(), Some(Error::BufferExhausted));
+    assert_eq!(w.bytes_available(), 0);
+
+    // Sticky: neither a switch nor a write reaches the delegate any more.
+    w.delegate_mut().next = Hand::Full;
+    let calls = w.delegate().calls.len();
+    w.switch_buffer(0);
+    w.switch_buffer(4);
+    w.write_varint_field(TAG_2_VARINT, 300);
+    assert_eq!(w.delegate().calls.len(), calls);
+    assert_eq!(w.error(), Some(Error::BufferExhausted));
+
+    // A range shorter than `min_len`.
+    let mut w = ScatteredStreamWriter::new(SwitchDelegate::new());
+    w.write_varint_field(TAG_1_VARINT, 5);
+    w.delegate_mut().next = Hand::Empty;
+    w.switch_buffer(1);
+    assert_eq!(w.error(), Some(Error::BufferExhausted));
 }

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use protozero::{ContiguousMemoryRange, Delegate, Message, MessageWriter, ScatteredStreamWriter};
 use tachyon_abi::{
     Chunk, ChunkFlags, ChunkHeader, ChunkToMove, CommitRequest, Packets,
-    DROP_PACKET_FRAGMENT_HEADER, FRAGMENT_HEADER_SIZE, MAX_PAGE_SIZE, MAX_WRITER_PACKET_COUNT,
+    DROP_PACKET_FRAGMENT_HEADER, FRAGMENT_HEADER_SIZE, MAX_WRITER_PACKET_COUNT,
 };
 use tachyon_protos::TracePacket;
 
@@ -35,11 +35,6 @@ const MIN_PACKET_ROOM: usize = FRAGMENT_HEADER_SIZE + 8;
 /// Bytes at the end of every chunk the stream never writes: room for a drop marker (4 bytes) or
 /// the filler of an inflated count (1 byte).
 const CHUNK_TAIL_RESERVE: usize = FRAGMENT_HEADER_SIZE;
-
-/// Zeros to fill the rest of a buffer with when the writer leaves it between packets (the
-/// largest range is a 32 KiB page's chunk). In `.bss`: costs no binary size.
-static ZEROS: [u8; MAX_PAGE_SIZE + FRAGMENT_HEADER_SIZE] =
-    [0; MAX_PAGE_SIZE + FRAGMENT_HEADER_SIZE];
 
 /// Per-writer counters (exact).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -63,7 +58,8 @@ pub struct WriterStats {
     pub errors: u64,
 }
 
-/// What a call to `get_new_buffer` outside a packet is for.
+/// What a call to `get_new_buffer` outside a packet is for (the writer made the stream leave its
+/// buffer with `switch_buffer`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Switch {
     /// A packet is about to start and needs a fresh chunk.
@@ -287,11 +283,11 @@ impl ChunkDelegate {
             // this writer holds in the BeingWritten state: no other writer may write it and, by
             // `SmbArbiter::new`'s contract, nothing else in this process accesses it in a way
             // that races with this store. The protozero
-            // stream writes the same chunk only through its own raw pointers, at positions after
-            // the ones the writer patches here (fragment headers are reserved before the packet
-            // data, markers and fillers go after the last finished fragment, where the stream's
-            // zero-filling has already passed), and never during this call: stream and delegate
-            // run on this thread, one call at a time. `bytes` is a shared borrow of other memory.
+            // stream writes the same chunk only through its own raw pointers, never at the
+            // positions the writer patches here (fragment headers are reserved before the packet
+            // data; markers and fillers go after the last finished fragment, only once the stream
+            // has left the chunk for good), and never during this call: stream and delegate run
+            // on this thread, one call at a time. `bytes` is a shared borrow of other memory.
             unsafe { ptr::copy_nonoverlapping(bytes.as_ptr(), at, bytes.len()) };
         }
     }
@@ -489,14 +485,16 @@ impl ChunkDelegate {
         self.chunk_range(self.fragment_start)
     }
 
-    /// `get_new_buffer` between packets (the writer forced the stream out of its buffer).
+    /// `get_new_buffer` between packets (the writer made the stream leave its buffer with
+    /// `switch_buffer`). The chunk's filler or drop marker goes at `data_end`, the end of its
+    /// last finished fragment; the bytes after it are left as they are.
     #[cold]
     fn switch_between_packets(&mut self) -> ContiguousMemoryRange {
         if self.switch == Switch::Park {
             self.close_chunk_between_packets(false);
-            // Exactly the 4 bytes the forced write still has to put somewhere: the stream is
-            // left with no room, so the next packet starts with a chunk switch.
-            return self.scratch.head(FRAGMENT_HEADER_SIZE);
+            // No room (an empty range, non-null as protozero requires): the next packet starts
+            // with a chunk switch.
+            return self.scratch.head(0);
         }
         self.need_switch = false;
         let next = self.try_next(0, ChunkFlags::NONE);
@@ -575,10 +573,10 @@ impl ChunkDelegate {
 // 1. Ranges are either the payload of a chunk this writer just acquired (BeingWritten: exclusively
 //    ours in the SMB protocol; nothing else in this process touches it by `SmbArbiter::new`'s
 //    contract), minus its last 4 bytes, or a prefix of the writer's own scratch allocation. The
-//    chunk ranges are at least 280 bytes, the scratch ranges at least 4 (`Park`, where the writer
-//    asks for 1) or 1024, so every range is at least `min_len` (1 or 4). A new range never
-//    overlaps a range still in use (the previous one is left by then), nor a patch slot (separate
-//    heap blocks).
+//    chunk ranges are at least 280 bytes, the scratch ranges empty (`Park`, where the writer asks
+//    for 0 bytes; the pointer is the scratch allocation's, never null) or 1024 bytes, so every
+//    range is at least `min_len` (0 for `Park`, else 1 or 4). A new range never overlaps a range
+//    still in use (the previous one is left by then), nor a patch slot (separate heap blocks).
 // 2. A chunk range stays valid until the next `get_new_buffer` call, where the chunk is returned;
 //    `annotate_patch` never returns the address it was given, so nothing in a returned chunk is
 //    written later. The scratch chunk lives as long as the delegate.
@@ -619,7 +617,7 @@ unsafe impl Delegate for ChunkDelegate {
 /// ```text
 ///  chunk payload (the writer's range ends 4 bytes early: room for a drop marker)
 ///  +----------+----------+----------+----------+-----+---------------------------+------+
-///  | hdr (4B) | packet 0 | hdr (4B) | packet 1 | ... | unused (zeroed on return) | tail |
+///  | hdr (4B) | packet 0 | hdr (4B) | packet 1 | ... | unused (left unwritten)   | tail |
 ///  +----------+----------+----------+----------+-----+---------------------------+------+
 ///  hdr: fragment size as a 4-byte redundant varint, e.g. 7 = 87 80 80 00
 /// ```
@@ -788,8 +786,7 @@ impl TraceWriter {
         if avail < MIN_PACKET_ROOM || core.need_switch {
             core.in_packet = false;
             core.switch = Switch::NewPacket;
-            // Fill the rest of the buffer, then write the header into the next one.
-            self.force_switch(avail);
+            self.switch_for_packet();
         } else {
             self.stream.write_bytes(&[0; FRAGMENT_HEADER_SIZE]);
         }
@@ -836,18 +833,13 @@ impl TraceWriter {
         }
     }
 
-    /// Writes zeros over the `avail` bytes left in the stream's buffer and 4 more, so that the
-    /// stream asks the delegate for its next buffer exactly once (for the reason in `switch`)
-    /// and puts the 4 bytes at its start.
+    /// Makes the stream leave its buffer now (for the reason in `switch`) and writes the 4 bytes
+    /// of the fragment header at the start of the next one, which holds at least 4.
     #[cold]
     #[inline(never)]
-    fn force_switch(&mut self, avail: usize) {
-        let mut left = avail + FRAGMENT_HEADER_SIZE;
-        while left > 0 {
-            let n = left.min(ZEROS.len());
-            self.stream.write_bytes(&ZEROS[..n]);
-            left -= n;
-        }
+    fn switch_for_packet(&mut self) {
+        self.stream.switch_buffer(FRAGMENT_HEADER_SIZE);
+        self.stream.write_bytes(&[0; FRAGMENT_HEADER_SIZE]);
     }
 
     /// Ends the packet started by the last `new_trace_packet` (the handle's `Drop`).
@@ -889,13 +881,13 @@ impl TraceWriter {
     /// Hands the current chunk back, even if only partly filled, and commits it with every ready
     /// patch. The next packet takes a new chunk. Cheap when there is nothing to flush.
     pub fn flush(&mut self) {
-        let avail = self.stream.bytes_available();
         let core = self.stream.delegate_mut();
         core.flush_seen = core.arbiter.flush_generation();
         if core.cur.is_some() && !core.broken {
             core.in_packet = false;
             core.switch = Switch::Park;
-            self.force_switch(avail);
+            // The delegate hands the chunk back and parks the stream on an empty range.
+            self.stream.switch_buffer(0);
             self.stream.delegate_mut().switch = Switch::NewPacket;
         }
         self.stream.delegate_mut().commit_ready_patches();
