@@ -324,6 +324,26 @@ impl<D: ?Sized + Delegate> ScatteredStreamWriter<D> {
         }
     }
 
+    /// Appends the first `len` bytes of `block` when the whole block fits in the current range,
+    /// and returns whether it did (nothing is written otherwise; the caller takes a slower
+    /// path). Copying a fixed-size block is one or two vector moves, where a copy of a
+    /// run-time length is a call: the bytes past `len` land in free space the next write
+    /// overwrites. For small records whose encoding the caller built on the stack.
+    #[inline(always)]
+    pub fn try_write_block_prefix<const N: usize>(&mut self, block: &[u8; N], len: usize) -> bool {
+        if self.bytes_available() < N || len > N {
+            return false;
+        }
+        // SAFETY: `cur..cur + N` is inside the current range (checked above), writable and
+        // exclusively ours by the delegate contract; `block` is a shared borrow of other
+        // memory; `cur + len` stays inside the range because `len <= N`.
+        unsafe {
+            ptr::copy_nonoverlapping(block.as_ptr(), self.cur, N);
+            self.cur = self.cur.add(len);
+        }
+        true
+    }
+
     /// Appends a varint-typed field: tag then value.
     #[inline(always)]
     pub fn write_varint_field(&mut self, tag: u32, value: u64) {

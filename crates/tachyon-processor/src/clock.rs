@@ -51,8 +51,6 @@ struct ClockInfo {
     incremental: bool,
     /// Absolute value (ns) of an incremental clock, advanced by every delta.
     last_ns: i64,
-    /// The latest snapshot reading, to reject snapshots that go backwards.
-    last_snapshot_ns: i64,
 }
 
 /// Why a snapshot was rejected.
@@ -63,9 +61,15 @@ pub(crate) struct InvalidSnapshot;
 pub(crate) struct ClockTracker {
     trace_clock: ClockId,
     clocks: FxHashMap<ClockId, ClockInfo>,
-    /// For each connected pair (lower id, higher id): readings (lower, higher) in ns, in the
-    /// order the snapshots arrived (and, as readings never go backwards, sorted on both sides).
+    /// For each connected pair (lower id, higher id): readings (lower, higher) in ns, sorted by
+    /// the lower id's reading (snapshots of one pair may arrive out of order when several
+    /// sequences write them: each sequence's are in order, the file interleaves them).
     edges: FxHashMap<(ClockId, ClockId), Vec<(i64, i64)>>,
+    /// The latest reading of each clock in snapshots of the same set of clocks, to reject
+    /// snapshots that go backwards. Keyed by the set, as Perfetto's ClockTracker does: a
+    /// snapshot with a sequence-scoped clock is a different set on every sequence, so two
+    /// sequences' snapshots never conflict, while one sequence's must move forward.
+    last_snapshot: FxHashMap<(ClockId, u64), i64>,
     adjacency: FxHashMap<ClockId, Vec<ClockId>>,
     path_cache: FxHashMap<ClockId, Option<Vec<ClockId>>>,
     any_snapshot: bool,
@@ -78,6 +82,7 @@ impl Default for ClockTracker {
             trace_clock: BOOTTIME,
             clocks: FxHashMap::default(),
             edges: FxHashMap::default(),
+            last_snapshot: FxHashMap::default(),
             adjacency: FxHashMap::default(),
             path_cache: FxHashMap::default(),
             any_snapshot: false,
@@ -103,6 +108,14 @@ impl ClockTracker {
         readings: &[ClockReading],
     ) -> Result<(), InvalidSnapshot> {
         // Validate everything first: a snapshot is taken whole or not at all.
+        let mut ids: Vec<ClockId> = readings.iter().map(|r| r.id).collect();
+        ids.sort_unstable();
+        let fingerprint = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            ids.hash(&mut h);
+            h.finish()
+        };
         let mut ns = Vec::with_capacity(readings.len());
         for (i, r) in readings.iter().enumerate() {
             if readings[..i].iter().any(|o| o.id == r.id) {
@@ -111,8 +124,8 @@ impl ClockTracker {
             let unit = r.unit_multiplier_ns.max(1);
             let v = (r.value as i128) * (unit as i128);
             let v = i64::try_from(v).map_err(|_| InvalidSnapshot)?;
-            if let Some(info) = self.clocks.get(&r.id) {
-                if v < info.last_snapshot_ns && !r.is_incremental {
+            if let Some(&last) = self.last_snapshot.get(&(r.id, fingerprint)) {
+                if v < last && !r.is_incremental {
                     return Err(InvalidSnapshot);
                 }
             }
@@ -124,12 +137,11 @@ impl ClockTracker {
                 unit_ns: 1,
                 incremental: false,
                 last_ns: 0,
-                last_snapshot_ns: i64::MIN,
             });
             info.unit_ns = r.unit_multiplier_ns.max(1).min(i64::MAX as u64) as i64;
             info.incremental = r.is_incremental;
             info.last_ns = v;
-            info.last_snapshot_ns = v;
+            self.last_snapshot.insert((r.id, fingerprint), v);
         }
         for i in 0..readings.len() {
             for j in i + 1..readings.len() {
@@ -145,11 +157,18 @@ impl ClockTracker {
                     self.adjacency.entry(b).or_default().push(a);
                     self.path_cache.clear();
                 }
-                // Keep each side sorted even for an incremental clock re-based backwards.
-                if list.last().is_some_and(|l| l.0 > pair.0 || l.1 > pair.1) {
-                    list.retain(|l| l.0 <= pair.0 && l.1 <= pair.1);
+                // Sorted by the lower side; a pair out of order on the other side (a clock that
+                // disagrees with its partner about which snapshot came first) replaces the
+                // entries it contradicts, so both sides stay sorted for the searches.
+                let at = list.partition_point(|l| l.0 <= pair.0);
+                if list.last().is_some_and(|l| l.0 <= pair.0 && l.1 <= pair.1) {
+                    list.push(pair);
+                } else {
+                    list.insert(at, pair);
+                    list.retain(|l| {
+                        (l.0 <= pair.0 && l.1 <= pair.1) || (l.0 >= pair.0 && l.1 >= pair.1)
+                    });
                 }
-                list.push(pair);
             }
         }
         Ok(())

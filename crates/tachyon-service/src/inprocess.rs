@@ -38,6 +38,21 @@ impl CommitSource for Receiver<CommitRequest> {
     }
 }
 
+/// What the service thread asks of the producer side of the process (Perfetto's producer
+/// commands, as plain calls: the producer is this process).
+pub struct ProducerHooks {
+    /// `Flush`: writers commit what they hold (at their next packet).
+    pub flush_writers: Box<dyn Fn() + Send>,
+    /// `ClearIncrementalState`: writers start a new generation of interned data.
+    pub clear_incremental_state: Box<dyn Fn() + Send>,
+}
+
+impl std::fmt::Debug for ProducerHooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProducerHooks").finish_non_exhaustive()
+    }
+}
+
 #[derive(Debug)]
 enum Control {
     Flush { scrape: bool, done: Sender<()> },
@@ -73,12 +88,28 @@ impl InProcessService {
         identity: ProducerIdentity,
         flush_writers: Box<dyn Fn() + Send>,
     ) -> io::Result<Self> {
+        let hooks = ProducerHooks {
+            flush_writers,
+            clear_incremental_state: Box::new(|| {}),
+        };
+        Self::start_with_hooks(config, smb, commits, identity, hooks)
+    }
+
+    /// [`start`](Self::start), with the producer side's [`ProducerHooks`] called on the
+    /// session's periods (`flush_period_ms`, `incremental_state_config.clear_period_ms`).
+    pub fn start_with_hooks(
+        config: SessionConfig,
+        smb: Arc<OwnedSmb>,
+        commits: impl CommitSource,
+        identity: ProducerIdentity,
+        hooks: ProducerHooks,
+    ) -> io::Result<Self> {
         let mut core = ServiceCore::new(config)?;
         let producer = core.add_producer(identity);
         let (control, control_rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("tachyon-service".into())
-            .spawn(move || run(core, producer, smb, commits, control_rx, flush_writers))?;
+            .spawn(move || run(core, producer, smb, commits, control_rx, hooks))?;
         Ok(InProcessService {
             control,
             thread: Some(thread),
@@ -127,7 +158,7 @@ fn run(
     smb: Arc<OwnedSmb>,
     mut commits: impl CommitSource,
     control: Receiver<Control>,
-    flush_writers: Box<dyn Fn() + Send>,
+    hooks: ProducerHooks,
 ) -> io::Result<Vec<u8>> {
     let view = smb.service();
     let start = Instant::now();
@@ -138,6 +169,8 @@ fn run(
     let mut next_write = write_period.map(|p| start + p);
     let flush_period = core.config().flush_period;
     let mut next_flush = flush_period.map(|p| start + p);
+    let clear_period = core.config().incremental_state_clear_period;
+    let mut next_clear = clear_period.map(|p| start + p);
     let mut commits_open = true;
     loop {
         let mut busy = false;
@@ -190,9 +223,16 @@ fn run(
         if let (Some(at), Some(period)) = (next_flush, flush_period) {
             if Instant::now() >= at {
                 // Writers commit at their next packet; their commits arrive in later turns.
-                flush_writers();
+                (hooks.flush_writers)();
                 core.record_flush(true);
                 next_flush = Some(at + period);
+            }
+        }
+        if let (Some(at), Some(period)) = (next_clear, clear_period) {
+            if Instant::now() >= at {
+                // Producers re-emit interned data and descriptors at their next packet.
+                (hooks.clear_incremental_state)();
+                next_clear = Some(at + period);
             }
         }
     }

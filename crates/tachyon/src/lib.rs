@@ -36,8 +36,18 @@
 #![deny(missing_docs)]
 
 pub mod clock;
+mod init;
 mod session;
+mod track_event;
 mod writer;
+
+pub use init::{init, is_active, shutdown, start, Backend, Config, ConfigError, Report};
+pub use tachyon_service::FillPolicy;
+pub use track_event::{
+    __rt, set_process_name, set_thread_name, ArgValue, Callsite, CallsiteKind, CategoryFilter,
+    CounterSample, CounterTrack, CounterValue, Enabled, EventContext, Flow, Track, TrackSlice,
+    Unit, ZoneGuard, COMPILED_IN,
+};
 
 pub use session::{InProcessSession, SessionOptions, StopReport};
 pub use tachyon_abi::{CommitRequest, OwnedSmb, PageLayout, PageSize, SharedMemoryAbi};

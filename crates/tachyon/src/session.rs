@@ -15,7 +15,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tachyon_abi::{CommitRequest, OwnedSmb, PageSize};
-use tachyon_service::{CommitSource, InProcessService, ProducerIdentity, SessionConfig};
+use tachyon_service::{
+    CommitSource, InProcessService, ProducerHooks, ProducerIdentity, SessionConfig,
+};
 
 use crate::writer::{commit_channel, ArbiterConfig, CommitReceiver, SmbArbiter};
 
@@ -76,6 +78,16 @@ impl InProcessSession {
 
     /// Starts a session.
     pub fn start_with(config: SessionConfig, options: SessionOptions) -> io::Result<Self> {
+        Self::start_with_clear_hook(config, options, Box::new(|| {}))
+    }
+
+    /// Starts a session whose periodic incremental-state clear (`clear_period_ms`) calls
+    /// `clear_incremental_state` (the SDK's track-event layer bumps its epoch there).
+    pub fn start_with_clear_hook(
+        config: SessionConfig,
+        options: SessionOptions,
+        clear_incremental_state: Box<dyn Fn() + Send>,
+    ) -> io::Result<Self> {
         let smb = Arc::new(
             OwnedSmb::new(options.smb_size, options.page_size)
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?,
@@ -98,13 +110,11 @@ impl InProcessSession {
                 a.request_flush();
             }
         });
-        let service = InProcessService::start_with_flush_hook(
-            config,
-            smb,
-            receiver,
-            identity,
+        let hooks = ProducerHooks {
             flush_writers,
-        )?;
+            clear_incremental_state,
+        };
+        let service = InProcessService::start_with_hooks(config, smb, receiver, identity, hooks)?;
         Ok(InProcessSession {
             arbiter,
             service: Some(service),

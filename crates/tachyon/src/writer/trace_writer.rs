@@ -815,6 +815,47 @@ impl TraceWriter {
         TracePacketHandle { writer: self }
     }
 
+    /// Writes one small, already encoded packet: `block[0]` must hold the packet's length `n`
+    /// (below 128: a one-byte fragment header) and `block[1..=n]` its bytes.
+    ///
+    /// The fast path, for the SDK's most common events: when the current chunk has room for the
+    /// whole block and nothing special is pending (first packet, a loss to report, a chunk
+    /// switch, a flush request, dropping), the block is copied with one fixed-size move and
+    /// the count bumped once. Otherwise the packet goes through [`new_trace_packet`]
+    /// (`Self::new_trace_packet`) with the same bytes, so the result on the wire is the same
+    /// packet either way (the slow path's fragment header is 4 bytes instead of 1).
+    #[inline]
+    pub fn write_small_packet<const N: usize>(&mut self, block: &[u8; N]) {
+        let n = block[0] as usize;
+        debug_assert!(n < 128 && n < N, "not a small packet: {n} bytes");
+        let core = self.stream.delegate();
+        // `inflated` implies a current chunk with a finished packet and a count that already
+        // covers the next one; the flags below are all the reasons to leave the fast path.
+        let fast = core.inflated
+            && !(core.need_switch || core.dropping || core.report_drop || core.broken)
+            && core.flush_seen == core.arbiter.flush_generation();
+        if fast && self.stream.try_write_block_prefix(block, n + 1) {
+            let end = self.stream.write_ptr();
+            let core = self.stream.delegate_mut();
+            core.stats.packets += 1;
+            core.data_end = end;
+            if core.count >= MAX_WRITER_PACKET_COUNT {
+                core.need_switch = true;
+            }
+            // Count inflation, as `finish_packet` leaves it: the next packet is covered too.
+            core.bump_count();
+            return;
+        }
+        self.write_small_packet_slow(&block[1..=n.min(N - 1)]);
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn write_small_packet_slow(&mut self, bytes: &[u8]) {
+        let mut handle = self.new_trace_packet();
+        handle.message().append_raw_proto_bytes(bytes);
+    }
+
     /// Writes `first_packet_on_sequence` / `previous_packet_dropped` into the new packet.
     #[cold]
     fn write_sequence_marks(&mut self) {

@@ -1,0 +1,477 @@
+//! Starting and stopping the process's tracing: [`init`] (defaults from the environment),
+//! [`start`] (a [`Config`]), [`shutdown`].
+//!
+//! The trace goes through a [`Backend`]. Today that is the in-process one: the service is a
+//! thread of this process and the trace is written to a file (or kept in memory) at
+//! [`shutdown`], or at process exit when [`init`] started it. System mode (a `tachyon traced`
+//! daemon owning the buffers of many processes) is the next variant of [`Backend`].
+//!
+//! # Environment variables read by [`init`] / [`Config::from_env`]
+//!
+//! | variable | meaning | default |
+//! |---|---|---|
+//! | `TACHYON_OUT` | trace file | `trace.pftrace` |
+//! | `TACHYON_BUFFER_SIZE` | central buffer size (`64M`, `512K`, `1G`, bytes) | 32 MiB |
+//! | `TACHYON_FILL_POLICY` | `ring_buffer` or `discard` | `ring_buffer` |
+//! | `TACHYON_SMB_SIZE` | shared memory buffer size | 4 MiB |
+//! | `TACHYON_ON_FULL` | writers when the SMB is full: `drop`, `stall`, `stall_then_drop` | `stall_then_drop` |
+//! | `TACHYON_CATEGORIES` | enabled category globs, comma-separated | everything |
+//! | `TACHYON_DISABLED_CATEGORIES` | disabled category globs | none |
+//! | `TACHYON_CLEAR_PERIOD_MS` | incremental-state clear period | none |
+//! | `TACHYON_FLUSH_PERIOD_MS` | periodic flush | none |
+//! | `TACHYON_STREAM` | `1`: stream into the file while tracing | off |
+//! | `TACHYON_DISABLE` | `1`: [`init`] does nothing | off |
+//! | `TACHYON_CLOCK` | `boottime`: no TSC (see [`clock`](crate::clock)) | TSC |
+//!
+//! A value that does not parse is an error naming the variable, never a silent default.
+
+use std::io;
+use std::path::PathBuf;
+use std::sync::{Mutex, Once};
+use std::time::Duration;
+
+use tachyon_service::{BufferSpec, DataSourceSpec, FillPolicy, SessionConfig};
+
+use crate::session::{InProcessSession, SessionOptions};
+use crate::track_event::global::{self, SessionHandle};
+use crate::track_event::{state, CategoryFilter};
+use crate::writer::{ArbiterConfig, ArbiterStats, BufferExhaustedPolicy};
+use crate::PageSize;
+
+/// How a tracing session is set up.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Where the trace is written at stop (`None`: kept in memory, returned by [`shutdown`]).
+    pub output: Option<PathBuf>,
+    /// Central buffer size.
+    pub buffer_size: usize,
+    /// Ring buffer (keep the newest) or discard (keep the oldest).
+    pub fill_policy: FillPolicy,
+    /// Shared memory buffer size (what writers fill while the service copies out).
+    pub smb_size: usize,
+    /// What writers do when the shared memory buffer is full.
+    pub on_full: BufferExhaustedPolicy,
+    /// Which categories are recorded.
+    pub categories: CategoryFilter,
+    /// Clear incremental state this often (ring-buffer traces stay decodable after wrapping).
+    pub clear_period: Option<Duration>,
+    /// Ask writers to commit this often.
+    pub flush_period: Option<Duration>,
+    /// Stream into `output` while tracing (`write_into_file`).
+    pub stream: bool,
+    /// Timestamps as deltas on the sequence-scoped incremental clock (1–3 bytes per packet);
+    /// `false` writes absolute trace-clock timestamps.
+    pub incremental_timestamps: bool,
+    /// How long [`shutdown`] waits for other threads' writers to flush.
+    pub stop_timeout: Duration,
+}
+
+impl Default for Config {
+    /// `trace.pftrace`, a 32 MiB ring buffer, a 4 MiB SMB, stall-then-drop, every category.
+    fn default() -> Self {
+        Config {
+            output: Some(PathBuf::from("trace.pftrace")),
+            buffer_size: 32 << 20,
+            fill_policy: FillPolicy::RingBuffer,
+            smb_size: 4 << 20,
+            on_full: BufferExhaustedPolicy::default(),
+            categories: CategoryFilter::all(),
+            clear_period: None,
+            flush_period: None,
+            stream: false,
+            incremental_timestamps: true,
+            stop_timeout: Duration::from_millis(500),
+        }
+    }
+}
+
+/// A bad setting (an environment variable that does not parse, an impossible size).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "tachyon: {}", self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl From<ConfigError> for io::Error {
+    fn from(e: ConfigError) -> Self {
+        io::Error::new(io::ErrorKind::InvalidInput, e)
+    }
+}
+
+impl Config {
+    /// The defaults with the trace kept in memory (for tests and tools that handle the bytes).
+    pub fn in_memory() -> Self {
+        Config {
+            output: None,
+            ..Config::default()
+        }
+    }
+
+    /// The defaults, overridden by the `TACHYON_*` environment variables (module docs).
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_vars(|k| std::env::var(k).ok())
+    }
+
+    /// [`from_env`](Self::from_env) over any variable source.
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let mut c = Config::default();
+        if let Some(v) = var("TACHYON_OUT") {
+            if v.is_empty() {
+                return Err(ConfigError("TACHYON_OUT is empty".into()));
+            }
+            c.output = Some(PathBuf::from(v));
+        }
+        if let Some(v) = var("TACHYON_BUFFER_SIZE") {
+            c.buffer_size = parse_size("TACHYON_BUFFER_SIZE", &v)?;
+        }
+        if let Some(v) = var("TACHYON_SMB_SIZE") {
+            c.smb_size = parse_size("TACHYON_SMB_SIZE", &v)?;
+        }
+        if let Some(v) = var("TACHYON_FILL_POLICY") {
+            c.fill_policy = match v.to_ascii_lowercase().as_str() {
+                "ring_buffer" | "ring" => FillPolicy::RingBuffer,
+                "discard" => FillPolicy::Discard,
+                _ => {
+                    return Err(ConfigError(format!(
+                        "TACHYON_FILL_POLICY={v:?}: expected ring_buffer or discard"
+                    )))
+                }
+            };
+        }
+        if let Some(v) = var("TACHYON_ON_FULL") {
+            c.on_full = match v.to_ascii_lowercase().as_str() {
+                "drop" => BufferExhaustedPolicy::Drop,
+                "stall" => BufferExhaustedPolicy::Stall {
+                    timeout: crate::DEFAULT_STALL_TIMEOUT,
+                },
+                "stall_then_drop" => BufferExhaustedPolicy::default(),
+                _ => {
+                    return Err(ConfigError(format!(
+                        "TACHYON_ON_FULL={v:?}: expected drop, stall or stall_then_drop"
+                    )))
+                }
+            };
+        }
+        let list = |name: &str| -> Vec<String> {
+            var(name)
+                .map(|v| {
+                    v.split(',')
+                        .map(str::trim)
+                        .filter(|s| !s.is_empty())
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let enabled = list("TACHYON_CATEGORIES");
+        let disabled = list("TACHYON_DISABLED_CATEGORIES");
+        if !enabled.is_empty() || !disabled.is_empty() {
+            let e: Vec<&str> = enabled.iter().map(String::as_str).collect();
+            let mut d: Vec<&str> = disabled.iter().map(String::as_str).collect();
+            // Naming enabled categories means "only these".
+            if !e.is_empty() && d.is_empty() {
+                d.push("*");
+            }
+            c.categories = CategoryFilter::new(&e, &d);
+        }
+        if let Some(v) = var("TACHYON_CLEAR_PERIOD_MS") {
+            c.clear_period = Some(parse_ms("TACHYON_CLEAR_PERIOD_MS", &v)?);
+        }
+        if let Some(v) = var("TACHYON_FLUSH_PERIOD_MS") {
+            c.flush_period = Some(parse_ms("TACHYON_FLUSH_PERIOD_MS", &v)?);
+        }
+        if let Some(v) = var("TACHYON_STREAM") {
+            c.stream = parse_flag("TACHYON_STREAM", &v)?;
+        }
+        Ok(c)
+    }
+
+    fn session_config(&self) -> SessionConfig {
+        SessionConfig {
+            buffers: vec![BufferSpec {
+                size_bytes: self.buffer_size,
+                policy: self.fill_policy,
+            }],
+            data_sources: vec![DataSourceSpec {
+                name: "track_event".into(),
+                target_buffer: 0,
+                config: Vec::new(),
+            }],
+            flush_period: self.flush_period,
+            flush_timeout: self.stop_timeout,
+            write_into_file: self.stream && self.output.is_some(),
+            output_path: self.output.clone(),
+            incremental_state_clear_period: self.clear_period,
+            ..SessionConfig::default()
+        }
+    }
+}
+
+fn parse_flag(name: &str, v: &str) -> Result<bool, ConfigError> {
+    match v.to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" | "" => Ok(false),
+        _ => Err(ConfigError(format!("{name}={v:?}: expected 1 or 0"))),
+    }
+}
+
+fn parse_ms(name: &str, v: &str) -> Result<Duration, ConfigError> {
+    v.trim()
+        .parse::<u64>()
+        .ok()
+        .filter(|&ms| ms > 0)
+        .map(Duration::from_millis)
+        .ok_or_else(|| ConfigError(format!("{name}={v:?}: expected milliseconds > 0")))
+}
+
+/// `123`, `64K`, `32M`, `1G` (optionally with `iB`/`B`), binary units.
+pub(crate) fn parse_size(name: &str, v: &str) -> Result<usize, ConfigError> {
+    let s = v.trim();
+    let lower = s.to_ascii_lowercase();
+    let digits = lower.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let unit = &lower[digits.len()..];
+    let mult: u64 = match unit {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        _ => 0,
+    };
+    digits
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .filter(|&n| n > 0 && n <= (16u64 << 30))
+        .map(|n| n as usize)
+        .ok_or_else(|| {
+            ConfigError(format!(
+                "{name}={v:?}: expected a size like 65536, 512K, 32M or 1G (at most 16G)"
+            ))
+        })
+}
+
+/// Where a session's trace goes. The seam system mode plugs into: a daemon-backed variant
+/// connects to `tachyon traced` and writes into the daemon's shared memory instead.
+#[derive(Debug)]
+pub enum Backend {
+    /// The service runs as a thread of this process.
+    InProcess(InProcessSession),
+}
+
+impl Backend {
+    fn start(config: &Config) -> io::Result<Backend> {
+        let options = SessionOptions {
+            smb_size: config.smb_size,
+            page_size: PageSize::Kib4,
+            arbiter: ArbiterConfig {
+                buffer_exhausted_policy: config.on_full,
+                ..ArbiterConfig::default()
+            },
+        };
+        let session = InProcessSession::start_with_clear_hook(
+            config.session_config(),
+            options,
+            Box::new(global::clear_incremental_state),
+        )?;
+        Ok(Backend::InProcess(session))
+    }
+
+    fn arbiter(&self) -> &std::sync::Arc<crate::SmbArbiter> {
+        match self {
+            Backend::InProcess(s) => s.arbiter(),
+        }
+    }
+}
+
+struct Active {
+    backend: Backend,
+    output: Option<PathBuf>,
+    /// Started by [`init`]: write the trace at process exit.
+    at_exit: bool,
+}
+
+static ACTIVE: Mutex<Option<Active>> = Mutex::new(None);
+
+fn active() -> std::sync::MutexGuard<'static, Option<Active>> {
+    ACTIVE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// What [`shutdown`] found.
+#[derive(Debug)]
+pub struct Report {
+    /// The trace file, if the session wrote one.
+    pub path: Option<PathBuf>,
+    /// The trace bytes, when kept in memory ([`Config::in_memory`]).
+    pub trace: Vec<u8>,
+    /// Size of the trace written.
+    pub bytes: u64,
+    /// The writers' counters: chunks committed, packets dropped when the shared memory buffer
+    /// was full, stalls.
+    pub writers: ArbiterStats,
+    /// Threads whose writer had not flushed when the session stopped (idle threads): the
+    /// packets in their last chunk are not in the trace.
+    pub writers_still_active: usize,
+}
+
+/// Starts tracing with [`Config::from_env`], the trace written to `TACHYON_OUT` (default
+/// `trace.pftrace`) at [`shutdown`] or when the process exits. `TACHYON_DISABLE=1` makes it
+/// do nothing. An error if a session is already running or a variable does not parse.
+pub fn init() -> io::Result<()> {
+    if std::env::var("TACHYON_DISABLE").is_ok_and(|v| parse_flag("TACHYON_DISABLE", &v) == Ok(true))
+    {
+        return Ok(());
+    }
+    start_inner(Config::from_env()?, true)
+}
+
+/// Starts tracing with `config` (no process-exit hook: call [`shutdown`]).
+pub fn start(config: Config) -> io::Result<()> {
+    start_inner(config, false)
+}
+
+fn start_inner(config: Config, at_exit: bool) -> io::Result<()> {
+    let mut slot = active();
+    if slot.is_some() {
+        return Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            "tachyon: a tracing session is already running",
+        ));
+    }
+    // Calibrate the clock before the first event pays for it.
+    let _ = crate::clock::clock();
+    let backend = Backend::start(&config)?;
+    let handle = SessionHandle {
+        session: global::next_session_number(),
+        arbiter: backend.arbiter().clone(),
+        target_buffer: 0,
+        incremental_timestamps: config.incremental_timestamps,
+    };
+    global::install(handle, config.categories.clone());
+    *slot = Some(Active {
+        backend,
+        output: config.output.clone(),
+        at_exit,
+    });
+    if at_exit {
+        register_at_exit();
+    }
+    Ok(())
+}
+
+/// Whether a session is running.
+pub fn is_active() -> bool {
+    active().is_some()
+}
+
+/// Stops tracing: every callsite reads disabled from now on, this thread's writer flushes,
+/// other threads' writers flush at their next event or when they exit (waiting up to
+/// [`Config::stop_timeout`]), and the trace is written. `Ok(None)` if no session was running.
+pub fn shutdown() -> io::Result<Option<Report>> {
+    let Some(active) = active().take() else {
+        return Ok(None);
+    };
+    global::uninstall();
+    state::release_thread_writer();
+    let Backend::InProcess(session) = active.backend;
+    let stop = session.stop()?;
+    let bytes = match &active.output {
+        Some(p) => std::fs::metadata(p).map(|m| m.len()).unwrap_or(0),
+        None => stop.trace.len() as u64,
+    };
+    Ok(Some(Report {
+        path: active.output,
+        trace: stop.trace,
+        bytes,
+        writers: stop.arbiter,
+        writers_still_active: stop.writers_still_active,
+    }))
+}
+
+fn register_at_exit() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        extern "C" {
+            fn atexit(cb: extern "C" fn()) -> i32;
+        }
+        // SAFETY: `at_exit` is a plain `extern "C" fn` that lives for the whole program and
+        // never unwinds (it catches panics).
+        unsafe {
+            atexit(at_exit);
+        }
+    });
+}
+
+extern "C" fn at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        let started_by_init = active().as_ref().is_some_and(|a| a.at_exit);
+        if !started_by_init {
+            return;
+        }
+        match shutdown() {
+            Ok(Some(r)) => {
+                if let Some(p) = &r.path {
+                    eprintln!(
+                        "tachyon: trace written to {} ({} bytes)",
+                        p.display(),
+                        r.bytes
+                    );
+                }
+            }
+            Ok(None) => {}
+            Err(e) => eprintln!("tachyon: writing the trace failed: {e}"),
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_or_name_the_variable() {
+        assert_eq!(parse_size("X", "65536"), Ok(65536));
+        assert_eq!(parse_size("X", "64K"), Ok(64 << 10));
+        assert_eq!(parse_size("X", "32MiB"), Ok(32 << 20));
+        assert_eq!(parse_size("X", "1g"), Ok(1 << 30));
+        let e = parse_size("TACHYON_BUFFER_SIZE", "lots").unwrap_err();
+        assert!(e.0.contains("TACHYON_BUFFER_SIZE"), "{e}");
+        assert!(parse_size("X", "0").is_err());
+        assert!(parse_size("X", "99999999999G").is_err());
+    }
+
+    #[test]
+    fn env_overrides_defaults_and_rejects_garbage() {
+        let vars = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let c = Config::from_vars(vars(&[
+            ("TACHYON_OUT", "x.pftrace"),
+            ("TACHYON_BUFFER_SIZE", "8M"),
+            ("TACHYON_FILL_POLICY", "discard"),
+            ("TACHYON_CATEGORIES", "net,io*"),
+            ("TACHYON_CLEAR_PERIOD_MS", "250"),
+        ]))
+        .unwrap();
+        assert_eq!(c.output, Some(PathBuf::from("x.pftrace")));
+        assert_eq!(c.buffer_size, 8 << 20);
+        assert_eq!(c.fill_policy, FillPolicy::Discard);
+        assert_eq!(c.clear_period, Some(Duration::from_millis(250)));
+        assert!(c.categories.is_enabled(Some("io.disk"), &[]));
+        assert!(!c.categories.is_enabled(Some("gpu"), &[]));
+        let e = Config::from_vars(vars(&[("TACHYON_FILL_POLICY", "circular")])).unwrap_err();
+        assert!(e.0.contains("TACHYON_FILL_POLICY"), "{e}");
+        let e = Config::from_vars(vars(&[("TACHYON_CLEAR_PERIOD_MS", "-1")])).unwrap_err();
+        assert!(e.0.contains("TACHYON_CLEAR_PERIOD_MS"), "{e}");
+    }
+}

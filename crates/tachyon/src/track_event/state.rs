@@ -1,0 +1,670 @@
+//! Per-thread state: the thread's trace writer (one packet sequence), its interning tables,
+//! its incremental clock and the descriptors it has emitted in the current generation.
+//!
+//! A *generation* is the span between two incremental-state clears on the sequence. It starts
+//! with four packets: a `ClockSnapshot` tying the trace clock to BOOTTIME, MONOTONIC and
+//! REALTIME; the clearing packet (`SEQ_INCREMENTAL_STATE_CLEARED`, `TracePacketDefaults` with
+//! the sequence-scoped incremental clock 64 and this thread's track, and a snapshot defining
+//! clock 64 against the trace clock); the process's and the thread's track descriptors. Every
+//! interned name, source location and track descriptor is then emitted once per generation,
+//! in the packet that first needs it. A new generation starts when the session asks
+//! (`clear_period_ms`, a new process name), when the writer lost a packet (the incremental
+//! clock's chain and the interning tables can no longer be trusted by the reader), and when
+//! the thread first writes in a session.
+//!
+//! Hot path: one relaxed load of the epoch, a few compares on this struct, the stack encoding of
+//! [`encode`](super::encode) and one chunk write. Everything else is `#[cold]`.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+
+use tachyon_protos::{counter_descriptor, track_event, TracePacket, TrackDescriptor, TrackEvent};
+
+use super::callsite::{Callsite, CallsiteKind, Enabled, Unit};
+use super::encode::{self, Block, CounterSample};
+use super::global::{self, session_of, EPOCH};
+use crate::clock::{self, Snapshot, TRACE_CLOCK_ID};
+use crate::writer::TraceWriter;
+
+/// The sequence-scoped incremental clock (as Perfetto's SDK).
+pub(crate) const INCREMENTAL_CLOCK_ID: u32 = 64;
+
+/// A fresh global clock snapshot on each sequence this often (trace-clock ns), so the reader
+/// can follow the calibrated counter's drift from BOOTTIME piecewise.
+const SNAPSHOT_PERIOD_NS: u64 = 1_000_000_000;
+
+/// Interning ids of dynamic names start here, far above the callsites' static ids.
+const DYN_IID_BASE: u64 = 1 << 40;
+
+/// `SEQ_INCREMENTAL_STATE_CLEARED`.
+const SEQ_INCREMENTAL_STATE_CLEARED: u32 = 1;
+const SEQ_NEEDS_INCREMENTAL_STATE: u32 = encode::SEQ_NEEDS_INCREMENTAL_STATE as u32;
+
+/// A track an event goes to, other than the thread's own.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TrackRef<'a> {
+    pub(crate) uuid: u64,
+    pub(crate) name: &'a str,
+    pub(crate) unit: Option<Unit>,
+}
+
+pub(crate) struct ThreadState {
+    /// The [`EPOCH`] this state is current for.
+    epoch: u64,
+    writer: Option<TraceWriter>,
+    incremental: bool,
+    generation: u32,
+    /// The writer's drop count when the generation was set up.
+    drops_seen: u64,
+    /// The incremental clock's value (trace-clock ns of the last delta-encoded packet).
+    last_ts: u64,
+    /// Write a clock snapshot before the first packet at or after this (0 without incremental
+    /// timestamps: every packet takes the slow path then).
+    next_snapshot: u64,
+    /// `seen[id] == generation`: the callsite `id`'s interned data (or counter descriptor) is on
+    /// the sequence.
+    seen: Vec<u32>,
+    dyn_names: HashMap<Box<str>, u64>,
+    next_dyn_iid: u64,
+    tracks_seen: HashMap<u64, u32>,
+    tid: i64,
+    track_uuid: u64,
+    thread_name: Option<String>,
+}
+
+thread_local! {
+    static STATE: RefCell<Option<Box<ThreadState>>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` with this thread's state; `None` while the thread is exiting, or when called from
+/// inside `f` (an argument whose evaluation traces): such nested events are not recorded.
+#[inline(always)]
+pub(crate) fn with_state<R>(f: impl FnOnce(&mut ThreadState) -> R) -> Option<R> {
+    STATE
+        .try_with(|cell| {
+            let mut slot = cell.try_borrow_mut().ok()?;
+            let state = match slot.as_mut() {
+                Some(s) => s,
+                None => slot.insert(ThreadState::new()),
+            };
+            Some(f(state))
+        })
+        .ok()
+        .flatten()
+}
+
+/// Drops this thread's writer (it flushes): a session that stops does this on its own thread.
+pub(crate) fn release_thread_writer() {
+    let _ = STATE.try_with(|cell| {
+        if let Ok(mut slot) = cell.try_borrow_mut() {
+            if let Some(s) = slot.as_mut() {
+                s.writer = None;
+                s.epoch = 0;
+            }
+        }
+    });
+}
+
+impl ThreadState {
+    #[cold]
+    fn new() -> Box<Self> {
+        let tid = current_tid();
+        let process = global::process();
+        Box::new(ThreadState {
+            epoch: 0,
+            writer: None,
+            incremental: true,
+            generation: 0,
+            drops_seen: 0,
+            last_ts: 0,
+            next_snapshot: 0,
+            // Room for the first thousand callsites without growing.
+            seen: vec![0; 1024],
+            dyn_names: HashMap::new(),
+            next_dyn_iid: DYN_IID_BASE,
+            tracks_seen: HashMap::new(),
+            tid,
+            track_uuid: global::mix64(process.uuid ^ (tid as u64).rotate_left(17)),
+            thread_name: std::thread::current().name().map(str::to_owned),
+        })
+    }
+
+    /// Whether an event at `ts` can take the fast path: same epoch, no loss since the
+    /// generation started, time moving forward, no snapshot due.
+    #[inline(always)]
+    fn fast_ok(&self, ts: u64) -> bool {
+        self.epoch == EPOCH.load(Ordering::Relaxed)
+            && ts >= self.last_ts
+            && ts < self.next_snapshot
+            && self
+                .writer
+                .as_ref()
+                .is_some_and(|w| w.packets_dropped() == self.drops_seen)
+    }
+
+    #[inline(always)]
+    fn seen(&self, id: u64) -> bool {
+        self.seen.get(id as usize) == Some(&self.generation)
+    }
+
+    fn mark_seen(&mut self, id: u64) {
+        let i = id as usize;
+        if i >= self.seen.len() {
+            self.seen.resize(i + 256, 0);
+        }
+        self.seen[i] = self.generation;
+    }
+
+    /// Writes a small pre-encoded packet at `ts` (delta already taken by the caller).
+    #[inline(always)]
+    fn write_block(&mut self, ts: u64, block: &Block) {
+        self.last_ts = ts;
+        if let Some(w) = self.writer.as_mut() {
+            w.write_small_packet(block);
+        }
+    }
+
+    // === The three hot events ===
+
+    /// A slice begin or an instant of a static callsite without arguments on this thread.
+    #[inline(always)]
+    pub(crate) fn named_event(&mut self, cs: &'static Callsite, en: Enabled, ty: u8, ts: u64) {
+        if self.fast_ok(ts) && self.seen(en.id) {
+            let block = encode::named_event(ts - self.last_ts, ty, en.id, cs.category.is_some());
+            self.write_block(ts, &block);
+        } else {
+            self.event(ts, cs, en, ty, None, None, |_| {});
+        }
+    }
+
+    /// A slice end on this thread's track, in `session`.
+    #[inline(always)]
+    pub(crate) fn slice_end(&mut self, session: u32, ts: u64) {
+        if self.fast_ok(ts) && session_of(self.epoch) == session {
+            let block = encode::slice_end(ts - self.last_ts);
+            self.write_block(ts, &block);
+        } else {
+            self.slice_end_slow(session, ts, None);
+        }
+    }
+
+    /// A sample of a static counter.
+    #[inline(always)]
+    pub(crate) fn counter(
+        &mut self,
+        cs: &'static Callsite,
+        en: Enabled,
+        value: CounterSample,
+        ts: u64,
+    ) {
+        let uuid = global::process().uuid ^ cs.name_hash;
+        if self.fast_ok(ts) && self.seen(en.id) {
+            let block = encode::counter(ts - self.last_ts, uuid, value);
+            self.write_block(ts, &block);
+        } else {
+            let unit = match cs.kind {
+                CallsiteKind::Counter(u) => u,
+                CallsiteKind::Event => Unit::None,
+            };
+            let track = TrackRef {
+                uuid,
+                name: cs.name,
+                unit: Some(unit),
+            };
+            self.counter_slow(Some((cs, en)), track, value, ts);
+        }
+    }
+
+    // === The general (slow) path ===
+
+    /// Makes the state current for the session and generation, opening the thread's writer
+    /// and starting a generation when needed. False when there is nothing to write into.
+    #[cold]
+    #[inline(never)]
+    fn sync(&mut self, ts: u64) -> bool {
+        let epoch = EPOCH.load(Ordering::Relaxed);
+        let session = session_of(epoch);
+        if session != session_of(self.epoch) {
+            // A new session (or none): the old writer flushes as it drops.
+            self.writer = None;
+            self.epoch = epoch;
+            if session == 0 {
+                return false;
+            }
+            let Some(handle) = global::current_session(session) else {
+                return false;
+            };
+            self.incremental = handle.incremental_timestamps;
+            // Failure (every writer id taken) leaves this thread silent for the session.
+            self.writer = handle
+                .arbiter
+                .create_trace_writer(handle.target_buffer)
+                .ok();
+            if self.writer.is_none() {
+                return false;
+            }
+            return self.start_generation(ts);
+        }
+        let Some(writer) = self.writer.as_ref() else {
+            return false;
+        };
+        if writer.arbiter().is_closed() {
+            self.writer = None;
+            return false;
+        }
+        if epoch != self.epoch || writer.packets_dropped() != self.drops_seen {
+            self.epoch = epoch;
+            return self.start_generation(ts);
+        }
+        if self.incremental && ts >= self.next_snapshot {
+            self.write_packet(|p| write_global_snapshot(p, &Snapshot::take()));
+            self.next_snapshot = ts.saturating_add(SNAPSHOT_PERIOD_NS);
+        }
+        true
+    }
+
+    /// Starts a generation at `ts` (see the module docs).
+    #[cold]
+    fn start_generation(&mut self, ts: u64) -> bool {
+        let Some(writer) = self.writer.as_ref() else {
+            return false;
+        };
+        let dropped_before = writer.packets_dropped();
+        self.generation = self.generation.wrapping_add(1).max(1);
+        self.dyn_names.clear();
+        self.next_dyn_iid = DYN_IID_BASE;
+        self.tracks_seen.clear();
+        let snapshot = Snapshot::take();
+        let incremental = self.incremental;
+        let track_uuid = self.track_uuid;
+        self.write_packet(|p| write_global_snapshot(p, &snapshot));
+        self.write_packet(|p| {
+            p.set_timestamp(ts);
+            p.set_timestamp_clock_id(TRACE_CLOCK_ID);
+            p.set_sequence_flags(SEQ_INCREMENTAL_STATE_CLEARED | SEQ_NEEDS_INCREMENTAL_STATE);
+            {
+                let mut d = p.set_trace_packet_defaults();
+                d.set_timestamp_clock_id(if incremental {
+                    INCREMENTAL_CLOCK_ID
+                } else {
+                    TRACE_CLOCK_ID
+                });
+                d.set_track_event_defaults().set_track_uuid(track_uuid);
+            }
+            if incremental {
+                let mut s = p.set_clock_snapshot();
+                {
+                    let mut c = s.add_clocks();
+                    c.set_clock_id(TRACE_CLOCK_ID);
+                    c.set_timestamp(ts);
+                }
+                let mut c = s.add_clocks();
+                c.set_clock_id(INCREMENTAL_CLOCK_ID);
+                c.set_timestamp(ts);
+                c.set_is_incremental(true);
+            }
+        });
+        self.last_ts = ts;
+        self.next_snapshot = if incremental {
+            ts.saturating_add(SNAPSHOT_PERIOD_NS)
+        } else {
+            0
+        };
+        let process = global::process();
+        let process_name = global::process_name();
+        self.write_descriptor(ts, |d| {
+            d.set_uuid(process.uuid);
+            let mut pd = d.set_process();
+            pd.set_pid(process.pid);
+            pd.set_process_name(&process_name);
+            for arg in &process.cmdline {
+                pd.add_cmdline(arg);
+            }
+        });
+        self.write_thread_descriptor(ts);
+        // A loss while setting up leaves `drops_seen` unmatched, so the next event starts over.
+        let after = self
+            .writer
+            .as_ref()
+            .map_or(dropped_before, |w| w.packets_dropped());
+        self.drops_seen = if after == dropped_before {
+            after
+        } else {
+            u64::MAX
+        };
+        true
+    }
+
+    fn write_thread_descriptor(&mut self, ts: u64) {
+        let (uuid, pid, tid) = (self.track_uuid, global::process().pid, self.tid);
+        let name = self.thread_name.take();
+        self.write_descriptor(ts, |d| {
+            d.set_uuid(uuid);
+            let mut t = d.set_thread();
+            t.set_pid(pid);
+            t.set_tid(tid);
+            if let Some(n) = &name {
+                t.set_thread_name(n);
+            }
+        });
+        self.thread_name = name;
+    }
+
+    /// Sets the thread's name on the trace (re-emits its descriptor if tracing).
+    pub(crate) fn set_thread_name(&mut self, name: &str) {
+        self.thread_name = Some(name.to_owned());
+        if self.writer.is_some() && self.epoch == EPOCH.load(Ordering::Relaxed) {
+            let ts = clock::now();
+            if self.sync(ts) {
+                self.write_thread_descriptor(ts);
+            }
+        }
+    }
+
+    /// A packet through the generated writers.
+    fn write_packet(&mut self, f: impl FnOnce(&mut TracePacket<'_>)) {
+        if let Some(w) = self.writer.as_mut() {
+            w.write_packet(f);
+        }
+    }
+
+    /// A track descriptor packet at `ts`.
+    fn write_descriptor(&mut self, ts: u64, f: impl FnOnce(&mut TrackDescriptor<'_>)) {
+        let Some(w) = self.writer.as_mut() else {
+            return;
+        };
+        let (incremental, last) = (self.incremental, self.last_ts);
+        w.write_packet(|p| {
+            if incremental && ts >= last {
+                p.set_timestamp(ts - last);
+            } else {
+                p.set_timestamp(ts);
+                p.set_timestamp_clock_id(TRACE_CLOCK_ID);
+            }
+            p.set_sequence_flags(SEQ_NEEDS_INCREMENTAL_STATE);
+            f(&mut p.set_track_descriptor());
+        });
+        if incremental && ts >= last {
+            self.last_ts = ts;
+        }
+    }
+
+    /// Emits the descriptor of `track` once per generation.
+    fn ensure_track(&mut self, track: TrackRef<'_>, static_id: Option<u64>, ts: u64) {
+        let done = match static_id {
+            Some(id) => self.seen(id),
+            None => self.tracks_seen.get(&track.uuid) == Some(&self.generation),
+        };
+        if done {
+            return;
+        }
+        let parent = global::process().uuid;
+        self.write_descriptor(ts, |d| {
+            d.set_uuid(track.uuid);
+            d.set_name(track.name);
+            d.set_parent_uuid(parent);
+            if let Some(unit) = track.unit {
+                let mut c = d.set_counter();
+                match unit {
+                    Unit::None => {}
+                    Unit::Count => c.set_unit(counter_descriptor::Unit::Count),
+                    Unit::Bytes => c.set_unit(counter_descriptor::Unit::SizeBytes),
+                    Unit::TimeNs => c.set_unit(counter_descriptor::Unit::TimeNs),
+                    Unit::Named(n) => c.set_unit_name(n),
+                }
+            }
+        });
+        match static_id {
+            Some(id) => self.mark_seen(id),
+            None => {
+                self.tracks_seen.insert(track.uuid, self.generation);
+            }
+        }
+    }
+
+    /// Any event: interning, timestamp, track, name, and what `fill` adds (arguments, flows).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn event(
+        &mut self,
+        ts: u64,
+        cs: &'static Callsite,
+        en: Enabled,
+        ty: u8,
+        track: Option<TrackRef<'_>>,
+        dyn_name: Option<&str>,
+        fill: impl FnOnce(&mut EventContext<'_, '_>),
+    ) {
+        if !self.sync(ts) {
+            return;
+        }
+        if let Some(t) = track {
+            self.ensure_track(t, None, ts);
+        }
+        let intern_callsite = !self.seen(en.id);
+        let (dyn_iid, intern_dyn) = match dyn_name {
+            Some(name) => match self.dyn_names.get(name) {
+                Some(&iid) => (Some(iid), false),
+                None => {
+                    let iid = self.next_dyn_iid;
+                    self.next_dyn_iid += 1;
+                    self.dyn_names.insert(name.into(), iid);
+                    (Some(iid), true)
+                }
+            },
+            None => (None, false),
+        };
+        let (incremental, last) = (self.incremental, self.last_ts);
+        let forward = incremental && ts >= last;
+        let Some(writer) = self.writer.as_mut() else {
+            return;
+        };
+        writer.write_packet(|p| {
+            if intern_callsite || intern_dyn {
+                let mut i = p.set_interned_data();
+                if intern_callsite {
+                    if !cs.name.is_empty() {
+                        let mut n = i.add_event_names();
+                        n.set_iid(en.id);
+                        n.set_name(cs.name);
+                    }
+                    if let Some(cat) = cs.category {
+                        let mut c = i.add_event_categories();
+                        c.set_iid(en.id);
+                        c.set_name(cat);
+                    }
+                    {
+                        let mut l = i.add_source_locations();
+                        l.set_iid(en.id);
+                        l.set_file_name(cs.file);
+                        l.set_function_name(cs.module_path);
+                        l.set_line_number(cs.line);
+                    }
+                    for (k, arg) in cs.arg_names.iter().enumerate() {
+                        let mut a = i.add_debug_annotation_names();
+                        a.set_iid(en.id + 1 + k as u64);
+                        a.set_name(arg);
+                    }
+                }
+                if let (true, Some(iid), Some(name)) = (intern_dyn, dyn_iid, dyn_name) {
+                    let mut n = i.add_event_names();
+                    n.set_iid(iid);
+                    n.set_name(name);
+                }
+            }
+            if forward {
+                p.set_timestamp(ts - last);
+            } else {
+                p.set_timestamp(ts);
+                p.set_timestamp_clock_id(TRACE_CLOCK_ID);
+            }
+            p.set_sequence_flags(SEQ_NEEDS_INCREMENTAL_STATE);
+            let mut e = p.set_track_event();
+            if cs.category.is_some() {
+                e.add_category_iids(en.id);
+            }
+            e.set_type_raw(ty as i32);
+            if ty != encode::TYPE_SLICE_END {
+                e.set_name_iid(dyn_iid.unwrap_or(en.id));
+                e.set_source_location_iid(en.id);
+            }
+            if let Some(t) = track {
+                e.set_track_uuid(t.uuid);
+            }
+            let mut cx = EventContext {
+                event: &mut e,
+                arg_base: en.id + 1,
+                next_arg: 0,
+                arg_count: cs.arg_names.len() as u64,
+            };
+            fill(&mut cx);
+        });
+        if forward {
+            self.last_ts = ts;
+        }
+        if intern_callsite {
+            self.mark_seen(en.id);
+        }
+    }
+
+    /// A slice end, through the generated writers, on `track` (`None`: this thread's).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn slice_end_slow(&mut self, session: u32, ts: u64, track: Option<TrackRef<'_>>) {
+        if !self.sync(ts) || session_of(self.epoch) != session {
+            return;
+        }
+        if let Some(t) = track {
+            self.ensure_track(t, None, ts);
+        }
+        let Some(w) = self.writer.as_mut() else {
+            return;
+        };
+        let (incremental, last) = (self.incremental, self.last_ts);
+        let forward = incremental && ts >= last;
+        w.write_packet(|p| {
+            if forward {
+                p.set_timestamp(ts - last);
+            } else {
+                p.set_timestamp(ts);
+                p.set_timestamp_clock_id(TRACE_CLOCK_ID);
+            }
+            p.set_sequence_flags(SEQ_NEEDS_INCREMENTAL_STATE);
+            let mut e = p.set_track_event();
+            e.set_type(track_event::Type::SliceEnd);
+            if let Some(t) = track {
+                e.set_track_uuid(t.uuid);
+            }
+        });
+        if forward {
+            self.last_ts = ts;
+        }
+    }
+
+    /// A counter sample through the slow path (descriptor first if needed).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn counter_slow(
+        &mut self,
+        static_cs: Option<(&'static Callsite, Enabled)>,
+        track: TrackRef<'_>,
+        value: CounterSample,
+        ts: u64,
+    ) {
+        if !self.sync(ts) {
+            return;
+        }
+        self.ensure_track(track, static_cs.map(|(_, en)| en.id), ts);
+        if self.incremental && ts >= self.last_ts {
+            let block = encode::counter(ts - self.last_ts, track.uuid, value);
+            self.write_block(ts, &block);
+            return;
+        }
+        self.write_packet(|p| {
+            p.set_timestamp(ts);
+            p.set_timestamp_clock_id(TRACE_CLOCK_ID);
+            p.set_sequence_flags(SEQ_NEEDS_INCREMENTAL_STATE);
+            let mut e = p.set_track_event();
+            e.set_type(track_event::Type::Counter);
+            e.set_track_uuid(track.uuid);
+            match value {
+                CounterSample::Int(v) => e.set_counter_value(v),
+                CounterSample::Double(v) => e.set_double_counter_value(v),
+            }
+        });
+    }
+
+    /// The session this state writes into (0: none).
+    #[inline(always)]
+    pub(crate) fn session(&self) -> u32 {
+        session_of(self.epoch)
+    }
+}
+
+/// What an event's macro adds to it: arguments (debug annotations with interned names) and
+/// flows.
+pub struct EventContext<'a, 'w> {
+    event: &'a mut TrackEvent<'w>,
+    arg_base: u64,
+    next_arg: u64,
+    arg_count: u64,
+}
+
+impl std::fmt::Debug for EventContext<'_, '_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventContext")
+            .field("next_arg", &self.next_arg)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EventContext<'_, '_> {
+    /// The next argument, in the order of the callsite's argument names.
+    #[inline]
+    pub fn arg<V: super::ArgValue + ?Sized>(&mut self, value: &V) {
+        if self.next_arg < self.arg_count {
+            let mut a = self.event.add_debug_annotations();
+            a.set_name_iid(self.arg_base + self.next_arg);
+            value.write_arg(&mut a);
+        }
+        self.next_arg += 1;
+    }
+
+    /// Links this event to the flow (`flow_ids`): the flow's arrow runs through it.
+    #[inline]
+    pub fn flow(&mut self, flow: super::Flow) {
+        self.event.add_flow_ids(flow.id());
+    }
+
+    /// Ends the flow at this event (`terminating_flow_ids`).
+    #[inline]
+    pub fn terminating_flow(&mut self, flow: super::Flow) {
+        self.event.add_terminating_flow_ids(flow.id());
+    }
+}
+
+/// `ClockSnapshot` of the trace clock against the kernel's clocks.
+fn write_global_snapshot(p: &mut TracePacket<'_>, s: &Snapshot) {
+    let mut cs = p.set_clock_snapshot();
+    for (id, ts) in s.clocks() {
+        let mut c = cs.add_clocks();
+        c.set_clock_id(id);
+        c.set_timestamp(ts);
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn current_tid() -> i64 {
+    extern "C" {
+        fn gettid() -> i32;
+    }
+    // SAFETY: gettid has no preconditions and cannot fail (glibc ≥ 2.30, musl ≥ 1.2.2).
+    unsafe { gettid() as i64 }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn current_tid() -> i64 {
+    use std::sync::atomic::AtomicI64;
+    static NEXT: AtomicI64 = AtomicI64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
