@@ -1,8 +1,10 @@
 //! `tachyon`: the command-line front end. Glue only: argument parsing (clap) and printing; the
-//! work happens in the library crates. One module per subcommand under `commands/`.
+//! work happens in the library crates. One module per subcommand under `commands/`; `demo.rs`
+//! is the instrumented workload `tachyon demo` records.
 #![forbid(unsafe_code)]
 
 mod commands;
+mod demo;
 mod load;
 mod output;
 
@@ -20,6 +22,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    Demo(commands::demo::Args),
     Query(commands::query::Args),
     Stats(commands::stats::Args),
 }
@@ -27,6 +30,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Demo(args) => commands::demo::run(args),
         Command::Query(args) => commands::query::run(args),
         Command::Stats(args) => commands::stats::run(args),
     };

@@ -6,11 +6,15 @@
 //! descriptor, interned names, categories and annotation names, and a ClockSnapshot tying the
 //! sequence-scoped incremental clock 64 to BOOTTIME; then slices nested up to 3 deep whose
 //! begins carry an interned name and category and two debug annotations (an int and a string),
-//! timestamps as deltas on clock 64. The SDK does not exist yet, so the generated writers
-//! write it here.
+//! timestamps as deltas on clock 64.
+//!
+//! By default the trace is written by Tachyon's SDK itself (`tachyon::zone!` with two
+//! arguments, on 8 threads, into an in-memory session); `TACHYON_BENCH_SOURCE=generator` writes
+//! the same shape with the generated writers instead (no SDK involved).
 //!
 //! `TACHYON_BENCH_EVENTS` sets the number of TrackEvents (default 1 000 000; the target
-//! is 10 000 000, which takes about 10× the time and memory).
+//! is 10 000 000, which takes about 10× the time and memory). `TACHYON_BENCH_REPORT_ONLY=1`
+//! prints the one timed import (throughput, memory) and skips criterion.
 //!
 //! Run: `cargo bench -p tachyon-processor --bench import`.
 //!
@@ -245,13 +249,60 @@ fn report(trace: &[u8], events: u64) {
     drop(tp);
 }
 
+/// About `events` TrackEvents written by the SDK: 8 threads, zones nested 3 deep, each begin
+/// with an int and a string argument.
+fn sdk_written_trace(events: u64) -> Vec<u8> {
+    let per_thread = events / THREADS / 2;
+    tachyon::start(tachyon::Config {
+        output: None,
+        // Everything must fit: no ring-buffer overwrite, so the event count is exact.
+        buffer_size: (events as usize * 24).clamp(8 << 20, 15 << 30),
+        fill_policy: tachyon::FillPolicy::Discard,
+        on_full: tachyon::BufferExhaustedPolicy::Stall {
+            timeout: std::time::Duration::from_secs(10),
+        },
+        ..tachyon::Config::default()
+    })
+    .expect("start the SDK session");
+    let threads: Vec<_> = (0..THREADS)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let names = ["frame", "layout", "paint"];
+                let mut i = 0;
+                while i < per_thread {
+                    let _a = tachyon::zone!("bench", "frame", n = i, kind = names[0]);
+                    let _b = tachyon::zone!("bench", "layout", n = i + 1, kind = names[1]);
+                    let _c = tachyon::zone!("bench", "paint", n = t, kind = names[2]);
+                    i += 3;
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("writer thread");
+    }
+    let report = tachyon::shutdown().expect("stop").expect("session");
+    assert_eq!(
+        report.writers.packets_dropped, 0,
+        "the bench trace lost events"
+    );
+    report.trace
+}
+
 fn bench(c: &mut Criterion) {
     let events: u64 = std::env::var("TACHYON_BENCH_EVENTS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1_000_000);
-    let trace = sdk_shaped_trace(events);
+    let trace = if std::env::var("TACHYON_BENCH_SOURCE").is_ok_and(|v| v == "generator") {
+        sdk_shaped_trace(events)
+    } else {
+        sdk_written_trace(events)
+    };
     report(&trace, events);
+    if std::env::var("TACHYON_BENCH_REPORT_ONLY").is_ok_and(|v| v == "1") {
+        return;
+    }
 
     let mut group = c.benchmark_group("import");
     group.throughput(Throughput::Bytes(trace.len() as u64));

@@ -439,6 +439,16 @@ impl Importer {
             }
         }
 
+        // Every timestamped packet advances its sequence's incremental clock, as in Perfetto
+        // (which converts each packet's timestamp before dispatching it): the SDKs write track
+        // descriptors with deltas too, and skipping one would put every later event of the
+        // sequence early by that delta. The packets read below convert their own time.
+        if p.has_timestamp()
+            && !(p.has_track_event() || p.has_thread_descriptor() || p.has_process_descriptor())
+        {
+            let _ = self.packet_time(seq_id, p);
+        }
+
         if p.has_track_descriptor() {
             let d = p.track_descriptor().map_err(drop)?;
             self.track_descriptor(&d)?;

@@ -42,6 +42,8 @@ mod track_event;
 mod writer;
 
 pub use init::{init, is_active, shutdown, start, Backend, Config, ConfigError, Report};
+/// The function attribute: a [`zone!`] around every call of the function.
+pub use tachyon_macros::instrument;
 pub use tachyon_service::FillPolicy;
 pub use track_event::{
     __rt, set_process_name, set_thread_name, ArgValue, Callsite, CallsiteKind, CategoryFilter,

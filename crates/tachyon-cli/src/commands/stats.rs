@@ -72,7 +72,7 @@ fn zone_table(zones: &[ZoneStats]) -> QueryResult {
 }
 
 /// Human-readable duration, as Tracy prints them (3 significant digits).
-fn duration(ns: f64) -> String {
+pub(crate) fn duration(ns: f64) -> String {
     let (v, unit) = if ns < 1e3 {
         (ns, "ns")
     } else if ns < 1e6 {

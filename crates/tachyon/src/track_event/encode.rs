@@ -6,18 +6,21 @@
 //! the packet length. The layout of a slice begin on the thread's track:
 //!
 //! ```text
-//!  len │ 40 <delta>          timestamp (8), on the sequence's incremental clock
-//!      │ 5a <n>              track_event (11) {
+//!  len │ 5a <n>              track_event (11) {
 //!      │   18 <iid>            category_iids (3)        (categorized events only)
 //!      │   48 01               type (9) = SLICE_BEGIN
 //!      │   50 <iid>            name_iid (10)
 //!      │   b0 02 <iid>         source_location_iid (34)
 //!      │                     }
 //!      │ 68 02               sequence_flags (13) = SEQ_NEEDS_INCREMENTAL_STATE
+//!      │ 40 <delta>          timestamp (8), on the sequence's incremental clock
 //! ```
+//!
+//! Everything before the timestamp is a [`Template`] fixed per callsite and sequence.
 
 /// Size of the block: the longest packet below (a counter with a 10-byte track uuid and a
-/// 10-byte value: 1 + 11 + 2 + 24 + 2 = 40 bytes) fits with room to spare.
+/// 10-byte value, then flags and a 10-byte delta: 2 + 3 + 10 + 12 + 2 + 11 = 40 bytes) fits
+/// with room to spare. A power of two: positions are masked into it instead of checked.
 pub(crate) const BLOCK: usize = 64;
 
 pub(crate) type Block = [u8; BLOCK];
@@ -45,93 +48,171 @@ pub(crate) const TYPE_SLICE_END: u8 = 2;
 pub(crate) const TYPE_INSTANT: u8 = 3;
 pub(crate) const TYPE_COUNTER: u8 = 4;
 
-/// A cursor over the block; positions stay below [`BLOCK`] by construction (the longest
-/// packet is 40 bytes), and indexing checks it anyway.
-struct Cursor {
-    buf: Block,
-    pos: usize,
+/// The bytes of an event that do not change between two occurrences of it on one sequence
+/// (everything but the timestamp, and a counter's value), built once per callsite and
+/// generation by the slow path and kept in the thread's interning table.
+///
+/// The timestamp goes *last* in the packet (protobuf fields may come in any order), so the
+/// fast path copies the template with fixed-size moves and appends only the varying bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Template {
+    /// Bytes used in `body`.
+    len: u8,
+    /// For counters: the offset of the track event's length byte in `body`, and the track
+    /// event's length without the value field.
+    event_len_at: u8,
+    event_len: u8,
+    body: [u8; TEMPLATE_BODY],
 }
 
-impl Cursor {
-    #[inline(always)]
-    fn new() -> Self {
-        // Byte 0 is the length, filled in by `finish`.
-        Cursor {
-            buf: [0; BLOCK],
-            pos: 1,
-        }
-    }
+const TEMPLATE_BODY: usize = 29;
 
-    #[inline(always)]
-    fn byte(&mut self, b: u8) {
-        self.buf[self.pos] = b;
-        self.pos += 1;
-    }
-
-    #[inline(always)]
-    fn varint(&mut self, mut v: u64) {
-        while v >= 0x80 {
-            self.byte(v as u8 | 0x80);
-            v >>= 7;
-        }
-        self.byte(v as u8);
-    }
-
-    #[inline(always)]
-    fn finish(mut self) -> Block {
-        self.byte(TAG_SEQUENCE_FLAGS);
-        self.byte(SEQ_NEEDS_INCREMENTAL_STATE);
-        self.buf[0] = (self.pos - 1) as u8;
-        self.buf
-    }
-
-    /// Starts the track event; returns where its one-byte length goes.
-    #[inline(always)]
-    fn open_event(&mut self, delta: u64) -> usize {
-        self.byte(TAG_TIMESTAMP);
-        self.varint(delta);
-        self.byte(TAG_TRACK_EVENT);
-        self.byte(0);
-        self.pos
-    }
-
-    #[inline(always)]
-    fn close_event(&mut self, start: usize) {
-        // Track events here are at most 27 bytes: a one-byte length.
-        self.buf[start - 1] = (self.pos - start) as u8;
-    }
-}
-
-/// A slice begin or an instant on the sequence's default track (the thread's), named by the
-/// callsite's interned iids.
+/// Appends a varint at `pos` (masked to the block: the callers' layouts stay far below 64).
 #[inline(always)]
-pub(crate) fn named_event(delta: u64, ty: u8, iid: u64, categorized: bool) -> Block {
-    let mut c = Cursor::new();
-    let start = c.open_event(delta);
-    if categorized {
-        c.byte(TAG_CATEGORY_IIDS);
-        c.varint(iid);
+fn put_varint(buf: &mut Block, mut pos: usize, mut v: u64) -> usize {
+    while v >= 0x80 {
+        buf[pos & (BLOCK - 1)] = v as u8 | 0x80;
+        v >>= 7;
+        pos += 1;
     }
-    c.byte(TAG_TYPE);
-    c.byte(ty);
-    c.byte(TAG_NAME_IID);
-    c.varint(iid);
-    c.byte(TAG_SOURCE_LOCATION_IID[0]);
-    c.byte(TAG_SOURCE_LOCATION_IID[1]);
-    c.varint(iid);
-    c.close_event(start);
-    c.finish()
+    buf[pos & (BLOCK - 1)] = v as u8;
+    pos + 1
 }
 
-/// A slice end on the default track.
+impl Template {
+    fn from_parts(parts: &[&[u8]]) -> Template {
+        let mut t = Template::default();
+        for p in parts {
+            for &b in *p {
+                t.body[t.len as usize] = b;
+                t.len += 1;
+            }
+        }
+        t
+    }
+
+    /// A slice begin or an instant on the sequence's default track, named by `iid`.
+    pub(crate) fn named_event(ty: u8, iid: u64, categorized: bool) -> Template {
+        let mut v = [0u8; 10];
+        let n = put_varint_slice(&mut v, iid);
+        let iid = &v[..n];
+        let cat: &[u8] = if categorized {
+            &[TAG_CATEGORY_IIDS]
+        } else {
+            &[]
+        };
+        let cat_iid: &[u8] = if categorized { iid } else { &[] };
+        let event = [
+            cat,
+            cat_iid,
+            &[TAG_TYPE, ty, TAG_NAME_IID],
+            iid,
+            &TAG_SOURCE_LOCATION_IID,
+            iid,
+        ];
+        let event_len: usize = event.iter().map(|p| p.len()).sum();
+        let head = [TAG_TRACK_EVENT, event_len as u8];
+        let mut parts: Vec<&[u8]> = vec![&head];
+        parts.extend_from_slice(&event);
+        parts.push(&[TAG_SEQUENCE_FLAGS, SEQ_NEEDS_INCREMENTAL_STATE]);
+        Template::from_parts(&parts)
+    }
+
+    /// A counter on `track_uuid`; the value is appended per sample.
+    pub(crate) fn counter(track_uuid: u64) -> Template {
+        let mut v = [0u8; 10];
+        let n = put_varint_slice(&mut v, track_uuid);
+        let event_len = 2 + 1 + n;
+        let head = [TAG_TRACK_EVENT, event_len as u8];
+        let mut t =
+            Template::from_parts(&[&head, &[TAG_TYPE, TYPE_COUNTER, TAG_TRACK_UUID], &v[..n]]);
+        t.event_len_at = 1;
+        t.event_len = event_len as u8;
+        t
+    }
+
+    /// The packet: the template, then the timestamp delta.
+    #[inline(always)]
+    pub(crate) fn with_timestamp(&self, delta: u64) -> Block {
+        let mut buf = [0u8; BLOCK];
+        buf[1..1 + TEMPLATE_BODY].copy_from_slice(&self.body);
+        let mut pos = 1 + self.len as usize;
+        buf[pos & (BLOCK - 1)] = TAG_TIMESTAMP;
+        pos = put_varint(&mut buf, pos + 1, delta);
+        buf[0] = (pos - 1) as u8;
+        buf
+    }
+
+    /// A counter packet: the template, the value, the flags, then the timestamp delta.
+    #[inline(always)]
+    pub(crate) fn with_counter_value(&self, value: CounterSample, delta: u64) -> Block {
+        let mut buf = [0u8; BLOCK];
+        buf[1..1 + TEMPLATE_BODY].copy_from_slice(&self.body);
+        let mut pos = 1 + self.len as usize;
+        let start = pos;
+        match value {
+            CounterSample::Int(v) => {
+                buf[pos & (BLOCK - 1)] = TAG_COUNTER_VALUE[0];
+                buf[(pos + 1) & (BLOCK - 1)] = TAG_COUNTER_VALUE[1];
+                // int64 is a varint of the two's complement (10 bytes when negative).
+                pos = put_varint(&mut buf, pos + 2, v as u64);
+            }
+            CounterSample::Double(v) => {
+                buf[pos & (BLOCK - 1)] = TAG_DOUBLE_COUNTER_VALUE[0];
+                buf[(pos + 1) & (BLOCK - 1)] = TAG_DOUBLE_COUNTER_VALUE[1];
+                pos += 2;
+                let at = pos & (BLOCK - 1);
+                if let Some(dst) = buf.get_mut(at..at + 8) {
+                    dst.copy_from_slice(&v.to_le_bytes());
+                }
+                pos += 8;
+            }
+        }
+        buf[1 + self.event_len_at as usize] = self.event_len + (pos - start) as u8;
+        buf[pos & (BLOCK - 1)] = TAG_SEQUENCE_FLAGS;
+        buf[(pos + 1) & (BLOCK - 1)] = SEQ_NEEDS_INCREMENTAL_STATE;
+        buf[(pos + 2) & (BLOCK - 1)] = TAG_TIMESTAMP;
+        pos = put_varint(&mut buf, pos + 3, delta);
+        buf[0] = (pos - 1) as u8;
+        buf
+    }
+}
+
+fn put_varint_slice(out: &mut [u8; 10], mut v: u64) -> usize {
+    let mut i = 0;
+    while v >= 0x80 {
+        out[i] = v as u8 | 0x80;
+        v >>= 7;
+        i += 1;
+    }
+    out[i] = v as u8;
+    i + 1
+}
+
+/// A slice begin or an instant on the sequence's default track, named by the callsite's
+/// interned iids (the template and the timestamp in one call, for the tests).
+#[cfg(test)]
+pub(crate) fn named_event(delta: u64, ty: u8, iid: u64, categorized: bool) -> Block {
+    Template::named_event(ty, iid, categorized).with_timestamp(delta)
+}
+
+/// A slice end on the default track: `track_event {type: SLICE_END}`, flags, timestamp.
 #[inline(always)]
 pub(crate) fn slice_end(delta: u64) -> Block {
-    let mut c = Cursor::new();
-    let start = c.open_event(delta);
-    c.byte(TAG_TYPE);
-    c.byte(TYPE_SLICE_END);
-    c.close_event(start);
-    c.finish()
+    const END: [u8; 7] = [
+        TAG_TRACK_EVENT,
+        2,
+        TAG_TYPE,
+        TYPE_SLICE_END,
+        TAG_SEQUENCE_FLAGS,
+        SEQ_NEEDS_INCREMENTAL_STATE,
+        TAG_TIMESTAMP,
+    ];
+    let mut buf = [0u8; BLOCK];
+    buf[1..8].copy_from_slice(&END);
+    let pos = put_varint(&mut buf, 8, delta);
+    buf[0] = (pos - 1) as u8;
+    buf
 }
 
 /// A counter value.
@@ -144,31 +225,8 @@ pub enum CounterSample {
 }
 
 /// A counter event on `track_uuid`.
-#[inline(always)]
 pub(crate) fn counter(delta: u64, track_uuid: u64, value: CounterSample) -> Block {
-    let mut c = Cursor::new();
-    let start = c.open_event(delta);
-    c.byte(TAG_TYPE);
-    c.byte(TYPE_COUNTER);
-    c.byte(TAG_TRACK_UUID);
-    c.varint(track_uuid);
-    match value {
-        CounterSample::Int(v) => {
-            c.byte(TAG_COUNTER_VALUE[0]);
-            c.byte(TAG_COUNTER_VALUE[1]);
-            // int64 is a varint of the two's complement (10 bytes when negative).
-            c.varint(v as u64);
-        }
-        CounterSample::Double(v) => {
-            c.byte(TAG_DOUBLE_COUNTER_VALUE[0]);
-            c.byte(TAG_DOUBLE_COUNTER_VALUE[1]);
-            for b in v.to_le_bytes() {
-                c.byte(b);
-            }
-        }
-    }
-    c.close_event(start);
-    c.finish()
+    Template::counter(track_uuid).with_counter_value(value, delta)
 }
 
 #[cfg(test)]
@@ -208,6 +266,7 @@ mod tests {
 
         let b = counter(u64::MAX, u64::MAX, CounterSample::Int(-1));
         assert_eq!(b[0], 40);
+        assert!((b[0] as usize) < BLOCK);
         let p = TracePacketView::decode(packet(&b)).unwrap();
         let e = p.track_event().unwrap();
         assert_eq!(e.r#type(), Some(track_event::Type::Counter));

@@ -22,13 +22,18 @@ use std::sync::atomic::Ordering;
 use tachyon_protos::{counter_descriptor, track_event, TracePacket, TrackDescriptor, TrackEvent};
 
 use super::callsite::{Callsite, CallsiteKind, Enabled, Unit};
-use super::encode::{self, Block, CounterSample};
+use super::encode::{self, Block, CounterSample, Template};
 use super::global::{self, session_of, EPOCH};
 use crate::clock::{self, Snapshot, TRACE_CLOCK_ID};
 use crate::writer::TraceWriter;
 
 /// The sequence-scoped incremental clock (as Perfetto's SDK).
 pub(crate) const INCREMENTAL_CLOCK_ID: u32 = 64;
+
+/// The trace clock again, sequence-scoped, in the global clock snapshots: it makes each
+/// sequence's snapshots a clock set of their own (see `write_global_snapshot`). Never used for
+/// timestamps.
+pub(crate) const SNAPSHOT_SET_CLOCK_ID: u32 = 65;
 
 /// A fresh global clock snapshot on each sequence this often (trace-clock ns), so the reader
 /// can follow the calibrated counter's drift from BOOTTIME piecewise.
@@ -62,15 +67,22 @@ pub(crate) struct ThreadState {
     /// Write a clock snapshot before the first packet at or after this (0 without incremental
     /// timestamps: every packet takes the slow path then).
     next_snapshot: u64,
-    /// `seen[id] == generation`: the callsite `id`'s interned data (or counter descriptor) is on
-    /// the sequence.
-    seen: Vec<u32>,
+    /// `seen[id].generation == generation`: the callsite `id`'s interned data (or counter
+    /// descriptor) is on the sequence, and `seen[id].template` is its event's fixed bytes.
+    seen: Vec<Interned>,
     dyn_names: HashMap<Box<str>, u64>,
     next_dyn_iid: u64,
     tracks_seen: HashMap<u64, u32>,
     tid: i64,
     track_uuid: u64,
     thread_name: Option<String>,
+}
+
+/// One entry of the thread's interning table, by callsite id.
+#[derive(Clone, Copy, Debug, Default)]
+struct Interned {
+    generation: u32,
+    template: Template,
 }
 
 thread_local! {
@@ -120,7 +132,7 @@ impl ThreadState {
             last_ts: 0,
             next_snapshot: 0,
             // Room for the first thousand callsites without growing.
-            seen: vec![0; 1024],
+            seen: vec![Interned::default(); 1024],
             dyn_names: HashMap::new(),
             next_dyn_iid: DYN_IID_BASE,
             tracks_seen: HashMap::new(),
@@ -145,15 +157,29 @@ impl ThreadState {
 
     #[inline(always)]
     fn seen(&self, id: u64) -> bool {
-        self.seen.get(id as usize) == Some(&self.generation)
+        self.seen
+            .get(id as usize)
+            .is_some_and(|e| e.generation == self.generation)
     }
 
-    fn mark_seen(&mut self, id: u64) {
+    /// The template of callsite `id` if it is interned in this generation.
+    #[inline(always)]
+    fn template(&self, id: u64) -> Option<&Template> {
+        self.seen
+            .get(id as usize)
+            .filter(|e| e.generation == self.generation)
+            .map(|e| &e.template)
+    }
+
+    fn mark_seen(&mut self, id: u64, template: Template) {
         let i = id as usize;
         if i >= self.seen.len() {
-            self.seen.resize(i + 256, 0);
+            self.seen.resize(i + 256, Interned::default());
         }
-        self.seen[i] = self.generation;
+        self.seen[i] = Interned {
+            generation: self.generation,
+            template,
+        };
     }
 
     /// Writes a small pre-encoded packet at `ts` (delta already taken by the caller).
@@ -170,8 +196,8 @@ impl ThreadState {
     /// A slice begin or an instant of a static callsite without arguments on this thread.
     #[inline(always)]
     pub(crate) fn named_event(&mut self, cs: &'static Callsite, en: Enabled, ty: u8, ts: u64) {
-        if self.fast_ok(ts) && self.seen(en.id) {
-            let block = encode::named_event(ts - self.last_ts, ty, en.id, cs.category.is_some());
+        if let (true, Some(t)) = (self.fast_ok(ts), self.template(en.id)) {
+            let block = t.with_timestamp(ts - self.last_ts);
             self.write_block(ts, &block);
         } else {
             self.event(ts, cs, en, ty, None, None, |_| {});
@@ -199,8 +225,8 @@ impl ThreadState {
         ts: u64,
     ) {
         let uuid = global::process().uuid ^ cs.name_hash;
-        if self.fast_ok(ts) && self.seen(en.id) {
-            let block = encode::counter(ts - self.last_ts, uuid, value);
+        if let (true, Some(t)) = (self.fast_ok(ts), self.template(en.id)) {
+            let block = t.with_counter_value(value, ts - self.last_ts);
             self.write_block(ts, &block);
         } else {
             let unit = match cs.kind {
@@ -416,7 +442,7 @@ impl ThreadState {
             }
         });
         match static_id {
-            Some(id) => self.mark_seen(id),
+            Some(id) => self.mark_seen(id, Template::counter(track.uuid)),
             None => {
                 self.tracks_seen.insert(track.uuid, self.generation);
             }
@@ -523,7 +549,8 @@ impl ThreadState {
             self.last_ts = ts;
         }
         if intern_callsite {
-            self.mark_seen(en.id);
+            let template = Template::named_event(ty, en.id, cs.category.is_some());
+            self.mark_seen(en.id, template);
         }
     }
 
@@ -643,7 +670,17 @@ impl EventContext<'_, '_> {
     }
 }
 
-/// `ClockSnapshot` of the trace clock against the kernel's clocks.
+/// `ClockSnapshot` of the trace clock against the kernel's clocks, plus the trace clock's
+/// reading once more as the sequence-scoped [`SNAPSHOT_SET_CLOCK_ID`].
+///
+/// Why the extra clock: readers (Perfetto's `ClockTracker`, `tachyon-processor`) group
+/// snapshots by their set of clock ids and require every clock of a set to move forward in file
+/// order, rejecting the snapshot otherwise (`invalid_clock_snapshots`; in Perfetto a trace clock
+/// that goes back is also marked non-monotonic and can no longer be converted). Every sequence
+/// writes these snapshots, and the service reads sequences out interleaved, not in time order:
+/// with one shared set, the second thread of a trace routinely had its snapshot rejected. A
+/// sequence-scoped id makes the set distinct per sequence (the reader qualifies 64–127 with the
+/// sequence id), and one sequence's snapshots are in time order.
 fn write_global_snapshot(p: &mut TracePacket<'_>, s: &Snapshot) {
     let mut cs = p.set_clock_snapshot();
     for (id, ts) in s.clocks() {
@@ -651,6 +688,9 @@ fn write_global_snapshot(p: &mut TracePacket<'_>, s: &Snapshot) {
         c.set_clock_id(id);
         c.set_timestamp(ts);
     }
+    let mut c = cs.add_clocks();
+    c.set_clock_id(SNAPSHOT_SET_CLOCK_ID);
+    c.set_timestamp(s.trace_ns);
 }
 
 #[cfg(target_os = "linux")]

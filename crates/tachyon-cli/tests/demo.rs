@@ -1,0 +1,259 @@
+//! Runs the real `tachyon demo` and reads its trace back with the trace processor; runs the
+//! `tachyon` crate's examples when they were built alongside (`cargo test --workspace` builds
+//! them; `cargo test -p tachyon-cli` does not, and those checks are then skipped).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use tachyon_processor::{Options, TraceProcessor, Value};
+
+fn tmp_dir(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Runs `program` in `dir` without any `TACHYON_*` variable of the test's environment.
+fn run(program: &Path, args: &[&str], dir: &Path) -> Output {
+    let mut cmd = Command::new(program);
+    cmd.args(args).current_dir(dir);
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("TACHYON_") {
+            cmd.env_remove(k);
+        }
+    }
+    let out = cmd.output().expect("run the program");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{} failed: {:?}\nstdout:\n{}\nstderr:\n{stderr}",
+        program.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    out
+}
+
+/// The `stats` rows with severity error or data_loss and a non-zero value.
+fn error_rows(tp: &TraceProcessor) -> Vec<Vec<Value>> {
+    tp.query(
+        "SELECT name, idx, severity, value FROM stats \
+         WHERE severity IN ('error', 'data_loss') AND value != 0",
+    )
+    .unwrap()
+    .rows
+}
+
+fn int(tp: &TraceProcessor, sql: &str) -> i64 {
+    match tp.query(sql).unwrap().rows.first().map(|r| &r[0]) {
+        Some(Value::Integer(n)) => *n,
+        other => panic!("{sql}: {other:?}"),
+    }
+}
+
+fn texts(tp: &TraceProcessor, sql: &str) -> Vec<String> {
+    tp.query(sql)
+        .unwrap()
+        .rows
+        .into_iter()
+        .map(|r| match &r[0] {
+            Value::Text(s) => s.clone(),
+            other => format!("{other:?}"),
+        })
+        .collect()
+}
+
+/// Runs `tachyon demo --seconds 1 --threads 2` into a fresh directory; returns the trace path
+/// and stdout.
+fn demo(name: &str) -> (PathBuf, String) {
+    let dir = tmp_dir(name);
+    let trace = dir.join("d.pftrace");
+    let out = run(
+        Path::new(env!("CARGO_BIN_EXE_tachyon")),
+        &[
+            "demo",
+            "--seconds",
+            "1",
+            "--threads",
+            "2",
+            "--out",
+            trace.to_str().unwrap(),
+        ],
+        &dir,
+    );
+    (trace, String::from_utf8(out.stdout).unwrap())
+}
+
+#[test]
+fn demo_writes_a_trace_with_every_kind_of_event() {
+    let (trace, text) = demo("demo_every_kind");
+    let abs = std::fs::canonicalize(&trace).unwrap();
+    let line = |prefix: &str| {
+        text.lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no line starting with {prefix:?}:\n{text}"))
+    };
+    assert!(line("tachyon demo:").contains("2 worker(s)"), "{text}");
+    assert!(line("workload:").contains(" jobs in "), "{text}");
+    assert_eq!(line("trace: "), format!("trace: {}", abs.display()));
+    let written = line("written: ");
+    assert!(
+        written.contains(" events in the trace (") && written.ends_with(" bytes"),
+        "{text}"
+    );
+    let events: u64 = written["written: ".len()..]
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(events > 100, "{text}");
+    let bytes = std::fs::metadata(&trace).unwrap().len();
+    assert!(written.ends_with(&format!(", {bytes} bytes")), "{text}");
+    line("losses: ");
+    line("top zones by total time");
+    assert!(text.lines().any(|l| l.starts_with("job ")), "{text}");
+    assert_eq!(
+        text.lines().last().unwrap(),
+        format!(
+            "open it in https://ui.perfetto.dev or run: tachyon stats {}",
+            abs.display()
+        )
+    );
+
+    let tp = TraceProcessor::open(&trace, &Options::default()).unwrap();
+    // Issue 7's acceptance check: no error and no data loss in `stats`.
+    let bad = error_rows(&tp);
+    assert!(bad.is_empty(), "error or data_loss stats: {bad:?}\n{text}");
+    assert!(text.contains("losses: none"), "{text}");
+
+    // Slices on several named threads, nested at least three deep.
+    let threads = texts(
+        &tp,
+        "SELECT DISTINCT th.name FROM slice s JOIN thread_track tt ON s.track_id = tt.id \
+         JOIN thread th USING (utid) WHERE th.name IS NOT NULL ORDER BY 1",
+    );
+    for name in ["main", "producer", "worker-0", "worker-1"] {
+        assert!(threads.iter().any(|t| t == name), "{name} in {threads:?}");
+    }
+    assert!(int(&tp, "SELECT max(depth) FROM slice") >= 2);
+    // Thread names, including one set with `set_thread_name`, and the process name.
+    let names = texts(&tp, "SELECT name FROM thread WHERE name IS NOT NULL");
+    assert!(names.iter().any(|n| n == "metrics"), "{names:?}");
+    assert_eq!(
+        int(
+            &tp,
+            "SELECT count(*) FROM process WHERE name = 'tachyon-demo'"
+        ),
+        1
+    );
+
+    // Categories, a run-time name, instants.
+    let cats = texts(
+        &tp,
+        "SELECT DISTINCT category FROM slice WHERE category IS NOT NULL ORDER BY 1",
+    );
+    assert!(
+        cats.contains(&"compute".into()) && cats.contains(&"io".into()),
+        "{cats:?}"
+    );
+    assert!(
+        int(
+            &tp,
+            "SELECT count(*) FROM slice WHERE name LIKE 'transform %'"
+        ) > 0
+    );
+    assert!(int(&tp, "SELECT count(*) FROM slice WHERE dur = 0") > 0);
+
+    // Args of every type on the job zones.
+    let job_args = texts(
+        &tp,
+        "SELECT DISTINCT a.key || ':' || a.value_type FROM slice s JOIN args a USING (arg_set_id) \
+         WHERE s.name = 'job' ORDER BY 1",
+    );
+    for arg in [
+        "debug.job_id:uint",
+        "debug.kind:string",
+        "debug.priority:real",
+        "debug.repeat:bool",
+    ] {
+        assert!(job_args.iter().any(|a| a == arg), "{arg} in {job_args:?}");
+    }
+
+    // Counters with samples, with their units.
+    let counters = texts(
+        &tp,
+        "SELECT name || ':' || coalesce(unit, '') FROM counter_track t \
+         WHERE EXISTS (SELECT 1 FROM counter c WHERE c.track_id = t.id) ORDER BY 1",
+    );
+    for c in [
+        "queue depth:count",
+        "bytes processed:bytes",
+        "jobs done (worker-0):count",
+    ] {
+        assert!(counters.iter().any(|n| n == c), "{c} in {counters:?}");
+    }
+    assert!(
+        counters.iter().any(|n| n.starts_with("cache hit ratio")),
+        "{counters:?}"
+    );
+
+    // Flows from the producer's enqueue to the workers' job.
+    assert!(int(&tp, "SELECT count(*) FROM flow") > 0);
+    assert_eq!(
+        int(
+            &tp,
+            "SELECT count(*) FROM flow f JOIN slice o ON o.id = f.slice_out \
+             JOIN slice i ON i.id = f.slice_in WHERE o.name != 'enqueue' OR i.name != 'job'"
+        ),
+        0,
+        "every flow goes from enqueue to job"
+    );
+
+    // The named GC track and the batches' async tracks.
+    assert!(
+        int(
+            &tp,
+            "SELECT count(*) FROM slice s JOIN track t ON s.track_id = t.id \
+             WHERE t.name = 'GC' AND s.name = 'collect'"
+        ) > 0
+    );
+    assert!(
+        int(
+            &tp,
+            "SELECT count(*) FROM slice s JOIN track t ON s.track_id = t.id \
+             WHERE t.name LIKE 'batch %' AND s.name = 'batch' AND s.dur > 0"
+        ) > 0
+    );
+}
+
+#[test]
+fn examples_run_and_write_clean_traces() {
+    let bin = Path::new(env!("CARGO_BIN_EXE_tachyon"));
+    let examples = bin.parent().unwrap().join("examples");
+    for name in ["quickstart", "counters", "flows", "threads"] {
+        let exe = examples.join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+        if !exe.is_file() {
+            eprintln!(
+                "skipped: {} is not built (cargo test --workspace builds it)",
+                exe.display()
+            );
+            continue;
+        }
+        let dir = tmp_dir(&format!("example_{name}"));
+        let out = run(&exe, &[], &dir);
+        let trace = dir.join(format!("{name}.pftrace"));
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(text.starts_with("wrote "), "{name}: {text}");
+        assert!(trace.is_file(), "{name}: no {}", trace.display());
+        let tp = TraceProcessor::open(&trace, &Options::default()).unwrap();
+        assert!(
+            int(&tp, "SELECT count(*) FROM slice") + int(&tp, "SELECT count(*) FROM counter") > 0,
+            "{name}: empty trace"
+        );
+        let bad = error_rows(&tp);
+        assert!(bad.is_empty(), "{name}: {bad:?}");
+    }
+}

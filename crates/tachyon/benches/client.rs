@@ -1,0 +1,163 @@
+//! What instrumentation costs the instrumented thread, beside the clock it cannot avoid, in
+//! one run (group `client`):
+//!
+//! - `client/zone/enabled`: `let _z = zone!("name")` — a slice begin and end with a static
+//!   name, both written into the shared memory buffer of a running in-process session.
+//! - `client/zone/disabled`: the same macro whose category the session disabled.
+//! - `client/instant`: `instant!("name")`.
+//! - `client/counter`: `counter!("name", i)`.
+//! - `client/baseline/two_timestamps`: two raw reads of the trace clock's counter (`rdtsc` on
+//!   x86-64): what a zone's begin and end cost in clock reads alone. The goal is a zone at
+//!   ≤ 1.2× this.
+//! - `client/baseline/speed_of_light`: two 16-byte stores at a moving position in a 4 KiB
+//!   buffer: the bytes of a zone, written with no encoding and no bookkeeping.
+//! - `client/throughput/two_threads`: two threads each writing zones; one iteration is one
+//!   zone on each thread (4 events), so events/s = 4 / time per iteration.
+//!
+//! After criterion, the bench writes 2M zones on this thread and prints the CPU time the
+//! in-process service thread spent (from `/proc/self/task/*/schedstat`), per event: the work
+//! the hot path hands to another thread.
+//!
+//! Run: `cargo bench -p tachyon --bench client`.
+
+use std::hint::black_box;
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, Criterion, Throughput};
+use tachyon::{CategoryFilter, Config};
+
+fn start_session() {
+    tachyon::start(Config {
+        output: None,
+        // The buffer only has to absorb what the service copies; a ring keeps memory bounded.
+        buffer_size: 64 << 20,
+        categories: CategoryFilter::new(&[], &["disabled"]),
+        ..Config::default()
+    })
+    .expect("start the session");
+}
+
+fn bench(c: &mut Criterion) {
+    start_session();
+    let mut g = c.benchmark_group("client");
+    g.throughput(Throughput::Elements(1));
+
+    g.bench_function("zone/enabled", |b| {
+        b.iter(|| {
+            let _z = tachyon::zone!("bench zone");
+        })
+    });
+    g.bench_function("zone/disabled", |b| {
+        b.iter(|| {
+            let _z = tachyon::zone!("disabled", "bench zone");
+        })
+    });
+    g.bench_function("instant", |b| b.iter(|| tachyon::instant!("bench instant")));
+    let mut i = 0u32;
+    g.bench_function("counter", |b| {
+        b.iter(|| {
+            i = i.wrapping_add(1);
+            tachyon::counter!("bench counter", black_box(i));
+        })
+    });
+
+    let clock = tachyon::clock::clock();
+    g.bench_function("baseline/two_timestamps", |b| {
+        b.iter(|| {
+            let a = clock.ticks();
+            let b = clock.ticks();
+            black_box((a, b))
+        })
+    });
+
+    let mut buf = vec![0u8; 4096];
+    let mut pos = 0usize;
+    let block = [0x5au8; 16];
+    g.bench_function("baseline/speed_of_light", |b| {
+        b.iter(|| {
+            if pos + 32 > buf.len() {
+                pos = 0;
+            }
+            buf[pos..pos + 16].copy_from_slice(black_box(&block));
+            buf[pos + 16..pos + 32].copy_from_slice(black_box(&block));
+            pos += 32;
+            black_box(&mut buf);
+        })
+    });
+
+    g.throughput(Throughput::Elements(4));
+    g.bench_function("throughput/two_threads", |b| {
+        b.iter_custom(|iters| {
+            let barrier = Arc::new(Barrier::new(3));
+            let threads: Vec<_> = (0..2)
+                .map(|_| {
+                    let barrier = Arc::clone(&barrier);
+                    std::thread::spawn(move || {
+                        barrier.wait();
+                        let t = Instant::now();
+                        for _ in 0..iters {
+                            let _z = tachyon::zone!("bench zone");
+                        }
+                        t.elapsed()
+                    })
+                })
+                .collect();
+            barrier.wait();
+            let times: Vec<Duration> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+            // Both threads ran the same iterations concurrently: the slower one is the time.
+            times.into_iter().max().unwrap()
+        })
+    });
+    g.finish();
+
+    service_cpu_per_event();
+    let report = tachyon::shutdown().unwrap().unwrap();
+    eprintln!(
+        "session: {} chunks committed, {} packets dropped, {} stalls",
+        report.writers.chunks_committed, report.writers.packets_dropped, report.writers.stalls
+    );
+}
+
+/// CPU time (ns) of this process's thread named `name`, from schedstat.
+fn thread_cpu_ns(name: &str) -> Option<u64> {
+    for task in std::fs::read_dir("/proc/self/task").ok()? {
+        let dir = task.ok()?.path();
+        let comm = std::fs::read_to_string(dir.join("comm")).ok()?;
+        if comm.trim() == name {
+            let stat = std::fs::read_to_string(dir.join("schedstat")).ok()?;
+            return stat.split_whitespace().next()?.parse().ok();
+        }
+    }
+    None
+}
+
+fn service_cpu_per_event() {
+    const ZONES: u64 = 2_000_000;
+    let before = thread_cpu_ns("tachyon-service");
+    let t = Instant::now();
+    for _ in 0..ZONES {
+        let _z = tachyon::zone!("bench zone");
+    }
+    let hot = t.elapsed();
+    // Let the service copy out everything committed (it polls every 2 ms).
+    std::thread::sleep(Duration::from_millis(50));
+    let after = thread_cpu_ns("tachyon-service");
+    let events = 2 * ZONES;
+    match (before, after) {
+        (Some(b), Some(a)) => eprintln!(
+            "service thread CPU: {:.2} ns per event ({} events; hot path {:.2} ns per event)",
+            (a - b) as f64 / events as f64,
+            events,
+            hot.as_nanos() as f64 / events as f64
+        ),
+        _ => eprintln!("service thread CPU: not measurable here (no /proc/self/task schedstat)"),
+    }
+}
+
+criterion_group!(benches, bench);
+
+fn main() {
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}
