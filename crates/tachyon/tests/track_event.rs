@@ -515,8 +515,7 @@ fn process_and_thread_names() {
         .unwrap();
     let last_before_after = procs
         .iter()
-        .filter(|d| d.seq == after.seq && d.index < after.index)
-        .last()
+        .rfind(|d| d.seq == after.seq && d.index < after.index)
         .unwrap();
     assert_eq!(
         last_before_after.process.as_ref().unwrap().1.as_deref(),
