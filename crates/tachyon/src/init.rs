@@ -369,17 +369,29 @@ pub fn is_active() -> bool {
     active().is_some()
 }
 
-/// Stops tracing: every callsite reads disabled from now on, this thread's writer flushes,
-/// other threads' writers flush at their next event or when they exit (waiting up to
-/// [`Config::stop_timeout`]), and the trace is written. `Ok(None)` if no session was running.
+/// Stops tracing: nothing is recorded from now on, this thread's writer flushes, other
+/// threads' writers flush at their next event or when they exit (waiting up to
+/// [`Config::stop_timeout`]), then every callsite reads disabled and the trace is written.
+/// `Ok(None)` if no session was running.
 pub fn shutdown() -> io::Result<Option<Report>> {
-    let Some(active) = active().take() else {
+    // Held until the end: a session started while this one drains would otherwise have its
+    // callsites disabled below.
+    let mut slot = active();
+    let Some(active) = slot.take() else {
         return Ok(None);
     };
-    global::uninstall();
+    // The session ends first and the callsites are disabled only once it has stopped. They
+    // used to be disabled at once: a thread that kept tracing then never reached its state
+    // again (a disabled callsite does nothing), so it kept its writer until it exited, the stop
+    // waited the whole timeout for it and its last chunk was missing from the trace. Enabled
+    // callsites of an ended session take the slow path once, which drops the writer.
+    global::end_session();
     state::release_thread_writer();
     let Backend::InProcess(session) = active.backend;
-    let stop = session.stop()?;
+    let stop = session.stop();
+    global::disable_callsites();
+    drop(slot);
+    let stop = stop?;
     let bytes = match &active.output {
         Some(p) => std::fs::metadata(p).map(|m| m.len()).unwrap_or(0),
         None => stop.trace.len() as u64,

@@ -1,8 +1,8 @@
 //! Many threads and a small ring buffer.
 //!
 //! (a) Threads start and end while a session records (waves of threads, the main thread tracing
-//! throughout): each thread's events are all in the trace, balanced, on its own sequence, and
-//! each thread is named on the trace.
+//! throughout): each thread's events are all in the trace, balanced, on its own track and
+//! sequence, and each thread is named on the trace.
 //!
 //! (b) A 64 KiB ring buffer wrapped many times with a short incremental-state clear period:
 //! chunks were overwritten (the trace says so, and the trace processor's `stats` too), every
@@ -13,12 +13,13 @@
 
 mod model;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier, Mutex, MutexGuard};
 use std::time::Duration;
 
 use model::{Arg, Kind, Model};
-use tachyon::Config;
+use tachyon::{Config, CounterTrack, Unit};
 use tachyon_processor::{Options, TraceProcessor, Value};
 
 static LOCK: Mutex<()> = Mutex::new(());
@@ -54,12 +55,16 @@ fn threads_come_and_go_while_tracing() {
     let _l = lock();
     tachyon::start(Config::in_memory()).unwrap();
     let mut main_zones = 0u64;
+    let mut tids = BTreeMap::new();
     for wave in 0..WAVES {
         let handles: Vec<_> = (0..THREADS)
             .map(|t| {
                 std::thread::Builder::new()
                     .name(format!("wave {wave}.{t}"))
-                    .spawn(move || wave_thread(wave, t))
+                    .spawn(move || {
+                        wave_thread(wave, t);
+                        model::current_tid().expect("Linux")
+                    })
                     .unwrap()
             })
             .collect();
@@ -69,8 +74,8 @@ fn threads_come_and_go_while_tracing() {
             tachyon::counter!("main counter", main_zones);
             main_zones += 1;
         }
-        for h in handles {
-            h.join().unwrap();
+        for (t, h) in handles.into_iter().enumerate() {
+            tids.insert((wave, t), h.join().unwrap());
         }
     }
     let report = tachyon::shutdown().unwrap().unwrap();
@@ -78,75 +83,43 @@ fn threads_come_and_go_while_tracing() {
     assert_eq!(report.writers_still_active, 0);
 
     let m = Model::read(&report.trace);
-    if !m.errors.is_empty() {
-        for (i, seq, ts, track) in &m.clears {
-            eprintln!("CLEAR #{i} seq {seq} ts {ts} track {track:?}");
-        }
-        for d in &m.descriptors {
-            if d.thread.is_some() {
-                eprintln!(
-                    "THREAD #{} seq {} uuid {} {:?}",
-                    d.index, d.seq, d.uuid, d.thread
-                );
-            }
-        }
-    }
     assert!(m.errors.is_empty(), "{:?}", m.errors);
     assert_eq!(m.skipped, 0);
     assert_eq!(m.loss_marks, 0);
     assert!(m.unresolved().is_empty(), "{:#?}", m.unresolved());
 
-    // One sequence per thread; identify each wave thread by the arguments of its zones.
-    let mut by_seq: BTreeMap<u32, Vec<&model::Event>> = BTreeMap::new();
-    for e in &m.events {
-        by_seq.entry(e.seq).or_default().push(e);
+    // Per thread: its track (from its tid), exactly its events in order, its name. Tracks, not
+    // sequences: a writer id freed by an exiting thread is handed out again and continues its
+    // packet sequence, so one sequence may hold several threads one after the other.
+    let arg = |e: &model::Event, k: &str| match e.args.iter().find(|a| a.0 == k) {
+        Some((_, Arg::Uint(v))) => *v as i64,
+        Some((_, Arg::Int(v))) => *v,
+        other => panic!("argument {k}: {other:?} in {e:?}"),
+    };
+    let mut expected = Vec::new();
+    for k in 0..ZONES {
+        expected.push(format!("B wave zone {k}"));
+        expected.push("B wave inner".to_owned());
+        if k % 10 == 0 {
+            expected.push("I wave instant".to_owned());
+        }
+        expected.push("E".to_owned());
+        expected.push("E".to_owned());
     }
-    let mut seen: HashMap<(i64, i64), u32> = HashMap::new();
-    let mut main_seq = None;
-    for (&seq, events) in &by_seq {
-        let first = events[0];
-        if first.name.as_deref() == Some("main zone") {
-            assert!(main_seq.replace(seq).is_none(), "two main sequences");
-            let zones = events.iter().filter(|e| e.kind == Kind::Begin).count() as u64;
-            assert_eq!(zones, main_zones);
-            let counters = events.iter().filter(|e| e.kind == Kind::Counter).count() as u64;
-            assert_eq!(counters, main_zones);
-            assert_eq!(m.slices(first.track).len() as u64, main_zones);
-            continue;
-        }
-        let arg = |e: &model::Event, k: &str| match e.args.iter().find(|a| a.0 == k) {
-            Some((_, Arg::Uint(v))) => *v as i64,
-            Some((_, Arg::Int(v))) => *v,
-            other => panic!("argument {k}: {other:?} in {e:?}"),
-        };
-        let (wave, t) = (arg(first, "wave"), arg(first, "t"));
-        assert!(
-            seen.insert((wave, t), seq).is_none(),
-            "thread {wave}.{t} on two sequences"
-        );
-        // Exactly its events, in order, each zone holding its inner zone.
-        let mut expected = Vec::new();
-        for k in 0..ZONES {
-            expected.push(format!("B wave zone {k}"));
-            expected.push("B wave inner".to_owned());
-            if k % 10 == 0 {
-                expected.push("I wave instant".to_owned());
-            }
-            expected.push("E".to_owned());
-            expected.push("E".to_owned());
-        }
+    let mut tracks = HashSet::new();
+    for (&(wave, t), &tid) in &tids {
+        let track = m.thread_track(tid);
+        assert!(tracks.insert(track), "two threads on one track");
+        let events = m.on_track(track);
+        let seq = events[0].seq;
         let got: Vec<String> = events
             .iter()
             .map(|e| {
-                if e.track != events[0].track {
-                    let ds: Vec<_> = m.descriptors.iter().filter(|d| d.seq == seq).collect();
-                    let mut tracks: BTreeMap<u64, usize> = BTreeMap::new();
-                    for e in events.iter() { *tracks.entry(e.track).or_default() += 1; }
-                    panic!("seq {seq}: tracks {tracks:?}, descriptors {ds:#?}, per_seq {:?}, first {:?} this {:?}", m.per_sequence.get(&seq), events[0], e);
-                }
+                // One thread writes one sequence (its writer lives as long as it does).
+                assert_eq!(e.seq, seq, "thread {wave}.{t} on two sequences");
                 match (e.kind, e.name.as_deref()) {
                     (Kind::Begin, Some("wave zone")) => {
-                        assert_eq!((arg(e, "wave"), arg(e, "t")), (wave, t));
+                        assert_eq!((arg(e, "wave"), arg(e, "t")), (wave as i64, t as i64));
                         format!("B wave zone {}", arg(e, "k"))
                     }
                     (Kind::Begin, Some(n)) => format!("B {n}"),
@@ -157,29 +130,41 @@ fn threads_come_and_go_while_tracing() {
             })
             .collect();
         assert_eq!(got, expected, "thread {wave}.{t}");
-        let slices = m.slices(first.track);
-        assert_eq!(slices.len(), 2 * ZONES as usize);
-        // The thread is named on its own sequence, with the name it chose.
+        assert_eq!(m.slices(track).len(), 2 * ZONES as usize);
+        // The thread is named with the name it chose.
         let names: Vec<Option<String>> = m
-            .descriptors
+            .thread_descriptors(tid)
             .iter()
-            .filter(|d| d.seq == seq && d.uuid == first.track)
-            .map(|d| d.thread.as_ref().expect("a thread descriptor").2.clone())
+            .map(|d| d.thread.as_ref().unwrap().2.clone())
             .collect();
         let want = if t % 2 == 1 {
             format!("renamed {wave}.{t}")
         } else {
             format!("wave {wave}.{t}")
         };
-        assert_eq!(names.last(), Some(&Some(want.clone())), "{names:?}");
-        assert!(names.iter().all(|n| n.is_some()));
+        assert_eq!(names.last(), Some(&Some(want)), "{names:?}");
+        assert!(names.iter().all(Option::is_some), "{names:?}");
     }
-    assert!(main_seq.is_some(), "the main tracer's events");
+    assert_eq!(tids.len(), WAVES * THREADS);
+    // The main thread's zones and counter samples, all there, all balanced.
+    let main = m.thread_track(model::current_tid().unwrap());
+    let events = m.on_track(main);
     assert_eq!(
-        seen.len(),
-        WAVES * THREADS,
-        "every wave thread has its events"
+        events.iter().filter(|e| e.kind == Kind::Begin).count() as u64,
+        main_zones
     );
+    assert_eq!(m.slices(main).len() as u64, main_zones);
+    let counters: Vec<_> = m
+        .events
+        .iter()
+        .filter(|e| e.kind == Kind::Counter)
+        .map(|e| e.counter.unwrap())
+        .collect();
+    assert_eq!(counters.len() as u64, main_zones);
+    assert!(counters
+        .iter()
+        .enumerate()
+        .all(|(i, c)| *c == model::CounterValue::Int(i as i64)));
 
     // The trace processor sees every thread with its name and every slice.
     let tp = TraceProcessor::from_bytes(&report.trace, &Options::default()).unwrap();
@@ -268,11 +253,19 @@ fn a_small_ring_buffer_wraps_and_stays_readable() {
         m.events.len(),
         &unresolved[..unresolved.len().min(3)]
     );
-    // The reader's tables agree: no name or category left empty where the model resolved one.
+    // The reader agrees: the same slices and counter samples survive, none left unnamed.
     let q = tp
         .query("SELECT count(*) FROM slice WHERE name IS NULL OR name = ''")
         .unwrap();
     assert_eq!(q.rows, [[Value::Integer(0)]]);
+    let count = |kinds: &[Kind]| m.events.iter().filter(|e| kinds.contains(&e.kind)).count();
+    let q = tp.query("SELECT count(*) FROM slice").unwrap();
+    assert_eq!(
+        q.rows,
+        [[Value::Integer(count(&[Kind::Begin, Kind::Instant]) as i64)]]
+    );
+    let q = tp.query("SELECT count(*) FROM counter").unwrap();
+    assert_eq!(q.rows, [[Value::Integer(count(&[Kind::Counter]) as i64)]]);
 
     // The end of the run survived, readable, on both threads: its last events are there with
     // their names and arguments; early events are gone.
@@ -320,6 +313,80 @@ fn a_small_ring_buffer_wraps_and_stays_readable() {
         assert!(
             !m.descriptors_of(e.track).is_empty(),
             "event on an undescribed track: {e:?}"
+        );
+    }
+}
+
+/// Threads still tracing when the session stops (one with a macro, one with a run-time
+/// `CounterTrack` only): everything they wrote before the stop is in the trace, and their
+/// writers are released (flushed) without waiting for the threads to end.
+#[test]
+fn threads_still_tracing_when_the_session_stops() {
+    let _l = lock();
+    tachyon::start(Config::in_memory()).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let ready = Arc::new(Barrier::new(3));
+    let spawn = |name: &str, record: fn(u64)| {
+        let (stop, ready) = (stop.clone(), ready.clone());
+        std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    record(i);
+                    if i == 1000 {
+                        ready.wait();
+                    }
+                    i += 1;
+                }
+            })
+            .unwrap()
+    };
+    let workers = [
+        spawn("busy instants", |i| tachyon::instant!("busy", i = i)),
+        spawn("busy counter", |i| {
+            thread_local! {
+                static TRACK: CounterTrack = CounterTrack::new("busy counter", Unit::Count);
+            }
+            TRACK.with(|t| t.set(i));
+        }),
+    ];
+    // The workers have recorded samples 0..=1000 each and go on while the session stops.
+    ready.wait();
+    let report = tachyon::shutdown().unwrap().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().unwrap();
+    }
+    assert_eq!(
+        report.writers_still_active, 0,
+        "a busy thread's writer was still open when the session stopped"
+    );
+    let m = Model::read(&report.trace);
+    assert!(m.errors.is_empty() && m.unresolved().is_empty() && m.skipped == 0);
+    let instants = m
+        .events
+        .iter()
+        .filter(|e| e.name.as_deref() == Some("busy"))
+        .map(|e| match e.args[0] {
+            (_, Arg::Uint(i)) => i,
+            ref other => panic!("{other:?}"),
+        });
+    let counters = m.events.iter().filter_map(|e| match e.counter {
+        Some(model::CounterValue::Int(i)) => Some(i as u64),
+        _ => None,
+    });
+    for (what, values) in [
+        ("instants", instants.collect::<Vec<u64>>()),
+        ("counter samples", counters.collect()),
+    ] {
+        // All of 0..=1000, then whatever came before the stop, in order, without a gap.
+        assert!(values.len() > 1000, "{} {what}", values.len());
+        assert!(
+            values.iter().enumerate().all(|(k, &i)| k as u64 == i),
+            "{what} missing: {} recorded, the last {}",
+            values.len(),
+            values.last().unwrap()
         );
     }
 }

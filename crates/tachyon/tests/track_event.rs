@@ -22,16 +22,16 @@ fn lock() -> MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// A session's trace, read by the model, and the trace clock around it.
+/// A session's trace and what the model read in it.
 struct Run {
     trace: Vec<u8>,
     model: Model,
 }
 
 /// Runs `f` in a session with `config` and checks what holds for every trace of this file: no
-/// loss, nothing skipped or unresolved, timestamps on the trace clock, between the clock's
-/// readings around the session, mapped onto BOOTTIME near the kernel's reading, and ordered per
-/// sequence.
+/// loss, nothing skipped or unresolved, clock snapshots that readers accept, timestamps on the
+/// trace clock, between the clock's readings around the session, mapped onto BOOTTIME near the
+/// kernel's reading, and ordered per thread and sequence.
 fn record(config: Config, f: impl FnOnce()) -> Run {
     let before = tachyon::clock::now();
     let boot_before = tachyon::clock::boottime_ns();
@@ -53,7 +53,9 @@ fn record(config: Config, f: impl FnOnce()) -> Run {
     assert_eq!(model.loss_marks, 0);
     let unresolved = model.unresolved();
     assert!(unresolved.is_empty(), "unresolved: {unresolved:#?}");
-    let mut last: std::collections::HashMap<u32, u64> = Default::default();
+    // Time moves forward for each thread's events on its sequence (a sequence may pass from an
+    // exiting thread to a new one, whose events may have been timed a little earlier).
+    let mut last: std::collections::HashMap<(u32, u64), u64> = Default::default();
     for e in &model.events {
         assert_eq!(e.clock, tachyon::clock::TRACE_CLOCK_ID, "{e:?}");
         assert!(
@@ -61,7 +63,7 @@ fn record(config: Config, f: impl FnOnce()) -> Run {
             "ts {} outside the session [{before}, {after}]: {e:?}",
             e.ts
         );
-        let prev = last.insert(e.seq, e.ts).unwrap_or(0);
+        let prev = last.insert((e.seq, e.track), e.ts).unwrap_or(0);
         assert!(prev <= e.ts, "time went back on sequence {}: {e:?}", e.seq);
         // The trace clock is BOOTTIME calibrated: within a millisecond of it.
         let boot = model
@@ -420,9 +422,8 @@ fn tracks_named_and_async() {
     );
     assert_eq!(shown(&m.on_track(b)), ["B handle 18", "I progress", "E"]);
     // The ends on `a` were written by the other thread, on its own sequence.
-    let (tm, to) = (m.thread_track(main), m.thread_track(other));
-    let seq_of = |track: u64| m.on_track(track).first().map(|e| e.seq);
-    let _ = seq_of(tm);
+    let to = m.thread_track(other);
+    assert_ne!(m.thread_track(main), to);
     let a_events = m.on_track(a);
     let main_seq = a_events[0].seq;
     assert_eq!(a_events[1].seq, main_seq);
@@ -796,4 +797,164 @@ fn the_trace_processor_reads_the_same_events() {
         rows("SELECT count(*) FROM slice"),
         [[i(model_slices as i64)]]
     );
+}
+
+/// Over a long run the calibrated trace clock drifts from BOOTTIME by a few parts per million:
+/// each sequence writes a fresh snapshot of the clocks every second so readers can follow it,
+/// with incremental timestamps or without. (The sleep makes the run last over a second; nothing
+/// is asserted about how long anything took.)
+#[test]
+fn clock_snapshots_are_refreshed_during_a_long_run() {
+    let _l = lock();
+    for incremental in [true, false] {
+        let run = record(
+            Config {
+                incremental_timestamps: incremental,
+                ..Config::in_memory()
+            },
+            || {
+                tachyon::instant!("before the pause");
+                std::thread::sleep(std::time::Duration::from_millis(1100));
+                let _z = tachyon::zone!("after the pause");
+                tachyon::counter!("after the pause", 1);
+            },
+        );
+        let m = &run.model;
+        let seq = m.on_track(m.thread_track(tid()))[0].seq;
+        let on_seq = m.snapshot_sequences.iter().filter(|&&s| s == seq).count();
+        assert!(
+            on_seq >= 2,
+            "incremental {incremental}: {on_seq} clock snapshot(s) on the sequence over 1.1 s"
+        );
+        assert_eq!(
+            shown(&m.on_track(m.thread_track(tid()))),
+            ["I before the pause", "B after the pause", "E"]
+        );
+        let tp = TraceProcessor::from_bytes(&run.trace, &Options::default()).unwrap();
+        let loss = tp.data_loss().unwrap();
+        assert!(loss.is_empty(), "{loss:#?}");
+    }
+}
+
+/// Arguments and names far larger than a chunk: the packet continues over several chunks (its
+/// sizes patched) and reads back whole.
+#[test]
+fn payloads_larger_than_a_chunk() {
+    let _l = lock();
+    let big: String = (0..10_000)
+        .map(|i| (b'a' + (i % 26) as u8) as char)
+        .collect();
+    let name: String = "n".repeat(5000);
+    let run = record(Config::in_memory(), || {
+        for i in 0..3 {
+            let _z = tachyon::zone!("big", s = big.as_str(), i = i);
+            tachyon::instant!(name: name.as_str(), i = i);
+        }
+    });
+    let m = &run.model;
+    let events = m.on_track(m.thread_track(tid()));
+    assert_eq!(events.len(), 9);
+    for (i, chunk) in events.chunks(3).enumerate() {
+        assert_eq!(chunk[0].name.as_deref(), Some("big"));
+        assert_eq!(
+            chunk[0].args,
+            [
+                ("s".to_owned(), Arg::Str(big.clone())),
+                ("i".to_owned(), Arg::Int(i as i64))
+            ]
+        );
+        assert_eq!(chunk[1].name.as_deref(), Some(name.as_str()));
+        assert_eq!(chunk[2].kind, Kind::End);
+    }
+}
+
+/// An argument whose evaluation traces: the nested events are not recorded (the thread's state
+/// is busy with the outer event), the outer one is, and nothing panics or unbalances.
+#[test]
+fn events_inside_argument_expressions_are_dropped() {
+    let _l = lock();
+    let run = record(Config::in_memory(), || {
+        tachyon::instant!(
+            "outer",
+            v = {
+                tachyon::instant!("nested instant");
+                tachyon::counter!("nested counter", 1);
+                let z = tachyon::zone!("nested zone");
+                assert!(!z.is_recording());
+                7
+            }
+        );
+        let _z = tachyon::zone!("after", ok = true);
+    });
+    let m = &run.model;
+    assert_eq!(
+        shown(&m.on_track(m.thread_track(tid()))),
+        ["I outer {v=Int(7)}", "B after {ok=Bool(true)}", "E"]
+    );
+    assert!(m.events.iter().all(|e| e.kind != Kind::Counter));
+}
+
+/// Ten copies of its tokens.
+macro_rules! x10 {
+    ($($t:tt)*) => { $($t)* $($t)* $($t)* $($t)* $($t)* $($t)* $($t)* $($t)* $($t)* $($t)* };
+}
+
+/// 1100 callsites (1000 and 100): interning ids past the first thousand (the per-thread table grows), ids of
+/// two varint bytes, every one interned once and then written from its template.
+#[test]
+fn more_than_a_thousand_callsites() {
+    let _l = lock();
+    let run = record(Config::in_memory(), || {
+        for _ in 0..2 {
+            x10!(x10!(x10!(tachyon::instant!("many callsites"););););
+            x10!(x10!(tachyon::instant!("cat", "many categorized callsites");););
+        }
+    });
+    let m = &run.model;
+    let events = m.on_track(m.thread_track(tid()));
+    assert_eq!(events.len(), 2 * 1100);
+    let lines: std::collections::BTreeSet<_> =
+        events.iter().map(|e| e.location.clone().unwrap()).collect();
+    // All from two lines of this file.
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    for e in &events[..1000] {
+        assert_eq!(show(e), "I many callsites");
+    }
+    for e in &events[1000..1100] {
+        assert_eq!(show(e), "I cat:many categorized callsites");
+    }
+}
+
+/// A session writing its trace to a file, at stop or streamed while tracing: the report names
+/// the file and its size, and the file holds the events.
+#[test]
+fn traces_written_to_a_file() {
+    let _l = lock();
+    for stream in [false, true] {
+        let path = std::env::temp_dir().join(format!(
+            "tachyon-track-event-{}-{stream}.pftrace",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_file(&path);
+        tachyon::start(Config {
+            output: Some(path.clone()),
+            stream,
+            flush_period: stream.then_some(std::time::Duration::from_millis(5)),
+            ..Config::default()
+        })
+        .unwrap();
+        for i in 0..100 {
+            let _z = tachyon::zone!("to file", i = i);
+        }
+        let report = tachyon::shutdown().unwrap().unwrap();
+        assert_eq!(report.path.as_deref(), Some(path.as_path()));
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(report.bytes, bytes.len() as u64, "stream {stream}");
+        let m = Model::read(&bytes);
+        assert!(m.errors.is_empty() && m.unresolved().is_empty());
+        let events = m.on_track(m.thread_track(tid()));
+        assert_eq!(events.len(), 200, "stream {stream}");
+        assert_eq!(m.slices(m.thread_track(tid())).len(), 100);
+    }
 }

@@ -95,11 +95,17 @@ pub(crate) fn install(handle: SessionHandle, filter: CategoryFilter) {
     EPOCH.store((session as u64) << 32, Ordering::Relaxed);
 }
 
-/// No session any more: every callsite reads disabled, threads drop their writers.
-pub(crate) fn uninstall() {
-    set_filter(None);
+/// No session any more: threads drop (flush) their writers at their next event. The callsites
+/// keep their state until [`disable_callsites`]: the session stops in between, so that threads
+/// still tracing reach their state and let go of their writers (see `shutdown`).
+pub(crate) fn end_session() {
     EPOCH.store(0, Ordering::Relaxed);
     *lock(&CURRENT) = None;
+}
+
+/// Every callsite reads disabled (after [`end_session`], once the session has stopped).
+pub(crate) fn disable_callsites() {
+    set_filter(None);
 }
 
 /// Asks every thread to clear its incremental state at its next event (re-emit interned

@@ -338,7 +338,14 @@ impl CounterTrack {
 
     /// Records a sample.
     pub fn set(&self, value: impl CounterValue) {
-        if !COMPILED_IN || global::EPOCH.load(Ordering::Relaxed) == 0 {
+        if !COMPILED_IN {
+            return;
+        }
+        if global::EPOCH.load(Ordering::Relaxed) == 0 {
+            // No session: let go of a writer left from one that ended. A thread that records
+            // only through counter tracks never reaches its state otherwise, and the stopping
+            // session would wait for its writer, then lose its last chunk.
+            state::release_thread_writer();
             return;
         }
         let sample = value.sample();

@@ -67,6 +67,9 @@ pub(crate) struct ThreadState {
     /// Write a clock snapshot before the first packet at or after this (0 without incremental
     /// timestamps: every packet takes the slow path then).
     next_snapshot: u64,
+    /// When the periodic clock snapshot is due, with incremental timestamps or without
+    /// (`next_snapshot` doubles as the fast path's gate, always 0 without them).
+    next_clock_snapshot: u64,
     /// `seen[id].generation == generation`: the callsite `id`'s interned data (or counter
     /// descriptor) is on the sequence, and `seen[id].template` is its event's fixed bytes.
     seen: Vec<Interned>,
@@ -131,6 +134,7 @@ impl ThreadState {
             drops_seen: 0,
             last_ts: 0,
             next_snapshot: 0,
+            next_clock_snapshot: 0,
             // Room for the first thousand callsites without growing.
             seen: vec![Interned::default(); 1024],
             dyn_names: HashMap::new(),
@@ -270,7 +274,14 @@ impl ThreadState {
             if self.writer.is_none() {
                 return false;
             }
-            return self.start_generation(ts);
+            // The generation starts now, not at `ts` (read before the writer existed): a writer
+            // id released by an exiting thread is handed out again and continues that thread's
+            // packet sequence, and this thread may have read `ts` before the other one wrote
+            // its last packets. Starting at `ts` put a clock snapshot older than the previous
+            // owner's on the sequence, which readers reject (Perfetto: `invalid_clock_snapshots`,
+            // and a trace clock marked non-monotonic can no longer be converted). The event
+            // itself, older than the generation, is written with an absolute timestamp.
+            return self.start_generation(ts.max(clock::now()));
         }
         let Some(writer) = self.writer.as_ref() else {
             return false;
@@ -283,9 +294,15 @@ impl ThreadState {
             self.epoch = epoch;
             return self.start_generation(ts);
         }
-        if self.incremental && ts >= self.next_snapshot {
+        // Both timestamp modes need the refreshed snapshots (the trace clock drifts from
+        // BOOTTIME either way); this used to test `next_snapshot`, which is 0 without
+        // incremental timestamps, so that mode never wrote one after its generation started.
+        if ts >= self.next_clock_snapshot {
             self.write_packet(|p| write_global_snapshot(p, &Snapshot::take()));
-            self.next_snapshot = ts.saturating_add(SNAPSHOT_PERIOD_NS);
+            self.next_clock_snapshot = ts.saturating_add(SNAPSHOT_PERIOD_NS);
+            if self.incremental {
+                self.next_snapshot = self.next_clock_snapshot;
+            }
         }
         true
     }
@@ -332,8 +349,9 @@ impl ThreadState {
             }
         });
         self.last_ts = ts;
+        self.next_clock_snapshot = ts.saturating_add(SNAPSHOT_PERIOD_NS);
         self.next_snapshot = if incremental {
-            ts.saturating_add(SNAPSHOT_PERIOD_NS)
+            self.next_clock_snapshot
         } else {
             0
         };

@@ -6,7 +6,9 @@
 //! * `SEQ_INCREMENTAL_STATE_CLEARED` (1) resets the sequence's interned data, its
 //!   `TracePacketDefaults` and its incremental clock, and makes its incremental state valid.
 //! * A packet with `SEQ_NEEDS_INCREMENTAL_STATE` (2) is skipped while the state is invalid:
-//!   before the sequence's first clear and after a packet marked `previous_packet_dropped`.
+//!   before the sequence's first clear and after a packet marked `previous_packet_dropped`
+//!   (which counts as loss except on the sequence's first packet: the service marks every
+//!   sequence's first packet, not knowing what came before).
 //! * Interned data (`event_names`, `event_categories`, `debug_annotation_names`,
 //!   `source_locations`) lives until the next clear.
 //! * A timestamp is on `timestamp_clock_id` if the packet sets it, else on the defaults'
@@ -22,7 +24,8 @@
 //!   which stops it from being converted at all. Both are errors here.
 //!
 //! Everything the model cannot resolve (an interning id that is not in the tables, a delta on a
-//! clock nobody defined) is recorded, never papered over.
+//! clock nobody defined) is recorded, never papered over. Set `MODEL_DUMP=1` to print a line per
+//! packet read.
 
 // Shared by several test binaries, each using a part.
 #![allow(dead_code, unreachable_pub)]
@@ -121,19 +124,21 @@ pub struct Model {
     pub descriptors: Vec<Descriptor>,
     /// Packets skipped because their sequence's incremental state was invalid.
     pub skipped: u64,
-    /// Every incremental-state clear: (packet index, sequence, timestamp, default track).
-    pub clears: Vec<(usize, u32, u64, Option<u64>)>,
     /// Per sequence: (packets, skipped, clears, loss marks).
     pub per_sequence: HashMap<u32, [u64; 4]>,
     /// Packets that said `previous_packet_dropped`, other than the first of their sequence.
     pub loss_marks: u64,
     /// Sequences seen (with at least one packet).
     pub sequences: usize,
-    /// Sequence-independent clock snapshots: (clock id, value) lists.
+    /// The global clocks of every clock snapshot: (clock id, value) lists.
     pub snapshots: Vec<Vec<(u32, u64)>>,
+    /// The sequence of each of `snapshots`.
+    pub snapshot_sequences: Vec<u32>,
     pub buffer_stats: Option<BufferStats>,
     /// Problems that are not tied to one event (malformed packets).
     pub errors: Vec<String>,
+    /// `MODEL_DUMP` set: print a line per packet (to debug a failing test).
+    dump: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -180,7 +185,10 @@ impl Model {
     /// Reads a whole trace (panics if it is not well-formed protobuf: the SDK must never write
     /// that).
     pub fn read(trace: &[u8]) -> Model {
-        let mut m = Model::default();
+        let mut m = Model {
+            dump: std::env::var_os("MODEL_DUMP").is_some(),
+            ..Model::default()
+        };
         let mut seqs: HashMap<u32, Sequence> = HashMap::new();
         let mut clock_sets: HashMap<(Vec<ClockKey>, ClockKey), u64> = HashMap::new();
         let view = TraceView::decode(trace).expect("the trace decodes");
@@ -244,7 +252,7 @@ impl Model {
             }
         }
         let seq_id = p.trusted_packet_sequence_id();
-        if std::env::var_os("MODEL_DUMP").is_some() {
+        if self.dump {
             eprintln!(
                 "#{index} seq {seq_id} flags {} dropped {} first {} ts {:?} clock {:?} \
                  event {} desc {} snap {} interned {} defaults {} stats {}",
@@ -267,8 +275,6 @@ impl Model {
         counts[0] += 1;
         if p.previous_packet_dropped() != 0 {
             counts[3] += 1;
-        }
-        if p.previous_packet_dropped() != 0 {
             // The service marks the first packet it reads of every sequence (it cannot know
             // what came before); like Perfetto, count only the later marks as loss. The state
             // is invalid either way.
@@ -339,6 +345,7 @@ impl Model {
                 .collect();
             if global.len() > 1 {
                 self.snapshots.push(global.clone());
+                self.snapshot_sequences.push(seq_id);
             }
             for &&(id, value, incremental) in &scoped {
                 match global.first() {
@@ -359,10 +366,6 @@ impl Model {
                     )),
                 }
             }
-        }
-        if flags & SEQ_INCREMENTAL_STATE_CLEARED != 0 {
-            self.clears
-                .push((index, seq_id, p.timestamp(), seq.default_track));
         }
         let mut unresolved = Vec::new();
         let (ts, clock) = if p.has_timestamp() {
