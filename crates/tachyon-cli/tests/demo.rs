@@ -1,6 +1,5 @@
-//! Runs the real `tachyon demo` and reads its trace back with the trace processor; runs the
-//! `tachyon` crate's examples when they were built alongside (`cargo test --workspace` builds
-//! them; `cargo test -p tachyon-cli` does not, and those checks are then skipped).
+//! Runs the real `tachyon demo` and reads its trace back with the trace processor. (The
+//! `tachyon` crate's examples are run by its own `tests/examples.rs`.)
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -227,33 +226,4 @@ fn demo_writes_a_trace_with_every_kind_of_event() {
              WHERE t.name LIKE 'batch %' AND s.name = 'batch' AND s.dur > 0"
         ) > 0
     );
-}
-
-#[test]
-fn examples_run_and_write_clean_traces() {
-    let bin = Path::new(env!("CARGO_BIN_EXE_tachyon"));
-    let examples = bin.parent().unwrap().join("examples");
-    for name in ["quickstart", "counters", "flows", "threads"] {
-        let exe = examples.join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
-        if !exe.is_file() {
-            eprintln!(
-                "skipped: {} is not built (cargo test --workspace builds it)",
-                exe.display()
-            );
-            continue;
-        }
-        let dir = tmp_dir(&format!("example_{name}"));
-        let out = run(&exe, &[], &dir);
-        let trace = dir.join(format!("{name}.pftrace"));
-        let text = String::from_utf8(out.stdout).unwrap();
-        assert!(text.starts_with("wrote "), "{name}: {text}");
-        assert!(trace.is_file(), "{name}: no {}", trace.display());
-        let tp = TraceProcessor::open(&trace, &Options::default()).unwrap();
-        assert!(
-            int(&tp, "SELECT count(*) FROM slice") + int(&tp, "SELECT count(*) FROM counter") > 0,
-            "{name}: empty trace"
-        );
-        let bad = error_rows(&tp);
-        assert!(bad.is_empty(), "{name}: {bad:?}");
-    }
 }

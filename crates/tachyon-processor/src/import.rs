@@ -439,15 +439,12 @@ impl Importer {
             }
         }
 
-        // Every timestamped packet advances its sequence's incremental clock, as in Perfetto
-        // (which converts each packet's timestamp before dispatching it): the SDKs write track
-        // descriptors with deltas too, and skipping one would put every later event of the
-        // sequence early by that delta. The packets read below convert their own time.
-        if p.has_timestamp()
-            && !(p.has_track_event() || p.has_thread_descriptor() || p.has_process_descriptor())
-        {
-            let _ = self.packet_time(seq_id, p);
-        }
+        // Every timestamped packet's time is converted once, here, whatever it carries, as in
+        // Perfetto (which converts each packet's timestamp before dispatching it): an
+        // incremental clock advances by every delta, and the SDKs write descriptors with deltas
+        // too — skipping one would put every later event of the sequence early by it, and
+        // converting twice (a packet with two descriptors) would advance it twice.
+        let time = self.packet_time(seq_id, p);
 
         if p.has_track_descriptor() {
             let d = p.track_descriptor().map_err(drop)?;
@@ -475,7 +472,7 @@ impl Importer {
                 name,
                 cmdline: NONE,
             };
-            let ts = self.naming_time(seq_id, p);
+            let ts = self.naming_time(&time);
             self.push_aux(ts, EventKind::Thread, aux);
         }
         if p.has_process_descriptor() {
@@ -487,11 +484,11 @@ impl Importer {
                 name,
                 cmdline,
             };
-            let ts = self.naming_time(seq_id, p);
+            let ts = self.naming_time(&time);
             self.push_aux(ts, EventKind::Process, aux);
         }
         if p.has_track_event() {
-            return self.track_event(seq_id, has_seq, p);
+            return self.track_event(seq_id, has_seq, p, time);
         }
         Ok(())
     }
@@ -531,8 +528,8 @@ impl Importer {
 
     /// When a thread/process descriptor packet names something: at the packet's time, or the
     /// latest time seen (naming never fails for want of a clock).
-    fn naming_time(&mut self, seq_id: u32, p: &TracePacketView<'_>) -> i64 {
-        match self.packet_time(seq_id, p) {
+    fn naming_time(&self, time: &Time) -> i64 {
+        match *time {
             Time::At(ts) => ts,
             _ => self.latest_ts,
         }
@@ -883,6 +880,7 @@ impl Importer {
         seq_id: u32,
         has_seq: bool,
         p: &TracePacketView<'_>,
+        packet_time: Time,
     ) -> Result<(), ()> {
         let ev = match p.track_event() {
             Ok(ev) => ev,
@@ -908,7 +906,7 @@ impl Importer {
                 None => Time::Failed,
             }
         } else {
-            self.packet_time(seq_id, p)
+            packet_time
         };
         let (ts, deferred) = match time {
             Time::At(ts) => (ts, None),

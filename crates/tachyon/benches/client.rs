@@ -19,6 +19,10 @@
 //! the hot path hands to another thread.
 //!
 //! Run: `cargo bench -p tachyon --bench client`.
+//!
+//! With `TACHYON_CLIENT_CALLGRIND=N` the bench skips criterion, starts a session and writes N
+//! enabled zones in `zones` (after one warm-up zone): run it under callgrind and divide
+//! `zones`' inclusive instruction count by N (command in the README).
 
 use std::hint::black_box;
 use std::sync::{Arc, Barrier};
@@ -155,9 +159,27 @@ fn service_cpu_per_event() {
     }
 }
 
+/// `n` enabled zones, for callgrind.
+#[inline(never)]
+fn zones(n: u64) {
+    for _ in 0..n {
+        let _z = tachyon::zone!("bench zone");
+    }
+}
+
 criterion_group!(benches, bench);
 
 fn main() {
+    if let Some(n) = std::env::var("TACHYON_CLIENT_CALLGRIND")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        start_session();
+        zones(1);
+        zones(n);
+        tachyon::shutdown().unwrap();
+        return;
+    }
     benches();
     Criterion::default().configure_from_args().final_summary();
 }

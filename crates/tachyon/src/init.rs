@@ -380,11 +380,10 @@ pub fn shutdown() -> io::Result<Option<Report>> {
     let Some(active) = slot.take() else {
         return Ok(None);
     };
-    // The session ends first and the callsites are disabled only once it has stopped. They
-    // used to be disabled at once: a thread that kept tracing then never reached its state
-    // again (a disabled callsite does nothing), so it kept its writer until it exited, the stop
-    // waited the whole timeout for it and its last chunk was missing from the trace. Enabled
-    // callsites of an ended session take the slow path once, which drops the writer.
+    // The session ends first and the callsites are disabled only once it has stopped: a thread
+    // still tracing must reach its state (through an enabled callsite, which takes the slow
+    // path once in an ended session) to drop, and so flush, its writer. Disabled callsites
+    // would leave it holding the writer, and the stop would wait out its timeout.
     global::end_session();
     state::release_thread_writer();
     let Backend::InProcess(session) = active.backend;

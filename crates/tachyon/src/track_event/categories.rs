@@ -64,30 +64,37 @@ impl CategoryFilter {
                 }
             })
         };
-        let tag_hit = |list: &[String], exact: bool| {
-            tags.iter()
-                .any(|t| list.iter().any(|p| if exact { p == t } else { glob(p, t) }))
-        };
-        let disabled_tags_default: Vec<String>;
-        let disabled_tags = if self.disabled_tags.is_empty() && self.enabled_tags.is_empty() {
-            disabled_tags_default = DEFAULT_DISABLED_TAGS
-                .iter()
-                .map(|s| s.to_string())
-                .collect();
-            &disabled_tags_default
-        } else {
-            &self.disabled_tags
-        };
+        let default_tags = self.disabled_tags.is_empty() && self.enabled_tags.is_empty();
         for exact in [true, false] {
-            if cat_hit(&self.enabled_categories, exact) || tag_hit(&self.enabled_tags, exact) {
+            if cat_hit(&self.enabled_categories, exact) || tag_hit(&self.enabled_tags, tags, exact)
+            {
                 return true;
             }
-            if cat_hit(&self.disabled_categories, exact) || tag_hit(disabled_tags, exact) {
+            let disabled_tag = if default_tags {
+                tag_hit(&DEFAULT_DISABLED_TAGS, tags, exact)
+            } else {
+                tag_hit(&self.disabled_tags, tags, exact)
+            };
+            if cat_hit(&self.disabled_categories, exact) || disabled_tag {
                 return false;
             }
         }
         true
     }
+}
+
+/// Whether one of `tags` matches a pattern of `list` (exactly, or as a glob).
+fn tag_hit<S: AsRef<str>>(list: &[S], tags: &[&str], exact: bool) -> bool {
+    tags.iter().any(|t| {
+        list.iter().any(|p| {
+            let p = p.as_ref();
+            if exact {
+                p == *t
+            } else {
+                glob(p, t)
+            }
+        })
+    })
 }
 
 /// Glob match: `*` matches any run of characters, `?` exactly one.

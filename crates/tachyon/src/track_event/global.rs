@@ -150,6 +150,12 @@ pub(crate) fn process() -> &'static ProcessInfo {
     })
 }
 
+/// The uuid of the process's counter track whose name hashes (FNV-1a 64) to `name_hash`:
+/// `counter!` and `CounterTrack` with the same name share it.
+pub(crate) fn counter_track_uuid(name_hash: u64) -> u64 {
+    process().uuid ^ name_hash
+}
+
 static PROCESS_NAME: Mutex<Option<String>> = Mutex::new(None);
 
 /// The process name on the trace: set explicitly, else the executable's file name.

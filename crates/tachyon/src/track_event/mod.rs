@@ -332,7 +332,7 @@ impl CounterTrack {
     /// as `counter!` with that name).
     pub fn new(name: impl Into<Cow<'static, str>>, unit: Unit) -> CounterTrack {
         let name = name.into();
-        let uuid = global::process().uuid ^ callsite::fnv1a64(name.as_bytes());
+        let uuid = global::counter_track_uuid(callsite::fnv1a64(name.as_bytes()));
         CounterTrack { uuid, name, unit }
     }
 

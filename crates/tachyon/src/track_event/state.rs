@@ -228,7 +228,7 @@ impl ThreadState {
         value: CounterSample,
         ts: u64,
     ) {
-        let uuid = global::process().uuid ^ cs.name_hash;
+        // The template already holds the track uuid: only the slow path computes it.
         if let (true, Some(t)) = (self.fast_ok(ts), self.template(en.id)) {
             let block = t.with_counter_value(value, ts - self.last_ts);
             self.write_block(ts, &block);
@@ -238,7 +238,7 @@ impl ThreadState {
                 CallsiteKind::Event => Unit::None,
             };
             let track = TrackRef {
-                uuid,
+                uuid: global::counter_track_uuid(cs.name_hash),
                 name: cs.name,
                 unit: Some(unit),
             };
@@ -413,25 +413,32 @@ impl ThreadState {
         }
     }
 
-    /// A track descriptor packet at `ts`.
-    fn write_descriptor(&mut self, ts: u64, f: impl FnOnce(&mut TrackDescriptor<'_>)) {
+    /// A packet through the generated writers at `ts`: the timestamp as a delta on the
+    /// incremental clock when time moves forward, else absolute on the trace clock (never a
+    /// wrapped delta), and `SEQ_NEEDS_INCREMENTAL_STATE`; `f` writes the rest.
+    fn write_timed(&mut self, ts: u64, f: impl FnOnce(&mut TracePacket<'_>)) {
         let Some(w) = self.writer.as_mut() else {
             return;
         };
-        let (incremental, last) = (self.incremental, self.last_ts);
+        let (last, forward) = (self.last_ts, self.incremental && ts >= self.last_ts);
         w.write_packet(|p| {
-            if incremental && ts >= last {
+            if forward {
                 p.set_timestamp(ts - last);
             } else {
                 p.set_timestamp(ts);
                 p.set_timestamp_clock_id(TRACE_CLOCK_ID);
             }
             p.set_sequence_flags(SEQ_NEEDS_INCREMENTAL_STATE);
-            f(&mut p.set_track_descriptor());
+            f(p);
         });
-        if incremental && ts >= last {
+        if forward {
             self.last_ts = ts;
         }
+    }
+
+    /// A track descriptor packet at `ts`.
+    fn write_descriptor(&mut self, ts: u64, f: impl FnOnce(&mut TrackDescriptor<'_>)) {
+        self.write_timed(ts, |p| f(&mut p.set_track_descriptor()));
     }
 
     /// Emits the descriptor of `track` once per generation.
@@ -498,12 +505,7 @@ impl ThreadState {
             },
             None => (None, false),
         };
-        let (incremental, last) = (self.incremental, self.last_ts);
-        let forward = incremental && ts >= last;
-        let Some(writer) = self.writer.as_mut() else {
-            return;
-        };
-        writer.write_packet(|p| {
+        self.write_timed(ts, |p| {
             if intern_callsite || intern_dyn {
                 let mut i = p.set_interned_data();
                 if intern_callsite {
@@ -536,13 +538,6 @@ impl ThreadState {
                     n.set_name(name);
                 }
             }
-            if forward {
-                p.set_timestamp(ts - last);
-            } else {
-                p.set_timestamp(ts);
-                p.set_timestamp_clock_id(TRACE_CLOCK_ID);
-            }
-            p.set_sequence_flags(SEQ_NEEDS_INCREMENTAL_STATE);
             let mut e = p.set_track_event();
             if cs.category.is_some() {
                 e.add_category_iids(en.id);
@@ -563,9 +558,6 @@ impl ThreadState {
             };
             fill(&mut cx);
         });
-        if forward {
-            self.last_ts = ts;
-        }
         if intern_callsite {
             let template = Template::named_event(ty, en.id, cs.category.is_some());
             self.mark_seen(en.id, template);
@@ -582,28 +574,13 @@ impl ThreadState {
         if let Some(t) = track {
             self.ensure_track(t, None, ts);
         }
-        let Some(w) = self.writer.as_mut() else {
-            return;
-        };
-        let (incremental, last) = (self.incremental, self.last_ts);
-        let forward = incremental && ts >= last;
-        w.write_packet(|p| {
-            if forward {
-                p.set_timestamp(ts - last);
-            } else {
-                p.set_timestamp(ts);
-                p.set_timestamp_clock_id(TRACE_CLOCK_ID);
-            }
-            p.set_sequence_flags(SEQ_NEEDS_INCREMENTAL_STATE);
+        self.write_timed(ts, |p| {
             let mut e = p.set_track_event();
             e.set_type(track_event::Type::SliceEnd);
             if let Some(t) = track {
                 e.set_track_uuid(t.uuid);
             }
         });
-        if forward {
-            self.last_ts = ts;
-        }
     }
 
     /// A counter sample through the slow path (descriptor first if needed).
@@ -625,10 +602,7 @@ impl ThreadState {
             self.write_block(ts, &block);
             return;
         }
-        self.write_packet(|p| {
-            p.set_timestamp(ts);
-            p.set_timestamp_clock_id(TRACE_CLOCK_ID);
-            p.set_sequence_flags(SEQ_NEEDS_INCREMENTAL_STATE);
+        self.write_timed(ts, |p| {
             let mut e = p.set_track_event();
             e.set_type(track_event::Type::Counter);
             e.set_track_uuid(track.uuid);
