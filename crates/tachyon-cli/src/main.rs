@@ -7,6 +7,8 @@ mod commands;
 mod demo;
 mod load;
 mod output;
+#[allow(dead_code)] // Until `tachyon record -c` (issue 6) uses it.
+mod trace_config_text;
 
 use std::process::ExitCode;
 
