@@ -128,6 +128,23 @@ pub fn scrape(
     buffers: &mut [TraceBuffer],
     stats: &mut CommitStats,
 ) {
+    let producer = &*producer;
+    scrape_with(view, producer, buffers, stats, |writer| {
+        Some(producer.writer_targets.get(&writer).copied().unwrap_or(0))
+    });
+}
+
+/// [`scrape`], with the caller deciding each writer's target buffer: `target_of(writer)` is the
+/// buffer index to copy the writer's chunks into, or `None` to leave them alone (e.g. a writer
+/// of a producer that serves several sessions, whose chunks belong to another session). A
+/// target the producer may not write to is counted as `chunks_discarded`.
+pub fn scrape_with(
+    view: &ServiceView<'_>,
+    producer: &ProducerState,
+    buffers: &mut [TraceBuffer],
+    stats: &mut CommitStats,
+    mut target_of: impl FnMut(WriterId) -> Option<u16>,
+) {
     for page in 0..view.num_pages() {
         let Ok(layout) = view.page_layout(page) else {
             continue;
@@ -141,11 +158,9 @@ pub fn scrape(
                     continue;
                 }
             };
-            let target = producer
-                .writer_targets
-                .get(&copy.header().writer_id)
-                .copied()
-                .unwrap_or(0);
+            let Some(target) = target_of(copy.header().writer_id) else {
+                continue;
+            };
             if !producer.allowed(target, buffers) {
                 stats.chunks_discarded += 1;
                 continue;

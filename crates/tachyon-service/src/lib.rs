@@ -28,14 +28,14 @@ mod session;
 mod stats;
 mod trace_buffer;
 
-pub use commit::{apply_commit, scrape, CommitStats, ProducerState};
+pub use commit::{apply_commit, scrape, scrape_with, CommitStats, ProducerState};
 pub use inprocess::{CommitSource, InProcessService, ProducerHooks};
 pub use readout::{
     validate_packet, write_record, InvalidPacket, PacketWriter, ProducerIdentity,
     RESERVED_PACKET_FIELDS, SERVICE_SEQUENCE_ID,
 };
 pub use session::{
-    BufferSpec, ConfigError, DataSourceSpec, ServiceCore, SessionConfig, SessionStats,
+    BufferSpec, ConfigError, DataSourceSpec, ServiceCore, ServiceWideStats, SessionConfig, SessionStats,
     DEFAULT_FILE_WRITE_PERIOD, DEFAULT_FLUSH_TIMEOUT, MIN_FILE_WRITE_PERIOD,
 };
 pub use stats::{BufferStats, LossCounters};

@@ -15,11 +15,11 @@ use std::time::Duration;
 
 use protozero::ProtoDecoder;
 use tachyon_abi::{CommitRequest, ServiceView};
-use tachyon_protos::{trace_config, Trace, TraceConfigView};
+use tachyon_protos::{trace_config, Trace, TraceConfigView, TraceStats};
 
-use crate::commit::{apply_commit, scrape, CommitStats, ProducerState};
+use crate::commit::{apply_commit, scrape, scrape_with, CommitStats, ProducerState};
 use crate::readout::{PacketWriter, ProducerIdentity, SERVICE_SEQUENCE_ID};
-use crate::trace_buffer::{FillPolicy, ProducerId, TraceBuffer};
+use crate::trace_buffer::{FillPolicy, ProducerId, TraceBuffer, WriterId};
 
 /// Perfetto's default flush timeout (`kDefaultFlushTimeoutMs`).
 pub const DEFAULT_FLUSH_TIMEOUT: Duration = Duration::from_millis(5000);
@@ -206,6 +206,22 @@ pub struct SessionStats {
     pub records_dropped_file_full: u64,
 }
 
+/// Service-wide figures a multi-session service (the daemon) reports in every session's
+/// `TraceStats` instead of the session's own producer counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ServiceWideStats {
+    /// Producers connected to the service now.
+    pub producers_connected: u32,
+    /// Producers ever connected.
+    pub producers_seen: u64,
+    /// Data sources registered now.
+    pub data_sources_registered: u32,
+    /// Data sources ever registered.
+    pub data_sources_seen: u64,
+    /// Tracing sessions now.
+    pub tracing_sessions: u32,
+}
+
 /// Where records go: memory, or a file.
 #[derive(Debug)]
 enum Sink {
@@ -229,6 +245,9 @@ pub struct ServiceCore {
     staged: Vec<u8>,
     sink: Sink,
     file_full: bool,
+    /// The last read and the `TraceStats` packet are written ([`ServiceCore::end`]).
+    ended: bool,
+    service_wide: Option<ServiceWideStats>,
 }
 
 impl ServiceCore {
@@ -239,12 +258,28 @@ impl ServiceCore {
             Some(p) => Sink::File(io::BufWriter::new(File::create(p)?)),
             None => Sink::Memory(Vec::new()),
         };
+        Ok(Self::with_sink(config, sink))
+    }
+
+    /// A session writing to `file` (e.g. a descriptor a consumer passed to the daemon);
+    /// `config.output_path` is ignored. Records are appended at the file's current position.
+    pub fn with_file(config: SessionConfig, file: File) -> Self {
+        Self::with_sink(config, Sink::File(io::BufWriter::new(file)))
+    }
+
+    /// A session keeping the trace in memory (taken with [`take_output`](Self::take_output) or
+    /// [`finish`](Self::finish)); `config.output_path` is ignored.
+    pub fn in_memory(config: SessionConfig) -> Self {
+        Self::with_sink(config, Sink::Memory(Vec::new()))
+    }
+
+    fn with_sink(config: SessionConfig, sink: Sink) -> Self {
         let buffers = config
             .buffers
             .iter()
             .map(|b| TraceBuffer::new(b.size_bytes, b.policy))
             .collect();
-        Ok(ServiceCore {
+        ServiceCore {
             config,
             buffers,
             producers: HashMap::new(),
@@ -256,7 +291,9 @@ impl ServiceCore {
             staged: Vec::new(),
             sink,
             file_full: false,
-        })
+            ended: false,
+            service_wide: None,
+        }
     }
 
     /// The configuration.
@@ -319,6 +356,40 @@ impl ServiceCore {
         if let Some((state, _)) = self.producers.get_mut(&producer) {
             scrape(view, state, &mut self.buffers, &mut self.commit_stats);
         }
+    }
+
+    /// Scrapes `producer`'s SMB like [`scrape`](Self::scrape), except for writers that never
+    /// committed to this session: their chunks go to buffer `unknown_writers`, or are left
+    /// alone when it is `None`. A service whose producers may serve several sessions at once
+    /// passes `None` for a producer in more than one, so that no session receives another's
+    /// chunks (a chunk header does not say its target buffer).
+    pub fn scrape_with(
+        &mut self,
+        producer: ProducerId,
+        view: &ServiceView<'_>,
+        unknown_writers: Option<u16>,
+    ) {
+        if let Some((state, _)) = self.producers.get(&producer) {
+            scrape_with(
+                view,
+                state,
+                &mut self.buffers,
+                &mut self.commit_stats,
+                |writer: WriterId| {
+                    state
+                        .writer_targets
+                        .get(&writer)
+                        .copied()
+                        .or(unknown_writers)
+                },
+            );
+        }
+    }
+
+    /// Makes the `TraceStats` of this session report `stats` for the producer, data source and
+    /// session counts (a daemon's view of the whole service) instead of the session's own.
+    pub fn set_service_wide_stats(&mut self, stats: ServiceWideStats) {
+        self.service_wide = Some(stats);
     }
 
     /// Records the outcome of a flush.
@@ -384,17 +455,47 @@ impl ServiceCore {
         self.file_full
     }
 
-    /// The last read, the `TraceStats` packet, and the end of the output. Returns the trace
-    /// when it was kept in memory (no `output_path`), else an empty vector.
-    pub fn finish(mut self) -> io::Result<Vec<u8>> {
+    /// Takes the records written to memory so far (a session without a file); empty for a
+    /// session writing to a file. With [`drain`](Self::drain) this reads a trace out
+    /// incrementally (the daemon's `ReadBuffers`).
+    pub fn take_output(&mut self) -> Vec<u8> {
+        match &mut self.sink {
+            Sink::Memory(v) => std::mem::take(v),
+            Sink::File(_) => Vec::new(),
+        }
+    }
+
+    /// Ends the output: the last read, then the `TraceStats` packet, then a flush of the file.
+    /// Only the first call writes anything; commits after it still reach the buffers but are
+    /// never read out.
+    pub fn end(&mut self) -> io::Result<()> {
+        if self.ended {
+            return Ok(());
+        }
+        self.ended = true;
         self.drain(true)?;
         let stats = self.trace_stats_packet();
         // The stats packet is always written, even past max_file_size_bytes: it is what says
         // that data was dropped.
         match &mut self.sink {
             Sink::Memory(v) => v.extend_from_slice(&stats),
-            Sink::File(f) => f.write_all(&stats)?,
+            Sink::File(f) => {
+                f.write_all(&stats)?;
+                f.flush()?;
+            }
         }
+        Ok(())
+    }
+
+    /// Whether [`end`](Self::end) ran.
+    pub fn is_ended(&self) -> bool {
+        self.ended
+    }
+
+    /// The last read, the `TraceStats` packet, and the end of the output. Returns the trace
+    /// when it was kept in memory (no `output_path`), else an empty vector.
+    pub fn finish(mut self) -> io::Result<Vec<u8>> {
+        self.end()?;
         match self.sink {
             Sink::Memory(v) => Ok(v),
             Sink::File(mut f) => {
@@ -411,26 +512,45 @@ impl ServiceCore {
             // Written as a `Trace` with one packet: the bytes are a `Trace.packet` record.
             let mut trace: Trace<'_> = buf.root();
             let mut packet = trace.add_packet();
-            {
-                let mut ts = packet.set_trace_stats();
-                for b in &self.buffers {
-                    let mut bs = ts.add_buffer_stats();
-                    b.stats().write_to(bs.message());
-                }
-                ts.set_producers_connected(self.stats.producers_connected);
-                ts.set_producers_seen(self.stats.producers_seen);
-                ts.set_tracing_sessions(1);
-                ts.set_total_buffers(self.buffers.len() as u32);
-                ts.set_chunks_discarded(self.commit_stats.chunks_discarded);
-                ts.set_patches_discarded(self.commit_stats.patches_discarded);
-                ts.set_invalid_packets(self.packets.invalid_packets());
-                ts.set_flushes_requested(self.stats.flushes_requested);
-                ts.set_flushes_succeeded(self.stats.flushes_succeeded);
-                ts.set_flushes_failed(self.stats.flushes_failed);
-            }
+            self.write_trace_stats(&mut packet.set_trace_stats());
             packet.set_trusted_packet_sequence_id(SERVICE_SEQUENCE_ID);
         }
         buf.serialize().expect("heap buffers do not fail")
+    }
+
+    /// The session's `TraceStats` message alone (for progress reports while it runs).
+    pub fn trace_stats(&self) -> Vec<u8> {
+        let mut buf = protozero::HeapBuffered::new();
+        self.write_trace_stats(&mut buf.root());
+        buf.serialize().expect("heap buffers do not fail")
+    }
+
+    fn write_trace_stats(&self, ts: &mut TraceStats<'_>) {
+        for b in &self.buffers {
+            let mut bs = ts.add_buffer_stats();
+            b.stats().write_to(bs.message());
+        }
+        match self.service_wide {
+            None => {
+                ts.set_producers_connected(self.stats.producers_connected);
+                ts.set_producers_seen(self.stats.producers_seen);
+                ts.set_tracing_sessions(1);
+            }
+            Some(w) => {
+                ts.set_producers_connected(w.producers_connected);
+                ts.set_producers_seen(w.producers_seen);
+                ts.set_data_sources_registered(w.data_sources_registered);
+                ts.set_data_sources_seen(w.data_sources_seen);
+                ts.set_tracing_sessions(w.tracing_sessions);
+            }
+        }
+        ts.set_total_buffers(self.buffers.len() as u32);
+        ts.set_chunks_discarded(self.commit_stats.chunks_discarded);
+        ts.set_patches_discarded(self.commit_stats.patches_discarded);
+        ts.set_invalid_packets(self.packets.invalid_packets());
+        ts.set_flushes_requested(self.stats.flushes_requested);
+        ts.set_flushes_succeeded(self.stats.flushes_succeeded);
+        ts.set_flushes_failed(self.stats.flushes_failed);
     }
 }
 
