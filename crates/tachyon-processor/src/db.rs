@@ -46,6 +46,10 @@ CREATE VIEW thread_counter_track AS SELECT id, name, type, parent_id, source_arg
 CREATE VIEW process_counter_track AS SELECT id, name, type, parent_id, source_arg_set_id,
   machine_id, counter_unit AS unit, description, upid
   FROM __intrinsic_track WHERE event_type = 'counter' AND upid IS NOT NULL;
+CREATE VIEW cpu_counter_track AS SELECT ct.id, ct.name, ct.type, ct.parent_id,
+  ct.source_arg_set_id, ct.machine_id, ct.unit, ct.description, a.int_value AS cpu
+  FROM counter_track ct JOIN __intrinsic_args a ON ct.dimension_arg_set_id = a.arg_set_id
+  WHERE a.key = 'cpu';
 
 CREATE TABLE counter(
   id INTEGER PRIMARY KEY, ts INTEGER NOT NULL, track_id INTEGER NOT NULL,
@@ -182,10 +186,20 @@ pub(crate) fn load(conn: &Connection, mut st: Storage) -> rusqlite::Result<()> {
             ins.execute(params![i as i64, t.tid, text(t.name), opt(t.upid), main])?;
         }
         let mut ins = tx.prepare(
-            "INSERT INTO __intrinsic_process(id, pid, name, cmdline) VALUES (?1, ?2, ?3, ?4)",
+            "INSERT INTO __intrinsic_process(id, pid, name, cmdline, parent_upid, uid, \
+             android_appid) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         )?;
         for (i, p) in st.processes.iter().enumerate() {
-            ins.execute(params![i as i64, p.pid, text(p.name), text(p.cmdline)])?;
+            ins.execute(params![
+                i as i64,
+                p.pid,
+                text(p.name),
+                text(p.cmdline),
+                opt(p.parent),
+                p.uid,
+                // Android's app id, as Perfetto's `SetProcessUid` derives it.
+                p.uid.map(|u| u % 100_000)
+            ])?;
         }
         let mut ins = tx.prepare(
             "INSERT INTO flow(id, slice_out, slice_in, trace_id) VALUES (?1, ?2, ?3, ?4)",

@@ -86,6 +86,14 @@ pub(crate) enum EventKind {
     Thread,
     /// Names a process; `data` indexes `Importer::aux`.
     Process,
+    /// A `ProcessTree` process (pid, ppid, uid, name, cmdline); `data` indexes
+    /// `Importer::aux`.
+    TreeProcess,
+    /// A `ProcessTree` thread (tid, tgid as `pid`, name); `data` indexes `Importer::aux`.
+    TreeThread,
+    /// A `SysStats` counter value: `track` indexes the system tracks of
+    /// [`crate::system::SystemState`], `data` is the `f64` bits.
+    SystemCounter,
 }
 
 /// One timestamped event. Variable-length parts (args, flow ids) live in the importer's arenas
@@ -117,13 +125,17 @@ pub(crate) struct PendingArg {
     pub(crate) value: ArgValue,
 }
 
-/// Thread or process naming, from descriptors.
+/// Thread or process naming, from descriptors and ProcessTree.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Aux {
     pub(crate) pid: Option<i64>,
     pub(crate) tid: i64,
     pub(crate) name: StrId,
     pub(crate) cmdline: StrId,
+    /// ProcessTree processes only.
+    pub(crate) ppid: Option<i64>,
+    /// ProcessTree processes only.
+    pub(crate) uid: Option<u32>,
 }
 
 /// What a TrackDescriptor said about a track (Perfetto's "reservation").
@@ -220,6 +232,8 @@ pub(crate) struct Importer {
     /// Reused for the events of one TrackEvent, so that tokenizing does not allocate.
     scratch: Vec<Event>,
     pub(crate) parse: crate::parse::ParseState,
+    /// ProcessTree and SysStats (the system probes' packets).
+    pub(crate) system: crate::system::SystemState,
 }
 
 impl Importer {
@@ -244,6 +258,7 @@ impl Importer {
             key_debug,
             scratch: Vec::new(),
             parse: Default::default(),
+            system: Default::default(),
         }
     }
 
@@ -471,6 +486,8 @@ impl Importer {
                 tid,
                 name,
                 cmdline: NONE,
+                ppid: None,
+                uid: None,
             };
             let ts = self.naming_time(&time);
             self.push_aux(ts, EventKind::Thread, aux);
@@ -483,14 +500,60 @@ impl Importer {
                 tid: 0,
                 name,
                 cmdline,
+                ppid: None,
+                uid: None,
             };
             let ts = self.naming_time(&time);
             self.push_aux(ts, EventKind::Process, aux);
+        }
+        if p.has_process_tree() {
+            let ts = self.naming_time(&time);
+            self.process_tree(p, ts)?;
+        }
+        if p.has_sys_stats() {
+            let mut out = std::mem::take(&mut self.scratch);
+            let result = self.sys_stats(p, &mut out);
+            self.emit_timed(&time, &mut out);
+            self.scratch = out;
+            result?;
         }
         if p.has_track_event() {
             return self.track_event(seq_id, has_seq, p, time);
         }
         Ok(())
+    }
+
+    /// Emits `events` (timestamps still unset) at the packet's time: a packet without a
+    /// timestamp takes the latest one seen, as in Perfetto's `ProtoTraceReader`; one whose clock
+    /// has no path yet waits for the end of the file; one whose time cannot be converted is
+    /// dropped and counted.
+    fn emit_timed(&mut self, time: &Time, events: &mut Vec<Event>) {
+        if events.is_empty() {
+            return;
+        }
+        match *time {
+            Time::At(ts) if ts >= 0 => {
+                for ev in events.drain(..) {
+                    self.emit(Event { ts, ..ev });
+                }
+            }
+            Time::Missing => {
+                let ts = self.latest_ts;
+                for ev in events.drain(..) {
+                    self.emit(Event { ts, ..ev });
+                }
+            }
+            Time::Deferred(clock, raw) => {
+                self.sorter.force_full_sort();
+                for event in events.drain(..) {
+                    self.deferred.push(Deferred { clock, raw, event });
+                }
+            }
+            Time::At(_) | Time::Failed => {
+                self.st.stats.inc(Stat::clock_sync_failure);
+                events.clear();
+            }
+        }
     }
 
     fn seq(&mut self, id: u32) -> &mut Sequence {
@@ -535,8 +598,9 @@ impl Importer {
         }
     }
 
-    /// Queues a thread/process naming event (`kind` is `Thread` or `Process`) at `ts`.
-    fn push_aux(&mut self, ts: i64, kind: EventKind, aux: Aux) {
+    /// Queues a thread/process naming event (`kind` is `Thread`, `Process`, `TreeThread` or
+    /// `TreeProcess`) at `ts`.
+    pub(crate) fn push_aux(&mut self, ts: i64, kind: EventKind, aux: Aux) {
         let idx = self.aux.len() as u64;
         self.aux.push(aux);
         self.emit(Event::bare(kind, ts, 0, idx));
@@ -858,6 +922,8 @@ impl Importer {
                 tid,
                 name: thread_name,
                 cmdline: NONE,
+                ppid: None,
+                uid: None,
             };
             self.push_aux(i64::MIN, EventKind::Thread, aux);
         }
@@ -867,6 +933,8 @@ impl Importer {
                 tid: 0,
                 name,
                 cmdline,
+                ppid: None,
+                uid: None,
             };
             self.push_aux(i64::MIN, EventKind::Process, aux);
         }

@@ -27,6 +27,10 @@
 //! * **Track, thread and process descriptors** with their hierarchy (`track`, `thread_track`,
 //!   `process_track`, `counter_track`, `thread_counter_track`, `process_counter_track`,
 //!   `thread`, `process`).
+//! * **System probes** (`linux.process_stats`, `linux.sys_stats`): `ProcessTree` processes and
+//!   threads (`process.parent_upid`, `name`, `cmdline`, `uid`; thread names, merged with the
+//!   descriptors' by Perfetto's precedence) and `SysStats` counters on Perfetto's tracks
+//!   (`MemTotal`…, `cpu.times.*` in `cpu_counter_track`, `num_forks`, …).
 //! * **Per-sequence incremental state** exactly as Perfetto: interned data and
 //!   TracePacketDefaults per `trusted_packet_sequence_id`; `SEQ_INCREMENTAL_STATE_CLEARED`
 //!   resets it; packets with `SEQ_NEEDS_INCREMENTAL_STATE` are skipped while it is invalid (at
@@ -55,6 +59,7 @@ mod sort;
 mod stats;
 mod storage;
 mod strings;
+mod system;
 mod zones;
 
 pub use error::Error;

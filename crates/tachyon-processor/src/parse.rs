@@ -19,7 +19,7 @@
 
 use crate::import::{Event, EventKind, Importer};
 use crate::stats::Stat;
-use crate::storage::{ArgValue, EventType, SliceRow, TrackRow, NONE};
+use crate::storage::{name_priority, ArgValue, EventType, SliceRow, TrackRow, NONE};
 use crate::strings::{FxHashMap, StrId};
 
 /// Deeper stacks are refused (Perfetto has the same kind of limit); a runaway producer that
@@ -64,21 +64,31 @@ impl Importer {
             EventKind::Thread => {
                 let a = self.aux[ev.data as usize];
                 let utid = self.st.thread(a.tid, a.pid);
-                if a.name != NONE {
-                    self.st.threads[utid as usize].name = a.name;
-                }
+                self.st
+                    .set_thread_name(utid, a.name, name_priority::TRACK_DESCRIPTOR);
             }
             EventKind::Process => {
+                // As Perfetto's `SetProcessNameIfUnset`: a descriptor does not override a name
+                // the system (ProcessTree) or an earlier descriptor gave.
                 let a = self.aux[ev.data as usize];
                 let upid = self.st.process(a.pid.unwrap_or(0));
                 let p = &mut self.st.processes[upid as usize];
-                if a.name != NONE {
+                if p.name == NONE {
                     p.name = a.name;
                 }
-                if a.cmdline != NONE {
+                if p.cmdline == NONE {
                     p.cmdline = a.cmdline;
                 }
             }
+            EventKind::TreeProcess => {
+                let a = self.aux[ev.data as usize];
+                self.apply_tree_process(&a);
+            }
+            EventKind::TreeThread => {
+                let a = self.aux[ev.data as usize];
+                self.apply_tree_thread(&a);
+            }
+            EventKind::SystemCounter => self.apply_system_counter(ev),
             EventKind::Counter => {
                 if let Some(track) = self.event_track(ev, NONE) {
                     self.st.counters.push(crate::storage::CounterRow {

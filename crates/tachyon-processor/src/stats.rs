@@ -151,6 +151,13 @@ stats! {
         "Slices dropped because their track's stack was deeper than the supported limit.";
     flow_end_without_start: Single, Info, Trace,
         "terminating_flow_ids that no earlier event started.";
+    // --- System probes (linux.sys_stats) ---
+    meminfo_unknown_keys: Single, Error, Analysis,
+        "SysStats meminfo values whose key is not a MeminfoCounters value this importer knows; dropped.";
+    vmstat_unknown_keys: Single, Error, Analysis,
+        "SysStats vmstat values whose key is not a VmstatCounters value this importer knows; dropped.";
+    invalid_cpu_times: Single, Error, Analysis,
+        "SysStats cpu_stat entries without a cpu_id; dropped.";
     // --- The tracing service's own statistics (TraceStats) ---
     traced_producers_connected: Single, Info, Trace, "Producers connected to the service.";
     traced_producers_seen: Single, Info, Trace, "Producers the service has seen since it started.";

@@ -80,11 +80,25 @@ pub(crate) struct TrackRow {
     pub(crate) description: StrId,
 }
 
+/// Where a thread's name came from, as Perfetto's `ThreadNamePriority`: a name replaces the
+/// current one only if its source ranks at least as high, so an instrumented thread's own
+/// name (a descriptor) wins over its `comm` from `/proc` (ProcessTree), whatever the order.
+pub(crate) mod name_priority {
+    /// No name yet.
+    pub(crate) const NONE: u8 = 0;
+    /// `ProcessTree` (the `linux.process_stats` data source).
+    pub(crate) const PROCESS_TREE: u8 = 2;
+    /// A thread descriptor (TrackDescriptor.thread or the legacy ThreadDescriptor).
+    pub(crate) const TRACK_DESCRIPTOR: u8 = 4;
+}
+
 #[derive(Clone, Debug)]
 pub(crate) struct ThreadRow {
     pub(crate) tid: i64,
     pub(crate) name: StrId,
     pub(crate) upid: u32,
+    /// The [`name_priority`] of `name`'s source.
+    pub(crate) name_priority: u8,
 }
 
 #[derive(Clone, Debug)]
@@ -92,6 +106,21 @@ pub(crate) struct ProcessRow {
     pub(crate) pid: i64,
     pub(crate) name: StrId,
     pub(crate) cmdline: StrId,
+    /// The parent's upid (`NONE` if unknown).
+    pub(crate) parent: u32,
+    pub(crate) uid: Option<u32>,
+}
+
+impl ProcessRow {
+    fn new(pid: i64) -> Self {
+        ProcessRow {
+            pid,
+            name: NONE,
+            cmdline: NONE,
+            parent: NONE,
+            uid: None,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -143,15 +172,12 @@ impl Default for Storage {
         };
         // As in Perfetto, utid 0 and upid 0 exist from the start and stand for tid/pid 0 (the
         // idle "swapper"), so that 0 never names a real thread or process.
-        s.processes.push(ProcessRow {
-            pid: 0,
-            name: NONE,
-            cmdline: NONE,
-        });
+        s.processes.push(ProcessRow::new(0));
         s.threads.push(ThreadRow {
             tid: 0,
             name: NONE,
             upid: 0,
+            name_priority: name_priority::NONE,
         });
         s.pid_to_upid.insert(0, 0);
         s.tid_to_utid.insert(0, 0);
@@ -188,11 +214,7 @@ impl Storage {
             return upid;
         }
         let upid = self.processes.len() as u32;
-        self.processes.push(ProcessRow {
-            pid,
-            name: NONE,
-            cmdline: NONE,
-        });
+        self.processes.push(ProcessRow::new(pid));
         self.pid_to_upid.insert(pid, upid);
         upid
     }
@@ -218,9 +240,25 @@ impl Storage {
             tid,
             name: NONE,
             upid: upid.unwrap_or(NONE),
+            name_priority: name_priority::NONE,
         });
         self.tid_to_utid.insert(tid, utid);
         utid
+    }
+
+    /// Whether a process with this pid exists already.
+    pub(crate) fn has_process(&self, pid: i64) -> bool {
+        self.pid_to_upid.contains_key(&pid)
+    }
+
+    /// Names a thread unless its current name comes from a higher-ranked source (see
+    /// [`name_priority`]); a `NONE` name changes nothing.
+    pub(crate) fn set_thread_name(&mut self, utid: u32, name: StrId, priority: u8) {
+        let t = &mut self.threads[utid as usize];
+        if name != NONE && priority >= t.name_priority {
+            t.name = name;
+            t.name_priority = priority;
+        }
     }
 }
 
@@ -240,5 +278,25 @@ mod tests {
         assert_ne!(a, b);
         assert_eq!(s.thread(0, None), 0);
         assert_eq!(s.process(0), 0);
+    }
+
+    #[test]
+    fn thread_names_follow_their_source_priority() {
+        let mut s = Storage::default();
+        let t = s.thread(5, Some(5));
+        let (comm, own, other) = (
+            s.strings.intern("comm"),
+            s.strings.intern("own"),
+            s.strings.intern("other"),
+        );
+        s.set_thread_name(t, comm, name_priority::PROCESS_TREE);
+        assert_eq!(s.threads[t as usize].name, comm);
+        s.set_thread_name(t, own, name_priority::TRACK_DESCRIPTOR);
+        s.set_thread_name(t, comm, name_priority::PROCESS_TREE);
+        assert_eq!(s.threads[t as usize].name, own, "a descriptor name wins");
+        s.set_thread_name(t, other, name_priority::TRACK_DESCRIPTOR);
+        assert_eq!(s.threads[t as usize].name, other, "the same source renames");
+        s.set_thread_name(t, NONE, name_priority::TRACK_DESCRIPTOR);
+        assert_eq!(s.threads[t as usize].name, other);
     }
 }

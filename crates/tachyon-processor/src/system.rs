@@ -1,0 +1,601 @@
+//! The system probes' packets (`linux.process_stats`, `linux.sys_stats`), imported as Perfetto's
+//! `SystemProbesParser` does (`src/trace_processor/importers/proto/system_probes_parser.cc`).
+//!
+//! # ProcessTree
+//!
+//! For each process that has a `cmdline` (others are skipped, as in Perfetto): the parent and
+//! the process are found or created (a new one also gets its main thread, as Perfetto's
+//! `GetOrCreateProcess` does), `parent_upid` is set, `name` is the first argument and `cmdline`
+//! the arguments joined by spaces, both replacing whatever a descriptor said (Perfetto's
+//! `SetProcessMetadata`: the system's view wins; a ProcessDescriptor only names a process that
+//! has no name yet). Two special cases from Perfetto: a single argument is cut at its first
+//! space for the name (processes that rewrite their title with spaces), and a kernel worker
+//! (parent pid 2) named `kworker/N:M-queue` or `+queue` loses the transient queue suffix.
+//! `uid` and `android_appid` (uid % 100000) come from `uid`.
+//!
+//! For each thread: the thread (`tid`) of process `tgid` is found or created, and named with
+//! ProcessTree's priority, below a thread descriptor's (Perfetto's `ThreadNamePriority`:
+//! an instrumented thread's own name is kept over its `comm`).
+//!
+//! # SysStats
+//!
+//! Counters on tracks named and typed like Perfetto's blueprint tracks (`type` column), with
+//! the same dimension args:
+//!
+//! | field | type | name | dimensions | value |
+//! |---|---|---|---|---|
+//! | `meminfo` | `meminfo` | the `/proc/meminfo` key (`MemTotal`, …) | `meminfo_key` | kB × 1024, unit `bytes` |
+//! | `vmstat` | `vmstat` | the `/proc/vmstat` key (`nr_free_pages`, …) | `vmstat_key` | as is |
+//! | `cpu_stat` | `cpustat` | `cpu.times.{user_ns, user_nice_ns, system_mode_ns, idle_ns, io_wait_ns, irq_ns, softirq_ns, steal_ns}` | `cpu`, `cpustat_key` | ns |
+//! | `num_forks` | `num_forks` | `num_forks` | – | as is |
+//! | `num_irq_total` | `num_irq_total` | `num_irq_total` | – | as is |
+//! | `num_softirq_total` | `num_softirq_total` | `num_softirq_total` | – | as is |
+//! | `num_irq` | `num_irq` | `num_irq (id: N)` | `irq` | as is |
+//! | `num_softirq` | `num_softirq` | `num_softirq (id: N)` | `irq` | as is |
+//!
+//! The CPU tracks are listed in `cpu_counter_track` (its `cpu` column is the `cpu` dimension).
+//! Unknown meminfo/vmstat keys and CPU times without `cpu_id` are dropped and counted
+//! (`meminfo_unknown_keys`, `vmstat_unknown_keys`, `invalid_cpu_times`).
+
+use tachyon_protos::TracePacketView;
+
+use crate::import::{Aux, Event, EventKind, Importer};
+use crate::stats::Stat;
+use crate::storage::{name_priority, ArgValue, CounterRow, EventType, TrackRow, NONE};
+use crate::strings::{FxHashMap, StrId};
+
+/// `/proc/meminfo` keys by `MeminfoCounters` value (Perfetto's `kMeminfoKeys`,
+/// `include/perfetto/ext/traced/sys_stats_counters.h`); 0 is unspecified.
+const MEMINFO_NAMES: [&str; 34] = [
+    "",
+    "MemTotal",
+    "MemFree",
+    "MemAvailable",
+    "Buffers",
+    "Cached",
+    "SwapCached",
+    "Active",
+    "Inactive",
+    "Active(anon)",
+    "Inactive(anon)",
+    "Active(file)",
+    "Inactive(file)",
+    "Unevictable",
+    "Mlocked",
+    "SwapTotal",
+    "SwapFree",
+    "Dirty",
+    "Writeback",
+    "AnonPages",
+    "Mapped",
+    "Shmem",
+    "Slab",
+    "SReclaimable",
+    "SUnreclaim",
+    "KernelStack",
+    "PageTables",
+    "CommitLimit",
+    "Committed_AS",
+    "VmallocTotal",
+    "VmallocUsed",
+    "VmallocChunk",
+    "CmaTotal",
+    "CmaFree",
+];
+
+/// `/proc/vmstat` keys by `VmstatCounters` value (Perfetto's `kVmstatKeys`, up to the last
+/// value of our schema copy); 0 is unspecified.
+const VMSTAT_NAMES: [&str; 96] = [
+    "",
+    "nr_free_pages",
+    "nr_alloc_batch",
+    "nr_inactive_anon",
+    "nr_active_anon",
+    "nr_inactive_file",
+    "nr_active_file",
+    "nr_unevictable",
+    "nr_mlock",
+    "nr_anon_pages",
+    "nr_mapped",
+    "nr_file_pages",
+    "nr_dirty",
+    "nr_writeback",
+    "nr_slab_reclaimable",
+    "nr_slab_unreclaimable",
+    "nr_page_table_pages",
+    "nr_kernel_stack",
+    "nr_overhead",
+    "nr_unstable",
+    "nr_bounce",
+    "nr_vmscan_write",
+    "nr_vmscan_immediate_reclaim",
+    "nr_writeback_temp",
+    "nr_isolated_anon",
+    "nr_isolated_file",
+    "nr_shmem",
+    "nr_dirtied",
+    "nr_written",
+    "nr_pages_scanned",
+    "workingset_refault",
+    "workingset_activate",
+    "workingset_nodereclaim",
+    "nr_anon_transparent_hugepages",
+    "nr_free_cma",
+    "nr_swapcache",
+    "nr_dirty_threshold",
+    "nr_dirty_background_threshold",
+    "pgpgin",
+    "pgpgout",
+    "pgpgoutclean",
+    "pswpin",
+    "pswpout",
+    "pgalloc_dma",
+    "pgalloc_normal",
+    "pgalloc_movable",
+    "pgfree",
+    "pgactivate",
+    "pgdeactivate",
+    "pgfault",
+    "pgmajfault",
+    "pgrefill_dma",
+    "pgrefill_normal",
+    "pgrefill_movable",
+    "pgsteal_kswapd_dma",
+    "pgsteal_kswapd_normal",
+    "pgsteal_kswapd_movable",
+    "pgsteal_direct_dma",
+    "pgsteal_direct_normal",
+    "pgsteal_direct_movable",
+    "pgscan_kswapd_dma",
+    "pgscan_kswapd_normal",
+    "pgscan_kswapd_movable",
+    "pgscan_direct_dma",
+    "pgscan_direct_normal",
+    "pgscan_direct_movable",
+    "pgscan_direct_throttle",
+    "pginodesteal",
+    "slabs_scanned",
+    "kswapd_inodesteal",
+    "kswapd_low_wmark_hit_quickly",
+    "kswapd_high_wmark_hit_quickly",
+    "pageoutrun",
+    "allocstall",
+    "pgrotated",
+    "drop_pagecache",
+    "drop_slab",
+    "pgmigrate_success",
+    "pgmigrate_fail",
+    "compact_migrate_scanned",
+    "compact_free_scanned",
+    "compact_isolated",
+    "compact_stall",
+    "compact_fail",
+    "compact_success",
+    "compact_daemon_wake",
+    "unevictable_pgs_culled",
+    "unevictable_pgs_scanned",
+    "unevictable_pgs_rescued",
+    "unevictable_pgs_mlocked",
+    "unevictable_pgs_munlocked",
+    "unevictable_pgs_cleared",
+    "unevictable_pgs_stranded",
+    "nr_zspages",
+    "nr_ion_heap",
+    "nr_gpu_heap",
+];
+
+/// The `cpustat_key` dimension of the eight CPU time counters, in `CpuTimes` field order.
+const CPU_TIMES: [&str; 8] = [
+    "user_ns",
+    "user_nice_ns",
+    "system_mode_ns",
+    "idle_ns",
+    "io_wait_ns",
+    "irq_ns",
+    "softirq_ns",
+    "steal_ns",
+];
+
+/// Perfetto's `kthreadd`: its children are kernel threads.
+const KTHREADD_PID: i64 = 2;
+
+/// The kinds of system tracks (Perfetto's blueprint names, the `type` column).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Kind {
+    Meminfo,
+    Vmstat,
+    CpuStat,
+    NumForks,
+    NumIrqTotal,
+    NumSoftirqTotal,
+    NumIrq,
+    NumSoftirq,
+}
+
+impl Kind {
+    fn type_name(self) -> &'static str {
+        match self {
+            Kind::Meminfo => "meminfo",
+            Kind::Vmstat => "vmstat",
+            Kind::CpuStat => "cpustat",
+            Kind::NumForks => "num_forks",
+            Kind::NumIrqTotal => "num_irq_total",
+            Kind::NumSoftirqTotal => "num_softirq_total",
+            Kind::NumIrq => "num_irq",
+            Kind::NumSoftirq => "num_softirq",
+        }
+    }
+}
+
+/// One system track, identified by its kind, string dimension (the meminfo/vmstat/cpustat
+/// key) and numeric dimension (cpu or irq).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct TrackKey {
+    kind: Kind,
+    key: Option<&'static str>,
+    num: Option<i64>,
+}
+
+/// System tracks, described at tokenizing and created (in parse order, like every other track)
+/// on their first counter value.
+#[derive(Debug, Default)]
+pub(crate) struct SystemState {
+    keys: Vec<TrackKey>,
+    ids: FxHashMap<TrackKey, u32>,
+    /// Index into `keys` → track id (`NONE` until created).
+    tracks: Vec<u32>,
+}
+
+impl SystemState {
+    fn intern(&mut self, key: TrackKey) -> u64 {
+        let next = self.keys.len() as u32;
+        let id = *self.ids.entry(key).or_insert_with(|| {
+            self.keys.push(key);
+            self.tracks.push(NONE);
+            next
+        });
+        id as u64
+    }
+}
+
+/// Perfetto's `MaybeTruncateKworkerName`: `kworker/45:2-mm_percpu_wq` → `kworker/45:2`.
+fn truncate_kworker(name: &str) -> &str {
+    if let Some(rest) = name.strip_prefix("kworker/") {
+        if let Some(i) = rest.find(['+', '-']) {
+            return &name[..8 + i];
+        }
+    }
+    name
+}
+
+impl Importer {
+    // === Tokenizing ===
+
+    /// Queues the processes and threads of a ProcessTree packet at `ts`.
+    pub(crate) fn process_tree(&mut self, p: &TracePacketView<'_>, ts: i64) -> Result<(), ()> {
+        let tree = p.process_tree().map_err(drop)?;
+        let mut kthreads = Vec::new();
+        for proc in tree.processes() {
+            let proc = proc.map_err(drop)?;
+            let args: Vec<&str> = proc.cmdline().filter_map(Result::ok).collect();
+            if args.is_empty() {
+                continue;
+            }
+            let (pid, ppid) = (proc.pid() as i64, proc.ppid() as i64);
+            let mut argv0 = args[0];
+            let mut joined = None;
+            if ppid == KTHREADD_PID {
+                kthreads.push(pid);
+                let t = truncate_kworker(argv0);
+                if t.len() != argv0.len() {
+                    argv0 = t;
+                    joined = Some(t.to_owned());
+                }
+            }
+            if args.len() == 1 {
+                if let Some(i) = argv0.find(' ') {
+                    argv0 = &argv0[..i];
+                }
+            }
+            let joined = joined.unwrap_or_else(|| args.join(" "));
+            let strings = &mut self.st.strings;
+            let aux = Aux {
+                pid: Some(pid),
+                tid: 0,
+                name: strings.intern(argv0),
+                cmdline: strings.intern(&joined),
+                ppid: Some(ppid),
+                uid: proc.has_uid().then(|| proc.uid() as u32),
+            };
+            self.push_aux(ts, EventKind::TreeProcess, aux);
+        }
+        for t in tree.threads() {
+            let t = t.map_err(drop)?;
+            let (tid, tgid) = (t.tid() as i64, t.tgid() as i64);
+            let name = if t.has_name() {
+                let raw = String::from_utf8_lossy(t.name_bytes());
+                let name = if tid == tgid && kthreads.contains(&tid) {
+                    truncate_kworker(&raw)
+                } else {
+                    &raw
+                };
+                self.st.strings.intern(name)
+            } else {
+                NONE
+            };
+            let aux = Aux {
+                pid: Some(tgid),
+                tid,
+                name,
+                cmdline: NONE,
+                ppid: None,
+                uid: None,
+            };
+            self.push_aux(ts, EventKind::TreeThread, aux);
+        }
+        Ok(())
+    }
+
+    /// Turns a SysStats packet into counter events (timestamps to be set by the caller).
+    pub(crate) fn sys_stats(
+        &mut self,
+        p: &TracePacketView<'_>,
+        out: &mut Vec<Event>,
+    ) -> Result<(), ()> {
+        let s = p.sys_stats().map_err(drop)?;
+        let mut push = |sys: &mut SystemState, key: TrackKey, value: f64| {
+            let track = sys.intern(key);
+            out.push(Event::bare(
+                EventKind::SystemCounter,
+                0,
+                track,
+                value.to_bits(),
+            ));
+        };
+        for m in s.meminfo() {
+            let m = m.map_err(drop)?;
+            match MEMINFO_NAMES.get(m.key_raw() as usize) {
+                Some(&name) if m.key_raw() > 0 => {
+                    let key = TrackKey {
+                        kind: Kind::Meminfo,
+                        key: Some(name),
+                        num: None,
+                    };
+                    // /proc/meminfo is in kB; the table is in bytes.
+                    push(&mut self.system, key, m.value() as f64 * 1024.0);
+                }
+                _ => self.st.stats.inc(Stat::meminfo_unknown_keys),
+            }
+        }
+        for v in s.vmstat() {
+            let v = v.map_err(drop)?;
+            match VMSTAT_NAMES.get(v.key_raw() as usize) {
+                Some(&name) if v.key_raw() > 0 => {
+                    let key = TrackKey {
+                        kind: Kind::Vmstat,
+                        key: Some(name),
+                        num: None,
+                    };
+                    push(&mut self.system, key, v.value() as f64);
+                }
+                _ => self.st.stats.inc(Stat::vmstat_unknown_keys),
+            }
+        }
+        for c in s.cpu_stat() {
+            let c = c.map_err(drop)?;
+            if !c.has_cpu_id() {
+                self.st.stats.inc(Stat::invalid_cpu_times);
+                continue;
+            }
+            let values = [
+                c.user_ns(),
+                c.user_nice_ns(),
+                c.system_mode_ns(),
+                c.idle_ns(),
+                c.io_wait_ns(),
+                c.irq_ns(),
+                c.softirq_ns(),
+                c.steal_ns(),
+            ];
+            for (name, v) in CPU_TIMES.into_iter().zip(values) {
+                let key = TrackKey {
+                    kind: Kind::CpuStat,
+                    key: Some(name),
+                    num: Some(c.cpu_id() as i64),
+                };
+                push(&mut self.system, key, v as f64);
+            }
+        }
+        let irqs = s.num_irq().map(|i| (Kind::NumIrq, i));
+        let softirqs = s.num_softirq().map(|i| (Kind::NumSoftirq, i));
+        for (kind, i) in irqs.chain(softirqs) {
+            let i = i.map_err(drop)?;
+            let key = TrackKey {
+                kind,
+                key: None,
+                num: Some(i.irq() as i64),
+            };
+            push(&mut self.system, key, i.count() as f64);
+        }
+        for (kind, has, value) in [
+            (Kind::NumForks, s.has_num_forks(), s.num_forks()),
+            (Kind::NumIrqTotal, s.has_num_irq_total(), s.num_irq_total()),
+            (
+                Kind::NumSoftirqTotal,
+                s.has_num_softirq_total(),
+                s.num_softirq_total(),
+            ),
+        ] {
+            if has {
+                let key = TrackKey {
+                    kind,
+                    key: None,
+                    num: None,
+                };
+                push(&mut self.system, key, value as f64);
+            }
+        }
+        Ok(())
+    }
+
+    // === Parsing ===
+
+    /// Perfetto's `ProcessTracker::GetOrCreateProcess`: a new process also gets its main thread.
+    fn tree_process(&mut self, pid: i64) -> u32 {
+        let new = !self.st.has_process(pid);
+        let upid = self.st.process(pid);
+        if new {
+            self.st.thread(pid, Some(pid));
+        }
+        upid
+    }
+
+    /// A ProcessTree process: parent, name, command line and uid.
+    pub(crate) fn apply_tree_process(&mut self, a: &Aux) {
+        let (Some(pid), Some(ppid)) = (a.pid, a.ppid) else {
+            return;
+        };
+        let parent = self.tree_process(ppid);
+        let upid = self.tree_process(pid);
+        let p = &mut self.st.processes[upid as usize];
+        if parent != upid {
+            p.parent = parent;
+        }
+        p.name = a.name;
+        p.cmdline = a.cmdline;
+        if a.uid.is_some() {
+            p.uid = a.uid;
+        }
+    }
+
+    /// A ProcessTree thread: joins its process and is named, unless a descriptor named it.
+    pub(crate) fn apply_tree_thread(&mut self, a: &Aux) {
+        let Some(tgid) = a.pid else { return };
+        let new_process = !self.st.has_process(tgid);
+        let utid = self.st.thread(a.tid, Some(tgid));
+        if new_process && a.tid != tgid {
+            self.st.thread(tgid, Some(tgid));
+        }
+        self.st
+            .set_thread_name(utid, a.name, name_priority::PROCESS_TREE);
+    }
+
+    /// A SysStats counter value, on its track (created on first use).
+    pub(crate) fn apply_system_counter(&mut self, ev: &Event) {
+        let idx = ev.track as usize;
+        let Some(&key) = self.system.keys.get(idx) else {
+            return;
+        };
+        let mut track = self.system.tracks[idx];
+        if track == NONE {
+            track = self.create_system_track(key);
+            self.system.tracks[idx] = track;
+        }
+        self.st.counters.push(CounterRow {
+            ts: ev.ts,
+            track,
+            value: f64::from_bits(ev.data),
+        });
+    }
+
+    fn create_system_track(&mut self, k: TrackKey) -> u32 {
+        let strings = &mut self.st.strings;
+        let name = match (k.kind, k.key, k.num) {
+            (Kind::CpuStat, Some(key), _) => strings.intern(&format!("cpu.times.{key}")),
+            (Kind::NumIrq, _, Some(n)) => strings.intern(&format!("num_irq (id: {n})")),
+            (Kind::NumSoftirq, _, Some(n)) => strings.intern(&format!("num_softirq (id: {n})")),
+            (_, Some(key), _) => strings.intern(key),
+            (kind, ..) => strings.intern(kind.type_name()),
+        };
+        let unit: StrId = match k.kind {
+            Kind::Meminfo => strings.intern("bytes"),
+            _ => NONE,
+        };
+        let dims: Vec<(&str, ArgValue)> = match k.kind {
+            Kind::Meminfo | Kind::Vmstat => {
+                let key_name = if k.kind == Kind::Meminfo {
+                    "meminfo_key"
+                } else {
+                    "vmstat_key"
+                };
+                let v = strings.intern(k.key.unwrap_or(""));
+                vec![(key_name, ArgValue::Str(v))]
+            }
+            Kind::CpuStat => {
+                let v = strings.intern(k.key.unwrap_or(""));
+                vec![
+                    ("cpu", ArgValue::Int(k.num.unwrap_or(0))),
+                    ("cpustat_key", ArgValue::Str(v)),
+                ]
+            }
+            Kind::NumIrq | Kind::NumSoftirq => vec![("irq", ArgValue::Int(k.num.unwrap_or(0)))],
+            Kind::NumForks | Kind::NumIrqTotal | Kind::NumSoftirqTotal => Vec::new(),
+        };
+        let dimension_arg_set = if dims.is_empty() {
+            NONE
+        } else {
+            let set = self.st.new_arg_set();
+            for (key, value) in dims {
+                self.st.push_arg_str_key(set, key, value);
+            }
+            set
+        };
+        let id = self.st.tracks.len() as u32;
+        self.st.tracks.push(TrackRow {
+            name,
+            kind: k.kind.type_name(),
+            event_type: EventType::Counter,
+            dimension_arg_set,
+            parent: NONE,
+            source_arg_set: NONE,
+            utid: NONE,
+            upid: NONE,
+            unit,
+            description: NONE,
+        });
+        id
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kworker_names_lose_their_queue() {
+        assert_eq!(
+            truncate_kworker("kworker/45:2-mm_percpu_wq"),
+            "kworker/45:2"
+        );
+        assert_eq!(
+            truncate_kworker("kworker/u16:0+events_unbound"),
+            "kworker/u16:0"
+        );
+        assert_eq!(truncate_kworker("kworker/0:1H"), "kworker/0:1H");
+        assert_eq!(truncate_kworker("kswapd0"), "kswapd0");
+        assert_eq!(truncate_kworker("kworker/"), "kworker/");
+    }
+
+    #[test]
+    fn name_tables_match_the_enums() {
+        use tachyon_protos::{MeminfoCounters, VmstatCounters};
+        assert_eq!(
+            MEMINFO_NAMES[MeminfoCounters::MeminfoCommitedAs as usize],
+            "Committed_AS"
+        );
+        assert_eq!(
+            MEMINFO_NAMES[MeminfoCounters::MeminfoCmaFree as usize],
+            "CmaFree"
+        );
+        assert_eq!(
+            VMSTAT_NAMES[VmstatCounters::VmstatPgmajfault as usize],
+            "pgmajfault"
+        );
+        assert_eq!(
+            VMSTAT_NAMES[VmstatCounters::VmstatNrGpuHeap as usize],
+            "nr_gpu_heap"
+        );
+        assert!(MeminfoCounters::from_i32(MEMINFO_NAMES.len() as i32).is_none());
+        assert!(VmstatCounters::from_i32(VMSTAT_NAMES.len() as i32).is_none());
+    }
+}
