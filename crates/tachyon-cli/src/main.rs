@@ -7,7 +7,6 @@ mod commands;
 mod demo;
 mod load;
 mod output;
-#[allow(dead_code)] // Until `tachyon record -c` (issue 6) uses it.
 mod trace_config_text;
 
 use std::process::ExitCode;
@@ -27,6 +26,8 @@ enum Command {
     Demo(commands::demo::Args),
     Query(commands::query::Args),
     Stats(commands::stats::Args),
+    Record(commands::record::Args),
+    Traced(commands::traced::Args),
 }
 
 fn main() -> ExitCode {
@@ -35,6 +36,8 @@ fn main() -> ExitCode {
         Command::Demo(args) => commands::demo::run(args),
         Command::Query(args) => commands::query::run(args),
         Command::Stats(args) => commands::stats::run(args),
+        Command::Record(args) => commands::record::run(args),
+        Command::Traced(args) => commands::traced::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -2,4 +2,6 @@
 
 pub(crate) mod demo;
 pub(crate) mod query;
+pub(crate) mod record;
 pub(crate) mod stats;
+pub(crate) mod traced;
