@@ -2,7 +2,8 @@
 //! counter on two threads, and write `quickstart.pftrace` (open it in ui.perfetto.dev, or
 //! `cargo run -p tachyon-cli -- stats quickstart.pftrace`).
 //!
-//! Run: `cargo run -p tachyon --example quickstart`
+//! Run: `cargo run -p tachyon --example quickstart`, or under a daemon (system mode):
+//! `tachyon record -o all.pftrace -- cargo run -p tachyon --example quickstart`
 
 fn fib(n: u64) -> u64 {
     let _zone = tachyon::zone!("fib", n = n);
@@ -16,7 +17,9 @@ fn fib(n: u64) -> u64 {
 fn main() -> std::io::Result<()> {
     tachyon::start(tachyon::Config {
         output: Some("quickstart.pftrace".into()),
-        ..tachyon::Config::default()
+        // The TACHYON_* environment variables still apply; with TACHYON_PRODUCER_SOCK set the
+        // events go to that `tachyon traced` daemon instead of a file of our own.
+        ..tachyon::Config::from_env()?
     })?;
     tachyon::set_process_name("quickstart");
 
@@ -37,11 +40,17 @@ fn main() -> std::io::Result<()> {
     worker.join().expect("worker panicked");
 
     let report = tachyon::shutdown()?.expect("tracing was started above");
-    println!(
-        "wrote {} ({} bytes, {} packets dropped)",
-        report.path.unwrap().display(),
-        report.bytes,
-        report.writers.packets_dropped
-    );
+    match &report.path {
+        Some(path) => println!(
+            "wrote {} ({} bytes, {} packets dropped)",
+            std::fs::canonicalize(path)
+                .unwrap_or_else(|_| path.clone())
+                .display(),
+            report.bytes,
+            report.writers.packets_dropped
+        ),
+        // System mode (TACHYON_PRODUCER_SOCK): the daemon has the trace.
+        None => println!("{report}"),
+    }
     Ok(())
 }

@@ -60,12 +60,17 @@ fn main() -> std::io::Result<()> {
     }
 
     let report = tachyon::shutdown()?.expect("tracing was started above");
-    let path = report.path.expect("the trace goes to a file");
-    println!(
-        "wrote {} ({} bytes, {} packets dropped)",
-        std::fs::canonicalize(&path).unwrap_or(path).display(),
-        report.bytes,
-        report.writers.packets_dropped
-    );
+    match &report.path {
+        Some(path) => println!(
+            "wrote {} ({} bytes, {} packets dropped)",
+            std::fs::canonicalize(path)
+                .unwrap_or_else(|_| path.clone())
+                .display(),
+            report.bytes,
+            report.writers.packets_dropped
+        ),
+        // System mode (TACHYON_PRODUCER_SOCK): the daemon has the trace.
+        None => println!("{report}"),
+    }
     Ok(())
 }

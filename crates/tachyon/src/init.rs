@@ -1,19 +1,35 @@
 //! Starting and stopping the process's tracing: [`init`] (defaults from the environment),
 //! [`start`] (a [`Config`]), [`shutdown`].
 //!
-//! The trace goes through a [`Backend`]. Today that is the in-process one: the service is a
-//! thread of this process and the trace is written to a file (or kept in memory) at
-//! [`shutdown`], or at process exit when [`init`] started it. System mode (a `tachyon traced`
-//! daemon owning the buffers of many processes) is the next variant of [`Backend`].
+//! The trace goes through a [`Backend`]:
+//!
+//! - **In-process**: the service is a thread of this process and the trace is written to a file
+//!   (or kept in memory) at [`shutdown`], or at process exit when [`init`] started it.
+//! - **System mode** ([`Config::producer_socket`]): a `tachyon traced` daemon owns the trace
+//!   (see [`SystemSession`]). The process connects, registers the `track_event` data source and
+//!   records while the daemon has a tracing session that wants it, into the shared memory the
+//!   daemon hands out; the file is the consumer's (`tachyon record`). The daemon's config
+//!   decides the categories and buffers; of the variables below only `TACHYON_SMB_SIZE` (the
+//!   size asked for), `TACHYON_ON_FULL` and `TACHYON_CLOCK` apply. If the daemon is absent or
+//!   goes away, tracing simply stops: connecting takes at most
+//!   [`DAEMON_CONNECT_BUDGET`](crate::DAEMON_CONNECT_BUDGET), no traced thread ever waits on the
+//!   socket, and nothing panics.
+//!
+//! [`init`] picks the backend: `TACHYON_DISABLE=1` wins (nothing at all); else with
+//! `TACHYON_PRODUCER_SOCK` set, system mode — and if no daemon answers there, one line on stderr
+//! and no tracing; else, if the default producer socket (`tachyon_ipc::paths::producer_socket`)
+//! exists, system mode when a daemon answers there, in-process otherwise (silently); else
+//! in-process. [`start`] uses exactly the backend its [`Config`] names.
 //!
 //! # Environment variables read by [`init`] / [`Config::from_env`]
 //!
 //! | variable | meaning | default |
 //! |---|---|---|
+//! | `TACHYON_PRODUCER_SOCK` | system mode: the daemon's producer socket | in-process |
 //! | `TACHYON_OUT` | trace file | `trace.pftrace` |
 //! | `TACHYON_BUFFER_SIZE` | central buffer size (`64M`, `512K`, `1G`, bytes) | 32 MiB |
 //! | `TACHYON_FILL_POLICY` | `ring_buffer` or `discard` | `ring_buffer` |
-//! | `TACHYON_SMB_SIZE` | shared memory buffer size | 4 MiB |
+//! | `TACHYON_SMB_SIZE` | shared memory buffer size (system mode: asked of the daemon) | 4 MiB |
 //! | `TACHYON_ON_FULL` | writers when the SMB is full: `drop`, `stall`, `stall_then_drop` | `stall_then_drop` |
 //! | `TACHYON_CATEGORIES` | enabled category globs, comma-separated | everything |
 //! | `TACHYON_DISABLED_CATEGORIES` | disabled category globs | none |
@@ -33,6 +49,7 @@ use std::time::Duration;
 use tachyon_service::{BufferSpec, DataSourceSpec, FillPolicy, SessionConfig};
 
 use crate::session::{InProcessSession, SessionOptions};
+use crate::system::{SystemOptions, SystemReport, SystemSession};
 use crate::track_event::global::{self, SessionHandle};
 use crate::track_event::{state, CategoryFilter};
 use crate::writer::{ArbiterConfig, ArbiterStats, BufferExhaustedPolicy};
@@ -64,6 +81,11 @@ pub struct Config {
     pub incremental_timestamps: bool,
     /// How long [`shutdown`] waits for other threads' writers to flush.
     pub stop_timeout: Duration,
+    /// System mode: trace into the `tachyon traced` daemon listening on this producer socket
+    /// (`TACHYON_PRODUCER_SOCK`) instead of in-process. The daemon's trace config then decides
+    /// the buffers, categories and output; `smb_size` is the size asked for, and `on_full`,
+    /// `incremental_timestamps` and `stop_timeout` still apply.
+    pub producer_socket: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -81,6 +103,7 @@ impl Default for Config {
             stream: false,
             incremental_timestamps: true,
             stop_timeout: Duration::from_millis(500),
+            producer_socket: None,
         }
     }
 }
@@ -120,6 +143,10 @@ impl Config {
     /// [`from_env`](Self::from_env) over any variable source.
     pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let mut c = Config::default();
+        // Empty means unset, as for `tachyon_ipc::paths::producer_socket`.
+        if let Some(v) = var(tachyon_ipc::paths::PRODUCER_SOCK_ENV).filter(|v| !v.is_empty()) {
+            c.producer_socket = Some(PathBuf::from(v));
+        }
         if let Some(v) = var("TACHYON_OUT") {
             if v.is_empty() {
                 return Err(ConfigError("TACHYON_OUT is empty".into()));
@@ -256,16 +283,29 @@ pub(crate) fn parse_size(name: &str, v: &str) -> Result<usize, ConfigError> {
         })
 }
 
-/// Where a session's trace goes. The seam system mode plugs into: a daemon-backed variant
-/// connects to `tachyon traced` and writes into the daemon's shared memory instead.
+/// Where a session's trace goes.
 #[derive(Debug)]
 pub enum Backend {
     /// The service runs as a thread of this process.
     InProcess(InProcessSession),
+    /// A `tachyon traced` daemon owns the trace; this process writes into its shared memory
+    /// (system mode).
+    System(SystemSession),
 }
 
 impl Backend {
     fn start(config: &Config) -> io::Result<Backend> {
+        if let Some(socket) = &config.producer_socket {
+            let options = SystemOptions {
+                socket: socket.clone(),
+                smb_size_hint: config.smb_size,
+                on_full: config.on_full,
+                incremental_timestamps: config.incremental_timestamps,
+                stop_timeout: config.stop_timeout,
+                producer_name: global::process_name(),
+            };
+            return SystemSession::connect(options).map(Backend::System);
+        }
         let options = SessionOptions {
             smb_size: config.smb_size,
             page_size: PageSize::Kib4,
@@ -280,12 +320,6 @@ impl Backend {
             Box::new(global::clear_incremental_state),
         )?;
         Ok(Backend::InProcess(session))
-    }
-
-    fn arbiter(&self) -> &std::sync::Arc<crate::SmbArbiter> {
-        match self {
-            Backend::InProcess(s) => s.arbiter(),
-        }
     }
 }
 
@@ -315,19 +349,94 @@ pub struct Report {
     /// was full, stalls.
     pub writers: ArbiterStats,
     /// Threads whose writer had not flushed when the session stopped (idle threads): the
-    /// packets in their last chunk are not in the trace.
+    /// packets in their last chunk are not in the trace (in system mode the daemon scrapes
+    /// them).
     pub writers_still_active: usize,
+    /// System mode: what the connection to the daemon did (`path` is `None` and `bytes` 0 then:
+    /// the trace is the daemon's and its consumer's).
+    pub system: Option<SystemReport>,
 }
 
-/// Starts tracing with [`Config::from_env`], the trace written to `TACHYON_OUT` (default
-/// `trace.pftrace`) at [`shutdown`] or when the process exits. `TACHYON_DISABLE=1` makes it
-/// do nothing. An error if a session is already running or a variable does not parse.
+impl std::fmt::Display for Report {
+    /// One line: `wrote FILE (N bytes, D packets dropped)`, or what went to the daemon.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let dropped = self.writers.packets_dropped;
+        match (&self.path, &self.system) {
+            (_, Some(s)) => {
+                write!(
+                    f,
+                    "traced into the daemon at {} ({} tracing session(s), {} chunks committed, {dropped} packets dropped",
+                    s.socket.display(),
+                    s.data_sources_started,
+                    self.writers.chunks_committed,
+                )?;
+                if s.daemon_lost {
+                    write!(
+                        f,
+                        "; the daemon went away and tracing stopped then, {} commits lost",
+                        s.commits_dropped
+                    )?;
+                }
+                f.write_str(")")
+            }
+            (Some(p), None) => write!(
+                f,
+                "wrote {} ({} bytes, {dropped} packets dropped)",
+                p.display(),
+                self.bytes
+            ),
+            (None, None) => write!(
+                f,
+                "kept the trace in memory ({} bytes, {dropped} packets dropped)",
+                self.bytes
+            ),
+        }
+    }
+}
+
+/// Starts tracing with [`Config::from_env`]: into a `tachyon traced` daemon when
+/// `TACHYON_PRODUCER_SOCK` is set or the default producer socket has one listening, else
+/// in-process with the trace written to `TACHYON_OUT` (default `trace.pftrace`) at
+/// [`shutdown`] or when the process exits (module docs). `TACHYON_DISABLE=1` makes it do
+/// nothing. An error if a session is already running or a variable does not parse; a daemon
+/// that does not answer is not an error (tracing is off, and with `TACHYON_PRODUCER_SOCK` set a
+/// line on stderr says why).
 pub fn init() -> io::Result<()> {
     if std::env::var("TACHYON_DISABLE").is_ok_and(|v| parse_flag("TACHYON_DISABLE", &v) == Ok(true))
     {
         return Ok(());
     }
-    start_inner(Config::from_env()?, true)
+    let config = Config::from_env()?;
+    if let Some(socket) = config.producer_socket.clone() {
+        return match start_inner(config, true) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
+                eprintln!(
+                    "tachyon: no tracing: cannot trace into the daemon at {} ({}): {e}",
+                    socket.display(),
+                    tachyon_ipc::paths::PRODUCER_SOCK_ENV,
+                );
+                Ok(())
+            }
+            other => other,
+        };
+    }
+    let default = tachyon_ipc::paths::producer_socket();
+    if is_socket(&default) {
+        let system = Config {
+            producer_socket: Some(default),
+            ..config.clone()
+        };
+        match start_inner(system, true) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {}
+            other => return other,
+        }
+    }
+    start_inner(config, true)
+}
+
+fn is_socket(path: &std::path::Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(path).is_ok_and(|m| m.file_type().is_socket())
 }
 
 /// Starts tracing with `config` (no process-exit hook: call [`shutdown`]).
@@ -346,13 +455,16 @@ fn start_inner(config: Config, at_exit: bool) -> io::Result<()> {
     // Calibrate the clock before the first event pays for it.
     let _ = crate::clock::clock();
     let backend = Backend::start(&config)?;
-    let handle = SessionHandle {
-        session: global::next_session_number(),
-        arbiter: backend.arbiter().clone(),
-        target_buffer: 0,
-        incremental_timestamps: config.incremental_timestamps,
-    };
-    global::install(handle, config.categories.clone());
+    // In system mode the daemon starts and stops sessions (the command thread installs them).
+    if let Backend::InProcess(session) = &backend {
+        let handle = SessionHandle {
+            session: global::next_session_number(),
+            arbiter: session.arbiter().clone(),
+            target_buffer: 0,
+            incremental_timestamps: config.incremental_timestamps,
+        };
+        global::install(handle, config.categories.clone());
+    }
     *slot = Some(Active {
         backend,
         output: config.output.clone(),
@@ -372,7 +484,9 @@ pub fn is_active() -> bool {
 /// Stops tracing: nothing is recorded from now on, this thread's writer flushes, other
 /// threads' writers flush at their next event or when they exit (waiting up to
 /// [`Config::stop_timeout`]), then every callsite reads disabled and the trace is written.
-/// `Ok(None)` if no session was running.
+/// In system mode the commits still queued are sent and the connection to the daemon is
+/// closed (the daemon writes the trace; the report says what was sent). `Ok(None)` if no
+/// session was running.
 pub fn shutdown() -> io::Result<Option<Report>> {
     // Held until the end: a session started while this one drains would otherwise have its
     // callsites disabled below.
@@ -380,13 +494,27 @@ pub fn shutdown() -> io::Result<Option<Report>> {
     let Some(active) = slot.take() else {
         return Ok(None);
     };
+    let session = match active.backend {
+        Backend::InProcess(session) => session,
+        Backend::System(system) => {
+            let stop = system.stop();
+            drop(slot);
+            return Ok(Some(Report {
+                path: None,
+                trace: Vec::new(),
+                bytes: 0,
+                writers: stop.writers,
+                writers_still_active: stop.writers_still_active,
+                system: Some(stop.report),
+            }));
+        }
+    };
     // The session ends first and the callsites are disabled only once it has stopped: a thread
     // still tracing must reach its state (through an enabled callsite, which takes the slow
     // path once in an ended session) to drop, and so flush, its writer. Disabled callsites
     // would leave it holding the writer, and the stop would wait out its timeout.
     global::end_session();
     state::release_thread_writer();
-    let Backend::InProcess(session) = active.backend;
     let stop = session.stop();
     global::disable_callsites();
     drop(slot);
@@ -401,6 +529,7 @@ pub fn shutdown() -> io::Result<Option<Report>> {
         bytes,
         writers: stop.arbiter,
         writers_still_active: stop.writers_still_active,
+        system: None,
     }))
 }
 
@@ -472,8 +601,12 @@ mod tests {
             ("TACHYON_FILL_POLICY", "discard"),
             ("TACHYON_CATEGORIES", "net,io*"),
             ("TACHYON_CLEAR_PERIOD_MS", "250"),
+            ("TACHYON_PRODUCER_SOCK", "/run/t.sock"),
         ]))
         .unwrap();
+        assert_eq!(c.producer_socket, Some(PathBuf::from("/run/t.sock")));
+        let unset = Config::from_vars(vars(&[("TACHYON_PRODUCER_SOCK", "")])).unwrap();
+        assert_eq!(unset.producer_socket, None);
         assert_eq!(c.output, Some(PathBuf::from("x.pftrace")));
         assert_eq!(c.buffer_size, 8 << 20);
         assert_eq!(c.fill_policy, FillPolicy::Discard);

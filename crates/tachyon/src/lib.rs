@@ -32,12 +32,15 @@
 //! ```
 //!
 //! The service side (copying committed chunks into central buffers, reading packets out) is
-//! `tachyon-service`.
+//! `tachyon-service`. It runs as a thread of this process ([`InProcessSession`]), or in a
+//! `tachyon traced` daemon that owns the trace of many processes ([`SystemSession`], system
+//! mode: set `TACHYON_PRODUCER_SOCK`, see [`init`]).
 #![deny(missing_docs)]
 
 pub mod clock;
 mod init;
 mod session;
+mod system;
 mod track_event;
 mod writer;
 
@@ -52,6 +55,7 @@ pub use track_event::{
 };
 
 pub use session::{InProcessSession, SessionOptions, StopReport};
+pub use system::{SystemReport, SystemSession, DAEMON_CONNECT_BUDGET};
 pub use tachyon_abi::{CommitRequest, OwnedSmb, PageLayout, PageSize, SharedMemoryAbi};
 pub use tachyon_service::SessionConfig;
 pub use writer::{

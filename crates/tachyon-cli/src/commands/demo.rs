@@ -1,6 +1,7 @@
 //! `tachyon demo`: traces a multi-threaded workload (see `crate::demo`) into a file, then
 //! loads the trace and prints what it holds: events and bytes written, losses, the busiest
-//! zones.
+//! zones. With `TACHYON_PRODUCER_SOCK` set it traces into that `tachyon traced` daemon instead
+//! (system mode) and says what it sent; the trace is then the consumer's (`tachyon record`).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -15,7 +16,9 @@ use crate::output::{render, Format};
 /// Run an instrumented producer/worker-pool workload, write its trace and summarize it.
 ///
 /// The `TACHYON_*` environment variables still apply (buffer sizes, categories, ...);
-/// `--out` sets where the trace goes.
+/// `--out` sets where the trace goes. With `TACHYON_PRODUCER_SOCK` set, the demo traces into
+/// that `tachyon traced` daemon instead (`--out` is then unused: the trace is the daemon's, e.g.
+/// `tachyon record -o all.pftrace -- tachyon demo`).
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
     /// Where the trace is written.
@@ -45,8 +48,15 @@ pub(crate) fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         ..tachyon::Config::from_env().map_err(|e| e.0)?
     };
     let out = args.out.display();
+    let daemon = config.producer_socket.clone();
     tachyon::set_process_name("tachyon-demo");
-    tachyon::start(config).map_err(|e| format!("starting a trace into {out}: {e}"))?;
+    tachyon::start(config).map_err(|e| match &daemon {
+        Some(socket) => format!(
+            "no tachyon traced answers at {} (TACHYON_PRODUCER_SOCK): {e}",
+            socket.display()
+        ),
+        None => format!("starting a trace into {out}: {e}"),
+    })?;
     println!(
         "tachyon demo: 1 producer, {} worker(s), {} s of jobs",
         args.threads, args.seconds
@@ -61,6 +71,10 @@ pub(crate) fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         .ok_or("the tracing session was stopped by someone else")?;
     let summary = summary?;
     print_workload(&summary);
+    if let Some(system) = &report.system {
+        print_system(&report, system);
+        return Ok(());
+    }
 
     let path = report.path.as_deref().unwrap_or(&args.out);
     let abs = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
@@ -103,6 +117,34 @@ pub(crate) fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         shell_path(&abs)
     );
     Ok(())
+}
+
+/// System mode: the trace is the daemon's, so say what went there instead of reading a file.
+fn print_system(report: &tachyon::Report, s: &tachyon::SystemReport) {
+    let w = &report.writers;
+    println!(
+        "traced into the daemon at {} (system mode): {} chunks committed, {} packets dropped by the writers ({} episodes)",
+        s.socket.display(),
+        w.chunks_committed,
+        w.packets_dropped,
+        w.drop_episodes
+    );
+    match s.data_sources_started {
+        0 => println!(
+            "the daemon ran no tracing session with track events while the demo ran: nothing was recorded (start one with tachyon record)"
+        ),
+        1 => println!("1 tracing session recorded the demo"),
+        n => println!("{n} tracing sessions, one after the other, recorded the demo"),
+    }
+    if s.daemon_lost {
+        println!(
+            "the daemon went away during the run: tracing stopped then ({} commits could not be sent)",
+            s.commits_dropped
+        );
+    }
+    println!(
+        "the trace is written by the consumer (tachyon record -o FILE), not by this process; summarize it with: tachyon stats FILE"
+    );
 }
 
 fn print_workload(s: &Summary) {
