@@ -13,7 +13,7 @@
 //!    `trusted_pid`, and `previous_packet_dropped` when the buffer saw loss. Protobuf keeps the
 //!    last occurrence of a field, so a producer cannot override them.
 
-use std::collections::HashMap;
+use crate::fast_hash::IdMap;
 
 use protozero::{FieldValue, ProtoDecoder};
 use tachyon_protos::TracePacket;
@@ -79,7 +79,7 @@ pub fn validate_packet(packet: &[u8]) -> Result<u32, InvalidPacket> {
 /// Writes validated packets with their trusted fields as `Trace.packet` records.
 #[derive(Debug)]
 pub struct PacketWriter {
-    sequence_ids: HashMap<(ProducerId, WriterId), u32>,
+    sequence_ids: IdMap<(ProducerId, WriterId), u32>,
     next_sequence_id: u32,
     scratch: Vec<u8>,
     invalid_packets: u64,
@@ -89,7 +89,7 @@ pub struct PacketWriter {
 impl Default for PacketWriter {
     fn default() -> Self {
         PacketWriter {
-            sequence_ids: HashMap::new(),
+            sequence_ids: IdMap::default(),
             next_sequence_id: SERVICE_SEQUENCE_ID + 1,
             scratch: Vec::new(),
             invalid_packets: 0,

@@ -8,6 +8,8 @@
 //! The in-process service thread ([`crate::InProcessService`]) and, later, the daemon drive it.
 
 use std::collections::HashMap;
+
+use crate::fast_hash::IdMap;
 use std::fs::File;
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -237,7 +239,7 @@ pub struct ServiceCore {
     producers: HashMap<ProducerId, (ProducerState, ProducerIdentity)>,
     /// Identities of every producer ever connected: packets of a producer that left are still
     /// read out (and attributed) after it is gone.
-    identities: HashMap<ProducerId, ProducerIdentity>,
+    identities: IdMap<ProducerId, ProducerIdentity>,
     next_producer: ProducerId,
     packets: PacketWriter,
     commit_stats: CommitStats,
@@ -283,7 +285,7 @@ impl ServiceCore {
             config,
             buffers,
             producers: HashMap::new(),
-            identities: HashMap::new(),
+            identities: IdMap::default(),
             next_producer: 1,
             packets: PacketWriter::new(),
             commit_stats: CommitStats::default(),

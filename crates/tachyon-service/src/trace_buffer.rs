@@ -36,6 +36,8 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
+use crate::fast_hash::IdMap;
+
 use tachyon_abi::{decode_fragment_header, ChunkFlags, Patch};
 
 use crate::stats::{BufferStats, LossCounters};
@@ -243,7 +245,7 @@ pub struct TraceBuffer {
     fifo: VecDeque<RingEntry>,
     slab: Vec<Option<Record>>,
     free: Vec<RecIdx>,
-    sequences: HashMap<SeqKey, Sequence>,
+    sequences: IdMap<SeqKey, Sequence>,
     /// Sequences in order of first commit (read-out order).
     seq_order: Vec<SeqKey>,
     /// DISCARD mode after the first refusal: everything new is refused.
@@ -263,7 +265,7 @@ impl TraceBuffer {
             fifo: VecDeque::new(),
             slab: Vec::new(),
             free: Vec::new(),
-            sequences: HashMap::new(),
+            sequences: IdMap::default(),
             seq_order: Vec::new(),
             discarding: false,
             stats: BufferStats {
@@ -739,6 +741,19 @@ impl TraceBuffer {
                     self.losses.incomplete += 1;
                     seq.loss |= data_loss::PRESENT | data_loss::REASSEMBLY_BROKEN_CHAIN;
                 }
+                if !continues_next {
+                    // The common case, a packet in one fragment: emitted straight from the
+                    // ring, without gathering fragments.
+                    if len == 0 {
+                        continue;
+                    }
+                    let info = take_packet_info(seq, key);
+                    let rec = self.slab[idx].as_ref().expect("exists");
+                    let start = rec.offset + data_start;
+                    self.stats.bytes_read += len as u64;
+                    sink(info, &[&self.ring[start..start + len]]);
+                    continue;
+                }
                 seq.pending = Some(Pending {
                     fragments: vec![(idx, data_start, len)],
                 });
@@ -759,16 +774,7 @@ impl TraceBuffer {
                 // honest. Not a packet.
                 continue;
             }
-            let mut info = PacketInfo {
-                producer: key.0,
-                writer: key.1,
-                previous_packet_dropped: seq.loss,
-            };
-            if !seq.started {
-                info.previous_packet_dropped |= data_loss::PRESENT;
-                seq.started = true;
-            }
-            seq.loss = 0;
+            let info = take_packet_info(seq, key);
             for &(r, _, _) in &pending.fragments {
                 if let Some(rec) = self.slab[r].as_mut() {
                     rec.pinned = false;
@@ -786,6 +792,21 @@ impl TraceBuffer {
             sink(info, &slices);
         }
     }
+}
+
+/// The info of the next packet read from `seq`: its sequence's loss bits since the last packet
+/// (reset here), and `DATA_LOSS_PRESENT` on a sequence's first packet.
+fn take_packet_info(seq: &mut Sequence, key: SeqKey) -> PacketInfo {
+    let mut info = PacketInfo {
+        producer: key.0,
+        writer: key.1,
+        previous_packet_dropped: std::mem::take(&mut seq.loss),
+    };
+    if !seq.started {
+        info.previous_packet_dropped |= data_loss::PRESENT;
+        seq.started = true;
+    }
+    info
 }
 
 /// Abandons the sequence's pending packet, if any, releasing the pins on its chunks. Returns
