@@ -409,11 +409,7 @@ pub fn connect(
 pub type ServiceTable<'a> = (&'a str, u32, &'a [(u32, &'a str)]);
 
 /// Host side: the reply to a bind request for one of `services`.
-pub fn bind_reply(
-    request_id: u64,
-    service_name: &str,
-    services: &[ServiceTable<'_>],
-) -> Vec<u8> {
+pub fn bind_reply(request_id: u64, service_name: &str, services: &[ServiceTable<'_>]) -> Vec<u8> {
     let found = services.iter().find(|(n, _, _)| *n == service_name);
     Frame {
         request_id,
