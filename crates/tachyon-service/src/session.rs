@@ -361,15 +361,15 @@ impl ServiceCore {
     }
 
     /// Scrapes `producer`'s SMB like [`scrape`](Self::scrape), except for writers that never
-    /// committed to this session: their chunks go to buffer `unknown_writers`, or are left
-    /// alone when it is `None`. A service whose producers may serve several sessions at once
-    /// passes `None` for a producer in more than one, so that no session receives another's
-    /// chunks (a chunk header does not say its target buffer).
+    /// committed to this session: `unknown_writers(writer)` says which buffer their chunks go
+    /// to, or `None` to leave them alone. A service whose producers may serve several sessions
+    /// at once uses this so that no session receives another's chunks (a chunk header does not
+    /// say its target buffer).
     pub fn scrape_with(
         &mut self,
         producer: ProducerId,
         view: &ServiceView<'_>,
-        unknown_writers: Option<u16>,
+        mut unknown_writers: impl FnMut(WriterId) -> Option<u16>,
     ) {
         if let Some((state, _)) = self.producers.get(&producer) {
             scrape_with(
@@ -377,12 +377,9 @@ impl ServiceCore {
                 state,
                 &mut self.buffers,
                 &mut self.commit_stats,
-                |writer: WriterId| {
-                    state
-                        .writer_targets
-                        .get(&writer)
-                        .copied()
-                        .or(unknown_writers)
+                |writer: WriterId| match state.writer_targets.get(&writer) {
+                    Some(target) => Some(*target),
+                    None => unknown_writers(writer),
                 },
             );
         }

@@ -140,10 +140,12 @@ pub(crate) fn service_trace_stats(
     buf.serialize().expect("heap buffers do not fail")
 }
 
-/// Largest slice of packet data in one `ReadBuffersResponse.Slice` (Perfetto: 128 KiB − 512).
-pub(crate) const MAX_SLICE: usize = 128 * 1024 - 512;
-/// Budget of one `ReadBuffersResponse` (the frame around it must stay within 128 KiB).
-pub(crate) const MAX_READ_RESPONSE: usize = tachyon_ipc::frame::MAX_FRAME_SIZE - 1024;
+/// Budget of one `ReadBuffersResponse`: the frame around it (request id, flags, the reply's
+/// tag and length) must stay within 128 KiB.
+pub(crate) const MAX_READ_RESPONSE: usize = tachyon_ipc::frame::MAX_FRAME_SIZE - 512;
+/// Largest slice of packet data in one `ReadBuffersResponse.Slice` (Perfetto: 128 KiB − 512;
+/// here a little less, so that a slice alone fits a response).
+pub(crate) const MAX_SLICE: usize = MAX_READ_RESPONSE - 64;
 /// Bytes a slice costs beside its data, at most: the `slices` tag and length, the `data` tag and
 /// length, `last_slice_for_packet`.
 const SLICE_OVERHEAD: usize = 1 + 3 + 1 + 3 + 2;
@@ -240,7 +242,9 @@ mod tests {
         let mut packets = Vec::new();
         let mut current = Vec::new();
         for r in &responses {
-            assert!(r.len() <= MAX_READ_RESPONSE + 64, "{}", r.len());
+            assert!(r.len() <= MAX_READ_RESPONSE, "{}", r.len());
+            let frame = tachyon_ipc::rpc::method_reply(u64::MAX, true, true, r);
+            assert!(frame.len() <= tachyon_ipc::frame::MAX_FRAME_SIZE);
             let v = ReadBuffersResponseView::decode(r).unwrap();
             for s in v.slices() {
                 let s = s.unwrap();

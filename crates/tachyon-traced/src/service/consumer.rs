@@ -204,6 +204,8 @@ impl Service {
 
     /// Sends a frame to a consumer; false (and the consumer is dropped) if that failed.
     pub(super) fn send_to_consumer(&mut self, conn: ConnId, frame: &[u8]) -> bool {
+        // Whoever reads the counters after this reply sees what led to it.
+        self.publish();
         let Some(c) = self.consumers.get(&conn) else {
             return false;
         };

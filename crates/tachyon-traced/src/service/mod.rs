@@ -372,7 +372,7 @@ impl Service {
 
     // === stats ===
 
-    fn publish(&mut self) {
+    pub(super) fn publish(&mut self) {
         self.stats.sessions_active = self.sessions.len() as u32;
         *self.published.lock().unwrap_or_else(|e| e.into_inner()) = self.stats;
     }

@@ -7,7 +7,7 @@
 //! well-formed but refused (a duplicate or overlong data source name, too many data sources)
 //! get an error reply and are counted.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -20,7 +20,8 @@ use tachyon_ipc::shm::SharedMemory;
 use tachyon_protos::{
     initialize_connection_request::ProducerSMBScrapingMode, InitializeConnectionRequestView,
     NotifyDataSourceStoppedRequestView, RegisterDataSourceRequestView, RegisterDataSourceResponse,
-    UnregisterDataSourceRequestView,
+    RegisterTraceWriterRequestView, UnregisterDataSourceRequestView,
+    UnregisterTraceWriterRequestView,
 };
 use tachyon_service::ProducerIdentity;
 
@@ -63,6 +64,12 @@ pub(super) struct Producer {
     /// Scrape the SMB on flush, stop and disconnect (unless the producer opted out).
     pub(super) scraping: bool,
     pub(super) data_sources: Vec<Descriptor>,
+    /// Writer id → global target buffer, from `RegisterTraceWriter` (for scraping writers that
+    /// never committed). At most one entry per writer id (32767).
+    pub(super) writer_buffers: HashMap<u16, u16>,
+    /// Was ever a member of two sessions at once: a writer that never committed and was never
+    /// registered cannot be attributed to a session any more, so it is not scraped.
+    pub(super) shared_between_sessions: bool,
     /// The `GetAsyncCommand` request the commands answer.
     command_stream: Option<u64>,
     /// Commands waiting for the stream to open.
@@ -84,6 +91,8 @@ impl Producer {
             setup_sent: false,
             scraping: true,
             data_sources: Vec::new(),
+            writer_buffers: HashMap::new(),
+            shared_between_sessions: false,
             command_stream: None,
             queued: VecDeque::new(),
         }
@@ -231,9 +240,31 @@ impl Service {
                 self.on_instance_stopped(Who::Conn(conn), v.data_source_id());
                 empty()
             }
-            // RegisterTraceWriter, UnregisterTraceWriter, NotifyDataSourceStarted, Sync:
-            // accepted, nothing to do (writer targets are learned from commits).
-            6 | 7 | 8 | 10 => empty(),
+            6 => {
+                let Ok(v) = RegisterTraceWriterRequestView::decode(args) else {
+                    return Outcome::Violation;
+                };
+                let (writer, target) = (v.trace_writer_id(), v.target_buffer());
+                if writer == 0 || writer > tachyon_abi::MAX_WRITER_ID as u32 || target > 0xffff {
+                    self.stats.requests_refused += 1;
+                    return Outcome::Fail;
+                }
+                let p = self.producers.get_mut(&conn).expect("known producer");
+                p.writer_buffers.insert(writer as u16, target as u16);
+                empty()
+            }
+            7 => {
+                let Ok(v) = UnregisterTraceWriterRequestView::decode(args) else {
+                    return Outcome::Violation;
+                };
+                let p = self.producers.get_mut(&conn).expect("known producer");
+                if let Ok(writer) = u16::try_from(v.trace_writer_id()) {
+                    p.writer_buffers.remove(&writer);
+                }
+                empty()
+            }
+            // NotifyDataSourceStarted, Sync: nothing to do.
+            8 | 10 => empty(),
             _ => Outcome::Fail,
         }
     }
@@ -361,6 +392,8 @@ impl Service {
     }
 
     fn send_to_producer(&mut self, conn: ConnId, frame: &[u8]) {
+        // Whoever reads the counters after this reply sees what led to it.
+        self.publish();
         let Some(p) = self.producers.get(&conn) else {
             return;
         };

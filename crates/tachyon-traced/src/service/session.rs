@@ -362,6 +362,10 @@ impl Service {
             builtin_identity,
             ..
         } = self;
+        // Sessions other than this one that `who` writes into.
+        let elsewhere = sessions
+            .iter()
+            .any(|(s, session)| *s != sid && session.members.contains_key(&who));
         let session = sessions.get_mut(&sid).expect("checked by the caller");
         let spec = session.config().data_sources[spec_idx].clone();
         let global = session.buffers[spec.target_buffer as usize];
@@ -384,10 +388,11 @@ impl Service {
                     handles_clear: d.handles_incremental_state_clear,
                 };
                 let identity = p.identity;
-                session
-                    .members
-                    .entry(who)
-                    .or_insert_with(|| session.core.add_producer(identity));
+                if !session.members.contains_key(&who) {
+                    let member = session.core.add_producer(identity);
+                    session.members.insert(who, member);
+                    p.shared_between_sessions |= elsewhere;
+                }
                 session.instances.push(instance);
                 *next_instance += 1;
                 let config = wire::rewrite_data_source_config(&spec.config, global, sid);
@@ -629,7 +634,7 @@ impl Service {
             let Some(p) = self.producers.get(&conn) else {
                 continue;
             };
-            scrape_into(&mut self.sessions, sid, conn, pid, p);
+            scrape_into(&mut self.sessions, &self.buffer_map, sid, conn, pid, p);
         }
     }
 
@@ -797,7 +802,7 @@ impl Service {
             .filter_map(|(sid, s)| s.members.get(&who).map(|pid| (*sid, *pid)))
             .collect();
         for (sid, pid) in sids {
-            scrape_into(&mut self.sessions, sid, conn, pid, p);
+            scrape_into(&mut self.sessions, &self.buffer_map, sid, conn, pid, p);
             let session = self.sessions.get_mut(&sid).expect("listed above");
             session.core.remove_producer(pid);
             session.members.remove(&who);
@@ -811,10 +816,12 @@ impl Service {
     }
 }
 
-/// Scrapes producer `conn`'s SMB into session `sid` (as its member `pid`). Writers that never
-/// committed go to the producer's data source buffer when it writes to this session only.
+/// Scrapes producer `conn`'s SMB into session `sid` (as its member `pid`). A writer that never
+/// committed goes where `RegisterTraceWriter` said, or, for a producer that never served two
+/// sessions at once, to the buffer of its data source in this session; else it is left alone.
 fn scrape_into(
     sessions: &mut BTreeMap<SessionId, Session>,
+    buffer_map: &HashMap<u16, (SessionId, u16)>,
     sid: SessionId,
     conn: ConnId,
     pid: ProducerId,
@@ -827,21 +834,25 @@ fn scrape_into(
         return;
     };
     let who = Who::Conn(conn);
-    let sessions_of_producer = sessions
-        .values()
-        .filter(|s| s.members.contains_key(&who))
-        .count();
     let Some(session) = sessions.get_mut(&sid) else {
         return;
     };
-    let unknown_writers = if sessions_of_producer == 1 {
+    let fallback = if p.shared_between_sessions {
+        None
+    } else {
         session
             .instances
             .iter()
             .find(|i| i.who == who)
             .map(|i| i.target)
-    } else {
-        None
     };
-    session.core.scrape_with(pid, &view, unknown_writers);
+    session
+        .core
+        .scrape_with(pid, &view, |writer| match p.writer_buffers.get(&writer) {
+            Some(global) => match buffer_map.get(global) {
+                Some(&(s, local)) if s == sid => Some(local),
+                _ => None,
+            },
+            None => fallback,
+        });
 }

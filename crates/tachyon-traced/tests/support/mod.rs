@@ -501,6 +501,39 @@ impl FakeProducer {
         at
     }
 
+    /// Writes raw payload bytes into a new chunk claiming `count` packets (garbage allowed).
+    pub fn write_raw_chunk(&mut self, writer: u16, count: u16, payload: &[u8]) -> (u32, u32) {
+        let id = *self.next_chunk.entry(writer).or_insert(0);
+        self.next_chunk.insert(writer, id.wrapping_add(1));
+        let smb = self.smb();
+        let abi = smb.producer_view(PageSize::Kib4).unwrap();
+        let header = ChunkHeader::new(writer, id);
+        let mut chunk = (0..abi.num_pages())
+            .find_map(|page| {
+                abi.try_acquire_any_chunk_for_writing(page, PageLayout::Div4, header)
+                    .ok()
+            })
+            .expect("a free chunk");
+        for _ in 0..count {
+            chunk.increment_packet_count().unwrap();
+        }
+        chunk.write_payload(0, payload).unwrap();
+        let at = (chunk.page_idx() as u32, chunk.chunk_idx() as u32);
+        abi.release_chunk_as_complete(chunk).unwrap();
+        at
+    }
+
+    /// The state of a chunk of the SMB.
+    pub fn chunk_state(&mut self, at: (u32, u32)) -> tachyon_abi::ChunkState {
+        let smb = self.smb();
+        let abi = smb.producer_view(PageSize::Kib4).unwrap();
+        match abi.chunk_state(at.0 as usize, at.1 as usize) {
+            // A page whose chunks are all free again goes back to unpartitioned.
+            Err(tachyon_abi::AbiError::PageNotPartitioned) => tachyon_abi::ChunkState::Free,
+            r => r.unwrap(),
+        }
+    }
+
     /// Payload bytes a chunk holds (Div4 of 4 KiB pages).
     pub fn chunk_payload_size() -> usize {
         PageSize::Kib4.chunk_size(PageLayout::Div4) - 8
