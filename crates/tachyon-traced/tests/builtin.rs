@@ -1,0 +1,78 @@
+//! The daemon's built-in data sources (`linux.process_stats`, `linux.sys_stats` of
+//! `tachyon-probes`), run as the daemon's own producer with its pid and uid.
+
+mod support;
+
+use std::time::Duration;
+
+use protozero::{HeapBuffered, ProtoDecoder};
+use support::*;
+use tachyon_processor::{Options, TraceProcessor, Value};
+use tachyon_protos::TraceConfig;
+use tachyon_traced::Consumer;
+
+fn config() -> Vec<u8> {
+    let mut buf = HeapBuffered::new();
+    {
+        let mut c: TraceConfig<'_> = buf.root();
+        c.add_buffers().set_size_kb(4096);
+        {
+            let mut ds = c.add_data_sources();
+            ds.set_config().set_name("linux.process_stats");
+        }
+        {
+            let mut ds = c.add_data_sources();
+            let mut cfg = ds.set_config();
+            cfg.set_name("linux.sys_stats");
+            let mut s = cfg.set_sys_stats_config();
+            s.set_stat_period_ms(50);
+        }
+        // A producer data source nobody offers: harmless.
+        c.add_data_sources()
+            .set_config()
+            .set_name("nobody.offers.this");
+    }
+    buf.serialize().unwrap()
+}
+
+#[test]
+fn process_and_system_stats_come_from_the_daemon_itself() {
+    let (_dir, daemon) = daemon_with("builtin", |c| c.builtin_data_sources = true);
+    let mut consumer = Consumer::connect(daemon.consumer_socket()).unwrap();
+    consumer.enable_tracing(&config(), None).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    consumer.disable_tracing().unwrap();
+    consumer.wait_for_end(Some(TIMEOUT)).unwrap().unwrap();
+    let mut trace = Vec::new();
+    consumer.read_buffers(&mut trace).unwrap();
+
+    let (mut trees, mut sys) = (0, 0);
+    for f in ProtoDecoder::new(&trace).map_while(Result::ok) {
+        let p = f.as_message();
+        let is_tree = p.find_field(2).is_some();
+        let is_sys = p.find_field(7).is_some();
+        if is_tree || is_sys {
+            assert_eq!(
+                p.find_last_field(79).map(|f| f.as_i32()),
+                Some(std::process::id() as i32),
+                "the daemon's pid"
+            );
+            assert_eq!(p.find_last_field(3).map(|f| f.as_i32()), Some(my_uid()));
+        }
+        trees += is_tree as usize;
+        sys += is_sys as usize;
+    }
+    assert!(trees >= 1, "a process tree at start");
+    assert!(sys >= 2, "sys stats at start and polled: {sys}");
+    assert_eq!(stats(&trace_stats(&trace)).chunks_discarded, 0);
+
+    // Every pid has a name: this process is in the process table.
+    let tp = TraceProcessor::from_bytes(&trace, &Options::default()).unwrap();
+    let r = tp
+        .query(&format!(
+            "select count(*) from process where pid = {}",
+            std::process::id()
+        ))
+        .unwrap();
+    assert_eq!(r.rows[0][0], Value::Integer(1));
+}

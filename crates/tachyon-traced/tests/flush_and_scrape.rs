@@ -1,0 +1,183 @@
+//! Flushes (acknowledged, timed out), and scraping: packets a producer finished but never
+//! committed reach the trace after a flush, after a disconnect, and after a SIGKILL.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use support::*;
+use tachyon_traced::Consumer;
+
+#[test]
+fn an_acknowledged_flush_succeeds_and_scrapes_uncommitted_chunks() {
+    let (_dir, daemon) = daemon("flush-ack");
+    let mut p = FakeProducer::connect(daemon.producer_socket(), Behaviour::default());
+    let mut consumer = Consumer::connect(daemon.consumer_socket()).unwrap();
+    consumer
+        .enable_tracing(&Config::simple(256, "test.source").encode(), None)
+        .unwrap();
+    let (instance, _) = p.wait_start();
+    // Complete but never committed, and one still being written.
+    p.write_chunk(1, &[packet(1, 0), packet(2, 0)], true);
+    p.write_chunk(2, &[packet(10, 0)], false);
+    assert!(consumer.flush(Duration::from_secs(10)).unwrap());
+    match p.wait_for("Flush", |c| matches!(c, Cmd::Flush { .. })) {
+        Cmd::Flush { instances, .. } => assert_eq!(instances, [instance]),
+        _ => unreachable!(),
+    }
+    // Read while the session runs: the scrape already put them in the buffer.
+    let mut trace = Vec::new();
+    consumer.read_buffers(&mut trace).unwrap();
+    let mut ts = timestamps(&trace);
+    ts.sort_unstable();
+    assert_eq!(ts, [1, 2, 10]);
+    let s = stats(&consumer.trace_stats().unwrap());
+    assert_eq!(
+        (s.flushes_requested, s.flushes_succeeded, s.flushes_failed),
+        (1, 1, 0)
+    );
+    assert_eq!(daemon.stats().flushes_succeeded, 1);
+    consumer.disable_tracing().unwrap();
+    consumer.wait_for_end(Some(TIMEOUT)).unwrap().unwrap();
+}
+
+#[test]
+fn a_flush_nobody_acknowledges_times_out_and_still_scrapes() {
+    let (_dir, daemon) = daemon("flush-timeout");
+    let silent = Behaviour {
+        ack_flushes: false,
+        will_notify_on_stop: false,
+        ..Behaviour::default()
+    };
+    let mut p = FakeProducer::connect(daemon.producer_socket(), silent);
+    let mut prompt = FakeProducer::connect(daemon.producer_socket(), Behaviour::default());
+    let mut consumer = Consumer::connect(daemon.consumer_socket()).unwrap();
+    let mut c = Config::simple(256, "test.source");
+    c.flush_timeout_ms = 200;
+    consumer.enable_tracing(&c.encode(), None).unwrap();
+    p.wait_start();
+    prompt.wait_start();
+    p.write_chunk(1, &[packet(5, 0)], true);
+    assert!(!consumer.flush(Duration::from_millis(200)).unwrap());
+    let s = stats(&consumer.trace_stats().unwrap());
+    assert_eq!((s.flushes_requested, s.flushes_failed), (1, 1));
+    // The stop's flush times out too (after flush_timeout_ms), and the session still ends.
+    consumer.disable_tracing().unwrap();
+    consumer.wait_for_end(Some(TIMEOUT)).unwrap().unwrap();
+    let mut trace = Vec::new();
+    consumer.read_buffers(&mut trace).unwrap();
+    assert_eq!(timestamps(&trace), [5]);
+    let s = stats(&trace_stats(&trace));
+    assert_eq!(s.flushes_failed, 2);
+}
+
+#[test]
+fn a_producer_that_hangs_up_is_scraped_first() {
+    let (_dir, daemon) = daemon("disconnect-scrape");
+    let mut p = FakeProducer::connect(daemon.producer_socket(), Behaviour::default());
+    let mut consumer = Consumer::connect(daemon.consumer_socket()).unwrap();
+    consumer
+        .enable_tracing(&Config::simple(256, "test.source").encode(), None)
+        .unwrap();
+    let (_, buffer) = p.wait_start();
+    let committed = p.write_chunk(1, &[packet(1, 0)], true);
+    p.commit(&[committed], buffer);
+    // Finished packets in a chunk still being written, never committed.
+    p.write_chunk(1, &[packet(2, 0), packet(3, 0), packet(4, 0)], false);
+    p.disconnect();
+    wait_until("the producer to be gone", || {
+        daemon.stats().producers_connected == 0
+    });
+    consumer.disable_tracing().unwrap();
+    consumer.wait_for_end(Some(TIMEOUT)).unwrap().unwrap();
+    let mut trace = Vec::new();
+    consumer.read_buffers(&mut trace).unwrap();
+    assert_eq!(timestamps(&trace), [1, 2, 3, 4]);
+    let read = packets(&trace);
+    assert!(read
+        .iter()
+        .filter(|p| p.timestamp.is_some())
+        .all(|p| p.pid == Some(std::process::id() as i32)));
+}
+
+/// The child side of [`sigkill_loses_no_completed_packet`]: a producer process.
+#[test]
+#[ignore = "run by sigkill_loses_no_completed_packet in a child process"]
+fn child_producer() {
+    let Ok(socket) = std::env::var("TACHYON_TEST_PRODUCER_SOCK") else {
+        return;
+    };
+    let mut p = FakeProducer::connect(socket.as_ref(), Behaviour::default());
+    let (_, buffer) = p.wait_start();
+    // 20 packets committed, 30 complete in uncommitted chunks, 2 in a chunk being written.
+    for i in 0..10u64 {
+        let c = p.write_chunk(1, &[packet(i * 2, 0), packet(i * 2 + 1, 0)], true);
+        p.commit(&[c], buffer);
+    }
+    for i in 0..10u64 {
+        p.write_chunk(
+            1,
+            &[
+                packet(100 + i * 3, 0),
+                packet(101 + i * 3, 0),
+                packet(102 + i * 3, 0),
+            ],
+            true,
+        );
+    }
+    p.write_chunk(1, &[packet(200, 0), packet(201, 0)], false);
+    println!("TACHYON-CHILD-READY");
+    std::thread::sleep(Duration::from_secs(120));
+}
+
+#[test]
+fn sigkill_loses_no_completed_packet() {
+    let (_dir, daemon) = daemon("sigkill");
+    let mut consumer = Consumer::connect(daemon.consumer_socket()).unwrap();
+    consumer
+        .enable_tracing(&Config::simple(1024, "test.source").encode(), None)
+        .unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--ignored",
+            "--exact",
+            "child_producer",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("TACHYON_TEST_PRODUCER_SOCK", daemon.producer_socket())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let child_pid = child.id() as i32;
+    // libtest prints "test child_producer ... " before the child's own output, on one line.
+    let stdout = child.stdout.take().unwrap();
+    let (ready_tx, ready) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if line.contains("TACHYON-CHILD-READY") {
+                let _ = ready_tx.send(());
+            }
+        }
+    });
+    let became_ready = ready.recv_timeout(TIMEOUT).is_ok();
+    child.kill().unwrap(); // SIGKILL
+    assert!(became_ready, "the child producer did not get ready");
+    child.wait().unwrap();
+    wait_until("the producer to be gone", || {
+        let s = daemon.stats();
+        s.producers_seen == 1 && s.producers_connected == 0
+    });
+    consumer.disable_tracing().unwrap();
+    consumer.wait_for_end(Some(TIMEOUT)).unwrap().unwrap();
+    let mut trace = Vec::new();
+    consumer.read_buffers(&mut trace).unwrap();
+    let mut expected: Vec<u64> = (0..20).chain(100..130).chain(200..202).collect();
+    expected.sort_unstable();
+    assert_eq!(timestamps(&trace), expected);
+    for p in packets(&trace).iter().filter(|p| p.timestamp.is_some()) {
+        assert_eq!(p.pid, Some(child_pid), "the dead producer's pid");
+    }
+}
