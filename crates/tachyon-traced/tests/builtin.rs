@@ -3,8 +3,6 @@
 
 mod support;
 
-use std::time::Duration;
-
 use protozero::{HeapBuffered, ProtoDecoder};
 use support::*;
 use tachyon_processor::{Options, TraceProcessor, Value};
@@ -40,18 +38,29 @@ fn process_and_system_stats_come_from_the_daemon_itself() {
     let (_dir, daemon) = daemon_with("builtin", |c| c.builtin_data_sources = true);
     let mut consumer = Consumer::connect(daemon.consumer_socket()).unwrap();
     consumer.enable_tracing(&config(), None).unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    // The probes commit after every poll: read while the session runs until a poll came in.
+    let mut trace = Vec::new();
+    let count = |trace: &[u8]| {
+        let (mut trees, mut sys) = (0, 0);
+        for f in ProtoDecoder::new(trace).map_while(Result::ok) {
+            let p = f.as_message();
+            trees += p.find_field(2).is_some() as usize;
+            sys += p.find_field(7).is_some() as usize;
+        }
+        (trees, sys)
+    };
+    wait_until("a process tree and two sys stats samples", || {
+        consumer.read_buffers(&mut trace).unwrap();
+        let (trees, sys) = count(&trace);
+        trees >= 1 && sys >= 2
+    });
     consumer.disable_tracing().unwrap();
     consumer.wait_for_end(Some(TIMEOUT)).unwrap().unwrap();
-    let mut trace = Vec::new();
     consumer.read_buffers(&mut trace).unwrap();
 
-    let (mut trees, mut sys) = (0, 0);
     for f in ProtoDecoder::new(&trace).map_while(Result::ok) {
         let p = f.as_message();
-        let is_tree = p.find_field(2).is_some();
-        let is_sys = p.find_field(7).is_some();
-        if is_tree || is_sys {
+        if p.find_field(2).is_some() || p.find_field(7).is_some() {
             assert_eq!(
                 p.find_last_field(79).map(|f| f.as_i32()),
                 Some(std::process::id() as i32),
@@ -59,9 +68,8 @@ fn process_and_system_stats_come_from_the_daemon_itself() {
             );
             assert_eq!(p.find_last_field(3).map(|f| f.as_i32()), Some(my_uid()));
         }
-        trees += is_tree as usize;
-        sys += is_sys as usize;
     }
+    let (trees, sys) = count(&trace);
     assert!(trees >= 1, "a process tree at start");
     assert!(sys >= 2, "sys stats at start and polled: {sys}");
     assert_eq!(stats(&trace_stats(&trace)).chunks_discarded, 0);

@@ -242,3 +242,36 @@ fn try_command(p: &mut FakeProducer) -> Option<Cmd> {
         c => Some(c),
     }
 }
+
+#[test]
+fn sockets_have_their_modes_and_shutdown_cleans_up() {
+    use std::os::unix::fs::PermissionsExt;
+    let (dir, daemon) = daemon("shutdown");
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(daemon.producer_socket()), 0o666);
+    assert_eq!(mode(daemon.consumer_socket()), 0o600);
+    // A second daemon on the same sockets is refused while the first lives.
+    let e = tachyon_traced::Daemon::start(tachyon_traced::DaemonConfig::in_dir(dir.path()))
+        .unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse);
+
+    let mut p = FakeProducer::connect(daemon.producer_socket(), Behaviour::default());
+    let mut consumer = Consumer::connect(daemon.consumer_socket()).unwrap();
+    consumer
+        .enable_tracing(&Config::simple(64, "test.source").encode(), None)
+        .unwrap();
+    p.wait_start();
+    let (producer_socket, consumer_socket) = (
+        daemon.producer_socket().to_path_buf(),
+        daemon.consumer_socket().to_path_buf(),
+    );
+    daemon.shutdown();
+    assert!(!producer_socket.exists() && !consumer_socket.exists());
+    // The consumer learns why its session ended.
+    let end = consumer.wait_for_end(Some(TIMEOUT)).unwrap().unwrap();
+    assert!(end.error.unwrap().contains("shut down"));
+    // A new daemon can take the same paths.
+    let again =
+        tachyon_traced::Daemon::start(tachyon_traced::DaemonConfig::in_dir(dir.path())).unwrap();
+    again.shutdown();
+}
