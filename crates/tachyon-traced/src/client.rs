@@ -120,11 +120,16 @@ impl Consumer {
         // A round trip: the daemon handles requests in order, so a refused config's reply (sent
         // at once) arrives before this one.
         self.call("GetTraceStats", &[], REPLY_TIMEOUT)?;
-        match &self.ended {
+        match self.ended.take() {
             Some(SessionEnd { error: Some(e) }) => {
-                Err(io::Error::new(io::ErrorKind::InvalidInput, e.clone()))
+                // Refused: no session, this consumer may try again.
+                self.enable_request = None;
+                Err(io::Error::new(io::ErrorKind::InvalidInput, e))
             }
-            _ => Ok(()),
+            ended => {
+                self.ended = ended;
+                Ok(())
+            }
         }
     }
 
