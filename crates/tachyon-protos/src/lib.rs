@@ -38,3 +38,5 @@
 include!("generated/protos.rs");
 
 pub use perfetto::protos::*;
+
+pub mod sys_stats_keys;
