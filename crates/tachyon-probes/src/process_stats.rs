@@ -168,13 +168,20 @@ impl ProcessStats {
                 }
             }
             let main_comm = names.iter().find(|(t, _)| *t == pid).map(|(_, n)| n);
+            // No command line: a kernel thread, or a process exiting (a zombie has none). A
+            // process already emitted keeps what was emitted: its comm is not a new name.
+            let no_cmdline = cmdline.is_empty();
             if cmdline.is_empty() {
                 if let Some(comm) = main_comm {
                     cmdline.push(comm.clone());
                 }
             }
             let known = self.procs.get(&pid);
-            let changed = known.is_none_or(|e| e.cmdline != cmdline || cmdline.is_empty());
+            let changed = match known {
+                None => true,
+                Some(_) if no_cmdline => false,
+                Some(e) => e.cmdline != cmdline || cmdline.is_empty(),
+            };
             if changed {
                 if !procfs::read_file(&dir.join("status"), &mut self.buf, MAX_SMALL_FILE) {
                     continue;
@@ -534,6 +541,10 @@ mod tests {
         let c = probe.scan();
         assert_eq!(pids(&c), [50]);
         assert_eq!(tids(&c), [(50, 50, "child")]);
+
+        // It exits: as a zombie it has no command line, and its comm is not a new name.
+        fake.process(50, 1, b"", &[(50, "child")]);
+        assert!(probe.scan().processes.is_empty());
     }
 
     #[test]
