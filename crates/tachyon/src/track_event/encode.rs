@@ -18,6 +18,9 @@
 //!
 //! Everything before the timestamp is a [`Template`] fixed per callsite and sequence.
 
+use protozero::wire::{encode_varint, make_tag, WireType};
+use tachyon_protos::{trace_packet::SequenceFlags, track_event, TracePacket, TrackEvent};
+
 /// Size of the block: the longest packet below (a counter with a 10-byte track uuid and a
 /// 10-byte value, then flags and a 10-byte delta: 2 + 3 + 10 + 12 + 2 + 11 = 40 bytes) fits
 /// with room to spare. A power of two: positions are masked into it instead of checked.
@@ -25,28 +28,49 @@ pub(crate) const BLOCK: usize = 64;
 
 pub(crate) type Block = [u8; BLOCK];
 
-const TAG_TIMESTAMP: u8 = 8 << 3;
-const TAG_TRACK_EVENT: u8 = (11 << 3) | 2;
-const TAG_SEQUENCE_FLAGS: u8 = 13 << 3;
-const TAG_CATEGORY_IIDS: u8 = 3 << 3;
-const TAG_TYPE: u8 = 9 << 3;
-const TAG_NAME_IID: u8 = 10 << 3;
-const TAG_TRACK_UUID: u8 = 11 << 3;
-/// Field 34 (`source_location_iid`), varint: 34 << 3 = 272, two tag bytes.
-const TAG_SOURCE_LOCATION_IID: [u8; 2] = [0x90, 0x02];
-/// Field 30 (`counter_value`), varint: 240.
-const TAG_COUNTER_VALUE: [u8; 2] = [0xf0, 0x01];
-/// Field 44 (`double_counter_value`), fixed64: (44 << 3) | 1 = 353.
-const TAG_DOUBLE_COUNTER_VALUE: [u8; 2] = [0xe1, 0x02];
+/// A tag that fits one varint byte (fields 1–15).
+const fn tag1(field: u32, wire_type: WireType) -> u8 {
+    let tag = make_tag(field, wire_type);
+    assert!(tag < 0x80);
+    tag as u8
+}
+
+/// A tag of two varint bytes (fields 16–2047).
+const fn tag2(field: u32, wire_type: WireType) -> [u8; 2] {
+    let tag = make_tag(field, wire_type);
+    assert!(tag >= 0x80 && tag < 0x4000);
+    [tag as u8 | 0x80, (tag >> 7) as u8]
+}
+
+// The fields' numbers come from the generated writers, so these bytes follow the schema.
+const TAG_TIMESTAMP: u8 = tag1(TracePacket::TIMESTAMP_FIELD_NUMBER, WireType::Varint);
+const TAG_TRACK_EVENT: u8 = tag1(
+    TracePacket::TRACK_EVENT_FIELD_NUMBER,
+    WireType::LengthDelimited,
+);
+const TAG_SEQUENCE_FLAGS: u8 = tag1(TracePacket::SEQUENCE_FLAGS_FIELD_NUMBER, WireType::Varint);
+const TAG_CATEGORY_IIDS: u8 = tag1(TrackEvent::CATEGORY_IIDS_FIELD_NUMBER, WireType::Varint);
+const TAG_TYPE: u8 = tag1(TrackEvent::TYPE_FIELD_NUMBER, WireType::Varint);
+const TAG_NAME_IID: u8 = tag1(TrackEvent::NAME_IID_FIELD_NUMBER, WireType::Varint);
+const TAG_TRACK_UUID: u8 = tag1(TrackEvent::TRACK_UUID_FIELD_NUMBER, WireType::Varint);
+const TAG_SOURCE_LOCATION_IID: [u8; 2] = tag2(
+    TrackEvent::SOURCE_LOCATION_IID_FIELD_NUMBER,
+    WireType::Varint,
+);
+const TAG_COUNTER_VALUE: [u8; 2] = tag2(TrackEvent::COUNTER_VALUE_FIELD_NUMBER, WireType::Varint);
+const TAG_DOUBLE_COUNTER_VALUE: [u8; 2] = tag2(
+    TrackEvent::DOUBLE_COUNTER_VALUE_FIELD_NUMBER,
+    WireType::Fixed64,
+);
 
 /// `SEQ_NEEDS_INCREMENTAL_STATE`.
-pub(crate) const SEQ_NEEDS_INCREMENTAL_STATE: u8 = 2;
+pub(crate) const SEQ_NEEDS_INCREMENTAL_STATE: u8 = SequenceFlags::SeqNeedsIncrementalState as u8;
 
 /// TrackEvent types (`track_event.proto`).
-pub(crate) const TYPE_SLICE_BEGIN: u8 = 1;
-pub(crate) const TYPE_SLICE_END: u8 = 2;
-pub(crate) const TYPE_INSTANT: u8 = 3;
-pub(crate) const TYPE_COUNTER: u8 = 4;
+pub(crate) const TYPE_SLICE_BEGIN: u8 = track_event::Type::SliceBegin as u8;
+pub(crate) const TYPE_SLICE_END: u8 = track_event::Type::SliceEnd as u8;
+pub(crate) const TYPE_INSTANT: u8 = track_event::Type::Instant as u8;
+pub(crate) const TYPE_COUNTER: u8 = track_event::Type::Counter as u8;
 
 /// The bytes of an event that do not change between two occurrences of it on one sequence
 /// (everything but the timestamp, and a counter's value), built once per callsite and
@@ -80,52 +104,44 @@ fn put_varint(buf: &mut Block, mut pos: usize, mut v: u64) -> usize {
 }
 
 impl Template {
-    fn from_parts(parts: &[&[u8]]) -> Template {
-        let mut t = Template::default();
-        for p in parts {
-            for &b in *p {
-                t.body[t.len as usize] = b;
-                t.len += 1;
-            }
-        }
-        t
+    /// Appends `bytes` to the template (built on the slow path: checked).
+    fn push(&mut self, bytes: &[u8]) -> &mut Self {
+        let at = self.len as usize;
+        self.body[at..at + bytes.len()].copy_from_slice(bytes);
+        self.len += bytes.len() as u8;
+        self
     }
 
     /// A slice begin or an instant on the sequence's default track, named by `iid`.
     pub(crate) fn named_event(ty: u8, iid: u64, categorized: bool) -> Template {
         let mut v = [0u8; 10];
-        let n = put_varint_slice(&mut v, iid);
+        let n = encode_varint(iid, &mut v);
         let iid = &v[..n];
-        let cat: &[u8] = if categorized {
-            &[TAG_CATEGORY_IIDS]
-        } else {
-            &[]
-        };
-        let cat_iid: &[u8] = if categorized { iid } else { &[] };
-        let event = [
-            cat,
-            cat_iid,
-            &[TAG_TYPE, ty, TAG_NAME_IID],
-            iid,
-            &TAG_SOURCE_LOCATION_IID,
-            iid,
-        ];
-        let event_len: usize = event.iter().map(|p| p.len()).sum();
-        let head = [TAG_TRACK_EVENT, event_len as u8];
-        let mut parts: Vec<&[u8]> = vec![&head];
-        parts.extend_from_slice(&event);
-        parts.push(&[TAG_SEQUENCE_FLAGS, SEQ_NEEDS_INCREMENTAL_STATE]);
-        Template::from_parts(&parts)
+        let cat_len = if categorized { 1 + iid.len() } else { 0 };
+        let event_len = cat_len + 3 + iid.len() + TAG_SOURCE_LOCATION_IID.len() + iid.len();
+        let mut t = Template::default();
+        t.push(&[TAG_TRACK_EVENT, event_len as u8]);
+        if categorized {
+            t.push(&[TAG_CATEGORY_IIDS]).push(iid);
+        }
+        t.push(&[TAG_TYPE, ty, TAG_NAME_IID])
+            .push(iid)
+            .push(&TAG_SOURCE_LOCATION_IID)
+            .push(iid)
+            .push(&[TAG_SEQUENCE_FLAGS, SEQ_NEEDS_INCREMENTAL_STATE]);
+        t
     }
 
     /// A counter on `track_uuid`; the value is appended per sample.
     pub(crate) fn counter(track_uuid: u64) -> Template {
         let mut v = [0u8; 10];
-        let n = put_varint_slice(&mut v, track_uuid);
-        let event_len = 2 + 1 + n;
-        let head = [TAG_TRACK_EVENT, event_len as u8];
-        let mut t =
-            Template::from_parts(&[&head, &[TAG_TYPE, TYPE_COUNTER, TAG_TRACK_UUID], &v[..n]]);
+        let n = encode_varint(track_uuid, &mut v);
+        let uuid = &v[..n];
+        let event_len = 2 + 1 + uuid.len();
+        let mut t = Template::default();
+        t.push(&[TAG_TRACK_EVENT, event_len as u8])
+            .push(&[TAG_TYPE, TYPE_COUNTER, TAG_TRACK_UUID])
+            .push(uuid);
         t.event_len_at = 1;
         t.event_len = event_len as u8;
         t
@@ -178,17 +194,6 @@ impl Template {
     }
 }
 
-fn put_varint_slice(out: &mut [u8; 10], mut v: u64) -> usize {
-    let mut i = 0;
-    while v >= 0x80 {
-        out[i] = v as u8 | 0x80;
-        v >>= 7;
-        i += 1;
-    }
-    out[i] = v as u8;
-    i + 1
-}
-
 /// A slice begin or an instant on the sequence's default track, named by the callsite's
 /// interned iids (the template and the timestamp in one call, for the tests).
 #[cfg(test)]
@@ -224,7 +229,8 @@ pub enum CounterSample {
     Double(f64),
 }
 
-/// A counter event on `track_uuid`.
+/// A counter event on `track_uuid` (the template and the sample in one call, for the tests).
+#[cfg(test)]
 pub(crate) fn counter(delta: u64, track_uuid: u64, value: CounterSample) -> Block {
     Template::counter(track_uuid).with_counter_value(value, delta)
 }

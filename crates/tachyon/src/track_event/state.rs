@@ -19,6 +19,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
+use tachyon_protos::trace_packet::SequenceFlags;
 use tachyon_protos::{counter_descriptor, track_event, TracePacket, TrackDescriptor, TrackEvent};
 
 use super::callsite::{Callsite, CallsiteKind, Enabled, Unit};
@@ -42,9 +43,8 @@ const SNAPSHOT_PERIOD_NS: u64 = 1_000_000_000;
 /// Interning ids of dynamic names start here, far above the callsites' static ids.
 const DYN_IID_BASE: u64 = 1 << 40;
 
-/// `SEQ_INCREMENTAL_STATE_CLEARED`.
-const SEQ_INCREMENTAL_STATE_CLEARED: u32 = 1;
-const SEQ_NEEDS_INCREMENTAL_STATE: u32 = encode::SEQ_NEEDS_INCREMENTAL_STATE as u32;
+const SEQ_INCREMENTAL_STATE_CLEARED: u32 = SequenceFlags::SeqIncrementalStateCleared as u32;
+const SEQ_NEEDS_INCREMENTAL_STATE: u32 = SequenceFlags::SeqNeedsIncrementalState as u32;
 
 /// A track an event goes to, other than the thread's own.
 #[derive(Clone, Copy, Debug)]
@@ -242,7 +242,7 @@ impl ThreadState {
                 name: cs.name,
                 unit: Some(unit),
             };
-            self.counter_slow(Some((cs, en)), track, value, ts);
+            self.counter_slow(Some(en.id), track, value, ts);
         }
     }
 
@@ -583,12 +583,13 @@ impl ThreadState {
         });
     }
 
-    /// A counter sample through the slow path (descriptor first if needed).
+    /// A counter sample through the generated writers (descriptor first if needed); `static_id`
+    /// is the id of a `counter!` callsite, whose template this interns.
     #[cold]
     #[inline(never)]
     pub(crate) fn counter_slow(
         &mut self,
-        static_cs: Option<(&'static Callsite, Enabled)>,
+        static_id: Option<u64>,
         track: TrackRef<'_>,
         value: CounterSample,
         ts: u64,
@@ -596,12 +597,7 @@ impl ThreadState {
         if !self.sync(ts) {
             return;
         }
-        self.ensure_track(track, static_cs.map(|(_, en)| en.id), ts);
-        if self.incremental && ts >= self.last_ts {
-            let block = encode::counter(ts - self.last_ts, track.uuid, value);
-            self.write_block(ts, &block);
-            return;
-        }
+        self.ensure_track(track, static_id, ts);
         self.write_timed(ts, |p| {
             let mut e = p.set_track_event();
             e.set_type(track_event::Type::Counter);
