@@ -2,40 +2,13 @@
 //! no heap allocation (checked with a counting global allocator). Handing a chunk back does (the
 //! commit's vector), once per chunk.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
+mod counting_alloc;
+
 use std::sync::Arc;
 
+use counting_alloc::allocs;
 use tachyon::{commit_channel, ArbiterConfig, OwnedSmb, PageSize, SmbArbiter};
 use tachyon_protos::track_event;
-
-struct Counting;
-
-thread_local! {
-    static ALLOCS: Cell<u64> = const { Cell::new(0) };
-}
-
-// SAFETY: forwards to the system allocator unchanged; counting touches only a thread-local
-// `Cell` (const-initialized, no allocation, no destructor).
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as ours.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
-
-fn allocs() -> u64 {
-    ALLOCS.with(Cell::get)
-}
 
 #[test]
 fn packets_within_a_chunk_do_not_allocate() {
