@@ -39,18 +39,9 @@ fn main() -> std::io::Result<()> {
     }
     worker.join().expect("worker panicked");
 
+    // `wrote FILE (N bytes, D packets dropped)`, or, in system mode (TACHYON_PRODUCER_SOCK),
+    // what went to the daemon, which has the trace.
     let report = tachyon::shutdown()?.expect("tracing was started above");
-    match &report.path {
-        Some(path) => println!(
-            "wrote {} ({} bytes, {} packets dropped)",
-            std::fs::canonicalize(path)
-                .unwrap_or_else(|_| path.clone())
-                .display(),
-            report.bytes,
-            report.writers.packets_dropped
-        ),
-        // System mode (TACHYON_PRODUCER_SOCK): the daemon has the trace.
-        None => println!("{report}"),
-    }
+    println!("{report}");
     Ok(())
 }
