@@ -11,7 +11,9 @@ pub(crate) type StrId = u32;
 ///
 /// Keys here are interning ids and strings taken from the trace. A hostile trace could aim for
 /// collisions, but the worst it gets is a slower import of its own data, which is acceptable
-/// for a local analysis tool; SipHash costs a large share of the import time.
+/// for a local analysis tool; SipHash costs a large share of the import time. (The tracing
+/// service's `fast_hash::IdHasher` is seeded per process instead: there, producer-chosen ids
+/// must not be able to slow down a daemon serving others.)
 #[derive(Default, Clone, Copy, Debug)]
 pub(crate) struct FxHasher(u64);
 

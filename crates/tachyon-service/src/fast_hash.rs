@@ -2,6 +2,11 @@
 //! or more per packet read out. SipHash, std's default, cost more than the rest of a packet's
 //! read-out. The keys partly come from producers, so the hash is seeded per process (from std's
 //! random keys): a producer cannot precompute ids that collide.
+//!
+//! The trace processor has its own fast hasher (`tachyon-processor`'s `strings::FxHasher`) and
+//! this one is not shared with it on purpose: that one is unseeded (a hostile trace can only
+//! slow down its own import) and hashes strings, this one guards a long-running daemon against
+//! its producers, and the two crates share no dependency where a hasher would belong.
 
 use std::hash::{BuildHasher, Hasher, RandomState};
 use std::sync::OnceLock;

@@ -75,28 +75,17 @@ impl InProcessService {
         commits: impl CommitSource,
         identity: ProducerIdentity,
     ) -> io::Result<Self> {
-        Self::start_with_flush_hook(config, smb, commits, identity, Box::new(|| {}))
-    }
-
-    /// [`start`](Self::start), with `flush_writers` called every `flush_period_ms` (the
-    /// periodic flush): the producer side asks its writers to commit what they hold, and the
-    /// commits that follow are applied (and streamed, with `write_into_file`).
-    pub fn start_with_flush_hook(
-        config: SessionConfig,
-        smb: Arc<OwnedSmb>,
-        commits: impl CommitSource,
-        identity: ProducerIdentity,
-        flush_writers: Box<dyn Fn() + Send>,
-    ) -> io::Result<Self> {
         let hooks = ProducerHooks {
-            flush_writers,
+            flush_writers: Box::new(|| {}),
             clear_incremental_state: Box::new(|| {}),
         };
         Self::start_with_hooks(config, smb, commits, identity, hooks)
     }
 
     /// [`start`](Self::start), with the producer side's [`ProducerHooks`] called on the
-    /// session's periods (`flush_period_ms`, `incremental_state_config.clear_period_ms`).
+    /// session's periods: `flush_writers` every `flush_period_ms` (the writers commit what they
+    /// hold, and the commits that follow are applied, and streamed with `write_into_file`),
+    /// `clear_incremental_state` every `incremental_state_config.clear_period_ms`.
     pub fn start_with_hooks(
         config: SessionConfig,
         smb: Arc<OwnedSmb>,

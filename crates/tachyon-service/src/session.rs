@@ -8,8 +8,6 @@
 //! The in-process service thread ([`crate::InProcessService`]) and, later, the daemon drive it.
 
 use std::collections::HashMap;
-
-use crate::fast_hash::IdMap;
 use std::fs::File;
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -20,6 +18,7 @@ use tachyon_abi::{CommitRequest, ServiceView};
 use tachyon_protos::{trace_config, Trace, TraceConfigView, TraceStats};
 
 use crate::commit::{apply_commit, scrape, scrape_with, CommitStats, ProducerState};
+use crate::fast_hash::IdMap;
 use crate::readout::{PacketWriter, ProducerIdentity, SERVICE_SEQUENCE_ID};
 use crate::trace_buffer::{FillPolicy, ProducerId, TraceBuffer, WriterId};
 
@@ -231,6 +230,21 @@ enum Sink {
     File(io::BufWriter<File>),
 }
 
+impl Sink {
+    /// Appends `bytes`; a file is flushed too (streaming means the data is in the file, not in
+    /// a userspace buffer).
+    fn write(&mut self, bytes: &[u8]) -> io::Result<()> {
+        match self {
+            Sink::Memory(v) => v.extend_from_slice(bytes),
+            Sink::File(f) => {
+                f.write_all(bytes)?;
+                f.flush()?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The synchronous service of one session. See the module docs.
 #[derive(Debug)]
 pub struct ServiceCore {
@@ -256,11 +270,13 @@ impl ServiceCore {
     /// A session writing to `config.output_path` if set, else into memory (see
     /// [`finish`](Self::finish)).
     pub fn new(config: SessionConfig) -> io::Result<Self> {
-        let sink = match &config.output_path {
-            Some(p) => Sink::File(io::BufWriter::new(File::create(p)?)),
-            None => Sink::Memory(Vec::new()),
-        };
-        Ok(Self::with_sink(config, sink))
+        Ok(match &config.output_path {
+            Some(p) => {
+                let file = File::create(p)?;
+                Self::with_file(config, file)
+            }
+            None => Self::in_memory(config),
+        })
     }
 
     /// A session writing to `file` (e.g. a descriptor a consumer passed to the daemon);
@@ -436,14 +452,7 @@ impl ServiceCore {
                 self.file_full = true;
             }
         }
-        match &mut self.sink {
-            Sink::Memory(v) => v.extend_from_slice(&self.staged[..take]),
-            Sink::File(f) => {
-                f.write_all(&self.staged[..take])?;
-                // Streaming means the data is in the file now, not in a userspace buffer.
-                f.flush()?;
-            }
-        }
+        self.sink.write(&self.staged[..take])?;
         self.stats.bytes_written += take as u64;
         self.staged.clear();
         Ok(())
@@ -476,14 +485,7 @@ impl ServiceCore {
         let stats = self.trace_stats_packet();
         // The stats packet is always written, even past max_file_size_bytes: it is what says
         // that data was dropped.
-        match &mut self.sink {
-            Sink::Memory(v) => v.extend_from_slice(&stats),
-            Sink::File(f) => {
-                f.write_all(&stats)?;
-                f.flush()?;
-            }
-        }
-        Ok(())
+        self.sink.write(&stats)
     }
 
     /// Whether [`end`](Self::end) ran.
@@ -495,13 +497,7 @@ impl ServiceCore {
     /// when it was kept in memory (no `output_path`), else an empty vector.
     pub fn finish(mut self) -> io::Result<Vec<u8>> {
         self.end()?;
-        match self.sink {
-            Sink::Memory(v) => Ok(v),
-            Sink::File(mut f) => {
-                f.flush()?;
-                Ok(Vec::new())
-            }
-        }
+        Ok(self.take_output())
     }
 
     /// A `Trace.packet` record with the session's `TraceStats`.

@@ -36,10 +36,9 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
-use crate::fast_hash::IdMap;
-
 use tachyon_abi::{decode_fragment_header, ChunkFlags, Patch};
 
+use crate::fast_hash::IdMap;
 use crate::stats::{BufferStats, LossCounters};
 
 /// Identifies a producer connection (assigned by the service, never by the producer).
@@ -743,8 +742,10 @@ impl TraceBuffer {
                 }
                 if !continues_next {
                     // The common case, a packet in one fragment: emitted straight from the
-                    // ring, without gathering fragments.
+                    // ring, without gathering (or pinning) fragments.
                     if len == 0 {
+                        // An empty packet: the byte a writer appends to keep an inflated
+                        // packet count honest. Not a packet.
                         continue;
                     }
                     let info = take_packet_info(seq, key);
@@ -764,14 +765,13 @@ impl TraceBuffer {
                 self.stats.readaheads_failed += 1;
                 continue;
             }
-            let pending = seq.pending.take().expect("set above");
+            // The last fragment of a packet that spans chunks (one-fragment packets took the
+            // fast path above).
+            let pending = seq.pending.take().expect("continued above");
             let total: usize = pending.fragments.iter().map(|f| f.2).sum();
-            if pending.fragments.len() > 1 {
-                self.stats.readaheads_succeeded += 1;
-            }
+            self.stats.readaheads_succeeded += 1;
             if total == 0 {
-                // An empty packet: the byte a writer appends to keep an inflated packet count
-                // honest. Not a packet.
+                // An empty packet (see above).
                 continue;
             }
             let info = take_packet_info(seq, key);
