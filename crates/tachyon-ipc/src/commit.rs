@@ -11,12 +11,14 @@
 //! carrying inline `data` (Perfetto's shared memory emulation, which Tachyon does not offer) is
 //! dropped. A malformed message is an error: the connection is closed.
 
+use std::io;
+
 use protozero::HeapBuffered;
 use tachyon_abi::{ChunkToMove, ChunkToPatch, CommitRequest, Patch};
 use tachyon_protos::{commit_data_request, CommitDataRequest, CommitDataRequestView};
 
 use crate::frame::MAX_FRAME_SIZE;
-use crate::rpc::{ProtocolError, INVOKE_OVERHEAD};
+use crate::rpc::{Caller, ProtocolError, INVOKE_OVERHEAD};
 
 /// The target buffer given to chunks whose buffer id does not fit the ABI's 16 bits.
 pub const INVALID_BUFFER: u16 = u16::MAX;
@@ -84,6 +86,14 @@ pub fn decode_commit(bytes: &[u8]) -> Result<DecodedCommit, ProtocolError> {
 /// Encodes `req` as one or more `CommitDataRequest`s of at most [`MAX_REQUEST_BYTES`] each.
 pub fn encode_commit(req: &CommitRequest) -> Vec<Vec<u8>> {
     encode_commit_limited(req, MAX_REQUEST_BYTES)
+}
+
+/// Sends `req` as `CommitData` (split by [`encode_commit`]), asking for no reply.
+pub fn send_commit(caller: &Caller, req: &CommitRequest) -> io::Result<()> {
+    for part in encode_commit(req) {
+        caller.invoke("CommitData", &part, None, true)?;
+    }
+    Ok(())
 }
 
 /// Bytes one move takes at most (tag, length, three varints of ≤ 5 bytes with tags).

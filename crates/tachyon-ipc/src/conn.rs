@@ -12,7 +12,7 @@
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -22,7 +22,7 @@ use rustix::net::{
     SendAncillaryMessage, SendFlags,
 };
 
-use crate::frame::{frame, FrameBuffer};
+use crate::frame::{FrameBuffer, HEADER_SIZE, MAX_FRAME_SIZE};
 
 /// Descriptors accepted in one read.
 pub const MAX_FDS_PER_READ: usize = 2;
@@ -75,12 +75,15 @@ impl FrameSender {
     /// reported as [`io::ErrorKind::TimedOut`] and leaves the stream unusable (a frame may be
     /// half written). Never raises `SIGPIPE`.
     pub fn send(&self, body: &[u8], fd: Option<BorrowedFd<'_>>) -> io::Result<()> {
-        let bytes = frame(body).ok_or_else(|| {
-            io::Error::new(
+        if body.is_empty() || body.len() > MAX_FRAME_SIZE {
+            return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("IPC frame of {} bytes is out of bounds", body.len()),
-            )
-        })?;
+            ));
+        }
+        // The length prefix and the body go out as two iovecs: no copy of the body per frame.
+        let header = (body.len() as u32).to_le_bytes();
+        let total = HEADER_SIZE + body.len();
         let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         let mut sent = 0;
         let fds;
@@ -90,9 +93,17 @@ impl FrameSender {
             fds = [fd];
             control.push(SendAncillaryMessage::ScmRights(&fds));
         }
-        while sent < bytes.len() {
-            let iov = [IoSlice::new(&bytes[sent..])];
-            match rustix::net::sendmsg(&*self.stream, &iov, &mut control, SendFlags::NOSIGNAL) {
+        while sent < total {
+            let rest = [
+                IoSlice::new(&header[sent.min(HEADER_SIZE)..]),
+                IoSlice::new(&body[sent.saturating_sub(HEADER_SIZE)..]),
+            ];
+            let iov = if sent < HEADER_SIZE {
+                &rest[..]
+            } else {
+                &rest[1..]
+            };
+            match rustix::net::sendmsg(&*self.stream, iov, &mut control, SendFlags::NOSIGNAL) {
                 Ok(n) => {
                     sent += n;
                     // The descriptor went with the first bytes.
@@ -165,6 +176,11 @@ impl FrameReceiver {
                 };
             }
         }
+    }
+
+    /// The socket (shared with the sending half).
+    pub fn socket(&self) -> &UnixStream {
+        &self.stream
     }
 
     /// The descriptor that arrived with the frame at `start..end`; earlier strays close.
@@ -255,15 +271,11 @@ pub fn connect(path: &std::path::Path, write_timeout: Duration) -> io::Result<Un
     Ok(stream)
 }
 
-/// Borrows a descriptor (for [`FrameSender::send`]).
-pub fn borrow(fd: &impl AsFd) -> BorrowedFd<'_> {
-    fd.as_fd()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::io::{Read, Seek, Write};
+    use std::os::fd::AsFd;
 
     #[test]
     fn frames_and_descriptors_cross_a_socket_pair() {

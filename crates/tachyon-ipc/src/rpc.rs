@@ -26,22 +26,42 @@ use crate::conn::{self, FrameReceiver, FrameSender, Received};
 pub const MAX_METHODS: usize = 64;
 
 /// The producer service and its methods, with the ids this host assigns (clients look them up
-/// by name, as Perfetto's do).
+/// by name, as Perfetto's do; the host dispatches on the constants).
 pub mod producer_port {
     /// Service name.
     pub const NAME: &str = "ProducerPort";
+    /// Method id of `InitializeConnection`.
+    pub const INITIALIZE_CONNECTION: u32 = 1;
+    /// Method id of `RegisterDataSource`.
+    pub const REGISTER_DATA_SOURCE: u32 = 2;
+    /// Method id of `UnregisterDataSource`.
+    pub const UNREGISTER_DATA_SOURCE: u32 = 3;
+    /// Method id of `CommitData`.
+    pub const COMMIT_DATA: u32 = 4;
+    /// Method id of `GetAsyncCommand`.
+    pub const GET_ASYNC_COMMAND: u32 = 5;
+    /// Method id of `RegisterTraceWriter`.
+    pub const REGISTER_TRACE_WRITER: u32 = 6;
+    /// Method id of `UnregisterTraceWriter`.
+    pub const UNREGISTER_TRACE_WRITER: u32 = 7;
+    /// Method id of `NotifyDataSourceStarted`.
+    pub const NOTIFY_DATA_SOURCE_STARTED: u32 = 8;
+    /// Method id of `NotifyDataSourceStopped`.
+    pub const NOTIFY_DATA_SOURCE_STOPPED: u32 = 9;
+    /// Method id of `Sync`.
+    pub const SYNC: u32 = 10;
     /// `(id, name)` of every method.
     pub const METHODS: &[(u32, &str)] = &[
-        (1, "InitializeConnection"),
-        (2, "RegisterDataSource"),
-        (3, "UnregisterDataSource"),
-        (4, "CommitData"),
-        (5, "GetAsyncCommand"),
-        (6, "RegisterTraceWriter"),
-        (7, "UnregisterTraceWriter"),
-        (8, "NotifyDataSourceStarted"),
-        (9, "NotifyDataSourceStopped"),
-        (10, "Sync"),
+        (INITIALIZE_CONNECTION, "InitializeConnection"),
+        (REGISTER_DATA_SOURCE, "RegisterDataSource"),
+        (UNREGISTER_DATA_SOURCE, "UnregisterDataSource"),
+        (COMMIT_DATA, "CommitData"),
+        (GET_ASYNC_COMMAND, "GetAsyncCommand"),
+        (REGISTER_TRACE_WRITER, "RegisterTraceWriter"),
+        (UNREGISTER_TRACE_WRITER, "UnregisterTraceWriter"),
+        (NOTIFY_DATA_SOURCE_STARTED, "NotifyDataSourceStarted"),
+        (NOTIFY_DATA_SOURCE_STOPPED, "NotifyDataSourceStopped"),
+        (SYNC, "Sync"),
     ];
 }
 
@@ -49,14 +69,26 @@ pub mod producer_port {
 pub mod consumer_port {
     /// Service name.
     pub const NAME: &str = "ConsumerPort";
+    /// Method id of `EnableTracing`.
+    pub const ENABLE_TRACING: u32 = 1;
+    /// Method id of `DisableTracing`.
+    pub const DISABLE_TRACING: u32 = 2;
+    /// Method id of `ReadBuffers`.
+    pub const READ_BUFFERS: u32 = 3;
+    /// Method id of `FreeBuffers`.
+    pub const FREE_BUFFERS: u32 = 4;
+    /// Method id of `Flush`.
+    pub const FLUSH: u32 = 5;
+    /// Method id of `GetTraceStats`.
+    pub const GET_TRACE_STATS: u32 = 6;
     /// `(id, name)` of every method.
     pub const METHODS: &[(u32, &str)] = &[
-        (1, "EnableTracing"),
-        (2, "DisableTracing"),
-        (3, "ReadBuffers"),
-        (4, "FreeBuffers"),
-        (5, "Flush"),
-        (6, "GetTraceStats"),
+        (ENABLE_TRACING, "EnableTracing"),
+        (DISABLE_TRACING, "DisableTracing"),
+        (READ_BUFFERS, "ReadBuffers"),
+        (FREE_BUFFERS, "FreeBuffers"),
+        (FLUSH, "Flush"),
+        (GET_TRACE_STATS, "GetTraceStats"),
     ];
 }
 
@@ -291,6 +323,13 @@ pub struct Replies {
 }
 
 impl Replies {
+    /// Bounds how long [`recv`](Self::recv) waits (`None`: no limit). A wait that runs out is an
+    /// [`io::ErrorKind::WouldBlock`] error that leaves a partly received frame buffered: the
+    /// next `recv` resumes it.
+    pub fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.rx.socket().set_read_timeout(timeout)
+    }
+
     /// The next reply; `Ok(None)` when the host closed the connection.
     pub fn recv(&mut self) -> io::Result<Option<Reply>> {
         let Some(Received { body, fd }) = self.rx.recv()? else {

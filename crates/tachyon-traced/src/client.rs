@@ -7,8 +7,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use protozero::HeapBuffered;
-use tachyon_ipc::conn::{self, FrameReceiver, FrameSender};
-use tachyon_ipc::rpc::{consumer_port, Frame, Msg};
+use tachyon_ipc::rpc::{self, consumer_port, Caller, Replies, Reply};
 use tachyon_protos::{
     EnableTracingRequest, EnableTracingResponseView, FlushRequest, GetTraceStatsResponseView,
     ReadBuffersResponseView,
@@ -35,64 +34,24 @@ pub struct SessionEnd {
 /// stops) may arrive meanwhile; it is kept for [`wait_for_end`](Self::wait_for_end).
 #[derive(Debug)]
 pub struct Consumer {
-    tx: FrameSender,
-    rx: FrameReceiver,
-    service_id: u32,
-    methods: Vec<(u32, String)>,
-    next_request: u64,
+    caller: Caller,
+    replies: Replies,
     /// The `EnableTracing` request awaiting its (deferred) reply.
     enable_request: Option<u64>,
     ended: Option<SessionEnd>,
 }
 
-/// One reply.
-struct Reply {
-    request_id: u64,
-    success: bool,
-    has_more: bool,
-    payload: Vec<u8>,
-}
-
 impl Consumer {
     /// Connects to the consumer socket at `path` and binds `ConsumerPort`.
     pub fn connect(path: &Path) -> io::Result<Consumer> {
-        let stream = conn::connect(path, WRITE_TIMEOUT)?;
-        let (tx, rx) = conn::split(stream);
-        let mut c = Consumer {
-            tx,
-            rx,
-            service_id: 0,
-            methods: Vec::new(),
-            next_request: 1,
+        let (caller, replies) =
+            rpc::connect(path, consumer_port::NAME, WRITE_TIMEOUT, REPLY_TIMEOUT)?;
+        Ok(Consumer {
+            caller,
+            replies,
             enable_request: None,
             ended: None,
-        };
-        c.send_frame(
-            0,
-            Msg::BindService {
-                service_name: consumer_port::NAME,
-            },
-        )?;
-        c.set_deadline(Some(Instant::now() + REPLY_TIMEOUT))?;
-        let received = c.rx.recv()?.ok_or_else(closed)?;
-        let frame = Frame::decode(&received.body)?;
-        match frame.msg {
-            Msg::BindServiceReply {
-                success: true,
-                service_id,
-                methods,
-            } => {
-                c.service_id = service_id;
-                c.methods = methods.iter().map(|(i, n)| (*i, n.to_string())).collect();
-            }
-            _ => {
-                return Err(io::Error::new(
-                    io::ErrorKind::NotFound,
-                    "the daemon does not offer ConsumerPort",
-                ))
-            }
-        }
-        Ok(c)
+        })
     }
 
     /// Starts a session with an encoded Perfetto `TraceConfig`. With `write_into_file` in the
@@ -114,7 +73,9 @@ impl Consumer {
                 trace_config,
             );
         let args = buf.serialize().expect("heap buffers do not fail");
-        let id = self.invoke("EnableTracing", &args, output.map(|f| f.as_fd()))?;
+        let id = self
+            .caller
+            .invoke("EnableTracing", &args, output.map(|f| f.as_fd()), false)?;
         self.enable_request = Some(id);
         self.ended = None;
         // A round trip: the daemon handles requests in order, so a refused config's reply (sent
@@ -183,7 +144,7 @@ impl Consumer {
     /// `out` is a trace file. Returns the bytes written. A session streaming to a file has
     /// nothing to read here.
     pub fn read_buffers(&mut self, out: &mut impl Write) -> io::Result<u64> {
-        let id = self.invoke("ReadBuffers", &[], None)?;
+        let id = self.caller.invoke("ReadBuffers", &[], None, false)?;
         let deadline = Some(Instant::now() + REPLY_TIMEOUT);
         let mut written = 0u64;
         let mut packet = Vec::new();
@@ -226,42 +187,9 @@ impl Consumer {
 
     // === plumbing ===
 
-    fn invoke(
-        &mut self,
-        method: &str,
-        args: &[u8],
-        fd: Option<std::os::fd::BorrowedFd<'_>>,
-    ) -> io::Result<u64> {
-        let method_id = self
-            .methods
-            .iter()
-            .find(|(_, n)| n == method)
-            .map(|(i, _)| *i)
-            .ok_or_else(|| {
-                io::Error::new(
-                    io::ErrorKind::Unsupported,
-                    format!("the daemon has no method {method}"),
-                )
-            })?;
-        let id = self.next_request;
-        self.next_request += 1;
-        let body = Frame {
-            request_id: id,
-            msg: Msg::InvokeMethod {
-                service_id: self.service_id,
-                method_id,
-                args,
-                drop_reply: false,
-            },
-        }
-        .encode();
-        self.tx.send(&body, fd)?;
-        Ok(id)
-    }
-
     /// Invokes a method and returns its (single) reply.
     fn call(&mut self, method: &str, args: &[u8], timeout: Duration) -> io::Result<Reply> {
-        let id = self.invoke(method, args, None)?;
+        let id = self.caller.invoke(method, args, None, false)?;
         self.reply_to(id, Some(Instant::now() + timeout))
     }
 
@@ -288,7 +216,7 @@ impl Consumer {
             return Ok(None);
         }
         self.set_deadline(deadline)?;
-        let received = match self.rx.recv() {
+        let reply = match self.replies.recv() {
             Ok(Some(r)) => r,
             Ok(None) => return Err(closed()),
             // A read timeout leaves a partly received frame buffered: the next call resumes.
@@ -301,26 +229,6 @@ impl Consumer {
                 return Ok(None)
             }
             Err(e) => return Err(e),
-        };
-        let frame = Frame::decode(&received.body)?;
-        let reply = match frame.msg {
-            Msg::InvokeMethodReply {
-                success,
-                has_more,
-                reply,
-            } => Reply {
-                request_id: frame.request_id,
-                success,
-                has_more,
-                payload: reply.to_vec(),
-            },
-            Msg::RequestError { error } => Reply {
-                request_id: frame.request_id,
-                success: false,
-                has_more: false,
-                payload: error.as_bytes().to_vec(),
-            },
-            _ => return Err(invalid("unexpected message from the daemon")),
         };
         if Some(reply.request_id) == self.enable_request && !reply.has_more {
             let error = EnableTracingResponseView::decode(&reply.payload)
@@ -337,11 +245,7 @@ impl Consumer {
             d.saturating_duration_since(Instant::now())
                 .max(Duration::from_millis(1))
         });
-        self.tx.socket().set_read_timeout(timeout)
-    }
-
-    fn send_frame(&self, request_id: u64, msg: Msg<'_>) -> io::Result<()> {
-        self.tx.send(&Frame { request_id, msg }.encode(), None)
+        self.replies.set_read_timeout(timeout)
     }
 }
 

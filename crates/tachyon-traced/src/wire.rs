@@ -121,21 +121,15 @@ pub(crate) fn trace_stats_response(trace_stats: &[u8]) -> Vec<u8> {
 }
 
 /// A `TraceStats` with only service-wide counters (no session).
-pub(crate) fn service_trace_stats(
-    producers_connected: u32,
-    producers_seen: u64,
-    data_sources_registered: u32,
-    data_sources_seen: u64,
-    tracing_sessions: u32,
-) -> Vec<u8> {
+pub(crate) fn service_trace_stats(w: &tachyon_service::ServiceWideStats) -> Vec<u8> {
     let mut buf = HeapBuffered::new();
     {
         let mut t: TraceStats<'_> = buf.root();
-        t.set_producers_connected(producers_connected);
-        t.set_producers_seen(producers_seen);
-        t.set_data_sources_registered(data_sources_registered);
-        t.set_data_sources_seen(data_sources_seen);
-        t.set_tracing_sessions(tracing_sessions);
+        t.set_producers_connected(w.producers_connected);
+        t.set_producers_seen(w.producers_seen);
+        t.set_data_sources_registered(w.data_sources_registered);
+        t.set_data_sources_seen(w.data_sources_seen);
+        t.set_tracing_sessions(w.tracing_sessions);
     }
     buf.serialize().expect("heap buffers do not fail")
 }

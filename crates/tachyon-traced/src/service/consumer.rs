@@ -92,10 +92,10 @@ impl Service {
         args: &[u8],
         fd: Option<OwnedFd>,
     ) {
+        use consumer_port::*;
         let session = self.consumers[&conn].session;
         match method_id {
-            // EnableTracing
-            1 => {
+            ENABLE_TRACING => {
                 let Ok(v) = EnableTracingRequestView::decode(args) else {
                     return self.violation(conn);
                 };
@@ -109,24 +109,20 @@ impl Service {
                 };
                 self.enable_tracing(conn, request_id, config, fd);
             }
-            // DisableTracing
-            2 => {
+            DISABLE_TRACING => {
                 self.send_to_consumer(conn, &method_reply(request_id, true, false, &[]));
                 if let Some(sid) = session {
                     self.begin_stop(sid);
                 }
             }
-            // ReadBuffers
-            3 => self.read_buffers(conn, request_id, session),
-            // FreeBuffers
-            4 => {
+            READ_BUFFERS => self.read_buffers(conn, request_id, session),
+            FREE_BUFFERS => {
                 if let Some(sid) = session {
                     self.destroy_session(sid, true);
                 }
                 self.send_to_consumer(conn, &method_reply(request_id, true, false, &[]));
             }
-            // Flush
-            5 => {
+            FLUSH => {
                 let Ok(v) = FlushRequestView::decode(args) else {
                     return self.violation(conn);
                 };
@@ -148,21 +144,14 @@ impl Service {
                     }
                 }
             }
-            // GetTraceStats
-            6 => {
+            GET_TRACE_STATS => {
                 let wide = self.service_wide();
                 let stats = match session.and_then(|sid| self.sessions.get_mut(&sid)) {
                     Some(s) => {
                         s.core.set_service_wide_stats(wide);
                         s.core.trace_stats()
                     }
-                    None => wire::service_trace_stats(
-                        wide.producers_connected,
-                        wide.producers_seen,
-                        wide.data_sources_registered,
-                        wide.data_sources_seen,
-                        wide.tracing_sessions,
-                    ),
+                    None => wire::service_trace_stats(&wide),
                 };
                 let body = wire::trace_stats_response(&stats);
                 self.send_to_consumer(conn, &method_reply(request_id, true, false, &body));

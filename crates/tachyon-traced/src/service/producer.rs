@@ -196,7 +196,7 @@ impl Service {
                     self.send_to_producer(conn, &reply);
                 }
                 // A registration starts instances only now, after its reply.
-                if method_id == 2 {
+                if method_id == producer_port::REGISTER_DATA_SOURCE {
                     self.start_pending_instances(conn);
                 }
             }
@@ -209,11 +209,12 @@ impl Service {
     }
 
     fn invoke(&mut self, conn: ConnId, request_id: u64, method_id: u32, args: &[u8]) -> Outcome {
+        use producer_port::*;
         match method_id {
-            1 => self.initialize_connection(conn, args),
-            2 => self.register_data_source(conn, args),
-            3 => self.unregister_data_source(conn, args),
-            4 => {
+            INITIALIZE_CONNECTION => self.initialize_connection(conn, args),
+            REGISTER_DATA_SOURCE => self.register_data_source(conn, args),
+            UNREGISTER_DATA_SOURCE => self.unregister_data_source(conn, args),
+            COMMIT_DATA => {
                 let Ok(decoded) = decode_commit(args) else {
                     return Outcome::Violation;
                 };
@@ -224,7 +225,7 @@ impl Service {
                 }
                 empty()
             }
-            5 => {
+            GET_ASYNC_COMMAND => {
                 let p = self.producers.get_mut(&conn).expect("known producer");
                 if p.command_stream.is_some() {
                     return Outcome::Violation;
@@ -233,14 +234,14 @@ impl Service {
                 self.flush_commands(conn);
                 Outcome::Deferred
             }
-            9 => {
+            NOTIFY_DATA_SOURCE_STOPPED => {
                 let Ok(v) = NotifyDataSourceStoppedRequestView::decode(args) else {
                     return Outcome::Violation;
                 };
                 self.on_instance_stopped(Who::Conn(conn), v.data_source_id());
                 empty()
             }
-            6 => {
+            REGISTER_TRACE_WRITER => {
                 let Ok(v) = RegisterTraceWriterRequestView::decode(args) else {
                     return Outcome::Violation;
                 };
@@ -253,7 +254,7 @@ impl Service {
                 p.writer_buffers.insert(writer as u16, target as u16);
                 empty()
             }
-            7 => {
+            UNREGISTER_TRACE_WRITER => {
                 let Ok(v) = UnregisterTraceWriterRequestView::decode(args) else {
                     return Outcome::Violation;
                 };
@@ -263,8 +264,8 @@ impl Service {
                 }
                 empty()
             }
-            // NotifyDataSourceStarted, Sync: nothing to do.
-            8 | 10 => empty(),
+            // Nothing to do.
+            NOTIFY_DATA_SOURCE_STARTED | SYNC => empty(),
             _ => Outcome::Fail,
         }
     }

@@ -774,16 +774,7 @@ impl Service {
             let _ = session.core.end();
         }
         for i in session.instances.iter().filter(|i| !i.stopped) {
-            match i.who {
-                Who::Conn(conn) => {
-                    self.send_command(conn, Command::Encoded(wire::stop_data_source(i.id)))
-                }
-                Who::Builtin => {
-                    if let Some(b) = &self.builtin {
-                        b.stop(i.id);
-                    }
-                }
-            }
+            self.send_stop(i.who, i.id);
         }
         if let Some(c) = self.consumers.get_mut(&session.consumer) {
             if c.session == Some(sid) {

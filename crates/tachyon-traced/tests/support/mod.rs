@@ -16,9 +16,10 @@ use std::time::{Duration, Instant};
 
 use protozero::{HeapBuffered, ProtoDecoder};
 use tachyon_abi::{
-    encode_fragment_header, ChunkHeader, ChunkToMove, CommitRequest, PageLayout, PageSize,
+    encode_fragment_header, Chunk, ChunkHeader, ChunkToMove, CommitRequest, PageLayout, PageSize,
+    SharedMemoryAbi,
 };
-use tachyon_ipc::commit::encode_commit;
+use tachyon_ipc::commit::send_commit;
 use tachyon_ipc::rpc::{self, Caller, Replies};
 use tachyon_ipc::shm::SharedMemory;
 use tachyon_protos::{
@@ -460,9 +461,15 @@ impl FakeProducer {
     /// unless `complete` is false (then it stays BeingWritten with its packets finished, count
     /// inflated as the SDK does), and returns (page, chunk).
     pub fn write_chunk(&mut self, writer: u16, packets: &[Vec<u8>], complete: bool) -> (u32, u32) {
-        let id = *self.next_chunk.entry(writer).or_insert(0);
-        self.next_chunk.insert(writer, id.wrapping_add(1));
+        let id = self.next_chunk_id(writer);
         self.write_chunk_with_id(writer, id, packets, complete)
+    }
+
+    fn next_chunk_id(&mut self, writer: u16) -> u32 {
+        let next = self.next_chunk.entry(writer).or_insert(0);
+        let id = *next;
+        *next = id.wrapping_add(1);
+        id
     }
 
     pub fn write_chunk_with_id(
@@ -474,13 +481,7 @@ impl FakeProducer {
     ) -> (u32, u32) {
         let smb = self.smb();
         let abi = smb.producer_view(PageSize::Kib4).unwrap();
-        let header = ChunkHeader::new(writer, chunk_id);
-        let mut chunk = (0..abi.num_pages())
-            .find_map(|page| {
-                abi.try_acquire_any_chunk_for_writing(page, PageLayout::Div4, header)
-                    .ok()
-            })
-            .expect("a free chunk");
+        let mut chunk = acquire_chunk(&abi, ChunkHeader::new(writer, chunk_id));
         let mut off = 0;
         for p in packets {
             chunk.increment_packet_count().unwrap();
@@ -503,17 +504,10 @@ impl FakeProducer {
 
     /// Writes raw payload bytes into a new chunk claiming `count` packets (garbage allowed).
     pub fn write_raw_chunk(&mut self, writer: u16, count: u16, payload: &[u8]) -> (u32, u32) {
-        let id = *self.next_chunk.entry(writer).or_insert(0);
-        self.next_chunk.insert(writer, id.wrapping_add(1));
+        let id = self.next_chunk_id(writer);
         let smb = self.smb();
         let abi = smb.producer_view(PageSize::Kib4).unwrap();
-        let header = ChunkHeader::new(writer, id);
-        let mut chunk = (0..abi.num_pages())
-            .find_map(|page| {
-                abi.try_acquire_any_chunk_for_writing(page, PageLayout::Div4, header)
-                    .ok()
-            })
-            .expect("a free chunk");
+        let mut chunk = acquire_chunk(&abi, ChunkHeader::new(writer, id));
         for _ in 0..count {
             chunk.increment_packet_count().unwrap();
         }
@@ -556,9 +550,7 @@ impl FakeProducer {
     }
 
     pub fn commit_request(&self, req: &CommitRequest) {
-        for part in encode_commit(req) {
-            self.caller.invoke("CommitData", &part, None, true).unwrap();
-        }
+        send_commit(&self.caller, req).unwrap();
     }
 
     /// Hangs up.
@@ -568,6 +560,16 @@ impl FakeProducer {
             let _ = r.join();
         }
     }
+}
+
+/// A free Div4 chunk of the SMB, acquired for writing with `header`.
+fn acquire_chunk<'a>(abi: &SharedMemoryAbi<'a>, header: ChunkHeader) -> Chunk<'a> {
+    (0..abi.num_pages())
+        .find_map(|page| {
+            abi.try_acquire_any_chunk_for_writing(page, PageLayout::Div4, header)
+                .ok()
+        })
+        .expect("a free chunk")
 }
 
 impl Drop for FakeProducer {
@@ -594,7 +596,7 @@ fn read_commands(
         let v = GetAsyncCommandResponseView::decode(&r.payload).unwrap();
         if v.has_setup_tracing() {
             let fd = r.fd.expect("setup_tracing carries the SMB");
-            let smb = SharedMemory::map(fd, 4096, 32 << 20).unwrap();
+            let smb = SharedMemory::map(fd, 4096, tachyon_abi::MAX_SMB_SIZE).unwrap();
             let _ = smb_tx.send(smb);
         } else if v.has_start_data_source() {
             let s = v.start_data_source().unwrap();
@@ -625,9 +627,8 @@ fn read_commands(
                     flush_request_id: Some(request_id),
                     ..CommitRequest::default()
                 };
-                for part in encode_commit(&req) {
-                    let _ = caller.invoke("CommitData", &part, None, true);
-                }
+                // The test may have hung up already.
+                let _ = send_commit(&caller, &req);
             }
             let _ = tx.send(Cmd::Flush {
                 request_id,

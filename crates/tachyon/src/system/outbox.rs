@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use protozero::HeapBuffered;
 use tachyon_abi::CommitRequest;
+use tachyon_ipc::commit::send_commit;
 use tachyon_ipc::rpc::Caller;
 
 use crate::writer::CommitSink;
@@ -188,13 +189,6 @@ fn send_batch(caller: &Caller, batch: &mut Vec<Outgoing>) -> io::Result<()> {
     }
     if !merged.is_empty() {
         send_commit(caller, &merged)?;
-    }
-    Ok(())
-}
-
-fn send_commit(caller: &Caller, request: &CommitRequest) -> io::Result<()> {
-    for part in tachyon_ipc::commit::encode_commit(request) {
-        caller.invoke("CommitData", &part, None, true)?;
     }
     Ok(())
 }

@@ -3,13 +3,10 @@
 use std::io;
 use std::os::fd::OwnedFd;
 
-use tachyon_abi::{PageSize, SharedMemoryAbi};
+use tachyon_abi::{PageSize, SharedMemoryAbi, MAX_SMB_SIZE};
 use tachyon_ipc::shm::SharedMemory;
 
 use crate::writer::SmbMemory;
-
-/// Largest buffer mapped (the protocol's bound).
-pub(crate) const MAX_SMB_SIZE: usize = 32 << 20;
 
 /// The mapping of the memfd the daemon sent with `setup_tracing`, split in pages of
 /// `page_size`.
