@@ -6,6 +6,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use tachyon_abi::{CommitRequest, Patch};
 use tachyon_ipc::commit::{decode_commit, encode_commit};
 use tachyon_ipc::frame::{FrameBuffer, MAX_FRAME_SIZE};
 use tachyon_ipc::rpc::{Frame, Msg};
@@ -42,24 +43,32 @@ fn check_frame(body: &[u8]) {
     assert_eq!(Frame::decode(&again).as_ref(), Ok(&frame));
     if let Msg::InvokeMethod { args, .. } = frame.msg {
         if let Ok(commit) = decode_commit(args) {
-            // What survives decoding re-encodes to the same request.
-            let mut merged = tachyon_ipc::commit::DecodedCommit::default();
-            for part in encode_commit(&commit.request) {
+            // What survives decoding re-encodes to the same request: the same moves, the same
+            // patches in the same order (a chunk's patches may be split over parts) and the
+            // same flush id.
+            let original = &commit.request;
+            let mut moves = Vec::new();
+            let mut patches = Vec::new();
+            let mut flush = None;
+            for part in encode_commit(original) {
                 let d = decode_commit(&part).expect("our own encoding decodes");
                 assert_eq!(d.invalid_entries, 0);
-                merged.request.chunks_to_move.extend(d.request.chunks_to_move);
-                merged.request.chunks_to_patch.extend(d.request.chunks_to_patch);
-                merged.request.flush_request_id =
-                    merged.request.flush_request_id.or(d.request.flush_request_id);
+                patches.extend(flat_patches(&d.request));
+                moves.extend(d.request.chunks_to_move);
+                flush = flush.or(d.request.flush_request_id);
             }
-            assert_eq!(
-                merged.request.chunks_to_move,
-                commit.request.chunks_to_move
-            );
-            assert_eq!(
-                merged.request.flush_request_id,
-                commit.request.flush_request_id
-            );
+            assert_eq!(moves, original.chunks_to_move);
+            assert_eq!(patches, flat_patches(original).collect::<Vec<_>>());
+            assert_eq!(flush, original.flush_request_id);
         }
     }
+}
+
+/// Every patch with the chunk it applies to, in request order.
+fn flat_patches(r: &CommitRequest) -> impl Iterator<Item = (u16, u16, u32, Patch)> + '_ {
+    r.chunks_to_patch.iter().flat_map(|c| {
+        c.patches
+            .iter()
+            .map(move |p| (c.target_buffer, c.writer_id, c.chunk_id, *p))
+    })
 }
