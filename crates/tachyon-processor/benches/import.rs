@@ -1,16 +1,17 @@
 //! Import throughput of a large trace, beside a baseline that only decodes it, in one run; and
 //! peak memory per slice.
 //!
-//! The trace is shaped like what the C++ SDK (and Tachyon's SDK, once it exists) writes: 8
-//! threads, each its own sequence starting with SEQ_INCREMENTAL_STATE_CLEARED, a thread track
-//! descriptor, interned names, categories and annotation names, and a ClockSnapshot tying the
-//! sequence-scoped incremental clock 64 to BOOTTIME; then slices nested up to 3 deep whose
-//! begins carry an interned name and category and two debug annotations (an int and a string),
-//! timestamps as deltas on clock 64.
+//! The trace is shaped like what the C++ SDK and Tachyon's SDK write: 8 threads, each its own
+//! sequence starting with SEQ_INCREMENTAL_STATE_CLEARED, a thread track descriptor, interned
+//! names, categories and annotation names, and a ClockSnapshot tying the sequence-scoped
+//! incremental clock 64 to BOOTTIME; then slices nested up to 3 deep whose begins carry an
+//! interned name and category and two debug annotations (an int and a string), timestamps as
+//! deltas on clock 64.
 //!
 //! By default the trace is written by Tachyon's SDK itself (`tachyon::zone!` with two
 //! arguments, on 8 threads, into an in-memory session); `TACHYON_BENCH_SOURCE=generator` writes
-//! the same shape with the generated writers instead (no SDK involved).
+//! the same shape with the generated writers instead (no SDK involved, and no source locations:
+//! the SDK's slices also carry their file, function and line, three more args per slice).
 //!
 //! `TACHYON_BENCH_EVENTS` sets the number of TrackEvents (default 1 000 000; the issue's target
 //! is 10 000 000, which takes about 10× the time and memory). `TACHYON_BENCH_REPORT_ONLY=1`
@@ -23,8 +24,9 @@
 //! * `import/full`: `TraceProcessor::from_bytes`, i.e. tokenize, sort, parse and copy into
 //!   SQLite.
 //!
-//! Before criterion runs, one timed import prints events/s and the peak RSS growth (Linux:
-//! `VmHWM` after resetting it through `/proc/self/clear_refs`), divided by the slice count.
+//! Before criterion runs, one timed import prints events/s, the args per slice, and the peak
+//! RSS growth (Linux: `VmHWM` after resetting it through `/proc/self/clear_refs`), divided by
+//! the slice count.
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -222,14 +224,20 @@ fn report(trace: &[u8], events: u64) {
     let tp = TraceProcessor::from_bytes(trace, &Options::default()).expect("imports");
     let import_s = t0.elapsed().as_secs_f64();
     let after = rss();
-    let slices = match &tp.query("SELECT count(*) FROM slice").expect("query").rows[0][0] {
+    let count = |sql: &str| match &tp.query(sql).expect("query").rows[0][0] {
         Value::Integer(n) => *n as u64,
         _ => 0,
     };
+    let slices = count("SELECT count(*) FROM slice");
+    // What a slice carries decides its memory: debug annotations and, in an SDK-written trace,
+    // the source location (file, function, line) are args.
+    let args = count("SELECT count(*) FROM args");
     println!(
-        "trace: {events} TrackEvents, {slices} slices, {mb:.1} MB\n\
+        "trace: {events} TrackEvents, {slices} slices, {args} args ({:.1} per slice), \
+         {mb:.1} MB\n\
          decode only: {decode_s:.3} s = {:.1} MB/s, {:.2} M events/s\n\
          full import: {import_s:.3} s = {:.1} MB/s, {:.2} M events/s ({:.1}x decode)",
+        args as f64 / slices.max(1) as f64,
         mb / decode_s,
         events as f64 / decode_s / 1e6,
         mb / import_s,
