@@ -17,7 +17,7 @@ use protozero::ProtoDecoder;
 use tachyon_abi::{CommitRequest, ServiceView};
 use tachyon_protos::{trace_config, Trace, TraceConfigView, TraceStats};
 
-use crate::commit::{apply_commit, scrape, scrape_with, CommitStats, ProducerState};
+use crate::commit::{apply_commit, scrape_with, CommitStats, ProducerState};
 use crate::fast_hash::IdMap;
 use crate::readout::{PacketWriter, ProducerIdentity, SERVICE_SEQUENCE_ID};
 use crate::trace_buffer::{FillPolicy, ProducerId, TraceBuffer, WriterId};
@@ -371,9 +371,8 @@ impl ServiceCore {
 
     /// Scrapes `producer`'s SMB (on flush, stop or disconnect).
     pub fn scrape(&mut self, producer: ProducerId, view: &ServiceView<'_>) {
-        if let Some((state, _)) = self.producers.get_mut(&producer) {
-            scrape(view, state, &mut self.buffers, &mut self.commit_stats);
-        }
+        // A writer that never committed goes to buffer 0, as in `commit::scrape`.
+        self.scrape_with(producer, view, |_| Some(0));
     }
 
     /// Scrapes `producer`'s SMB like [`scrape`](Self::scrape), except for writers that never
