@@ -18,7 +18,7 @@ mod tests {
     use tachyon_protos::{MeminfoCounters, VmstatCounters};
 
     #[test]
-    fn tables_match_the_enums() {
+    fn lookup_gives_the_enum_values() {
         assert_eq!(
             lookup(&MEMINFO_KEYS, b"MemTotal"),
             Some(MeminfoCounters::MeminfoMemTotal as u32)
@@ -41,12 +41,6 @@ mod tests {
         );
         assert_eq!(lookup(&MEMINFO_KEYS, b""), None);
         assert_eq!(lookup(&MEMINFO_KEYS, b"Hugepagesize"), None);
-        for (i, _) in MEMINFO_KEYS.iter().enumerate().skip(1) {
-            assert!(MeminfoCounters::from_i32(i as i32).is_some());
-        }
-        for (i, _) in VMSTAT_KEYS.iter().enumerate().skip(1) {
-            assert!(VmstatCounters::from_i32(i as i32).is_some());
-        }
-        assert!(VmstatCounters::from_i32(VMSTAT_KEYS.len() as i32).is_none());
+        // The tables themselves are tested against the enums beside them (tachyon-protos).
     }
 }

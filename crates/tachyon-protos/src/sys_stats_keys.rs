@@ -144,3 +144,46 @@ pub const VMSTAT_KEYS: [&str; 96] = [
     "nr_ion_heap",
     "nr_gpu_heap",
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{MeminfoCounters, VmstatCounters};
+
+    #[test]
+    fn tables_match_the_enums() {
+        assert_eq!(
+            MEMINFO_KEYS[MeminfoCounters::MeminfoMemTotal as usize],
+            "MemTotal"
+        );
+        assert_eq!(
+            MEMINFO_KEYS[MeminfoCounters::MeminfoCommitedAs as usize],
+            "Committed_AS"
+        );
+        assert_eq!(
+            MEMINFO_KEYS[MeminfoCounters::MeminfoCmaFree as usize],
+            "CmaFree"
+        );
+        assert_eq!(
+            VMSTAT_KEYS[VmstatCounters::VmstatPgfault as usize],
+            "pgfault"
+        );
+        assert_eq!(
+            VMSTAT_KEYS[VmstatCounters::VmstatPgmajfault as usize],
+            "pgmajfault"
+        );
+        assert_eq!(
+            VMSTAT_KEYS[VmstatCounters::VmstatNrGpuHeap as usize],
+            "nr_gpu_heap"
+        );
+        // Every index is an enum value, and the enums end where the tables do.
+        for (i, _) in MEMINFO_KEYS.iter().enumerate().skip(1) {
+            assert!(MeminfoCounters::from_i32(i as i32).is_some());
+        }
+        for (i, _) in VMSTAT_KEYS.iter().enumerate().skip(1) {
+            assert!(VmstatCounters::from_i32(i as i32).is_some());
+        }
+        assert!(MeminfoCounters::from_i32(MEMINFO_KEYS.len() as i32).is_none());
+        assert!(VmstatCounters::from_i32(VMSTAT_KEYS.len() as i32).is_none());
+    }
+}
