@@ -284,6 +284,22 @@ fn median_ns(id: &str, n: usize) -> Option<f64> {
     Some(v[v.len() / 2])
 }
 
+/// `{group}/zone/enabled` (its samples kept under `id`) into whatever session is running.
+fn bench_zone(c: &mut Criterion, group: &str, id: &'static str) {
+    let mut g = c.benchmark_group(group);
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("zone/enabled", |b| {
+        b.iter_custom(|iters| {
+            let t = Instant::now();
+            for _ in 0..iters {
+                let _z = tachyon::zone!("bench zone");
+            }
+            record(id, iters, t.elapsed())
+        })
+    });
+    g.finish();
+}
+
 fn zones(c: &mut Criterion, daemon: &DaemonChild) {
     // System mode: a session in the daemon first, then this process connects (the SDK's
     // connect waits until the running session is installed).
@@ -296,20 +312,7 @@ fn zones(c: &mut Criterion, daemon: &DaemonChild) {
         ..Config::default()
     })
     .expect("connect to the daemon");
-    {
-        let mut g = c.benchmark_group("system");
-        g.throughput(Throughput::Elements(1));
-        g.bench_function("zone/enabled", |b| {
-            b.iter_custom(|iters| {
-                let t = Instant::now();
-                for _ in 0..iters {
-                    let _z = tachyon::zone!("bench zone");
-                }
-                record("system/zone/enabled", iters, t.elapsed())
-            })
-        });
-        g.finish();
-    }
+    bench_zone(c, "system", "system/zone/enabled");
     let report = tachyon::shutdown().unwrap().expect("a session");
     let system = report.system.as_ref().expect("system mode");
     assert_eq!(system.data_sources_started, 1, "{report}");
@@ -333,20 +336,7 @@ fn zones(c: &mut Criterion, daemon: &DaemonChild) {
         ..Config::default()
     })
     .expect("start the in-process session");
-    {
-        let mut g = c.benchmark_group("inprocess");
-        g.throughput(Throughput::Elements(1));
-        g.bench_function("zone/enabled", |b| {
-            b.iter_custom(|iters| {
-                let t = Instant::now();
-                for _ in 0..iters {
-                    let _z = tachyon::zone!("bench zone");
-                }
-                record("inprocess/zone/enabled", iters, t.elapsed())
-            })
-        });
-        g.finish();
-    }
+    bench_zone(c, "inprocess", "inprocess/zone/enabled");
     let report = tachyon::shutdown().unwrap().expect("a session");
     eprintln!(
         "in-process session: {} chunks committed, {} stalls, {} packets dropped",
@@ -443,8 +433,7 @@ impl Round {
 
     /// No event lost and no loss counter set anywhere.
     fn lossless(&self) -> bool {
-        self.events_lost() == 0
-            && self.in_trace == self.written
+        self.in_trace == self.written
             && self.writer_dropped == 0
             && self.overwritten == 0
             && self.discarded == 0

@@ -1,28 +1,21 @@
 //! Runs the real `tachyon demo` and reads its trace back with the trace processor. (The
 //! `tachyon` crate's examples are run by its own `tests/examples.rs`.)
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
+use common::{clean_command, int, tmp_dir};
 use tachyon_processor::{Options, TraceProcessor, Value};
-
-fn tmp_dir(name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 /// Runs `program` in `dir` without any `TACHYON_*` variable of the test's environment.
 fn run(program: &Path, args: &[&str], dir: &Path) -> Output {
-    let mut cmd = Command::new(program);
-    cmd.args(args).current_dir(dir);
-    for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy().starts_with("TACHYON_") {
-            cmd.env_remove(k);
-        }
-    }
-    let out = cmd.output().expect("run the program");
+    let out = clean_command(program)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run the program");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success(),
@@ -43,13 +36,6 @@ fn error_rows(tp: &TraceProcessor) -> Vec<Vec<Value>> {
     )
     .unwrap()
     .rows
-}
-
-fn int(tp: &TraceProcessor, sql: &str) -> i64 {
-    match tp.query(sql).unwrap().rows.first().map(|r| &r[0]) {
-        Some(Value::Integer(n)) => *n,
-        other => panic!("{sql}: {other:?}"),
-    }
 }
 
 fn texts(tp: &TraceProcessor, sql: &str) -> Vec<String> {

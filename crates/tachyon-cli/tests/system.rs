@@ -11,6 +11,8 @@
 //! Every wait is bounded by a generous [`TIMEOUT`]; nothing asserts on wall-clock time.
 //! Working directories are `target/tmp/sys-*` (the SIGKILL test leaves its trace there).
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
@@ -18,6 +20,7 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::{clean_command, int, tmp_dir};
 use protozero::HeapBuffered;
 use tachyon_processor::{Options, TraceProcessor, Value};
 use tachyon_protos::{trace_config, TraceConfig, TraceStatsView};
@@ -202,17 +205,6 @@ impl Drop for Proc {
     }
 }
 
-/// A command with none of the test environment's `TACHYON_*` variables.
-fn clean_command(program: impl AsRef<std::ffi::OsStr>) -> Command {
-    let mut cmd = Command::new(program);
-    for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy().starts_with("TACHYON_") {
-            cmd.env_remove(k);
-        }
-    }
-    cmd
-}
-
 fn tachyon_command() -> Command {
     clean_command(env!("CARGO_BIN_EXE_tachyon"))
 }
@@ -244,12 +236,9 @@ fn spawn_workers(socket: &Path, tag: &str, threads: u32, zones: u32, wait_go: bo
     Proc::spawn(&format!("producer {tag}"), cmd)
 }
 
-/// A fresh directory under the target's temporary directory (short enough for socket paths).
-fn tmp_dir(name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("sys-{name}"));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh directory `target/tmp/sys-{name}`.
+fn sys_dir(name: &str) -> PathBuf {
+    tmp_dir(&format!("sys-{name}"))
 }
 
 /// `tachyon traced` as a child process on private sockets; killed on drop.
@@ -340,13 +329,6 @@ fn load(trace: &[u8]) -> TraceProcessor {
 
 fn rows(tp: &TraceProcessor, sql: &str) -> Vec<Vec<Value>> {
     tp.query(sql).unwrap_or_else(|e| panic!("{sql}: {e}")).rows
-}
-
-fn int(tp: &TraceProcessor, sql: &str) -> i64 {
-    match rows(tp, sql).first().map(|r| &r[0]) {
-        Some(Value::Integer(n)) => *n,
-        other => panic!("{sql}: {other:?}"),
-    }
 }
 
 fn text(v: &Value) -> String {
@@ -810,7 +792,7 @@ fn child_malicious() {
 #[test]
 fn three_producer_processes_of_four_threads_make_one_complete_trace() {
     const ZONES_PER_THREAD: u32 = 2000;
-    let dir = tmp_dir("three");
+    let dir = sys_dir("three");
     let traced = Traced::start(&dir);
     let mut c = traced.consumer();
     c.enable_tracing(&trace_config(16 * 1024, Some(100)), None)
@@ -889,7 +871,7 @@ fn three_producer_processes_of_four_threads_make_one_complete_trace() {
 /// committed chunks and those only in the chunks it was writing (scraped by the daemon).
 #[test]
 fn a_producer_killed_mid_trace_loses_nothing_it_had_written() {
-    let dir = tmp_dir("killed");
+    let dir = sys_dir("killed");
     let traced = Traced::start(&dir);
     let mut c = traced.consumer();
     c.enable_tracing(&trace_config(8 * 1024, None), None)
@@ -935,7 +917,7 @@ fn a_producer_killed_mid_trace_loses_nothing_it_had_written() {
 /// `tachyon record -o FILE -- PROGRAM` with no daemon: the embedded one records both demos.
 #[test]
 fn record_with_a_program_and_no_daemon_traces_both_processes() {
-    let dir = tmp_dir("embedded");
+    let dir = sys_dir("embedded");
     let t = env!("CARGO_BIN_EXE_tachyon");
     let script = format!(
         "'{t}' demo --seconds 0.3 --threads 2 --out a.pftrace & \
@@ -983,7 +965,7 @@ fn record_with_a_program_and_no_daemon_traces_both_processes() {
 /// any moment is a trace, and the final file has every event.
 #[test]
 fn record_streams_into_a_file_that_is_a_trace_at_every_moment() {
-    let dir = tmp_dir("stream");
+    let dir = sys_dir("stream");
     let traced = Traced::start(&dir);
     let config = dir.join("stream.pbtxt");
     std::fs::write(
@@ -1074,7 +1056,7 @@ fn record_streams_into_a_file_that_is_a_trace_at_every_moment() {
 #[test]
 fn a_malicious_producer_is_cut_off_and_the_good_one_is_intact() {
     const ZONES_PER_THREAD: u32 = 1000;
-    let dir = tmp_dir("malicious");
+    let dir = sys_dir("malicious");
     let mut traced = Traced::start(&dir);
     let mut c = traced.consumer();
     c.enable_tracing(&trace_config(8 * 1024, None), None)

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use protozero::HeapBuffered;
-use tachyon_protos::{trace_config, TraceConfig, TraceConfigView, TraceStatsView};
+use tachyon_protos::{trace_config, TraceConfig, TraceStatsView};
 use tachyon_traced::{Consumer, Daemon, DaemonConfig, DaemonHandle};
 
 use crate::trace_config_text::parse_trace_config;
@@ -99,13 +99,10 @@ pub(crate) fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         Some(p) => load_config(p)?,
         None => default_config(),
     };
-    let view = TraceConfigView::decode(&config).map_err(|e| format!("config: {e}"))?;
-    // Checked here too, so a bad config is reported before anything starts.
-    tachyon_service::SessionConfig::from_trace_config(&config)?;
-    let write_into_file = view.write_into_file();
-    let config_duration =
-        (view.duration_ms() > 0).then(|| Duration::from_millis(view.duration_ms() as u64));
-    let limit = args.time.or(config_duration);
+    // The daemon checks it too; checked here, a bad config is reported before anything starts.
+    let session = tachyon_service::SessionConfig::from_trace_config(&config)?;
+    let write_into_file = session.write_into_file;
+    let limit = args.time.or(session.duration);
 
     let interrupted = Arc::new(AtomicBool::new(false));
     {
