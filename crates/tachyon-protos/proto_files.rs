@@ -1,6 +1,7 @@
 //! Which `.proto` files tachyon-protos is generated from. Not part of the library: included with
-//! `#[path]` by `cargo xtask gen-protos`, by the bootstrap test and by tachyon-protos-bench's
-//! build script, so that the three agree on the list.
+//! `#[path]` by `cargo xtask gen-protos`, by the bootstrap test, by tachyon-protos-bench's build
+//! script and by tachyon-cli's (the text-format config parser's schema), so that all agree on
+//! the list.
 
 use std::path::{Path, PathBuf};
 
