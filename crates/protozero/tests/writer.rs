@@ -514,3 +514,38 @@ fn switch_buffer_fails_on_a_null_or_short_range_and_a_failed_writer_stays_failed
     w.switch_buffer(1);
     assert_eq!(w.error(), Some(Error::BufferExhausted));
 }
+
+#[test]
+fn block_prefix_writes_only_its_prefix_and_only_when_the_whole_block_fits() {
+    let mut w = ScatteredStreamWriter::new(SwitchDelegate::new());
+    // No range yet: nothing fits, nothing is written, no buffer is asked for.
+    let block = [0x08, 0x2a, 0xee, 0xee, 0xee, 0xee, 0xee, 0xee];
+    assert!(!w.try_write_block_prefix(&block, 2));
+    assert_eq!(w.written(), 0);
+    assert!(w.delegate().calls.is_empty());
+
+    w.write_varint_field(TAG_1_VARINT, 5);
+    // Two bytes advance the stream; the block's tail lands past the write pointer only.
+    assert!(w.try_write_block_prefix(&block, 2));
+    assert_eq!(w.written(), 4);
+    assert_eq!(w.delegate().output(w.write_ptr()), [0x08, 0x05, 0x08, 0x2a]);
+    assert_eq!(w.delegate().tail(0, w.write_ptr())[..6], [0xee; 6]);
+    // The next write overwrites that tail.
+    w.write_varint_field(TAG_2_VARINT, 1);
+    assert_eq!(
+        w.delegate().output(w.write_ptr()),
+        [0x08, 0x05, 0x08, 0x2a, 0x10, 0x01]
+    );
+
+    // A length beyond the block is refused.
+    assert!(!w.try_write_block_prefix(&block, 9));
+    // A block larger than the room left is refused whole, even if its prefix would fit.
+    let room = w.bytes_available();
+    let big = [0x08u8; SWITCH_BUF];
+    assert!(room < SWITCH_BUF);
+    let before = w.written();
+    assert!(!w.try_write_block_prefix(&big, 1));
+    assert_eq!(w.written(), before);
+    assert_eq!(w.delegate().calls.len(), 1, "no buffer switch either");
+    assert_eq!(w.error(), None);
+}

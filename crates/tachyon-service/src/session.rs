@@ -223,6 +223,17 @@ pub struct ServiceWideStats {
     pub tracing_sessions: u32,
 }
 
+impl ServiceWideStats {
+    /// Sets these figures on `ts` (the daemon's `TraceStats`, with or without a session).
+    pub fn write_to(&self, ts: &mut TraceStats<'_>) {
+        ts.set_producers_connected(self.producers_connected);
+        ts.set_producers_seen(self.producers_seen);
+        ts.set_data_sources_registered(self.data_sources_registered);
+        ts.set_data_sources_seen(self.data_sources_seen);
+        ts.set_tracing_sessions(self.tracing_sessions);
+    }
+}
+
 /// Where records go: memory, or a file.
 #[derive(Debug)]
 enum Sink {
@@ -487,11 +498,6 @@ impl ServiceCore {
         self.sink.write(&stats)
     }
 
-    /// Whether [`end`](Self::end) ran.
-    pub fn is_ended(&self) -> bool {
-        self.ended
-    }
-
     /// The last read, the `TraceStats` packet, and the end of the output. Returns the trace
     /// when it was kept in memory (no `output_path`), else an empty vector.
     pub fn finish(mut self) -> io::Result<Vec<u8>> {
@@ -530,13 +536,7 @@ impl ServiceCore {
                 ts.set_producers_seen(self.stats.producers_seen);
                 ts.set_tracing_sessions(1);
             }
-            Some(w) => {
-                ts.set_producers_connected(w.producers_connected);
-                ts.set_producers_seen(w.producers_seen);
-                ts.set_data_sources_registered(w.data_sources_registered);
-                ts.set_data_sources_seen(w.data_sources_seen);
-                ts.set_tracing_sessions(w.tracing_sessions);
-            }
+            Some(w) => w.write_to(ts),
         }
         ts.set_total_buffers(self.buffers.len() as u32);
         ts.set_chunks_discarded(self.commit_stats.chunks_discarded);

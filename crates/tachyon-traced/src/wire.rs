@@ -5,7 +5,7 @@
 use protozero::{HeapBuffered, ProtoDecoder};
 use tachyon_protos::{
     get_async_command_response, DataSourceConfig, EnableTracingResponse, GetAsyncCommandResponse,
-    GetTraceStatsResponse, ReadBuffersResponse, TraceStats,
+    GetTraceStatsResponse, ReadBuffersResponse,
 };
 
 /// Encodes a `GetAsyncCommandResponse` filled by `f`.
@@ -123,14 +123,7 @@ pub(crate) fn trace_stats_response(trace_stats: &[u8]) -> Vec<u8> {
 /// A `TraceStats` with only service-wide counters (no session).
 pub(crate) fn service_trace_stats(w: &tachyon_service::ServiceWideStats) -> Vec<u8> {
     let mut buf = HeapBuffered::new();
-    {
-        let mut t: TraceStats<'_> = buf.root();
-        t.set_producers_connected(w.producers_connected);
-        t.set_producers_seen(w.producers_seen);
-        t.set_data_sources_registered(w.data_sources_registered);
-        t.set_data_sources_seen(w.data_sources_seen);
-        t.set_tracing_sessions(w.tracing_sessions);
-    }
+    w.write_to(&mut buf.root());
     buf.serialize().expect("heap buffers do not fail")
 }
 

@@ -770,7 +770,8 @@ impl Service {
         for g in &session.buffers {
             self.buffer_map.remove(g);
         }
-        if session.streaming() && !session.core.is_ended() {
+        if session.streaming() {
+            // `end` writes only once; the consumer is gone, so a write error has nobody to go to.
             let _ = session.core.end();
         }
         for i in session.instances.iter().filter(|i| !i.stopped) {
