@@ -284,6 +284,10 @@ fn a_producer_cannot_write_into_a_session_it_is_not_in() {
     wait_until("the intruding chunk to be freed", || {
         x.chunk_state(intruder) == ChunkState::Free
     });
+    // The patch request is a frame of its own, applied after the move's: wait for it too.
+    wait_until("the intruding patch to be refused", || {
+        daemon.stats().patches_discarded > 0
+    });
     assert_eq!(daemon.stats().chunks_discarded, 1);
     assert_eq!(daemon.stats().patches_discarded, 1);
     // A chunk being written by `both`, never committed: ambiguous (it is in two sessions), so
