@@ -20,9 +20,11 @@
 //! Packets of one `{producer, writer}` sequence are read in chunk-id order (ids wrap at 2^32;
 //! each sequence extends them to 64 bits relative to the highest id seen). A packet is emitted
 //! only when all its fragments are present: a chunk flagged "continues on next" leaves its last
-//! fragment pending until the next chunk arrives. A sequence *waits* on a chunk that still needs
-//! patches, or on the missing continuation of a packet; a chunk-id gap is *loss*, and the next
-//! packet of that sequence carries `previous_packet_dropped` with the reason bits.
+//! fragment pending until the next chunk arrives. A sequence *waits* at the last fragment of a
+//! chunk that still needs patches (only that fragment can: it is the packet the writer continued
+//! in the next chunk), on a scraped chunk the writer may still be in, or on the missing
+//! continuation of a packet; a chunk-id gap is *loss*, and the next packet of that sequence
+//! carries `previous_packet_dropped` with the reason bits.
 //!
 //! # Loss accounting
 //!
@@ -598,6 +600,21 @@ impl TraceBuffer {
                 }
                 return;
             };
+            let rec = self.slab[idx].as_ref().expect("indexed records exist");
+            if !rec.complete && !last {
+                // A scraped chunk is read while streaming only right after its predecessor. A
+                // scrape copies the chunks one at a time while the writer goes on, so it can
+                // find a writer's next chunk mid-write after passing over the previous one
+                // (still being written then, or finished with its commit not yet processed):
+                // that chunk is coming, and reading past it would lose it.
+                let follows = match seq.last_read_ext {
+                    Some(prev) => ext == prev + 1,
+                    None => !rec.flag(FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK),
+                };
+                if !follows {
+                    return;
+                }
+            }
             if let Some(prev) = seq.last_read_ext {
                 if ext != prev + 1 {
                     seq.loss |= data_loss::PRESENT | data_loss::READ_GAP;
@@ -609,21 +626,29 @@ impl TraceBuffer {
                     seq.last_read_ext = Some(ext - 1);
                 }
             }
-            let has_next = seq.chunks.contains_key(&(ext + 1));
+            // Whether the writer has certainly left this chunk: the next one was committed for
+            // real. A scraped next chunk proves nothing: the writer takes the next chunk before
+            // it hands this one back (it does so to learn whether a packet can continue), so
+            // both can be scraped mid-write, and this one's real commit is still to come.
+            let next_committed = seq
+                .chunks
+                .get(&(ext + 1))
+                .is_some_and(|&n| self.slab[n].as_ref().is_some_and(|r| r.complete));
+            self.read_chunk(idx, sink);
             let rec = self.slab[idx].as_ref().expect("indexed records exist");
-            if rec.flag(CHUNK_NEEDS_PATCHING) {
+            if rec.flag(CHUNK_NEEDS_PATCHING) && rec.fragments_read < rec.readable_fragments() {
+                // `read_chunk` stopped before the last fragment, the only one patches may touch
+                // (the writer patches the sizes of a packet it continues in the next chunk).
                 if !last {
                     return; // wait for the patches
                 }
-                // The session is over and the patches never came: its packets are corrupt.
+                // The session is over and the patches never came: that packet is corrupt.
                 self.drop_rest_of_chunk(idx, data_loss::CHUNK_CORRUPTED);
                 self.finish_chunk(key, ext, idx);
                 continue;
             }
-            self.read_chunk(idx, sink);
-            let rec = self.slab[idx].as_ref().expect("indexed records exist");
             let done = rec.fragments_read >= rec.readable_fragments();
-            if !rec.complete && !has_next && !last {
+            if !rec.complete && !next_committed && !last {
                 // A scraped chunk: the writer is still in it; more may come in a recommit.
                 return;
             }
@@ -680,6 +705,10 @@ impl TraceBuffer {
             let i = rec.fragments_read;
             let is_first = i == 0;
             let is_last = i + 1 == rec.num_fragments;
+            if is_last && rec.flag(CHUNK_NEEDS_PATCHING) {
+                // Its size fields are still to be patched (the caller decides what to do).
+                return;
+            }
             let continues_prev = is_first && rec.flag(FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK);
             let continues_next = is_last && rec.flag(LAST_PACKET_CONTINUES_ON_NEXT_CHUNK);
             let payload = &self.ring[rec.offset..rec.offset + rec.payload_len];

@@ -103,7 +103,15 @@ fn build_chunks(writer: u16, plan: &WriterPlan) -> (Vec<BuiltChunk>, Vec<Vec<u8>
                 .extend_from_slice(&protozero::wire::redundant_varint(n as u32));
             cur.payload.extend_from_slice(&rest[..n]);
             cur.num_fragments += 1;
-            if plan.patch_every > 0 && i % plan.patch_every == 0 && n >= 4 && cur.patch.is_none() {
+            // Only a fragment that continues in the next chunk can owe a patch (the sizes of
+            // its open nested messages): it is always the chunk's last.
+            let continues = n < rest.len();
+            if plan.patch_every > 0
+                && i % plan.patch_every == 0
+                && continues
+                && n >= 4
+                && cur.patch.is_none()
+            {
                 let mut real = [0u8; 4];
                 real.copy_from_slice(&cur.payload[start..start + 4]);
                 cur.payload[start..start + 4].fill(0);
@@ -175,8 +183,10 @@ enum Step {
     /// A streaming read.
     Read,
     /// The service scrapes writer `w`'s chunk in progress (its next chunk, with only some of its
-    /// fragments finished); the real commit comes later.
-    Scrape(usize, usize),
+    /// fragments finished); the real commit comes later. With `ahead`, the writer has already
+    /// taken the chunk after it too (as a writer does before handing back a chunk whose last
+    /// packet continues), and that one is scraped with its first `k` fragments as well.
+    Scrape(usize, usize, bool),
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -184,7 +194,8 @@ fn step() -> impl Strategy<Value = Step> {
         12 => any::<usize>().prop_map(Step::Commit),
         3 => Just(Step::Patch),
         1 => Just(Step::Read),
-        2 => (any::<usize>(), any::<usize>()).prop_map(|(w, k)| Step::Scrape(w, k)),
+        2 => (any::<usize>(), any::<usize>(), any::<bool>())
+            .prop_map(|(w, k, ahead)| Step::Scrape(w, k, ahead)),
     ]
 }
 
@@ -237,9 +248,12 @@ fn run(
                 }
             }
             Step::Read => buf.read_packets(false, &mut sink),
-            Step::Scrape(w, k) => {
+            Step::Scrape(w, k, ahead) => {
                 let w = w % chunks.len();
-                if let Some(c) = chunks[w].front() {
+                let take = if ahead { 2 } else { 1 };
+                for c in chunks[w].iter().take(take) {
+                    // A chunk waiting for patches is one the writer has finished with: it is
+                    // never scraped mid-write.
                     if c.patch.is_none() && c.num_fragments > 0 {
                         let scraped = scrape(c, k % c.num_fragments as usize);
                         buf.copy_chunk(&ChunkToCopy {
@@ -436,4 +450,121 @@ fn filler_fragments_are_not_counted_as_lost_packets() {
         );
         assert_eq!(read, 2);
     }
+}
+
+/// A writer's chunks where the first one's last packet continues in the next one, with patches
+/// owed for it (the sizes of its open nested messages).
+fn patched_chunks() -> Vec<BuiltChunk> {
+    let plan = WriterPlan {
+        sizes: vec![40, 40, 300, 40],
+        drops: vec![false; 4],
+        chunk_size: 200,
+        patch_every: 2,
+    };
+    let (chunks, _) = build_chunks(1, &plan);
+    assert_eq!(chunks[0].num_fragments, 3);
+    assert!(chunks[0].patch.is_some() && chunks[0].flags & CHUNK_NEEDS_PATCHING != 0);
+    assert!(chunks[1..].iter().all(|c| c.patch.is_none()));
+    chunks
+}
+
+fn copy_complete(buf: &mut TraceBuffer, c: &BuiltChunk) {
+    buf.copy_chunk(&ChunkToCopy {
+        producer: 1,
+        writer: c.writer,
+        chunk_id: c.chunk_id,
+        num_fragments: c.num_fragments,
+        flags: c.flags,
+        payload: &c.payload,
+        complete: true,
+    });
+}
+
+/// Packets read, as (index, previous_packet_dropped).
+fn read_indices(buf: &mut TraceBuffer, last: bool) -> Vec<(u32, u32)> {
+    let mut got = Vec::new();
+    buf.read_packets(last, |info, frags| {
+        let p = frags.concat();
+        got.push((
+            u32::from_le_bytes(p[..4].try_into().unwrap()),
+            info.previous_packet_dropped,
+        ));
+    });
+    got
+}
+
+/// Only a chunk's last fragment can owe patches: the packets before it are read at once, and
+/// when the patches never come (the producer died) only that packet is lost, not the chunk
+/// (regression: the whole chunk was dropped at the final read).
+#[test]
+fn a_chunk_waiting_for_patches_holds_back_only_its_last_packet() {
+    let chunks = patched_chunks();
+    let mut buf = TraceBuffer::new(1 << 16, FillPolicy::RingBuffer);
+    for c in &chunks {
+        copy_complete(&mut buf, c);
+    }
+    assert_eq!(read_indices(&mut buf, false), vec![(0, 1), (1, 0)]);
+    // The final read: the packet whose sizes were never patched is lost, and said so; the
+    // continuation in the next chunk has lost its beginning; the packet after it is intact.
+    let rest = read_indices(&mut buf, true);
+    assert_eq!(rest.len(), 1, "{rest:?}");
+    assert_eq!(rest[0].0, 3);
+    assert_ne!(rest[0].1 & 4, 0, "CHUNK_CORRUPTED in {:#x}", rest[0].1);
+    assert_eq!(buf.losses().corrupted, 1);
+    assert_eq!(buf.losses().total(), 1);
+}
+
+/// The same with the patches delivered: nothing lost, the spanning packet whole.
+#[test]
+fn a_patched_chunk_releases_its_last_packet() {
+    let chunks = patched_chunks();
+    let mut buf = TraceBuffer::new(1 << 16, FillPolicy::RingBuffer);
+    for c in &chunks {
+        copy_complete(&mut buf, c);
+    }
+    assert_eq!(read_indices(&mut buf, false).len(), 2);
+    let (off, data) = chunks[0].patch.unwrap();
+    assert!(buf.try_patch_chunk(1, 1, 0, &[Patch { offset: off, data }], false));
+    let rest = read_indices(&mut buf, true);
+    assert_eq!(rest, vec![(2, 0), (3, 0)]);
+    assert_eq!(buf.losses().total(), 0);
+}
+
+/// A writer takes its next chunk before it hands back the one whose last packet continues in
+/// it, so a scrape can find both mid-write. Reading must wait for the first one's real commit,
+/// not move past it because the next one exists (regression: it did, the real commit was then
+/// refused as late and the packet spanning the two was lost).
+#[test]
+fn a_scraped_chunk_is_not_passed_because_its_successor_was_scraped() {
+    let plan = WriterPlan {
+        sizes: vec![40, 40, 300, 40, 40],
+        drops: vec![false; 5],
+        chunk_size: 200,
+        patch_every: 0,
+    };
+    let (chunks, written) = build_chunks(1, &plan);
+    let mut buf = TraceBuffer::new(1 << 16, FillPolicy::RingBuffer);
+    for (c, finished) in [(&chunks[0], 2), (&chunks[1], 1)] {
+        let s = scrape(c, finished);
+        buf.copy_chunk(&ChunkToCopy {
+            producer: 1,
+            writer: 1,
+            chunk_id: s.chunk_id,
+            num_fragments: s.num_fragments,
+            flags: s.flags,
+            payload: &s.payload,
+            complete: false,
+        });
+    }
+    // Streaming reads meanwhile: only what was finished in the first chunk.
+    assert_eq!(read_indices(&mut buf, false), vec![(0, 1), (1, 0)]);
+    assert!(read_indices(&mut buf, false).is_empty());
+    for c in &chunks {
+        copy_complete(&mut buf, c);
+    }
+    let rest = read_indices(&mut buf, true);
+    let indices: Vec<u32> = rest.iter().map(|r| r.0).collect();
+    assert_eq!(indices, (2..written.len() as u32).collect::<Vec<_>>());
+    assert!(rest.iter().all(|r| r.1 == 0), "{rest:?}");
+    assert_eq!(buf.losses().total(), 0);
 }
