@@ -114,6 +114,12 @@ impl PacketWriter {
         self.packets_written
     }
 
+    /// The `trusted_packet_sequence_id` of a producer's writer, if one of its packets was
+    /// written.
+    pub fn existing_sequence_id(&self, producer: ProducerId, writer: WriterId) -> Option<u32> {
+        self.sequence_ids.get(&(producer, writer)).copied()
+    }
+
     /// The `trusted_packet_sequence_id` of a producer's writer (assigned on first use).
     pub fn sequence_id(&mut self, producer: ProducerId, writer: WriterId) -> u32 {
         let next = &mut self.next_sequence_id;

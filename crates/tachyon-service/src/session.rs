@@ -449,6 +449,28 @@ impl ServiceCore {
         self.flush_staged()
     }
 
+    /// After the final read, an empty packet on each sequence whose last packets were lost,
+    /// carrying the loss bits no later packet could (see [`TraceBuffer::take_trailing_losses`]).
+    fn write_trailing_losses(&mut self) -> io::Result<()> {
+        let ServiceCore {
+            buffers,
+            identities,
+            packets,
+            staged,
+            ..
+        } = self;
+        for buf in buffers.iter_mut() {
+            for info in buf.take_trailing_losses() {
+                let identity = identities
+                    .get(&info.producer)
+                    .copied()
+                    .unwrap_or(ProducerIdentity { pid: 0, uid: 0 });
+                packets.write_packet(info, &[], identity, staged);
+            }
+        }
+        self.flush_staged()
+    }
+
     fn flush_staged(&mut self) -> io::Result<()> {
         if self.staged.is_empty() {
             return Ok(());
@@ -492,6 +514,7 @@ impl ServiceCore {
         }
         self.ended = true;
         self.drain(true)?;
+        self.write_trailing_losses()?;
         let stats = self.trace_stats_packet();
         // The stats packet is always written, even past max_file_size_bytes: it is what says
         // that data was dropped.
@@ -529,6 +552,18 @@ impl ServiceCore {
         for b in &self.buffers {
             let mut bs = ts.add_buffer_stats();
             b.stats().write_to(bs.message());
+        }
+        // Which buffer each sequence wrote into, so a reader can attribute the losses its
+        // packets report (`previous_packet_dropped`) to buffers. Sequences none of whose
+        // packets reached the trace have no id to name.
+        for (i, b) in self.buffers.iter().enumerate() {
+            for (producer, writer) in b.sequences() {
+                if let Some(id) = self.packets.existing_sequence_id(producer, writer) {
+                    let mut w = ts.add_writer_stats();
+                    w.set_sequence_id(id as u64);
+                    w.set_buffer(i as u32);
+                }
+            }
         }
         match self.service_wide {
             None => {

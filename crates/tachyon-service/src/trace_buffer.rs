@@ -221,6 +221,8 @@ struct Sequence {
     /// commit: how many of their fragments are already accounted for (read or counted lost), so
     /// that the real commit neither repeats nor re-counts them.
     partial: HashMap<u64, u16>,
+    /// Highest extended id of a refused chunk whose packets were counted lost.
+    refused_max: Option<u64>,
 }
 
 impl Sequence {
@@ -403,8 +405,20 @@ impl TraceBuffer {
     /// Counts a chunk the buffer will not store.
     fn refuse(&mut self, key: SeqKey, ext: u64, chunk: &ChunkToCopy<'_>, accounted: u16) {
         self.stats.chunks_discarded += 1;
-        self.losses.discarded += starts_after(chunk, accounted);
+        let lost = starts_after(chunk, accounted);
+        self.losses.discarded += lost;
         let seq = self.sequences.get_mut(&key).expect("exists");
+        if lost > 0 {
+            if seq.last_read_ext.is_some_and(|last| ext <= last) {
+                // Too late: what it held belonged before packets already read; the next packet
+                // read is the first place left to say so.
+                seq.loss |= data_loss::PRESENT;
+            } else {
+                // Chunks before it may still be read: the packets after the gap say so (a
+                // read gap), or, if none comes, the trailing marker does.
+                seq.refused_max = seq.refused_max.max(Some(ext));
+            }
+        }
         if chunk.complete {
             seq.partial.remove(&ext);
         } else {
@@ -583,6 +597,34 @@ impl TraceBuffer {
         }
     }
 
+    /// After the final read: the loss no packet reported, because nothing was read after it
+    /// on its sequence (say, a writer's last chunks were refused, or their packets cut short).
+    /// One [`PacketInfo`] per such sequence, for an empty packet that carries the loss bits in
+    /// its `previous_packet_dropped`, so the trace says so where the loss happened. Taking
+    /// them clears them.
+    pub fn take_trailing_losses(&mut self) -> Vec<PacketInfo> {
+        let mut out = Vec::new();
+        for key in &self.seq_order {
+            let seq = self
+                .sequences
+                .get_mut(key)
+                .expect("ordered sequences exist");
+            if seq.refused_max > seq.last_read_ext {
+                // Refused chunks after the last one read: no later packet crossed the gap.
+                seq.loss |= data_loss::PRESENT | data_loss::READ_GAP;
+            }
+            if seq.loss != 0 {
+                out.push(take_packet_info(seq, *key));
+            }
+        }
+        out
+    }
+
+    /// The sequences that committed into this buffer, in order of first commit.
+    pub fn sequences(&self) -> impl Iterator<Item = (ProducerId, WriterId)> + '_ {
+        self.seq_order.iter().copied()
+    }
+
     fn read_sequence(
         &mut self,
         key: SeqKey,
@@ -596,7 +638,9 @@ impl TraceBuffer {
                 .expect("ordered sequences exist");
             let Some((&ext, &idx)) = seq.chunks.iter().next() else {
                 if last && drop_pending(seq, &mut self.slab) {
+                    // Its continuation never came.
                     self.losses.incomplete += 1;
+                    seq.loss |= data_loss::PRESENT | data_loss::REASSEMBLY_GAP;
                 }
                 return;
             };

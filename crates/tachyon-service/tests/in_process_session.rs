@@ -88,6 +88,14 @@ fn check_trace(bytes: &[u8], expected_packets: usize) {
         bufs[0].has_trace_writer_packet_loss(),
         "zeros are written too"
     );
+    // The one sequence, and the buffer it wrote into.
+    let writers: Vec<_> = ts.writer_stats().map(|w| w.unwrap()).collect();
+    assert_eq!(writers.len(), 1);
+    assert_eq!(
+        writers[0].sequence_id(),
+        packets[0].trusted_packet_sequence_id() as u64
+    );
+    assert_eq!(writers[0].buffer(), 0);
 }
 
 fn run(config: SessionConfig, chunks: u32) -> (Vec<u8>, usize) {
@@ -182,4 +190,41 @@ fn trace_config_is_read() {
     }
     assert!(SessionConfig::from_trace_config(&buf.serialize().unwrap()).is_err());
     assert!(SessionConfig::from_trace_config(&[0x0a, 0x05]).is_err());
+}
+
+/// A loss at the very end of a sequence, with no later packet to carry `previous_packet_dropped`,
+/// is still in the trace: an empty packet on that sequence carries the loss bits.
+#[test]
+fn a_loss_at_the_end_of_a_sequence_is_marked() {
+    let config = SessionConfig {
+        buffers: vec![tachyon_service::BufferSpec {
+            size_bytes: 8192,
+            policy: tachyon_service::FillPolicy::Discard,
+        }],
+        ..SessionConfig::default()
+    };
+    // Three 4 KiB chunks into an 8 KiB DISCARD buffer: the third is refused.
+    let (bytes, _) = run(config, 3);
+    let trace = TraceView::decode(&bytes).expect("a well-formed Trace");
+    let packets: Vec<TracePacketView<'_>> = trace.packet().map(|p| p.unwrap()).collect();
+    assert_eq!(
+        packets.len(),
+        20 + 1 + 1,
+        "data, the loss marker, TraceStats"
+    );
+    let marker = &packets[20];
+    assert!(!marker.has_timestamp(), "the marker carries no data");
+    assert_eq!(
+        marker.trusted_packet_sequence_id(),
+        packets[0].trusted_packet_sequence_id()
+    );
+    assert_eq!(marker.trusted_pid(), 4242);
+    assert_eq!(
+        marker.previous_packet_dropped(),
+        1 | 2,
+        "DATA_LOSS_PRESENT | READ_GAP"
+    );
+    let ts = packets[21].trace_stats().unwrap();
+    let buf = ts.buffer_stats().next().unwrap().unwrap();
+    assert_eq!(buf.chunks_discarded(), 1);
 }

@@ -215,9 +215,12 @@ fn run(
         written.push(wr);
     }
     let mut owed: std::collections::VecDeque<(u16, u32, u32, [u8; 4])> = Default::default();
-    let mut read: HashMap<u16, Vec<Vec<u8>>> = HashMap::new();
+    // Per writer: each packet read, with its previous_packet_dropped bits.
+    let mut read: HashMap<u16, Vec<(Vec<u8>, u32)>> = HashMap::new();
     let mut sink = |info: tachyon_service::PacketInfo, frags: &[&[u8]]| {
-        read.entry(info.writer).or_default().push(frags.concat());
+        read.entry(info.writer)
+            .or_default()
+            .push((frags.concat(), info.previous_packet_dropped));
     };
     let commit =
         |buf: &mut TraceBuffer, c: BuiltChunk, owed: &mut std::collections::VecDeque<_>| {
@@ -282,6 +285,14 @@ fn run(
         }
     }
     buf.read_packets(true, &mut sink);
+    let trailing: Vec<u16> = buf
+        .take_trailing_losses()
+        .iter()
+        .map(|info| {
+            assert_ne!(info.previous_packet_dropped, 0);
+            info.writer
+        })
+        .collect();
 
     let mut total_written = 0u64;
     let mut total_read = 0u64;
@@ -291,7 +302,7 @@ fn run(
         total_read += got.len() as u64;
         // In order, each equal to the packet written with its index.
         let mut last_index = None;
-        for p in &got {
+        for (p, dropped) in &got {
             prop_assert!(p.len() >= 8, "a packet shorter than its prefix");
             let index = u32::from_le_bytes(p[..4].try_into().unwrap()) as usize;
             let writer = u32::from_le_bytes(p[4..8].try_into().unwrap());
@@ -301,14 +312,38 @@ fn run(
                 last_index.is_none_or(|l| index > l),
                 "out of order or duplicated"
             );
+            // Every loss is said: a packet read after lost ones carries the loss bits (the
+            // writer's own drops included, which it marks in the chunk).
+            let expected_next = last_index.map_or(0, |l| l + 1);
+            if index > expected_next {
+                prop_assert!(
+                    *dropped != 0,
+                    "packets {}..{} of writer {} lost without a mark",
+                    expected_next,
+                    index,
+                    w + 1
+                );
+            }
             prop_assert!(
-                *p == wr[index],
+                p == &wr[index],
                 "packet {} of writer {} differs",
                 index,
                 w + 1
             );
             prop_assert!(!plans[w].drops[index], "a dropped packet was read");
             last_index = Some(index);
+        }
+        // A loss after the last packet read is still reported: by the trailing marker.
+        let lost_at_end = match last_index {
+            Some(l) => l + 1 < wr.len(),
+            None => !wr.is_empty(),
+        };
+        if lost_at_end {
+            prop_assert!(
+                trailing.contains(&(w as u16 + 1)),
+                "writer {} lost its last packets without a mark",
+                w + 1
+            );
         }
     }
     prop_assert!(read.is_empty(), "packets from an unknown writer");
