@@ -224,11 +224,7 @@ impl Config {
                 size_bytes: self.buffer_size,
                 policy: self.fill_policy,
             }],
-            data_sources: vec![DataSourceSpec {
-                name: "track_event".into(),
-                target_buffer: 0,
-                config: Vec::new(),
-            }],
+            data_sources: vec![DataSourceSpec::new("track_event", 0)],
             flush_period: self.flush_period,
             flush_timeout: self.stop_timeout,
             write_into_file: self.stream && self.output.is_some(),
