@@ -47,6 +47,45 @@ pub struct DataSourceSpec {
     pub target_buffer: u16,
     /// The encoded `DataSourceConfig`, for the data source to read its own settings.
     pub config: Vec<u8>,
+    /// `producer_name_filter`: only producers with one of these names run it (with the regex
+    /// filter below: either list may match; both empty: every producer).
+    pub producer_name_filter: Vec<String>,
+    /// `producer_name_regex_filter`: patterns a producer's whole name may match (checked to
+    /// compile when the config is read).
+    pub producer_name_regex_filter: Vec<String>,
+}
+
+impl DataSourceSpec {
+    /// A data source with no producer filter.
+    pub fn new(name: impl Into<String>, target_buffer: u16) -> Self {
+        DataSourceSpec {
+            name: name.into(),
+            target_buffer,
+            config: Vec::new(),
+            producer_name_filter: Vec::new(),
+            producer_name_regex_filter: Vec::new(),
+        }
+    }
+
+    /// Whether a producer called `producer_name` should run this data source (Perfetto's
+    /// rule: no filter accepts all; else an exact name or a whole-name regex match).
+    pub fn accepts_producer(&self, producer_name: &str) -> bool {
+        if self.producer_name_filter.is_empty() && self.producer_name_regex_filter.is_empty() {
+            return true;
+        }
+        self.producer_name_filter.iter().any(|n| n == producer_name)
+            || self
+                .producer_name_regex_filter
+                .iter()
+                .any(|p| whole_match(p).is_ok_and(|re| re.is_match(producer_name)))
+    }
+}
+
+/// A pattern anchored at both ends, as Perfetto matches producer names (`std::regex_match`).
+fn whole_match(pattern: &str) -> Result<regex::Regex, regex::Error> {
+    regex::RegexBuilder::new(&format!("^(?:{pattern})$"))
+        .size_limit(1 << 20)
+        .build()
 }
 
 /// What a session does, as read from a `TraceConfig`.
@@ -83,11 +122,7 @@ impl Default for SessionConfig {
                 size_bytes: 32 << 20,
                 policy: FillPolicy::RingBuffer,
             }],
-            data_sources: vec![DataSourceSpec {
-                name: "track_event".into(),
-                target_buffer: 0,
-                config: Vec::new(),
-            }],
+            data_sources: vec![DataSourceSpec::new("track_event", 0)],
             duration: None,
             flush_period: None,
             flush_timeout: DEFAULT_FLUSH_TIMEOUT,
@@ -152,10 +187,26 @@ impl SessionConfig {
                     buffers.len()
                 )));
             }
+            let mut producer_name_filter = Vec::new();
+            for n in ds.producer_name_filter() {
+                producer_name_filter.push(n.map_err(bad)?.to_owned());
+            }
+            let mut producer_name_regex_filter = Vec::new();
+            for p in ds.producer_name_regex_filter() {
+                let p = p.map_err(bad)?;
+                if let Err(e) = whole_match(p) {
+                    return Err(ConfigError(format!(
+                        "data source {name:?}: producer_name_regex_filter {p:?}: {e}"
+                    )));
+                }
+                producer_name_regex_filter.push(p.to_owned());
+            }
             data_sources.push(DataSourceSpec {
                 name,
                 target_buffer: target as u16,
                 config: c.bytes().to_vec(),
+                producer_name_filter,
+                producer_name_regex_filter,
             });
         }
         let clear = if cfg.has_incremental_state_config() {

@@ -33,6 +33,10 @@ const SMB_SIZE: usize = 1 << 20;
 /// The shortest poll period honoured (a config asking for less gets this).
 const MIN_POLL_PERIOD: Duration = Duration::from_millis(10);
 
+/// The producer name of the daemon's own data sources, as `producer_name_filter` sees it
+/// (Perfetto's probes are `perfetto.traced_probes`).
+pub(crate) const PRODUCER_NAME: &str = "tachyon.traced_probes";
+
 /// Whether `name` is a data source the daemon provides itself.
 pub(crate) fn is_builtin(name: &str) -> bool {
     name == tachyon_probes::PROCESS_STATS || name == tachyon_probes::SYS_STATS

@@ -240,6 +240,51 @@ fn incremental_state_clears_reach_data_sources_that_handle_them() {
     }
 }
 
+/// `producer_name_filter` and `producer_name_regex_filter` pick the producers that run a data
+/// source (by `InitializeConnection.producer_name`); a bad pattern is refused.
+#[test]
+fn producer_name_filters_pick_the_producers() {
+    let (_dir, daemon) = daemon("name-filter");
+    let named = |name: &str| Behaviour {
+        name: name.into(),
+        ..Behaviour::default()
+    };
+    let mut alpha = FakeProducer::connect(daemon.producer_socket(), named("alpha"));
+    let mut beta = FakeProducer::connect(daemon.producer_socket(), named("beta"));
+    let mut gamma = FakeProducer::connect(daemon.producer_socket(), named("gamma.1"));
+    let mut consumer = Consumer::connect(daemon.consumer_socket()).unwrap();
+    let config = Config {
+        producer_name_filter: vec!["alpha".into()],
+        // Whole-name matches: "gamma" alone would not match "gamma.1".
+        producer_name_regex_filter: vec![r"gamma\.\d+".into(), "bet".into()],
+        ..Config::simple(256, "test.source")
+    };
+    consumer.enable_tracing(&config.encode(), None).unwrap();
+    alpha.wait_start();
+    gamma.wait_start();
+    // Every started instance acknowledges the flush, so by its end beta would have had its
+    // start command too.
+    assert!(consumer.flush(TIMEOUT).unwrap());
+    let beta_got = beta.received_now();
+    assert!(
+        !beta_got.iter().any(|c| matches!(c, Cmd::Start { .. })),
+        "beta is filtered out: {beta_got:?}"
+    );
+    consumer.disable_tracing().unwrap();
+    consumer.wait_for_end(Some(TIMEOUT)).unwrap().unwrap();
+
+    let bad = Config {
+        producer_name_regex_filter: vec!["(unclosed".into()],
+        ..Config::simple(256, "test.source")
+    };
+    let mut consumer = Consumer::connect(daemon.consumer_socket()).unwrap();
+    let err = consumer.enable_tracing(&bad.encode(), None).unwrap_err();
+    assert!(
+        err.to_string().contains("producer_name_regex_filter"),
+        "{err}"
+    );
+}
+
 fn try_command(p: &mut FakeProducer) -> Option<Cmd> {
     // Stop is the last command the plain producer gets.
     match p.next_command() {

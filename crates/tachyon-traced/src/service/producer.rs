@@ -58,6 +58,8 @@ pub(super) struct Producer {
     bound: bool,
     /// Set by `InitializeConnection`: the SMB's size and page size.
     smb_spec: Option<(usize, PageSize)>,
+    /// `InitializeConnection.producer_name` (bounded), matched by `producer_name_filter`.
+    pub(super) name: String,
     /// Created when the first data source instance starts.
     smb: Option<SharedMemory>,
     setup_sent: bool,
@@ -87,6 +89,7 @@ impl Producer {
             },
             bound: false,
             smb_spec: None,
+            name: String::new(),
             smb: None,
             setup_sent: false,
             scraping: true,
@@ -286,6 +289,11 @@ impl Service {
         };
         let size = size.div_ceil(page.bytes()) * page.bytes();
         p.smb_spec = Some((size, page));
+        let name = v.producer_name_bytes();
+        if name.len() > limits::MAX_NAME_LEN {
+            return Outcome::Violation;
+        }
+        p.name = String::from_utf8_lossy(name).into_owned();
         p.scraping = v.smb_scraping_mode() != Some(ProducerSMBScrapingMode::SmbScrapingDisabled);
         empty()
     }

@@ -337,11 +337,13 @@ impl Service {
             .filter(|(i, spec)| {
                 !session.has_instance(who, *i)
                     && match who {
-                        Who::Conn(c) => self
-                            .producers
-                            .get(&c)
-                            .is_some_and(|p| p.descriptor(&spec.name).is_some()),
-                        Who::Builtin => crate::builtin::is_builtin(&spec.name),
+                        Who::Conn(c) => self.producers.get(&c).is_some_and(|p| {
+                            p.descriptor(&spec.name).is_some() && spec.accepts_producer(&p.name)
+                        }),
+                        Who::Builtin => {
+                            crate::builtin::is_builtin(&spec.name)
+                                && spec.accepts_producer(crate::builtin::PRODUCER_NAME)
+                        }
                     }
             })
             .map(|(i, _)| i)

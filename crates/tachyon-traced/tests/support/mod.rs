@@ -101,6 +101,9 @@ pub struct Config {
     pub file_write_period_ms: u32,
     pub max_file_size_bytes: u64,
     pub clear_period_ms: u32,
+    /// `producer_name_filter` and `producer_name_regex_filter` of every data source.
+    pub producer_name_filter: Vec<String>,
+    pub producer_name_regex_filter: Vec<String>,
 }
 
 impl Config {
@@ -131,6 +134,13 @@ impl Config {
                 let mut cfg = ds.set_config();
                 cfg.set_name(name);
                 cfg.set_target_buffer(*target);
+                drop(cfg);
+                for n in &self.producer_name_filter {
+                    ds.add_producer_name_filter(n);
+                }
+                for n in &self.producer_name_regex_filter {
+                    ds.add_producer_name_regex_filter(n);
+                }
             }
             if self.duration_ms > 0 {
                 c.set_duration_ms(self.duration_ms);
@@ -292,6 +302,8 @@ pub enum Cmd {
 /// How the fake producer behaves.
 #[derive(Clone, Debug)]
 pub struct Behaviour {
+    /// `InitializeConnection.producer_name`.
+    pub name: String,
     pub data_sources: Vec<String>,
     pub smb_size_hint: u32,
     /// Acknowledge flushes right away (after everything committed before).
@@ -303,6 +315,7 @@ pub struct Behaviour {
 impl Default for Behaviour {
     fn default() -> Self {
         Behaviour {
+            name: "fake".into(),
             data_sources: vec!["test.source".into()],
             smb_size_hint: 64 * 1024,
             ack_flushes: true,
@@ -348,7 +361,7 @@ impl FakeProducer {
             let mut r: InitializeConnectionRequest<'_> = buf.root();
             r.set_shared_memory_size_hint_bytes(b.smb_size_hint);
             r.set_shared_memory_page_size_hint_bytes(4096);
-            r.set_producer_name("fake");
+            r.set_producer_name(&b.name);
         }
         let r = call(
             &caller,
@@ -400,6 +413,13 @@ impl FakeProducer {
         self.commands
             .recv_timeout(TIMEOUT)
             .expect("a command from the daemon")
+    }
+
+    /// Every command received so far and not taken yet, without waiting.
+    pub fn received_now(&mut self) -> Vec<Cmd> {
+        let mut out: Vec<Cmd> = self.pending.drain(..).collect();
+        out.extend(self.commands.try_iter());
+        out
     }
 
     /// Waits for a StartDataSource (keeping other commands for later); returns its instance
