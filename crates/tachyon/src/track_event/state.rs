@@ -12,6 +12,12 @@
 //! clock's chain and the interning tables can no longer be trusted by the reader), and when
 //! the thread first writes in a session.
 //!
+//! After a loss the new generation starts with the first packet that reaches the buffer again,
+//! not before: while the shared memory buffer is full, each event goes to the writer's scratch
+//! chunk and is counted lost, once (see `restart`). A generation start, and the descriptors
+//! and clock snapshots events need, are only written when the writer says they will reach the
+//! buffer (`TraceWriter::make_room`), so `packets_dropped` counts lost events, not lost set-up.
+//!
 //! Hot path: one relaxed load of the epoch, a few compares on this struct, the stack encoding of
 //! [`encode`](super::encode) and one chunk write. Everything else is `#[cold]`.
 
@@ -40,6 +46,16 @@ pub(crate) const SNAPSHOT_SET_CLOCK_ID: u32 = 65;
 /// can follow the calibrated counter's drift from BOOTTIME piecewise.
 const SNAPSHOT_PERIOD_NS: u64 = 1_000_000_000;
 
+/// Upper bounds on encoded sizes (fragment header, sequence marks and protozero's 4-byte size
+/// reservations included) for the room the writer makes before packets the SDK writes on its
+/// own: a `ClockSnapshot` packet; a generation start without its variable parts (process and
+/// thread names, command line); a track descriptor without its names.
+const SNAPSHOT_ROOM: usize = 128;
+const GENERATION_ROOM_BASE: usize = 384;
+const DESCRIPTOR_ROOM_BASE: usize = 96;
+/// Per string of a descriptor: tag and length.
+const STRING_ROOM: usize = 6;
+
 /// Interning ids of dynamic names start here, far above the callsites' static ids.
 const DYN_IID_BASE: u64 = 1 << 40;
 
@@ -60,8 +76,13 @@ pub(crate) struct ThreadState {
     writer: Option<TraceWriter>,
     incremental: bool,
     generation: u32,
-    /// The writer's drop count when the generation was set up.
+    /// The writer's drop count when the generation was set up (`u64::MAX`: no generation on
+    /// this writer yet). Any other count means a packet was lost since: the reader no longer
+    /// trusts the sequence's incremental state, and a new generation must come first.
     drops_seen: u64,
+    /// Upper bound on the size of a generation start (its four packets), from the last one
+    /// written: the room `restart` makes for the next.
+    generation_room: usize,
     /// The incremental clock's value (trace-clock ns of the last delta-encoded packet).
     last_ts: u64,
     /// Write a clock snapshot before the first packet at or after this (0 without incremental
@@ -131,7 +152,8 @@ impl ThreadState {
             writer: None,
             incremental: true,
             generation: 0,
-            drops_seen: 0,
+            drops_seen: u64::MAX,
+            generation_room: GENERATION_ROOM_BASE,
             last_ts: 0,
             next_snapshot: 0,
             next_clock_snapshot: 0,
@@ -250,6 +272,10 @@ impl ThreadState {
 
     /// Makes the state current for the session and generation, opening the thread's writer
     /// and starting a generation when needed. False when there is nothing to write into.
+    ///
+    /// True also while the writer drops: the event is then written into its scratch chunk,
+    /// where it is counted lost (as one packet, the event's own), and no generation starts
+    /// until a packet can reach the buffer again (`restart`).
     #[cold]
     #[inline(never)]
     fn sync(&mut self, ts: u64) -> bool {
@@ -274,6 +300,7 @@ impl ThreadState {
             if self.writer.is_none() {
                 return false;
             }
+            self.drops_seen = u64::MAX;
             // The generation starts now, not at `ts` (read before the writer existed): a writer
             // id released by an exiting thread is handed out again and continues that thread's
             // packet sequence, and this thread may have read `ts` before the other one wrote
@@ -281,23 +308,33 @@ impl ThreadState {
             // owner's on the sequence, which readers reject (Perfetto: `invalid_clock_snapshots`,
             // and a trace clock marked non-monotonic can no longer be converted). The event
             // itself, older than the generation, is written with an absolute timestamp.
-            return self.start_generation(ts.max(clock::now()));
+            return self.restart(epoch, ts.max(clock::now()));
         }
-        let Some(writer) = self.writer.as_ref() else {
+        let Some(writer) = self.writer.as_mut() else {
             return false;
         };
         if writer.arbiter().is_closed() {
             self.writer = None;
             return false;
         }
-        if epoch != self.epoch || writer.packets_dropped() != self.drops_seen {
+        if writer.packets_dropped() != self.drops_seen {
+            return self.restart(epoch, ts);
+        }
+        if epoch != self.epoch {
+            // An incremental-state clear: nothing was lost, so the current generation is still
+            // valid on the sequence and the new one may wait for a chunk with room for it
+            // (events go on in the current one meanwhile).
+            if !writer.try_make_room(self.generation_room) {
+                return true;
+            }
             self.epoch = epoch;
-            return self.start_generation(ts);
+            return self.start_generation(ts) || self.restart(epoch, ts);
         }
         // Both timestamp modes need the refreshed snapshots (the trace clock drifts from
         // BOOTTIME either way); this used to test `next_snapshot`, which is 0 without
         // incremental timestamps, so that mode never wrote one after its generation started.
-        if ts >= self.next_clock_snapshot {
+        // A snapshot that does not fit waits for the next chunk, as above.
+        if ts >= self.next_clock_snapshot && writer.try_make_room(SNAPSHOT_ROOM) {
             self.write_packet(|p| write_global_snapshot(p, &Snapshot::take()));
             self.next_clock_snapshot = ts.saturating_add(SNAPSHOT_PERIOD_NS);
             if self.incremental {
@@ -307,13 +344,60 @@ impl ThreadState {
         true
     }
 
-    /// Starts a generation at `ts` (see the module docs).
+    /// Starts a generation after a loss (or on a new writer), with the first packet that
+    /// reaches the buffer: the reader drops the sequence's interned data and incremental clock
+    /// at the packet marked `previous_packet_dropped`, so that packet must be the generation's
+    /// first, and every later one must follow a complete generation start.
+    ///
+    /// While the writer drops (the shared memory buffer is full) the generation does not start:
+    /// its packets would be lost too, each event of the episode would set it up again for
+    /// nothing and count five packets lost instead of one. `TraceWriter::make_room` tells
+    /// whether the next packet will reach the buffer, and makes the writer's retry of the
+    /// buffer happen before the generation is written rather than in the middle of it.
+    ///
+    /// Returns whether the event goes on: true when the generation started, and when the event
+    /// is going to be dropped anyway (the writer counts it).
+    #[cold]
+    #[inline(never)]
+    fn restart(&mut self, epoch: u64, ts: u64) -> bool {
+        // A generation start fails only when it does not fit in a fresh chunk and no next chunk
+        // is free: after a failure the writer drops, and tries again only when its scratch
+        // chunk is full. Bounded all the same.
+        for _ in 0..3 {
+            let room = self.generation_room;
+            let Some(writer) = self.writer.as_mut() else {
+                return false;
+            };
+            if !writer.make_room(room) {
+                // The event's packet will be lost, and counted: write it (into the scratch chunk)
+                // so the writer's retries keep their pace.
+                return true;
+            }
+            self.epoch = epoch;
+            if self.start_generation(ts) {
+                return true;
+            }
+        }
+        // The event must not reach the buffer before a generation start: count it lost.
+        if let Some(writer) = self.writer.as_mut() {
+            writer.skip_packet();
+        }
+        false
+    }
+
+    /// Writes a generation start at `ts` (see the module docs); false if one of its packets
+    /// was lost (the writer is dropping then, and the rest is not written).
     #[cold]
     fn start_generation(&mut self, ts: u64) -> bool {
         let Some(writer) = self.writer.as_ref() else {
             return false;
         };
         let dropped_before = writer.packets_dropped();
+        let lost = |s: &Self| {
+            s.writer
+                .as_ref()
+                .is_none_or(|w| w.packets_dropped() != dropped_before)
+        };
         self.generation = self.generation.wrapping_add(1).max(1);
         self.dyn_names.clear();
         self.next_dyn_iid = DYN_IID_BASE;
@@ -355,6 +439,9 @@ impl ThreadState {
         } else {
             0
         };
+        if lost(self) {
+            return false;
+        }
         let process = global::process();
         let process_name = global::process_name();
         self.write_descriptor(ts, |d| {
@@ -366,17 +453,26 @@ impl ThreadState {
                 pd.add_cmdline(arg);
             }
         });
+        if lost(self) {
+            return false;
+        }
         self.write_thread_descriptor(ts);
-        // A loss while setting up leaves `drops_seen` unmatched, so the next event starts over.
-        let after = self
-            .writer
-            .as_ref()
-            .map_or(dropped_before, |w| w.packets_dropped());
-        self.drops_seen = if after == dropped_before {
-            after
-        } else {
-            u64::MAX
-        };
+        if lost(self) {
+            return false;
+        }
+        self.drops_seen = dropped_before;
+        self.generation_room = GENERATION_ROOM_BASE
+            + STRING_ROOM
+            + process_name.len()
+            + process
+                .cmdline
+                .iter()
+                .map(|a| STRING_ROOM + a.len())
+                .sum::<usize>()
+            + self
+                .thread_name
+                .as_ref()
+                .map_or(0, |n| STRING_ROOM + n.len());
         true
     }
 
@@ -395,15 +491,29 @@ impl ThreadState {
         self.thread_name = name;
     }
 
-    /// Sets the thread's name on the trace (re-emits its descriptor if tracing).
+    /// Sets the thread's name on the trace (re-emits its descriptor if tracing; a generation
+    /// start after a loss writes it anyway).
     pub(crate) fn set_thread_name(&mut self, name: &str) {
         self.thread_name = Some(name.to_owned());
         if self.writer.is_some() && self.epoch == EPOCH.load(Ordering::Relaxed) {
             let ts = clock::now();
-            if self.sync(ts) {
+            // Not while dropping: the generation start that ends the episode writes the name.
+            if self.sync(ts) && self.writer.as_ref().is_some_and(|w| !w.is_dropping()) {
                 self.write_thread_descriptor(ts);
             }
         }
+    }
+
+    /// [`TraceWriter::make_room`] for a descriptor the event about to be written needs: false
+    /// when the descriptor would be lost, so it is not written (it would count as a lost packet,
+    /// and the next generation start re-emits what is needed). The event follows either way,
+    /// and is the packet that is lost then (counted; a drop marker the writer may have left in
+    /// its last chunk stands for it). Never a retry of the buffer while dropping: that belongs
+    /// to `restart`, before a generation start.
+    fn room_for_descriptor(&mut self, len: usize) -> bool {
+        self.writer
+            .as_mut()
+            .is_some_and(|w| !w.is_dropping() && w.make_room(len))
     }
 
     /// A packet through the generated writers.
@@ -447,7 +557,15 @@ impl ThreadState {
             Some(id) => self.seen(id),
             None => self.tracks_seen.get(&track.uuid) == Some(&self.generation),
         };
-        if done {
+        let unit_name = match track.unit {
+            Some(Unit::Named(n)) => STRING_ROOM + n.len(),
+            _ => 0,
+        };
+        if done
+            || !self.room_for_descriptor(
+                DESCRIPTOR_ROOM_BASE + STRING_ROOM + track.name.len() + unit_name,
+            )
+        {
             return;
         }
         let parent = global::process().uuid;

@@ -127,6 +127,9 @@ struct ChunkDelegate {
     /// The outcome of looking for the next chunk, found early by `annotate_patch` (it must know
     /// whether the packet will continue before it redirects a size field).
     prefetched: Option<Next>,
+    /// A free chunk `TraceWriter::try_make_room` acquired, installed by the `get_new_buffer`
+    /// call it makes right after (between packets).
+    staged: Option<Chunk<'static>>,
     /// `cur`'s payload, `[payload_begin, payload_end)`; null without a chunk.
     payload_begin: *mut u8,
     payload_end: *mut u8,
@@ -496,6 +499,12 @@ impl ChunkDelegate {
             // with a chunk switch.
             return self.scratch.head(0);
         }
+        if let Some(chunk) = self.staged.take() {
+            // `try_make_room`: a free chunk it found; the writer is not dropping.
+            self.close_chunk_between_packets(false);
+            self.install(chunk, 0);
+            return self.chunk_range(self.payload_begin);
+        }
         self.need_switch = false;
         let next = self.try_next(0, ChunkFlags::NONE);
         let chunk = match next {
@@ -686,7 +695,9 @@ unsafe impl Delegate for ChunkDelegate {
 /// written = read + (dropped − dropped_marked) + packets the service counts lost, exactly.
 ///
 /// The writer retries the buffer at the next packet start once the scratch chunk is full (or a
-/// dropped packet went round it), as Perfetto. The first packet that reaches the buffer again
+/// dropped packet went round it), as Perfetto. [`TraceWriter::make_room`] makes that retry (and
+/// any chunk switch a packet of known size needs) before the packet, so that a caller learns
+/// whether the packet will reach the buffer before it writes it. The first packet that reaches the buffer again
 /// carries `previous_packet_dropped = 257` (`DATA_LOSS_PRESENT | DATA_LOSS_SMB_FULL`). The very
 /// first packet of every writer carries `first_packet_on_sequence = true` (even if it is the one
 /// dropped: then no packet does, and the next one says `previous_packet_dropped`).
@@ -732,6 +743,7 @@ impl TraceWriter {
         let delegate = ChunkDelegate {
             cur: None,
             prefetched: None,
+            staged: None,
             payload_begin: ptr::null_mut(),
             payload_end: ptr::null_mut(),
             cur_chunk_id: 0,
@@ -821,8 +833,8 @@ impl TraceWriter {
     /// The fast path, for the SDK's most common events: when the current chunk has room for the
     /// whole block and nothing special is pending (first packet, a loss to report, a chunk
     /// switch, a flush request, dropping), the block is copied with one fixed-size move and
-    /// the count bumped once. Otherwise the packet goes through [`new_trace_packet`]
-    /// (`Self::new_trace_packet`) with the same bytes, so the result on the wire is the same
+    /// the count bumped once. Otherwise the packet goes through
+    /// [`new_trace_packet`](Self::new_trace_packet) with the same bytes, so the result on the wire is the same
     /// packet either way (the slow path's fragment header is 4 bytes instead of 1).
     #[inline]
     pub fn write_small_packet<const N: usize>(&mut self, block: &[u8; N]) {
@@ -854,6 +866,100 @@ impl TraceWriter {
     fn write_small_packet_slow(&mut self, bytes: &[u8]) {
         let mut handle = self.new_trace_packet();
         handle.message().append_raw_proto_bytes(bytes);
+    }
+
+    /// Whether a packet of at most `len` bytes, started next, reaches the buffer whole. Makes
+    /// the chunk switch it needs now, between packets, so that the answer holds: when the
+    /// `len` bytes (plus a fragment header) do not fit in the current chunk, the chunk holds
+    /// its maximum packet count, or the writer is dropping and a retry of the buffer is due
+    /// (the scratch chunk is full, or a dropped packet went round it), the writer switches as
+    /// [`new_trace_packet`](Self::new_trace_packet) would: waiting as its policy allows, and
+    /// entering (or staying in) drop mode when no chunk comes.
+    ///
+    /// `false`: the writer is dropping (or broken) and the next packet started is lost for
+    /// sure. No packet is started or counted here: the caller decides what to do with that
+    /// knowledge, but must then start a packet (or call [`skip_packet`](Self::skip_packet)):
+    /// when the episode began here, the chunk handed back carries a drop marker for that packet
+    /// (counted in [`WriterStats::packets_dropped_marked`] already), as if it had started. The track-event layer uses it to start its incremental state again only with
+    /// the first packet that reaches the buffer after a loss (see `track_event/state.rs`), and
+    /// to skip descriptors the reader could not get anyway.
+    ///
+    /// `true` promises the start of the packet, and the whole packet when `len` bytes fit in a
+    /// chunk at all (a larger one fragments into the next chunk as usual, which may be lost).
+    #[cold]
+    #[inline(never)]
+    pub fn make_room(&mut self, len: usize) -> bool {
+        if self.short_of_room(len) {
+            let core = self.stream.delegate_mut();
+            core.in_packet = false;
+            core.switch = Switch::NewPacket;
+            self.stream.switch_buffer(FRAGMENT_HEADER_SIZE);
+        }
+        !self.is_dropping()
+    }
+
+    /// Like [`make_room`](Self::make_room), for a packet that may wait: never waits, never
+    /// drops. When the packet does not fit in the current chunk, takes a new chunk only if one
+    /// is free right now; `false` (no free chunk, or the writer is dropping) leaves the writer
+    /// as it was. The track-event layer writes its periodic clock snapshots and the new
+    /// generation an incremental-state clear asks for this way: when the buffer is that full,
+    /// they wait for the next chunk rather than cost an event.
+    #[cold]
+    #[inline(never)]
+    pub fn try_make_room(&mut self, len: usize) -> bool {
+        if self.is_dropping() {
+            return false;
+        }
+        if !self.short_of_room(len) {
+            return true;
+        }
+        if self.stream.error().is_some() {
+            return false;
+        }
+        let core = self.stream.delegate_mut();
+        let header = core.chunk_header(0, ChunkFlags::NONE);
+        let Some(chunk) = core.arbiter.try_acquire_chunk(header, &mut core.page_hint) else {
+            return false;
+        };
+        core.staged = Some(chunk);
+        core.in_packet = false;
+        core.switch = Switch::NewPacket;
+        // `switch_between_packets` installs the staged chunk (the stream has no error: it
+        // calls the delegate).
+        self.stream.switch_buffer(FRAGMENT_HEADER_SIZE);
+        debug_assert!(self.stream.delegate().staged.is_none());
+        true
+    }
+
+    /// Whether the next packet (of at most `len` bytes) would switch chunks at its start, or
+    /// (not dropping) fragment because it does not fit.
+    fn short_of_room(&self, len: usize) -> bool {
+        let avail = self.stream.bytes_available();
+        let core = self.stream.delegate();
+        if core.broken {
+            return false;
+        }
+        let needed = if core.dropping {
+            // While dropping, only the retry `new_trace_packet` would make.
+            MIN_PACKET_ROOM
+        } else {
+            MIN_PACKET_ROOM.max(FRAGMENT_HEADER_SIZE.saturating_add(len))
+        };
+        core.need_switch || avail < needed
+    }
+
+    /// Counts a packet the caller gives up on as started and dropped, without writing it: the
+    /// next packet that reaches the buffer says `previous_packet_dropped`. For a caller that
+    /// must not let the packet reach the buffer (the track-event layer, when it could not set
+    /// up its sequence's state before it).
+    #[cold]
+    pub fn skip_packet(&mut self) {
+        let core = self.stream.delegate_mut();
+        core.stats.packets += 1;
+        core.record_drop(false);
+        if !core.dropping {
+            core.report_drop = true;
+        }
     }
 
     /// Writes `first_packet_on_sequence` / `previous_packet_dropped` into the new packet.
