@@ -28,6 +28,8 @@ pub mod limits {
     pub const MAX_BUFFERS_PER_SESSION: usize = 64;
     /// Bytes of all central buffers of one session together.
     pub const MAX_SESSION_BUFFER_BYTES: usize = 1 << 30;
+    /// Default [`DaemonConfig::max_buffer_bytes`](super::DaemonConfig::max_buffer_bytes).
+    pub const MAX_DAEMON_BUFFER_BYTES: usize = 2 << 30;
     /// Data sources one trace config may name.
     pub const MAX_DATA_SOURCES_PER_SESSION: usize = 256;
     /// Frames of one connection received but not yet handled by the service thread; the
@@ -61,6 +63,9 @@ pub struct DaemonConfig {
     pub write_timeout: Duration,
     /// Offer the built-in data sources (`linux.process_stats`, `linux.sys_stats`).
     pub builtin_data_sources: bool,
+    /// Bytes of central buffers of all sessions together: a session that would go beyond is
+    /// refused, so consumers cannot make the daemon hold more memory than this.
+    pub max_buffer_bytes: usize,
 }
 
 impl DaemonConfig {
@@ -89,6 +94,7 @@ impl DaemonConfig {
             max_consumers: limits::MAX_CONSUMERS,
             write_timeout: limits::WRITE_TIMEOUT,
             builtin_data_sources: true,
+            max_buffer_bytes: limits::MAX_DAEMON_BUFFER_BYTES,
         }
     }
 }

@@ -285,6 +285,33 @@ fn producer_name_filters_pick_the_producers() {
     );
 }
 
+/// The daemon bounds the memory of all sessions' buffers together: a session that would go
+/// beyond is refused with a reason, and fits again once another session has ended.
+#[test]
+fn buffer_memory_is_bounded_across_sessions() {
+    let (_dir, daemon) = daemon_with("buffer-cap", |c| c.max_buffer_bytes = 1 << 20);
+    let mut first = Consumer::connect(daemon.consumer_socket()).unwrap();
+    first
+        .enable_tracing(&Config::simple(768, "x").encode(), None)
+        .unwrap();
+    let mut second = Consumer::connect(daemon.consumer_socket()).unwrap();
+    let e = second
+        .enable_tracing(&Config::simple(512, "x").encode(), None)
+        .unwrap_err();
+    assert!(e.to_string().contains("limit of 1048576 bytes"), "{e}");
+    first.disable_tracing().unwrap();
+    first.wait_for_end(Some(TIMEOUT)).unwrap().unwrap();
+    drop(first);
+    let mut second = Consumer::connect(daemon.consumer_socket()).unwrap();
+    wait_until("the first session's buffers are freed", || {
+        second
+            .enable_tracing(&Config::simple(512, "x").encode(), None)
+            .is_ok()
+    });
+    second.disable_tracing().unwrap();
+    second.wait_for_end(Some(TIMEOUT)).unwrap().unwrap();
+}
+
 fn try_command(p: &mut FakeProducer) -> Option<Cmd> {
     // Stop is the last command the plain producer gets.
     match p.next_command() {

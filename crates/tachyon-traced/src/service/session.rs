@@ -218,6 +218,18 @@ impl Service {
                 limits::MAX_SESSION_BUFFER_BYTES
             ));
         }
+        let in_use: usize = self
+            .sessions
+            .values()
+            .flat_map(|s| s.config().buffers.iter().map(|b| b.size_bytes))
+            .sum();
+        if in_use + total > self.config.max_buffer_bytes {
+            return Err(format!(
+                "buffers of {total} bytes, with the {in_use} bytes the daemon's other sessions \
+                 hold, go beyond its limit of {} bytes",
+                self.config.max_buffer_bytes
+            ));
+        }
         if config.data_sources.len() > limits::MAX_DATA_SOURCES_PER_SESSION {
             return Err(format!(
                 "{} data sources (at most {})",
