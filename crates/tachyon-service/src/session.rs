@@ -479,7 +479,9 @@ impl ServiceCore {
     }
 
     /// Reads every complete packet out of the buffers into the output (streaming). With `last`,
-    /// nothing is left waiting (see [`TraceBuffer::read_packets`]).
+    /// nothing is left waiting (see [`TraceBuffer::read_packets`]), and each sequence whose last
+    /// packets were lost gets an empty packet carrying the loss bits no later packet could (see
+    /// [`TraceBuffer::take_trailing_losses`]).
     pub fn drain(&mut self, last: bool) -> io::Result<()> {
         let ServiceCore {
             buffers,
@@ -488,35 +490,20 @@ impl ServiceCore {
             staged,
             ..
         } = self;
+        let identity_of = |producer| {
+            identities
+                .get(&producer)
+                .copied()
+                .unwrap_or(ProducerIdentity { pid: 0, uid: 0 })
+        };
         for buf in buffers.iter_mut() {
             buf.read_packets(last, |info, fragments| {
-                let identity = identities
-                    .get(&info.producer)
-                    .copied()
-                    .unwrap_or(ProducerIdentity { pid: 0, uid: 0 });
-                packets.write_packet(info, fragments, identity, staged);
+                packets.write_packet(info, fragments, identity_of(info.producer), staged);
             });
-        }
-        self.flush_staged()
-    }
-
-    /// After the final read, an empty packet on each sequence whose last packets were lost,
-    /// carrying the loss bits no later packet could (see [`TraceBuffer::take_trailing_losses`]).
-    fn write_trailing_losses(&mut self) -> io::Result<()> {
-        let ServiceCore {
-            buffers,
-            identities,
-            packets,
-            staged,
-            ..
-        } = self;
-        for buf in buffers.iter_mut() {
-            for info in buf.take_trailing_losses() {
-                let identity = identities
-                    .get(&info.producer)
-                    .copied()
-                    .unwrap_or(ProducerIdentity { pid: 0, uid: 0 });
-                packets.write_packet(info, &[], identity, staged);
+            if last {
+                for info in buf.take_trailing_losses() {
+                    packets.write_packet(info, &[], identity_of(info.producer), staged);
+                }
             }
         }
         self.flush_staged()
@@ -565,7 +552,6 @@ impl ServiceCore {
         }
         self.ended = true;
         self.drain(true)?;
-        self.write_trailing_losses()?;
         let stats = self.trace_stats_packet();
         // The stats packet is always written, even past max_file_size_bytes: it is what says
         // that data was dropped.

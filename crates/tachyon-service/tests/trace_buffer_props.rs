@@ -224,15 +224,7 @@ fn run(
     };
     let commit =
         |buf: &mut TraceBuffer, c: BuiltChunk, owed: &mut std::collections::VecDeque<_>| {
-            buf.copy_chunk(&ChunkToCopy {
-                producer: 1,
-                writer: c.writer,
-                chunk_id: c.chunk_id,
-                num_fragments: c.num_fragments,
-                flags: c.flags,
-                payload: &c.payload,
-                complete: true,
-            });
+            copy_complete(buf, &c);
             if let Some((off, data)) = c.patch {
                 owed.push_back((c.writer, c.chunk_id, off, data));
             }
@@ -419,15 +411,7 @@ fn nothing_lost_when_the_buffer_is_big_enough() {
         let (chunks, written) = build_chunks(w as u16 + 1, p);
         expected += written.len();
         for c in chunks {
-            buf.copy_chunk(&ChunkToCopy {
-                producer: 1,
-                writer: c.writer,
-                chunk_id: c.chunk_id,
-                num_fragments: c.num_fragments,
-                flags: c.flags,
-                payload: &c.payload,
-                complete: true,
-            });
+            copy_complete(&mut buf, &c);
             if let Some((off, data)) = c.patch {
                 assert!(buf.try_patch_chunk(
                     1,
