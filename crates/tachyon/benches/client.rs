@@ -24,6 +24,13 @@
 //! With `TACHYON_CLIENT_CALLGRIND=N` the bench skips criterion, starts a session and writes N
 //! enabled zones in `zones` (after one warm-up zone): run it under callgrind and divide
 //! `zones`' inclusive instruction count by N (command in the README).
+//!
+//! With `TACHYON_CLIENT_RATIO=N` the bench skips criterion too and measures the goal's ratio on
+//! a machine others share: N rounds, each timing 2 000 enabled zones then 2 000 pairs of raw
+//! counter reads (`client/zone/enabled` and `client/baseline/two_timestamps`, the same code)
+//! back to back, and prints per iteration the minimum and median of each, and the median and
+//! quartiles of the per-round ratio. Load that comes and goes hits both halves of a round
+//! alike, which criterion's separate runs cannot promise.
 
 use std::hint::black_box;
 use std::sync::{Arc, Barrier};
@@ -179,6 +186,58 @@ fn zones(n: u64) {
     }
 }
 
+/// `TACHYON_CLIENT_RATIO` (module docs).
+fn ratio(rounds: usize) {
+    const ITERS: u32 = 2_000;
+    start_session();
+    let clock = tachyon::clock::clock();
+    let mut zone_ns = Vec::with_capacity(rounds);
+    let mut base_ns = Vec::with_capacity(rounds);
+    let mut ratios = Vec::with_capacity(rounds);
+    // Warm-up: the thread's writer, its generation, the callsite interned, caches.
+    zones(u64::from(ITERS));
+    for _ in 0..rounds {
+        let t = Instant::now();
+        for _ in 0..ITERS {
+            let _z = tachyon::zone!("bench zone");
+        }
+        let z = t.elapsed().as_secs_f64() * 1e9 / f64::from(ITERS);
+        let t = Instant::now();
+        for _ in 0..ITERS {
+            let a = clock.ticks();
+            let b = clock.ticks();
+            black_box((a, b));
+        }
+        let b = t.elapsed().as_secs_f64() * 1e9 / f64::from(ITERS);
+        zone_ns.push(z);
+        base_ns.push(b);
+        ratios.push(z / b);
+    }
+    let report = tachyon::shutdown().unwrap().unwrap();
+    let sorted = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v
+    };
+    let (z, b, r) = (sorted(zone_ns), sorted(base_ns), sorted(ratios));
+    let q = |v: &[f64], f: f64| v[((v.len() - 1) as f64 * f).round() as usize];
+    println!(
+        "zone/enabled: min {:.2} ns, median {:.2} ns; two_timestamps: min {:.2} ns, median {:.2} ns",
+        z[0],
+        q(&z, 0.5),
+        b[0],
+        q(&b, 0.5)
+    );
+    println!(
+        "ratio per round: median {:.3} (quartiles {:.3}..{:.3}); of the minima {:.3}; {} rounds, {} packets dropped",
+        q(&r, 0.5),
+        q(&r, 0.25),
+        q(&r, 0.75),
+        z[0] / b[0],
+        r.len(),
+        report.writers.packets_dropped
+    );
+}
+
 criterion_group!(benches, bench);
 
 fn main() {
@@ -190,6 +249,13 @@ fn main() {
         zones(1);
         zones(n);
         tachyon::shutdown().unwrap();
+        return;
+    }
+    if let Some(n) = std::env::var("TACHYON_CLIENT_RATIO")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        ratio(n);
         return;
     }
     benches();

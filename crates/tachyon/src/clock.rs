@@ -104,6 +104,16 @@ impl Clock {
     /// Now, in nanoseconds on the trace clock.
     #[inline(always)]
     pub fn now(&self) -> u64 {
+        // One test of the source on the hot path (the counter this architecture has), not one
+        // to read and another to convert.
+        #[cfg(target_arch = "x86_64")]
+        if self.source == Source::Tsc {
+            return self.scale(read_ticks(Source::Tsc));
+        }
+        #[cfg(target_arch = "aarch64")]
+        if self.source == Source::Cntvct {
+            return self.scale(read_ticks(Source::Cntvct));
+        }
         self.ticks_to_ns(read_ticks(self.source))
     }
 
@@ -113,14 +123,18 @@ impl Clock {
         if self.source == Source::Boottime {
             return ticks;
         }
-        // Readings before the base (another core's counter a hair behind) map below base_ns.
-        let delta = ticks.wrapping_sub(self.base_ticks) as i64;
-        let scaled = ((delta.unsigned_abs() as u128 * self.mult as u128) >> 32) as u64;
-        if delta >= 0 {
-            self.base_ns.wrapping_add(scaled)
-        } else {
-            self.base_ns.wrapping_sub(scaled)
-        }
+        self.scale(ticks)
+    }
+
+    /// Counter ticks to nanoseconds: `base_ns + (ticks - base_ticks) * mult / 2^32`, the
+    /// difference signed (readings before the base, another core's counter a hair behind, map
+    /// below `base_ns`), one 64×64→128-bit signed multiply (`mult` < 2^63: less than 2^31 ns
+    /// per tick).
+    #[inline(always)]
+    fn scale(&self, ticks: u64) -> u64 {
+        let delta = ticks.wrapping_sub(self.base_ticks) as i64 as i128;
+        let scaled = (delta * self.mult as i64 as i128) >> 32;
+        self.base_ns.wrapping_add(scaled as u64)
     }
 
     /// A raw counter reading (ticks), the cheapest timestamp: convert later with
@@ -179,7 +193,8 @@ impl Clock {
             }
             window *= 2;
         }
-        if mult == 0 {
+        // `scale` needs `mult` < 2^63 (below 2^31 ns per tick: any real counter).
+        if mult == 0 || mult >= 1 << 63 {
             return Clock::BOOTTIME;
         }
         Clock {

@@ -1,9 +1,11 @@
-//! The SDK's most common packets encoded by hand on the stack, for
-//! [`TraceWriter::write_small_packet`](crate::TraceWriter::write_small_packet).
+//! The SDK's most common packets encoded by hand: templates built once per callsite and
+//! sequence generation, written by
+//! [`TraceWriter::try_write_event`](crate::TraceWriter) (zones, instants) or as a stack block by
+//! [`TraceWriter::write_small_packet`](crate::TraceWriter::write_small_packet) (counters).
 //!
 //! Every packet here is what the generated writers would produce for the same fields (the
-//! tests decode both with the generated views), in a fixed 64-byte block whose first byte is
-//! the packet length. The layout of a slice begin on the thread's track:
+//! tests decode both with the generated views), after a one-byte fragment header holding its
+//! length. The layout of a slice begin on the thread's track:
 //!
 //! ```text
 //!  len │ 5a <n>              track_event (11) {
@@ -16,14 +18,14 @@
 //!      │ 40 <delta>          timestamp (8), on the sequence's incremental clock
 //! ```
 //!
-//! Everything before the timestamp is a [`Template`] fixed per callsite and sequence.
+//! Everything before the delta is a [`Template`] fixed per callsite and sequence.
 
 use protozero::wire::{encode_varint, make_tag, WireType};
 use tachyon_protos::{trace_packet::SequenceFlags, track_event, TracePacket, TrackEvent};
 
-/// Size of the block: the longest packet below (a counter with a 10-byte track uuid and a
-/// 10-byte value, then flags and a 10-byte delta: 2 + 3 + 10 + 12 + 2 + 11 = 40 bytes) fits
-/// with room to spare. A power of two: positions are masked into it instead of checked.
+/// Size of the block counters are encoded in: the longest counter packet (a 10-byte track uuid
+/// and a 10-byte value, then flags and a 10-byte delta: 2 + 3 + 10 + 12 + 2 + 11 = 40 bytes)
+/// fits with room to spare. A power of two: positions are masked into it instead of checked.
 pub(crate) const BLOCK: usize = 64;
 
 pub(crate) type Block = [u8; BLOCK];
@@ -76,20 +78,36 @@ pub(crate) const TYPE_COUNTER: u8 = track_event::Type::Counter as u8;
 /// (everything but the timestamp, and a counter's value), built once per callsite and
 /// generation by the slow path and kept in the thread's interning table.
 ///
+/// `bytes[0]` is the number `n` of packet bytes that follow; for named events and slice ends
+/// they run up to and including the timestamp's tag, so the packet is `bytes[1..=n]` then the
+/// delta's varint ([`TraceWriter::try_write_event`](crate::TraceWriter), which writes the 32
+/// bytes with two vector stores straight into the chunk, fixes the first byte into the
+/// packet's one-byte fragment header and appends the varint). For counters they end with the
+/// track uuid: the value, the flags and the timestamp follow ([`Template::with_counter_value`]).
+///
 /// The timestamp goes *last* in the packet (protobuf fields may come in any order), so the
 /// fast path copies the template with fixed-size moves and appends only the varying bytes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Template {
-    /// Bytes used in `body`.
-    len: u8,
-    /// For counters: the offset of the track event's length byte in `body`, and the track
-    /// event's length without the value field.
-    event_len_at: u8,
-    event_len: u8,
-    body: [u8; TEMPLATE_BODY],
+    pub(crate) bytes: [u8; TEMPLATE],
 }
 
-const TEMPLATE_BODY: usize = 29;
+/// Size of a template: a named event with 5-byte iids (every static callsite id is below
+/// [`MAX_STATIC_IID`]) takes 27 bytes and the count byte.
+pub(crate) const TEMPLATE: usize = 32;
+
+/// Static interning ids (callsites and their argument names) stay below this, so that their
+/// varints take at most 5 bytes and a named event's template fits (the registry disables
+/// callsites beyond it; dynamic names use ids from 2^40 and never have templates).
+pub(crate) const MAX_STATIC_IID: u64 = 1 << 35;
+
+impl Default for Template {
+    fn default() -> Self {
+        Template {
+            bytes: [0; TEMPLATE],
+        }
+    }
+}
 
 /// Appends a varint at `pos` (masked to the block: the callers' layouts stay far below 64).
 #[inline(always)]
@@ -106,14 +124,21 @@ fn put_varint(buf: &mut Block, mut pos: usize, mut v: u64) -> usize {
 impl Template {
     /// Appends `bytes` to the template (built on the slow path: checked).
     fn push(&mut self, bytes: &[u8]) -> &mut Self {
-        let at = self.len as usize;
-        self.body[at..at + bytes.len()].copy_from_slice(bytes);
-        self.len += bytes.len() as u8;
+        let at = 1 + self.bytes[0] as usize;
+        self.bytes[at..at + bytes.len()].copy_from_slice(bytes);
+        self.bytes[0] += bytes.len() as u8;
         self
     }
 
-    /// A slice begin or an instant on the sequence's default track, named by `iid`.
+    /// The packet bytes.
+    fn body(&self) -> &[u8] {
+        &self.bytes[1..=self.bytes[0] as usize]
+    }
+
+    /// A slice begin or an instant on the sequence's default track, named by `iid` (below
+    /// [`MAX_STATIC_IID`]).
     pub(crate) fn named_event(ty: u8, iid: u64, categorized: bool) -> Template {
+        debug_assert!(iid < MAX_STATIC_IID);
         let mut v = [0u8; 10];
         let n = encode_varint(iid, &mut v);
         let iid = &v[..n];
@@ -128,7 +153,11 @@ impl Template {
             .push(iid)
             .push(&TAG_SOURCE_LOCATION_IID)
             .push(iid)
-            .push(&[TAG_SEQUENCE_FLAGS, SEQ_NEEDS_INCREMENTAL_STATE]);
+            .push(&[
+                TAG_SEQUENCE_FLAGS,
+                SEQ_NEEDS_INCREMENTAL_STATE,
+                TAG_TIMESTAMP,
+            ]);
         t
     }
 
@@ -142,19 +171,16 @@ impl Template {
         t.push(&[TAG_TRACK_EVENT, event_len as u8])
             .push(&[TAG_TYPE, TYPE_COUNTER, TAG_TRACK_UUID])
             .push(uuid);
-        t.event_len_at = 1;
-        t.event_len = event_len as u8;
         t
     }
 
-    /// The packet: the template, then the timestamp delta.
-    #[inline(always)]
+    /// The packet of a named event or slice end with `delta` appended, as a [`Block`] (what
+    /// `TraceWriter::try_write_event` writes; for the slow path's fallback and the tests).
     pub(crate) fn with_timestamp(&self, delta: u64) -> Block {
         let mut buf = [0u8; BLOCK];
-        buf[1..1 + TEMPLATE_BODY].copy_from_slice(&self.body);
-        let mut pos = 1 + self.len as usize;
-        buf[pos & (BLOCK - 1)] = TAG_TIMESTAMP;
-        pos = put_varint(&mut buf, pos + 1, delta);
+        let body = self.body();
+        buf[1..=body.len()].copy_from_slice(body);
+        let pos = put_varint(&mut buf, 1 + body.len(), delta);
         buf[0] = (pos - 1) as u8;
         buf
     }
@@ -163,8 +189,9 @@ impl Template {
     #[inline(always)]
     pub(crate) fn with_counter_value(&self, value: CounterSample, delta: u64) -> Block {
         let mut buf = [0u8; BLOCK];
-        buf[1..1 + TEMPLATE_BODY].copy_from_slice(&self.body);
-        let mut pos = 1 + self.len as usize;
+        // The template's count byte lands in `buf[0]`, overwritten below.
+        buf[..TEMPLATE].copy_from_slice(&self.bytes);
+        let mut pos = 1 + self.bytes[0] as usize;
         let start = pos;
         match value {
             CounterSample::Int(v) => {
@@ -184,7 +211,8 @@ impl Template {
                 pos += 8;
             }
         }
-        buf[1 + self.event_len_at as usize] = self.event_len + (pos - start) as u8;
+        // The track event's length byte (`bytes[2]`) grows by the value field.
+        buf[2] = self.bytes[2] + (pos - start) as u8;
         buf[pos & (BLOCK - 1)] = TAG_SEQUENCE_FLAGS;
         buf[(pos + 1) & (BLOCK - 1)] = SEQ_NEEDS_INCREMENTAL_STATE;
         buf[(pos + 2) & (BLOCK - 1)] = TAG_TIMESTAMP;
@@ -201,10 +229,10 @@ pub(crate) fn named_event(delta: u64, ty: u8, iid: u64, categorized: bool) -> Bl
     Template::named_event(ty, iid, categorized).with_timestamp(delta)
 }
 
-/// A slice end on the default track: `track_event {type: SLICE_END}`, flags, timestamp.
-#[inline(always)]
-pub(crate) fn slice_end(delta: u64) -> Block {
-    const END: [u8; 7] = [
+/// A slice end on the default track: `track_event {type: SLICE_END}`, flags, the timestamp's
+/// tag; the delta follows.
+pub(crate) const SLICE_END: Template = {
+    let body = [
         TAG_TRACK_EVENT,
         2,
         TAG_TYPE,
@@ -213,11 +241,20 @@ pub(crate) fn slice_end(delta: u64) -> Block {
         SEQ_NEEDS_INCREMENTAL_STATE,
         TAG_TIMESTAMP,
     ];
-    let mut buf = [0u8; BLOCK];
-    buf[1..8].copy_from_slice(&END);
-    let pos = put_varint(&mut buf, 8, delta);
-    buf[0] = (pos - 1) as u8;
-    buf
+    let mut bytes = [0u8; TEMPLATE];
+    bytes[0] = body.len() as u8;
+    let mut i = 0;
+    while i < body.len() {
+        bytes[1 + i] = body[i];
+        i += 1;
+    }
+    Template { bytes }
+};
+
+/// A slice end at `delta` (for the tests).
+#[cfg(test)]
+pub(crate) fn slice_end(delta: u64) -> Block {
+    SLICE_END.with_timestamp(delta)
 }
 
 /// A counter value.

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use super::callsite::{Callsite, Enabled, DISABLED, ENABLED, STATE_MASK};
 use super::categories::CategoryFilter;
+use super::encode::MAX_STATIC_IID;
 use crate::writer::SmbArbiter;
 
 /// `session << 32 | clear generation`. A thread's state is valid for one epoch: a new session
@@ -47,9 +48,15 @@ pub(crate) fn register(cs: &'static Callsite) -> Option<Enabled> {
     let mut v = cs.state.load(Ordering::Relaxed);
     if v & STATE_MASK == 0 {
         let id = reg.next_id;
-        reg.next_id += cs.id_count();
-        reg.callsites.push(cs);
-        v = state_word(id, cs, reg.filter.as_ref());
+        if id + cs.id_count() > MAX_STATIC_IID {
+            // Out of ids (tens of billions of callsites): this one stays disabled for good
+            // (it is not in the registry, so no filter enables it).
+            v = DISABLED;
+        } else {
+            reg.next_id += cs.id_count();
+            reg.callsites.push(cs);
+            v = state_word(id, cs, reg.filter.as_ref());
+        }
         cs.state.store(v, Ordering::Relaxed);
     }
     (v & STATE_MASK == ENABLED).then_some(Enabled { id: v >> 2 })

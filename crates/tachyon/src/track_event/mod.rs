@@ -378,8 +378,7 @@ pub mod __rt {
     #[inline(always)]
     pub fn zone_begin(cs: &'static Callsite, en: Enabled) -> ZoneGuard {
         let session = with_state(|st| {
-            let ts = clock::now();
-            st.named_event(cs, en, encode::TYPE_SLICE_BEGIN, ts);
+            st.named_event(cs, en, encode::TYPE_SLICE_BEGIN);
             st.session()
         });
         ZoneGuard {
@@ -390,8 +389,7 @@ pub mod __rt {
 
     #[inline(always)]
     pub fn zone_end(session: u32) {
-        let ts = clock::now();
-        with_state(|st| st.slice_end(session, ts));
+        with_state(|st| st.slice_end(session));
     }
 
     #[inline]
@@ -414,10 +412,7 @@ pub mod __rt {
 
     #[inline(always)]
     pub fn instant(cs: &'static Callsite, en: Enabled) {
-        with_state(|st| {
-            let ts = clock::now();
-            st.named_event(cs, en, encode::TYPE_INSTANT, ts)
-        });
+        with_state(|st| st.named_event(cs, en, encode::TYPE_INSTANT));
     }
 
     #[inline]
@@ -472,10 +467,7 @@ pub mod __rt {
 
     #[inline(always)]
     pub fn counter(cs: &'static Callsite, en: Enabled, value: CounterSample) {
-        with_state(|st| {
-            let ts = clock::now();
-            st.counter(cs, en, value, ts)
-        });
+        with_state(|st| st.counter(cs, en, value));
     }
 
     /// `AsRef<str>` for dynamic names of any string type.

@@ -18,20 +18,25 @@
 //! and clock snapshots events need, are only written when the writer says they will reach the
 //! buffer (`TraceWriter::make_room`), so `packets_dropped` counts lost events, not lost set-up.
 //!
-//! Hot path: one relaxed load of the epoch, a few compares on this struct, the stack encoding of
-//! [`encode`](super::encode) and one chunk write. Everything else is `#[cold]`.
+//! Hot path (a zone's begin or end, an instant): one `%fs` load and store for the state (no
+//! borrow flag, no destructor-registration check: see [`with_state`]), the counter read and
+//! converted with the clock copied into the state, one relaxed load of the epoch and a few
+//! compares on this struct, then `TraceWriter::try_write_event`: one compare of the writer's
+//! flags, the flush generation and the room, the callsite's 32-byte template and the delta's
+//! varint stored straight into the chunk, the count bumped. Everything else is `#[cold]`.
 
-use std::cell::RefCell;
+use std::cell::Cell;
 use std::collections::HashMap;
+use std::ptr;
 use std::sync::atomic::Ordering;
 
 use tachyon_protos::trace_packet::SequenceFlags;
 use tachyon_protos::{counter_descriptor, track_event, TracePacket, TrackDescriptor, TrackEvent};
 
 use super::callsite::{Callsite, CallsiteKind, Enabled, Unit};
-use super::encode::{self, Block, CounterSample, Template};
+use super::encode::{self, CounterSample, Template};
 use super::global::{self, session_of, EPOCH};
-use crate::clock::{self, Snapshot, TRACE_CLOCK_ID};
+use crate::clock::{self, Clock, Snapshot, TRACE_CLOCK_ID};
 use crate::writer::TraceWriter;
 
 /// The sequence-scoped incremental clock (as Perfetto's SDK).
@@ -71,6 +76,9 @@ pub(crate) struct TrackRef<'a> {
 }
 
 pub(crate) struct ThreadState {
+    /// The process's trace clock, copied (it never changes once calibrated): reading it here
+    /// saves the `OnceLock` check of `clock::now()` on every event.
+    clock: Clock,
     /// The [`EPOCH`] this state is current for.
     epoch: u64,
     writer: Option<TraceWriter>,
@@ -110,35 +118,105 @@ struct Interned {
 }
 
 thread_local! {
-    static STATE: RefCell<Option<Box<ThreadState>>> = const { RefCell::new(None) };
+    /// This thread's state, when no one is using it. Null before its first use, while it is in
+    /// use (so a nested call, from an argument whose evaluation traces, finds it null and
+    /// records nothing) and once the thread's [`OWNER`] is gone. No destructor: reading it is
+    /// one `%fs`-relative load, without the registration check a `RefCell<Option<Box<_>>>`
+    /// costs, nor a borrow flag.
+    static STATE: Cell<*mut ThreadState> = const { Cell::new(ptr::null_mut()) };
+    /// Owns the state: frees it (its writer flushes) when the thread exits.
+    static OWNER: Owner = const {
+        Owner {
+            state: Cell::new(ptr::null_mut()),
+            gone: Cell::new(false),
+        }
+    };
+}
+
+/// The owner of a thread's [`ThreadState`], from its first event to the thread's exit.
+struct Owner {
+    /// From `Box::into_raw`; null before the first event.
+    state: Cell<*mut ThreadState>,
+    /// The state was freed (the thread is exiting): no new one.
+    gone: Cell<bool>,
+}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        self.gone.set(true);
+        let p = self.state.replace(ptr::null_mut());
+        // First make the state unreachable: events from other thread-local destructors that run
+        // later find nothing.
+        STATE.with(|s| s.set(ptr::null_mut()));
+        if !p.is_null() {
+            // SAFETY: `p` comes from `Box::into_raw` in `with_new_state` and is freed only here,
+            // once. No `&mut` to it is alive: thread-local destructors run after the thread's
+            // code has returned, so no `with_state` call is on this thread's stack, and no
+            // other thread ever sees `p`. `STATE` no longer holds it.
+            drop(unsafe { Box::from_raw(p) });
+        }
+    }
+}
+
+/// Puts the state back in [`STATE`] when a `with_state` call ends (also when it unwinds).
+struct Restore(*mut ThreadState);
+
+impl Drop for Restore {
+    #[inline(always)]
+    fn drop(&mut self) {
+        let p = self.0;
+        STATE.with(|s| s.set(p));
+    }
 }
 
 /// Runs `f` with this thread's state; `None` while the thread is exiting, or when called from
 /// inside `f` (an argument whose evaluation traces): such nested events are not recorded.
 #[inline(always)]
 pub(crate) fn with_state<R>(f: impl FnOnce(&mut ThreadState) -> R) -> Option<R> {
-    STATE
-        .try_with(|cell| {
-            let mut slot = cell.try_borrow_mut().ok()?;
-            let state = match slot.as_mut() {
-                Some(s) => s,
-                None => slot.insert(ThreadState::new()),
-            };
-            Some(f(state))
+    let p = STATE.with(|s| s.replace(ptr::null_mut()));
+    if p.is_null() {
+        return with_new_state(f);
+    }
+    let _restore = Restore(p);
+    // SAFETY: a non-null `STATE` is a live `ThreadState` of this thread (from `Box::into_raw`,
+    // freed only by `Owner::drop`, which clears `STATE` first). Taking it out of `STATE` (null
+    // until `_restore` puts it back) makes this the only reference: a nested `with_state` on
+    // this thread finds null and, the owner's state being set, gives up; no other thread can
+    // reach it.
+    Some(f(unsafe { &mut *p }))
+}
+
+/// `with_state` when [`STATE`] is null: creates the state on the thread's first event; `None`
+/// when the state is in use (a nested call) or gone.
+#[cold]
+#[inline(never)]
+fn with_new_state<R>(f: impl FnOnce(&mut ThreadState) -> R) -> Option<R> {
+    let created = OWNER
+        .try_with(|o| {
+            if o.gone.get() || !o.state.get().is_null() {
+                return false;
+            }
+            o.state.set(Box::into_raw(ThreadState::new()));
+            STATE.with(|s| s.set(o.state.get()));
+            true
         })
-        .ok()
-        .flatten()
+        .unwrap_or(false);
+    if created {
+        with_state(f)
+    } else {
+        None
+    }
 }
 
 /// Drops this thread's writer (it flushes): a session that stops does this on its own thread.
+/// Does not create the state.
 pub(crate) fn release_thread_writer() {
-    let _ = STATE.try_with(|cell| {
-        if let Ok(mut slot) = cell.try_borrow_mut() {
-            if let Some(s) = slot.as_mut() {
-                s.writer = None;
-                s.epoch = 0;
-            }
-        }
+    if STATE.with(|s| s.get()).is_null() {
+        return;
+    }
+    with_state(|s| {
+        s.writer = None;
+        s.epoch = 0;
     });
 }
 
@@ -148,6 +226,7 @@ impl ThreadState {
         let tid = current_tid();
         let process = global::process();
         Box::new(ThreadState {
+            clock: *clock::clock(),
             epoch: 0,
             writer: None,
             incremental: true,
@@ -168,17 +247,12 @@ impl ThreadState {
         })
     }
 
-    /// Whether an event at `ts` can take the fast path: same epoch, no loss since the
-    /// generation started, time moving forward, no snapshot due.
+    /// Whether an event at `ts` may use the sequence's incremental state as it is: same epoch,
+    /// time moving forward, no snapshot due. (A loss since the generation started is the
+    /// writer's to tell: `TraceWriter::try_write_event` refuses until `mark_synced`.)
     #[inline(always)]
-    fn fast_ok(&self, ts: u64) -> bool {
-        self.epoch == EPOCH.load(Ordering::Relaxed)
-            && ts >= self.last_ts
-            && ts < self.next_snapshot
-            && self
-                .writer
-                .as_ref()
-                .is_some_and(|w| w.packets_dropped() == self.drops_seen)
+    fn in_window(&self, ts: u64) -> bool {
+        self.epoch == EPOCH.load(Ordering::Relaxed) && ts >= self.last_ts && ts < self.next_snapshot
     }
 
     #[inline(always)]
@@ -208,64 +282,137 @@ impl ThreadState {
         };
     }
 
-    /// Writes a small pre-encoded packet at `ts` (delta already taken by the caller).
+    /// Writes the event of `template` at `ts` through the writer's fast path; false (nothing
+    /// written) if it is not available.
     #[inline(always)]
-    fn write_block(&mut self, ts: u64, block: &Block) {
-        self.last_ts = ts;
-        if let Some(w) = self.writer.as_mut() {
-            w.write_small_packet(block);
+    fn try_write_event(&mut self, template: &Template, ts: u64) -> bool {
+        let delta = ts - self.last_ts;
+        let written = self
+            .writer
+            .as_mut()
+            .is_some_and(|w| w.try_write_event(&template.bytes, delta));
+        if written {
+            self.last_ts = ts;
         }
+        written
     }
 
     // === The three hot events ===
 
-    /// A slice begin or an instant of a static callsite without arguments on this thread.
+    /// A slice begin or an instant of a static callsite without arguments on this thread, now.
     #[inline(always)]
-    pub(crate) fn named_event(&mut self, cs: &'static Callsite, en: Enabled, ty: u8, ts: u64) {
-        if let (true, Some(t)) = (self.fast_ok(ts), self.template(en.id)) {
-            let block = t.with_timestamp(ts - self.last_ts);
-            self.write_block(ts, &block);
-        } else {
-            self.event(ts, cs, en, ty, None, None, |_| {});
+    pub(crate) fn named_event(&mut self, cs: &'static Callsite, en: Enabled, ty: u8) {
+        let ts = self.clock.now();
+        if self.in_window(ts) {
+            // Field by field: the template is read in place while the writer is borrowed.
+            let generation = self.generation;
+            if let (Some(e), Some(w)) = (self.seen.get(en.id as usize), self.writer.as_mut()) {
+                if e.generation == generation
+                    && w.try_write_event(&e.template.bytes, ts - self.last_ts)
+                {
+                    self.last_ts = ts;
+                    return;
+                }
+            }
         }
+        self.named_event_slow(cs, en, ty, ts);
     }
 
-    /// A slice end on this thread's track, in `session`.
-    #[inline(always)]
-    pub(crate) fn slice_end(&mut self, session: u32, ts: u64) {
-        if self.fast_ok(ts) && session_of(self.epoch) == session {
-            let block = encode::slice_end(ts - self.last_ts);
-            self.write_block(ts, &block);
-        } else {
-            self.slice_end_slow(session, ts, None);
+    #[cold]
+    #[inline(never)]
+    fn named_event_slow(&mut self, cs: &'static Callsite, en: Enabled, ty: u8, ts: u64) {
+        if let Some(t) = self.template(en.id).copied() {
+            if self.write_template_slow(&t, ts) {
+                return;
+            }
         }
+        self.event(ts, cs, en, ty, None, None, |_| {});
     }
 
-    /// A sample of a static counter.
+    /// When only the writer's fast path was unavailable (a chunk to switch, a flush to make,
+    /// not enough room) and the state is fine, writes the template's packet through the
+    /// writer's general path: the same bytes, one unnested packet (so it never leaves a size
+    /// field to patch in a chunk it continues from). False when the state needs the general
+    /// path (`sync`).
+    fn write_template_slow(&mut self, template: &Template, ts: u64) -> bool {
+        if !self.in_window(ts) {
+            return false;
+        }
+        let delta = ts - self.last_ts;
+        let Some(w) = self.writer.as_mut().filter(|w| w.is_synced()) else {
+            return false;
+        };
+        w.write_small_packet(&template.with_timestamp(delta));
+        self.last_ts = ts;
+        true
+    }
+
+    /// A slice end on this thread's track, in `session`, now.
     #[inline(always)]
-    pub(crate) fn counter(
+    pub(crate) fn slice_end(&mut self, session: u32) {
+        let ts = self.clock.now();
+        if self.in_window(ts)
+            && session_of(self.epoch) == session
+            && self.try_write_event(&encode::SLICE_END, ts)
+        {
+            return;
+        }
+        self.slice_end_slower(session, ts);
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn slice_end_slower(&mut self, session: u32, ts: u64) {
+        if session_of(self.epoch) == session && self.write_template_slow(&encode::SLICE_END, ts) {
+            return;
+        }
+        self.slice_end_slow(session, ts, None);
+    }
+
+    /// A sample of a static counter, now.
+    #[inline(always)]
+    pub(crate) fn counter(&mut self, cs: &'static Callsite, en: Enabled, value: CounterSample) {
+        let ts = self.clock.now();
+        // The template already holds the track uuid: only the slow path computes it.
+        if self.in_window(ts) {
+            if let (Some(t), Some(w)) = (
+                self.seen
+                    .get(en.id as usize)
+                    .filter(|e| e.generation == self.generation),
+                self.writer.as_mut(),
+            ) {
+                if w.is_synced() {
+                    // As `write_template_slow`: the block's bytes through the writer's general
+                    // path if its fast path is not available.
+                    let block = t.template.with_counter_value(value, ts - self.last_ts);
+                    w.write_small_packet(&block);
+                    self.last_ts = ts;
+                    return;
+                }
+            }
+        }
+        self.counter_static_slow(cs, en, value, ts);
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn counter_static_slow(
         &mut self,
         cs: &'static Callsite,
         en: Enabled,
         value: CounterSample,
         ts: u64,
     ) {
-        // The template already holds the track uuid: only the slow path computes it.
-        if let (true, Some(t)) = (self.fast_ok(ts), self.template(en.id)) {
-            let block = t.with_counter_value(value, ts - self.last_ts);
-            self.write_block(ts, &block);
-        } else {
-            let unit = match cs.kind {
-                CallsiteKind::Counter(u) => u,
-                CallsiteKind::Event => Unit::None,
-            };
-            let track = TrackRef {
-                uuid: global::counter_track_uuid(cs.name_hash),
-                name: cs.name,
-                unit: Some(unit),
-            };
-            self.counter_slow(Some(en.id), track, value, ts);
-        }
+        let unit = match cs.kind {
+            CallsiteKind::Counter(u) => u,
+            CallsiteKind::Event => Unit::None,
+        };
+        let track = TrackRef {
+            uuid: global::counter_track_uuid(cs.name_hash),
+            name: cs.name,
+            unit: Some(unit),
+        };
+        self.counter_slow(Some(en.id), track, value, ts);
     }
 
     // === The general (slow) path ===
@@ -461,6 +608,9 @@ impl ThreadState {
             return false;
         }
         self.drops_seen = dropped_before;
+        if let Some(w) = self.writer.as_mut() {
+            w.mark_synced();
+        }
         self.generation_room = GENERATION_ROOM_BASE
             + STRING_ROOM
             + process_name.len()

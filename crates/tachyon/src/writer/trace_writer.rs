@@ -78,6 +78,69 @@ enum Next {
     Drop,
 }
 
+// === Flags ===
+
+/// The writer's yes/no state, one bit each in one byte, so that the fast paths test all of
+/// them with one load and one compare.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Flags(u8);
+
+impl Flags {
+    /// The count includes one packet more than has started (count inflation, see
+    /// [`TraceWriter`]).
+    const INFLATED: u8 = 1;
+    /// The next packet must start in a new chunk (1022 packets in this one, or a retry after a
+    /// dropped packet went round the scratch chunk).
+    const NEED_SWITCH: u8 = 1 << 1;
+    /// Writing into the scratch chunk: packets are lost.
+    const DROPPING: u8 = 1 << 2;
+    /// The next packet that reaches the buffer gets `previous_packet_dropped`.
+    const REPORT_DROP: u8 = 1 << 3;
+    /// The next packet is the writer's first.
+    const FIRST_PACKET: u8 = 1 << 4;
+    /// The stream hit a protozero error; every later packet is dropped.
+    const BROKEN: u8 = 1 << 5;
+    /// A packet was lost (or the writer is new) and the owner of the sequence's incremental
+    /// state has not set it up again since ([`TraceWriter::mark_synced`]): only
+    /// [`TraceWriter::try_write_event`] looks at it.
+    const UNSYNCED: u8 = 1 << 6;
+
+    #[inline(always)]
+    fn has(self, flag: u8) -> bool {
+        self.0 & flag != 0
+    }
+
+    #[inline(always)]
+    fn set(&mut self, flag: u8, on: bool) {
+        if on {
+            self.0 |= flag;
+        } else {
+            self.0 &= !flag;
+        }
+    }
+
+    /// Clears `flag` and says whether it was set.
+    #[inline(always)]
+    fn take(&mut self, flag: u8) -> bool {
+        let was = self.has(flag);
+        self.0 &= !flag;
+        was
+    }
+}
+
+/// `v` (below 2^56) as a varint in the low bytes of a little-endian word, and its length.
+#[inline(always)]
+fn varint_le(mut v: u64) -> (u64, usize) {
+    let mut out = 0;
+    let mut shift = 0;
+    while v >= 0x80 {
+        out |= ((v & 0x7f) | 0x80) << shift;
+        v >>= 7;
+        shift += 8;
+    }
+    (out | v << (shift & 63), shift / 8 + 1)
+}
+
 // === Scratch ===
 
 /// A heap buffer owned through a raw pointer (protozero writes into it through raw pointers).
@@ -136,9 +199,6 @@ struct ChunkDelegate {
     cur_chunk_id: u32,
     /// `cur`'s packet count as we last stored it.
     count: u16,
-    /// The count includes one packet more than has started (count inflation, see
-    /// [`TraceWriter`]).
-    inflated: bool,
     /// A size field of `cur` was redirected to a patch slot.
     cur_needs_patching: bool,
     /// Header and first data byte of the open packet's fragment in `cur` (null: none).
@@ -150,17 +210,8 @@ struct ChunkDelegate {
     /// Inside a packet (protozero asking for a buffer means the packet continues).
     in_packet: bool,
     switch: Switch,
-    /// The next packet must start in a new chunk (1022 packets in this one, or a retry after a
-    /// dropped packet went round the scratch chunk).
-    need_switch: bool,
-    /// Writing into the scratch chunk: packets are lost.
-    dropping: bool,
-    /// The next packet that reaches the buffer gets `previous_packet_dropped`.
-    report_drop: bool,
-    /// The next packet is the writer's first.
-    first_packet: bool,
-    /// The stream hit a protozero error; every later packet is dropped.
-    broken: bool,
+    /// The writer's yes/no state (see [`Flags`]).
+    flags: Flags,
 
     next_chunk_id: u32,
     page_hint: usize,
@@ -191,8 +242,8 @@ impl fmt::Debug for ChunkDelegate {
                 &self.cur.as_ref().map(|_| self.cur_chunk_id),
             )
             .field("count", &self.count)
-            .field("dropping", &self.dropping)
-            .field("broken", &self.broken)
+            .field("dropping", &self.flags.has(Flags::DROPPING))
+            .field("broken", &self.flags.has(Flags::BROKEN))
             .field("stats", &self.stats)
             .finish_non_exhaustive()
     }
@@ -212,7 +263,7 @@ impl ChunkDelegate {
         match self.policy {
             BufferExhaustedPolicy::Drop => false,
             BufferExhaustedPolicy::StallThenDrop { timeout } => {
-                !self.dropping && !timeout.is_zero()
+                !self.flags.has(Flags::DROPPING) && !timeout.is_zero()
             }
             BufferExhaustedPolicy::Stall { timeout } => !timeout.is_zero(),
         }
@@ -239,9 +290,9 @@ impl ChunkDelegate {
 
     /// Leaves drop mode (a chunk was acquired): the next packet says packets were lost.
     fn leave_drop_mode(&mut self) {
-        if self.dropping {
-            self.dropping = false;
-            self.report_drop = true;
+        if self.flags.has(Flags::DROPPING) {
+            self.flags.set(Flags::DROPPING, false);
+            self.flags.set(Flags::REPORT_DROP, true);
         }
     }
 
@@ -252,9 +303,9 @@ impl ChunkDelegate {
         self.cur_chunk_id = self.next_chunk_id;
         self.next_chunk_id = self.next_chunk_id.wrapping_add(1);
         self.count = count;
-        self.inflated = false;
+        self.flags.set(Flags::INFLATED, false);
         self.cur_needs_patching = false;
-        self.need_switch = false;
+        self.flags.set(Flags::NEED_SWITCH, false);
         self.data_end = ptr::null_mut();
         self.cur = Some(chunk);
     }
@@ -326,7 +377,7 @@ impl ChunkDelegate {
         self.payload_end = ptr::null_mut();
         self.fragment_header = ptr::null_mut();
         self.data_end = ptr::null_mut();
-        self.inflated = false;
+        self.flags.set(Flags::INFLATED, false);
         if !self.arbiter.complete_chunk(chunk) {
             // Someone corrupted the page word; the chunk is lost (counted by the arbiter).
             self.commit_ready_patches();
@@ -377,12 +428,12 @@ impl ChunkDelegate {
         let at = self.data_end;
         if !at.is_null() {
             if marker {
-                if !self.inflated {
+                if !self.flags.has(Flags::INFLATED) {
                     self.bump_count();
                 }
                 self.store(at, &DROP_PACKET_FRAGMENT_HEADER);
                 self.stats.packets_dropped_marked += 1;
-            } else if self.inflated {
+            } else if self.flags.has(Flags::INFLATED) {
                 self.store(at, &[0]);
             }
         }
@@ -392,20 +443,21 @@ impl ChunkDelegate {
     /// Starts (or continues) an episode of dropping.
     #[cold]
     fn enter_drop_mode(&mut self) {
-        if !self.dropping {
-            self.dropping = true;
+        if !self.flags.has(Flags::DROPPING) {
+            self.flags.set(Flags::DROPPING, true);
             self.stats.drop_episodes += 1;
             self.arbiter
                 .counters
                 .drop_episodes
                 .fetch_add(1, Ordering::Relaxed);
         }
-        self.need_switch = false;
+        self.flags.set(Flags::NEED_SWITCH, false);
     }
 
     /// Counts one lost packet; `marked` if a sentinel in the buffer stands for it.
     #[cold]
     fn record_drop(&mut self, marked: bool) {
+        self.flags.set(Flags::UNSYNCED, true);
         self.stats.packets_dropped += 1;
         if marked {
             self.stats.packets_dropped_marked += 1;
@@ -419,10 +471,10 @@ impl ChunkDelegate {
     /// `get_new_buffer` inside a packet: continue it in a new chunk, or drop it.
     #[cold]
     fn continue_packet(&mut self, used_end: *mut u8) -> ContiguousMemoryRange {
-        if self.dropping || self.cur.is_none() {
+        if self.flags.has(Flags::DROPPING) || self.cur.is_none() {
             // The packet is already lost: go round the scratch chunk again, and try the buffer
             // again at the next packet.
-            self.need_switch = true;
+            self.flags.set(Flags::NEED_SWITCH, true);
             return self.scratch.range();
         }
         let next = match self.prefetched.take() {
@@ -505,7 +557,7 @@ impl ChunkDelegate {
             self.install(chunk, 0);
             return self.chunk_range(self.payload_begin);
         }
-        self.need_switch = false;
+        self.flags.set(Flags::NEED_SWITCH, false);
         let next = self.try_next(0, ChunkFlags::NONE);
         let chunk = match next {
             Next::Found(chunk) => {
@@ -520,7 +572,7 @@ impl ChunkDelegate {
             Next::Drop => {
                 // The packet about to start is lost: mark it after the last packet of the chunk
                 // handed back (if this episode just began; later ones have no chunk).
-                let starts = !self.dropping;
+                let starts = !self.flags.has(Flags::DROPPING);
                 self.close_chunk_between_packets(starts);
                 None
             }
@@ -542,7 +594,10 @@ impl ChunkDelegate {
     /// that the writer leaves the buffer holding it.
     #[cold]
     fn redirect_size_field(&mut self, size_field: *mut u8) -> *mut u8 {
-        if !self.in_packet || self.dropping || !self.in_chunk(size_field, FRAGMENT_HEADER_SIZE) {
+        if !self.in_packet
+            || self.flags.has(Flags::DROPPING)
+            || !self.in_chunk(size_field, FRAGMENT_HEADER_SIZE)
+        {
             // In the scratch chunk (or not ours at all): the size is worthless, drop it.
             return ptr::null_mut();
         }
@@ -564,9 +619,9 @@ impl ChunkDelegate {
     /// The stream failed (protozero error): abandon the packet and stop writing.
     #[cold]
     fn break_writer(&mut self) {
-        self.broken = true;
+        self.flags.set(Flags::BROKEN, true);
         self.stats.errors += 1;
-        if !self.dropping && !self.fragment_header.is_null() {
+        if !self.flags.has(Flags::DROPPING) && !self.fragment_header.is_null() {
             let header = self.fragment_header;
             self.store(header, &DROP_PACKET_FRAGMENT_HEADER);
             self.record_drop(true);
@@ -748,18 +803,13 @@ impl TraceWriter {
             payload_end: ptr::null_mut(),
             cur_chunk_id: 0,
             count: 0,
-            inflated: false,
             cur_needs_patching: false,
             fragment_header: ptr::null_mut(),
             fragment_start: ptr::null_mut(),
             data_end: ptr::null_mut(),
             in_packet: false,
             switch: Switch::NewPacket,
-            need_switch: false,
-            dropping: false,
-            report_drop: false,
-            first_packet: true,
-            broken: false,
+            flags: Flags(Flags::FIRST_PACKET | Flags::UNSYNCED),
             next_chunk_id: first_chunk_id,
             page_hint: arbiter.initial_page_hint(writer_id),
             flush_seen: arbiter.flush_generation(),
@@ -791,11 +841,11 @@ impl TraceWriter {
         let avail = self.stream.bytes_available();
         let core = self.stream.delegate_mut();
         core.stats.packets += 1;
-        if core.broken {
+        if core.flags.has(Flags::BROKEN) {
             core.record_drop(false);
             return TracePacketHandle { writer: self };
         }
-        if avail < MIN_PACKET_ROOM || core.need_switch {
+        if avail < MIN_PACKET_ROOM || core.flags.has(Flags::NEED_SWITCH) {
             core.in_packet = false;
             core.switch = Switch::NewPacket;
             self.switch_for_packet();
@@ -806,22 +856,22 @@ impl TraceWriter {
         let header = self.stream.write_ptr().wrapping_sub(FRAGMENT_HEADER_SIZE);
         let core = self.stream.delegate_mut();
         core.in_packet = true;
-        if core.dropping {
+        if core.flags.has(Flags::DROPPING) {
             core.record_drop(false);
         } else {
             core.fragment_header = header;
             core.fragment_start = header.wrapping_add(FRAGMENT_HEADER_SIZE);
-            if core.inflated {
+            if core.flags.has(Flags::INFLATED) {
                 // The count already covers this packet.
-                core.inflated = false;
+                core.flags.set(Flags::INFLATED, false);
             } else {
                 core.bump_count();
             }
             if core.count >= MAX_WRITER_PACKET_COUNT {
-                core.need_switch = true;
+                core.flags.set(Flags::NEED_SWITCH, true);
             }
         }
-        if core.first_packet || core.report_drop {
+        if core.flags.has(Flags::FIRST_PACKET) || core.flags.has(Flags::REPORT_DROP) {
             self.write_sequence_marks();
         }
         TracePacketHandle { writer: self }
@@ -830,35 +880,91 @@ impl TraceWriter {
     /// Writes one small, already encoded packet: `block[0]` must hold the packet's length `n`
     /// (below 128: a one-byte fragment header) and `block[1..=n]` its bytes.
     ///
-    /// The fast path, for the SDK's most common events: when the current chunk has room for the
-    /// whole block and nothing special is pending (first packet, a loss to report, a chunk
-    /// switch, a flush request, dropping), the block is copied with one fixed-size move and
-    /// the count bumped once. Otherwise the packet goes through
-    /// [`new_trace_packet`](Self::new_trace_packet) with the same bytes, so the result on the wire is the same
-    /// packet either way (the slow path's fragment header is 4 bytes instead of 1).
+    /// The fast path, for the SDK's counters: when the current chunk has room for the whole
+    /// block and nothing special is pending (first packet, a loss to report, a chunk switch, a
+    /// flush request, dropping), the block is copied with one fixed-size move and the count
+    /// bumped once. Otherwise the packet goes through
+    /// [`new_trace_packet`](Self::new_trace_packet) with the same bytes, so the result on the
+    /// wire is the same packet either way (the slow path's fragment header is 4 bytes instead
+    /// of 1).
     #[inline]
     pub fn write_small_packet<const N: usize>(&mut self, block: &[u8; N]) {
         let n = block[0] as usize;
         debug_assert!(n < 128 && n < N, "not a small packet: {n} bytes");
+        // `INFLATED` implies a current chunk with a finished packet and a count that already
+        // covers the next one; every other flag but `UNSYNCED` is a reason to leave the fast
+        // path.
         let core = self.stream.delegate();
-        // `inflated` implies a current chunk with a finished packet and a count that already
-        // covers the next one; the flags below are all the reasons to leave the fast path.
-        let fast = core.inflated
-            && !(core.need_switch || core.dropping || core.report_drop || core.broken)
+        let fast = core.flags.0 & !Flags::UNSYNCED == Flags::INFLATED
             && core.flush_seen == core.arbiter.flush_generation();
         if fast && self.stream.try_write_block_prefix(block, n + 1) {
-            let end = self.stream.write_ptr();
-            let core = self.stream.delegate_mut();
-            core.stats.packets += 1;
-            core.data_end = end;
-            if core.count >= MAX_WRITER_PACKET_COUNT {
-                core.need_switch = true;
-            }
-            // Count inflation, as `finish_packet` leaves it: the next packet is covered too.
-            core.bump_count();
+            self.small_packet_written();
             return;
         }
         self.write_small_packet_slow(&block[1..=n.min(N - 1)]);
+    }
+
+    /// The track-event layer's hot path: writes the packet `prefix[1..=n]` (`n = prefix[0]`,
+    /// at most 31) followed by the varint `value` (below 2^56), if it goes straight into the
+    /// current chunk: nothing pending (as for [`write_small_packet`](Self::write_small_packet)),
+    /// the sequence's incremental state in sync ([`mark_synced`](Self::mark_synced)), and room
+    /// for 40 bytes. Returns false otherwise, having written nothing: the caller takes its slow
+    /// path, which sorts out whatever stopped this one.
+    ///
+    /// The 32 prefix bytes go in with two vector stores and the varint with one 8-byte store,
+    /// straight into the chunk (the bytes past the packet land in free space that the next
+    /// write overwrites); the first prefix byte becomes the packet's one-byte fragment header.
+    /// Nothing is built on the stack and read back.
+    #[inline(always)]
+    pub(crate) fn try_write_event(&mut self, prefix: &[u8; 32], value: u64) -> bool {
+        let core = self.stream.delegate();
+        if core.flags.0 != Flags::INFLATED
+            || core.flush_seen != core.arbiter.flush_generation()
+            || self.stream.bytes_available() < 40
+        {
+            return false;
+        }
+        let n = (prefix[0] & 31) as usize;
+        let (varint, varint_len) = varint_le(value);
+        let mut block = *prefix;
+        block[0] = (n + varint_len) as u8;
+        // Both fit: 40 bytes are available, the first call takes 32 and keeps n + 1 <= 32.
+        let whole = self.stream.try_write_block_prefix(&block, n + 1)
+            && self
+                .stream
+                .try_write_block_prefix(&varint.to_le_bytes(), varint_len);
+        debug_assert!(whole);
+        self.small_packet_written();
+        true
+    }
+
+    /// Bookkeeping after a packet written whole by a fast path: counted, finished (its end is
+    /// where a filler or marker goes) and the count inflated, as `finish_packet` leaves it.
+    #[inline(always)]
+    fn small_packet_written(&mut self) {
+        let end = self.stream.write_ptr();
+        let core = self.stream.delegate_mut();
+        core.stats.packets += 1;
+        core.data_end = end;
+        core.bump_count();
+        // The count now covers the next packet too: above the maximum, this one was the last.
+        if core.count > MAX_WRITER_PACKET_COUNT {
+            core.flags.set(Flags::NEED_SWITCH, true);
+        }
+    }
+
+    /// Whether the sequence's incremental state was set up since the writer's last loss (see
+    /// [`mark_synced`](Self::mark_synced)).
+    #[inline(always)]
+    pub(crate) fn is_synced(&self) -> bool {
+        !self.stream.delegate().flags.has(Flags::UNSYNCED)
+    }
+
+    /// Says the sequence's incremental state is set up again after the writer's last loss (or
+    /// since it was created): [`try_write_event`](Self::try_write_event) refuses until then,
+    /// and again after every lost packet.
+    pub(crate) fn mark_synced(&mut self) {
+        self.stream.delegate_mut().flags.set(Flags::UNSYNCED, false);
     }
 
     #[cold]
@@ -936,16 +1042,16 @@ impl TraceWriter {
     fn short_of_room(&self, len: usize) -> bool {
         let avail = self.stream.bytes_available();
         let core = self.stream.delegate();
-        if core.broken {
+        if core.flags.has(Flags::BROKEN) {
             return false;
         }
-        let needed = if core.dropping {
+        let needed = if core.flags.has(Flags::DROPPING) {
             // While dropping, only the retry `new_trace_packet` would make.
             MIN_PACKET_ROOM
         } else {
             MIN_PACKET_ROOM.max(FRAGMENT_HEADER_SIZE.saturating_add(len))
         };
-        core.need_switch || avail < needed
+        core.flags.has(Flags::NEED_SWITCH) || avail < needed
     }
 
     /// Counts a packet the caller gives up on as started and dropped, without writing it: the
@@ -957,8 +1063,8 @@ impl TraceWriter {
         let core = self.stream.delegate_mut();
         core.stats.packets += 1;
         core.record_drop(false);
-        if !core.dropping {
-            core.report_drop = true;
+        if !core.flags.has(Flags::DROPPING) {
+            core.flags.set(Flags::REPORT_DROP, true);
         }
     }
 
@@ -966,10 +1072,10 @@ impl TraceWriter {
     #[cold]
     fn write_sequence_marks(&mut self) {
         let core = self.stream.delegate_mut();
-        let first = std::mem::take(&mut core.first_packet);
-        let dropped = core.report_drop && !core.dropping;
+        let first = core.flags.take(Flags::FIRST_PACKET);
+        let dropped = core.flags.has(Flags::REPORT_DROP) && !core.flags.has(Flags::DROPPING);
         if dropped {
-            core.report_drop = false;
+            core.flags.set(Flags::REPORT_DROP, false);
         }
         let mut packet = TracePacket::from_message(self.stream.root_message());
         if first {
@@ -999,14 +1105,14 @@ impl TraceWriter {
         let failed = self.stream.error().is_some();
         let core = self.stream.delegate_mut();
         core.in_packet = false;
-        if failed && !core.broken {
+        if failed && !core.flags.has(Flags::BROKEN) {
             core.break_writer();
-        } else if !core.dropping && !core.broken {
+        } else if !core.flags.has(Flags::DROPPING) && !core.flags.has(Flags::BROKEN) {
             core.close_fragment(end);
             core.data_end = end;
             // Inflate: a service scraping the chunk now sees this packet as finished.
             core.bump_count();
-            core.inflated = true;
+            core.flags.set(Flags::INFLATED, true);
         }
         if core.patches.has_outstanding() {
             core.commit_ready_patches();
@@ -1030,7 +1136,7 @@ impl TraceWriter {
     pub fn flush(&mut self) {
         let core = self.stream.delegate_mut();
         core.flush_seen = core.arbiter.flush_generation();
-        if core.cur.is_some() && !core.broken {
+        if core.cur.is_some() && !core.flags.has(Flags::BROKEN) {
             core.in_packet = false;
             core.switch = Switch::Park;
             // The delegate hands the chunk back and parks the stream on an empty range.
@@ -1068,13 +1174,13 @@ impl TraceWriter {
     /// Whether the writer is currently dropping packets (the buffer was exhausted).
     pub fn is_dropping(&self) -> bool {
         let core = self.stream.delegate();
-        core.dropping || core.broken
+        core.flags.has(Flags::DROPPING) || core.flags.has(Flags::BROKEN)
     }
 
     /// Whether a protozero error made the writer drop everything from now on (see the module
     /// docs). A new writer starts afresh.
     pub fn is_broken(&self) -> bool {
-        self.stream.delegate().broken
+        self.stream.delegate().flags.has(Flags::BROKEN)
     }
 
     /// The arbiter this writer belongs to.
