@@ -75,15 +75,25 @@ pub(crate) struct TrackRef<'a> {
     pub(crate) unit: Option<Unit>,
 }
 
+// `repr(C)`: the fields the hot path reads come first, in the struct's first two cache lines
+// (the writer's own are inside it, at its end).
+#[repr(C)]
 pub(crate) struct ThreadState {
     /// The process's trace clock, copied (it never changes once calibrated): reading it here
     /// saves the `OnceLock` check of `clock::now()` on every event.
     clock: Clock,
     /// The [`EPOCH`] this state is current for.
     epoch: u64,
-    writer: Option<TraceWriter>,
-    incremental: bool,
+    /// The incremental clock's value (trace-clock ns of the last delta-encoded packet).
+    last_ts: u64,
+    /// Write a clock snapshot before the first packet at or after this (0 without incremental
+    /// timestamps: every packet takes the slow path then).
+    next_snapshot: u64,
+    /// `seen[id].generation == generation`: the callsite `id`'s interned data (or counter
+    /// descriptor) is on the sequence, and `seen[id].template` is its event's fixed bytes.
+    seen: Vec<Interned>,
     generation: u32,
+    incremental: bool,
     /// The writer's drop count when the generation was set up (`u64::MAX`: no generation on
     /// this writer yet). Any other count means a packet was lost since: the reader no longer
     /// trusts the sequence's incremental state, and a new generation must come first.
@@ -91,23 +101,16 @@ pub(crate) struct ThreadState {
     /// Upper bound on the size of a generation start (its four packets), from the last one
     /// written: the room `restart` makes for the next.
     generation_room: usize,
-    /// The incremental clock's value (trace-clock ns of the last delta-encoded packet).
-    last_ts: u64,
-    /// Write a clock snapshot before the first packet at or after this (0 without incremental
-    /// timestamps: every packet takes the slow path then).
-    next_snapshot: u64,
     /// When the periodic clock snapshot is due, with incremental timestamps or without
     /// (`next_snapshot` doubles as the fast path's gate, always 0 without them).
     next_clock_snapshot: u64,
-    /// `seen[id].generation == generation`: the callsite `id`'s interned data (or counter
-    /// descriptor) is on the sequence, and `seen[id].template` is its event's fixed bytes.
-    seen: Vec<Interned>,
     dyn_names: HashMap<Box<str>, u64>,
     next_dyn_iid: u64,
     tracks_seen: HashMap<u64, u32>,
     tid: i64,
     track_uuid: u64,
     thread_name: Option<String>,
+    writer: Option<TraceWriter>,
 }
 
 /// One entry of the thread's interning table, by callsite id.

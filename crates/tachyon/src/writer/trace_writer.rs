@@ -182,47 +182,48 @@ impl Drop for Scratch {
 
 /// The writer's state, living inside the protozero stream as its [`Delegate`]. The
 /// [`TraceWriter`] reaches it between protozero calls with `delegate_mut()`.
+// `repr(C)`: what the fast paths touch comes first, in the first cache lines, apart from the
+// arbiter (its flush generation), which must come after every chunk (below).
+#[repr(C)]
 struct ChunkDelegate {
     // The chunks come first: fields drop in declaration order, and a `Chunk<'static>` must not
     // outlive the arbiter (below) that keeps its memory alive.
     /// The chunk being written (BeingWritten, ours).
     cur: Option<Chunk<'static>>,
+    /// The writer's yes/no state (see [`Flags`]).
+    flags: Flags,
+    /// `cur`'s packet count as we last stored it.
+    count: u16,
+    /// End of the last finished fragment in `cur` (where a filler or marker goes).
+    data_end: *mut u8,
+    flush_seen: u64,
+    stats: WriterStats,
     /// The outcome of looking for the next chunk, found early by `annotate_patch` (it must know
     /// whether the packet will continue before it redirects a size field).
     prefetched: Option<Next>,
     /// A free chunk `TraceWriter::try_make_room` acquired, installed by the `get_new_buffer`
     /// call it makes right after (between packets).
     staged: Option<Chunk<'static>>,
+    arbiter: Arc<SmbArbiter>,
     /// `cur`'s payload, `[payload_begin, payload_end)`; null without a chunk.
     payload_begin: *mut u8,
     payload_end: *mut u8,
     cur_chunk_id: u32,
-    /// `cur`'s packet count as we last stored it.
-    count: u16,
     /// A size field of `cur` was redirected to a patch slot.
     cur_needs_patching: bool,
-    /// Header and first data byte of the open packet's fragment in `cur` (null: none).
-    fragment_header: *mut u8,
-    fragment_start: *mut u8,
-    /// End of the last finished fragment in `cur` (where a filler or marker goes).
-    data_end: *mut u8,
-
     /// Inside a packet (protozero asking for a buffer means the packet continues).
     in_packet: bool,
     switch: Switch,
-    /// The writer's yes/no state (see [`Flags`]).
-    flags: Flags,
-
+    /// Header and first data byte of the open packet's fragment in `cur` (null: none).
+    fragment_header: *mut u8,
+    fragment_start: *mut u8,
     next_chunk_id: u32,
     page_hint: usize,
-    flush_seen: u64,
     writer_id: u16,
     target_buffer: u16,
     policy: BufferExhaustedPolicy,
     scratch: Scratch,
     patches: PatchList,
-    stats: WriterStats,
-    arbiter: Arc<SmbArbiter>,
 }
 
 // SAFETY: the raw pointers point into memory this delegate owns exclusively: the chunk it holds
