@@ -1,18 +1,40 @@
 //! Converting timestamps of any clock onto the trace clock (BOOTTIME unless a ClockSnapshot's
 //! `primary_trace_clock` says otherwise), as Perfetto's `ClockTracker` does.
 //!
-//! Each ClockSnapshot says "at one instant, clock A read a, clock B read b, …". Clocks that
-//! appear together are connected; converting a timestamp of clock X walks the shortest chain of
-//! connections from X to the trace clock (breadth-first, cached), and across each hop uses the
-//! snapshot whose source reading is the latest one not after the timestamp (the earliest one
-//! for timestamps before every snapshot): `t_B = b + (t_A − a)`. All arithmetic is in
-//! nanoseconds: a clock's raw values are multiplied by its `unit_multiplier_ns`.
+//! Each ClockSnapshot says "at one instant, clock A read a, clock B read b, …". Snapshots of the
+//! same set of clocks form a *series* (Perfetto's snapshot hash): one reading per clock per
+//! snapshot, in file order, every clock moving forward (a snapshot that moves a clock of its set
+//! backwards is rejected). Clocks that appear together are connected; converting a timestamp of
+//! clock X walks the shortest chain of connections from X to the trace clock (breadth-first,
+//! cached), and each hop uses **one** series, the first one that connected the two clocks, as
+//! Perfetto uses one snapshot hash per hop of its path: within that series, the snapshot whose
+//! source reading is the latest one not after the timestamp (the earliest one for timestamps
+//! before every snapshot) gives `t_B = b + (t_A − a)`. All arithmetic is in nanoseconds: a
+//! clock's raw values are multiplied by its `unit_multiplier_ns`.
+//!
+//! Series are never merged. Several series may link the same two clocks: Tachyon's SDK writes
+//! the trace clock against BOOTTIME on every sequence, each sequence's snapshots a set of their
+//! own, each read by its own thread with its own error. Merging them switched the offset at every
+//! sequence's snapshot by the difference of two threads' errors (hundreds of ns, up to
+//! milliseconds for a thread preempted between its clock reads), and a downward switch put the
+//! events just after it before the events just before it: a `SLICE_END` before its own
+//! `SLICE_BEGIN`. With one series per hop (the first; Perfetto takes the lowest hash, just as
+//! arbitrary), every timestamp goes through one mapping, which changes only where that series
+//! has a snapshot.
 //!
 //! Clock ids 64–127 are scoped to one packet sequence; callers map them to a global id with
 //! [`sequence_clock`] before asking. An *incremental* clock carries deltas: each value is added
 //! to the clock's previous absolute value, which each snapshot resets. That is how the C++ SDK
 //! encodes timestamps (clock 64 with `is_incremental`), and it requires converting packets in
-//! the order they were written, which the importer does (conversion happens before sorting).
+//! the order they were written, which the importer does (conversion happens before sorting). An
+//! incremental clock is converted through the snapshot that last reset it (a producer may
+//! restart it from zero at every reset).
+//!
+//! A timestamp whose clock has no path to the trace clock yet (the snapshot linking it may come
+//! later in the file) is [`Converted::Later`]: the importer keeps it for the end of the file.
+//! What can be resolved in file order is resolved first: an incremental clock's delta is added
+//! at once (the next deltas build on it), and the pending value remembers the snapshot that
+//! anchored it, so only the hops to the trace clock wait.
 //!
 //! With no ClockSnapshot in the whole trace nothing is converted: raw timestamps are trace time.
 
@@ -51,6 +73,63 @@ struct ClockInfo {
     incremental: bool,
     /// Absolute value (ns) of an incremental clock, advanced by every delta.
     last_ns: i64,
+    /// The latest snapshot with this clock: (series, row).
+    anchor: (usize, usize),
+}
+
+/// A timestamp that cannot be converted yet: its clock has no path to the trace clock.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Pending {
+    clock: ClockId,
+    value: PendingValue,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum PendingValue {
+    /// No snapshot has mentioned the clock yet: its unit is unknown.
+    Raw(u64),
+    /// The reading in ns; for an incremental clock, its absolute value and the snapshot it
+    /// builds on.
+    Ns {
+        ns: i64,
+        anchor: Option<(usize, usize)>,
+    },
+}
+
+impl Pending {
+    /// Whether a snapshot had mentioned the clock (its unit and encoding are known).
+    pub(crate) fn clock_known(&self) -> bool {
+        matches!(self.value, PendingValue::Ns { .. })
+    }
+}
+
+/// The result of [`ClockTracker::convert`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Converted {
+    /// Trace time in ns.
+    At(i64),
+    /// No path to the trace clock yet: [`ClockTracker::finish`] at the end of the file.
+    Later(Pending),
+    /// The value does not fit (overflow).
+    Failed,
+}
+
+/// The accepted snapshots of one set of clocks, in file order.
+#[derive(Debug)]
+struct Series {
+    /// The set's clocks, sorted.
+    ids: Vec<ClockId>,
+    /// Per clock (in `ids` order), its reading (ns) in each snapshot. Non-decreasing for every
+    /// clock that is not incremental (`add_snapshot` rejects the others).
+    readings: Vec<Vec<i64>>,
+}
+
+/// One hop of a conversion path: from column `from` to column `to` of series `series`.
+#[derive(Clone, Copy, Debug)]
+struct Hop {
+    series: usize,
+    from: usize,
+    to: usize,
 }
 
 /// Why a snapshot was rejected.
@@ -61,17 +140,17 @@ pub(crate) struct InvalidSnapshot;
 pub(crate) struct ClockTracker {
     trace_clock: ClockId,
     clocks: FxHashMap<ClockId, ClockInfo>,
-    /// For each connected pair (lower id, higher id): readings (lower, higher) in ns, sorted by
-    /// the lower id's reading (snapshots of one pair may arrive out of order when several
-    /// sequences write them: each sequence's are in order, the file interleaves them).
-    edges: FxHashMap<(ClockId, ClockId), Vec<(i64, i64)>>,
-    /// The latest reading of each clock in snapshots of the same set of clocks, to reject
-    /// snapshots that go backwards. Keyed by the set, as Perfetto's ClockTracker does: a
-    /// snapshot with a sequence-scoped clock is a different set on every sequence, so two
-    /// sequences' snapshots never conflict, while one sequence's must move forward.
-    last_snapshot: FxHashMap<(ClockId, u64), i64>,
+    series: Vec<Series>,
+    /// Set of clocks (sorted ids) → its index in `series`. Keyed by the set, as Perfetto's
+    /// ClockTracker keys its snapshot hashes: a snapshot with a sequence-scoped clock is a
+    /// different set on every sequence, so two sequences' snapshots never conflict, while one
+    /// sequence's must move forward.
+    series_of_set: FxHashMap<Vec<ClockId>, usize>,
+    /// For each connected pair (lower id, higher id): the series that connected it first, the
+    /// one conversions between the two use.
+    links: FxHashMap<(ClockId, ClockId), usize>,
     adjacency: FxHashMap<ClockId, Vec<ClockId>>,
-    path_cache: FxHashMap<ClockId, Option<Vec<ClockId>>>,
+    path_cache: FxHashMap<ClockId, Option<Vec<Hop>>>,
     any_snapshot: bool,
     converted: bool,
 }
@@ -81,8 +160,9 @@ impl Default for ClockTracker {
         ClockTracker {
             trace_clock: BOOTTIME,
             clocks: FxHashMap::default(),
-            edges: FxHashMap::default(),
-            last_snapshot: FxHashMap::default(),
+            series: Vec::new(),
+            series_of_set: FxHashMap::default(),
+            links: FxHashMap::default(),
             adjacency: FxHashMap::default(),
             path_cache: FxHashMap::default(),
             any_snapshot: false,
@@ -110,117 +190,163 @@ impl ClockTracker {
         // Validate everything first: a snapshot is taken whole or not at all.
         let mut ids: Vec<ClockId> = readings.iter().map(|r| r.id).collect();
         ids.sort_unstable();
-        let fingerprint = {
-            use std::hash::{Hash, Hasher};
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            ids.hash(&mut h);
-            h.finish()
-        };
+        if ids.windows(2).any(|w| w[0] == w[1]) {
+            return Err(InvalidSnapshot);
+        }
+        let existing = self.series_of_set.get(&ids).copied();
         let mut ns = Vec::with_capacity(readings.len());
-        for (i, r) in readings.iter().enumerate() {
-            if readings[..i].iter().any(|o| o.id == r.id) {
-                return Err(InvalidSnapshot);
-            }
+        for r in readings {
             let unit = r.unit_multiplier_ns.max(1);
             let v = (r.value as i128) * (unit as i128);
             let v = i64::try_from(v).map_err(|_| InvalidSnapshot)?;
-            if let Some(&last) = self.last_snapshot.get(&(r.id, fingerprint)) {
-                if v < last && !r.is_incremental {
+            if let Some(s) = existing {
+                let series = &self.series[s];
+                let col = series.column(r.id);
+                if !r.is_incremental && series.readings[col].last().is_some_and(|&last| v < last) {
                     return Err(InvalidSnapshot);
                 }
             }
             ns.push(v);
         }
         self.any_snapshot = true;
+        let s = match existing {
+            Some(s) => s,
+            None => {
+                let s = self.series.len();
+                self.series.push(Series {
+                    readings: vec![Vec::new(); ids.len()],
+                    ids: ids.clone(),
+                });
+                self.series_of_set.insert(ids, s);
+                s
+            }
+        };
+        let row = self.series[s].readings[0].len();
         for (r, &v) in readings.iter().zip(&ns) {
+            let col = self.series[s].column(r.id);
+            self.series[s].readings[col].push(v);
             let info = self.clocks.entry(r.id).or_insert(ClockInfo {
                 unit_ns: 1,
                 incremental: false,
                 last_ns: 0,
+                anchor: (s, row),
             });
             info.unit_ns = r.unit_multiplier_ns.max(1).min(i64::MAX as u64) as i64;
             info.incremental = r.is_incremental;
             info.last_ns = v;
-            self.last_snapshot.insert((r.id, fingerprint), v);
+            info.anchor = (s, row);
         }
-        for i in 0..readings.len() {
-            for j in i + 1..readings.len() {
-                let (a, b) = (readings[i].id, readings[j].id);
-                let (key, pair) = if a < b {
-                    ((a, b), (ns[i], ns[j]))
-                } else {
-                    ((b, a), (ns[j], ns[i]))
-                };
-                let list = self.edges.entry(key).or_default();
-                if list.is_empty() {
+        // The pairs this set connects that no earlier set did.
+        let set = &self.series[s].ids;
+        for i in 0..set.len() {
+            for j in i + 1..set.len() {
+                let (a, b) = (set[i], set[j]);
+                if let std::collections::hash_map::Entry::Vacant(e) = self.links.entry((a, b)) {
+                    e.insert(s);
                     self.adjacency.entry(a).or_default().push(b);
                     self.adjacency.entry(b).or_default().push(a);
                     self.path_cache.clear();
-                }
-                // Sorted by the lower side; a pair out of order on the other side (a clock that
-                // disagrees with its partner about which snapshot came first) replaces the
-                // entries it contradicts, so both sides stay sorted for the searches.
-                let at = list.partition_point(|l| l.0 <= pair.0);
-                if list.last().is_some_and(|l| l.0 <= pair.0 && l.1 <= pair.1) {
-                    list.push(pair);
-                } else {
-                    list.insert(at, pair);
-                    list.retain(|l| {
-                        (l.0 <= pair.0 && l.1 <= pair.1) || (l.0 >= pair.0 && l.1 >= pair.1)
-                    });
                 }
             }
         }
         Ok(())
     }
 
-    /// Whether `clock` can currently be converted.
-    pub(crate) fn has_path(&mut self, clock: ClockId) -> bool {
-        !self.any_snapshot || clock == self.trace_clock || self.path(clock).is_some()
-    }
-
-    /// Converts a raw reading of `clock` (in its units) to trace time in ns.
-    pub(crate) fn convert(&mut self, clock: ClockId, raw: u64) -> Option<i64> {
+    /// Converts a raw reading of `clock` (in its units) to trace time in ns, or says why not
+    /// yet. An incremental clock's delta is taken now either way.
+    pub(crate) fn convert(&mut self, clock: ClockId, raw: u64) -> Converted {
         if !self.any_snapshot {
             // Perfetto's rule: without any ClockSnapshot, timestamps are already trace time.
-            return Some(raw as i64);
+            return Converted::At(raw as i64);
         }
-        self.converted = true;
         let info = match self.clocks.get_mut(&clock) {
             Some(info) => info,
-            None if clock == self.trace_clock => return Some(raw as i64),
-            None => return None,
+            None if clock == self.trace_clock => {
+                self.converted = true;
+                return Converted::At(raw as i64);
+            }
+            None => {
+                return Converted::Later(Pending {
+                    clock,
+                    value: PendingValue::Raw(raw),
+                })
+            }
         };
         let delta = (raw as i128) * (info.unit_ns as i128);
-        let mut ts = if info.incremental {
-            let v = i64::try_from(info.last_ns as i128 + delta).ok()?;
+        let (ns, anchor) = if info.incremental {
+            let Ok(v) = i64::try_from(info.last_ns as i128 + delta) else {
+                return Converted::Failed;
+            };
             info.last_ns = v;
-            v
+            (v, Some(info.anchor))
         } else {
-            i64::try_from(delta).ok()?
+            let Ok(v) = i64::try_from(delta) else {
+                return Converted::Failed;
+            };
+            (v, None)
         };
-        if clock == self.trace_clock {
-            return Some(ts);
+        let pending = Pending {
+            clock,
+            value: PendingValue::Ns { ns, anchor },
+        };
+        match self.resolve(pending) {
+            Some(Some(ts)) => Converted::At(ts),
+            Some(None) => Converted::Failed,
+            None => Converted::Later(pending),
         }
-        let path = self.path(clock)?;
-        for hop in path.windows(2) {
-            let (a, b) = (hop[0], hop[1]);
-            let forward = a < b;
-            let list = self.edges.get(&if forward { (a, b) } else { (b, a) })?;
-            let src = |p: &(i64, i64)| if forward { p.0 } else { p.1 };
-            let dst = |p: &(i64, i64)| if forward { p.1 } else { p.0 };
-            let idx = list.partition_point(|p| src(p) <= ts);
-            let snap = &list[idx.saturating_sub(1)];
-            ts = dst(snap).checked_add(ts.checked_sub(src(snap))?)?;
-        }
-        Some(ts)
     }
 
-    /// Breadth-first shortest path from `clock` to the trace clock, cached.
-    fn path(&mut self, clock: ClockId) -> Option<Vec<ClockId>> {
-        if let Some(p) = self.path_cache.get(&clock) {
-            return p.clone();
+    /// Converts a timestamp left [`Converted::Later`], at the end of the file; `None` if its
+    /// clock is still not linked to the trace clock (or the result overflows).
+    pub(crate) fn finish(&mut self, pending: Pending) -> Option<i64> {
+        match pending.value {
+            PendingValue::Raw(raw) => match self.convert(pending.clock, raw) {
+                Converted::At(ts) => Some(ts),
+                Converted::Later(_) | Converted::Failed => None,
+            },
+            PendingValue::Ns { .. } => self.resolve(pending).flatten(),
         }
+    }
+
+    /// Walks the path of a reading already in ns: `None` without a path, `Some(None)` on
+    /// overflow.
+    fn resolve(&mut self, pending: Pending) -> Option<Option<i64>> {
+        let PendingValue::Ns { ns, anchor } = pending.value else {
+            return None;
+        };
+        if pending.clock == self.trace_clock {
+            self.converted = true;
+            return Some(Some(ns));
+        }
+        if !self.path_cache.contains_key(&pending.clock) {
+            let path = self.find_path(pending.clock);
+            self.path_cache.insert(pending.clock, path);
+        }
+        let path = self.path_cache[&pending.clock].as_deref()?;
+        self.converted = true;
+        let mut ts = ns;
+        for (i, hop) in path.iter().enumerate() {
+            let series = &self.series[hop.series];
+            let (src, dst) = (&series.readings[hop.from], &series.readings[hop.to]);
+            let snap = match anchor {
+                // An incremental clock: the snapshot that last reset it before this reading.
+                Some((s, row)) if i == 0 && s == hop.series => row,
+                _ => src.partition_point(|&v| v <= ts).saturating_sub(1),
+            };
+            let Some(next) = ts
+                .checked_sub(src[snap])
+                .and_then(|d| dst[snap].checked_add(d))
+            else {
+                return Some(None);
+            };
+            ts = next;
+        }
+        Some(Some(ts))
+    }
+
+    /// Breadth-first shortest path from `clock` to the trace clock, as hops through the series
+    /// that link each pair.
+    fn find_path(&self, clock: ClockId) -> Option<Vec<Hop>> {
         let target = self.trace_clock;
         let mut prev: FxHashMap<ClockId, ClockId> = FxHashMap::default();
         let mut queue = VecDeque::from([clock]);
@@ -238,24 +364,51 @@ impl ClockTracker {
                 }
             }
         }
-        let result = found.then(|| {
-            let mut p = vec![target];
+        found.then(|| {
+            let mut clocks = vec![target];
             let mut c = target;
             while c != clock {
                 c = prev[&c];
-                p.push(c);
+                clocks.push(c);
             }
-            p.reverse();
-            p
-        });
-        self.path_cache.insert(clock, result.clone());
-        result
+            clocks.reverse();
+            clocks
+                .windows(2)
+                .map(|w| {
+                    let (a, b) = (w[0], w[1]);
+                    let s = self.links[&(a.min(b), a.max(b))];
+                    let series = &self.series[s];
+                    Hop {
+                        series: s,
+                        from: series.column(a),
+                        to: series.column(b),
+                    }
+                })
+                .collect()
+        })
+    }
+}
+
+impl Series {
+    /// The column of clock `id` (which must be in the set).
+    fn column(&self, id: ClockId) -> usize {
+        self.ids
+            .binary_search(&id)
+            .expect("the clock is in the series' set")
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The converted value, if the conversion could be made now.
+    fn at(c: &mut ClockTracker, clock: ClockId, raw: u64) -> Option<i64> {
+        match c.convert(clock, raw) {
+            Converted::At(ts) => Some(ts),
+            Converted::Later(_) | Converted::Failed => None,
+        }
+    }
 
     fn r(id: ClockId, value: u64) -> ClockReading {
         ClockReading {
@@ -269,8 +422,8 @@ mod tests {
     #[test]
     fn no_snapshot_means_no_conversion() {
         let mut c = ClockTracker::default();
-        assert_eq!(c.convert(3, 42), Some(42));
-        assert!(c.has_path(128));
+        assert_eq!(at(&mut c, 3, 42), Some(42));
+        assert_eq!(at(&mut c, 128, 5), Some(5));
     }
 
     #[test]
@@ -279,14 +432,14 @@ mod tests {
         c.add_snapshot(&[r(BOOTTIME, 1000), r(3, 100)]).unwrap();
         c.add_snapshot(&[r(BOOTTIME, 2000), r(3, 1050)]).unwrap();
         c.add_snapshot(&[r(3, 1500), r(200, 10)]).unwrap();
-        assert_eq!(c.convert(3, 150), Some(1050));
-        assert_eq!(c.convert(3, 1100), Some(2050));
+        assert_eq!(at(&mut c, 3, 150), Some(1050));
+        assert_eq!(at(&mut c, 3, 1100), Some(2050));
         // Before the first snapshot: extrapolate from the first one.
-        assert_eq!(c.convert(3, 50), Some(950));
+        assert_eq!(at(&mut c, 3, 50), Some(950));
         // Two hops: 200 -> 3 -> BOOTTIME.
-        assert_eq!(c.convert(200, 20), Some(2000 + (1510 - 1050)));
-        assert_eq!(c.convert(99, 1), None);
-        assert!(!c.has_path(99));
+        assert_eq!(at(&mut c, 200, 20), Some(2000 + (1510 - 1050)));
+        assert_eq!(at(&mut c, 99, 1), None);
+        assert!(matches!(c.convert(99, 1), Converted::Later(p) if !p.clock_known()));
     }
 
     #[test]
@@ -303,8 +456,104 @@ mod tests {
             },
         ])
         .unwrap();
-        assert_eq!(c.convert(seq, 2), Some(12_000));
-        assert_eq!(c.convert(seq, 3), Some(15_000));
+        assert_eq!(at(&mut c, seq, 2), Some(12_000));
+        assert_eq!(at(&mut c, seq, 3), Some(15_000));
+    }
+
+    /// Two threads' snapshots of the same two clocks, each thread's a set of its own (a
+    /// sequence-scoped clock makes it distinct, as Tachyon's SDK writes them): conversions use
+    /// the first series only, so the other thread's read error (here +260 ns) moves nothing, and
+    /// timestamps of one clock keep their order. Merging the series put a step of -260 ns at
+    /// 1_020_000, so 1_019_900 came out after 1_020_100.
+    #[test]
+    fn one_series_per_hop_even_when_several_sets_link_the_clocks() {
+        let mut c = ClockTracker::default();
+        let trace = 0x8000_0000 | 7;
+        let set = |seq: u32, t: u64, offset: i64| {
+            [
+                r(BOOTTIME, (t as i64 + offset) as u64),
+                r(trace, t),
+                r(sequence_clock(seq, 65), t),
+            ]
+        };
+        c.add_snapshot(&set(1, 1_000_000, -760)).unwrap();
+        c.add_snapshot(&set(2, 1_010_000, -500)).unwrap();
+        c.add_snapshot(&set(3, 1_020_000, -760)).unwrap();
+        assert_eq!(at(&mut c, trace, 1_019_900), Some(1_019_140));
+        assert_eq!(at(&mut c, trace, 1_020_100), Some(1_019_340));
+        // The first series goes on following the drift with its own later snapshots.
+        c.add_snapshot(&set(1, 2_000_000, -700)).unwrap();
+        assert_eq!(at(&mut c, trace, 2_000_100), Some(1_999_400));
+        assert_eq!(at(&mut c, trace, 1_500_000), Some(1_499_240));
+    }
+
+    /// An incremental clock that restarts from zero at every snapshot (allowed: its readings
+    /// are not required to move forward) converts from its latest snapshot.
+    #[test]
+    fn incremental_clock_restarting_at_each_snapshot() {
+        let mut c = ClockTracker::default();
+        let seq = sequence_clock(4, 64);
+        let incremental = |v| ClockReading {
+            id: seq,
+            value: v,
+            is_incremental: true,
+            unit_multiplier_ns: 1,
+        };
+        c.add_snapshot(&[r(BOOTTIME, 5_000), incremental(0)])
+            .unwrap();
+        assert_eq!(at(&mut c, seq, 10), Some(5_010));
+        c.add_snapshot(&[r(BOOTTIME, 9_000), incremental(0)])
+            .unwrap();
+        assert_eq!(at(&mut c, seq, 10), Some(9_010));
+        assert_eq!(at(&mut c, seq, 5), Some(9_015));
+    }
+
+    /// A sequence whose first packets (in the file) tie its incremental clock to the trace clock
+    /// before any snapshot ties the trace clock to BOOTTIME, as when a ring buffer overwrote the
+    /// sequence's own global snapshot: its deltas are taken in order, the rest waits for the end
+    /// of the file instead of the events being dropped.
+    #[test]
+    fn incremental_clock_without_a_path_yet_waits_with_its_deltas_taken() {
+        let mut c = ClockTracker::default();
+        let trace = 0x8000_0000 | 7;
+        let seq = sequence_clock(1, 64);
+        let incremental = |v| ClockReading {
+            id: seq,
+            value: v,
+            is_incremental: true,
+            unit_multiplier_ns: 1,
+        };
+        c.add_snapshot(&[r(trace, 1_000), incremental(1_000)])
+            .unwrap();
+        let pending: Vec<Pending> = [100, 50]
+            .into_iter()
+            .map(|delta| match c.convert(seq, delta) {
+                Converted::Later(p) => p,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        // A new generation resets the clock, and a later sequence links the trace clock.
+        c.add_snapshot(&[r(trace, 5_000), incremental(5_000)])
+            .unwrap();
+        c.add_snapshot(&[r(BOOTTIME, 10_000), r(trace, 9_000)])
+            .unwrap();
+        assert_eq!(at(&mut c, seq, 10), Some(6_010));
+        let finished: Vec<_> = pending.into_iter().map(|p| c.finish(p)).collect();
+        assert_eq!(finished, [Some(2_100), Some(2_150)]);
+        // Still no path at the end of the file: None.
+        let lonely = sequence_clock(2, 64);
+        c.add_snapshot(&[
+            ClockReading {
+                id: lonely,
+                ..incremental(0)
+            },
+            r(0x8000_0000 | 9, 0),
+        ])
+        .unwrap();
+        let Converted::Later(p) = c.convert(lonely, 1) else {
+            panic!("no path")
+        };
+        assert_eq!(c.finish(p), None);
     }
 
     #[test]

@@ -18,7 +18,7 @@ use tachyon_protos::{
     debug_annotation, DebugAnnotationView, TracePacketView, TrackDescriptorView, TrackEventView,
 };
 
-use crate::clock::{self, ClockId, ClockReading, ClockTracker};
+use crate::clock::{self, ClockId, ClockReading, ClockTracker, Converted, Pending};
 use crate::sort::Sorter;
 use crate::stats::Stat;
 use crate::storage::{ArgValue, Storage, NONE};
@@ -206,8 +206,7 @@ impl Sequence {
 /// A packet whose clock had no path to the trace clock yet: converted at the end of the file.
 #[derive(Debug)]
 struct Deferred {
-    clock: ClockId,
-    raw: u64,
+    time: Pending,
     event: Event,
 }
 
@@ -543,10 +542,10 @@ impl Importer {
                     self.emit(Event { ts, ..ev });
                 }
             }
-            Time::Deferred(clock, raw) => {
+            Time::Deferred(time) => {
                 self.sorter.force_full_sort();
                 for event in events.drain(..) {
-                    self.deferred.push(Deferred { clock, raw, event });
+                    self.deferred.push(Deferred { time, event });
                 }
             }
             Time::At(_) | Time::Failed => {
@@ -704,18 +703,20 @@ impl Importer {
             }
             id = clock::sequence_clock(seq_id, clock_id);
         }
-        if !self.clocks.has_path(id) {
-            // No snapshot links this clock to the trace clock yet: one may come later in the
-            // file (Perfetto defers such packets to the end of the file too). Incremental
-            // clocks cannot wait: their deltas only make sense in order.
-            if !clock::is_sequence_clock(clock_id) {
-                return Time::Deferred(id, raw);
-            }
-            return Time::Failed;
-        }
         match self.clocks.convert(id, raw) {
-            Some(ts) => Time::At(ts),
-            None => Time::Failed,
+            Converted::At(ts) => Time::At(ts),
+            // No snapshot links this clock to the trace clock yet: one may come later in the
+            // file (Perfetto defers such packets to the end of the file too). That happens to a
+            // sequence-scoped clock when a ring buffer overwrote the head of its sequence up to
+            // the packet that defines it: the clock is tied to the trace clock, but the snapshot
+            // tying the trace clock to BOOTTIME was in the lost part, and other sequences' come
+            // later in the file. Its delta is already taken (in order); the rest waits.
+            Converted::Later(p) if p.clock_known() || !clock::is_sequence_clock(clock_id) => {
+                Time::Deferred(p)
+            }
+            // A sequence-scoped clock no snapshot on its sequence defined: it cannot wait,
+            // since whether it carries deltas (which only make sense in order) is unknown.
+            Converted::Later(_) | Converted::Failed => Time::Failed,
         }
     }
 
@@ -978,7 +979,7 @@ impl Importer {
         };
         let (ts, deferred) = match time {
             Time::At(ts) => (ts, None),
-            Time::Deferred(clock, raw) => (0, Some((clock, raw))),
+            Time::Deferred(time) => (0, Some(time)),
             Time::Missing => {
                 self.st.stats.inc(Stat::track_event_missing_timestamp);
                 return Ok(());
@@ -997,9 +998,9 @@ impl Importer {
         for event in out.drain(..) {
             match deferred {
                 None => self.emit(event),
-                Some((clock, raw)) => {
+                Some(time) => {
                     self.sorter.force_full_sort();
-                    self.deferred.push(Deferred { clock, raw, event })
+                    self.deferred.push(Deferred { time, event })
                 }
             }
         }
@@ -1482,7 +1483,7 @@ impl Importer {
     /// the stats that need the whole trace.
     pub(crate) fn finish(&mut self) {
         for d in std::mem::take(&mut self.deferred) {
-            match self.clocks.convert(d.clock, d.raw) {
+            match self.clocks.finish(d.time) {
                 Some(ts) if ts >= 0 => self.emit(Event { ts, ..d.event }),
                 Some(_) => self.st.stats.inc(Stat::track_event_invalid_timestamp),
                 None => self.st.stats.inc(Stat::clock_sync_failure),
@@ -1553,7 +1554,7 @@ impl Event {
 enum Time {
     At(i64),
     Missing,
-    Deferred(ClockId, u64),
+    Deferred(Pending),
     Failed,
 }
 

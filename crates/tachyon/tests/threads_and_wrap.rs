@@ -28,6 +28,26 @@ fn lock() -> MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Writes the trace to the temporary directory if the test fails after this point, so a rare
+/// failure can be examined offline (with `tachyon query`/`stats`, or `MODEL_DUMP=1`).
+struct DumpOnFailure<'a> {
+    test: &'static str,
+    trace: &'a [u8],
+}
+
+impl Drop for DumpOnFailure<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let path =
+                std::env::temp_dir().join(format!("{}-{}.pftrace", self.test, std::process::id()));
+            match std::fs::write(&path, self.trace) {
+                Ok(()) => eprintln!("trace written to {}", path.display()),
+                Err(e) => eprintln!("could not write {}: {e}", path.display()),
+            }
+        }
+    }
+}
+
 const WAVES: usize = 8;
 const THREADS: usize = 8;
 const ZONES: i64 = 200;
@@ -79,6 +99,10 @@ fn threads_come_and_go_while_tracing() {
         }
     }
     let report = tachyon::shutdown().unwrap().unwrap();
+    let _dump = DumpOnFailure {
+        test: "threads_come_and_go_while_tracing",
+        trace: &report.trace,
+    };
     assert_eq!(report.writers.packets_dropped, 0, "{:?}", report.writers);
     assert_eq!(report.writers_still_active, 0);
 
@@ -229,6 +253,10 @@ fn a_small_ring_buffer_wraps_and_stays_readable() {
     ring_writer(0, &step);
     other.join().unwrap();
     let report = tachyon::shutdown().unwrap().unwrap();
+    let _dump = DumpOnFailure {
+        test: "a_small_ring_buffer_wraps_and_stays_readable",
+        trace: &report.trace,
+    };
     let m = Model::read(&report.trace);
     assert!(m.errors.is_empty(), "{:?}", m.errors);
 
