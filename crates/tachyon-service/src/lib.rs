@@ -36,8 +36,9 @@ pub use readout::{
     RESERVED_PACKET_FIELDS, SERVICE_SEQUENCE_ID,
 };
 pub use session::{
-    BufferSpec, ConfigError, DataSourceSpec, ServiceCore, ServiceWideStats, SessionConfig,
-    SessionStats, DEFAULT_FILE_WRITE_PERIOD, DEFAULT_FLUSH_TIMEOUT, MIN_FILE_WRITE_PERIOD,
+    BufferSpec, ConfigError, DataSourceSpec, ProducerFilter, ServiceCore, ServiceWideStats,
+    SessionConfig, SessionStats, DEFAULT_FILE_WRITE_PERIOD, DEFAULT_FLUSH_TIMEOUT,
+    MIN_FILE_WRITE_PERIOD,
 };
 pub use stats::{BufferStats, LossCounters};
 /// A patch for [`TraceBuffer::try_patch_chunk`] (the shared ABI vocabulary).

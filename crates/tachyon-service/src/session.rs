@@ -47,12 +47,8 @@ pub struct DataSourceSpec {
     pub target_buffer: u16,
     /// The encoded `DataSourceConfig`, for the data source to read its own settings.
     pub config: Vec<u8>,
-    /// `producer_name_filter`: only producers with one of these names run it (with the regex
-    /// filter below: either list may match; both empty: every producer).
-    pub producer_name_filter: Vec<String>,
-    /// `producer_name_regex_filter`: patterns a producer's whole name may match (checked to
-    /// compile when the config is read).
-    pub producer_name_regex_filter: Vec<String>,
+    /// Which producers run it (`producer_name_filter`, `producer_name_regex_filter`).
+    pub producer_filter: ProducerFilter,
 }
 
 impl DataSourceSpec {
@@ -62,31 +58,55 @@ impl DataSourceSpec {
             name: name.into(),
             target_buffer,
             config: Vec::new(),
-            producer_name_filter: Vec::new(),
-            producer_name_regex_filter: Vec::new(),
+            producer_filter: ProducerFilter::default(),
         }
     }
+}
 
-    /// Whether a producer called `producer_name` should run this data source (Perfetto's
-    /// rule: no filter accepts all; else an exact name or a whole-name regex match).
-    pub fn accepts_producer(&self, producer_name: &str) -> bool {
-        if self.producer_name_filter.is_empty() && self.producer_name_regex_filter.is_empty() {
-            return true;
-        }
-        self.producer_name_filter.iter().any(|n| n == producer_name)
-            || self
-                .producer_name_regex_filter
+/// A data source's `producer_name_filter` (exact names) and `producer_name_regex_filter`
+/// (patterns, compiled once when the config is read, matched against the whole name as
+/// Perfetto's `std::regex_match`). Either list may match; both empty accept every producer.
+#[derive(Clone, Debug, Default)]
+pub struct ProducerFilter {
+    names: Vec<String>,
+    patterns: Vec<regex::Regex>,
+}
+
+impl ProducerFilter {
+    /// A filter from the config's lists; an error names the pattern that does not compile.
+    pub fn new(names: Vec<String>, patterns: &[&str]) -> Result<Self, String> {
+        let patterns = patterns
+            .iter()
+            .map(|p| {
+                regex::RegexBuilder::new(&format!("^(?:{p})$"))
+                    .size_limit(1 << 20)
+                    .build()
+                    .map_err(|e| format!("producer_name_regex_filter {p:?}: {e}"))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(ProducerFilter { names, patterns })
+    }
+
+    /// Whether a producer called `name` runs the data source.
+    pub fn accepts(&self, name: &str) -> bool {
+        (self.names.is_empty() && self.patterns.is_empty())
+            || self.names.iter().any(|n| n == name)
+            || self.patterns.iter().any(|re| re.is_match(name))
+    }
+}
+
+impl PartialEq for ProducerFilter {
+    fn eq(&self, other: &Self) -> bool {
+        self.names == other.names
+            && self
+                .patterns
                 .iter()
-                .any(|p| whole_match(p).is_ok_and(|re| re.is_match(producer_name)))
+                .map(regex::Regex::as_str)
+                .eq(other.patterns.iter().map(regex::Regex::as_str))
     }
 }
 
-/// A pattern anchored at both ends, as Perfetto matches producer names (`std::regex_match`).
-fn whole_match(pattern: &str) -> Result<regex::Regex, regex::Error> {
-    regex::RegexBuilder::new(&format!("^(?:{pattern})$"))
-        .size_limit(1 << 20)
-        .build()
-}
+impl Eq for ProducerFilter {}
 
 /// What a session does, as read from a `TraceConfig`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -187,26 +207,22 @@ impl SessionConfig {
                     buffers.len()
                 )));
             }
-            let mut producer_name_filter = Vec::new();
-            for n in ds.producer_name_filter() {
-                producer_name_filter.push(n.map_err(bad)?.to_owned());
-            }
-            let mut producer_name_regex_filter = Vec::new();
-            for p in ds.producer_name_regex_filter() {
-                let p = p.map_err(bad)?;
-                if let Err(e) = whole_match(p) {
-                    return Err(ConfigError(format!(
-                        "data source {name:?}: producer_name_regex_filter {p:?}: {e}"
-                    )));
-                }
-                producer_name_regex_filter.push(p.to_owned());
-            }
+            let names = ds
+                .producer_name_filter()
+                .map(|n| n.map(str::to_owned))
+                .collect::<Result<_, _>>()
+                .map_err(bad)?;
+            let patterns = ds
+                .producer_name_regex_filter()
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(bad)?;
+            let producer_filter = ProducerFilter::new(names, &patterns)
+                .map_err(|e| ConfigError(format!("data source {name:?}: {e}")))?;
             data_sources.push(DataSourceSpec {
                 name,
                 target_buffer: target as u16,
                 config: c.bytes().to_vec(),
-                producer_name_filter,
-                producer_name_regex_filter,
+                producer_filter,
             });
         }
         let clear = if cfg.has_incremental_state_config() {

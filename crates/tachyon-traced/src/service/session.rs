@@ -350,11 +350,12 @@ impl Service {
                 !session.has_instance(who, *i)
                     && match who {
                         Who::Conn(c) => self.producers.get(&c).is_some_and(|p| {
-                            p.descriptor(&spec.name).is_some() && spec.accepts_producer(&p.name)
+                            p.descriptor(&spec.name).is_some()
+                                && spec.producer_filter.accepts(&p.name)
                         }),
                         Who::Builtin => {
                             crate::builtin::is_builtin(&spec.name)
-                                && spec.accepts_producer(crate::builtin::PRODUCER_NAME)
+                                && spec.producer_filter.accepts(crate::builtin::PRODUCER_NAME)
                         }
                     }
             })
