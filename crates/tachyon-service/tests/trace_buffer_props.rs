@@ -224,7 +224,7 @@ fn run(
     };
     let commit =
         |buf: &mut TraceBuffer, c: BuiltChunk, owed: &mut std::collections::VecDeque<_>| {
-            copy_complete(buf, &c);
+            copy(buf, &c, true);
             if let Some((off, data)) = c.patch {
                 owed.push_back((c.writer, c.chunk_id, off, data));
             }
@@ -250,16 +250,7 @@ fn run(
                     // A chunk waiting for patches is one the writer has finished with: it is
                     // never scraped mid-write.
                     if c.patch.is_none() && c.num_fragments > 0 {
-                        let scraped = scrape(c, k % c.num_fragments as usize);
-                        buf.copy_chunk(&ChunkToCopy {
-                            producer: 1,
-                            writer: c.writer,
-                            chunk_id: c.chunk_id,
-                            num_fragments: scraped.num_fragments,
-                            flags: scraped.flags,
-                            payload: &scraped.payload,
-                            complete: false,
-                        });
+                        copy(&mut buf, &scrape(c, k % c.num_fragments as usize), false);
                     }
                 }
             }
@@ -411,7 +402,7 @@ fn nothing_lost_when_the_buffer_is_big_enough() {
         let (chunks, written) = build_chunks(w as u16 + 1, p);
         expected += written.len();
         for c in chunks {
-            copy_complete(&mut buf, &c);
+            copy(&mut buf, &c, true);
             if let Some((off, data)) = c.patch {
                 assert!(buf.try_patch_chunk(
                     1,
@@ -472,8 +463,8 @@ fn filler_fragments_are_not_counted_as_lost_packets() {
 }
 
 /// A writer's chunks where the first one's last packet continues in the next one, with patches
-/// owed for it (the sizes of its open nested messages).
-fn patched_chunks() -> Vec<BuiltChunk> {
+/// owed for it (the sizes of its open nested messages), all committed into a fresh buffer.
+fn patched_chunks_committed() -> (Vec<BuiltChunk>, TraceBuffer) {
     let plan = WriterPlan {
         sizes: vec![40, 40, 300, 40],
         drops: vec![false; 4],
@@ -484,10 +475,15 @@ fn patched_chunks() -> Vec<BuiltChunk> {
     assert_eq!(chunks[0].num_fragments, 3);
     assert!(chunks[0].patch.is_some() && chunks[0].flags & CHUNK_NEEDS_PATCHING != 0);
     assert!(chunks[1..].iter().all(|c| c.patch.is_none()));
-    chunks
+    let mut buf = TraceBuffer::new(1 << 16, FillPolicy::RingBuffer);
+    for c in &chunks {
+        copy(&mut buf, c, true);
+    }
+    (chunks, buf)
 }
 
-fn copy_complete(buf: &mut TraceBuffer, c: &BuiltChunk) {
+/// Copies `c` into the buffer as producer 1's: a real commit (`complete`) or a scrape.
+fn copy(buf: &mut TraceBuffer, c: &BuiltChunk, complete: bool) {
     buf.copy_chunk(&ChunkToCopy {
         producer: 1,
         writer: c.writer,
@@ -495,7 +491,7 @@ fn copy_complete(buf: &mut TraceBuffer, c: &BuiltChunk) {
         num_fragments: c.num_fragments,
         flags: c.flags,
         payload: &c.payload,
-        complete: true,
+        complete,
     });
 }
 
@@ -517,11 +513,7 @@ fn read_indices(buf: &mut TraceBuffer, last: bool) -> Vec<(u32, u32)> {
 /// (regression: the whole chunk was dropped at the final read).
 #[test]
 fn a_chunk_waiting_for_patches_holds_back_only_its_last_packet() {
-    let chunks = patched_chunks();
-    let mut buf = TraceBuffer::new(1 << 16, FillPolicy::RingBuffer);
-    for c in &chunks {
-        copy_complete(&mut buf, c);
-    }
+    let (_, mut buf) = patched_chunks_committed();
     assert_eq!(read_indices(&mut buf, false), vec![(0, 1), (1, 0)]);
     // The final read: the packet whose sizes were never patched is lost, and said so; the
     // continuation in the next chunk has lost its beginning; the packet after it is intact.
@@ -536,11 +528,7 @@ fn a_chunk_waiting_for_patches_holds_back_only_its_last_packet() {
 /// The same with the patches delivered: nothing lost, the spanning packet whole.
 #[test]
 fn a_patched_chunk_releases_its_last_packet() {
-    let chunks = patched_chunks();
-    let mut buf = TraceBuffer::new(1 << 16, FillPolicy::RingBuffer);
-    for c in &chunks {
-        copy_complete(&mut buf, c);
-    }
+    let (chunks, mut buf) = patched_chunks_committed();
     assert_eq!(read_indices(&mut buf, false).len(), 2);
     let (off, data) = chunks[0].patch.unwrap();
     assert!(buf.try_patch_chunk(1, 1, 0, &[Patch { offset: off, data }], false));
@@ -564,22 +552,13 @@ fn a_scraped_chunk_is_not_passed_because_its_successor_was_scraped() {
     let (chunks, written) = build_chunks(1, &plan);
     let mut buf = TraceBuffer::new(1 << 16, FillPolicy::RingBuffer);
     for (c, finished) in [(&chunks[0], 2), (&chunks[1], 1)] {
-        let s = scrape(c, finished);
-        buf.copy_chunk(&ChunkToCopy {
-            producer: 1,
-            writer: 1,
-            chunk_id: s.chunk_id,
-            num_fragments: s.num_fragments,
-            flags: s.flags,
-            payload: &s.payload,
-            complete: false,
-        });
+        copy(&mut buf, &scrape(c, finished), false);
     }
     // Streaming reads meanwhile: only what was finished in the first chunk.
     assert_eq!(read_indices(&mut buf, false), vec![(0, 1), (1, 0)]);
     assert!(read_indices(&mut buf, false).is_empty());
     for c in &chunks {
-        copy_complete(&mut buf, c);
+        copy(&mut buf, c, true);
     }
     let rest = read_indices(&mut buf, true);
     let indices: Vec<u32> = rest.iter().map(|r| r.0).collect();
