@@ -94,10 +94,6 @@ pub(crate) struct ThreadState {
     seen: Vec<Interned>,
     generation: u32,
     incremental: bool,
-    /// The writer's drop count when the generation was set up (`u64::MAX`: no generation on
-    /// this writer yet). Any other count means a packet was lost since: the reader no longer
-    /// trusts the sequence's incremental state, and a new generation must come first.
-    drops_seen: u64,
     /// Upper bound on the size of a generation start (its four packets), from the last one
     /// written: the room `restart` makes for the next.
     generation_room: usize,
@@ -234,7 +230,6 @@ impl ThreadState {
             writer: None,
             incremental: true,
             generation: 0,
-            drops_seen: u64::MAX,
             generation_room: GENERATION_ROOM_BASE,
             last_ts: 0,
             next_snapshot: 0,
@@ -450,7 +445,6 @@ impl ThreadState {
             if self.writer.is_none() {
                 return false;
             }
-            self.drops_seen = u64::MAX;
             // The generation starts now, not at `ts` (read before the writer existed): a writer
             // id released by an exiting thread is handed out again and continues that thread's
             // packet sequence, and this thread may have read `ts` before the other one wrote
@@ -467,7 +461,10 @@ impl ThreadState {
             self.writer = None;
             return false;
         }
-        if writer.packets_dropped() != self.drops_seen {
+        // A packet lost since the generation was set up (or no generation on this writer yet):
+        // the reader no longer trusts the sequence's incremental state, and a new generation
+        // must come first.
+        if !writer.is_synced() {
             return self.restart(epoch, ts);
         }
         if epoch != self.epoch {
@@ -610,7 +607,6 @@ impl ThreadState {
         if lost(self) {
             return false;
         }
-        self.drops_seen = dropped_before;
         if let Some(w) = self.writer.as_mut() {
             w.mark_synced();
         }
