@@ -318,11 +318,14 @@ impl ClockTracker {
             self.converted = true;
             return Some(Some(ns));
         }
-        if !self.path_cache.contains_key(&pending.clock) {
-            let path = self.find_path(pending.clock);
-            self.path_cache.insert(pending.clock, path);
-        }
-        let path = self.path_cache[&pending.clock].as_deref()?;
+        let path = match self.path_cache.get(&pending.clock) {
+            Some(path) => path,
+            None => {
+                let path = self.find_path(pending.clock);
+                self.path_cache.entry(pending.clock).or_insert(path)
+            }
+        };
+        let path = path.as_deref()?;
         self.converted = true;
         let mut ts = ns;
         for (i, hop) in path.iter().enumerate() {
