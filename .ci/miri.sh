@@ -2,7 +2,8 @@
 # Miri over the client SDK's unsafe code (crates/tachyon): raw writes into shared memory chunks,
 # the scratch chunk, patch slots, the arbiter's lifetime extension, the protozero delegate.
 # Runs the unit tests and the writer tests that drive every delegate path (chunk switches,
-# continuations, patches, drop sentinels and markers, protozero errors, thread-local writers),
+# continuations, carries, patches, drop sentinels and markers, protozero errors, thread-local
+# writers),
 # under Stacked Borrows and under Tree Borrows. The property and stress tests are too slow for
 # Miri; they run natively in `cargo test`. About 2 minutes on the development machine.
 set -euo pipefail
@@ -19,6 +20,6 @@ for model in "" "-Zmiri-tree-borrows"; do
   cargo +nightly miri test -p tachyon --lib
   cargo +nightly miri test -p tachyon --test writer -- \
     a_packet_is count_inflation a_packet_across_chunks_has no_chunk_in_the_middle \
-    no_chunk_at_a_packet a_wait_that_times_out a_protozero_error a_leaked_nested \
+    no_chunk_at_a_packet a_wait_that_times_out a_protozero_error a_leaked_nested a_small_packet_cut \
     the_thread_local dropping_the_writer request_flush an_empty_packet writers_move
 done

@@ -27,6 +27,12 @@
 //! and shipped out of band. A delegate that keeps its buffers (the heap buffer) returns the same
 //! address.
 //!
+//! A delegate may instead have the writer *carry* the end of the buffer being left (a record
+//! that has not ended, e.g. a tracing packet) to the start of the next one
+//! ([`Delegate::carry_over`]): the delegate copies the bytes, and the writer moves its write
+//! pointer and the open size fields inside them, so those sizes are written in place later and
+//! need no patch.
+//!
 //! # Maintainers: the unsafe contract
 //!
 //! This module and [`crate::buffers`] are the only places with `unsafe` in the crate. Every raw
@@ -153,6 +159,10 @@ impl std::error::Error for Error {}
 /// 3. A patch slot returned by `annotate_patch` (an address other than the one given) is valid
 ///    for a 4-byte write for as long as the writer exists, or until its first byte has become
 ///    non-zero (a written size never starts with `0x00`), and overlaps no range.
+/// 4. When [`carry_over`](Delegate::carry_over) was given the write pointer `p` and the
+///    `get_new_buffer` call that follows gets a `used_end` before `p` (the carry happened), the
+///    range it returns, if at least `min_len` bytes long, starts with a copy of the bytes
+///    `used_end..p` (the writer keeps writing after them and writes sizes into them).
 pub unsafe trait Delegate {
     /// Hands out the next buffer to write into, at least `min_len` bytes long, or `None` if
     /// there is none (the writer then fails with [`Error::BufferExhausted`]). `min_len` is 0
@@ -176,6 +186,26 @@ pub unsafe trait Delegate {
     /// the delegate accounts for the loss).
     fn annotate_patch(&mut self, size_field: *mut u8) -> *mut u8 {
         size_field
+    }
+
+    /// Called first whenever the writer leaves a buffer (before any `annotate_patch`): how many
+    /// of the bytes just before `used_end` the next buffer must start with, carried over
+    /// instead of left behind. 0 (the default) carries nothing.
+    ///
+    /// A delegate carries a record that has not ended yet (a tracing packet cut by the end of
+    /// a chunk) to keep it whole in one buffer: its open size fields then never need a patch.
+    /// When this returns `n > 0`, the writer carries those `n` bytes unless they would split
+    /// the 4-byte size field of an open message (it then carries none). Carrying, it does not
+    /// annotate the size fields inside them, calls `get_new_buffer` with `used_end` at their
+    /// start (`used_end + n` is the write pointer given here) for `min_len + n` bytes, and
+    /// moves its write pointer and those size fields by the distance between the old bytes and
+    /// the new buffer's start. So the delegate learns from `used_end` whether the carry
+    /// happened, and copies the bytes itself, in `get_new_buffer`, while it still owns the
+    /// buffer being left (the Safety contract, point 4). `n` above what was written in the
+    /// current buffer is taken as all of it.
+    fn carry_over(&mut self, used_end: *mut u8, min_len: usize) -> usize {
+        let _ = (used_end, min_len);
+        0
     }
 }
 
@@ -556,11 +586,13 @@ impl<D: ?Sized + Delegate> ScatteredStreamWriter<D> {
     /// Leaves the current buffer now and continues in the buffer the delegate returns, exactly
     /// as when a write runs out of room.
     ///
-    /// The size fields of nested messages still open in the buffer being left go through
-    /// [`Delegate::annotate_patch`] first; then [`Delegate::get_new_buffer`] is called with
+    /// The delegate is asked first how many bytes before the write pointer to carry to the
+    /// start of the next buffer ([`Delegate::carry_over`]; none by default). The size fields of
+    /// nested messages still open in the rest of the buffer being left go through
+    /// [`Delegate::annotate_patch`]; then [`Delegate::get_new_buffer`] is called with
     /// `used_end` = the current write pointer ([`write_ptr`](Self::write_ptr)): nothing is
     /// written into the rest of the buffer being left, which the delegate may use or ignore.
-    /// The new buffer must be at least `min_len` bytes long. `min_len` may be 0, and the
+    /// The new buffer must be at least `min_len` bytes long (plus what is carried). `min_len` may be 0, and the
     /// delegate may then return an empty range: the next write switches again. Any range must
     /// have a non-null `begin`, an empty one too: a null range, or one shorter than `min_len`,
     /// fails the writer with [`Error::BufferExhausted`], as `None` does.
@@ -577,24 +609,71 @@ impl<D: ?Sized + Delegate> ScatteredStreamWriter<D> {
             return;
         }
         let old = self.current_range();
+        let used = self.cur as usize - self.begin as usize;
+        let mut carry = self.delegate.carry_over(self.cur, min_len).min(used);
+        if carry > 0 && self.splits_size_field(self.cur.wrapping_sub(carry)) {
+            carry = 0;
+        }
+        // The bytes that move to the start of the next buffer (empty when nothing is carried).
+        let carried = ContiguousMemoryRange {
+            begin: self.cur.wrapping_sub(carry),
+            end: self.cur,
+        };
         // Redirect the size fields of open messages that live in the buffer we leave, before
-        // the delegate may hand it off.
+        // the delegate may hand it off; those in the carried bytes move with them instead.
         for entry in &mut self.size_fields[..self.depth] {
             // SAFETY: entries below `depth` are initialized.
             let size_field = unsafe { entry.assume_init() };
-            if !size_field.is_null() && old.contains(size_field, MESSAGE_LENGTH_FIELD_SIZE) {
+            if !size_field.is_null()
+                && old.contains(size_field, MESSAGE_LENGTH_FIELD_SIZE)
+                && !(carry > 0 && carried.contains(size_field, MESSAGE_LENGTH_FIELD_SIZE))
+            {
                 entry.write(self.delegate.annotate_patch(size_field));
             }
         }
-        self.written_previously = self.written();
-        match self.delegate.get_new_buffer(self.cur, min_len) {
-            Some(range) if range.len() >= min_len && !range.begin.is_null() => {
+        let written = self.written();
+        // The carried bytes count as written in the next buffer, where they now are.
+        self.written_previously = written - carry as u64;
+        let want = min_len.saturating_add(carry);
+        match self.delegate.get_new_buffer(carried.begin, want) {
+            Some(range) if range.len() >= want && !range.begin.is_null() => {
+                if carry > 0 {
+                    for entry in &mut self.size_fields[..self.depth] {
+                        // SAFETY: entries below `depth` are initialized.
+                        let size_field = unsafe { entry.assume_init() };
+                        if !size_field.is_null()
+                            && carried.contains(size_field, MESSAGE_LENGTH_FIELD_SIZE)
+                        {
+                            // Same offset from the start of the carried bytes, in the new
+                            // range (derived from its pointer): inside its first `carry` bytes.
+                            let offset = size_field as usize - carried.begin as usize;
+                            entry.write(range.begin.wrapping_add(offset));
+                        }
+                    }
+                }
                 self.begin = range.begin;
-                self.cur = range.begin;
+                self.cur = range.begin.wrapping_add(carry);
                 self.end = range.end;
             }
-            _ => self.fail(Error::BufferExhausted),
+            _ => {
+                // Nothing moved: `written()` stays what it was (the old range ends at `cur`).
+                self.written_previously = written - used as u64;
+                self.fail(Error::BufferExhausted);
+            }
         }
+    }
+}
+
+impl<D: ?Sized + Delegate> ScatteredStreamWriter<D> {
+    /// Whether `at` falls strictly inside the size field of an open nested message: a carry
+    /// starting there would split the field between two buffers.
+    fn splits_size_field(&self, at: *mut u8) -> bool {
+        let at = at as usize;
+        self.size_fields[..self.depth].iter().any(|entry| {
+            // SAFETY: entries below `depth` are initialized.
+            let field = unsafe { entry.assume_init() } as usize;
+            field < at && at < field.saturating_add(MESSAGE_LENGTH_FIELD_SIZE)
+        })
     }
 }
 

@@ -50,6 +50,40 @@ fn seed_example_size_arrives_through_a_patch() {
 }
 
 #[test]
+fn seed_example_carried_whole_needs_no_patch_and_compacts() {
+    // The delegate carries each full buffer into the next: the message ends up contiguous in
+    // the last buffer, its size is written in place and compacted to one byte.
+    let mut w = ScatteredStreamWriter::new(EagerDelegate::carrying_all(7));
+    write_seed_example(&mut w.root_message());
+    assert_eq!(w.delegate().patch_count, 0);
+    assert!(w.delegate().carried > 0);
+    assert_eq!(
+        collect(&mut w),
+        [0x1a, 0x07, 0x0a, 0x03, 0x66, 0x6f, 0x6f, 0x10, 0x2a]
+    );
+}
+
+#[test]
+fn a_carry_that_would_split_a_size_field_is_declined() {
+    // 7-byte buffers, field 1 (2 bytes) then a nested message: tag at 2, size field at 3..7.
+    // A carry of the last 2 bytes would start inside the size field: the writer carries
+    // nothing and the size arrives through a patch, as without carrying.
+    let mut w = ScatteredStreamWriter::new(EagerDelegate::carrying_last(7, 2));
+    {
+        let mut root = w.root_message();
+        root.append_uint32(1, 5);
+        let mut n = root.begin_nested(3);
+        n.append_uint32(2, 42);
+    }
+    assert_eq!(w.delegate().carried, 0);
+    assert_eq!(w.delegate().patch_count, 1);
+    assert_eq!(
+        collect(&mut w),
+        [0x08, 0x05, 0x1a, 0x82, 0x80, 0x80, 0x00, 0x10, 0x2a]
+    );
+}
+
+#[test]
 fn empty_nested_message_compacts_to_zero_length() {
     let mut buf = HeapBuffered::new();
     buf.root_message().begin_nested(5);

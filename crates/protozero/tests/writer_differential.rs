@@ -1,6 +1,6 @@
 //! Differential test of the writer: random `EveryField` messages written with protozero at
 //! awkward buffer sizes (1, 3, 7, 42 and 4096 bytes per buffer, heap-kept or handed off
-//! eagerly with patches) must decode, with prost-reflect from the same `.proto`, to exactly
+//! eagerly with patches, or carrying buffer tails into the next buffer) must decode, with prost-reflect from the same `.proto`, to exactly
 //! the message built from the same operations.
 
 mod common;
@@ -195,6 +195,21 @@ proptest! {
     ) {
         let desc = common::pool().get_message_by_name("protozero.test.EveryField").unwrap();
         let mut w = ScatteredStreamWriter::new(EagerDelegate::new(size));
+        write(&mut w.root_message(), &ops);
+        prop_assert_eq!(w.error(), None);
+        check(&desc, &ops, &collect(&mut w))?;
+    }
+
+    #[test]
+    fn carrying_buffer_tails_over_matches_prost_reflect(
+        ops in proptest::collection::vec(op(3), 0..24),
+        size in prop::sample::select(vec![1usize, 3, 7, 42, 4096]),
+        seed in any::<u64>(),
+    ) {
+        // The delegate carries a random tail of each buffer into the next and poisons what it
+        // left: every size field inside a carried tail must be written at its new place.
+        let desc = common::pool().get_message_by_name("protozero.test.EveryField").unwrap();
+        let mut w = ScatteredStreamWriter::new(EagerDelegate::carrying(size, seed));
         write(&mut w.root_message(), &ops);
         prop_assert_eq!(w.error(), None);
         check(&desc, &ops, &collect(&mut w))?;

@@ -47,12 +47,6 @@ const WAIT_GO: &str = "TACHYON_SYSTEM_TEST_WAIT_GO";
 /// its `small` thread (all in the one chunk being written, never committed).
 const KILLED_BIG_ZONES: u32 = 3000;
 const KILLED_SMALL_ZONES: u32 = 3;
-/// Set: the SIGKILL test's child does not give its commit thread a moment before saying
-/// `READY`. The test then fails now and then: when the kill comes before the commit carrying
-/// the patches of the chunk completed last, the central buffer drops that whole chunk as
-/// corrupt (`tachyon-service/src/trace_buffer.rs`, "the patches never came"), not only the
-/// packet whose size field was left unpatched, and no `data_loss` stat shows it.
-const KILL_AT_ONCE: &str = "TACHYON_SYSTEM_TEST_KILL_AT_ONCE";
 
 // === processes ===
 
@@ -557,13 +551,10 @@ fn child_killed() {
     }
     rx.recv().unwrap();
     rx.recv().unwrap();
-    // The complete chunks, and the patches of the packet that crossed into the chunk being
-    // written, go out in the commit thread's next burst (about 1 ms after the last switch).
-    // Killed before that, the chunk still waiting for its patches is lost whole (a bug of the
-    // central buffer: see `KILL_AT_ONCE`).
-    if std::env::var(KILL_AT_ONCE).is_err() {
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    // Killed at once: the complete chunks the commit thread has not sent yet, and the chunk
+    // each thread is writing, reach the trace only through the daemon's scrape. None waits for
+    // a patch (a zone's packet cut by a chunk's end is carried whole into the next chunk), so
+    // every finished packet is there.
     say("READY");
     loop {
         std::thread::sleep(Duration::from_secs(1));
@@ -876,10 +867,7 @@ fn a_producer_killed_mid_trace_loses_nothing_it_had_written() {
     let mut c = traced.consumer();
     c.enable_tracing(&trace_config(8 * 1024, None), None)
         .expect("EnableTracing");
-    let mut vars = vec![(SOCKET, traced.producer.display().to_string())];
-    if std::env::var_os(KILL_AT_ONCE).is_some() {
-        vars.push((KILL_AT_ONCE, "1".to_owned()));
-    }
+    let vars = [(SOCKET, traced.producer.display().to_string())];
     let mut victim = Proc::spawn("killed producer", child_command("killed", &vars));
     victim.expect_line("READY");
     // Some of it is committed already (the big thread filled many chunks).

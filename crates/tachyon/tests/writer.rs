@@ -231,6 +231,64 @@ fn a_packet_across_chunks_has_continuation_flags_and_its_sizes_travel_as_patches
 }
 
 #[test]
+fn a_small_packet_cut_by_the_chunk_end_is_carried_whole_into_the_next_chunk() {
+    // Packets of ~300 bytes with two nested messages: one of them is cut by the end of the
+    // first 4 KiB chunk. It moves whole to the next chunk, so no chunk continues a packet and
+    // no size needs a patch: a producer killed before its next commit loses none of them.
+    let s = setup(
+        64 * 1024,
+        PageSize::Kib4,
+        PageLayout::Div1,
+        BufferExhaustedPolicy::Drop,
+    );
+    let mut w = s.arbiter.create_trace_writer(0).unwrap();
+    let body = vec![0x5a; 280];
+    for i in 0..20u64 {
+        let mut h = w.new_trace_packet();
+        h.packet().set_timestamp(i + 1);
+        let mut m = h.message();
+        let mut outer = m.begin_nested(5001);
+        outer.append_varint(1, i);
+        let mut inner = outer.begin_nested(2);
+        inner.append_bytes(3, &body);
+    }
+    w.flush();
+    assert_eq!(w.stats().patches_committed, 0);
+    let commits = drain(&s.commits);
+    assert_eq!(commits.len(), 2, "{commits:#?}");
+    let mut timestamps = Vec::new();
+    for (i, c) in commits.iter().enumerate() {
+        assert!(c.chunks_to_patch.is_empty());
+        let mv = c.chunks_to_move[0];
+        let (flags, count, payload, id) = take_chunk(&s.smb, mv.page, mv.chunk);
+        assert_eq!(id, i as u32);
+        assert_eq!(flags, ChunkFlags::NONE, "chunk {i}: whole packets only");
+        for fragment in fragments(&payload, count) {
+            let Fragment::Data(bytes) = fragment else {
+                panic!("chunk {i}: unexpected {fragment:?}");
+            };
+            if bytes.is_empty() {
+                // The filler where the carried packet was (the count covered it).
+                continue;
+            }
+            let packet = TracePacketView::decode(bytes).unwrap();
+            timestamps.push(packet.timestamp());
+            let outer = ProtoDecoder::new(bytes)
+                .find_field(5001)
+                .expect("the nested message")
+                .as_message();
+            assert_eq!(
+                outer.find_field(1).unwrap().as_u64(),
+                packet.timestamp() - 1
+            );
+            let inner = outer.find_field(2).unwrap().as_message();
+            assert_eq!(inner.find_field(3).unwrap().as_bytes(), &body[..]);
+        }
+    }
+    assert_eq!(timestamps, (1..=20).collect::<Vec<_>>());
+}
+
+#[test]
 fn packets_across_chunks_round_trip_through_the_service() {
     let s = setup(
         256 * 1024,

@@ -20,6 +20,20 @@ pub struct EagerDelegate {
     patches: Vec<(usize, usize, *mut [u8; 4])>,
     /// How many patches were requested (for tests asserting that patches happened).
     pub patch_count: usize,
+    /// `Some(state)`: carry a pseudo-random tail of every buffer left into the next
+    /// (`carry_over`), from this xorshift state.
+    carry_rng: Option<u64>,
+    /// Carry everything written into the buffer being left (the writer declines nothing: a
+    /// carry from a buffer's start splits no size field).
+    carry_all: bool,
+    /// Carry this many bytes (at most what was written) every time.
+    carry_last: usize,
+    /// The write pointer the last `carry_over` was given: when the next `get_new_buffer`
+    /// leaves the buffer before it, the bytes in between are carried.
+    carry_end: *mut u8,
+    /// Bytes carried in all (for tests asserting that carrying happened; the writer declines
+    /// carries that would split a size field).
+    pub carried: usize,
 }
 
 impl EagerDelegate {
@@ -30,7 +44,36 @@ impl EagerDelegate {
             handed_off: Vec::new(),
             patches: Vec::new(),
             patch_count: 0,
+            carry_rng: None,
+            carry_all: false,
+            carry_last: 0,
+            carry_end: std::ptr::null_mut(),
+            carried: 0,
         }
+    }
+
+    /// Like [`EagerDelegate::new`], but every time the writer leaves a buffer the delegate asks
+    /// it to carry its last `n` bytes into the next.
+    pub fn carrying_last(size: usize, n: usize) -> Self {
+        let mut d = EagerDelegate::new(size);
+        d.carry_last = n;
+        d
+    }
+
+    /// Like [`EagerDelegate::new`], but every time the writer leaves a buffer the delegate asks
+    /// it to carry all of it into the next, which grows to hold it.
+    pub fn carrying_all(size: usize) -> Self {
+        let mut d = EagerDelegate::new(size);
+        d.carry_all = true;
+        d
+    }
+
+    /// Like [`EagerDelegate::new`], but every time the writer leaves a buffer the delegate asks
+    /// it to carry a pseudo-random number of its last bytes (from none to all) into the next.
+    pub fn carrying(size: usize, seed: u64) -> Self {
+        let mut d = EagerDelegate::new(size);
+        d.carry_rng = Some(seed | 1);
+        d
     }
 
     fn hand_off(&mut self, used_end: *mut u8) {
@@ -66,13 +109,47 @@ unsafe impl Delegate for EagerDelegate {
         used_end: *mut u8,
         min_len: usize,
     ) -> Option<ContiguousMemoryRange> {
-        self.hand_off(used_end);
+        let carry_end = std::mem::replace(&mut self.carry_end, std::ptr::null_mut());
+        let carry = if carry_end.is_null() {
+            0
+        } else {
+            carry_end as usize - used_end as usize
+        };
         let len = self.size.max(min_len);
+        assert!(len >= carry, "min_len covers the carried bytes");
         let ptr = Box::into_raw(vec![0u8; len].into_boxed_slice()) as *mut u8;
+        if carry > 0 {
+            // SAFETY: `used_end..carry_end` lies in the live buffer being left (`carry_over`
+            // saw `carry_end` as its write pointer), and the new allocation holds `carry`.
+            unsafe { std::ptr::copy_nonoverlapping(used_end, ptr, carry) };
+            self.carried += carry;
+        }
+        self.hand_off(used_end);
         self.buffers.push((ptr, len));
         // SAFETY: within the allocation.
         let end = unsafe { ptr.add(len) };
         Some(ContiguousMemoryRange { begin: ptr, end })
+    }
+
+    fn carry_over(&mut self, used_end: *mut u8, _min_len: usize) -> usize {
+        let Some(&(ptr, _)) = self.buffers.last() else {
+            return 0;
+        };
+        let used = used_end as usize - ptr as usize;
+        self.carry_end = used_end;
+        if self.carry_all {
+            return used;
+        }
+        if self.carry_last > 0 {
+            return self.carry_last.min(used);
+        }
+        let Some(state) = self.carry_rng.as_mut() else {
+            return 0;
+        };
+        *state ^= *state << 13;
+        *state ^= *state >> 7;
+        *state ^= *state << 17;
+        (*state % (used as u64 + 1)) as usize
     }
 
     fn annotate_patch(&mut self, size_field: *mut u8) -> *mut u8 {

@@ -201,9 +201,13 @@ struct ChunkDelegate {
     /// The outcome of looking for the next chunk, found early by `annotate_patch` (it must know
     /// whether the packet will continue before it redirects a size field).
     prefetched: Option<Next>,
-    /// A free chunk `TraceWriter::try_make_room` acquired, installed by the `get_new_buffer`
-    /// call it makes right after (between packets).
+    /// A free chunk acquired ahead of the `get_new_buffer` call that installs it: by
+    /// `TraceWriter::try_make_room` (between packets), or by `carry_over` for the open packet
+    /// (see "A packet across chunks" on [`TraceWriter`]).
     staged: Option<Chunk<'static>>,
+    /// The write pointer `carry_over` saw when it asked protozero to carry the open packet
+    /// (null: no carry asked).
+    carry_end: *mut u8,
     arbiter: Arc<SmbArbiter>,
     /// `cur`'s payload, `[payload_begin, payload_end)`; null without a chunk.
     payload_begin: *mut u8,
@@ -469,9 +473,94 @@ impl ChunkDelegate {
             .fetch_add(1, Ordering::Relaxed);
     }
 
-    /// `get_new_buffer` inside a packet: continue it in a new chunk, or drop it.
+    /// `carry_over`: asks protozero to carry the open packet whole into the next chunk, when it
+    /// started in this chunk after other packets, is at most half a chunk so far (what the
+    /// carry leaves unused in this chunk), and a free chunk is there right now (acquired here
+    /// and staged). Otherwise 0: the packet continues in a new chunk as a fragment, or is
+    /// dropped, as before.
+    #[cold]
+    fn carry_packet(&mut self, used_end: *mut u8, min_len: usize) -> usize {
+        self.carry_end = ptr::null_mut();
+        let header = self.fragment_header;
+        if !self.in_packet
+            || self.flags.has(Flags::DROPPING)
+            || self.staged.is_some()
+            || self.prefetched.is_some()
+            || header.is_null()
+            || header == self.payload_begin
+            || !self.in_chunk(header, FRAGMENT_HEADER_SIZE)
+        {
+            return 0;
+        }
+        let Some(n) = (used_end as usize).checked_sub(header as usize) else {
+            return 0;
+        };
+        let room = (self.payload_end as usize - self.payload_begin as usize)
+            .saturating_sub(CHUNK_TAIL_RESERVE);
+        if !self.in_chunk(header, n) || n > room / 2 || n.saturating_add(min_len) > room {
+            return 0;
+        }
+        // Every chunk of the buffer has this chunk's size (one page layout per arbiter).
+        match self.try_next(1, ChunkFlags::NONE) {
+            Next::Found(chunk) => {
+                self.staged = Some(chunk);
+                self.carry_end = used_end;
+                n
+            }
+            // Waiting hands this chunk back first, and dropping marks the packet in it: both
+            // as for a packet that continues, which looks for the next chunk again.
+            Next::Wait | Next::Drop => 0,
+        }
+    }
+
+    /// `get_new_buffer` for the carried packet `used_end..carry_end` (protozero moved its
+    /// write pointer): copies it to the start of the staged chunk, takes it out of the current
+    /// chunk, which goes back between packets, and makes the staged chunk the current one.
+    fn carry_into(
+        &mut self,
+        mut chunk: Chunk<'static>,
+        used_end: *mut u8,
+    ) -> ContiguousMemoryRange {
+        let n = self.carry_end as usize - used_end as usize;
+        self.carry_end = ptr::null_mut();
+        let to = chunk.payload_ptr();
+        if self.in_chunk(used_end, n) && n <= chunk.payload_size() - CHUNK_TAIL_RESERVE {
+            // SAFETY: `used_end .. used_end + n` lies in the payload of `cur` (checked above)
+            // and `to .. to + n` in the payload of `chunk` (checked above): two distinct chunks
+            // this writer holds in the BeingWritten state, so the ranges do not overlap, no
+            // other writer touches them and, by `SmbArbiter::new`'s contract, nothing else in
+            // this process accesses them in a way that races with the copy. The protozero
+            // stream is inside this call (it called `get_new_buffer`) and writes neither.
+            unsafe { ptr::copy_nonoverlapping(used_end, to, n) };
+        }
+        // The packet was counted in the current chunk when it started: an empty fragment at
+        // its place (what an inflated count gets) keeps the count right.
+        self.data_end = used_end;
+        self.flags.set(Flags::INFLATED, true);
+        self.fragment_header = ptr::null_mut();
+        self.close_chunk_between_packets(false);
+        self.install(chunk, 1);
+        self.fragment_header = self.payload_begin;
+        self.fragment_start = self.payload_begin.wrapping_add(FRAGMENT_HEADER_SIZE);
+        self.chunk_range(self.payload_begin)
+    }
+
+    /// `get_new_buffer` inside a packet: carry it whole into the chunk `carry_packet` staged,
+    /// continue it in a new chunk, or drop it.
     #[cold]
     fn continue_packet(&mut self, used_end: *mut u8) -> ContiguousMemoryRange {
+        if let Some(chunk) = self.staged.take() {
+            if used_end == self.fragment_header && !self.carry_end.is_null() {
+                return self.carry_into(chunk, used_end);
+            }
+            // protozero declined the carry (it would have split a size field, which a packet
+            // carried from its fragment header never does): continue in the staged chunk.
+            self.carry_end = ptr::null_mut();
+            let mut chunk = chunk;
+            chunk.set_flags(ChunkFlags::FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK);
+            self.hand_over_continuing(used_end);
+            return self.continue_in(chunk);
+        }
         if self.flags.has(Flags::DROPPING) || self.cur.is_none() {
             // The packet is already lost: go round the scratch chunk again, and try the buffer
             // again at the next packet.
@@ -602,8 +691,9 @@ impl ChunkDelegate {
             // In the scratch chunk (or not ours at all): the size is worthless, drop it.
             return ptr::null_mut();
         }
-        // Only a packet that continues in a new chunk needs its sizes: find out now.
-        if self.prefetched.is_none() {
+        // Only a packet that continues in a new chunk needs its sizes: find out now (a chunk
+        // staged for a declined carry is where it continues).
+        if self.prefetched.is_none() && self.staged.is_none() {
             let next = self.try_next(1, ChunkFlags::FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK);
             self.prefetched = Some(next);
         }
@@ -648,6 +738,9 @@ impl ChunkDelegate {
 // 3. Patch slots come from `PatchList`: blocks freed only when the delegate is dropped, a slot
 //    reused only after its first byte became non-zero. Null is returned when a size must be
 //    dropped.
+// 4. A carry (`carry_over` returned n > 0) is copied by `carry_into` from the chunk being left to
+//    the start of the staged chunk's payload, the range then returned, before the chunk being
+//    left is handed back; `carry_packet` made sure the n bytes fit in a chunk with `min_len`.
 unsafe impl Delegate for ChunkDelegate {
     fn get_new_buffer(
         &mut self,
@@ -663,6 +756,13 @@ unsafe impl Delegate for ChunkDelegate {
 
     fn annotate_patch(&mut self, size_field: *mut u8) -> *mut u8 {
         self.redirect_size_field(size_field)
+    }
+
+    fn carry_over(&mut self, used_end: *mut u8, min_len: usize) -> usize {
+        if !self.in_packet {
+            return 0;
+        }
+        self.carry_packet(used_end, min_len)
     }
 }
 
@@ -702,7 +802,18 @@ unsafe impl Delegate for ChunkDelegate {
 ///
 /// # A packet across chunks
 ///
-/// When the packet does not fit, protozero asks the delegate for a new buffer. The writer looks
+/// When the packet does not fit, protozero asks the delegate for a new buffer. A packet that
+/// started in this chunk after other packets and is at most half a chunk so far is *carried*:
+/// if a free chunk is there right now, the writer copies the packet so far to the start of that
+/// chunk (protozero moves its write pointer and the open size fields with it), leaves an empty
+/// fragment where it was (the count already covered it), hands the chunk back between packets
+/// and goes on in the new one. The packet is then whole in one chunk and its sizes are written
+/// in place: nothing waits on a patch. Patches are why Perfetto loses a packet per chunk when a
+/// producer dies before its next commit (the service reads a chunk that needs patching only up
+/// to its last fragment); carried packets survive that. A carry costs a copy of at most half a
+/// chunk and leaves that much of the chunk unused, so it is kept for packets that small.
+///
+/// Any other packet (larger, first in its chunk, or no free chunk) continues. The writer looks
 /// for the next chunk (header: count 1, "first packet continues from previous chunk"),
 /// back-fills the fragment size in the chunk it leaves, flags it "last packet continues on next
 /// chunk", returns and commits it, then reserves a fragment header at the start of the new
@@ -800,6 +911,7 @@ impl TraceWriter {
             cur: None,
             prefetched: None,
             staged: None,
+            carry_end: ptr::null_mut(),
             payload_begin: ptr::null_mut(),
             payload_end: ptr::null_mut(),
             cur_chunk_id: 0,
