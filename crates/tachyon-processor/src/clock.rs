@@ -422,6 +422,15 @@ mod tests {
         }
     }
 
+    /// A reading of an incremental clock in `ns_per_unit` nanosecond units.
+    fn incremental(id: ClockId, value: u64, ns_per_unit: u64) -> ClockReading {
+        ClockReading {
+            is_incremental: true,
+            unit_multiplier_ns: ns_per_unit,
+            ..r(id, value)
+        }
+    }
+
     #[test]
     fn no_snapshot_means_no_conversion() {
         let mut c = ClockTracker::default();
@@ -449,16 +458,8 @@ mod tests {
     fn incremental_clock_with_multiplier() {
         let mut c = ClockTracker::default();
         let seq = sequence_clock(7, 64);
-        c.add_snapshot(&[
-            r(BOOTTIME, 10_000),
-            ClockReading {
-                id: seq,
-                value: 10,
-                is_incremental: true,
-                unit_multiplier_ns: 1000,
-            },
-        ])
-        .unwrap();
+        c.add_snapshot(&[r(BOOTTIME, 10_000), incremental(seq, 10, 1000)])
+            .unwrap();
         assert_eq!(at(&mut c, seq, 2), Some(12_000));
         assert_eq!(at(&mut c, seq, 3), Some(15_000));
     }
@@ -496,16 +497,10 @@ mod tests {
     fn incremental_clock_restarting_at_each_snapshot() {
         let mut c = ClockTracker::default();
         let seq = sequence_clock(4, 64);
-        let incremental = |v| ClockReading {
-            id: seq,
-            value: v,
-            is_incremental: true,
-            unit_multiplier_ns: 1,
-        };
-        c.add_snapshot(&[r(BOOTTIME, 5_000), incremental(0)])
+        c.add_snapshot(&[r(BOOTTIME, 5_000), incremental(seq, 0, 1)])
             .unwrap();
         assert_eq!(at(&mut c, seq, 10), Some(5_010));
-        c.add_snapshot(&[r(BOOTTIME, 9_000), incremental(0)])
+        c.add_snapshot(&[r(BOOTTIME, 9_000), incremental(seq, 0, 1)])
             .unwrap();
         assert_eq!(at(&mut c, seq, 10), Some(9_010));
         assert_eq!(at(&mut c, seq, 5), Some(9_015));
@@ -520,13 +515,7 @@ mod tests {
         let mut c = ClockTracker::default();
         let trace = 0x8000_0000 | 7;
         let seq = sequence_clock(1, 64);
-        let incremental = |v| ClockReading {
-            id: seq,
-            value: v,
-            is_incremental: true,
-            unit_multiplier_ns: 1,
-        };
-        c.add_snapshot(&[r(trace, 1_000), incremental(1_000)])
+        c.add_snapshot(&[r(trace, 1_000), incremental(seq, 1_000, 1)])
             .unwrap();
         let pending: Vec<Pending> = [100, 50]
             .into_iter()
@@ -536,7 +525,7 @@ mod tests {
             })
             .collect();
         // A new generation resets the clock, and a later sequence links the trace clock.
-        c.add_snapshot(&[r(trace, 5_000), incremental(5_000)])
+        c.add_snapshot(&[r(trace, 5_000), incremental(seq, 5_000, 1)])
             .unwrap();
         c.add_snapshot(&[r(BOOTTIME, 10_000), r(trace, 9_000)])
             .unwrap();
@@ -545,14 +534,8 @@ mod tests {
         assert_eq!(finished, [Some(2_100), Some(2_150)]);
         // Still no path at the end of the file: None.
         let lonely = sequence_clock(2, 64);
-        c.add_snapshot(&[
-            ClockReading {
-                id: lonely,
-                ..incremental(0)
-            },
-            r(0x8000_0000 | 9, 0),
-        ])
-        .unwrap();
+        c.add_snapshot(&[incremental(lonely, 0, 1), r(0x8000_0000 | 9, 0)])
+            .unwrap();
         let Converted::Later(p) = c.convert(lonely, 1) else {
             panic!("no path")
         };
