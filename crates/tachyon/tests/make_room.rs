@@ -53,6 +53,16 @@ fn service(s: &Setup) -> TestService {
     TestService::new(Arc::clone(&s.smb), 1 << 20, FillPolicy::Discard)
 }
 
+/// A buffer of one chunk, a service, and a writer whose first packet (timestamp 1) fills
+/// three quarters of that chunk: no other chunk is ever free while the writer holds it.
+fn one_chunk_three_quarters_full() -> (Setup, TestService, TraceWriter) {
+    let s = setup(1);
+    let service = service(&s);
+    let mut w = s.arbiter.create_trace_writer(0).unwrap();
+    big_packet(&mut w, 1, 3000);
+    (s, service, w)
+}
+
 /// Timestamps of the packets read, and whether each says `previous_packet_dropped`.
 fn read(service: &mut TestService) -> Vec<(u64, bool)> {
     service
@@ -108,11 +118,7 @@ fn a_packet_that_would_not_fit_starts_in_a_new_chunk() {
 
 #[test]
 fn try_make_room_never_waits_nor_drops() {
-    // One chunk: no other is ever free while the writer holds it.
-    let s = setup(1);
-    let mut service = service(&s);
-    let mut w = s.arbiter.create_trace_writer(0).unwrap();
-    big_packet(&mut w, 1, 3000);
+    let (s, mut service, mut w) = one_chunk_three_quarters_full();
     assert!(!w.try_make_room(2000));
     assert!(!w.is_dropping());
     assert!(s.commits.try_recv().unwrap().is_none(), "the chunk is kept");
@@ -126,10 +132,7 @@ fn try_make_room_never_waits_nor_drops() {
 
 #[test]
 fn no_room_at_a_full_buffer_marks_the_packet_that_follows() {
-    let s = setup(1);
-    let mut service = service(&s);
-    let mut w = s.arbiter.create_trace_writer(0).unwrap();
-    big_packet(&mut w, 1, 3000);
+    let (s, mut service, mut w) = one_chunk_three_quarters_full();
     assert!(!w.make_room(2000));
     assert!(w.is_dropping());
     // Nothing started, nothing dropped yet; the chunk handed back carries the marker.
