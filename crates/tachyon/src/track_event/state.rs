@@ -253,6 +253,18 @@ impl ThreadState {
         self.epoch == EPOCH.load(Ordering::Relaxed) && ts >= self.last_ts && ts < self.next_snapshot
     }
 
+    /// The fast paths' [`in_window`](Self::in_window): also refuses a delta of more than
+    /// three varint bytes (`FAST_DELTA_LIMIT`; one unsigned compare covers time going back
+    /// too). The delta since the last packet, if the event may take the fast path.
+    #[inline(always)]
+    fn fast_delta(&self, ts: u64) -> Option<u64> {
+        let delta = ts.wrapping_sub(self.last_ts);
+        (delta < TraceWriter::FAST_DELTA_LIMIT
+            && ts < self.next_snapshot
+            && self.epoch == EPOCH.load(Ordering::Relaxed))
+        .then_some(delta)
+    }
+
     #[inline(always)]
     fn seen(&self, id: u64) -> bool {
         self.seen
@@ -283,8 +295,7 @@ impl ThreadState {
     /// Writes the event of `template` at `ts` through the writer's fast path; false (nothing
     /// written) if it is not available.
     #[inline(always)]
-    fn try_write_event(&mut self, template: &Template, ts: u64) -> bool {
-        let delta = ts - self.last_ts;
+    fn try_write_event(&mut self, template: &Template, ts: u64, delta: u64) -> bool {
         let written = self
             .writer
             .as_mut()
@@ -301,13 +312,11 @@ impl ThreadState {
     #[inline(always)]
     pub(crate) fn named_event(&mut self, cs: &'static Callsite, en: Enabled, ty: u8) {
         let ts = self.clock.now();
-        if self.in_window(ts) {
+        if let Some(delta) = self.fast_delta(ts) {
             // Field by field: the template is read in place while the writer is borrowed.
             let generation = self.generation;
             if let (Some(e), Some(w)) = (self.seen.get(en.id as usize), self.writer.as_mut()) {
-                if e.generation == generation
-                    && w.try_write_event(&e.template.bytes, ts - self.last_ts)
-                {
+                if e.generation == generation && w.try_write_event(&e.template.bytes, delta) {
                     self.last_ts = ts;
                     return;
                 }
@@ -349,11 +358,12 @@ impl ThreadState {
     #[inline(always)]
     pub(crate) fn slice_end(&mut self, session: u32) {
         let ts = self.clock.now();
-        if self.in_window(ts)
-            && session_of(self.epoch) == session
-            && self.try_write_event(&encode::SLICE_END, ts)
-        {
-            return;
+        if let Some(delta) = self.fast_delta(ts) {
+            if session_of(self.epoch) == session
+                && self.try_write_event(&encode::SLICE_END, ts, delta)
+            {
+                return;
+            }
         }
         self.slice_end_slower(session, ts);
     }

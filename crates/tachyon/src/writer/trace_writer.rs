@@ -128,17 +128,20 @@ impl Flags {
     }
 }
 
-/// `v` (below 2^56) as a varint in the low bytes of a little-endian word, and its length.
+/// `v` (below [`TraceWriter::FAST_DELTA_LIMIT`]) as a varint in the low bytes of a little-endian word, and
+/// its length: one compare for the one-byte case, no loop.
 #[inline(always)]
-fn varint_le(mut v: u64) -> (u64, usize) {
-    let mut out = 0;
-    let mut shift = 0;
-    while v >= 0x80 {
-        out |= ((v & 0x7f) | 0x80) << shift;
-        v >>= 7;
-        shift += 8;
+fn varint3_le(v: u64) -> (u64, usize) {
+    if v < 1 << 7 {
+        (v, 1)
+    } else if v < 1 << 14 {
+        ((v & 0x7f) | 0x80 | (v >> 7) << 8, 2)
+    } else {
+        (
+            (v & 0x7f) | 0x80 | ((v >> 7) & 0x7f | 0x80) << 8 | (v >> 14) << 16,
+            3,
+        )
     }
-    (out | v << (shift & 63), shift / 8 + 1)
 }
 
 // === Scratch ===
@@ -896,6 +899,11 @@ impl fmt::Debug for TraceWriter {
 }
 
 impl TraceWriter {
+    /// Timestamp deltas [`try_write_event`](Self::try_write_event) takes: below 2^21, a varint
+    /// of at most three bytes (about 2 ms of trace-clock nanoseconds; a longer gap takes the
+    /// caller's slow path, which writes the same bytes).
+    pub(crate) const FAST_DELTA_LIMIT: u64 = 1 << 21;
+
     pub(crate) fn new(
         arbiter: Arc<SmbArbiter>,
         writer_id: u16,
@@ -1018,31 +1026,36 @@ impl TraceWriter {
     }
 
     /// The track-event layer's hot path: writes the packet `prefix[1..=n]` (`n = prefix[0]`,
-    /// at most 31) followed by the varint `value` (below 2^56), if it goes straight into the
-    /// current chunk: nothing pending (as for [`write_small_packet`](Self::write_small_packet)),
-    /// the sequence's incremental state in sync ([`mark_synced`](Self::mark_synced)), and room
-    /// for 40 bytes. Returns false otherwise, having written nothing: the caller takes its slow
-    /// path, which sorts out whatever stopped this one.
+    /// at most 31) followed by the varint `value` (below [`Self::FAST_DELTA_LIMIT`]), if it goes
+    /// straight into the current chunk: nothing pending (as for
+    /// [`write_small_packet`](Self::write_small_packet)), the sequence's incremental state in
+    /// sync ([`mark_synced`](Self::mark_synced)), and room for 40 bytes. Returns false
+    /// otherwise, having written nothing: the caller takes its slow path, which sorts out
+    /// whatever stopped this one.
     ///
-    /// The 32 prefix bytes go in with two vector stores and the varint with one 8-byte store,
-    /// straight into the chunk (the bytes past the packet land in free space that the next
-    /// write overwrites); the first prefix byte becomes the packet's one-byte fragment header.
-    /// Nothing is built on the stack and read back.
+    /// Three fixed-size stores straight into the chunk, nothing built on the stack and read
+    /// back: the one-byte fragment header, the 31 bytes after `prefix[0]` (two vector moves)
+    /// and the varint's 8-byte word; each advances the write position by its real length, so
+    /// the bytes past the packet land in free space that the next write overwrites.
     #[inline(always)]
     pub(crate) fn try_write_event(&mut self, prefix: &[u8; 32], value: u64) -> bool {
         let core = self.stream.delegate();
         if core.flags.0 != Flags::INFLATED
             || core.flush_seen != core.arbiter.flush_generation()
             || self.stream.bytes_available() < 40
+            || value >= Self::FAST_DELTA_LIMIT
         {
             return false;
         }
         let n = (prefix[0] & 31) as usize;
-        let (varint, varint_len) = varint_le(value);
-        let mut block = *prefix;
-        block[0] = (n + varint_len) as u8;
-        // Both fit: 40 bytes are available, the first call takes 32 and keeps n + 1 <= 32.
-        let whole = self.stream.try_write_block_prefix(&block, n + 1)
+        let (varint, varint_len) = varint3_le(value);
+        let body: &[u8; 31] = prefix[1..].try_into().unwrap_or(&[0; 31]);
+        // All fit: 40 bytes are available, and the three blocks take 1 + 31 + 8 at most,
+        // advancing by 1 + n + varint_len <= 35.
+        let whole = self
+            .stream
+            .try_write_block_prefix(&[(n + varint_len) as u8], 1)
+            && self.stream.try_write_block_prefix(body, n)
             && self
                 .stream
                 .try_write_block_prefix(&varint.to_le_bytes(), varint_len);
@@ -1381,5 +1394,22 @@ impl Drop for TracePacketHandle<'_> {
     #[inline]
     fn drop(&mut self) {
         self.writer.finish_packet();
+    }
+}
+
+#[cfg(test)]
+mod varint_tests {
+    use super::varint3_le;
+
+    #[test]
+    fn varint3_le_is_protobufs_varint() {
+        for v in [0, 1, 127, 128, 300, 16_383, 16_384, 1 << 20, (1 << 21) - 1] {
+            let mut want = [0u8; 10];
+            let n = protozero::wire::encode_varint(v, &mut want);
+            let (word, len) = varint3_le(v);
+            assert_eq!(len, n, "{v}");
+            assert_eq!(&word.to_le_bytes()[..len], &want[..n], "{v}");
+            assert_eq!(word >> (8 * len), 0, "{v}");
+        }
     }
 }
