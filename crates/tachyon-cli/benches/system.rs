@@ -21,8 +21,8 @@
 //! into one session of the daemon streaming into a file every 100 ms from a 64 MiB ring
 //! buffer. The file is read back: events counted against what the producers say they wrote,
 //! loss counters from the session's `TraceStats`, the producers' own drop counters, and
-//! `previous_packet_dropped` marks (read from the raw trace: such losses do not reach the trace
-//! processor's `stats` yet). When a full-speed run loses anything, the producers pace
+//! `previous_packet_dropped` marks (read from the raw trace; the trace processor's `stats` has
+//! them per buffer as `traced_buf_sequence_packet_loss`). When a full-speed run loses anything, the producers pace
 //! themselves to half the rate reached, halving until nothing is lost, then two bisection
 //! steps towards the lossy rate; the line `sustained X events/s with zero loss` gives the
 //! result for each N. Last, the same producers at full speed into a session that only stores

@@ -32,15 +32,17 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let done = |r: Result<(), _>| r.map(|()| ExitCode::SUCCESS);
     let result = match cli.command {
-        Command::Demo(args) => commands::demo::run(args),
-        Command::Query(args) => commands::query::run(args),
-        Command::Stats(args) => commands::stats::run(args),
+        Command::Demo(args) => done(commands::demo::run(args)),
+        Command::Query(args) => done(commands::query::run(args)),
+        Command::Stats(args) => done(commands::stats::run(args)),
+        // With a program to run, its exit status.
         Command::Record(args) => commands::record::run(args),
-        Command::Traced(args) => commands::traced::run(args),
+        Command::Traced(args) => done(commands::traced::run(args)),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("tachyon: error: {e}");
             ExitCode::FAILURE

@@ -18,12 +18,15 @@
 //! on the next build. Anything else (an unknown or misspelt field, a value of the wrong type, an
 //! unknown enum value, a field set twice) is an error that names the file, line and column and
 //! shows the line with a caret under the culprit.
+//!
+//! The schema declares more than Tachyon acts on (so that Perfetto's own configs load): such a
+//! field is accepted, and [`ignored_fields`] names each one set, with its line, for a warning.
 
 use std::fmt;
 use std::sync::OnceLock;
 
 use prost::Message as _;
-use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor};
+use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor, Value};
 
 /// The `FileDescriptorSet` of tachyon-protos' `.proto` files, written by `build.rs`.
 static DESCRIPTOR_SET: &[u8] =
@@ -51,6 +54,107 @@ pub(crate) fn parse_trace_config(
             desc.parent_pool(),
         )),
     }
+}
+
+/// The fields Tachyon acts on, as paths of field names from the TraceConfig (`x.*`: everything
+/// under `x`; a data source's own config is read by that data source). See
+/// `tachyon_service::SessionConfig::from_trace_config` and the data sources.
+const ACTED_ON: &[&str] = &[
+    "buffers.size_kb",
+    "buffers.fill_policy",
+    "data_sources.config.name",
+    "data_sources.config.target_buffer",
+    "data_sources.config.track_event_config.*",
+    "data_sources.config.process_stats_config.*",
+    "data_sources.config.sys_stats_config.*",
+    "data_sources.producer_name_filter",
+    "data_sources.producer_name_regex_filter",
+    "duration_ms",
+    "write_into_file",
+    "output_path",
+    "file_write_period_ms",
+    "max_file_size_bytes",
+    "flush_period_ms",
+    "flush_timeout_ms",
+    "incremental_state_config.clear_period_ms",
+];
+
+fn acted_on(path: &str) -> bool {
+    ACTED_ON.iter().any(|p| match p.strip_suffix(".*") {
+        Some(prefix) => path
+            .strip_prefix(prefix)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('.')),
+        None => *p == path,
+    })
+}
+
+/// The fields set in `text` (a config [`parse_trace_config`] accepts) that Tachyon does not act
+/// on, each once, as `{origin}:{line}: {path}` in the order they first appear. Empty when the
+/// text does not parse (the error says more).
+pub(crate) fn ignored_fields(text: &str, origin: &str) -> Vec<String> {
+    let Ok(message) = DynamicMessage::parse_text_format(trace_config_descriptor().clone(), text)
+    else {
+        return Vec::new();
+    };
+    let mut paths = Vec::new();
+    collect_ignored(&message, "", &mut paths);
+    let mut found: Vec<(usize, String)> = paths
+        .into_iter()
+        .map(|path| {
+            let name = path.rsplit('.').next().unwrap_or(&path);
+            (line_of_field(text, name), path)
+        })
+        .collect();
+    found.sort();
+    found.dedup_by(|a, b| a.1 == b.1);
+    found
+        .into_iter()
+        .map(|(line, path)| format!("{origin}:{line}: {path}"))
+        .collect()
+}
+
+fn collect_ignored(message: &DynamicMessage, prefix: &str, out: &mut Vec<String>) {
+    for (field, value) in message.fields() {
+        let path = if prefix.is_empty() {
+            field.name().to_owned()
+        } else {
+            format!("{prefix}.{}", field.name())
+        };
+        let nested: Vec<&DynamicMessage> = match value {
+            Value::Message(m) => vec![m],
+            Value::List(items) => items.iter().filter_map(Value::as_message).collect(),
+            _ => Vec::new(),
+        };
+        let wholly = acted_on(&path);
+        if nested.is_empty() || wholly {
+            if !wholly && !out.contains(&path) {
+                out.push(path);
+            }
+            continue;
+        }
+        for m in nested {
+            collect_ignored(m, &path, out);
+        }
+    }
+}
+
+/// The 1-based line where `name` first appears as a field (`name:` or `name {`) outside a
+/// comment, or 0.
+fn line_of_field(text: &str, name: &str) -> usize {
+    for (i, line) in text.lines().enumerate() {
+        let code = line.split('#').next().unwrap_or("");
+        let mut from = 0;
+        while let Some(at) = code[from..].find(name).map(|a| a + from) {
+            let before = code[..at].chars().next_back();
+            let after = code[at + name.len()..].trim_start().chars().next();
+            let word_start = before.is_none_or(|c| !(c.is_alphanumeric() || c == '_'));
+            if word_start && matches!(after, Some(':' | '{' | '<')) {
+                return i + 1;
+            }
+            from = at + name.len();
+        }
+    }
+    0
 }
 
 fn trace_config_descriptor() -> &'static MessageDescriptor {
@@ -498,6 +602,38 @@ builtin_data_sources { primary_trace_clock: BUILTIN_CLOCK_MONOTONIC }
         }
         seen.sort();
         assert_eq!(seen, ["system.pbtxt", "track_event.pbtxt"]);
+    }
+
+    #[test]
+    fn fields_tachyon_does_not_act_on_are_named_with_their_line() {
+        let text = "\
+buffers { size_kb: 1024 fill_policy: DISCARD }
+# compression_type: DEFLATE (a comment, not a field)
+data_sources {
+  config { name: \"track_event\" target_buffer_name: \"main\"
+           track_event_config { enabled_categories: \"*\" } }
+}
+data_sources { config { name: \"linux.sys_stats\" target_buffer_name: \"main\" } }
+compression_type: COMPRESSION_TYPE_DEFLATE
+duration_ms: 1000
+incremental_state_config { clear_period_ms: 500 }
+";
+        parse_trace_config(text, "t.pbtxt").unwrap();
+        assert_eq!(
+            ignored_fields(text, "t.pbtxt"),
+            [
+                "t.pbtxt:4: data_sources.config.target_buffer_name",
+                "t.pbtxt:8: compression_type",
+            ]
+        );
+        // What Tachyon supports raises nothing: the sample configs.
+        for sample in ["system.pbtxt", "track_event.pbtxt"] {
+            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("configs")
+                .join(sample);
+            let text = std::fs::read_to_string(&path).unwrap();
+            assert_eq!(ignored_fields(&text, sample), Vec::<String>::new());
+        }
     }
 
     #[test]

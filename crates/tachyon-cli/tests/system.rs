@@ -398,9 +398,8 @@ fn assert_workers_complete(tp: &TraceProcessor, pid: u32, tag: &str, threads: u3
 }
 
 /// Packets marked `previous_packet_dropped` other than the first of their sequence (which
-/// always is): losses the buffer saw while reading. Checked on the raw trace because they do
-/// not reach the `stats` table (the service writes no `data_loss_*` counters nor
-/// `writer_stats` into its `TraceStats`).
+/// always is): losses the buffer saw while reading. Checked on the raw trace, which names the
+/// sequence (the `stats` table has them per buffer, `traced_buf_sequence_packet_loss`).
 fn sequence_losses(trace: &[u8]) -> Vec<(u32, u64)> {
     let mut seen = std::collections::HashSet::new();
     let mut out = Vec::new();
@@ -900,6 +899,28 @@ fn a_producer_killed_mid_trace_loses_nothing_it_had_written() {
     assert_eq!(slices_on(&tp, pid, "small", "done"), (1, 0));
     assert_no_loss(&trace, &tp);
     drop(traced);
+}
+
+/// `tachyon record -- PROGRAM` exits with the program's status and removes the embedded
+/// daemon's private directory.
+#[test]
+fn record_passes_the_programs_exit_status_on_and_cleans_up() {
+    let dir = sys_dir("status");
+    for (script, code) in [("exit 0", 0), ("exit 3", 3), ("kill -TERM $$", 128 + 15)] {
+        let mut cmd = tachyon_command();
+        cmd.current_dir(&dir)
+            .args(["record", "-o", "t.pftrace", "--consumer-socket"])
+            .arg(dir.join("nobody.sock"))
+            .args(["--", "sh", "-c", script]);
+        let mut record = Proc::spawn("tachyon record", cmd);
+        let pid = record.pid();
+        let status = record.wait();
+        assert_eq!(status.code(), Some(code), "{script}\n{}", record.logs());
+        let private = std::env::temp_dir().join(format!("tachyon-record-{pid}"));
+        assert!(!private.exists(), "{} left behind", private.display());
+        // The trace is written whatever the program's status.
+        load(&std::fs::read(dir.join("t.pftrace")).unwrap());
+    }
 }
 
 /// `tachyon record -o FILE -- PROGRAM` with no daemon: the embedded one records both demos.

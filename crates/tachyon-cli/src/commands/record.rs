@@ -8,7 +8,7 @@
 use std::fs::File;
 use std::io::{BufWriter, IsTerminal, Write};
 use std::path::{Path, PathBuf};
-use std::process::Child;
+use std::process::{Child, ExitCode, ExitStatus};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,7 +17,7 @@ use protozero::HeapBuffered;
 use tachyon_protos::{trace_config, TraceConfig, TraceStatsView};
 use tachyon_traced::{Consumer, Daemon, DaemonConfig, DaemonHandle};
 
-use crate::trace_config_text::parse_trace_config;
+use crate::trace_config_text::{ignored_fields, parse_trace_config};
 
 /// Record a trace from the daemon (system mode).
 ///
@@ -41,7 +41,12 @@ pub(crate) struct Args {
     /// path).
     #[arg(long)]
     consumer_socket: Option<PathBuf>,
-    /// A program to run and trace; recording stops when it exits.
+    /// The producer socket of that daemon, given to the program after `--` (default:
+    /// TACHYON_PRODUCER_SOCK or the standard path). Not used with the embedded daemon.
+    #[arg(long)]
+    producer_socket: Option<PathBuf>,
+    /// A program to run and trace; recording stops when it exits, and `tachyon record` exits
+    /// with its status.
     #[arg(last = true)]
     program: Vec<String>,
 }
@@ -88,17 +93,39 @@ fn default_config() -> Vec<u8> {
     buf.serialize().expect("heap buffers do not fail")
 }
 
+/// `config` with its `duration_ms` replaced by `time`: a serialized field appended to a message
+/// overrides an earlier one (protobuf's last-one-wins rule, which the daemon's decoder follows).
+fn with_duration(config: &[u8], time: Duration) -> Vec<u8> {
+    let ms = u32::try_from(time.as_millis()).unwrap_or(u32::MAX).max(1);
+    let mut buf = HeapBuffered::new();
+    buf.root::<TraceConfig<'_>>().set_duration_ms(ms);
+    let mut out = config.to_vec();
+    out.extend(buf.serialize().expect("heap buffers do not fail"));
+    out
+}
+
 fn load_config(path: &Path) -> Result<Vec<u8>, Box<dyn std::error::Error>> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("reading the config {}: {e}", path.display()))?;
-    Ok(parse_trace_config(&text, &path.display().to_string())?)
+    let origin = path.display().to_string();
+    let config = parse_trace_config(&text, &origin)?;
+    // Perfetto's configs carry fields Tachyon does not act on: accepted, and said so.
+    for field in ignored_fields(&text, &origin) {
+        eprintln!("tachyon record: warning: {field}: not supported by Tachyon, ignored");
+    }
+    Ok(config)
 }
 
-pub(crate) fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
-    let config = match &args.config {
+pub(crate) fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let mut config = match &args.config {
         Some(p) => load_config(p)?,
         None => default_config(),
     };
+    if let Some(time) = args.time {
+        // The daemon stops the session at `duration_ms`: `--time` must be what it sees, or a
+        // shorter config duration would win.
+        config = with_duration(&config, time);
+    }
     // The daemon checks it too; checked here, a bad config is reported before anything starts.
     let session = tachyon_service::SessionConfig::from_trace_config(&config)?;
     let write_into_file = session.write_into_file;
@@ -117,7 +144,13 @@ pub(crate) fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         .unwrap_or_else(tachyon_ipc::paths::consumer_socket);
     // A running daemon is used; with a program to run and none running, an embedded one.
     let (mut consumer, embedded, producer_socket) = match Consumer::connect(&consumer_socket) {
-        Ok(c) => (c, None, tachyon_ipc::paths::producer_socket()),
+        Ok(c) => (
+            c,
+            None,
+            args.producer_socket
+                .clone()
+                .unwrap_or_else(tachyon_ipc::paths::producer_socket),
+        ),
         Err(e) if args.program.is_empty() => {
             return Err(format!(
                 "no tracing daemon at {} ({e}); start one with `tachyon traced`, or give a \
@@ -127,9 +160,9 @@ pub(crate) fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             .into())
         }
         Err(_) => {
-            let (daemon, consumer) = start_embedded()?;
+            let (daemon, dir, consumer) = start_embedded()?;
             let producer = daemon.producer_socket().to_path_buf();
-            (consumer, Some(daemon), producer)
+            (consumer, Some((daemon, dir)), producer)
         }
     };
 
@@ -174,11 +207,13 @@ pub(crate) fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     if progress {
         eprintln!();
     }
+    let mut program_status = None;
     if let Some(c) = child.as_mut() {
         let status = c.wait()?;
         if !status.success() {
             eprintln!("tachyon record: the program exited with {status}");
         }
+        program_status = Some(status);
     }
     let end = match ended_by_daemon {
         Some(end) => end,
@@ -202,8 +237,10 @@ pub(crate) fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     };
     let _ = consumer.free_buffers();
     drop(consumer);
-    if let Some(d) = embedded {
-        d.shutdown();
+    if let Some((daemon, dir)) = embedded {
+        daemon.shutdown();
+        // The sockets are gone with the daemon; the directory is ours and empty.
+        let _ = std::fs::remove_dir_all(dir);
     }
     eprintln!(
         "tachyon record: {reason}; wrote {} ({bytes} bytes). `tachyon stats {}` shows the zones \
@@ -211,18 +248,29 @@ pub(crate) fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         args.out.display(),
         args.out.display()
     );
-    Ok(())
+    Ok(program_status.map_or(ExitCode::SUCCESS, exit_code))
 }
 
-/// An embedded daemon on private sockets in a fresh directory.
-fn start_embedded() -> Result<(DaemonHandle, Consumer), Box<dyn std::error::Error>> {
+/// The exit code that passes a program's status on, as a shell does: its code, or 128 plus
+/// the signal that killed it.
+fn exit_code(status: ExitStatus) -> ExitCode {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => ExitCode::from(code as u8),
+        (None, Some(signal)) => ExitCode::from((128 + signal) as u8),
+        (None, None) => ExitCode::FAILURE,
+    }
+}
+
+/// An embedded daemon on private sockets in a fresh directory (returned, to be removed).
+fn start_embedded() -> Result<(DaemonHandle, PathBuf, Consumer), Box<dyn std::error::Error>> {
     let dir = std::env::temp_dir().join(format!("tachyon-record-{}", std::process::id()));
     tachyon_ipc::paths::ensure_private_dir(&dir)?;
     let daemon = Daemon::start(DaemonConfig::in_dir(&dir))
         .map_err(|e| format!("starting an embedded daemon in {}: {e}", dir.display()))?;
     let consumer = Consumer::connect(daemon.consumer_socket())
         .map_err(|e| format!("connecting to the embedded daemon: {e}"))?;
-    Ok((daemon, consumer))
+    Ok((daemon, dir, consumer))
 }
 
 fn spawn(prog: &str, args: &[String], producer_socket: &Path) -> Result<Child, String> {
@@ -263,6 +311,23 @@ mod tests {
         assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("-1s").is_err());
+    }
+
+    #[test]
+    fn time_replaces_the_configs_duration_longer_or_shorter() {
+        let text = "duration_ms: 1000\nbuffers { size_kb: 1024 }\n\
+                    data_sources { config { name: \"track_event\" } }\n";
+        let config = parse_trace_config(text, "test").unwrap();
+        for (time, ms) in [
+            (Duration::from_secs(6), 6000),
+            (Duration::from_millis(300), 300),
+        ] {
+            let c =
+                tachyon_service::SessionConfig::from_trace_config(&with_duration(&config, time))
+                    .unwrap();
+            assert_eq!(c.duration, Some(Duration::from_millis(ms)));
+            assert_eq!(c.buffers.len(), 1, "the rest of the config is kept");
+        }
     }
 
     #[test]

@@ -16,7 +16,8 @@ use tachyon_traced::{Daemon, DaemonConfig};
 /// `/tmp/tachyon-<uid>/`; `TACHYON_PRODUCER_SOCK` / `TACHYON_CONSUMER_SOCK` move them.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// The producer socket (any local process may connect: mode 0666).
+    /// The producer socket (mode 0666: any local process that can reach it may connect; the
+    /// default directory is private to this user, so by default only this user's processes).
     #[arg(long)]
     producer_socket: Option<PathBuf>,
     /// The consumer socket (only this user may connect: mode 0600).
