@@ -28,6 +28,12 @@ pub trait Probe: Send {
     /// Called on every flush and before the data source stops; ends by flushing `w`, so what
     /// the probe wrote is committed when it returns.
     fn flush(&mut self, w: &mut TraceWriter);
+    /// Called on the session's `clear_period_ms`: a probe that writes only what changed since
+    /// it last wrote it forgets that and writes everything again now, so that a ring buffer
+    /// that overwrote the first packets still has them. Nothing to do by default.
+    fn clear_incremental_state(&mut self, w: &mut TraceWriter) {
+        let _ = w;
+    }
 }
 
 /// The probe for data source `name`, configured by `data_source_config` (an encoded

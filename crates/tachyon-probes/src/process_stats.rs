@@ -14,6 +14,9 @@
 //!   changed (`exec`), a thread whose name changed (`prctl(PR_SET_NAME)`) or that moved to
 //!   another process (tid reuse). Entries of processes and threads that are gone are forgotten,
 //!   so a reused id is emitted again.
+//! - emits everything again at every incremental-state clear (the session's
+//!   `clear_period_ms`), so that a ring buffer that overwrote the first full scan still names
+//!   every process.
 //!
 //! The poll period is `proc_stats_poll_ms` when set (at least 100 ms, Perfetto's minimum for
 //! that option), else [`DEFAULT_POLL`]. Perfetto uses that option for its per-process memory
@@ -226,6 +229,12 @@ impl ProcessStats {
         out
     }
 
+    /// Forgets what was emitted: the next scan has every process and thread again.
+    pub(crate) fn forget(&mut self) {
+        self.procs.clear();
+        self.threads.clear();
+    }
+
     /// Scans and writes what changed.
     fn scan_and_emit(&mut self, w: &mut TraceWriter) {
         let start = tachyon::clock::boottime_ns();
@@ -251,6 +260,11 @@ impl Probe for ProcessStats {
     fn flush(&mut self, w: &mut TraceWriter) {
         self.scan_and_emit(w);
         w.flush();
+    }
+
+    fn clear_incremental_state(&mut self, w: &mut TraceWriter) {
+        self.forget();
+        self.scan_and_emit(w);
     }
 }
 
@@ -511,6 +525,11 @@ mod tests {
         // Nothing changed: nothing to emit.
         let c = probe.scan();
         assert!(c.processes.is_empty() && c.threads.is_empty());
+        // Until an incremental-state clear: then everything again.
+        probe.forget();
+        let c = probe.scan();
+        assert_eq!(pids(&c), [1, 2, 40]);
+        assert_eq!(tids(&c).len(), 4);
 
         // A new process, a renamed thread, a new thread, an exec.
         fake.process(50, 40, b"/bin/child\0", &[(50, "child")]);

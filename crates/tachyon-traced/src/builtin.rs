@@ -55,6 +55,9 @@ enum Command {
     Stop {
         instance: u64,
     },
+    Clear {
+        instances: Vec<u64>,
+    },
 }
 
 /// The probes thread and its buffer.
@@ -131,6 +134,12 @@ impl Builtin {
             request_id,
             instances,
         });
+    }
+
+    /// Has the given instances clear their incremental state (no report: the service does not
+    /// wait for a clear).
+    pub(crate) fn clear(&self, instances: Vec<u64>) {
+        self.send(Command::Clear { instances });
     }
 
     /// Flushes and stops an instance, then reports [`Event::BuiltinStopped`].
@@ -224,6 +233,15 @@ fn run(arbiter: Arc<SmbArbiter>, commands: Receiver<Command>, events: Sender<Eve
                 let _ = events.send(Event::BuiltinStopped {
                     instance_id: instance,
                 });
+            }
+            Some(Command::Clear { instances }) => {
+                for r in running
+                    .iter_mut()
+                    .filter(|r| instances.contains(&r.instance))
+                {
+                    r.probe.clear_incremental_state(&mut r.writer);
+                    r.writer.flush();
+                }
             }
             None => {}
         }

@@ -84,3 +84,44 @@ fn process_and_system_stats_come_from_the_daemon_itself() {
         .unwrap();
     assert_eq!(r.rows[0][0], Value::Integer(1));
 }
+
+/// `clear_period_ms`: `linux.process_stats` writes its whole process tree again at every clear
+/// (between clears only what changed), so a ring buffer that overwrote the first tree still
+/// names every process.
+#[test]
+fn process_stats_writes_everything_again_at_each_clear() {
+    let (_dir, daemon) = daemon_with("builtin-clear", |c| c.builtin_data_sources = true);
+    let mut consumer = Consumer::connect(daemon.consumer_socket()).unwrap();
+    let mut buf = HeapBuffered::new();
+    {
+        let mut c: TraceConfig<'_> = buf.root();
+        c.add_buffers().set_size_kb(4096);
+        c.add_data_sources()
+            .set_config()
+            .set_name("linux.process_stats");
+        c.set_incremental_state_config().set_clear_period_ms(100);
+    }
+    consumer
+        .enable_tracing(&buf.serialize().unwrap(), None)
+        .unwrap();
+    // Trees that list pid 1, which never changes: only the first scan and the clears write it.
+    let with_init = |trace: &[u8]| {
+        ProtoDecoder::new(trace)
+            .map_while(Result::ok)
+            .filter_map(|f| f.as_message().find_field(2))
+            .filter(|tree| {
+                tree.as_message()
+                    .map_while(Result::ok)
+                    .filter(|p| p.id() == 1)
+                    .any(|p| p.as_message().find_field(1).map(|f| f.as_i32()) == Some(1))
+            })
+            .count()
+    };
+    let mut trace = Vec::new();
+    wait_until("three trees with pid 1", || {
+        consumer.read_buffers(&mut trace).unwrap();
+        with_init(&trace) >= 3
+    });
+    consumer.disable_tracing().unwrap();
+    consumer.wait_for_end(Some(TIMEOUT)).unwrap().unwrap();
+}

@@ -440,7 +440,8 @@ impl Service {
                     stopped: false,
                     // The probes thread always reports a stop.
                     notify_on_stop: true,
-                    handles_clear: false,
+                    // `linux.process_stats` writes its whole tree again.
+                    handles_clear: true,
                 });
                 *next_instance += 1;
                 builtin
@@ -551,15 +552,26 @@ impl Service {
         let Some(session) = self.sessions.get(&sid) else {
             return;
         };
-        let mut groups: BTreeMap<ConnId, Vec<u64>> = BTreeMap::new();
-        for i in &session.instances {
-            if let (Who::Conn(c), false, true) = (i.who, i.stopped, i.handles_clear) {
-                groups.entry(c).or_default().push(i.id);
-            }
+        let mut groups: BTreeMap<Who, Vec<u64>> = BTreeMap::new();
+        for i in session
+            .instances
+            .iter()
+            .filter(|i| !i.stopped && i.handles_clear)
+        {
+            groups.entry(i.who).or_default().push(i.id);
         }
-        for (conn, ids) in groups {
-            let command = Command::Encoded(wire::clear_incremental_state(&ids));
-            self.send_command(conn, command);
+        for (who, ids) in groups {
+            match who {
+                Who::Conn(conn) => {
+                    let command = Command::Encoded(wire::clear_incremental_state(&ids));
+                    self.send_command(conn, command);
+                }
+                Who::Builtin => {
+                    if let Some(b) = &self.builtin {
+                        b.clear(ids);
+                    }
+                }
+            }
         }
     }
 
