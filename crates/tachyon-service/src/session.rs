@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use protozero::ProtoDecoder;
 use tachyon_abi::{CommitRequest, ServiceView};
-use tachyon_protos::{trace_config, Trace, TraceConfigView, TraceStats};
+use tachyon_protos::{trace_config, Trace, TraceConfig, TraceConfigView, TraceStats};
 
 use crate::commit::{apply_commit, scrape_with, CommitStats, ProducerState};
 use crate::fast_hash::IdMap;
@@ -132,6 +132,10 @@ pub struct SessionConfig {
     /// Ask producers to clear incremental state this often
     /// (`incremental_state_config.clear_period_ms`).
     pub incremental_state_clear_period: Option<Duration>,
+    /// The encoded `TraceConfig` this was read from ([`SessionConfig::from_trace_config`]),
+    /// written into the trace as its `trace_config` packet; empty for a config built in code,
+    /// whose packet is then encoded from the fields above ([`SessionConfig::to_trace_config`]).
+    pub trace_config: Vec<u8>,
 }
 
 impl Default for SessionConfig {
@@ -151,6 +155,7 @@ impl Default for SessionConfig {
             output_path: None,
             max_file_size_bytes: None,
             incremental_state_clear_period: None,
+            trace_config: Vec::new(),
         }
     }
 }
@@ -251,7 +256,57 @@ impl SessionConfig {
             output_path,
             max_file_size_bytes: (cfg.max_file_size_bytes() > 0).then(|| cfg.max_file_size_bytes()),
             incremental_state_clear_period: clear,
+            trace_config: bytes.to_vec(),
         })
+    }
+
+    /// The `TraceConfig` of this session: the one it was read from, else one encoded from its
+    /// fields (buffers, data sources with their own configs, periods and limits).
+    pub fn to_trace_config(&self) -> Vec<u8> {
+        if !self.trace_config.is_empty() {
+            return self.trace_config.clone();
+        }
+        let ms = |d: Duration| u32::try_from(d.as_millis()).unwrap_or(u32::MAX);
+        let mut buf = protozero::HeapBuffered::new();
+        {
+            let mut c: TraceConfig<'_> = buf.root();
+            for b in &self.buffers {
+                let mut bc = c.add_buffers();
+                bc.set_size_kb(u32::try_from(b.size_bytes / 1024).unwrap_or(u32::MAX));
+                bc.set_fill_policy(match b.policy {
+                    FillPolicy::RingBuffer => trace_config::buffer_config::FillPolicy::RingBuffer,
+                    FillPolicy::Discard => trace_config::buffer_config::FillPolicy::Discard,
+                });
+            }
+            for ds in &self.data_sources {
+                let mut d = c.add_data_sources();
+                let mut cfg = d.set_config();
+                if ds.config.is_empty() {
+                    cfg.set_name(&ds.name);
+                    cfg.set_target_buffer(u32::from(ds.target_buffer));
+                } else {
+                    cfg.message().append_raw_proto_bytes(&ds.config);
+                }
+            }
+            if let Some(d) = self.duration {
+                c.set_duration_ms(ms(d));
+            }
+            if let Some(d) = self.flush_period {
+                c.set_flush_period_ms(ms(d));
+            }
+            c.set_flush_timeout_ms(ms(self.flush_timeout));
+            if self.write_into_file {
+                c.set_write_into_file(true);
+                c.set_file_write_period_ms(ms(self.file_write_period));
+            }
+            if let Some(max) = self.max_file_size_bytes {
+                c.set_max_file_size_bytes(max);
+            }
+            if let Some(d) = self.incremental_state_clear_period {
+                c.set_incremental_state_config().set_clear_period_ms(ms(d));
+            }
+        }
+        buf.serialize().expect("heap buffers do not fail")
     }
 }
 
@@ -341,6 +396,8 @@ pub struct ServiceCore {
     file_full: bool,
     /// The last read and the `TraceStats` packet are written ([`ServiceCore::end`]).
     ended: bool,
+    /// The service's own first packets are written (the first [`ServiceCore::drain`]).
+    preamble_written: bool,
     service_wide: Option<ServiceWideStats>,
 }
 
@@ -388,6 +445,7 @@ impl ServiceCore {
             sink,
             file_full: false,
             ended: false,
+            preamble_written: false,
             service_wide: None,
         }
     }
@@ -499,6 +557,11 @@ impl ServiceCore {
     /// packets were lost gets an empty packet carrying the loss bits no later packet could (see
     /// [`TraceBuffer::take_trailing_losses`]).
     pub fn drain(&mut self, last: bool) -> io::Result<()> {
+        if !self.preamble_written {
+            self.preamble_written = true;
+            let preamble = self.preamble_packets();
+            self.staged.extend_from_slice(&preamble);
+        }
         let ServiceCore {
             buffers,
             identities,
@@ -579,6 +642,34 @@ impl ServiceCore {
     pub fn finish(mut self) -> io::Result<Vec<u8>> {
         self.end()?;
         Ok(self.take_output())
+    }
+
+    /// The service's own packets at the start of the trace, as Perfetto's service writes them:
+    /// a random `trace_uuid` (which names the trace in the UI and ties its files together) and
+    /// the session's `trace_config` (shown in the UI's trace info), as `Trace.packet` records.
+    fn preamble_packets(&self) -> Vec<u8> {
+        use std::hash::BuildHasher;
+        let random = || std::collections::hash_map::RandomState::new().hash_one(0u8) as i64;
+        let mut buf = protozero::HeapBuffered::new();
+        {
+            let mut trace: Trace<'_> = buf.root();
+            {
+                let mut packet = trace.add_packet();
+                {
+                    let mut uuid = packet.set_trace_uuid();
+                    uuid.set_msb(random());
+                    uuid.set_lsb(random());
+                }
+                packet.set_trusted_packet_sequence_id(SERVICE_SEQUENCE_ID);
+            }
+            let mut packet = trace.add_packet();
+            packet
+                .set_trace_config()
+                .message()
+                .append_raw_proto_bytes(&self.config.to_trace_config());
+            packet.set_trusted_packet_sequence_id(SERVICE_SEQUENCE_ID);
+        }
+        buf.serialize().expect("heap buffers do not fail")
     }
 
     /// A `Trace.packet` record with the session's `TraceStats`.

@@ -58,9 +58,27 @@ fn packet(ts: u64) -> Vec<u8> {
     buf.serialize().unwrap()
 }
 
+/// The packets after the service's own two at the start of every trace, which are checked:
+/// the trace's uuid, then its config.
+fn after_preamble<'p, 'b>(packets: &'p [TracePacketView<'b>]) -> &'p [TracePacketView<'b>] {
+    assert!(packets.len() >= 2, "the service's uuid and config packets");
+    let (uuid, config) = (&packets[0], &packets[1]);
+    assert!(uuid.trace_uuid().unwrap().msb() != 0 || uuid.trace_uuid().unwrap().lsb() != 0);
+    assert!(config.trace_config().unwrap().buffers().count() >= 1);
+    for p in &packets[..2] {
+        assert_eq!(
+            p.trusted_packet_sequence_id(),
+            1,
+            "the service's own sequence"
+        );
+    }
+    &packets[2..]
+}
+
 fn check_trace(bytes: &[u8], expected_packets: usize) {
     let trace = TraceView::decode(bytes).expect("a well-formed Trace");
-    let packets: Vec<TracePacketView<'_>> = trace.packet().map(|p| p.unwrap()).collect();
+    let all: Vec<TracePacketView<'_>> = trace.packet().map(|p| p.unwrap()).collect();
+    let packets = after_preamble(&all);
     assert_eq!(
         packets.len(),
         expected_packets + 1,
@@ -192,6 +210,65 @@ fn trace_config_is_read() {
     assert!(SessionConfig::from_trace_config(&[0x0a, 0x05]).is_err());
 }
 
+/// The trace's `trace_config` packet: the config the session was read from, verbatim; for a
+/// config built in code, an encoding of it that reads back as the same session.
+#[test]
+fn the_trace_config_packet_says_what_the_session_does() {
+    let mut buf = protozero::HeapBuffered::new();
+    {
+        let mut c: tachyon_protos::TraceConfig<'_> = buf.root();
+        c.add_buffers().set_size_kb(2048);
+        c.add_data_sources().set_config().set_name("track_event");
+        c.set_unique_session_name("kept verbatim");
+    }
+    let bytes = buf.serialize().unwrap();
+    let read = SessionConfig::from_trace_config(&bytes).unwrap();
+    assert_eq!(read.to_trace_config(), bytes);
+
+    let built = SessionConfig {
+        buffers: vec![
+            tachyon_service::BufferSpec {
+                size_bytes: 4 << 20,
+                policy: tachyon_service::FillPolicy::Discard,
+            },
+            tachyon_service::BufferSpec {
+                size_bytes: 1 << 20,
+                policy: tachyon_service::FillPolicy::RingBuffer,
+            },
+        ],
+        data_sources: vec![
+            tachyon_service::DataSourceSpec::new("track_event", 1),
+            tachyon_service::DataSourceSpec::new("linux.process_stats", 0),
+        ],
+        duration: Some(Duration::from_secs(3)),
+        flush_period: Some(Duration::from_millis(250)),
+        write_into_file: true,
+        file_write_period: Duration::from_millis(500),
+        max_file_size_bytes: Some(1 << 30),
+        incremental_state_clear_period: Some(Duration::from_millis(750)),
+        ..SessionConfig::default()
+    };
+    let encoded = built.to_trace_config();
+    let back = SessionConfig::from_trace_config(&encoded).unwrap();
+    assert_eq!(
+        SessionConfig {
+            trace_config: Vec::new(),
+            data_sources: Vec::new(),
+            ..back.clone()
+        },
+        SessionConfig {
+            data_sources: Vec::new(),
+            ..built.clone()
+        }
+    );
+    let names: Vec<_> = back
+        .data_sources
+        .iter()
+        .map(|d| (d.name.as_str(), d.target_buffer))
+        .collect();
+    assert_eq!(names, [("track_event", 1), ("linux.process_stats", 0)]);
+}
+
 /// A loss at the very end of a sequence, with no later packet to carry `previous_packet_dropped`,
 /// is still in the trace: an empty packet on that sequence carries the loss bits.
 #[test]
@@ -206,7 +283,8 @@ fn a_loss_at_the_end_of_a_sequence_is_marked() {
     // Three 4 KiB chunks into an 8 KiB DISCARD buffer: the third is refused.
     let (bytes, _) = run(config, 3);
     let trace = TraceView::decode(&bytes).expect("a well-formed Trace");
-    let packets: Vec<TracePacketView<'_>> = trace.packet().map(|p| p.unwrap()).collect();
+    let all: Vec<TracePacketView<'_>> = trace.packet().map(|p| p.unwrap()).collect();
+    let packets = after_preamble(&all);
     assert_eq!(
         packets.len(),
         20 + 1 + 1,

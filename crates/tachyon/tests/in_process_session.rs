@@ -6,6 +6,7 @@ use std::collections::HashMap;
 
 use tachyon::{InProcessSession, SessionConfig};
 use tachyon_protos::{track_event, TraceView};
+use tachyon_service::SERVICE_SEQUENCE_ID;
 
 const THREADS: u64 = 8;
 const PACKETS: u64 = 5000;
@@ -40,11 +41,22 @@ fn eight_threads_into_an_in_process_session() {
 
     let trace = TraceView::decode(&report.trace).unwrap();
     let mut per_sequence: HashMap<u32, Vec<u64>> = HashMap::new();
-    let mut stats_packets = 0;
+    let (mut stats_packets, mut uuids, mut configs) = (0, 0, 0);
     for p in trace.packet() {
         let p = p.unwrap();
         if p.has_trace_stats() {
             stats_packets += 1;
+            continue;
+        }
+        // The service's own packets at the start: the trace's uuid and its config.
+        if p.has_trace_uuid() || p.has_trace_config() {
+            assert_eq!(p.trusted_packet_sequence_id(), SERVICE_SEQUENCE_ID);
+            uuids += p.has_trace_uuid() as u32;
+            if p.has_trace_config() {
+                configs += 1;
+                let config = p.trace_config().unwrap();
+                assert_eq!(config.buffers().count(), 1);
+            }
             continue;
         }
         assert_eq!(p.trusted_pid(), std::process::id() as i32);
@@ -54,7 +66,7 @@ fn eight_threads_into_an_in_process_session() {
             .or_default()
             .push(p.timestamp());
     }
-    assert_eq!(stats_packets, 1);
+    assert_eq!((stats_packets, uuids, configs), (1, 1, 1));
     assert_eq!(
         per_sequence.len(),
         THREADS as usize,
