@@ -76,6 +76,7 @@ const ACTED_ON: &[&str] = &[
     "max_file_size_bytes",
     "flush_period_ms",
     "flush_timeout_ms",
+    "data_source_stop_timeout_ms",
     "incremental_state_config.clear_period_ms",
 ];
 

@@ -37,8 +37,8 @@ pub use readout::{
 };
 pub use session::{
     BufferSpec, ConfigError, DataSourceSpec, ProducerFilter, ServiceCore, ServiceWideStats,
-    SessionConfig, SessionStats, DEFAULT_FILE_WRITE_PERIOD, DEFAULT_FLUSH_TIMEOUT,
-    MIN_FILE_WRITE_PERIOD,
+    SessionConfig, SessionStats, DEFAULT_DATA_SOURCE_STOP_TIMEOUT, DEFAULT_FILE_WRITE_PERIOD,
+    DEFAULT_FLUSH_TIMEOUT, MIN_FILE_WRITE_PERIOD,
 };
 pub use stats::{BufferStats, LossCounters};
 /// A patch for [`TraceBuffer::try_patch_chunk`] (the shared ABI vocabulary).

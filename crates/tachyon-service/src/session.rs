@@ -24,6 +24,8 @@ use crate::trace_buffer::{FillPolicy, ProducerId, TraceBuffer, WriterId};
 
 /// Perfetto's default flush timeout (`kDefaultFlushTimeoutMs`).
 pub const DEFAULT_FLUSH_TIMEOUT: Duration = Duration::from_millis(5000);
+/// Perfetto's default `data_source_stop_timeout_ms` (`kDataSourceStopTimeoutMs`).
+pub const DEFAULT_DATA_SOURCE_STOP_TIMEOUT: Duration = Duration::from_millis(5000);
 /// Perfetto's default `file_write_period_ms`.
 pub const DEFAULT_FILE_WRITE_PERIOD: Duration = Duration::from_millis(5000);
 /// The shortest `file_write_period_ms` accepted (Perfetto clamps to 100 ms).
@@ -121,6 +123,9 @@ pub struct SessionConfig {
     pub flush_period: Option<Duration>,
     /// How long a flush waits for producers (`flush_timeout_ms`, default 5 s).
     pub flush_timeout: Duration,
+    /// How long stopping waits for data sources that promised to say they stopped
+    /// (`data_source_stop_timeout_ms`, default 5 s).
+    pub data_source_stop_timeout: Duration,
     /// Stream to the output file while tracing (`write_into_file`).
     pub write_into_file: bool,
     /// How often to stream (`file_write_period_ms`, default 5 s, at least 100 ms).
@@ -150,6 +155,7 @@ impl Default for SessionConfig {
             duration: None,
             flush_period: None,
             flush_timeout: DEFAULT_FLUSH_TIMEOUT,
+            data_source_stop_timeout: DEFAULT_DATA_SOURCE_STOP_TIMEOUT,
             write_into_file: false,
             file_write_period: DEFAULT_FILE_WRITE_PERIOD,
             output_path: None,
@@ -249,6 +255,8 @@ impl SessionConfig {
             duration: ms(cfg.duration_ms()),
             flush_period: ms(cfg.flush_period_ms()),
             flush_timeout: ms(cfg.flush_timeout_ms()).unwrap_or(DEFAULT_FLUSH_TIMEOUT),
+            data_source_stop_timeout: ms(cfg.data_source_stop_timeout_ms())
+                .unwrap_or(DEFAULT_DATA_SOURCE_STOP_TIMEOUT),
             write_into_file: cfg.write_into_file(),
             file_write_period: ms(cfg.file_write_period_ms())
                 .unwrap_or(DEFAULT_FILE_WRITE_PERIOD)
@@ -295,6 +303,7 @@ impl SessionConfig {
                 c.set_flush_period_ms(ms(d));
             }
             c.set_flush_timeout_ms(ms(self.flush_timeout));
+            c.set_data_source_stop_timeout_ms(ms(self.data_source_stop_timeout));
             if self.write_into_file {
                 c.set_write_into_file(true);
                 c.set_file_write_period_ms(ms(self.file_write_period));

@@ -73,6 +73,38 @@ fn a_flush_nobody_acknowledges_times_out_and_still_scrapes() {
     assert_eq!(s.flushes_failed, 2);
 }
 
+/// A data source that promised to say when it stopped and never does holds the session's end
+/// for `data_source_stop_timeout_ms`, not `flush_timeout_ms`.
+#[test]
+fn a_stop_nobody_acknowledges_waits_for_the_stop_timeout() {
+    let (_dir, daemon) = daemon("stop-timeout");
+    let mute = Behaviour {
+        ack_stops: false,
+        ..Behaviour::default()
+    };
+    for (stop_timeout_ms, ends_within_a_second) in [(600_000, false), (100, true)] {
+        let mut p = FakeProducer::connect(daemon.producer_socket(), mute.clone());
+        let mut consumer = Consumer::connect(daemon.consumer_socket()).unwrap();
+        let mut c = Config::simple(256, "test.source");
+        c.flush_timeout_ms = 100;
+        c.data_source_stop_timeout_ms = stop_timeout_ms;
+        consumer.enable_tracing(&c.encode(), None).unwrap();
+        p.wait_start();
+        p.write_chunk(1, &[packet(5, 0)], true);
+        consumer.disable_tracing().unwrap();
+        let end = consumer.wait_for_end(Some(Duration::from_secs(1))).unwrap();
+        assert_eq!(end.is_some(), ends_within_a_second, "{stop_timeout_ms} ms");
+        if end.is_none() {
+            // Freed by the consumer hanging up; the next round uses a new session.
+            drop(consumer);
+            continue;
+        }
+        let mut trace = Vec::new();
+        consumer.read_buffers(&mut trace).unwrap();
+        assert_eq!(timestamps(&trace), [5]);
+    }
+}
+
 #[test]
 fn a_producer_that_hangs_up_is_scraped_first() {
     let (_dir, daemon) = daemon("disconnect-scrape");

@@ -680,12 +680,13 @@ impl Service {
         self.start_flush(sid, Purpose::Stop, timeout);
     }
 
-    /// Sends `StopDataSource` to every running instance.
+    /// Sends `StopDataSource` to every running instance; waits at most
+    /// `data_source_stop_timeout_ms` for those that promised to say they stopped.
     fn stop_instances(&mut self, sid: SessionId) {
         let Some(session) = self.sessions.get_mut(&sid) else {
             return;
         };
-        let timeout = session.config().flush_timeout;
+        let timeout = session.config().data_source_stop_timeout;
         session.state = State::Stopping {
             deadline: Instant::now() + timeout,
         };

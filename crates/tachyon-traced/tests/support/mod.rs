@@ -97,6 +97,7 @@ pub struct Config {
     pub duration_ms: u32,
     pub flush_period_ms: u32,
     pub flush_timeout_ms: u32,
+    pub data_source_stop_timeout_ms: u32,
     pub write_into_file: bool,
     pub file_write_period_ms: u32,
     pub max_file_size_bytes: u64,
@@ -150,6 +151,9 @@ impl Config {
             }
             if self.flush_timeout_ms > 0 {
                 c.set_flush_timeout_ms(self.flush_timeout_ms);
+            }
+            if self.data_source_stop_timeout_ms > 0 {
+                c.set_data_source_stop_timeout_ms(self.data_source_stop_timeout_ms);
             }
             if self.write_into_file {
                 c.set_write_into_file(true);
@@ -309,6 +313,9 @@ pub struct Behaviour {
     /// Acknowledge flushes right away (after everything committed before).
     pub ack_flushes: bool,
     pub will_notify_on_stop: bool,
+    /// Say it stopped when told to stop (only if `will_notify_on_stop`: a producer that
+    /// promised and never does is what `data_source_stop_timeout_ms` bounds).
+    pub ack_stops: bool,
     pub handles_incremental_state_clear: bool,
 }
 
@@ -320,6 +327,7 @@ impl Default for Behaviour {
             smb_size_hint: 64 * 1024,
             ack_flushes: true,
             will_notify_on_stop: true,
+            ack_stops: true,
             handles_incremental_state_clear: false,
         }
     }
@@ -627,7 +635,7 @@ fn read_commands(
             });
         } else if v.has_stop_data_source() {
             let id = v.stop_data_source().unwrap().instance_id();
-            if b.will_notify_on_stop {
+            if b.will_notify_on_stop && b.ack_stops {
                 let mut buf = HeapBuffered::new();
                 buf.root::<NotifyDataSourceStoppedRequest<'_>>()
                     .set_data_source_id(id);
