@@ -39,6 +39,16 @@ fn setup(size: usize, page: PageSize, layout: PageLayout, policy: BufferExhauste
     }
 }
 
+/// `size` bytes of 4 KiB chunks (one per page), the `Drop` policy.
+fn setup_4k_chunks(size: usize) -> Setup {
+    setup(
+        size,
+        PageSize::Kib4,
+        PageLayout::Div1,
+        BufferExhaustedPolicy::Drop,
+    )
+}
+
 fn drain(commits: &CommitReceiver) -> Vec<CommitRequest> {
     commits.try_iter().collect()
 }
@@ -67,12 +77,7 @@ fn timestamp_packet(w: &mut TraceWriter, ts: u64) {
 
 #[test]
 fn a_packet_is_a_4_byte_header_then_the_packet_and_the_inflated_count_gets_a_filler() {
-    let s = setup(
-        16 * 1024,
-        PageSize::Kib4,
-        PageLayout::Div1,
-        BufferExhaustedPolicy::Drop,
-    );
+    let s = setup_4k_chunks(16 * 1024);
     let mut w = s.arbiter.create_trace_writer(0).unwrap();
     assert_eq!(w.writer_id(), 1);
     timestamp_packet(&mut w, 7);
@@ -109,12 +114,7 @@ fn a_packet_is_a_4_byte_header_then_the_packet_and_the_inflated_count_gets_a_fil
 
 #[test]
 fn count_inflation_lets_a_scraper_see_finished_packets() {
-    let s = setup(
-        16 * 1024,
-        PageSize::Kib4,
-        PageLayout::Div1,
-        BufferExhaustedPolicy::Drop,
-    );
+    let s = setup_4k_chunks(16 * 1024);
     let mut w = s.arbiter.create_trace_writer(0).unwrap();
     // On the writer's thread, between its stores: no race (the arbiter's contract).
     timestamp_packet(&mut w, 1);
@@ -166,12 +166,7 @@ fn a_new_chunk_after_1022_packets() {
 
 #[test]
 fn a_packet_across_chunks_has_continuation_flags_and_its_sizes_travel_as_patches() {
-    let s = setup(
-        64 * 1024,
-        PageSize::Kib4,
-        PageLayout::Div1,
-        BufferExhaustedPolicy::Drop,
-    );
+    let s = setup_4k_chunks(64 * 1024);
     let mut w = s.arbiter.create_trace_writer(0).unwrap();
     timestamp_packet(&mut w, 1);
     let big = vec![0x5a; 10_000];
@@ -235,12 +230,7 @@ fn a_small_packet_cut_by_the_chunk_end_is_carried_whole_into_the_next_chunk() {
     // Packets of ~300 bytes with two nested messages: one of them is cut by the end of the
     // first 4 KiB chunk. It moves whole to the next chunk, so no chunk continues a packet and
     // no size needs a patch: a producer killed before its next commit loses none of them.
-    let s = setup(
-        64 * 1024,
-        PageSize::Kib4,
-        PageLayout::Div1,
-        BufferExhaustedPolicy::Drop,
-    );
+    let s = setup_4k_chunks(64 * 1024);
     let mut w = s.arbiter.create_trace_writer(0).unwrap();
     let body = vec![0x5a; 280];
     for i in 0..20u64 {
@@ -321,12 +311,7 @@ fn packets_across_chunks_round_trip_through_the_service() {
 fn no_chunk_at_a_packet_boundary_marks_the_drop_after_the_last_packet() {
     // One chunk in the whole buffer: the writer cannot take a second one before the service
     // frees the first (it asks for the next chunk before returning the current one).
-    let s = setup(
-        4096,
-        PageSize::Kib4,
-        PageLayout::Div1,
-        BufferExhaustedPolicy::Drop,
-    );
+    let s = setup_4k_chunks(4096);
     let mut service = TestService::new(Arc::clone(&s.smb), 1 << 20, FillPolicy::RingBuffer);
     let mut w = s.arbiter.create_trace_writer(0).unwrap();
     let mut seq = 0;
@@ -385,12 +370,7 @@ fn no_chunk_at_a_packet_boundary_marks_the_drop_after_the_last_packet() {
 
 #[test]
 fn no_chunk_in_the_middle_of_a_packet_drops_it_with_the_sentinel_in_its_fragment() {
-    let s = setup(
-        4096,
-        PageSize::Kib4,
-        PageLayout::Div1,
-        BufferExhaustedPolicy::Drop,
-    );
+    let s = setup_4k_chunks(4096);
     let mut w = s.arbiter.create_trace_writer(0).unwrap();
     timestamp_packet(&mut w, 1);
     {
@@ -517,12 +497,7 @@ fn a_stalled_writer_continues_when_the_service_frees_a_chunk() {
 
 #[test]
 fn an_empty_packet_is_not_emitted() {
-    let s = setup(
-        16 * 1024,
-        PageSize::Kib4,
-        PageLayout::Div1,
-        BufferExhaustedPolicy::Drop,
-    );
+    let s = setup_4k_chunks(16 * 1024);
     let mut service = TestService::new(Arc::clone(&s.smb), 1 << 20, FillPolicy::RingBuffer);
     let mut w = s.arbiter.create_trace_writer(0).unwrap();
     timestamp_packet(&mut w, 1);
@@ -542,12 +517,7 @@ fn an_empty_packet_is_not_emitted() {
 
 #[test]
 fn dropping_the_writer_flushes_and_releases_its_id() {
-    let s = setup(
-        16 * 1024,
-        PageSize::Kib4,
-        PageLayout::Div1,
-        BufferExhaustedPolicy::Drop,
-    );
+    let s = setup_4k_chunks(16 * 1024);
     let mut w = s.arbiter.create_trace_writer(3).unwrap();
     assert_eq!(w.target_buffer(), 3);
     let id = w.writer_id();
@@ -568,12 +538,7 @@ fn dropping_the_writer_flushes_and_releases_its_id() {
 
 #[test]
 fn request_flush_is_honoured_after_the_next_packet() {
-    let s = setup(
-        16 * 1024,
-        PageSize::Kib4,
-        PageLayout::Div1,
-        BufferExhaustedPolicy::Drop,
-    );
+    let s = setup_4k_chunks(16 * 1024);
     let mut w = s.arbiter.create_trace_writer(0).unwrap();
     timestamp_packet(&mut w, 1);
     assert!(drain(&s.commits).is_empty());
@@ -590,12 +555,7 @@ fn request_flush_is_honoured_after_the_next_packet() {
 
 #[test]
 fn a_leaked_nested_message_does_not_break_the_next_packets() {
-    let s = setup(
-        16 * 1024,
-        PageSize::Kib4,
-        PageLayout::Div1,
-        BufferExhaustedPolicy::Drop,
-    );
+    let s = setup_4k_chunks(16 * 1024);
     let mut service = TestService::new(Arc::clone(&s.smb), 1 << 20, FillPolicy::RingBuffer);
     let mut w = s.arbiter.create_trace_writer(0).unwrap();
     {
@@ -621,12 +581,7 @@ fn a_leaked_nested_message_does_not_break_the_next_packets() {
 
 #[test]
 fn a_protozero_error_breaks_the_writer_and_everything_after_is_dropped() {
-    let s = setup(
-        16 * 1024,
-        PageSize::Kib4,
-        PageLayout::Div1,
-        BufferExhaustedPolicy::Drop,
-    );
+    let s = setup_4k_chunks(16 * 1024);
     let mut service = TestService::new(Arc::clone(&s.smb), 1 << 20, FillPolicy::RingBuffer);
     let mut w = s.arbiter.create_trace_writer(0).unwrap();
     timestamp_packet(&mut w, 1);
@@ -662,12 +617,7 @@ fn nest(m: &mut protozero::Message<'_>, depth: u32) {
 
 #[test]
 fn the_thread_local_facility_replaces_a_broken_writer() {
-    let s = setup(
-        16 * 1024,
-        PageSize::Kib4,
-        PageLayout::Div1,
-        BufferExhaustedPolicy::Drop,
-    );
+    let s = setup_4k_chunks(16 * 1024);
     let first = s.arbiter.with_thread_writer(0, |w| {
         let mut h = w.new_trace_packet();
         nest(&mut h.message(), 70);
@@ -754,12 +704,7 @@ fn writers_move_between_threads_and_arbiters_are_shared() {
     send::<TraceWriter>();
     send::<SmbArbiter>();
     sync::<SmbArbiter>();
-    let s = setup(
-        16 * 1024,
-        PageSize::Kib4,
-        PageLayout::Div1,
-        BufferExhaustedPolicy::Drop,
-    );
+    let s = setup_4k_chunks(16 * 1024);
     let mut w = s.arbiter.create_trace_writer(0).unwrap();
     timestamp_packet(&mut w, 1);
     let w = std::thread::spawn(move || {
