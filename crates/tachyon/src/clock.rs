@@ -104,17 +104,26 @@ impl Clock {
     /// Now, in nanoseconds on the trace clock.
     #[inline(always)]
     pub fn now(&self) -> u64 {
-        // One test of the source on the hot path (the counter this architecture has), not one
-        // to read and another to convert.
+        match self.counter_now() {
+            Some(ns) => ns,
+            None => self.ticks_to_ns(read_ticks(self.source)),
+        }
+    }
+
+    /// [`now`](Self::now) when the source is this architecture's counter (read inline, no
+    /// call); `None` for any other source. One test of the source (not one to read and
+    /// another to convert): the SDK's hot paths take a call-free path with it.
+    #[inline(always)]
+    pub(crate) fn counter_now(&self) -> Option<u64> {
         #[cfg(target_arch = "x86_64")]
         if self.source == Source::Tsc {
-            return self.scale(read_ticks(Source::Tsc));
+            return Some(self.scale(read_ticks(Source::Tsc)));
         }
         #[cfg(target_arch = "aarch64")]
         if self.source == Source::Cntvct {
-            return self.scale(read_ticks(Source::Cntvct));
+            return Some(self.scale(read_ticks(Source::Cntvct)));
         }
-        self.ticks_to_ns(read_ticks(self.source))
+        None
     }
 
     /// Converts a raw counter reading (see [`Clock::ticks`]) to trace-clock nanoseconds.

@@ -3,11 +3,13 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Low two bits of [`Callsite::state`].
+/// Low two bits of [`Callsite::state`]: bit 1 "registered", bit 0 "enabled" (so the enabled
+/// test is one bit test of the word in memory).
 pub(crate) const UNREGISTERED: u64 = 0;
-pub(crate) const DISABLED: u64 = 1;
-pub(crate) const ENABLED: u64 = 2;
+pub(crate) const DISABLED: u64 = 2;
+pub(crate) const ENABLED: u64 = 3;
 pub(crate) const STATE_MASK: u64 = 3;
+const ENABLED_BIT: u64 = ENABLED & !DISABLED;
 
 /// What a counter's values measure (`CounterDescriptor.unit`, or a free-form `unit_name`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,11 +94,20 @@ impl Callsite {
     #[inline(always)]
     pub fn check(&'static self) -> Option<Enabled> {
         let v = self.state.load(Ordering::Relaxed);
-        match v & STATE_MASK {
-            ENABLED => Some(Enabled { id: v >> 2 }),
-            DISABLED => None,
-            _ => self.register(),
+        if v & ENABLED_BIT != 0 {
+            Some(Enabled { id: v >> 2 })
+        } else if v & STATE_MASK == DISABLED {
+            None
+        } else {
+            self.register()
         }
+    }
+
+    /// The callsite's id, once it has one (it never changes then: the hot paths load it again
+    /// instead of keeping the one [`check`](Self::check) returned in a register).
+    #[inline(always)]
+    pub(crate) fn id(&self) -> u64 {
+        self.state.load(Ordering::Relaxed) >> 2
     }
 
     #[cold]

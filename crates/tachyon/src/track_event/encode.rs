@@ -80,10 +80,11 @@ pub(crate) const TYPE_COUNTER: u8 = track_event::Type::Counter as u8;
 ///
 /// `bytes[0]` is the number `n` of packet bytes that follow; for named events and slice ends
 /// they run up to and including the timestamp's tag, so the packet is `bytes[1..=n]` then the
-/// delta's varint ([`TraceWriter::try_write_event`](crate::TraceWriter), which writes the 32
-/// bytes with two vector stores straight into the chunk, fixes the first byte into the
-/// packet's one-byte fragment header and appends the varint). For counters they end with the
-/// track uuid: the value, the flags and the timestamp follow ([`Template::with_counter_value`]).
+/// delta's varint ([`TraceWriter::try_write_event`](crate::TraceWriter), which writes the first
+/// [`EVENT_PREFIX`] bytes with fixed-size stores straight into the chunk, fixes the first byte
+/// into the packet's one-byte fragment header and appends the varint). For counters they end
+/// with the track uuid: the value, the flags and the timestamp follow
+/// ([`Template::with_counter_value`]).
 ///
 /// The timestamp goes *last* in the packet (protobuf fields may come in any order), so the
 /// fast path copies the template with fixed-size moves and appends only the varying bytes.
@@ -92,14 +93,22 @@ pub(crate) struct Template {
     pub(crate) bytes: [u8; TEMPLATE],
 }
 
-/// Size of a template: a named event with 5-byte iids (every static callsite id is below
-/// [`MAX_STATIC_IID`]) takes 27 bytes and the count byte.
-pub(crate) const TEMPLATE: usize = 32;
+/// Size of a template: with the generation beside it, an entry of the thread's interning table
+/// is 32 bytes (its index a shift).
+pub(crate) const TEMPLATE: usize = 28;
+
+/// The bytes of a named event's template the fast path copies: a categorized named event with
+/// 4-byte iids (every static callsite id is below [`MAX_STATIC_IID`]) takes 23 bytes and the
+/// count byte. Three words: few registers.
+pub(crate) const EVENT_PREFIX: usize = 24;
 
 /// Static interning ids (callsites and their argument names) stay below this, so that their
-/// varints take at most 5 bytes and a named event's template fits (the registry disables
-/// callsites beyond it; dynamic names use ids from 2^40 and never have templates).
-pub(crate) const MAX_STATIC_IID: u64 = 1 << 35;
+/// varints take at most 4 bytes and a named event's template fits [`EVENT_PREFIX`] (the
+/// registry disables callsites beyond it; dynamic names use ids from 2^40 and never have
+/// templates).
+pub(crate) const MAX_STATIC_IID: u64 = 1 << 28;
+
+const _: () = assert!(TEMPLATE >= EVENT_PREFIX);
 
 impl Default for Template {
     fn default() -> Self {
@@ -128,6 +137,14 @@ impl Template {
         self.bytes[at..at + bytes.len()].copy_from_slice(bytes);
         self.bytes[0] += bytes.len() as u8;
         self
+    }
+
+    /// The bytes the fast path copies ([`EVENT_PREFIX`]).
+    #[inline(always)]
+    pub(crate) fn event_prefix(&self) -> &[u8; EVENT_PREFIX] {
+        self.bytes
+            .first_chunk()
+            .unwrap_or_else(|| unreachable!("TEMPLATE >= EVENT_PREFIX"))
     }
 
     /// The packet bytes.
@@ -251,6 +268,19 @@ pub(crate) const SLICE_END: Template = {
     Template { bytes }
 };
 
+/// [`SLICE_END`]'s first 8 bytes: the whole template (7 packet bytes after the count), for
+/// the fast path's smaller copy.
+pub(crate) const SLICE_END_PREFIX: [u8; 8] = {
+    let mut p = [0u8; 8];
+    let mut i = 0;
+    while i < 8 {
+        p[i] = SLICE_END.bytes[i];
+        i += 1;
+    }
+    assert!(SLICE_END.bytes[0] < 8);
+    p
+};
+
 /// A slice end at `delta` (for the tests).
 #[cfg(test)]
 pub(crate) fn slice_end(delta: u64) -> Block {
@@ -286,8 +316,12 @@ mod tests {
         for (delta, iid, cat) in [
             (0, 1, false),
             (127, 200, true),
-            (1 << 40, u32::MAX as u64, true),
+            (1 << 40, MAX_STATIC_IID - 1, true),
+            (5, MAX_STATIC_IID - 1, false),
         ] {
+            // The largest template fits the fast path's copy.
+            let t = Template::named_event(TYPE_SLICE_BEGIN, iid, cat);
+            assert!((t.bytes[0] as usize) < EVENT_PREFIX, "{iid} {cat}");
             let b = named_event(delta, TYPE_SLICE_BEGIN, iid, cat);
             let p = TracePacketView::decode(packet(&b)).unwrap();
             assert_eq!(p.timestamp(), delta);

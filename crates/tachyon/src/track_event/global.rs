@@ -49,7 +49,7 @@ pub(crate) fn register(cs: &'static Callsite) -> Option<Enabled> {
     if v & STATE_MASK == 0 {
         let id = reg.next_id;
         if id + cs.id_count() > MAX_STATIC_IID {
-            // Out of ids (tens of billions of callsites): this one stays disabled for good
+            // Out of ids (hundreds of millions of callsites): this one stays disabled for good
             // (it is not in the registry, so no filter enables it).
             v = DISABLED;
         } else {

@@ -377,19 +377,18 @@ pub mod __rt {
 
     #[inline(always)]
     pub fn zone_begin(cs: &'static Callsite, en: Enabled) -> ZoneGuard {
-        let session = with_state(|st| {
-            st.named_event(cs, en, encode::TYPE_SLICE_BEGIN);
-            st.session()
-        });
         ZoneGuard {
-            session: session.unwrap_or(0),
+            session: {
+                debug_assert_eq!(en.id, cs.id());
+                state::named_event::<{ encode::TYPE_SLICE_BEGIN }>(cs)
+            },
             _not_send: PhantomData,
         }
     }
 
     #[inline(always)]
     pub fn zone_end(session: u32) {
-        with_state(|st| st.slice_end(session));
+        state::slice_end(session);
     }
 
     #[inline]
@@ -412,7 +411,8 @@ pub mod __rt {
 
     #[inline(always)]
     pub fn instant(cs: &'static Callsite, en: Enabled) {
-        with_state(|st| st.named_event(cs, en, encode::TYPE_INSTANT));
+        debug_assert_eq!(en.id, cs.id());
+        state::named_event::<{ encode::TYPE_INSTANT }>(cs);
     }
 
     #[inline]

@@ -18,12 +18,16 @@
 //! and clock snapshots events need, are only written when the writer says they will reach the
 //! buffer (`TraceWriter::make_room`), so `packets_dropped` counts lost events, not lost set-up.
 //!
-//! Hot path (a zone's begin or end, an instant): one `%fs` load and store for the state (no
-//! borrow flag, no destructor-registration check: see [`with_state`]), the counter read and
-//! converted with the clock copied into the state, one relaxed load of the epoch and a few
-//! compares on this struct, then `TraceWriter::try_write_event`: one compare of the writer's
-//! flags, the flush generation and the room, the callsite's 32-byte template and the delta's
-//! varint stored straight into the chunk, the count bumped. Everything else is `#[cold]`.
+//! Hot path (a zone's begin or end, an instant): one call from the macro ([`named_event`],
+//! [`slice_end`]), in which one `%fs` load and two stores take the state and put it back (no
+//! borrow flag, no destructor-registration check: see [`with_hot_state`]), the counter is read
+//! and converted with the clock copied into the state (inline: the path calls nothing, and
+//! needs almost no stack frame; another clock source takes a twin path that calls it), the
+//! delta and the snapshot deadline are compared, one relaxed load of the epoch, then
+//! `TraceWriter::try_write_event`: one compare each of the writer's flags, the flush
+//! generation and the room, the callsite's template (24 bytes: three words) and the delta's
+//! varint (at most 3 bytes, no loop) stored straight into the chunk, the count bumped.
+//! Everything else is behind a tail call to a `#[cold]` function.
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -207,6 +211,124 @@ fn with_new_state<R>(f: impl FnOnce(&mut ThreadState) -> R) -> Option<R> {
     }
 }
 
+/// The hot paths' access to this thread's state: [`with_state`] without its slow path. `None`
+/// when the state is not there (not created yet, in use by a `with_state` further up the
+/// stack, or gone): the caller's slow path, through `with_state`, sorts that out. The state
+/// is taken out of [`STATE`] while `f` runs, as `with_state` does: nothing that interrupts `f`
+/// on this thread (a signal handler that traces) can reach it meanwhile.
+#[inline(always)]
+fn with_hot_state<R>(f: impl FnOnce(&mut ThreadState) -> R) -> Option<R> {
+    let p = STATE.with(|s| s.replace(ptr::null_mut()));
+    if p.is_null() {
+        return None;
+    }
+    let _restore = Restore(p);
+    // SAFETY: as in `with_state`: a non-null `STATE` is a live `ThreadState` of this thread,
+    // and taking it out of `STATE` (until `_restore` puts it back) makes this the only
+    // reference.
+    Some(f(unsafe { &mut *p }))
+}
+
+/// What a hot path's first look at the state found.
+enum Hot<R> {
+    /// Written (with the path's result).
+    Done(R),
+    /// Not written: the slow path, at this time.
+    Slow(u64),
+    /// The clock is not this architecture's counter: the path that calls it.
+    OtherClock,
+}
+
+/// A slice begin (`TY` = `TYPE_SLICE_BEGIN`) or an instant (`TYPE_INSTANT`) of an enabled
+/// static callsite without arguments on this thread, now; the session it went to (0: none).
+/// One call from the macro: the fast path inline here, everything else behind a tail call.
+/// With the counter clock the fast path calls nothing, and keeps so little in registers (the
+/// callsite; its id is loaded again, it never changes once assigned) that it needs no stack
+/// frame.
+#[inline(never)]
+pub(crate) fn named_event<const TY: u8>(cs: &'static Callsite) -> u32 {
+    let hot = with_hot_state(|st| match st.clock.counter_now() {
+        Some(ts) if st.named_event_fast(cs.id(), ts) => Hot::Done(st.session()),
+        Some(ts) => Hot::Slow(ts),
+        None => Hot::OtherClock,
+    });
+    match hot {
+        Some(Hot::Done(session)) => session,
+        Some(Hot::Slow(ts)) => named_event_cold(cs, TY, Some(ts)),
+        Some(Hot::OtherClock) => named_event_other_clock(cs, TY),
+        None => named_event_cold(cs, TY, None),
+    }
+}
+
+/// [`named_event`] with a clock that is called (`clock_gettime`).
+#[inline(never)]
+fn named_event_other_clock(cs: &'static Callsite, ty: u8) -> u32 {
+    let ts = match with_hot_state(|st| {
+        let ts = st.clock.now();
+        if st.named_event_fast(cs.id(), ts) {
+            Ok(st.session())
+        } else {
+            Err(ts)
+        }
+    }) {
+        Some(Ok(session)) => return session,
+        Some(Err(ts)) => Some(ts),
+        None => None,
+    };
+    named_event_cold(cs, ty, ts)
+}
+
+#[cold]
+#[inline(never)]
+fn named_event_cold(cs: &'static Callsite, ty: u8, ts: Option<u64>) -> u32 {
+    let en = Enabled { id: cs.id() };
+    with_state(|st| {
+        let ts = ts.unwrap_or_else(|| st.clock.now());
+        st.named_event_slow(cs, en, ty, ts);
+        st.session()
+    })
+    .unwrap_or(0)
+}
+
+/// A slice end on this thread's track, in `session`, now (as [`named_event`]).
+#[inline(never)]
+pub(crate) fn slice_end(session: u32) {
+    let hot = with_hot_state(|st| match st.clock.counter_now() {
+        Some(ts) if st.slice_end_fast(session, ts) => Hot::Done(()),
+        Some(ts) => Hot::Slow(ts),
+        None => Hot::OtherClock,
+    });
+    match hot {
+        Some(Hot::Done(())) => {}
+        Some(Hot::Slow(ts)) => slice_end_cold(session, Some(ts)),
+        Some(Hot::OtherClock) => slice_end_other_clock(session),
+        None => slice_end_cold(session, None),
+    }
+}
+
+/// [`slice_end`] with a clock that is called.
+#[inline(never)]
+fn slice_end_other_clock(session: u32) {
+    let ts = match with_hot_state(|st| {
+        let ts = st.clock.now();
+        (!st.slice_end_fast(session, ts)).then_some(ts)
+    }) {
+        Some(None) => return,
+        Some(Some(ts)) => Some(ts),
+        None => None,
+    };
+    slice_end_cold(session, ts);
+}
+
+#[cold]
+#[inline(never)]
+fn slice_end_cold(session: u32, ts: Option<u64>) {
+    with_state(|st| {
+        let ts = ts.unwrap_or_else(|| st.clock.now());
+        st.slice_end_slower(session, ts);
+    });
+}
+
 /// Drops this thread's writer (it flushes): a session that stops does this on its own thread.
 /// Does not create the state.
 pub(crate) fn release_thread_writer() {
@@ -295,34 +417,34 @@ impl ThreadState {
     /// Writes the event of `template` at `ts` through the writer's fast path; false (nothing
     /// written) if it is not available.
     #[inline(always)]
-    fn try_write_event(&mut self, template: &Template, ts: u64, delta: u64) -> bool {
-        let written = self
-            .writer
+    fn try_write_event<const N: usize>(&mut self, prefix: &[u8; N], ts: u64, delta: u64) -> bool {
+        let last_ts = &mut self.last_ts;
+        self.writer
             .as_mut()
-            .is_some_and(|w| w.try_write_event(&template.bytes, delta));
-        if written {
-            self.last_ts = ts;
-        }
-        written
+            .is_some_and(|w| w.try_write_event(prefix, delta, || *last_ts = ts))
     }
 
     // === The three hot events ===
 
-    /// A slice begin or an instant of a static callsite without arguments on this thread, now.
+    /// The fast path of [`named_event`]: the callsite's template at `ts` straight into the
+    /// chunk, if the state and the writer allow it (false: nothing written).
     #[inline(always)]
-    pub(crate) fn named_event(&mut self, cs: &'static Callsite, en: Enabled, ty: u8) {
-        let ts = self.clock.now();
-        if let Some(delta) = self.fast_delta(ts) {
-            // Field by field: the template is read in place while the writer is borrowed.
-            let generation = self.generation;
-            if let (Some(e), Some(w)) = (self.seen.get(en.id as usize), self.writer.as_mut()) {
-                if e.generation == generation && w.try_write_event(&e.template.bytes, delta) {
-                    self.last_ts = ts;
-                    return;
-                }
+    fn named_event_fast(&mut self, id: u64, ts: u64) -> bool {
+        let Some(delta) = self.fast_delta(ts) else {
+            return false;
+        };
+        // Field by field: the template is read in place while the writer is borrowed. The
+        // clock is updated before the write, so `ts` need not be kept across it.
+        let generation = self.generation;
+        if let (Some(e), Some(w)) = (self.seen.get(id as usize), self.writer.as_mut()) {
+            let last_ts = &mut self.last_ts;
+            if e.generation == generation
+                && w.try_write_event(e.template.event_prefix(), delta, || *last_ts = ts)
+            {
+                return true;
             }
         }
-        self.named_event_slow(cs, en, ty, ts);
+        false
     }
 
     #[cold]
@@ -354,18 +476,16 @@ impl ThreadState {
         true
     }
 
-    /// A slice end on this thread's track, in `session`, now.
+    /// The fast path of [`slice_end`] (false: nothing written).
     #[inline(always)]
-    pub(crate) fn slice_end(&mut self, session: u32) {
-        let ts = self.clock.now();
-        if let Some(delta) = self.fast_delta(ts) {
-            if session_of(self.epoch) == session
-                && self.try_write_event(&encode::SLICE_END, ts, delta)
-            {
-                return;
+    fn slice_end_fast(&mut self, session: u32, ts: u64) -> bool {
+        match self.fast_delta(ts) {
+            Some(delta) => {
+                session_of(self.epoch) == session
+                    && self.try_write_event(&encode::SLICE_END_PREFIX, ts, delta)
             }
+            None => false,
         }
-        self.slice_end_slower(session, ts);
     }
 
     #[cold]

@@ -129,18 +129,18 @@ impl Flags {
 }
 
 /// `v` (below [`TraceWriter::FAST_DELTA_LIMIT`]) as a varint in the low bytes of a little-endian word, and
-/// its length: one compare for the one-byte case, no loop.
+/// its length: one compare for the one-byte case, no loop. The 7-bit groups are spread with
+/// adds: `v + (v & !0x7f)` moves every bit from bit 7 up one place (the low group is below
+/// 128, the moved part a multiple of 256: no carry), and adding `(v & !0x3fff) << 1` moves the
+/// bits from 14 up once more; the continuation bits go into the gaps this opens.
 #[inline(always)]
 fn varint3_le(v: u64) -> (u64, usize) {
     if v < 1 << 7 {
         (v, 1)
     } else if v < 1 << 14 {
-        ((v & 0x7f) | 0x80 | (v >> 7) << 8, 2)
+        (v + (v & !0x7f) + 0x80, 2)
     } else {
-        (
-            (v & 0x7f) | 0x80 | ((v >> 7) & 0x7f | 0x80) << 8 | (v >> 14) << 16,
-            3,
-        )
+        (v + (v & !0x7f) + ((v & !0x3fff) << 1) + 0x8080, 3)
     }
 }
 
@@ -1001,10 +1001,11 @@ impl TraceWriter {
     /// Writes one small, already encoded packet: `block[0]` must hold the packet's length `n`
     /// (below 128: a one-byte fragment header) and `block[1..=n]` its bytes.
     ///
-    /// The fast path, for the SDK's counters: when the current chunk has room for the whole
-    /// block and nothing special is pending (first packet, a loss to report, a chunk switch, a
-    /// flush request, dropping), the block is copied with one fixed-size move and the count
-    /// bumped once. Otherwise the packet goes through
+    /// The fast path, for the SDK's counters (and the track-event layer's events that missed
+    /// its own fast path): when the current chunk has room for the whole block (or, near its
+    /// end, for the packet) and nothing special is pending (first packet, a loss to report, a
+    /// chunk switch, a flush request, dropping), the block is copied with one fixed-size move
+    /// (or, near the end, the packet's bytes) and the count bumped once. Otherwise the packet goes through
     /// [`new_trace_packet`](Self::new_trace_packet) with the same bytes, so the result on the
     /// wire is the same packet either way (the slow path's fragment header is 4 bytes instead
     /// of 1).
@@ -1022,46 +1023,92 @@ impl TraceWriter {
             self.small_packet_written();
             return;
         }
+        // Near the chunk's end (less room than the block, enough for the packet): the packet's
+        // own bytes, one-byte header included, rather than the general path's 4-byte header.
+        let len = (n + 1).min(N);
+        if fast && self.stream.bytes_available() >= len {
+            self.stream.write_bytes(&block[..len]);
+            self.small_packet_written();
+            return;
+        }
         self.write_small_packet_slow(&block[1..=n.min(N - 1)]);
     }
 
     /// The track-event layer's hot path: writes the packet `prefix[1..=n]` (`n = prefix[0]`,
-    /// at most 31) followed by the varint `value` (below [`Self::FAST_DELTA_LIMIT`]), if it goes
-    /// straight into the current chunk: nothing pending (as for
-    /// [`write_small_packet`](Self::write_small_packet)), the sequence's incremental state in
-    /// sync ([`mark_synced`](Self::mark_synced)), and room for 40 bytes. Returns false
-    /// otherwise, having written nothing: the caller takes its slow path, which sorts out
+    /// below `N`) followed by the varint `value` (below [`Self::FAST_DELTA_LIMIT`]), if it
+    /// goes straight into the current chunk ([`can_write_event`](Self::can_write_event)), and
+    /// runs `accepted` once that is settled, before the bytes are written (the caller updates
+    /// its clock there: nothing of its own stays in registers across the writes). Returns
+    /// false otherwise, having written nothing: the caller takes its slow path, which sorts out
     /// whatever stopped this one.
-    ///
-    /// Three fixed-size stores straight into the chunk, nothing built on the stack and read
-    /// back: the one-byte fragment header, the 31 bytes after `prefix[0]` (two vector moves)
-    /// and the varint's 8-byte word; each advances the write position by its real length, so
-    /// the bytes past the packet land in free space that the next write overwrites.
     #[inline(always)]
-    pub(crate) fn try_write_event(&mut self, prefix: &[u8; 32], value: u64) -> bool {
-        let core = self.stream.delegate();
-        if core.flags.0 != Flags::INFLATED
-            || core.flush_seen != core.arbiter.flush_generation()
-            || self.stream.bytes_available() < 40
-            || value >= Self::FAST_DELTA_LIMIT
-        {
+    pub(crate) fn try_write_event<const N: usize>(
+        &mut self,
+        prefix: &[u8; N],
+        value: u64,
+        accepted: impl FnOnce(),
+    ) -> bool {
+        if !self.can_write_event::<N>(value) {
             return false;
         }
-        let n = (prefix[0] & 31) as usize;
+        accepted();
+        self.write_event(prefix, value);
+        true
+    }
+
+    /// Whether [`write_event`](Self::write_event) can write an event of an `N`-byte prefix
+    /// with the timestamp delta `value` now: nothing pending (as for
+    /// [`write_small_packet`](Self::write_small_packet)), the sequence's incremental state in
+    /// sync ([`mark_synced`](Self::mark_synced)), room for `N + 8` bytes, and `value` below
+    /// [`Self::FAST_DELTA_LIMIT`]. Changes nothing.
+    #[inline(always)]
+    fn can_write_event<const N: usize>(&self, value: u64) -> bool {
+        let core = self.stream.delegate();
+        core.flags.0 == Flags::INFLATED
+            && core.flush_seen == core.arbiter.flush_generation()
+            && self.stream.bytes_available() >= N + 8
+            && value < Self::FAST_DELTA_LIMIT
+    }
+
+    /// Writes the event (see [`try_write_event`](Self::try_write_event)) once
+    /// [`can_write_event`](Self::can_write_event) said yes (so the caller has nothing left to
+    /// check, or to keep in registers, meanwhile). Had it said no, this writes nothing the
+    /// chunk has no room for (protozero checks every store) and counts no packet.
+    ///
+    /// Fixed-size stores straight into the chunk, nothing built on the stack and read back:
+    /// the `N` prefix bytes (the first one fixed into the packet's one-byte fragment header) as
+    /// words, then the varint's 8-byte word; each advances the write position by its real
+    /// length, so the bytes past the packet land in free space that the next write overwrites.
+    #[inline(always)]
+    fn write_event<const N: usize>(&mut self, prefix: &[u8; N], value: u64) {
+        const { assert!(N % 8 == 0 && N <= 128) };
+        debug_assert!((prefix[0] as usize) < N && self.can_write_event::<N>(value));
+        let n = (prefix[0] as usize).min(N - 1);
         let (varint, varint_len) = varint3_le(value);
-        let body: &[u8; 31] = prefix[1..].try_into().unwrap_or(&[0; 31]);
-        // All fit: 40 bytes are available, and the three blocks take 1 + 31 + 8 at most,
-        // advancing by 1 + n + varint_len <= 35.
-        let whole = self
-            .stream
-            .try_write_block_prefix(&[(n + varint_len) as u8], 1)
-            && self.stream.try_write_block_prefix(body, n)
+        // The prefix as words, its first byte (the packet's one-byte fragment header) grown by
+        // the varint's length with one add (no carry: n + 3 < 256): the compiler keeps them in
+        // registers and stores them straight into the chunk.
+        let mut block = [0u8; N];
+        for (i, (dst, src)) in block
+            .chunks_exact_mut(8)
+            .zip(prefix.chunks_exact(8))
+            .enumerate()
+        {
+            let mut word = u64::from_le_bytes(src.try_into().unwrap_or([0; 8]));
+            if i == 0 {
+                word += varint_len as u64;
+            }
+            dst.copy_from_slice(&word.to_le_bytes());
+        }
+        // Both fit after `can_write_event`: `N + 8` bytes are available, the first call takes
+        // `N` and keeps `n + 1 <= N`.
+        if self.stream.try_write_block_prefix(&block, n + 1)
             && self
                 .stream
-                .try_write_block_prefix(&varint.to_le_bytes(), varint_len);
-        debug_assert!(whole);
-        self.small_packet_written();
-        true
+                .try_write_block_prefix(&varint.to_le_bytes(), varint_len)
+        {
+            self.small_packet_written();
+        }
     }
 
     /// Bookkeeping after a packet written whole by a fast path: counted, finished (its end is
@@ -1072,7 +1119,15 @@ impl TraceWriter {
         let core = self.stream.delegate_mut();
         core.stats.packets += 1;
         core.data_end = end;
-        core.bump_count();
+        // `bump_count`, with the maximum's test only where the count changed (it cannot fail:
+        // the writer switches chunks at the maximum).
+        if let Some(count) = core
+            .cur
+            .as_mut()
+            .and_then(|chunk| chunk.increment_packet_count().ok())
+        {
+            core.count = count;
+        }
         // The count now covers the next packet too: above the maximum, this one was the last.
         if core.count > MAX_WRITER_PACKET_COUNT {
             core.flags.set(Flags::NEED_SWITCH, true);
