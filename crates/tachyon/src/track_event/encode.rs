@@ -269,7 +269,7 @@ pub(crate) const SLICE_END: Template = {
 };
 
 /// [`SLICE_END`]'s first 8 bytes: the whole template (7 packet bytes after the count), for
-/// the fast path's smaller copy.
+/// the fast path's two-word write (`TraceWriter::try_write_short_event`).
 pub(crate) const SLICE_END_PREFIX: [u8; 8] = {
     let mut p = [0u8; 8];
     let mut i = 0;
@@ -277,7 +277,7 @@ pub(crate) const SLICE_END_PREFIX: [u8; 8] = {
         p[i] = SLICE_END.bytes[i];
         i += 1;
     }
-    assert!(SLICE_END.bytes[0] < 8);
+    assert!(SLICE_END.bytes[0] == 7);
     p
 };
 

@@ -414,14 +414,14 @@ impl ThreadState {
         };
     }
 
-    /// Writes the event of `template` at `ts` through the writer's fast path; false (nothing
-    /// written) if it is not available.
+    /// Writes a slice end at `ts` through the writer's fast path; false (nothing written) if it
+    /// is not available.
     #[inline(always)]
-    fn try_write_event<const N: usize>(&mut self, prefix: &[u8; N], ts: u64, delta: u64) -> bool {
+    fn try_write_slice_end(&mut self, ts: u64, delta: u64) -> bool {
         let last_ts = &mut self.last_ts;
-        self.writer
-            .as_mut()
-            .is_some_and(|w| w.try_write_event(prefix, delta, || *last_ts = ts))
+        self.writer.as_mut().is_some_and(|w| {
+            w.try_write_short_event(&encode::SLICE_END_PREFIX, delta, || *last_ts = ts)
+        })
     }
 
     // === The three hot events ===
@@ -480,10 +480,7 @@ impl ThreadState {
     #[inline(always)]
     fn slice_end_fast(&mut self, session: u32, ts: u64) -> bool {
         match self.fast_delta(ts) {
-            Some(delta) => {
-                session_of(self.epoch) == session
-                    && self.try_write_event(&encode::SLICE_END_PREFIX, ts, delta)
-            }
+            Some(delta) => session_of(self.epoch) == session && self.try_write_slice_end(ts, delta),
             None => false,
         }
     }

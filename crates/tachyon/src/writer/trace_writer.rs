@@ -1056,6 +1056,31 @@ impl TraceWriter {
         true
     }
 
+    /// [`try_write_event`](Self::try_write_event) for a packet whose bytes before the delta are
+    /// exactly the 8 of `prefix` (`prefix[0] == 7`, as a slice end's): header, packet and
+    /// varint are two words, written with one fixed-size store pair and one room check.
+    #[inline(always)]
+    pub(crate) fn try_write_short_event(
+        &mut self,
+        prefix: &[u8; 8],
+        value: u64,
+        accepted: impl FnOnce(),
+    ) -> bool {
+        if prefix[0] != 7 || !self.can_write_event::<8>(value) {
+            return false;
+        }
+        accepted();
+        let (varint, varint_len) = varint3_le(value);
+        let mut block = [0u8; 16];
+        block[..8]
+            .copy_from_slice(&(u64::from_le_bytes(*prefix) + varint_len as u64).to_le_bytes());
+        block[8..].copy_from_slice(&varint.to_le_bytes());
+        if self.stream.try_write_block_prefix(&block, 8 + varint_len) {
+            self.small_packet_written();
+        }
+        true
+    }
+
     /// Whether [`write_event`](Self::write_event) can write an event of an `N`-byte prefix
     /// with the timestamp delta `value` now: nothing pending (as for
     /// [`write_small_packet`](Self::write_small_packet)), the sequence's incremental state in
