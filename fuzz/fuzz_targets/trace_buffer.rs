@@ -36,7 +36,7 @@ fuzz_target!(|data: &[u8]| {
                 rest = tail;
                 let num_fragments = (op[6] % 40) as u16;
                 max_packets += num_fragments as u64;
-                buf.copy_chunk(&ChunkToCopy {
+                let chunk = ChunkToCopy {
                     producer: 1,
                     writer: writer_id,
                     chunk_id,
@@ -44,7 +44,13 @@ fuzz_target!(|data: &[u8]| {
                     flags: op[7] & 7,
                     payload,
                     complete: op[0] % 5 == 0,
-                });
+                };
+                // A commit, or a scrape (of a finished chunk too).
+                if op[7] & 8 == 0 {
+                    buf.copy_chunk(&chunk);
+                } else {
+                    buf.copy_scraped_chunk(&chunk);
+                }
             }
             2 => {
                 let offset = u16::from_le_bytes([op[5], op[6]]) as u32;

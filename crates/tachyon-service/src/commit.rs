@@ -165,7 +165,7 @@ pub fn scrape_with(
                 stats.chunks_discarded += 1;
                 continue;
             }
-            buffers[target as usize].copy_chunk(&to_copy(producer.id, &copy));
+            buffers[target as usize].copy_scraped_chunk(&to_copy(producer.id, &copy));
         }
     }
 }

@@ -497,10 +497,14 @@ impl ServiceCore {
         id
     }
 
-    /// Forgets a producer (after a last scrape by the caller).
+    /// Forgets a producer (after a last scrape by the caller): what it wrote is read without
+    /// waiting for commits that will not come.
     pub fn remove_producer(&mut self, id: ProducerId) {
         if self.producers.remove(&id).is_some() {
             self.stats.producers_connected -= 1;
+        }
+        for b in &mut self.buffers {
+            b.producer_gone(id);
         }
     }
 

@@ -151,6 +151,9 @@ struct Record {
     live: bool,
     /// Holds fragments of its sequence's pending packet: evicting it loses that packet.
     pinned: bool,
+    /// Copied by a scrape, and no commit of it came since: the chunks before it may still
+    /// have commits on the way (see [`TraceBuffer::copy_scraped_chunk`]).
+    scraped: bool,
 }
 
 impl Record {
@@ -223,6 +226,9 @@ struct Sequence {
     partial: HashMap<u64, u16>,
     /// Highest extended id of a refused chunk whose packets were counted lost.
     refused_max: Option<u64>,
+    /// Its producer is gone (after a last scrape): nothing more will come, so reads do not
+    /// wait for commits ([`TraceBuffer::producer_gone`]).
+    gone: bool,
 }
 
 impl Sequence {
@@ -302,9 +308,35 @@ impl TraceBuffer {
 
     // === writing ===
 
-    /// Copies a chunk into the buffer (or rewrites the same chunk committed again with more
-    /// fragments). Never fails: what cannot be stored is counted.
+    /// Copies a chunk a producer committed into the buffer (or rewrites the same chunk
+    /// committed again with more fragments, or first scraped). Never fails: what cannot be
+    /// stored is counted.
     pub fn copy_chunk(&mut self, chunk: &ChunkToCopy<'_>) {
+        self.copy(chunk, false);
+    }
+
+    /// Copies a chunk the service scraped out of a producer's shared memory without a commit
+    /// (on flush, stop or disconnect). Unlike a commit, a scraped chunk says nothing of the
+    /// chunks before it: a scrape copies chunks one at a time while the writers go on, so it
+    /// can miss a chunk that had no finished packet yet and then copy the writer's next one
+    /// already finished, while the commit of the one it missed is on its way. So while
+    /// streaming, reading stops at a scraped chunk that does not directly follow what was
+    /// read, until a commit confirms it (or the session ends, or the producer is gone).
+    pub fn copy_scraped_chunk(&mut self, chunk: &ChunkToCopy<'_>) {
+        self.copy(chunk, true);
+    }
+
+    /// Marks `producer` gone: its sequences get nothing more, so reading them never waits for
+    /// a commit again.
+    pub fn producer_gone(&mut self, producer: ProducerId) {
+        for ((p, _), seq) in self.sequences.iter_mut() {
+            if *p == producer {
+                seq.gone = true;
+            }
+        }
+    }
+
+    fn copy(&mut self, chunk: &ChunkToCopy<'_>, scraped: bool) {
         let key = (chunk.producer, chunk.writer);
         if let std::collections::hash_map::Entry::Vacant(e) = self.sequences.entry(key) {
             e.insert(Sequence::default());
@@ -315,13 +347,14 @@ impl TraceBuffer {
 
         // The same chunk again: a scraped chunk now committed for real, or a recommit.
         if let Some(&idx) = seq.chunks.get(&ext) {
-            self.rewrite_chunk(idx, chunk);
+            self.rewrite_chunk(idx, chunk, scraped);
             return;
         }
         let accounted = seq.partial.get(&ext).copied().unwrap_or(0);
         if accounted > 0 && readable_in(chunk) <= accounted {
-            // A scrape (or recommit) that adds nothing to what was already accounted for.
-            if chunk.complete {
+            // A scrape (or recommit) that adds nothing to what was already accounted for. Only
+            // a commit is the last word on the chunk: after a scrape, its commit is to come.
+            if chunk.complete && !scraped {
                 seq.partial.remove(&ext);
             }
             return;
@@ -329,7 +362,7 @@ impl TraceBuffer {
         if seq.last_read_ext.is_some_and(|last| ext <= last) {
             // Too late: the sequence has been read past this chunk.
             self.stats.chunks_committed_out_of_order += 1;
-            self.refuse(key, ext, chunk, accounted);
+            self.refuse(key, ext, chunk, accounted, scraped);
             return;
         }
         if seq.max_ext.is_some_and(|max| ext < max) {
@@ -339,15 +372,15 @@ impl TraceBuffer {
         let size = align_up(chunk.payload.len().max(1));
         if chunk.payload.len() > u32::MAX as usize || size > self.ring.len() {
             self.stats.abi_violations += 1;
-            self.refuse(key, ext, chunk, accounted);
+            self.refuse(key, ext, chunk, accounted, scraped);
             return;
         }
         if self.discarding {
-            self.refuse(key, ext, chunk, accounted);
+            self.refuse(key, ext, chunk, accounted, scraped);
             return;
         }
         let Some(offset) = self.reserve(size) else {
-            self.refuse(key, ext, chunk, accounted);
+            self.refuse(key, ext, chunk, accounted, scraped);
             return;
         };
         self.ring[offset..offset + chunk.payload.len()].copy_from_slice(chunk.payload);
@@ -363,6 +396,7 @@ impl TraceBuffer {
             read_offset: 0,
             live: true,
             pinned: false,
+            scraped,
         };
         let mut rec = rec;
         if accounted > 0 {
@@ -403,7 +437,14 @@ impl TraceBuffer {
     }
 
     /// Counts a chunk the buffer will not store.
-    fn refuse(&mut self, key: SeqKey, ext: u64, chunk: &ChunkToCopy<'_>, accounted: u16) {
+    fn refuse(
+        &mut self,
+        key: SeqKey,
+        ext: u64,
+        chunk: &ChunkToCopy<'_>,
+        accounted: u16,
+        scraped: bool,
+    ) {
         self.stats.chunks_discarded += 1;
         let lost = starts_after(chunk, accounted);
         self.losses.discarded += lost;
@@ -419,15 +460,20 @@ impl TraceBuffer {
                 seq.refused_max = seq.refused_max.max(Some(ext));
             }
         }
-        if chunk.complete {
+        if chunk.complete && !scraped {
             seq.partial.remove(&ext);
         } else {
+            // Its commit (still to come after a scrape) must not count these again.
             seq.partial.insert(ext, readable_in(chunk).max(accounted));
         }
     }
 
-    fn rewrite_chunk(&mut self, idx: RecIdx, chunk: &ChunkToCopy<'_>) {
+    fn rewrite_chunk(&mut self, idx: RecIdx, chunk: &ChunkToCopy<'_>, scraped: bool) {
         let rec = self.slab[idx].as_mut().expect("indexed records exist");
+        if !scraped {
+            // A commit, in order after the sequence's earlier commits.
+            rec.scraped = false;
+        }
         if chunk.payload.len() != rec.payload_len || chunk.num_fragments < rec.num_fragments {
             // A recommit must keep the chunk size and may only add fragments.
             self.stats.abi_violations += 1;
@@ -563,7 +609,7 @@ impl TraceBuffer {
         }
         if rec.live {
             seq.chunks.remove(&rec.ext);
-            if !rec.complete {
+            if rec.scraped || !rec.complete {
                 seq.partial.insert(rec.ext, rec.readable_fragments());
             } else {
                 seq.partial.remove(&rec.ext);
@@ -645,15 +691,19 @@ impl TraceBuffer {
                 return;
             };
             let rec = self.slab[idx].as_ref().expect("indexed records exist");
-            if !rec.complete && !last {
+            // Nothing more comes once the session ends or the producer is gone.
+            let may_wait = !last && !seq.gone;
+            if may_wait && (rec.scraped || !rec.complete) {
                 // A scraped chunk is read while streaming only right after its predecessor. A
                 // scrape copies the chunks one at a time while the writer goes on, so it can
-                // find a writer's next chunk mid-write after passing over the previous one
-                // (still being written then, or finished with its commit not yet processed):
-                // that chunk is coming, and reading past it would lose it.
+                // pass over a writer's chunk (no finished packet yet, or still being written)
+                // and then find the next one, mid-write or finished, while the commit of the
+                // one passed over is on its way: reading past it would lose it. The first
+                // chunk of a sequence follows nothing read: a fresh writer's chunk 0 is the
+                // start, any other waits for a commit.
                 let follows = match seq.last_read_ext {
                     Some(prev) => ext == prev + 1,
-                    None => !rec.flag(FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK),
+                    None => ext as u32 == 0 && !rec.flag(FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK),
                 };
                 if !follows {
                     return;
@@ -670,14 +720,6 @@ impl TraceBuffer {
                     seq.last_read_ext = Some(ext - 1);
                 }
             }
-            // Whether the writer has certainly left this chunk: the next one was committed for
-            // real. A scraped next chunk proves nothing: the writer takes the next chunk before
-            // it hands this one back (it does so to learn whether a packet can continue), so
-            // both can be scraped mid-write, and this one's real commit is still to come.
-            let next_committed = seq
-                .chunks
-                .get(&(ext + 1))
-                .is_some_and(|&n| self.slab[n].as_ref().is_some_and(|r| r.complete));
             self.read_chunk(idx, sink);
             let rec = self.slab[idx].as_ref().expect("indexed records exist");
             if rec.flag(CHUNK_NEEDS_PATCHING) && rec.fragments_read < rec.readable_fragments() {
@@ -692,8 +734,15 @@ impl TraceBuffer {
                 continue;
             }
             let done = rec.fragments_read >= rec.readable_fragments();
-            if !rec.complete && !next_committed && !last {
-                // A scraped chunk: the writer is still in it; more may come in a recommit.
+            if !rec.complete && may_wait {
+                // A scraped chunk: the writer may still be in it, or has left it and its real
+                // commit is still to come (a producer's commits arrive in order, so until then
+                // no later chunk of the sequence was committed either). Nothing proves it is
+                // done before that commit: a later chunk scraped in the Complete state does not
+                // (a scrape copies chunks one at a time while the writer goes on, so it can copy
+                // this one mid-write and the next one finished), and reading past this one
+                // would refuse its commit as late and lose its last packets. If the producer
+                // dies instead, the scrape at its disconnect copies this chunk as it was left.
                 return;
             }
             if !done {
@@ -710,7 +759,8 @@ impl TraceBuffer {
         let rec = self.slab[idx].as_mut().expect("indexed records exist");
         rec.live = false;
         let readable = rec.readable_fragments();
-        let scraped = !rec.complete;
+        // Its commit may still come (after a scrape): remember what was read of it.
+        let scraped = rec.scraped || !rec.complete;
         self.stats.chunks_read += 1;
         let seq = self.sequences.get_mut(&key).expect("exists");
         seq.chunks.remove(&ext);

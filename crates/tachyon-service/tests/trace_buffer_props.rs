@@ -495,6 +495,19 @@ fn copy(buf: &mut TraceBuffer, c: &BuiltChunk, complete: bool) {
     });
 }
 
+/// Copies `c` into the buffer as producer 1's, scraped (`complete`: in the Complete state).
+fn copy_scraped(buf: &mut TraceBuffer, c: &BuiltChunk, complete: bool) {
+    buf.copy_scraped_chunk(&ChunkToCopy {
+        producer: 1,
+        writer: c.writer,
+        chunk_id: c.chunk_id,
+        num_fragments: c.num_fragments,
+        flags: c.flags,
+        payload: &c.payload,
+        complete,
+    });
+}
+
 /// Packets read, as (index, previous_packet_dropped).
 fn read_indices(buf: &mut TraceBuffer, last: bool) -> Vec<(u32, u32)> {
     let mut got = Vec::new();
@@ -565,4 +578,83 @@ fn a_scraped_chunk_is_not_passed_because_its_successor_was_scraped() {
     assert_eq!(indices, (2..written.len() as u32).collect::<Vec<_>>());
     assert!(rest.iter().all(|r| r.1 == 0), "{rest:?}");
     assert_eq!(buf.losses().total(), 0);
+}
+
+/// A scrape copies chunks one at a time while the writer goes on: it can copy a chunk
+/// mid-write and then the writer's next chunk already finished (Complete, its commit not yet
+/// sent). That finished successor proves nothing about the first chunk's last packets, which
+/// arrive with its real commit (regression: reading moved past the first chunk, whose commit
+/// was then refused as late, and its packets after the scrape were lost).
+#[test]
+fn a_scraped_chunk_is_not_passed_because_its_successor_was_scraped_complete() {
+    let plan = WriterPlan {
+        sizes: vec![40, 40, 40, 40, 40, 40],
+        drops: vec![false; 6],
+        chunk_size: 200,
+        patch_every: 0,
+    };
+    let (chunks, written) = build_chunks(1, &plan);
+    assert!(chunks.len() >= 2);
+    let mut buf = TraceBuffer::new(1 << 16, FillPolicy::RingBuffer);
+    copy(&mut buf, &scrape(&chunks[0], 1), false);
+    copy_scraped(&mut buf, &chunks[1], true);
+    // Streaming reads meanwhile: only what was finished in the first chunk when scraped.
+    assert_eq!(read_indices(&mut buf, false), vec![(0, 1)]);
+    assert!(read_indices(&mut buf, false).is_empty());
+    // The first chunk's real commit: the scraped finished second one follows and is read.
+    copy(&mut buf, &chunks[0], true);
+    let mut rest = read_indices(&mut buf, false);
+    // Then the second's commit (commits arrive in order): what was read of it is not read
+    // again, nor refused as late and counted lost.
+    for c in &chunks[1..] {
+        copy(&mut buf, c, true);
+    }
+    rest.extend(read_indices(&mut buf, true));
+    let indices: Vec<u32> = rest.iter().map(|r| r.0).collect();
+    assert_eq!(indices, (1..written.len() as u32).collect::<Vec<_>>());
+    assert!(rest.iter().all(|r| r.1 == 0), "{rest:?}");
+    assert_eq!(buf.losses().total(), 0);
+    assert_eq!(buf.stats().chunks_discarded, 0);
+}
+
+/// The same race with nothing scraped of the chunk passed over (it had no finished packet
+/// yet): the finished next chunk must not be read across the gap while its predecessor's
+/// commit may be on its way; a gap is a loss only once a commit (or the end) says so.
+#[test]
+fn a_gap_before_a_scraped_chunk_is_not_crossed_while_streaming() {
+    let plan = WriterPlan {
+        sizes: vec![40; 16],
+        drops: vec![false; 16],
+        chunk_size: 200,
+        patch_every: 0,
+    };
+    let (chunks, written) = build_chunks(1, &plan);
+    assert!(chunks.len() >= 3);
+    let mut buf = TraceBuffer::new(1 << 16, FillPolicy::RingBuffer);
+    copy(&mut buf, &chunks[0], true);
+    let first = read_indices(&mut buf, false);
+    assert!(!first.is_empty());
+    // Chunk 1 passed over by the scrape, chunk 2 scraped finished.
+    copy_scraped(&mut buf, &chunks[2], true);
+    assert!(read_indices(&mut buf, false).is_empty());
+    for c in &chunks[1..] {
+        copy(&mut buf, c, true);
+    }
+    let rest = read_indices(&mut buf, true);
+    let all: Vec<u32> = first.iter().chain(&rest).map(|r| r.0).collect();
+    assert_eq!(all, (0..written.len() as u32).collect::<Vec<_>>());
+    assert!(rest.iter().all(|r| r.1 == 0), "{rest:?}");
+    assert_eq!(buf.losses().total(), 0);
+    assert_eq!(buf.stats().chunks_discarded, 0);
+
+    // A producer gone after its last scrape: its scraped chunk is read across the gap, which
+    // is a loss then.
+    let mut buf = TraceBuffer::new(1 << 16, FillPolicy::RingBuffer);
+    copy(&mut buf, &chunks[0], true);
+    read_indices(&mut buf, false);
+    copy_scraped(&mut buf, &chunks[2], true);
+    buf.producer_gone(1);
+    let rest = read_indices(&mut buf, false);
+    assert!(!rest.is_empty());
+    assert_ne!(rest[0].1, 0, "the gap is reported: {rest:?}");
 }
