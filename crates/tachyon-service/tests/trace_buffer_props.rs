@@ -482,9 +482,9 @@ fn patched_chunks_committed() -> (Vec<BuiltChunk>, TraceBuffer) {
     (chunks, buf)
 }
 
-/// Copies `c` into the buffer as producer 1's: a real commit (`complete`) or a scrape.
-fn copy(buf: &mut TraceBuffer, c: &BuiltChunk, complete: bool) {
-    buf.copy_chunk(&ChunkToCopy {
+/// `c` as producer 1's chunk, finished (`complete`) or not.
+fn as_copy(c: &BuiltChunk, complete: bool) -> ChunkToCopy<'_> {
+    ChunkToCopy {
         producer: 1,
         writer: c.writer,
         chunk_id: c.chunk_id,
@@ -492,20 +492,17 @@ fn copy(buf: &mut TraceBuffer, c: &BuiltChunk, complete: bool) {
         flags: c.flags,
         payload: &c.payload,
         complete,
-    });
+    }
+}
+
+/// Copies `c` into the buffer as producer 1's: a real commit (`complete`) or a scrape.
+fn copy(buf: &mut TraceBuffer, c: &BuiltChunk, complete: bool) {
+    buf.copy_chunk(&as_copy(c, complete));
 }
 
 /// Copies `c` into the buffer as producer 1's, scraped (`complete`: in the Complete state).
 fn copy_scraped(buf: &mut TraceBuffer, c: &BuiltChunk, complete: bool) {
-    buf.copy_scraped_chunk(&ChunkToCopy {
-        producer: 1,
-        writer: c.writer,
-        chunk_id: c.chunk_id,
-        num_fragments: c.num_fragments,
-        flags: c.flags,
-        payload: &c.payload,
-        complete,
-    });
+    buf.copy_scraped_chunk(&as_copy(c, complete));
 }
 
 /// Packets read, as (index, previous_packet_dropped).
