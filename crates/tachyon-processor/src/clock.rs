@@ -114,6 +114,16 @@ pub(crate) enum Converted {
     Failed,
 }
 
+impl Converted {
+    /// The trace time, if the conversion could be made.
+    pub(crate) fn at(self) -> Option<i64> {
+        match self {
+            Converted::At(ts) => Some(ts),
+            Converted::Later(_) | Converted::Failed => None,
+        }
+    }
+}
+
 /// The accepted snapshots of one set of clocks, in file order.
 #[derive(Debug)]
 struct Series {
@@ -225,16 +235,19 @@ impl ClockTracker {
         for (r, &v) in readings.iter().zip(&ns) {
             let col = self.series[s].column(r.id);
             self.series[s].readings[col].push(v);
-            let info = self.clocks.entry(r.id).or_insert(ClockInfo {
-                unit_ns: 1,
-                incremental: false,
-                last_ns: 0,
-                anchor: (s, row),
-            });
-            info.unit_ns = r.unit_multiplier_ns.max(1).min(i64::MAX as u64) as i64;
-            info.incremental = r.is_incremental;
-            info.last_ns = v;
-            info.anchor = (s, row);
+            self.clocks.insert(
+                r.id,
+                ClockInfo {
+                    unit_ns: r.unit_multiplier_ns.max(1).min(i64::MAX as u64) as i64,
+                    incremental: r.is_incremental,
+                    last_ns: v,
+                    anchor: (s, row),
+                },
+            );
+        }
+        if existing.is_some() {
+            // A set seen before linked its pairs then; links are never removed.
+            return Ok(());
         }
         // The pairs this set connects that no earlier set did.
         let set = &self.series[s].ids;
@@ -285,47 +298,39 @@ impl ClockTracker {
             };
             (v, None)
         };
-        let pending = Pending {
-            clock,
-            value: PendingValue::Ns { ns, anchor },
-        };
-        match self.resolve(pending) {
-            Some(Some(ts)) => Converted::At(ts),
-            Some(None) => Converted::Failed,
-            None => Converted::Later(pending),
-        }
+        self.resolve(clock, ns, anchor)
     }
 
     /// Converts a timestamp left [`Converted::Later`], at the end of the file; `None` if its
     /// clock is still not linked to the trace clock (or the result overflows).
     pub(crate) fn finish(&mut self, pending: Pending) -> Option<i64> {
         match pending.value {
-            PendingValue::Raw(raw) => match self.convert(pending.clock, raw) {
-                Converted::At(ts) => Some(ts),
-                Converted::Later(_) | Converted::Failed => None,
-            },
-            PendingValue::Ns { .. } => self.resolve(pending).flatten(),
+            PendingValue::Raw(raw) => self.convert(pending.clock, raw),
+            PendingValue::Ns { ns, anchor } => self.resolve(pending.clock, ns, anchor),
         }
+        .at()
     }
 
-    /// Walks the path of a reading already in ns: `None` without a path, `Some(None)` on
-    /// overflow.
-    fn resolve(&mut self, pending: Pending) -> Option<Option<i64>> {
-        let PendingValue::Ns { ns, anchor } = pending.value else {
-            return None;
-        };
-        if pending.clock == self.trace_clock {
+    /// Walks the path of a reading of `clock` already in ns (`anchor`: the snapshot that last
+    /// reset an incremental clock): `Later` without a path, `Failed` on overflow.
+    fn resolve(&mut self, clock: ClockId, ns: i64, anchor: Option<(usize, usize)>) -> Converted {
+        if clock == self.trace_clock {
             self.converted = true;
-            return Some(Some(ns));
+            return Converted::At(ns);
         }
-        let path = match self.path_cache.get(&pending.clock) {
+        let path = match self.path_cache.get(&clock) {
             Some(path) => path,
             None => {
-                let path = self.find_path(pending.clock);
-                self.path_cache.entry(pending.clock).or_insert(path)
+                let path = self.find_path(clock);
+                self.path_cache.entry(clock).or_insert(path)
             }
         };
-        let path = path.as_deref()?;
+        let Some(path) = path.as_deref() else {
+            return Converted::Later(Pending {
+                clock,
+                value: PendingValue::Ns { ns, anchor },
+            });
+        };
         self.converted = true;
         let mut ts = ns;
         for (i, hop) in path.iter().enumerate() {
@@ -340,11 +345,11 @@ impl ClockTracker {
                 .checked_sub(src[snap])
                 .and_then(|d| dst[snap].checked_add(d))
             else {
-                return Some(None);
+                return Converted::Failed;
             };
             ts = next;
         }
-        Some(Some(ts))
+        Converted::At(ts)
     }
 
     /// Breadth-first shortest path from `clock` to the trace clock, as hops through the series
@@ -407,10 +412,7 @@ mod tests {
 
     /// The converted value, if the conversion could be made now.
     fn at(c: &mut ClockTracker, clock: ClockId, raw: u64) -> Option<i64> {
-        match c.convert(clock, raw) {
-            Converted::At(ts) => Some(ts),
-            Converted::Later(_) | Converted::Failed => None,
-        }
+        c.convert(clock, raw).at()
     }
 
     fn r(id: ClockId, value: u64) -> ClockReading {
