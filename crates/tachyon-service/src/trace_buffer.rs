@@ -157,6 +157,12 @@ struct Record {
 }
 
 impl Record {
+    /// Its content may still grow or be confirmed by a commit: copied by a scrape (finished or
+    /// mid-write) and not committed since.
+    fn awaits_commit(&self) -> bool {
+        self.scraped || !self.complete
+    }
+
     /// Fragments a reader may look at: a scraped chunk's last one may be unfinished.
     fn readable_fragments(&self) -> u16 {
         if self.complete {
@@ -350,11 +356,13 @@ impl TraceBuffer {
             self.rewrite_chunk(idx, chunk, scraped);
             return;
         }
+        // Only a commit of a finished chunk is the last word on it: after a scrape, its commit
+        // is to come.
+        let is_final = chunk.complete && !scraped;
         let accounted = seq.partial.get(&ext).copied().unwrap_or(0);
         if accounted > 0 && readable_in(chunk) <= accounted {
-            // A scrape (or recommit) that adds nothing to what was already accounted for. Only
-            // a commit is the last word on the chunk: after a scrape, its commit is to come.
-            if chunk.complete && !scraped {
+            // A scrape (or recommit) that adds nothing to what was already accounted for.
+            if is_final {
                 seq.partial.remove(&ext);
             }
             return;
@@ -362,7 +370,7 @@ impl TraceBuffer {
         if seq.last_read_ext.is_some_and(|last| ext <= last) {
             // Too late: the sequence has been read past this chunk.
             self.stats.chunks_committed_out_of_order += 1;
-            self.refuse(key, ext, chunk, accounted, scraped);
+            self.refuse(key, ext, chunk, accounted, is_final);
             return;
         }
         if seq.max_ext.is_some_and(|max| ext < max) {
@@ -372,15 +380,15 @@ impl TraceBuffer {
         let size = align_up(chunk.payload.len().max(1));
         if chunk.payload.len() > u32::MAX as usize || size > self.ring.len() {
             self.stats.abi_violations += 1;
-            self.refuse(key, ext, chunk, accounted, scraped);
+            self.refuse(key, ext, chunk, accounted, is_final);
             return;
         }
         if self.discarding {
-            self.refuse(key, ext, chunk, accounted, scraped);
+            self.refuse(key, ext, chunk, accounted, is_final);
             return;
         }
         let Some(offset) = self.reserve(size) else {
-            self.refuse(key, ext, chunk, accounted, scraped);
+            self.refuse(key, ext, chunk, accounted, is_final);
             return;
         };
         self.ring[offset..offset + chunk.payload.len()].copy_from_slice(chunk.payload);
@@ -443,7 +451,7 @@ impl TraceBuffer {
         ext: u64,
         chunk: &ChunkToCopy<'_>,
         accounted: u16,
-        scraped: bool,
+        is_final: bool,
     ) {
         self.stats.chunks_discarded += 1;
         let lost = starts_after(chunk, accounted);
@@ -460,7 +468,7 @@ impl TraceBuffer {
                 seq.refused_max = seq.refused_max.max(Some(ext));
             }
         }
-        if chunk.complete && !scraped {
+        if is_final {
             seq.partial.remove(&ext);
         } else {
             // Its commit (still to come after a scrape) must not count these again.
@@ -609,7 +617,7 @@ impl TraceBuffer {
         }
         if rec.live {
             seq.chunks.remove(&rec.ext);
-            if rec.scraped || !rec.complete {
+            if rec.awaits_commit() {
                 seq.partial.insert(rec.ext, rec.readable_fragments());
             } else {
                 seq.partial.remove(&rec.ext);
@@ -693,7 +701,7 @@ impl TraceBuffer {
             let rec = self.slab[idx].as_ref().expect("indexed records exist");
             // Nothing more comes once the session ends or the producer is gone.
             let may_wait = !last && !seq.gone;
-            if may_wait && (rec.scraped || !rec.complete) {
+            if may_wait && rec.awaits_commit() {
                 // A scraped chunk is read while streaming only right after its predecessor. A
                 // scrape copies the chunks one at a time while the writer goes on, so it can
                 // pass over a writer's chunk (no finished packet yet, or still being written)
@@ -760,7 +768,7 @@ impl TraceBuffer {
         rec.live = false;
         let readable = rec.readable_fragments();
         // Its commit may still come (after a scrape): remember what was read of it.
-        let scraped = rec.scraped || !rec.complete;
+        let scraped = rec.awaits_commit();
         self.stats.chunks_read += 1;
         let seq = self.sequences.get_mut(&key).expect("exists");
         seq.chunks.remove(&ext);
