@@ -172,6 +172,16 @@ struct Running {
     next_poll: Option<Instant>,
 }
 
+/// The running probes among `instances`.
+fn of<'r>(
+    running: &'r mut [Running],
+    instances: &'r [u64],
+) -> impl Iterator<Item = &'r mut Running> {
+    running
+        .iter_mut()
+        .filter(|r| instances.contains(&r.instance))
+}
+
 fn run(arbiter: Arc<SmbArbiter>, commands: Receiver<Command>, events: Sender<Event>) {
     let mut running: Vec<Running> = Vec::new();
     loop {
@@ -215,10 +225,7 @@ fn run(arbiter: Arc<SmbArbiter>, commands: Receiver<Command>, events: Sender<Eve
                 request_id,
                 instances,
             }) => {
-                for r in running
-                    .iter_mut()
-                    .filter(|r| instances.contains(&r.instance))
-                {
+                for r in of(&mut running, &instances) {
                     r.probe.flush(&mut r.writer);
                     r.writer.flush();
                 }
@@ -235,10 +242,7 @@ fn run(arbiter: Arc<SmbArbiter>, commands: Receiver<Command>, events: Sender<Eve
                 });
             }
             Some(Command::Clear { instances }) => {
-                for r in running
-                    .iter_mut()
-                    .filter(|r| instances.contains(&r.instance))
-                {
+                for r in of(&mut running, &instances) {
                     r.probe.clear_incremental_state(&mut r.writer);
                     r.writer.flush();
                 }

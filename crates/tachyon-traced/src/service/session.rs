@@ -552,14 +552,7 @@ impl Service {
         let Some(session) = self.sessions.get(&sid) else {
             return;
         };
-        let mut groups: BTreeMap<Who, Vec<u64>> = BTreeMap::new();
-        for i in session
-            .instances
-            .iter()
-            .filter(|i| !i.stopped && i.handles_clear)
-        {
-            groups.entry(i.who).or_default().push(i.id);
-        }
+        let groups = running_by_who(&session.instances, |i| i.handles_clear);
         for (who, ids) in groups {
             match who {
                 Who::Conn(conn) => {
@@ -585,10 +578,7 @@ impl Service {
         let id = self.next_flush;
         self.next_flush += 1;
         self.stats.flushes_requested += 1;
-        let mut groups: BTreeMap<Who, Vec<u64>> = BTreeMap::new();
-        for i in session.instances.iter().filter(|i| !i.stopped) {
-            groups.entry(i.who).or_default().push(i.id);
-        }
+        let groups = running_by_who(&session.instances, |_| true);
         session.flushes.push(PendingFlush {
             id,
             waiting: groups.keys().copied().collect(),
@@ -875,4 +865,17 @@ fn scrape_into(
             },
             None => fallback,
         });
+}
+
+/// The ids of the instances still running that `pick` selects, by who runs them (one command
+/// per connection, or to the probes thread).
+fn running_by_who(
+    instances: &[Instance],
+    pick: impl Fn(&Instance) -> bool,
+) -> BTreeMap<Who, Vec<u64>> {
+    let mut groups: BTreeMap<Who, Vec<u64>> = BTreeMap::new();
+    for i in instances.iter().filter(|i| !i.stopped && pick(i)) {
+        groups.entry(i.who).or_default().push(i.id);
+    }
+    groups
 }
