@@ -20,7 +20,8 @@
 //! shows the line with a caret under the culprit.
 //!
 //! The schema declares more than Tachyon acts on (so that Perfetto's own configs load): such a
-//! field is accepted, and [`ignored_fields`] names each one set, with its line, for a warning.
+//! field is accepted, and [`parse_trace_config_and_ignored`] names each one set, with its line,
+//! for a warning.
 
 use std::fmt;
 use std::sync::OnceLock;
@@ -35,25 +36,41 @@ static DESCRIPTOR_SET: &[u8] =
 const TRACE_CONFIG: &str = "perfetto.protos.TraceConfig";
 
 /// Parses Perfetto text-format TraceConfig into the encoded message. `origin` names the file in
-/// errors. Empty text (or only comments) is the empty, valid, config.
+/// errors. Empty text (or only comments) is the empty, valid, config. (`tachyon record` uses
+/// [`parse_trace_config_and_ignored`], which also names the fields Tachyon ignores.)
 ///
 /// # Errors
 ///
 /// The first syntax or schema error, with its position.
+#[cfg(test)]
 pub(crate) fn parse_trace_config(
     text: &str,
     origin: &str,
 ) -> Result<Vec<u8>, TraceConfigTextError> {
+    Ok(parse(text, origin)?.encode_to_vec())
+}
+
+/// Parses Perfetto text-format TraceConfig into the encoded message, and names the fields set
+/// that Tachyon does not act on, each once, as `{origin}:{line}: {path}` in the order they
+/// first appear (for warnings). `origin` names the file in errors. Empty text (or only
+/// comments) is the empty, valid, config.
+///
+/// # Errors
+///
+/// The first syntax or schema error, with its position.
+pub(crate) fn parse_trace_config_and_ignored(
+    text: &str,
+    origin: &str,
+) -> Result<(Vec<u8>, Vec<String>), TraceConfigTextError> {
+    let message = parse(text, origin)?;
+    let ignored = ignored_in(&message, text, origin);
+    Ok((message.encode_to_vec(), ignored))
+}
+
+fn parse(text: &str, origin: &str) -> Result<DynamicMessage, TraceConfigTextError> {
     let desc = trace_config_descriptor();
-    match DynamicMessage::parse_text_format(desc.clone(), text) {
-        Ok(message) => Ok(message.encode_to_vec()),
-        Err(e) => Err(TraceConfigTextError::new(
-            text,
-            origin,
-            &e,
-            desc.parent_pool(),
-        )),
-    }
+    DynamicMessage::parse_text_format(desc.clone(), text)
+        .map_err(|e| TraceConfigTextError::new(text, origin, &e, desc.parent_pool()))
 }
 
 /// The fields Tachyon acts on, as paths of field names from the TraceConfig (`x.*`: everything
@@ -89,16 +106,11 @@ fn acted_on(path: &str) -> bool {
     })
 }
 
-/// The fields set in `text` (a config [`parse_trace_config`] accepts) that Tachyon does not act
-/// on, each once, as `{origin}:{line}: {path}` in the order they first appear. Empty when the
-/// text does not parse (the error says more).
-pub(crate) fn ignored_fields(text: &str, origin: &str) -> Vec<String> {
-    let Ok(message) = DynamicMessage::parse_text_format(trace_config_descriptor().clone(), text)
-    else {
-        return Vec::new();
-    };
+/// The fields set in `message` (parsed from `text`) that Tachyon does not act on, with their
+/// lines (see [`parse_trace_config_and_ignored`]).
+fn ignored_in(message: &DynamicMessage, text: &str, origin: &str) -> Vec<String> {
     let mut paths = Vec::new();
-    collect_ignored(&message, "", &mut paths);
+    collect_ignored(message, "", &mut paths);
     let mut found: Vec<(usize, String)> = paths
         .into_iter()
         .map(|path| {
@@ -177,7 +189,7 @@ fn trace_config_descriptor() -> &'static MessageDescriptor {
 /// under the span, like a compiler diagnostic.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct TraceConfigTextError {
-    /// The file (or other source) name given to [`parse_trace_config`].
+    /// The file (or other source) name given to [`parse_trace_config_and_ignored`].
     pub(crate) origin: String,
     /// 1-based line.
     pub(crate) line: usize,
@@ -383,6 +395,11 @@ mod tests {
     use tachyon_protos::{BuiltinClock, TraceConfigView};
 
     use super::*;
+
+    /// The fields `text` sets that Tachyon ignores.
+    fn ignored_fields(text: &str, origin: &str) -> Vec<String> {
+        parse_trace_config_and_ignored(text, origin).unwrap().1
+    }
 
     fn err(text: &str) -> TraceConfigTextError {
         parse_trace_config(text, "test.pbtxt").expect_err("should not parse")

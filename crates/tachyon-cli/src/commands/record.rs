@@ -17,7 +17,7 @@ use protozero::HeapBuffered;
 use tachyon_protos::{trace_config, TraceConfig, TraceStatsView};
 use tachyon_traced::{Consumer, Daemon, DaemonConfig, DaemonHandle};
 
-use crate::trace_config_text::{ignored_fields, parse_trace_config};
+use crate::trace_config_text::parse_trace_config_and_ignored;
 
 /// Record a trace from the daemon (system mode).
 ///
@@ -108,9 +108,9 @@ fn load_config(path: &Path) -> Result<Vec<u8>, Box<dyn std::error::Error>> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("reading the config {}: {e}", path.display()))?;
     let origin = path.display().to_string();
-    let config = parse_trace_config(&text, &origin)?;
+    let (config, ignored) = parse_trace_config_and_ignored(&text, &origin)?;
     // Perfetto's configs carry fields Tachyon does not act on: accepted, and said so.
-    for field in ignored_fields(&text, &origin) {
+    for field in ignored {
         eprintln!("tachyon record: warning: {field}: not supported by Tachyon, ignored");
     }
     Ok(config)
@@ -302,6 +302,7 @@ fn print_progress(elapsed: Duration, stats: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::trace_config_text::parse_trace_config;
 
     #[test]
     fn durations_parse_with_units() {
