@@ -7,6 +7,17 @@ use protozero::{ContiguousMemoryRange, Delegate, ScatteredStreamWriter};
 /// Poison written over a buffer once it is handed off: any later write into it shows up.
 pub const POISON: u8 = 0xEE;
 
+/// How much of a buffer being left [`EagerDelegate`] asks the writer to carry into the next.
+enum Carry {
+    Nothing,
+    /// All of it.
+    All,
+    /// Its last `n` bytes (at most all).
+    Last(usize),
+    /// A pseudo-random number of its last bytes, from this xorshift state.
+    Random(u64),
+}
+
 /// A delegate with fixed-size buffers that copies each buffer out and poisons it the moment
 /// the writer leaves it, and redirects every open size field in it to a patch slot — so every
 /// size of a message that crosses a buffer boundary must arrive through a patch.
@@ -20,14 +31,8 @@ pub struct EagerDelegate {
     patches: Vec<(usize, usize, *mut [u8; 4])>,
     /// How many patches were requested (for tests asserting that patches happened).
     pub patch_count: usize,
-    /// `Some(state)`: carry a pseudo-random tail of every buffer left into the next
-    /// (`carry_over`), from this xorshift state.
-    carry_rng: Option<u64>,
-    /// Carry everything written into the buffer being left (the writer declines nothing: a
-    /// carry from a buffer's start splits no size field).
-    carry_all: bool,
-    /// Carry this many bytes (at most what was written) every time.
-    carry_last: usize,
+    /// What `carry_over` asks the writer to carry.
+    carry: Carry,
     /// The write pointer the last `carry_over` was given: when the next `get_new_buffer`
     /// leaves the buffer before it, the bytes in between are carried.
     carry_end: *mut u8,
@@ -44,9 +49,7 @@ impl EagerDelegate {
             handed_off: Vec::new(),
             patches: Vec::new(),
             patch_count: 0,
-            carry_rng: None,
-            carry_all: false,
-            carry_last: 0,
+            carry: Carry::Nothing,
             carry_end: std::ptr::null_mut(),
             carried: 0,
         }
@@ -55,24 +58,25 @@ impl EagerDelegate {
     /// Like [`EagerDelegate::new`], but every time the writer leaves a buffer the delegate asks
     /// it to carry its last `n` bytes into the next.
     pub fn carrying_last(size: usize, n: usize) -> Self {
-        let mut d = EagerDelegate::new(size);
-        d.carry_last = n;
-        d
+        EagerDelegate::with_carry(size, Carry::Last(n))
     }
 
     /// Like [`EagerDelegate::new`], but every time the writer leaves a buffer the delegate asks
-    /// it to carry all of it into the next, which grows to hold it.
+    /// it to carry all of it into the next, which grows to hold it (a carry from a buffer's
+    /// start splits no size field, so the writer declines none).
     pub fn carrying_all(size: usize) -> Self {
-        let mut d = EagerDelegate::new(size);
-        d.carry_all = true;
-        d
+        EagerDelegate::with_carry(size, Carry::All)
     }
 
     /// Like [`EagerDelegate::new`], but every time the writer leaves a buffer the delegate asks
     /// it to carry a pseudo-random number of its last bytes (from none to all) into the next.
     pub fn carrying(size: usize, seed: u64) -> Self {
+        EagerDelegate::with_carry(size, Carry::Random(seed | 1))
+    }
+
+    fn with_carry(size: usize, carry: Carry) -> Self {
         let mut d = EagerDelegate::new(size);
-        d.carry_rng = Some(seed | 1);
+        d.carry = carry;
         d
     }
 
@@ -137,19 +141,17 @@ unsafe impl Delegate for EagerDelegate {
         };
         let used = used_end as usize - ptr as usize;
         self.carry_end = used_end;
-        if self.carry_all {
-            return used;
+        match &mut self.carry {
+            Carry::Nothing => 0,
+            Carry::All => used,
+            Carry::Last(n) => (*n).min(used),
+            Carry::Random(state) => {
+                *state ^= *state << 13;
+                *state ^= *state >> 7;
+                *state ^= *state << 17;
+                (*state % (used as u64 + 1)) as usize
+            }
         }
-        if self.carry_last > 0 {
-            return self.carry_last.min(used);
-        }
-        let Some(state) = self.carry_rng.as_mut() else {
-            return 0;
-        };
-        *state ^= *state << 13;
-        *state ^= *state >> 7;
-        *state ^= *state << 17;
-        (*state % (used as u64 + 1)) as usize
     }
 
     fn annotate_patch(&mut self, size_field: *mut u8) -> *mut u8 {
