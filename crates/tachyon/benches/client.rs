@@ -198,9 +198,7 @@ fn ratio(rounds: usize) {
     zones(u64::from(ITERS));
     for _ in 0..rounds {
         let t = Instant::now();
-        for _ in 0..ITERS {
-            let _z = tachyon::zone!("bench zone");
-        }
+        zones(u64::from(ITERS));
         let z = t.elapsed().as_secs_f64() * 1e9 / f64::from(ITERS);
         let t = Instant::now();
         for _ in 0..ITERS {

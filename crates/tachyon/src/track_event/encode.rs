@@ -1,6 +1,7 @@
 //! The SDK's most common packets encoded by hand: templates built once per callsite and
 //! sequence generation, written by
-//! [`TraceWriter::try_write_event`](crate::TraceWriter) (zones, instants) or as a stack block by
+//! [`TraceWriter::try_write_event`](crate::TraceWriter) (slice begins, instants), its
+//! two-word variant `try_write_short_event` (slice ends), or as a stack block by
 //! [`TraceWriter::write_small_packet`](crate::TraceWriter::write_small_packet) (counters).
 //!
 //! Every packet here is what the generated writers would produce for the same fields (the
@@ -75,7 +76,7 @@ pub(crate) const TYPE_INSTANT: u8 = track_event::Type::Instant as u8;
 pub(crate) const TYPE_COUNTER: u8 = track_event::Type::Counter as u8;
 
 /// The bytes of an event that do not change between two occurrences of it on one sequence
-/// (everything but the timestamp, and a counter's value), built once per callsite and
+/// (everything but the timestamp's value, and a counter's value), built once per callsite and
 /// generation by the slow path and kept in the thread's interning table.
 ///
 /// `bytes[0]` is the number `n` of packet bytes that follow; for named events and slice ends

@@ -79,8 +79,8 @@ pub(crate) struct TrackRef<'a> {
     pub(crate) unit: Option<Unit>,
 }
 
-// `repr(C)`: the fields the hot path reads come first, in the struct's first two cache lines
-// (the writer's own are inside it, at its end).
+// `repr(C)`: the fields the hot path reads come first (the writer's own are inside it, at its
+// end).
 #[repr(C)]
 pub(crate) struct ThreadState {
     /// The process's trace clock, copied (it never changes once calibrated): reading it here

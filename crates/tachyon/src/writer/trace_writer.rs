@@ -101,8 +101,10 @@ impl Flags {
     /// The stream hit a protozero error; every later packet is dropped.
     const BROKEN: u8 = 1 << 5;
     /// A packet was lost (or the writer is new) and the owner of the sequence's incremental
-    /// state has not set it up again since ([`TraceWriter::mark_synced`]): only
-    /// [`TraceWriter::try_write_event`] looks at it.
+    /// state has not set it up again since ([`TraceWriter::mark_synced`]): the event fast paths
+    /// ([`TraceWriter::try_write_event`], `try_write_short_event`) refuse while it is set, and
+    /// the track-event layer asks for it ([`TraceWriter::is_synced`]); packets written any
+    /// other way ignore it.
     const UNSYNCED: u8 = 1 << 6;
 
     #[inline(always)]
@@ -185,8 +187,9 @@ impl Drop for Scratch {
 
 /// The writer's state, living inside the protozero stream as its [`Delegate`]. The
 /// [`TraceWriter`] reaches it between protozero calls with `delegate_mut()`.
-// `repr(C)`: what the fast paths touch comes first, in the first cache lines, apart from the
-// arbiter (its flush generation), which must come after every chunk (below).
+// `repr(C)`: what the fast paths touch comes first (the delegate itself sits after protozero's
+// size-field stack in the stream), apart from the arbiter (its flush generation), which must
+// come after every chunk (below).
 #[repr(C)]
 struct ChunkDelegate {
     // The chunks come first: fields drop in declaration order, and a `Chunk<'static>` must not
@@ -200,13 +203,17 @@ struct ChunkDelegate {
     /// End of the last finished fragment in `cur` (where a filler or marker goes).
     data_end: *mut u8,
     flush_seen: u64,
+    /// Here, not with the other settings: an `Option<TraceWriter>` is tested through this
+    /// field's niche on every event.
+    policy: BufferExhaustedPolicy,
     stats: WriterStats,
-    /// The outcome of looking for the next chunk, found early by `annotate_patch` (it must know
-    /// whether the packet will continue before it redirects a size field).
+    /// The outcome of looking for the next chunk for the open packet, found early by
+    /// `carry_over` (to carry the packet into it, see "A packet across chunks" on
+    /// [`TraceWriter`]) or by `annotate_patch` (it must know whether the packet will continue
+    /// before it redirects a size field).
     prefetched: Option<Next>,
-    /// A free chunk acquired ahead of the `get_new_buffer` call that installs it: by
-    /// `TraceWriter::try_make_room` (between packets), or by `carry_over` for the open packet
-    /// (see "A packet across chunks" on [`TraceWriter`]).
+    /// A free chunk `TraceWriter::try_make_room` acquired, installed by the `get_new_buffer`
+    /// call it makes right after (between packets).
     staged: Option<Chunk<'static>>,
     /// The write pointer `carry_over` saw when it asked protozero to carry the open packet
     /// (null: no carry asked).
@@ -228,7 +235,6 @@ struct ChunkDelegate {
     page_hint: usize,
     writer_id: u16,
     target_buffer: u16,
-    policy: BufferExhaustedPolicy,
     scratch: Scratch,
     patches: PatchList,
 }
@@ -478,16 +484,15 @@ impl ChunkDelegate {
 
     /// `carry_over`: asks protozero to carry the open packet whole into the next chunk, when it
     /// started in this chunk after other packets, is at most half a chunk so far (what the
-    /// carry leaves unused in this chunk), and a free chunk is there right now (acquired here
-    /// and staged). Otherwise 0: the packet continues in a new chunk as a fragment, or is
-    /// dropped, as before.
+    /// carry leaves unused in this chunk), and a free chunk is there right now (acquired here,
+    /// kept as `prefetched`). Otherwise 0: the packet continues in a new chunk as a fragment,
+    /// or is dropped, as before (with what was found here).
     #[cold]
     fn carry_packet(&mut self, used_end: *mut u8, min_len: usize) -> usize {
         self.carry_end = ptr::null_mut();
         let header = self.fragment_header;
         if !self.in_packet
             || self.flags.has(Flags::DROPPING)
-            || self.staged.is_some()
             || self.prefetched.is_some()
             || header.is_null()
             || header == self.payload_begin
@@ -503,29 +508,31 @@ impl ChunkDelegate {
         if !self.in_chunk(header, n) || n > room / 2 || n.saturating_add(min_len) > room {
             return 0;
         }
-        // Every chunk of the buffer has this chunk's size (one page layout per arbiter).
-        match self.try_next(1, ChunkFlags::NONE) {
-            Next::Found(chunk) => {
-                self.staged = Some(chunk);
-                self.carry_end = used_end;
-                n
-            }
-            // Waiting hands this chunk back first, and dropping marks the packet in it: both
-            // as for a packet that continues, which looks for the next chunk again.
-            Next::Wait | Next::Drop => 0,
+        // Every chunk of the buffer has this chunk's size (one page layout per arbiter). The
+        // chunk is taken as one that starts with a whole packet.
+        let next = self.try_next(1, ChunkFlags::NONE);
+        let found = matches!(next, Next::Found(_));
+        // No chunk: waiting hands this chunk back first, and dropping marks the packet in it,
+        // both as for a packet that continues (`continue_packet`, with this outcome).
+        self.prefetched = Some(next);
+        if !found {
+            return 0;
         }
+        self.carry_end = used_end;
+        n
     }
 
     /// `get_new_buffer` for the carried packet `used_end..carry_end` (protozero moved its
-    /// write pointer): copies it to the start of the staged chunk, takes it out of the current
-    /// chunk, which goes back between packets, and makes the staged chunk the current one.
+    /// write pointer): copies it to the start of `chunk` (found by `carry_packet`), takes it out
+    /// of the current chunk, which goes back between packets, and makes `chunk` the current
+    /// one.
     fn carry_into(
         &mut self,
         mut chunk: Chunk<'static>,
         used_end: *mut u8,
+        carry_end: *mut u8,
     ) -> ContiguousMemoryRange {
-        let n = self.carry_end as usize - used_end as usize;
-        self.carry_end = ptr::null_mut();
+        let n = carry_end as usize - used_end as usize;
         let to = chunk.payload_ptr();
         if self.in_chunk(used_end, n) && n <= chunk.payload_size() - CHUNK_TAIL_RESERVE {
             // SAFETY: `used_end .. used_end + n` lies in the payload of `cur` (checked above)
@@ -548,22 +555,10 @@ impl ChunkDelegate {
         self.chunk_range(self.payload_begin)
     }
 
-    /// `get_new_buffer` inside a packet: carry it whole into the chunk `carry_packet` staged,
+    /// `get_new_buffer` inside a packet: carry it whole into the chunk `carry_packet` found,
     /// continue it in a new chunk, or drop it.
     #[cold]
     fn continue_packet(&mut self, used_end: *mut u8) -> ContiguousMemoryRange {
-        if let Some(chunk) = self.staged.take() {
-            if used_end == self.fragment_header && !self.carry_end.is_null() {
-                return self.carry_into(chunk, used_end);
-            }
-            // protozero declined the carry (it would have split a size field, which a packet
-            // carried from its fragment header never does): continue in the staged chunk.
-            self.carry_end = ptr::null_mut();
-            let mut chunk = chunk;
-            chunk.set_flags(ChunkFlags::FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK);
-            self.hand_over_continuing(used_end);
-            return self.continue_in(chunk);
-        }
         if self.flags.has(Flags::DROPPING) || self.cur.is_none() {
             // The packet is already lost: go round the scratch chunk again, and try the buffer
             // again at the next packet.
@@ -575,7 +570,17 @@ impl ChunkDelegate {
             None => self.try_next(1, ChunkFlags::FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK),
         };
         match next {
-            Next::Found(chunk) => {
+            Next::Found(mut chunk) => {
+                let carry_end = std::mem::replace(&mut self.carry_end, ptr::null_mut());
+                if !carry_end.is_null() {
+                    if used_end == self.fragment_header {
+                        return self.carry_into(chunk, used_end, carry_end);
+                    }
+                    // protozero declined the carry (it would split a size field, which a carry
+                    // from the fragment header never does): the chunk, taken for a whole
+                    // packet, continues this one.
+                    chunk.set_flags(ChunkFlags::FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK);
+                }
                 self.hand_over_continuing(used_end);
                 self.continue_in(chunk)
             }
@@ -694,9 +699,8 @@ impl ChunkDelegate {
             // In the scratch chunk (or not ours at all): the size is worthless, drop it.
             return ptr::null_mut();
         }
-        // Only a packet that continues in a new chunk needs its sizes: find out now (a chunk
-        // staged for a declined carry is where it continues).
-        if self.prefetched.is_none() && self.staged.is_none() {
+        // Only a packet that continues in a new chunk needs its sizes: find out now.
+        if self.prefetched.is_none() {
             let next = self.try_next(1, ChunkFlags::FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK);
             self.prefetched = Some(next);
         }
@@ -762,9 +766,6 @@ unsafe impl Delegate for ChunkDelegate {
     }
 
     fn carry_over(&mut self, used_end: *mut u8, min_len: usize) -> usize {
-        if !self.in_packet {
-            return 0;
-        }
         self.carry_packet(used_end, min_len)
     }
 }
@@ -1066,7 +1067,8 @@ impl TraceWriter {
         value: u64,
         accepted: impl FnOnce(),
     ) -> bool {
-        if prefix[0] != 7 || !self.can_write_event::<8>(value) {
+        debug_assert_eq!(prefix[0], 7, "a short event's prefix is 7 packet bytes");
+        if !self.can_write_event::<8>(value) {
             return false;
         }
         accepted();
@@ -1106,25 +1108,18 @@ impl TraceWriter {
     /// length, so the bytes past the packet land in free space that the next write overwrites.
     #[inline(always)]
     fn write_event<const N: usize>(&mut self, prefix: &[u8; N], value: u64) {
-        const { assert!(N % 8 == 0 && N <= 128) };
+        const { assert!(N % 8 == 0 && 8 <= N && N <= 128) };
         debug_assert!((prefix[0] as usize) < N && self.can_write_event::<N>(value));
         let n = (prefix[0] as usize).min(N - 1);
         let (varint, varint_len) = varint3_le(value);
         // The prefix as words, its first byte (the packet's one-byte fragment header) grown by
         // the varint's length with one add (no carry: n + 3 < 256): the compiler keeps them in
         // registers and stores them straight into the chunk.
-        let mut block = [0u8; N];
-        for (i, (dst, src)) in block
-            .chunks_exact_mut(8)
-            .zip(prefix.chunks_exact(8))
-            .enumerate()
-        {
-            let mut word = u64::from_le_bytes(src.try_into().unwrap_or([0; 8]));
-            if i == 0 {
-                word += varint_len as u64;
-            }
-            dst.copy_from_slice(&word.to_le_bytes());
-        }
+        // (Written as a copy plus one word: a loop over the words was not inlined into the
+        // callers and cost them a stack frame and a call.)
+        let mut block = *prefix;
+        let head = u64::from_le_bytes(*prefix.first_chunk::<8>().unwrap_or(&[0; 8]));
+        block[..8].copy_from_slice(&(head + varint_len as u64).to_le_bytes());
         // Both fit after `can_write_event`: `N + 8` bytes are available, the first call takes
         // `N` and keeps `n + 1 <= N`.
         if self.stream.try_write_block_prefix(&block, n + 1)
@@ -1144,15 +1139,7 @@ impl TraceWriter {
         let core = self.stream.delegate_mut();
         core.stats.packets += 1;
         core.data_end = end;
-        // `bump_count`, with the maximum's test only where the count changed (it cannot fail:
-        // the writer switches chunks at the maximum).
-        if let Some(count) = core
-            .cur
-            .as_mut()
-            .and_then(|chunk| chunk.increment_packet_count().ok())
-        {
-            core.count = count;
-        }
+        core.bump_count();
         // The count now covers the next packet too: above the maximum, this one was the last.
         if core.count > MAX_WRITER_PACKET_COUNT {
             core.flags.set(Flags::NEED_SWITCH, true);
