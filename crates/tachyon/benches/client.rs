@@ -144,29 +144,48 @@ fn thread_cpu_ns(name: &str) -> Option<u64> {
     None
 }
 
+/// The threads the hot path hands work to: the SDK's drainer (encoding queued events into
+/// packets) and the in-process service (copying committed chunks into the central buffer).
+const HELPERS: [&str; 2] = ["tachyon-drain", "tachyon-service"];
+
+fn helpers_cpu_ns() -> [Option<u64>; 2] {
+    HELPERS.map(thread_cpu_ns)
+}
+
+/// Prints each helper thread's CPU time between `before` and `after`, per event.
+fn report_helpers_cpu(before: [Option<u64>; 2], after: [Option<u64>; 2], events: u64) {
+    for ((name, b), a) in HELPERS.iter().zip(before).zip(after) {
+        match (b, a) {
+            (Some(b), Some(a)) => eprintln!(
+                "{name} thread CPU: {:.2} ns per event",
+                (a - b) as f64 / events as f64
+            ),
+            _ => eprintln!("{name} thread CPU: not measurable here (no such thread, or no schedstat)"),
+        }
+    }
+}
+
 fn service_cpu_per_event() {
     const ZONES: u64 = 2_000_000;
     // A fresh session, so the read-out at its end covers exactly these events.
     start_session();
-    let before = thread_cpu_ns("tachyon-service");
+    let before = helpers_cpu_ns();
     let t = Instant::now();
     for _ in 0..ZONES {
         let _z = tachyon::zone!("bench zone");
     }
     let hot = t.elapsed();
-    // Let the service copy out everything committed (it polls every 2 ms).
+    // Let the drainer encode what is queued and the service copy out everything committed (it
+    // polls every 2 ms).
     std::thread::sleep(Duration::from_millis(50));
-    let after = thread_cpu_ns("tachyon-service");
+    let after = helpers_cpu_ns();
     let events = 2 * ZONES;
-    match (before, after) {
-        (Some(b), Some(a)) => eprintln!(
-            "service thread CPU: {:.2} ns per event ({} events; hot path {:.2} ns per event)",
-            (a - b) as f64 / events as f64,
-            events,
-            hot.as_nanos() as f64 / events as f64
-        ),
-        _ => eprintln!("service thread CPU: not measurable here (no /proc/self/task schedstat)"),
-    }
+    eprintln!(
+        "hot path {:.2} ns per event ({} events)",
+        hot.as_nanos() as f64 / events as f64,
+        events
+    );
+    report_helpers_cpu(before, after, events);
     // The ring buffer is read out when the session stops (on the service thread, while this
     // one waits): validation, trusted fields, the `Trace.packet` records. Per event too.
     let t = Instant::now();
@@ -196,6 +215,8 @@ fn ratio(rounds: usize) {
     let mut ratios = Vec::with_capacity(rounds);
     // Warm-up: the thread's writer, its generation, the callsite interned, caches.
     zones(u64::from(ITERS));
+    std::thread::sleep(Duration::from_millis(50));
+    let before = helpers_cpu_ns();
     for _ in 0..rounds {
         let t = Instant::now();
         zones(u64::from(ITERS));
@@ -211,7 +232,10 @@ fn ratio(rounds: usize) {
         base_ns.push(b);
         ratios.push(z / b);
     }
+    std::thread::sleep(Duration::from_millis(50));
+    let after = helpers_cpu_ns();
     let report = tachyon::shutdown().unwrap().unwrap();
+    report_helpers_cpu(before, after, 2 * u64::from(ITERS) * rounds as u64);
     let sorted = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v

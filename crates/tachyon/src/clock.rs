@@ -89,7 +89,7 @@ pub fn now() -> u64 {
 
 impl Clock {
     /// `CLOCK_BOOTTIME` itself: ticks are nanoseconds.
-    const BOOTTIME: Clock = Clock {
+    pub(crate) const BOOTTIME: Clock = Clock {
         source: Source::Boottime,
         mult: 1 << 32,
         base_ticks: 0,
@@ -122,6 +122,22 @@ impl Clock {
         #[cfg(target_arch = "aarch64")]
         if self.source == Source::Cntvct {
             return Some(self.scale(read_ticks(Source::Cntvct)));
+        }
+        None
+    }
+
+    /// [`ticks`](Self::ticks) when the source is this architecture's counter (read inline);
+    /// `None` for any other source (the caller reads it out of line, keeping its own path
+    /// free of a call and a stack frame).
+    #[inline(always)]
+    pub(crate) fn counter_ticks(&self) -> Option<u64> {
+        #[cfg(target_arch = "x86_64")]
+        if self.source == Source::Tsc {
+            return Some(read_ticks(Source::Tsc));
+        }
+        #[cfg(target_arch = "aarch64")]
+        if self.source == Source::Cntvct {
+            return Some(read_ticks(Source::Cntvct));
         }
         None
     }

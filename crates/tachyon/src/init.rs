@@ -509,8 +509,13 @@ pub fn shutdown() -> io::Result<Option<Report>> {
     // still tracing must reach its state (through an enabled callsite, which takes the slow
     // path once in an ended session) to drop, and so flush, its writer. Disabled callsites
     // would leave it holding the writer, and the stop would wait out its timeout.
+    // Events still queued on threads go to the buffer first; those that race the end of the
+    // session are not recorded, as before the queues. Then the writers of threads that are not
+    // tracing right now flush and drop, so the stop does not wait for their next event.
+    state::drain_all(false);
     global::end_session();
     state::release_thread_writer();
+    state::drain_all(true);
     let stop = session.stop();
     global::disable_callsites();
     drop(slot);

@@ -108,6 +108,8 @@ impl InProcessSession {
         let flush_writers = Box::new(move || {
             if let Some(a) = hook_arbiter.upgrade() {
                 a.request_flush();
+                // Threads that are not tracing now flush too (with their queued events).
+                crate::track_event::state::drain_all(false);
             }
         });
         let hooks = ProducerHooks {
@@ -131,6 +133,7 @@ impl InProcessSession {
     /// lets the service apply what was committed (and stream it, with `write_into_file`).
     pub fn flush(&self) -> bool {
         self.arbiter.request_flush();
+        crate::track_event::state::drain_all(false);
         self.arbiter.drop_thread_writers();
         self.service
             .as_ref()

@@ -272,6 +272,10 @@ impl Shared {
     }
 
     fn stop_data_source(&self, id: u64) {
+        // Queued events reach the writers before the session ends (without this lock: encoding
+        // may commit chunks); then the writers of threads not tracing now flush and drop (see
+        // `state::drain_all`).
+        crate::track_event::state::drain_all(false);
         let mut st = self.lock();
         if st.instance == Some(id) {
             st.instance = None;
@@ -280,6 +284,7 @@ impl Shared {
             drop(st);
             if let Some(a) = &arbiter {
                 a.request_flush();
+                crate::track_event::state::drain_all(true);
                 wait_for_writers(a, STOP_GRACE.min(self.options.stop_timeout));
             }
             // Only this thread installs sessions, so none started during the wait.
@@ -298,6 +303,7 @@ impl Shared {
         if let Some(a) = self.arbiter() {
             if self.is_tracing() {
                 a.request_flush();
+                crate::track_event::state::drain_all(false);
                 std::thread::sleep(FLUSH_GRACE);
             }
         }

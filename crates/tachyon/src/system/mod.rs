@@ -275,12 +275,15 @@ impl SystemSession {
     /// callsite reads disabled, what is queued is sent, and the connection is closed (the
     /// daemon scrapes what idle threads left in their chunks). Never fails.
     pub(crate) fn stop(mut self) -> SystemStop {
+        // As the in-process shutdown: queued events first, idle threads' writers after.
+        crate::track_event::state::drain_all(false);
         let closed = self.shared.close();
         crate::track_event::state::release_thread_writer();
         let mut writers_still_active = 0;
         let mut writers = ArbiterStats::default();
         if let Some(a) = &closed.arbiter {
             a.request_flush();
+            crate::track_event::state::drain_all(true);
             a.drop_thread_writers();
             // Writers still held are dropped (and flush) at their thread's next use.
             a.close();

@@ -33,6 +33,7 @@ mod categories;
 mod encode;
 pub(crate) mod global;
 mod macros;
+mod queue;
 pub(crate) mod state;
 
 use std::borrow::Cow;

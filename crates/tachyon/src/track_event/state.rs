@@ -33,13 +33,16 @@ use std::cell::Cell;
 use std::collections::HashMap;
 use std::ptr;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard, Once};
+use std::time::Duration;
 
 use tachyon_protos::trace_packet::SequenceFlags;
 use tachyon_protos::{counter_descriptor, track_event, TracePacket, TrackDescriptor, TrackEvent};
 
 use super::callsite::{Callsite, CallsiteKind, Enabled, Unit};
-use super::encode::{self, CounterSample, Template};
+use super::encode::{self, CounterSample, Template, TYPE_SLICE_END};
 use super::global::{self, session_of, EPOCH};
+use super::queue::{self, Hot, Record, Slot};
 use crate::clock::{self, Clock, Snapshot, TRACE_CLOCK_ID};
 use crate::writer::TraceWriter;
 
@@ -120,87 +123,126 @@ struct Interned {
     template: Template,
 }
 
+/// A thread's state and its event queue.
+type ThreadSlot = Slot<ThreadState>;
+
+/// The queue is closed: no `EPOCH` value equals this (it would take 2^32 − 1 sessions).
+const CLOSED: u64 = u64::MAX;
+
+/// Every thread's slot, for the drainers ([`drain_all`]).
+static SLOTS: Mutex<Vec<Arc<ThreadSlot>>> = Mutex::new(Vec::new());
+
+fn slots() -> MutexGuard<'static, Vec<Arc<ThreadSlot>>> {
+    SLOTS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 thread_local! {
-    /// This thread's state, when no one is using it. Null before its first use, while it is in
-    /// use (so a nested call, from an argument whose evaluation traces, finds it null and
-    /// records nothing) and once the thread's [`OWNER`] is gone. No destructor: reading it is
-    /// one `%fs`-relative load, without the registration check a `RefCell<Option<Box<_>>>`
-    /// costs, nor a borrow flag.
-    static STATE: Cell<*mut ThreadState> = const { Cell::new(ptr::null_mut()) };
-    /// Owns the state: frees it (its writer flushes) when the thread exits.
+    /// This thread's slot, when nothing on this thread is using it. Null before its first use,
+    /// while it is in use (so a nested call, from an argument whose evaluation traces, or a
+    /// signal handler that traces, finds it null and records nothing) and once the thread's
+    /// [`OWNER`] is gone. No destructor: reading it is one `%fs`-relative load, without the
+    /// registration check a `RefCell<Option<Arc<_>>>` costs, nor a borrow flag.
+    static SLOT: Cell<*const ThreadSlot> = const { Cell::new(ptr::null()) };
+    /// Owns the slot: closes it (the queue drained, the writer flushed) when the thread exits.
     static OWNER: Owner = const {
         Owner {
-            state: Cell::new(ptr::null_mut()),
+            slot: Cell::new(ptr::null()),
             gone: Cell::new(false),
         }
     };
 }
 
-/// The owner of a thread's [`ThreadState`], from its first event to the thread's exit.
+/// The owner of a thread's slot, from its first event to the thread's exit.
 struct Owner {
-    /// From `Box::into_raw`; null before the first event.
-    state: Cell<*mut ThreadState>,
-    /// The state was freed (the thread is exiting): no new one.
+    /// From `Arc::into_raw`; null before the first event.
+    slot: Cell<*const ThreadSlot>,
+    /// The slot was closed (the thread is exiting): no new one.
     gone: Cell<bool>,
 }
 
 impl Drop for Owner {
     fn drop(&mut self) {
         self.gone.set(true);
-        let p = self.state.replace(ptr::null_mut());
-        // First make the state unreachable: events from other thread-local destructors that run
+        let p = self.slot.replace(ptr::null());
+        // First make the slot unreachable: events from other thread-local destructors that run
         // later find nothing.
-        STATE.with(|s| s.set(ptr::null_mut()));
-        if !p.is_null() {
-            // SAFETY: `p` comes from `Box::into_raw` in `with_new_state` and is freed only here,
-            // once. No `&mut` to it is alive: thread-local destructors run after the thread's
-            // code has returned, so no `with_state` call is on this thread's stack, and no
-            // other thread ever sees `p`. `STATE` no longer holds it.
-            drop(unsafe { Box::from_raw(p) });
+        SLOT.with(|s| s.set(ptr::null()));
+        if p.is_null() {
+            return;
         }
+        // SAFETY: `p` comes from `Arc::into_raw` in `with_new_state`, and this is the only
+        // place that takes that reference back, once.
+        let slot = unsafe { Arc::from_raw(p) };
+        {
+            // The last events, then the writer flushes as it drops.
+            let mut st = slot.lock();
+            st.drain(ThreadState::replay);
+            st.writer = None;
+        }
+        slots().retain(|s| !Arc::ptr_eq(s, &slot));
     }
 }
 
-/// Puts the state back in [`STATE`] when a `with_state` call ends (also when it unwinds).
-struct Restore(*mut ThreadState);
+/// Puts the slot back in [`SLOT`] when a `with_state` call ends (also when it unwinds).
+struct Restore(*const ThreadSlot);
 
 impl Drop for Restore {
     #[inline(always)]
     fn drop(&mut self) {
         let p = self.0;
-        STATE.with(|s| s.set(p));
+        SLOT.with(|s| s.set(p));
     }
 }
 
-/// Runs `f` with this thread's state; `None` while the thread is exiting, or when called from
-/// inside `f` (an argument whose evaluation traces): such nested events are not recorded.
+/// Runs `f` with this thread's state, once the events in its queue are encoded; `None` while
+/// the thread is exiting, or when called from inside `f` (an argument whose evaluation
+/// traces): such nested events are not recorded.
 #[inline(always)]
 pub(crate) fn with_state<R>(f: impl FnOnce(&mut ThreadState) -> R) -> Option<R> {
-    let p = STATE.with(|s| s.replace(ptr::null_mut()));
+    let p = SLOT.with(|s| s.replace(ptr::null()));
     if p.is_null() {
         return with_new_state(f);
     }
     let _restore = Restore(p);
-    // SAFETY: a non-null `STATE` is a live `ThreadState` of this thread (from `Box::into_raw`,
-    // freed only by `Owner::drop`, which clears `STATE` first). Taking it out of `STATE` (null
-    // until `_restore` puts it back) makes this the only reference: a nested `with_state` on
-    // this thread finds null and, the owner's state being set, gives up; no other thread can
-    // reach it.
-    Some(f(unsafe { &mut *p }))
+    // SAFETY: a non-null `SLOT` is this thread's slot, kept alive by the `Arc` its `OWNER`
+    // holds (given up only in `Owner::drop`, which clears `SLOT` first).
+    let slot = unsafe { &*p };
+    let mut st = slot.lock();
+    st.drain(ThreadState::replay);
+    let r = f(&mut st);
+    // The queue opens for the epoch the state is current for, if it has a writer there; the
+    // next event that finds `EPOCH` elsewhere comes back here (see `named_event`).
+    let open = st.writer.is_some() && st.epoch == EPOCH.load(Ordering::Relaxed);
+    // SAFETY: this thread owns the slot, and took it out of `SLOT`: no other producer
+    // reference exists on this thread (the hot paths take it from `SLOT` too).
+    let hot = unsafe { &mut slot.producer().hot };
+    hot.epoch = if open { st.epoch } else { CLOSED };
+    hot.session = st.session();
+    Some(r)
 }
 
-/// `with_state` when [`STATE`] is null: creates the state on the thread's first event; `None`
-/// when the state is in use (a nested call) or gone.
+/// `with_state` when [`SLOT`] is null: creates the slot on the thread's first event; `None`
+/// when the slot is in use (a nested call) or gone.
 #[cold]
 #[inline(never)]
 fn with_new_state<R>(f: impl FnOnce(&mut ThreadState) -> R) -> Option<R> {
     let created = OWNER
         .try_with(|o| {
-            if o.gone.get() || !o.state.get().is_null() {
+            if o.gone.get() || !o.slot.get().is_null() {
                 return false;
             }
-            o.state.set(Box::into_raw(ThreadState::new()));
-            STATE.with(|s| s.set(o.state.get()));
+            let state = ThreadState::new();
+            let hot = Hot {
+                epoch: CLOSED,
+                session: 0,
+                clock: state.clock,
+            };
+            let slot = Arc::new(Slot::new(state, hot));
+            slots().push(Arc::clone(&slot));
+            start_drainer();
+            let p = Arc::into_raw(slot);
+            o.slot.set(p);
+            SLOT.with(|s| s.set(p));
             true
         })
         .unwrap_or(false);
@@ -211,128 +253,123 @@ fn with_new_state<R>(f: impl FnOnce(&mut ThreadState) -> R) -> Option<R> {
     }
 }
 
-/// The hot paths' access to this thread's state: [`with_state`] without its slow path. `None`
-/// when the state is not there (not created yet, in use by a `with_state` further up the
-/// stack, or gone): the caller's slow path, through `with_state`, sorts that out. The state
-/// is taken out of [`STATE`] while `f` runs, as `with_state` does: nothing that interrupts `f`
-/// on this thread (a signal handler that traces) can reach it meanwhile.
-#[inline(always)]
-fn with_hot_state<R>(f: impl FnOnce(&mut ThreadState) -> R) -> Option<R> {
-    let p = STATE.with(|s| s.replace(ptr::null_mut()));
-    if p.is_null() {
-        return None;
+/// Encodes the events queued on every thread that is not busy with its state (a busy thread
+/// does it itself when it lets go), and flushes the writers a flush request is pending for; with
+/// `stopping`, drops the writers of a session that ended. The flush and stop paths call it,
+/// and the drainer thread between them, so that a thread's events reach the buffer while it
+/// sleeps. Returns the number of events encoded.
+pub(crate) fn drain_all(stopping: bool) -> usize {
+    let all: Vec<Arc<ThreadSlot>> = slots().clone();
+    let mut n = 0;
+    for slot in &all {
+        if !stopping && slot.pending() == 0 {
+            continue;
+        }
+        let Some(mut st) = slot.try_lock() else {
+            continue;
+        };
+        n += st.drain(ThreadState::replay);
+        if stopping && session_of(st.epoch) != session_of(EPOCH.load(Ordering::Relaxed)) {
+            st.writer = None;
+        }
+        if let Some(w) = st.writer.as_mut() {
+            w.flush_if_requested();
+        }
     }
-    let _restore = Restore(p);
-    // SAFETY: as in `with_state`: a non-null `STATE` is a live `ThreadState` of this thread,
-    // and taking it out of `STATE` (until `_restore` puts it back) makes this the only
-    // reference.
-    Some(f(unsafe { &mut *p }))
+    n
 }
 
-/// What a hot path's first look at the state found.
-enum Hot<R> {
-    /// Written (with the path's result).
-    Done(R),
-    /// Not written: the slow path, at this time.
-    Slow(u64),
-    /// The clock is not this architecture's counter: the path that calls it.
-    OtherClock,
+/// The drainer's pace: after a pass that found fewer events than this, it sleeps
+/// [`DRAIN_NAP`] (a thread filling its queue at full speed, one event per ~20 ns, adds about a
+/// quarter of it meanwhile); after a larger one it goes round again at once.
+const DRAIN_BUSY: usize = queue::CAPACITY / 8;
+const DRAIN_NAP: Duration = Duration::from_micros(100);
+/// With no session, the drainer looks this often (a session's start does not wake it: the
+/// first events wait at most this long in their queue, which holds them).
+const DRAIN_IDLE: Duration = Duration::from_millis(20);
+
+/// Starts the drainer thread once: it encodes the queued events of every thread while a
+/// session runs, so that the threads themselves only queue them (Tracy's design), and flushes
+/// the writers of threads that sleep when a flush is requested.
+fn start_drainer() {
+    static STARTED: Once = Once::new();
+    STARTED.call_once(|| {
+        let spawned = std::thread::Builder::new()
+            .name("tachyon-drain".into())
+            .spawn(|| loop {
+                if EPOCH.load(Ordering::Relaxed) == 0 {
+                    std::thread::sleep(DRAIN_IDLE);
+                } else if drain_all(false) < DRAIN_BUSY {
+                    std::thread::sleep(DRAIN_NAP);
+                }
+            });
+        // Without the thread (no resources for one), threads drain their own queues when
+        // full, and flushes and stops drain the rest: slower, nothing lost.
+        drop(spawned);
+    });
 }
 
 /// A slice begin (`TY` = `TYPE_SLICE_BEGIN`) or an instant (`TYPE_INSTANT`) of an enabled
 /// static callsite without arguments on this thread, now; the session it went to (0: none).
-/// One call from the macro: the fast path inline here, everything else behind a tail call.
-/// With the counter clock the fast path calls nothing, and keeps so little in registers (the
-/// callsite; its id is loaded again, it never changes once assigned) that it needs no stack
-/// frame.
-#[inline(never)]
+/// One call from the macro: the record pushed on the thread's queue, the counter read inline
+/// (with another clock source, one call); everything else behind a tail call.
+#[inline(always)]
 pub(crate) fn named_event<const TY: u8>(cs: &'static Callsite) -> u32 {
-    let hot = with_hot_state(|st| match st.clock.counter_now() {
-        Some(ts) if st.named_event_fast(cs.id(), ts) => Hot::Done(st.session()),
-        Some(ts) => Hot::Slow(ts),
-        None => Hot::OtherClock,
-    });
-    match hot {
-        Some(Hot::Done(session)) => session,
-        Some(Hot::Slow(ts)) => named_event_cold(cs, TY, Some(ts)),
-        Some(Hot::OtherClock) => named_event_other_clock(cs, TY),
-        None => named_event_cold(cs, TY, None),
+    let word = ptr::from_ref(cs).cast::<u8>().map_addr(|a| a | usize::from(TY));
+    if let Some(session) = push(word) {
+        return session;
+    }
+    named_event_cold(cs, TY)
+}
+
+/// A slice end on this thread's track, in `session`, now (as [`named_event`]).
+#[inline(always)]
+pub(crate) fn slice_end(session: u32) {
+    let word = ptr::without_provenance((session as usize) << 2 | usize::from(TYPE_SLICE_END));
+    if push(word).is_none() {
+        slice_end_cold(session);
     }
 }
 
-/// [`named_event`] with a clock that is called (`clock_gettime`).
-#[inline(never)]
-fn named_event_other_clock(cs: &'static Callsite, ty: u8) -> u32 {
-    let ts = match with_hot_state(|st| {
-        let ts = st.clock.now();
-        if st.named_event_fast(cs.id(), ts) {
-            Ok(st.session())
-        } else {
-            Err(ts)
-        }
-    }) {
-        Some(Ok(session)) => return session,
-        Some(Err(ts)) => Some(ts),
-        None => None,
-    };
-    named_event_cold(cs, ty, ts)
+/// Pushes `[word, now]` on this thread's queue if it is open for the current epoch and has
+/// room; the queue's session.
+#[inline(always)]
+fn push(word: *const u8) -> Option<u32> {
+    let p = SLOT.with(|s| s.replace(ptr::null()));
+    if p.is_null() {
+        return None;
+    }
+    let _restore = Restore(p);
+    // SAFETY: as in `with_state`: a non-null `SLOT` is this thread's live slot.
+    let slot = unsafe { &*p };
+    // SAFETY: this thread owns the slot and took it out of `SLOT`, so no other producer
+    // reference is alive on it (nothing that interrupts this thread can reach it meanwhile).
+    unsafe { slot.try_push(word, EPOCH.load(Ordering::Relaxed)) }
 }
 
 #[cold]
 #[inline(never)]
-fn named_event_cold(cs: &'static Callsite, ty: u8, ts: Option<u64>) -> u32 {
+fn named_event_cold(cs: &'static Callsite, ty: u8) -> u32 {
+    let ts = clock::now();
     let en = Enabled { id: cs.id() };
     with_state(|st| {
-        let ts = ts.unwrap_or_else(|| st.clock.now());
         st.named_event_slow(cs, en, ty, ts);
         st.session()
     })
     .unwrap_or(0)
 }
 
-/// A slice end on this thread's track, in `session`, now (as [`named_event`]).
-#[inline(never)]
-pub(crate) fn slice_end(session: u32) {
-    let hot = with_hot_state(|st| match st.clock.counter_now() {
-        Some(ts) if st.slice_end_fast(session, ts) => Hot::Done(()),
-        Some(ts) => Hot::Slow(ts),
-        None => Hot::OtherClock,
-    });
-    match hot {
-        Some(Hot::Done(())) => {}
-        Some(Hot::Slow(ts)) => slice_end_cold(session, Some(ts)),
-        Some(Hot::OtherClock) => slice_end_other_clock(session),
-        None => slice_end_cold(session, None),
-    }
-}
-
-/// [`slice_end`] with a clock that is called.
-#[inline(never)]
-fn slice_end_other_clock(session: u32) {
-    let ts = match with_hot_state(|st| {
-        let ts = st.clock.now();
-        (!st.slice_end_fast(session, ts)).then_some(ts)
-    }) {
-        Some(None) => return,
-        Some(Some(ts)) => Some(ts),
-        None => None,
-    };
-    slice_end_cold(session, ts);
-}
-
 #[cold]
 #[inline(never)]
-fn slice_end_cold(session: u32, ts: Option<u64>) {
-    with_state(|st| {
-        let ts = ts.unwrap_or_else(|| st.clock.now());
-        st.slice_end_slower(session, ts);
-    });
+fn slice_end_cold(session: u32) {
+    let ts = clock::now();
+    with_state(|st| st.slice_end_slower(session, ts));
 }
 
 /// Drops this thread's writer (it flushes): a session that stops does this on its own thread.
 /// Does not create the state.
 pub(crate) fn release_thread_writer() {
-    if STATE.with(|s| s.get()).is_null() {
+    if SLOT.with(|s| s.get()).is_null() {
         return;
     }
     with_state(|s| {
@@ -343,10 +380,10 @@ pub(crate) fn release_thread_writer() {
 
 impl ThreadState {
     #[cold]
-    fn new() -> Box<Self> {
+    fn new() -> Self {
         let tid = current_tid();
         let process = global::process();
-        Box::new(ThreadState {
+        ThreadState {
             clock: *clock::clock(),
             epoch: 0,
             writer: None,
@@ -364,7 +401,7 @@ impl ThreadState {
             tid,
             track_uuid: global::mix64(process.uuid ^ (tid as u64).rotate_left(17)),
             thread_name: std::thread::current().name().map(str::to_owned),
-        })
+        }
     }
 
     /// Whether an event at `ts` may use the sequence's incremental state as it is: same epoch,
@@ -425,6 +462,28 @@ impl ThreadState {
     }
 
     // === The three hot events ===
+
+    /// Encodes one event of the thread's queue (see [`named_event`] and [`slice_end`] for the
+    /// record's word): through the fast path if it can take it, else as the event's slow path
+    /// would have written it at that time.
+    fn replay(&mut self, record: Record) {
+        let ts = self.clock.ticks_to_ns(record.ticks);
+        let ty = (record.word.addr() & 3) as u8;
+        if ty == TYPE_SLICE_END {
+            let session = (record.word.addr() >> 2) as u32;
+            if !self.slice_end_fast(session, ts) {
+                self.slice_end_slower(session, ts);
+            }
+            return;
+        }
+        // SAFETY: a begin's or an instant's word is a `&'static Callsite` (aligned to 8, so its
+        // low bits are free) with the event type in those bits (`named_event`).
+        let cs: &'static Callsite = unsafe { &*record.word.map_addr(|a| a & !3).cast() };
+        let id = cs.id();
+        if !self.named_event_fast(id, ts) {
+            self.named_event_slow(cs, Enabled { id }, ty, ts);
+        }
+    }
 
     /// The fast path of [`named_event`]: the callsite's template at `ts` straight into the
     /// chunk, if the state and the writer allow it (false: nothing written).

@@ -1354,6 +1354,16 @@ impl TraceWriter {
         self.stream.delegate_mut().commit_ready_patches();
     }
 
+    /// [`flush`](Self::flush)es if a flush was requested since the last one (the writer does
+    /// this itself at its next packet; a thread that writes none gets it from the SDK's
+    /// drainer).
+    pub(crate) fn flush_if_requested(&mut self) {
+        let core = self.stream.delegate();
+        if core.arbiter.flush_generation() != core.flush_seen {
+            self.flush();
+        }
+    }
+
     /// The writer id (packet sequence within the producer), 1..=32767.
     pub fn writer_id(&self) -> u16 {
         self.stream.delegate().writer_id

@@ -1,0 +1,351 @@
+//! A thread's event queue: the hot path's half of the SDK, as in Tracy's client. The thread
+//! stores a 16-byte record (what happened, the raw counter reading) and moves on; whoever holds
+//! the slot's lock encodes the records into Perfetto packets later, in order, with the
+//! thread's state: the thread itself on its next slow path or when the queue is full, the
+//! drainer thread while tracing, or a flush or stop.
+//!
+//! A [`Slot`] holds the state (behind a spin lock taken with one compare-and-swap) and a
+//! single-producer single-consumer ring of records:
+//!
+//! - The producer is the owning thread, with no lock: [`Slot::try_push`] writes the record in
+//!   the ring, then publishes its position with a release store (a plain store on x86-64).
+//! - The consumer is whoever holds the lock ([`Guard::drain`]): it reads the records up to the
+//!   published position (acquire) and hands the space back with a release store, which the
+//!   producer loads only when its cached bound runs out.
+//!
+//! This module is the only one that touches the ring's memory and the state's cell.
+
+use std::cell::UnsafeCell;
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+/// One event: what it is (a pointer to its callsite with the event type in the low bits, or a
+/// plain number; see `state.rs`), and the counter's raw reading.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub(crate) struct Record {
+    pub(crate) word: *const u8,
+    pub(crate) ticks: u64,
+}
+
+/// Records per thread (256 KiB, allocated with the thread's state on its first event): a burst
+/// this long never waits for encoding.
+pub(crate) const CAPACITY: usize = 16384;
+
+const _: () = assert!(CAPACITY.is_power_of_two());
+
+/// A value alone on its cache line: the producer's and the consumer's positions do not share
+/// one, so publishing a record does not steal the line the consumer reads from.
+#[repr(align(64))]
+struct Padded<T>(T);
+
+/// The owning thread's side of the ring; only that thread reads or writes it.
+#[repr(C)]
+pub(crate) struct Producer {
+    /// Records written so far (wrapping: the ring index is `pos % CAPACITY`).
+    pos: usize,
+    /// `pos` may grow up to this: the consumer's position, as last read, plus the capacity.
+    limit: usize,
+    /// What `state.rs` keeps beside the ring for its hot path (the epoch the queue is open
+    /// for, the session, the clock).
+    pub(crate) hot: Hot,
+}
+
+/// The hot path's own fields, set by the owner under the lock (see `state.rs`).
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub(crate) struct Hot {
+    /// The `EPOCH` value records are accepted for; 0: none (the thread has no writer, or
+    /// its state has not caught up with the session).
+    pub(crate) epoch: u64,
+    /// The session of `epoch` (what a zone's begin returns).
+    pub(crate) session: u32,
+    /// The clock's source and scale, copied: the hot path reads the counter with it.
+    pub(crate) clock: crate::clock::Clock,
+}
+
+/// A thread's state and its queue; shared (in an `Arc`) between the thread and the drainers.
+pub(crate) struct Slot<S> {
+    lock: AtomicBool,
+    state: UnsafeCell<S>,
+    /// Records consumed.
+    head: Padded<AtomicUsize>,
+    /// Records published.
+    tail: Padded<AtomicUsize>,
+    producer: UnsafeCell<Producer>,
+    /// A fixed-size array: indices masked into it need no bounds check.
+    ring: Box<[UnsafeCell<Record>; CAPACITY]>,
+}
+
+// SAFETY: `state` is only reached through a `Guard`, which exists only while `lock` is held by
+// its creator (an acquire compare-and-swap from false; released with a release store on drop),
+// so one thread at a time has it, and `S: Send` lets it be that thread. `producer` is only
+// reached by the owning thread (`producer`'s contract). The ring's cells are written by the
+// producer only at positions in `tail..head + CAPACITY` and read by the consumer only at
+// positions in `head..tail`, disjoint; `tail`'s release store and acquire load order each
+// record's writes before its reads, and `head`'s order each read before the cell's reuse.
+unsafe impl<S: Send> Sync for Slot<S> {}
+// SAFETY: as above; nothing in the slot is tied to the thread that created it.
+unsafe impl<S: Send> Send for Slot<S> {}
+
+impl<S> Slot<S> {
+    pub(crate) fn new(state: S, hot: Hot) -> Slot<S> {
+        Slot {
+            lock: AtomicBool::new(false),
+            state: UnsafeCell::new(state),
+            head: Padded(AtomicUsize::new(0)),
+            tail: Padded(AtomicUsize::new(0)),
+            producer: UnsafeCell::new(Producer {
+                pos: 0,
+                limit: CAPACITY,
+                hot,
+            }),
+            ring: (0..CAPACITY)
+                .map(|_| {
+                    UnsafeCell::new(Record {
+                        word: std::ptr::null(),
+                        ticks: 0,
+                    })
+                })
+                .collect::<Box<[_]>>()
+                .try_into()
+                .unwrap_or_else(|_| unreachable!("CAPACITY cells")),
+        }
+    }
+
+    /// The producer's side.
+    ///
+    /// # Safety
+    ///
+    /// Only the slot's owning thread calls this, and never while an earlier result is alive:
+    /// the result is the only reference to the producer.
+    #[inline(always)]
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn producer(&self) -> &mut Producer {
+        // SAFETY: the caller's contract: one thread, one reference at a time.
+        unsafe { &mut *self.producer.get() }
+    }
+
+    /// Appends the record of `word` and the counter's reading now, if the queue is open for
+    /// `epoch` (the current `EPOCH`) and has room: the queue's session. Otherwise writes
+    /// nothing.
+    ///
+    /// # Safety
+    ///
+    /// As [`producer`](Self::producer): only the owning thread, with no producer reference
+    /// alive.
+    #[inline(always)]
+    pub(crate) unsafe fn try_push(&self, word: *const u8, epoch: u64) -> Option<u32> {
+        // SAFETY: the caller's contract.
+        let p = unsafe { self.producer() };
+        if p.hot.epoch != epoch || (p.pos == p.limit && !self.refresh(p)) {
+            return None;
+        }
+        let ts = match p.hot.clock.counter_ticks() {
+            Some(ts) => ts,
+            None => ticks_out_of_line(&p.hot.clock),
+        };
+        let pos = p.pos;
+        let cell = &self.ring[pos & (CAPACITY - 1)];
+        // SAFETY: `pos < limit <= head + CAPACITY`, and `pos >= tail` (the producer publishes
+        // only what it wrote): the consumer reads no cell in `tail..head + CAPACITY` (see the
+        // `Sync` impl), so this one is the producer's alone until `tail` passes it.
+        unsafe { cell.get().write(Record { word, ticks: ts }) };
+        // From the local: the record's stores might alias `p.pos` for all the compiler knows,
+        // and reading it back would cost a load.
+        let pos = pos.wrapping_add(1);
+        p.pos = pos;
+        self.tail.0.store(pos, Ordering::Release);
+        Some(p.hot.session)
+    }
+
+    /// Reads the consumer's position again: whether there is room now.
+    #[cold]
+    #[inline(never)]
+    fn refresh(&self, p: &mut Producer) -> bool {
+        p.limit = self.head.0.load(Ordering::Acquire).wrapping_add(CAPACITY);
+        p.pos != p.limit
+    }
+
+    /// Records published and not consumed yet (a hint: the producer may be adding more).
+    pub(crate) fn pending(&self) -> usize {
+        self.tail
+            .0
+            .load(Ordering::Relaxed)
+            .wrapping_sub(self.head.0.load(Ordering::Relaxed))
+    }
+
+    /// The lock, if no one holds it.
+    #[inline]
+    pub(crate) fn try_lock(&self) -> Option<Guard<'_, S>> {
+        self.lock
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+            // Lazily: a guard built and dropped on failure would unlock the holder's lock.
+            .then(|| Guard { slot: self })
+    }
+
+    /// The lock, waiting for it: whoever holds it is draining the queue or writing one event,
+    /// which takes microseconds (a writer stalled on a full buffer waits no longer than its
+    /// policy's timeout).
+    #[inline]
+    pub(crate) fn lock(&self) -> Guard<'_, S> {
+        if let Some(g) = self.try_lock() {
+            return g;
+        }
+        self.lock_slow()
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn lock_slow(&self) -> Guard<'_, S> {
+        let mut spins = 0u32;
+        loop {
+            if !self.lock.load(Ordering::Relaxed) {
+                if let Some(g) = self.try_lock() {
+                    return g;
+                }
+            }
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+/// A clock source other than the architecture's counter (a call to `clock_gettime`).
+#[cold]
+#[inline(never)]
+fn ticks_out_of_line(clock: &crate::clock::Clock) -> u64 {
+    clock.ticks()
+}
+
+/// The slot's lock, held: the state, and the consumer's side of the ring.
+pub(crate) struct Guard<'a, S> {
+    slot: &'a Slot<S>,
+}
+
+impl<S> Guard<'_, S> {
+    /// Hands every published record, in order, with the state, to `f`; the number handed.
+    /// The ring's space is given back to the producer at the end.
+    pub(crate) fn drain(&mut self, mut f: impl FnMut(&mut S, Record)) -> usize {
+        let slot = self.slot;
+        let tail = slot.tail.0.load(Ordering::Acquire);
+        let head = slot.head.0.load(Ordering::Relaxed);
+        let n = tail.wrapping_sub(head);
+        for i in 0..n {
+            let cell = &slot.ring[head.wrapping_add(i) & (CAPACITY - 1)];
+            // SAFETY: the position is in `head..tail`: the producer wrote the record before
+            // its release store of `tail` (loaded above with acquire) and writes this cell
+            // again only after `head` passes it (the store below, after this read). Only the
+            // lock holder consumes, and this guard holds the lock.
+            let record = unsafe { cell.get().read() };
+            // SAFETY: the lock is held (see `deref_mut`).
+            f(unsafe { &mut *slot.state.get() }, record);
+        }
+        slot.head.0.store(tail, Ordering::Release);
+        n
+    }
+}
+
+impl<S> Deref for Guard<'_, S> {
+    type Target = S;
+
+    fn deref(&self) -> &S {
+        // SAFETY: the guard holds the lock: no other reference to the state exists.
+        unsafe { &*self.slot.state.get() }
+    }
+}
+
+impl<S> DerefMut for Guard<'_, S> {
+    fn deref_mut(&mut self) -> &mut S {
+        // SAFETY: the guard holds the lock, and `&mut self` makes this the only reference
+        // through it.
+        unsafe { &mut *self.slot.state.get() }
+    }
+}
+
+impl<S> Drop for Guard<'_, S> {
+    fn drop(&mut self) {
+        self.slot.lock.store(false, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    const EPOCH: u64 = 5 << 32;
+
+    fn hot() -> Hot {
+        Hot {
+            epoch: EPOCH,
+            session: 5,
+            clock: crate::clock::Clock::BOOTTIME,
+        }
+    }
+
+    fn word(i: usize) -> *const u8 {
+        std::ptr::without_provenance(i)
+    }
+
+    #[test]
+    fn records_come_out_in_order_and_the_ring_refuses_when_full() {
+        let slot = Slot::new(Vec::new(), hot());
+        for i in 0..CAPACITY {
+            // SAFETY: this thread owns the slot; no producer reference is alive.
+            assert_eq!(unsafe { slot.try_push(word(i), EPOCH) }, Some(5));
+        }
+        // SAFETY: as above.
+        assert_eq!(unsafe { slot.try_push(word(0), EPOCH) }, None, "full");
+        assert_eq!(slot.pending(), CAPACITY);
+        let mut g = slot.lock();
+        assert!(slot.try_lock().is_none(), "the lock is held");
+        assert!(slot.try_lock().is_none(), "a failed try_lock leaves it held");
+        assert_eq!(g.drain(|v: &mut Vec<usize>, r| v.push(r.word.addr())), CAPACITY);
+        assert_eq!(*g, (0..CAPACITY).collect::<Vec<_>>());
+        drop(g);
+        // SAFETY: as above.
+        assert_eq!(unsafe { slot.try_push(word(1), EPOCH + 1) }, None, "closed");
+        // SAFETY: as above.
+        assert_eq!(unsafe { slot.try_push(word(7), EPOCH) }, Some(5), "room again");
+        assert_eq!(slot.lock().drain(|_, r| assert_eq!(r.word.addr(), 7)), 1);
+    }
+
+    /// A producer thread and a consumer thread that drains whenever it gets the lock: every
+    /// record arrives once, in order, across many wraps of the ring.
+    #[test]
+    fn a_concurrent_consumer_sees_every_record_once_in_order() {
+        let n = if cfg!(miri) { 300 } else { 200_000 };
+        let slot = Arc::new(Slot::new(0usize, hot()));
+        let consumer = {
+            let slot = Arc::clone(&slot);
+            std::thread::spawn(move || loop {
+                if let Some(mut g) = slot.try_lock() {
+                    g.drain(|seen, r| {
+                        assert_eq!(r.word.addr(), *seen);
+                        *seen += 1;
+                    });
+                    if *g == n {
+                        return;
+                    }
+                }
+                std::thread::yield_now();
+            })
+        };
+        let mut i = 0;
+        while i < n {
+            // SAFETY: this thread is the slot's only producer; no producer reference is alive.
+            if unsafe { slot.try_push(word(i), EPOCH) }.is_some() {
+                i += 1;
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        consumer.join().unwrap();
+    }
+}
