@@ -51,7 +51,8 @@ use tachyon_service::{BufferSpec, DataSourceSpec, FillPolicy, SessionConfig};
 use crate::session::{InProcessSession, SessionOptions};
 use crate::system::{SystemOptions, SystemReport, SystemSession};
 use crate::track_event::global::{self, SessionHandle};
-use crate::track_event::{state, CategoryFilter};
+use crate::track_event::state::{self, Drain};
+use crate::track_event::CategoryFilter;
 use crate::writer::{ArbiterConfig, ArbiterStats, BufferExhaustedPolicy};
 use crate::PageSize;
 
@@ -512,10 +513,10 @@ pub fn shutdown() -> io::Result<Option<Report>> {
     // Events still queued on threads go to the buffer first; those that race the end of the
     // session are not recorded, as before the queues. Then the writers of threads that are not
     // tracing right now flush and drop, so the stop does not wait for their next event.
-    state::drain_all(false);
+    state::drain_all(Drain::FlushAll);
     global::end_session();
     state::release_thread_writer();
-    state::drain_all(true);
+    state::drain_all(Drain::Release);
     let stop = session.stop();
     global::disable_callsites();
     drop(slot);

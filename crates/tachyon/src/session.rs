@@ -19,6 +19,7 @@ use tachyon_service::{
     CommitSource, InProcessService, ProducerHooks, ProducerIdentity, SessionConfig,
 };
 
+use crate::track_event::state::{drain_all, Drain};
 use crate::writer::{commit_channel, ArbiterConfig, CommitReceiver, SmbArbiter};
 
 impl CommitSource for CommitReceiver {
@@ -109,7 +110,7 @@ impl InProcessSession {
             if let Some(a) = hook_arbiter.upgrade() {
                 a.request_flush();
                 // Threads that are not tracing now flush too (with their queued events).
-                crate::track_event::state::drain_all(false);
+                drain_all(Drain::Flush);
             }
         });
         let hooks = ProducerHooks {
@@ -133,7 +134,7 @@ impl InProcessSession {
     /// lets the service apply what was committed (and stream it, with `write_into_file`).
     pub fn flush(&self) -> bool {
         self.arbiter.request_flush();
-        crate::track_event::state::drain_all(false);
+        drain_all(Drain::FlushAll);
         self.arbiter.drop_thread_writers();
         self.service
             .as_ref()

@@ -894,6 +894,72 @@ fn events_inside_argument_expressions_are_dropped() {
     assert!(m.events.iter().all(|e| e.kind != Kind::Counter));
 }
 
+/// Zones and instants without arguments are queued on their thread and encoded later
+/// (`queue.rs`), events with arguments are written at once: on the thread's track they come out
+/// in the order they happened.
+#[test]
+fn queued_and_direct_events_keep_their_order() {
+    let _l = lock();
+    let run = record(Config::in_memory(), || {
+        for i in 0..3 {
+            let _a = tachyon::zone!("a");
+            tachyon::instant!("i");
+            {
+                let _b = tachyon::zone!("b", n = i);
+                tachyon::instant!("j");
+            }
+            tachyon::instant!("k", n = i);
+        }
+    });
+    let m = &run.model;
+    let expected: Vec<String> = (0..3)
+        .flat_map(|i| {
+            [
+                "B a".to_owned(),
+                "I i".to_owned(),
+                format!("B b {{n=Int({i})}}"),
+                "I j".to_owned(),
+                "E".to_owned(),
+                format!("I k {{n=Int({i})}}"),
+                "E".to_owned(),
+            ]
+        })
+        .collect();
+    assert_eq!(shown(&m.on_track(m.thread_track(tid()))), expected);
+}
+
+/// A thread that queued events and then sleeps through the end of the session: its events are
+/// in the trace, and the stop did not wait for its writer (`record` checks that no writer was
+/// left active).
+#[test]
+fn a_sleeping_threads_queued_events_reach_the_trace() {
+    let _l = lock();
+    let (wake, sleep) = std::sync::mpsc::channel::<()>();
+    let (send_tid, sleeper_tid) = std::sync::mpsc::channel();
+    let (mut sleeper, mut sleeper_tid_value) = (None, 0);
+    let run = record(Config::in_memory(), || {
+        sleeper = Some(std::thread::spawn(move || {
+            for _ in 0..1000 {
+                let _z = tachyon::zone!("queued");
+                tachyon::instant!("queued instant");
+            }
+            send_tid.send(tid()).unwrap();
+            let _ = sleep.recv();
+        }));
+        sleeper_tid_value = sleeper_tid.recv().unwrap();
+    });
+    wake.send(()).unwrap();
+    sleeper.unwrap().join().unwrap();
+    let m = &run.model;
+    let events = shown(&m.on_track(m.thread_track(sleeper_tid_value)));
+    let count = |s: &str| events.iter().filter(|e| *e == s).count();
+    assert_eq!(
+        (count("B queued"), count("I queued instant"), count("E")),
+        (1000, 1000, 1000)
+    );
+    assert_eq!(events.len(), 3000);
+}
+
 /// Ten copies of its tokens.
 macro_rules! x10 {
     ($($t:tt)*) => { $($t)* $($t)* $($t)* $($t)* $($t)* $($t)* $($t)* $($t)* $($t)* $($t)* };

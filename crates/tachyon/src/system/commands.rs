@@ -17,6 +17,7 @@ use super::outbox::{notify_stopped, DaemonCommitSink, Outbox, Outgoing};
 use super::smb::DaemonSmb;
 use super::SystemOptions;
 use crate::track_event::global::{self, SessionHandle};
+use crate::track_event::state::{drain_all, Drain};
 use crate::track_event::CategoryFilter;
 use crate::writer::{ArbiterConfig, SmbArbiter};
 
@@ -275,7 +276,7 @@ impl Shared {
         // Queued events reach the writers before the session ends (without this lock: encoding
         // may commit chunks); then the writers of threads not tracing now flush and drop (see
         // `state::drain_all`).
-        crate::track_event::state::drain_all(false);
+        drain_all(Drain::FlushAll);
         let mut st = self.lock();
         if st.instance == Some(id) {
             st.instance = None;
@@ -284,7 +285,7 @@ impl Shared {
             drop(st);
             if let Some(a) = &arbiter {
                 a.request_flush();
-                crate::track_event::state::drain_all(true);
+                drain_all(Drain::Release);
                 wait_for_writers(a, STOP_GRACE.min(self.options.stop_timeout));
             }
             // Only this thread installs sessions, so none started during the wait.
@@ -303,7 +304,7 @@ impl Shared {
         if let Some(a) = self.arbiter() {
             if self.is_tracing() {
                 a.request_flush();
-                crate::track_event::state::drain_all(false);
+                drain_all(Drain::FlushAll);
                 std::thread::sleep(FLUSH_GRACE);
             }
         }

@@ -24,6 +24,7 @@ use tachyon_protos::{
 use commands::{io_error, Handshake, RequestIds, Shared};
 use outbox::Outbox;
 
+use crate::track_event::state::{drain_all, Drain};
 use crate::writer::{ArbiterStats, BufferExhaustedPolicy, SmbArbiter};
 
 /// The longest [`start`](crate::start) takes in system mode: connecting, binding and the
@@ -276,14 +277,14 @@ impl SystemSession {
     /// daemon scrapes what idle threads left in their chunks). Never fails.
     pub(crate) fn stop(mut self) -> SystemStop {
         // As the in-process shutdown: queued events first, idle threads' writers after.
-        crate::track_event::state::drain_all(false);
+        drain_all(Drain::FlushAll);
         let closed = self.shared.close();
         crate::track_event::state::release_thread_writer();
         let mut writers_still_active = 0;
         let mut writers = ArbiterStats::default();
         if let Some(a) = &closed.arbiter {
             a.request_flush();
-            crate::track_event::state::drain_all(true);
+            drain_all(Drain::Release);
             a.drop_thread_writers();
             // Writers still held are dropped (and flush) at their thread's next use.
             a.close();

@@ -253,23 +253,46 @@ fn with_new_state<R>(f: impl FnOnce(&mut ThreadState) -> R) -> Option<R> {
     }
 }
 
-/// Encodes the events queued on every thread that is not busy with its state (a busy thread
-/// does it itself when it lets go), and flushes the writers a flush request is pending for; with
-/// `stopping`, drops the writers of a session that ended. The flush and stop paths call it,
-/// and the drainer thread between them, so that a thread's events reach the buffer while it
-/// sleeps. Returns the number of events encoded.
-pub(crate) fn drain_all(stopping: bool) -> usize {
+/// Who drains the queues, and so how ([`drain_all`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Drain {
+    /// The drainer thread's pass: threads with queued events that are not busy with their
+    /// state (a busy thread encodes its queue itself when it lets go).
+    Pass,
+    /// A flush on the service's thread: every thread that is not busy (the service must not
+    /// wait for a thread that may be waiting for the service's room).
+    Flush,
+    /// A flush or stop on a thread that may wait: every thread, waiting for busy ones, so that
+    /// every event queued before the call is encoded when it returns (a stop then ends the
+    /// session: events encoded after that are not recorded).
+    FlushAll,
+    /// After a session ended: as `Flush`, and the writers of threads whose session ended
+    /// flush and drop, so the stop does not wait for those threads' next event.
+    Release,
+}
+
+/// Encodes the events queued on every thread (see [`Drain`] for which), and flushes the
+/// writers a flush request is pending for (the writer does so at its next packet, which a
+/// sleeping thread does not write). Returns the number of events encoded.
+pub(crate) fn drain_all(how: Drain) -> usize {
     let all: Vec<Arc<ThreadSlot>> = slots().clone();
     let mut n = 0;
     for slot in &all {
-        if !stopping && slot.pending() == 0 {
+        if how == Drain::Pass && slot.pending() == 0 {
             continue;
         }
-        let Some(mut st) = slot.try_lock() else {
-            continue;
+        let mut st = if how == Drain::FlushAll {
+            slot.lock()
+        } else {
+            match slot.try_lock() {
+                Some(st) => st,
+                None => continue,
+            }
         };
         n += st.drain(ThreadState::replay);
-        if stopping && session_of(st.epoch) != session_of(EPOCH.load(Ordering::Relaxed)) {
+        if how == Drain::Release
+            && session_of(st.epoch) != session_of(EPOCH.load(Ordering::Relaxed))
+        {
             st.writer = None;
         }
         if let Some(w) = st.writer.as_mut() {
@@ -299,7 +322,7 @@ fn start_drainer() {
             .spawn(|| loop {
                 if EPOCH.load(Ordering::Relaxed) == 0 {
                     std::thread::sleep(DRAIN_IDLE);
-                } else if drain_all(false) < DRAIN_BUSY {
+                } else if drain_all(Drain::Pass) < DRAIN_BUSY {
                     std::thread::sleep(DRAIN_NAP);
                 }
             });
