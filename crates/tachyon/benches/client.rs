@@ -14,9 +14,10 @@
 //! - `client/throughput/two_threads`: two threads each writing zones; one iteration is one
 //!   zone on each thread (4 events), so events/s = 4 / time per iteration.
 //!
-//! After criterion, the bench writes 2M zones on this thread and prints the CPU time the
-//! in-process service thread spent (from `/proc/self/task/*/schedstat`), per event: the work
-//! the hot path hands to another thread (copying chunks into the central buffer), then the
+//! After criterion, the bench writes 2M zones on this thread and prints the CPU time the helper
+//! threads spent meanwhile (from `/proc/self/task/*/schedstat`), per event: the work the hot
+//! path hands to other threads (the SDK's `tachyon-drain` thread encoding the queued events into
+//! packets, the in-process service thread copying chunks into the central buffer), then the
 //! wall time of stopping that session per event: the read-out of the buffer into the trace.
 //!
 //! Run: `cargo bench -p tachyon --bench client`.
@@ -28,9 +29,10 @@
 //! With `TACHYON_CLIENT_RATIO=N` the bench skips criterion too and measures the goal's ratio on
 //! a machine others share: N rounds, each timing 2 000 enabled zones then 2 000 pairs of raw
 //! counter reads (`client/zone/enabled` and `client/baseline/two_timestamps`, the same code)
-//! back to back, and prints per iteration the minimum and median of each, and the median and
-//! quartiles of the per-round ratio. Load that comes and goes hits both halves of a round
-//! alike, which criterion's separate runs cannot promise.
+//! back to back, and prints per iteration the minimum and median of each, the median and
+//! quartiles of the per-round ratio, and the helper threads' CPU per event over the rounds.
+//! Load that comes and goes hits both halves of a round alike, which criterion's separate runs
+//! cannot promise.
 
 use std::hint::black_box;
 use std::sync::{Arc, Barrier};
@@ -160,7 +162,9 @@ fn report_helpers_cpu(before: [Option<u64>; 2], after: [Option<u64>; 2], events:
                 "{name} thread CPU: {:.2} ns per event",
                 (a - b) as f64 / events as f64
             ),
-            _ => eprintln!("{name} thread CPU: not measurable here (no such thread, or no schedstat)"),
+            _ => eprintln!(
+                "{name} thread CPU: not measurable here (no such thread, or no schedstat)"
+            ),
         }
     }
 }

@@ -11,7 +11,7 @@
 //!
 //! # Conversion
 //!
-//! Counter ticks become nanoseconds in the hot path with one 64×64→128-bit multiply and a
+//! Counter ticks become nanoseconds (when an event is encoded) with one 64×64→128-bit multiply and a
 //! shift, from a scale measured once at start-up by a short, bounded calibration against
 //! `CLOCK_BOOTTIME` (at most [`CALIBRATION_BUDGET`]). The result is [`TRACE_CLOCK_ID`], a
 //! clock in nanoseconds that starts equal to BOOTTIME. Because a calibrated counter drifts from
@@ -104,26 +104,11 @@ impl Clock {
     /// Now, in nanoseconds on the trace clock.
     #[inline(always)]
     pub fn now(&self) -> u64 {
-        match self.counter_now() {
-            Some(ns) => ns,
+        // One test of the source (not one to read and another to convert).
+        match self.counter_ticks() {
+            Some(ticks) => self.scale(ticks),
             None => self.ticks_to_ns(read_ticks(self.source)),
         }
-    }
-
-    /// [`now`](Self::now) when the source is this architecture's counter (read inline, no
-    /// call); `None` for any other source. One test of the source (not one to read and
-    /// another to convert): the SDK's hot paths take a call-free path with it.
-    #[inline(always)]
-    pub(crate) fn counter_now(&self) -> Option<u64> {
-        #[cfg(target_arch = "x86_64")]
-        if self.source == Source::Tsc {
-            return Some(self.scale(read_ticks(Source::Tsc)));
-        }
-        #[cfg(target_arch = "aarch64")]
-        if self.source == Source::Cntvct {
-            return Some(self.scale(read_ticks(Source::Cntvct)));
-        }
-        None
     }
 
     /// [`ticks`](Self::ticks) when the source is this architecture's counter (read inline);

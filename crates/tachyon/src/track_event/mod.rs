@@ -11,9 +11,13 @@
 //! When enabled, the event goes to this thread's [`TraceWriter`](crate::TraceWriter) (one
 //! packet sequence per thread, see `state.rs`): timestamps are deltas on the sequence's
 //! incremental clock, names and source locations are interned (emitted once per sequence and
-//! generation), and the three common events — a zone with a static name, an instant, a
-//! counter — are encoded on the stack and copied into the chunk in one move (`encode.rs`).
-//! No lock, no allocation on that path.
+//! generation). A zone with a static name and an instant without arguments only queue a
+//! 16-byte record on their thread (`queue.rs`, as Tracy's client does): no lock, no allocation,
+//! no encoding there; the SDK's `tachyon-drain` thread (or the thread itself, when its queue is
+//! full or before its next other event) encodes it later, in order, copying the callsite's
+//! pre-encoded bytes into the chunk (`encode.rs`). Every other event is written at once, under
+//! the thread's own spin lock (one compare-and-swap, contended only while a drainer empties
+//! that thread's queue); counters take the same pre-encoded route. No allocation there either.
 //!
 //! ```
 //! tachyon::start(tachyon::Config::in_memory())?;

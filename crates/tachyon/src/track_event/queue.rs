@@ -293,26 +293,34 @@ mod tests {
         std::ptr::without_provenance(i)
     }
 
+    /// `try_push` from the test's producer thread.
+    fn push<S>(slot: &Slot<S>, i: usize, epoch: u64) -> Option<u32> {
+        // SAFETY: each test pushes from one thread only, and holds no producer reference.
+        unsafe { slot.try_push(word(i), epoch) }
+    }
+
     #[test]
     fn records_come_out_in_order_and_the_ring_refuses_when_full() {
         let slot = Slot::new(Vec::new(), hot());
         for i in 0..CAPACITY {
-            // SAFETY: this thread owns the slot; no producer reference is alive.
-            assert_eq!(unsafe { slot.try_push(word(i), EPOCH) }, Some(5));
+            assert_eq!(push(&slot, i, EPOCH), Some(5));
         }
-        // SAFETY: as above.
-        assert_eq!(unsafe { slot.try_push(word(0), EPOCH) }, None, "full");
+        assert_eq!(push(&slot, 0, EPOCH), None, "full");
         assert_eq!(slot.pending(), CAPACITY);
         let mut g = slot.lock();
         assert!(slot.try_lock().is_none(), "the lock is held");
-        assert!(slot.try_lock().is_none(), "a failed try_lock leaves it held");
-        assert_eq!(g.drain(|v: &mut Vec<usize>, r| v.push(r.word.addr())), CAPACITY);
+        assert!(
+            slot.try_lock().is_none(),
+            "a failed try_lock leaves it held"
+        );
+        assert_eq!(
+            g.drain(|v: &mut Vec<usize>, r| v.push(r.word.addr())),
+            CAPACITY
+        );
         assert_eq!(*g, (0..CAPACITY).collect::<Vec<_>>());
         drop(g);
-        // SAFETY: as above.
-        assert_eq!(unsafe { slot.try_push(word(1), EPOCH + 1) }, None, "closed");
-        // SAFETY: as above.
-        assert_eq!(unsafe { slot.try_push(word(7), EPOCH) }, Some(5), "room again");
+        assert_eq!(push(&slot, 1, EPOCH + 1), None, "closed");
+        assert_eq!(push(&slot, 7, EPOCH), Some(5), "room again");
         assert_eq!(slot.lock().drain(|_, r| assert_eq!(r.word.addr(), 7)), 1);
     }
 
@@ -339,8 +347,7 @@ mod tests {
         };
         let mut i = 0;
         while i < n {
-            // SAFETY: this thread is the slot's only producer; no producer reference is alive.
-            if unsafe { slot.try_push(word(i), EPOCH) }.is_some() {
+            if push(&slot, i, EPOCH).is_some() {
                 i += 1;
             } else {
                 std::thread::yield_now();

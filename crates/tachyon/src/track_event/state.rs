@@ -18,16 +18,16 @@
 //! and clock snapshots events need, are only written when the writer says they will reach the
 //! buffer (`TraceWriter::make_room`), so `packets_dropped` counts lost events, not lost set-up.
 //!
-//! Hot path (a zone's begin or end, an instant): one call from the macro ([`named_event`],
-//! [`slice_end`]), in which one `%fs` load and two stores take the state and put it back (no
-//! borrow flag, no destructor-registration check: see [`with_hot_state`]), the counter is read
-//! and converted with the clock copied into the state (inline: the path calls nothing, and
-//! needs almost no stack frame; another clock source takes a twin path that calls it), the
-//! delta and the snapshot deadline are compared, one relaxed load of the epoch, then
-//! `TraceWriter::try_write_event`: one compare each of the writer's flags, the flush
-//! generation and the room, the callsite's template (24 bytes: three words) and the delta's
-//! varint (at most 3 bytes, no loop) stored straight into the chunk, the count bumped.
-//! Everything else is behind a tail call to a `#[cold]` function.
+//! Hot path (a zone's begin or end, an instant, without arguments): inline in the macro
+//! ([`named_event`], [`slice_end`]), one `%fs` load and two stores take the thread's slot and
+//! put it back (no borrow flag, no destructor-registration check), one relaxed load of the
+//! epoch, then `Slot::try_push` (`queue.rs`): a compare for room, the counter read raw (no
+//! conversion), two stores of the record and the published position. Everything else is behind
+//! a call to a `#[cold]` function. The record is encoded later by whoever holds the slot's
+//! lock ([`ThreadState::replay`]: the `tachyon-drain` thread, [`drain_all`], or this thread
+//! in [`with_state`] before any other event), through the fast path that used to run on the
+//! thread: the callsite's template (24 bytes: three words) and the delta's varint (at most 3
+//! bytes, no loop) stored straight into the chunk, the count bumped.
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -82,7 +82,7 @@ pub(crate) struct TrackRef<'a> {
     pub(crate) unit: Option<Unit>,
 }
 
-// `repr(C)`: the fields the hot path reads come first (the writer's own are inside it, at its
+// `repr(C)`: the fields the fast path of `replay` reads come first (the writer's own are inside it, at its
 // end).
 #[repr(C)]
 pub(crate) struct ThreadState {
@@ -338,7 +338,9 @@ fn start_drainer() {
 /// (with another clock source, one call); everything else behind a tail call.
 #[inline(always)]
 pub(crate) fn named_event<const TY: u8>(cs: &'static Callsite) -> u32 {
-    let word = ptr::from_ref(cs).cast::<u8>().map_addr(|a| a | usize::from(TY));
+    let word = ptr::from_ref(cs)
+        .cast::<u8>()
+        .map_addr(|a| a | usize::from(TY));
     if let Some(session) = push(word) {
         return session;
     }

@@ -1033,7 +1033,8 @@ impl TraceWriter {
         self.write_small_packet_slow(&block[1..=n.min(N - 1)]);
     }
 
-    /// The track-event layer's hot path: writes the packet `prefix[1..=n]` (`n = prefix[0]`,
+    /// The track-event layer's fast path (for the events its threads queue, encoded by whoever
+    /// drains the queue): writes the packet `prefix[1..=n]` (`n = prefix[0]`,
     /// below `N`) followed by the varint `value` (below [`Self::FAST_DELTA_LIMIT`]), if it
     /// goes straight into the current chunk ([`can_write_event`](Self::can_write_event)), and
     /// runs `accepted` once that is settled, before the bytes are written (the caller updates
