@@ -19,7 +19,7 @@ use tachyon_service::{
     CommitSource, InProcessService, ProducerHooks, ProducerIdentity, SessionConfig,
 };
 
-use crate::track_event::state::{drain_all, Drain};
+use crate::track_event::state::{drain_all, request_flush_pass, Drain};
 use crate::writer::{commit_channel, ArbiterConfig, CommitReceiver, SmbArbiter};
 
 impl CommitSource for CommitReceiver {
@@ -109,8 +109,9 @@ impl InProcessSession {
         let flush_writers = Box::new(move || {
             if let Some(a) = hook_arbiter.upgrade() {
                 a.request_flush();
-                // Threads that are not tracing now flush too (with their queued events).
-                drain_all(Drain::Flush);
+                // Threads that are not tracing now flush too (with their queued events), on
+                // the drainer's thread: this one frees the chunks encoding may need.
+                request_flush_pass();
             }
         });
         let hooks = ProducerHooks {

@@ -32,7 +32,7 @@
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::ptr;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Once};
 use std::time::Duration;
 
@@ -259,8 +259,9 @@ pub(crate) enum Drain {
     /// The drainer thread's pass: threads with queued events that are not busy with their
     /// state (a busy thread encodes its queue itself when it lets go).
     Pass,
-    /// A flush on the service's thread: every thread that is not busy (the service must not
-    /// wait for a thread that may be waiting for the service's room).
+    /// A flush the service asked for ([`request_flush_pass`]), made by the drainer thread:
+    /// every thread that is not busy. (Not on the service's thread: encoding may need a chunk
+    /// that only the service frees.)
     Flush,
     /// A flush or stop on a thread that may wait: every thread, waiting for busy ones, so that
     /// every event queued before the call is encoded when it returns (a stop then ends the
@@ -311,6 +312,15 @@ const DRAIN_NAP: Duration = Duration::from_micros(100);
 /// first events wait at most this long in their queue, which holds them).
 const DRAIN_IDLE: Duration = Duration::from_millis(20);
 
+/// Set by [`request_flush_pass`], taken by the drainer thread.
+static FLUSH_PASS: AtomicBool = AtomicBool::new(false);
+
+/// Asks the drainer thread for a [`Drain::Flush`] pass (within [`DRAIN_NAP`] while a session
+/// runs): the service's periodic flush, which must not encode on its own thread.
+pub(crate) fn request_flush_pass() {
+    FLUSH_PASS.store(true, Ordering::Relaxed);
+}
+
 /// Starts the drainer thread once: it encodes the queued events of every thread while a
 /// session runs, so that the threads themselves only queue them (Tracy's design), and flushes
 /// the writers of threads that sleep when a flush is requested.
@@ -320,6 +330,9 @@ fn start_drainer() {
         let spawned = std::thread::Builder::new()
             .name("tachyon-drain".into())
             .spawn(|| loop {
+                if FLUSH_PASS.swap(false, Ordering::Relaxed) {
+                    drain_all(Drain::Flush);
+                }
                 if EPOCH.load(Ordering::Relaxed) == 0 {
                     std::thread::sleep(DRAIN_IDLE);
                 } else if drain_all(Drain::Pass) < DRAIN_BUSY {
