@@ -510,9 +510,10 @@ pub fn shutdown() -> io::Result<Option<Report>> {
     // still tracing must reach its state (through an enabled callsite, which takes the slow
     // path once in an ended session) to drop, and so flush, its writer. Disabled callsites
     // would leave it holding the writer, and the stop would wait out its timeout.
-    // Events still queued on threads go to the buffer first; those that race the end of the
-    // session are not recorded, as before the queues. Then the writers of threads that are not
-    // tracing right now flush and drop, so the stop does not wait for their next event.
+    // Events still queued on threads go to the buffer first. Then the writers of threads that
+    // are not tracing right now encode what they queued meanwhile (into this session's writer:
+    // `ThreadState::replay`), flush and drop, so the stop does not wait for their next event. A
+    // thread busy with an event then drops its writer at its next one, as before the queues.
     state::drain_all(Drain::FlushAll);
     global::end_session();
     state::release_thread_writer();

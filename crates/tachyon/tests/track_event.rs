@@ -960,6 +960,46 @@ fn a_sleeping_threads_queued_events_reach_the_trace() {
     assert_eq!(events.len(), 3000);
 }
 
+/// A thread blocked inside an event's argument expression holds its state: the stop neither
+/// waits for it forever (the argument here waits for the stop itself) nor loses what other
+/// threads queued.
+#[test]
+fn a_stop_does_not_wait_for_a_thread_blocked_in_an_argument() {
+    let _l = lock();
+    let (unblock, blocked) = std::sync::mpsc::channel::<u64>();
+    let (entered, wait_entered) = std::sync::mpsc::channel::<()>();
+    tachyon::start(Config {
+        stop_timeout: std::time::Duration::from_millis(100),
+        ..Config::in_memory()
+    })
+    .expect("start");
+    let thread = std::thread::spawn(move || {
+        tachyon::instant!(
+            "blocked",
+            v = {
+                entered.send(()).unwrap();
+                blocked.recv().unwrap()
+            }
+        );
+    });
+    wait_entered.recv().unwrap();
+    for _ in 0..100 {
+        let _z = tachyon::zone!("queued meanwhile");
+    }
+    let report = tachyon::shutdown()
+        .expect("shutdown")
+        .expect("a session ran");
+    unblock.send(7).unwrap();
+    thread.join().unwrap();
+    let model = Model::read(&report.trace);
+    let queued = model
+        .events
+        .iter()
+        .filter(|e| e.name.as_deref() == Some("queued meanwhile"))
+        .count();
+    assert_eq!(queued, 100);
+}
+
 /// Ten copies of its tokens.
 macro_rules! x10 {
     ($($t:tt)*) => { $($t)* $($t)* $($t)* $($t)* $($t)* $($t)* $($t)* $($t)* $($t)* $($t)* };

@@ -15,9 +15,11 @@
 //!
 //! This module is the only one that touches the ring's memory and the state's cell.
 
+use std::cell::Cell;
 use std::cell::UnsafeCell;
+use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 /// One event: what it is (a pointer to its callsite with the event type in the low bits, or a
 /// plain number; see `state.rs`), and the counter's raw reading.
@@ -64,9 +66,23 @@ pub(crate) struct Hot {
     pub(crate) clock: crate::clock::Clock,
 }
 
+/// Who holds a slot's lock. A drainer waits for another drainer (which runs no user code and
+/// finishes soon) but never for the owner: the owner may be evaluating an event's arguments,
+/// which can block on anything, and while it holds the lock its queue is empty anyway (it
+/// drained it on taking the lock, and pushes nothing until it lets go).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Holder {
+    Owner = 1,
+    Drainer = 2,
+}
+
+const FREE: u8 = 0;
+
 /// A thread's state and its queue; shared (in an `Arc`) between the thread and the drainers.
 pub(crate) struct Slot<S> {
-    lock: AtomicBool,
+    /// [`FREE`] or the [`Holder`].
+    lock: AtomicU8,
     state: UnsafeCell<S>,
     /// Records consumed.
     head: Padded<AtomicUsize>,
@@ -91,7 +107,7 @@ unsafe impl<S: Send> Send for Slot<S> {}
 impl<S> Slot<S> {
     pub(crate) fn new(state: S, hot: Hot) -> Slot<S> {
         Slot {
-            lock: AtomicBool::new(false),
+            lock: AtomicU8::new(FREE),
             state: UnsafeCell::new(state),
             head: Padded(AtomicUsize::new(0)),
             tail: Padded(AtomicUsize::new(0)),
@@ -175,36 +191,50 @@ impl<S> Slot<S> {
             .wrapping_sub(self.head.0.load(Ordering::Relaxed))
     }
 
-    /// The lock, if no one holds it.
+    /// The lock for `by`, if no one holds it.
     #[inline]
-    pub(crate) fn try_lock(&self) -> Option<Guard<'_, S>> {
+    pub(crate) fn try_lock(&self, by: Holder) -> Option<Guard<'_, S>> {
         self.lock
-            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .compare_exchange(FREE, by as u8, Ordering::Acquire, Ordering::Relaxed)
             .is_ok()
             // Lazily: a guard built and dropped on failure would unlock the holder's lock.
-            .then(|| Guard { slot: self })
+            .then(|| Guard {
+                slot: self,
+                _not_sync: PhantomData,
+            })
     }
 
-    /// The lock, waiting for it: whoever holds it is draining the queue or writing one event,
-    /// which takes microseconds (a writer stalled on a full buffer waits no longer than its
-    /// policy's timeout).
+    /// The lock for the owner, waiting for a drainer that holds it (it drains at most
+    /// [`CAPACITY`] records, or waits for a chunk no longer than the writer's policy allows).
     #[inline]
     pub(crate) fn lock(&self) -> Guard<'_, S> {
-        if let Some(g) = self.try_lock() {
+        if let Some(g) = self.try_lock(Holder::Owner) {
             return g;
         }
-        self.lock_slow()
+        self.lock_slow(Holder::Owner)
+            .unwrap_or_else(|| unreachable!("only the owner takes the lock as the owner"))
+    }
+
+    /// The lock for a drainer, waiting for another drainer but not for the owner (see
+    /// [`Holder`]): `None` when the owner holds it.
+    pub(crate) fn lock_unless_owner(&self) -> Option<Guard<'_, S>> {
+        self.try_lock(Holder::Drainer)
+            .or_else(|| self.lock_slow(Holder::Drainer))
     }
 
     #[cold]
     #[inline(never)]
-    fn lock_slow(&self) -> Guard<'_, S> {
+    fn lock_slow(&self, by: Holder) -> Option<Guard<'_, S>> {
         let mut spins = 0u32;
         loop {
-            if !self.lock.load(Ordering::Relaxed) {
-                if let Some(g) = self.try_lock() {
-                    return g;
+            match self.lock.load(Ordering::Relaxed) {
+                FREE => {
+                    if let Some(g) = self.try_lock(by) {
+                        return Some(g);
+                    }
                 }
+                h if h == Holder::Owner as u8 && by == Holder::Drainer => return None,
+                _ => {}
             }
             spins += 1;
             if spins < 64 {
@@ -226,6 +256,8 @@ fn ticks_out_of_line(clock: &crate::clock::Clock) -> u64 {
 /// The slot's lock, held: the state, and the consumer's side of the ring.
 pub(crate) struct Guard<'a, S> {
     slot: &'a Slot<S>,
+    /// Not `Sync`: the guard hands out `&S`, which only `S: Sync` may share between threads.
+    _not_sync: PhantomData<Cell<()>>,
 }
 
 impl<S> Guard<'_, S> {
@@ -270,7 +302,7 @@ impl<S> DerefMut for Guard<'_, S> {
 
 impl<S> Drop for Guard<'_, S> {
     fn drop(&mut self) {
-        self.slot.lock.store(false, Ordering::Release);
+        self.slot.lock.store(FREE, Ordering::Release);
     }
 }
 
@@ -308,10 +340,14 @@ mod tests {
         assert_eq!(push(&slot, 0, EPOCH), None, "full");
         assert_eq!(slot.pending(), CAPACITY);
         let mut g = slot.lock();
-        assert!(slot.try_lock().is_none(), "the lock is held");
+        assert!(slot.try_lock(Holder::Drainer).is_none(), "the lock is held");
         assert!(
-            slot.try_lock().is_none(),
+            slot.try_lock(Holder::Drainer).is_none(),
             "a failed try_lock leaves it held"
+        );
+        assert!(
+            slot.lock_unless_owner().is_none(),
+            "a drainer does not wait for the owner"
         );
         assert_eq!(
             g.drain(|v: &mut Vec<usize>, r| v.push(r.word.addr())),
@@ -333,7 +369,7 @@ mod tests {
         let consumer = {
             let slot = Arc::clone(&slot);
             std::thread::spawn(move || loop {
-                if let Some(mut g) = slot.try_lock() {
+                if let Some(mut g) = slot.try_lock(Holder::Drainer) {
                     g.drain(|seen, r| {
                         assert_eq!(r.word.addr(), *seen);
                         *seen += 1;

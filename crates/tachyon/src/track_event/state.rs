@@ -42,7 +42,7 @@ use tachyon_protos::{counter_descriptor, track_event, TracePacket, TrackDescript
 use super::callsite::{Callsite, CallsiteKind, Enabled, Unit};
 use super::encode::{self, CounterSample, Template, TYPE_SLICE_END};
 use super::global::{self, session_of, EPOCH};
-use super::queue::{self, Hot, Record, Slot};
+use super::queue::{self, Holder, Hot, Record, Slot};
 use crate::clock::{self, Clock, Snapshot, TRACE_CLOCK_ID};
 use crate::writer::TraceWriter;
 
@@ -91,6 +91,9 @@ pub(crate) struct ThreadState {
     clock: Clock,
     /// The [`EPOCH`] this state is current for.
     epoch: u64,
+    /// While queued events of a session that has ended (or been replaced) are encoded: that
+    /// session's epoch, which the state keeps following instead of [`EPOCH`] (see `replay`).
+    pin: Option<u64>,
     /// The incremental clock's value (trace-clock ns of the last delta-encoded packet).
     last_ts: u64,
     /// Write a clock snapshot before the first packet at or after this (0 without incremental
@@ -263,9 +266,9 @@ pub(crate) enum Drain {
     /// every thread that is not busy. (Not on the service's thread: encoding may need a chunk
     /// that only the service frees.)
     Flush,
-    /// A flush or stop on a thread that may wait: every thread, waiting for busy ones, so that
-    /// every event queued before the call is encoded when it returns (a stop then ends the
-    /// session: events encoded after that are not recorded).
+    /// A flush or stop on a thread that may wait: every thread, waiting for another drainer
+    /// but not for the owner (see `Holder`), so that every event queued before the call is
+    /// encoded when it returns.
     FlushAll,
     /// After a session ended: as `Flush`, and the writers of threads whose session ended
     /// flush and drop, so the stop does not wait for those threads' next event.
@@ -276,19 +279,23 @@ pub(crate) enum Drain {
 /// writers a flush request is pending for (the writer does so at its next packet, which a
 /// sleeping thread does not write). Returns the number of events encoded.
 pub(crate) fn drain_all(how: Drain) -> usize {
+    // This thread's own slot is locked below like any other: taken out of `SLOT` meanwhile, so
+    // that a signal handler tracing on this thread finds nothing instead of waiting for a lock
+    // this thread holds.
+    let _restore = Restore(SLOT.with(|s| s.replace(ptr::null())));
     let all: Vec<Arc<ThreadSlot>> = slots().clone();
     let mut n = 0;
     for slot in &all {
         if how == Drain::Pass && slot.pending() == 0 {
             continue;
         }
-        let mut st = if how == Drain::FlushAll {
-            slot.lock()
-        } else {
-            match slot.try_lock() {
-                Some(st) => st,
-                None => continue,
-            }
+        // Never waiting for an owner (see `Holder`): its queue is empty while it holds the lock.
+        let st = match how {
+            Drain::Pass | Drain::Flush => slot.try_lock(Holder::Drainer),
+            Drain::FlushAll | Drain::Release => slot.lock_unless_owner(),
+        };
+        let Some(mut st) = st else {
+            continue;
         };
         n += st.drain(ThreadState::replay);
         if how == Drain::Release
@@ -424,6 +431,7 @@ impl ThreadState {
         ThreadState {
             clock: *clock::clock(),
             epoch: 0,
+            pin: None,
             writer: None,
             incremental: true,
             generation: 0,
@@ -447,7 +455,14 @@ impl ThreadState {
     /// writer's to tell: `TraceWriter::try_write_event` refuses until `mark_synced`.)
     #[inline(always)]
     fn in_window(&self, ts: u64) -> bool {
-        self.epoch == EPOCH.load(Ordering::Relaxed) && ts >= self.last_ts && ts < self.next_snapshot
+        self.epoch == self.epoch_now() && ts >= self.last_ts && ts < self.next_snapshot
+    }
+
+    /// [`EPOCH`], or the epoch the state is pinned to while it encodes a finished session's
+    /// queued events.
+    #[inline(always)]
+    fn epoch_now(&self) -> u64 {
+        self.pin.unwrap_or_else(|| EPOCH.load(Ordering::Relaxed))
     }
 
     /// The fast paths' [`in_window`](Self::in_window): also refuses a delta of more than
@@ -458,7 +473,7 @@ impl ThreadState {
         let delta = ts.wrapping_sub(self.last_ts);
         (delta < TraceWriter::FAST_DELTA_LIMIT
             && ts < self.next_snapshot
-            && self.epoch == EPOCH.load(Ordering::Relaxed))
+            && self.epoch == self.epoch_now())
         .then_some(delta)
     }
 
@@ -505,6 +520,20 @@ impl ThreadState {
     /// record's word): through the fast path if it can take it, else as the event's slow path
     /// would have written it at that time.
     fn replay(&mut self, record: Record) {
+        // Every queued event was pushed while the queue was open for `self.epoch`'s session
+        // (`with_state` opens it for that epoch only). If that session has ended since, or
+        // another one runs, the event still belongs to it: into its writer if the state still
+        // has one, never into the next session's.
+        if session_of(EPOCH.load(Ordering::Relaxed)) != session_of(self.epoch) {
+            self.pin = Some(self.epoch);
+            self.replay_now(record);
+            self.pin = None;
+        } else {
+            self.replay_now(record);
+        }
+    }
+
+    fn replay_now(&mut self, record: Record) {
         let ts = self.clock.ticks_to_ns(record.ticks);
         let ty = (record.word.addr() & 3) as u8;
         if ty == TYPE_SLICE_END {
@@ -648,7 +677,7 @@ impl ThreadState {
     #[cold]
     #[inline(never)]
     fn sync(&mut self, ts: u64) -> bool {
-        let epoch = EPOCH.load(Ordering::Relaxed);
+        let epoch = self.epoch_now();
         let session = session_of(epoch);
         if session != session_of(self.epoch) {
             // A new session (or none): the old writer flushes as it drops.
