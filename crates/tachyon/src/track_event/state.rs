@@ -82,8 +82,8 @@ pub(crate) struct TrackRef<'a> {
     pub(crate) unit: Option<Unit>,
 }
 
-// `repr(C)`: the fields the fast path of `replay` reads come first (the writer's own are inside it, at its
-// end).
+// `repr(C)`: the fields the fast path of `replay` reads come first (the writer's own are
+// inside it, at its end).
 #[repr(C)]
 pub(crate) struct ThreadState {
     /// The process's trace clock, copied (it never changes once calibrated): reading it here
@@ -354,8 +354,8 @@ fn start_drainer() {
 
 /// A slice begin (`TY` = `TYPE_SLICE_BEGIN`) or an instant (`TYPE_INSTANT`) of an enabled
 /// static callsite without arguments on this thread, now; the session it went to (0: none).
-/// One call from the macro: the record pushed on the thread's queue, the counter read inline
-/// (with another clock source, one call); everything else behind a tail call.
+/// Inline in the macro: the record pushed on the thread's queue, the counter read inline (with
+/// another clock source, one call); everything else behind a call to a cold function.
 #[inline(always)]
 pub(crate) fn named_event<const TY: u8>(cs: &'static Callsite) -> u32 {
     let word = ptr::from_ref(cs)

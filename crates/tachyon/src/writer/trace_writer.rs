@@ -1326,9 +1326,7 @@ impl TraceWriter {
         if core.patches.has_outstanding() {
             core.commit_ready_patches();
         }
-        if core.arbiter.flush_generation() != core.flush_seen {
-            self.flush();
-        }
+        self.flush_if_requested();
     }
 
     /// Nested messages of the packet were leaked (`mem::forget`) instead of dropped: pop them
@@ -1355,9 +1353,9 @@ impl TraceWriter {
         self.stream.delegate_mut().commit_ready_patches();
     }
 
-    /// [`flush`](Self::flush)es if a flush was requested since the last one (the writer does
-    /// this itself at its next packet; a thread that writes none gets it from the SDK's
-    /// drainer).
+    /// [`flush`](Self::flush)es if a flush was requested since the last one: at the end of
+    /// every packet, and from the SDK's drainer for a thread that writes none.
+    #[inline]
     pub(crate) fn flush_if_requested(&mut self) {
         let core = self.stream.delegate();
         if core.arbiter.flush_generation() != core.flush_seen {
