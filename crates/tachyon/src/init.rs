@@ -38,6 +38,7 @@
 //! | `TACHYON_STREAM` | `1`: stream into the file while tracing | off |
 //! | `TACHYON_DISABLE` | `1`: [`init`] does nothing | off |
 //! | `TACHYON_CLOCK` | `boottime`: no TSC (see [`clock`](crate::clock)) | TSC |
+//! | `TACHYON_NO_CRASH_HANDLER` | `1`: no crash handler (see [`crash`](crate::crash)) | installed |
 //!
 //! A value that does not parse is an error naming the variable, never a silent default.
 
@@ -470,6 +471,10 @@ fn start_inner(config: Config, at_exit: bool) -> io::Result<()> {
     if at_exit {
         register_at_exit();
     }
+    // The crash handler saves sessions that have somewhere to save to.
+    if config.output.is_some() || config.producer_socket.is_some() {
+        crate::crash::arm();
+    }
     Ok(())
 }
 
@@ -491,6 +496,7 @@ pub fn shutdown() -> io::Result<Option<Report>> {
     let Some(active) = slot.take() else {
         return Ok(None);
     };
+    crate::crash::disarm();
     let session = match active.backend {
         Backend::InProcess(session) => session,
         Backend::System(system) => {

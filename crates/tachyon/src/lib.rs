@@ -38,6 +38,7 @@
 #![deny(missing_docs)]
 
 pub mod clock;
+pub mod crash;
 mod init;
 mod session;
 mod system;

@@ -243,6 +243,7 @@ fn with_new_state<R>(f: impl FnOnce(&mut ThreadState) -> R) -> Option<R> {
             let slot = Arc::new(Slot::new(state, hot));
             slots().push(Arc::clone(&slot));
             start_drainer();
+            crate::crash::thread_started();
             let p = Arc::into_raw(slot);
             o.slot.set(p);
             SLOT.with(|s| s.set(p));
@@ -411,6 +412,21 @@ fn slice_end_cold(session: u32) {
     with_state(|st| st.slice_end_slower(session, ts));
 }
 
+/// The uuid of thread `tid`'s track (what its sequence's descriptors and defaults name).
+pub(crate) fn thread_track_uuid(tid: i64) -> u64 {
+    global::mix64(global::process().uuid ^ (tid as u64).rotate_left(17))
+}
+
+/// The name thread `tid` has on the trace, for the crash handler's helper: found without
+/// waiting (a lock the crashed thread may hold is skipped), `None` when unknown.
+pub(crate) fn thread_name_of(tid: i64) -> Option<String> {
+    let all: Vec<Arc<ThreadSlot>> = SLOTS.try_lock().ok()?.clone();
+    all.iter().find_map(|slot| {
+        let st = slot.try_lock(Holder::Drainer)?;
+        (st.tid == tid).then(|| st.thread_name.clone()).flatten()
+    })
+}
+
 /// Drops this thread's writer (it flushes): a session that stops does this on its own thread.
 /// Does not create the state.
 pub(crate) fn release_thread_writer() {
@@ -427,7 +443,6 @@ impl ThreadState {
     #[cold]
     fn new() -> Self {
         let tid = current_tid();
-        let process = global::process();
         ThreadState {
             clock: *clock::clock(),
             epoch: 0,
@@ -445,7 +460,7 @@ impl ThreadState {
             next_dyn_iid: DYN_IID_BASE,
             tracks_seen: HashMap::new(),
             tid,
-            track_uuid: global::mix64(process.uuid ^ (tid as u64).rotate_left(17)),
+            track_uuid: thread_track_uuid(tid),
             thread_name: std::thread::current().name().map(str::to_owned),
         }
     }
