@@ -50,6 +50,7 @@
 #![deny(missing_docs)]
 
 mod clock;
+mod crashes;
 mod db;
 mod error;
 mod import;
@@ -62,6 +63,7 @@ mod strings;
 mod system;
 mod zones;
 
+pub use crashes::{Crash, CRASH_CATEGORY};
 pub use error::Error;
 pub use processor::{
     is_complete_statement, Options, Progress, QueryResult, SortMode, StatRow, TraceProcessor, Value,

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use crate::{db, import, stats, zones, Error, ZoneStats};
+use crate::{crashes, db, import, stats, zones, Crash, Error, ZoneStats};
 
 /// How events are ordered by timestamp before they are parsed into tables.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -187,6 +187,11 @@ impl TraceProcessor {
     /// Tracy-style statistics per zone name (see [`ZoneStats`]), sorted by total time.
     pub fn zone_stats(&self) -> Result<Vec<ZoneStats>, Error> {
         zones::compute(&self.conn)
+    }
+
+    /// The crashes and panics Tachyon's crash handler recorded (see [`Crash`]), oldest first.
+    pub fn crashes(&self) -> Result<Vec<Crash>, Error> {
+        crashes::find(&self.conn)
     }
 
     /// Every `stats` row with severity `data_loss` or `error` and a non-zero value.

@@ -7,7 +7,8 @@ use tachyon_processor::{QueryResult, Value, ZoneStats};
 use crate::load::{load, Sort};
 use crate::output::{render, Format};
 
-/// Per zone name: count, total, self, mean, min, median, p99 and max time, sorted by total;
+/// The crashes the trace records first (thread, signal or panic message, call stack); then per
+/// zone name: count, total, self, mean, min, median, p99 and max time, sorted by total;
 /// then every data_loss or error in the `stats` table, or "no data lost".
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -20,6 +21,7 @@ pub(crate) struct Args {
 
 pub(crate) fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let tp = load(&args.trace, args.sort)?;
+    print_crashes(&tp.crashes()?);
     let zones = tp.zone_stats()?;
     println!("Zones ({} names, sorted by total time)", zones.len());
     print!("{}", render(&zone_table(&zones), Format::Table));
@@ -42,6 +44,24 @@ pub(crate) fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     Ok(())
+}
+
+/// The crash handler's events, at the top: what crashed, then its call stack.
+fn print_crashes(crashes: &[tachyon_processor::Crash]) {
+    for c in crashes {
+        println!("{}", c.summary());
+        if c.stack.is_empty() {
+            println!("  call stack: not recorded");
+        } else {
+            println!("  call stack:");
+            for f in &c.stack {
+                println!("    {f}");
+            }
+        }
+    }
+    if !crashes.is_empty() {
+        println!();
+    }
 }
 
 fn zone_table(zones: &[ZoneStats]) -> QueryResult {
