@@ -488,6 +488,7 @@ fn child() {
         "killed" => child_killed(),
         "stream" => child_stream(),
         "malicious" => child_malicious(),
+        "crash" => child_crash(),
         other => panic!("unknown role {other}"),
     }
 }
@@ -524,6 +525,44 @@ fn child_workers() {
     } else {
         stop_producer();
     }
+}
+
+/// Zones the `crash` child's threads write before its `crasher` thread dereferences null.
+const CRASH_ZONES: u32 = 500;
+
+/// A producer whose `crasher` thread writes its zones, then crashes with SIGSEGV while its
+/// `bystander` thread has written its own and sleeps holding its writer.
+fn child_crash() {
+    tachyon::set_process_name("crash");
+    start_producer(var(SOCKET).into());
+    let (tx, rx) = mpsc::channel();
+    std::thread::Builder::new()
+        .name("bystander".into())
+        .spawn(move || {
+            for k in 0..CRASH_ZONES {
+                let _z = tachyon::zone!("test", "work", i = k);
+            }
+            tx.send(()).unwrap();
+            loop {
+                std::thread::park();
+            }
+        })
+        .unwrap();
+    rx.recv().unwrap();
+    let crasher = std::thread::Builder::new()
+        .name("crasher".into())
+        .spawn(|| {
+            for _ in 0..CRASH_ZONES {
+                let _z = tachyon::zone!("work");
+            }
+            let p: *const u64 = std::hint::black_box(std::ptr::null());
+            // SAFETY: none: reads address 0 on purpose, to crash with SIGSEGV.
+            let v = unsafe { p.read_volatile() };
+            say(&format!("unreachable {v}"));
+        })
+        .unwrap();
+    let _ = crasher.join();
+    unreachable!("the crash ends the process");
 }
 
 /// Writes its events, says `READY`, and blocks until the test kills it.
@@ -897,6 +936,51 @@ fn a_producer_killed_mid_trace_loses_nothing_it_had_written() {
         (i64::from(KILLED_SMALL_ZONES), 0)
     );
     assert_eq!(slices_on(&tp, pid, "small", "done"), (1, 0));
+    assert_no_loss(&trace, &tp);
+    drop(traced);
+}
+
+/// A producer that crashes (SIGSEGV on a thread other than main): its crash handler writes
+/// the crash event and flushes every thread's events to the daemon before the process dies of
+/// the signal; the daemon's trace has them all, the crash event last on the crashing thread.
+#[test]
+fn a_producer_that_crashes_leaves_its_crash_event_and_zones_in_the_daemons_trace() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = sys_dir("crash");
+    let traced = Traced::start(&dir);
+    let mut c = traced.consumer();
+    c.enable_tracing(&trace_config(8 * 1024, None), None)
+        .expect("EnableTracing");
+    let vars = [(SOCKET, traced.producer.display().to_string())];
+    let mut victim = Proc::spawn("crashing producer", child_command("crash", &vars));
+    let pid = victim.pid();
+    let status = victim.wait();
+    assert_eq!(status.signal(), Some(11), "SIGSEGV\n{}", victim.logs());
+    let trace = stop_and_read(&mut c);
+    std::fs::write(dir.join("trace.pftrace"), &trace).unwrap();
+    let tp = load(&trace);
+    let crashes = tp.crashes().unwrap();
+    assert_eq!(crashes.len(), 1, "{crashes:?}\n{}", victim.logs());
+    assert_eq!(crashes[0].thread.as_deref(), Some("crasher"));
+    assert_eq!(crashes[0].signal.as_deref(), Some("SIGSEGV"));
+    assert_eq!(crashes[0].address.as_deref(), Some("0x0"));
+    assert_eq!(
+        slices_on(&tp, pid, "crasher", "work"),
+        (i64::from(CRASH_ZONES), 0)
+    );
+    assert_eq!(
+        slices_on(&tp, pid, "bystander", "work"),
+        (i64::from(CRASH_ZONES), 0)
+    );
+    let last = rows(
+        &tp,
+        &format!(
+            "SELECT s.name FROM slice s JOIN thread_track tt ON s.track_id = tt.id \
+             JOIN thread t USING (utid) JOIN process p USING (upid) \
+             WHERE p.pid = {pid} AND t.name = 'crasher' ORDER BY s.ts DESC LIMIT 1"
+        ),
+    );
+    assert_eq!(last[0][0], Value::Text(crashes[0].name.clone()));
     assert_no_loss(&trace, &tp);
     drop(traced);
 }
