@@ -342,6 +342,47 @@ fn a_crash_on_another_thread_while_others_trace() {
     );
 }
 
+/// A crash while the thread holds its own tracing state (in an event's argument): nothing
+/// waits for that state (its unfinished chunk is lost), the rest is saved.
+#[test]
+fn a_crash_inside_an_events_argument_still_saves_the_trace() {
+    let (cmd, dir) = child_of_this_test("in-argument");
+    let out = run(cmd);
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGSEGV),
+        "{}",
+        describe(&out)
+    );
+    let tp = open_trace(&dir, &out);
+    let crashes = tp.crashes().unwrap();
+    assert_eq!(crashes.len(), 1, "{crashes:?}");
+    assert_eq!(crashes[0].thread.as_deref(), Some("child"));
+    assert_eq!(zones(&tp, "bystander", "before") as usize, BEFORE);
+}
+
+/// Two threads crash at once: one crash is saved, the other waits for it, and the process
+/// dies of the signal (no hang).
+#[test]
+fn two_threads_crashing_at_once_save_one_crash_and_die() {
+    let (cmd, dir) = child_of_this_test("two-crashers");
+    let out = run(cmd);
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGSEGV),
+        "{}",
+        describe(&out)
+    );
+    let tp = open_trace(&dir, &out);
+    let crashes = tp.crashes().unwrap();
+    assert_eq!(crashes.len(), 1, "{crashes:?}");
+    let thread = crashes[0].thread.clone().unwrap();
+    assert!(thread == "crasher-a" || thread == "crasher-b", "{thread}");
+    the_crash(&tp, &thread);
+    assert_eq!(zones(&tp, "crasher-a", "before"), 1);
+    assert_eq!(zones(&tp, "crasher-b", "before"), 1);
+}
+
 #[test]
 fn a_signal_handler_installed_before_tachyon_still_runs() {
     let (cmd, dir) = child_of_this_test("handler-before");
@@ -560,6 +601,49 @@ fn child() {
             assert!(r.is_err());
             drop(tachyon::zone!("after the panic"));
             tachyon::shutdown().unwrap();
+        }
+        "in-argument" => {
+            start();
+            std::thread::Builder::new()
+                .name("bystander".into())
+                .spawn(|| {
+                    for _ in 0..BEFORE {
+                        let _z = tachyon::zone!("before");
+                    }
+                })
+                .unwrap()
+                .join()
+                .unwrap();
+            // The argument is evaluated while this thread holds its tracing state.
+            let _z = tachyon::zone!(
+                "test",
+                "crashing",
+                value = {
+                    null_deref();
+                    1
+                }
+            );
+        }
+        "two-crashers" => {
+            start();
+            let go = Arc::new(Barrier::new(2));
+            let threads: Vec<_> = ["crasher-a", "crasher-b"]
+                .into_iter()
+                .map(|name| {
+                    let go = Arc::clone(&go);
+                    std::thread::Builder::new()
+                        .name(name.into())
+                        .spawn(move || {
+                            let _z = tachyon::zone!("before");
+                            go.wait();
+                            null_deref();
+                        })
+                        .unwrap()
+                })
+                .collect();
+            for t in threads {
+                let _ = t.join();
+            }
         }
         "dispositions" => {
             let before = dispositions();
