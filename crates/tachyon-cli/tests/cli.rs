@@ -210,3 +210,78 @@ fn bad_input_fails_cleanly() {
     let out = tachyon(&["query"], None);
     assert_eq!(out.status.code(), Some(2), "usage error");
 }
+
+/// The crash handler's events, as `tachyon::crash` writes them: an instant in category
+/// `tachyon.crash` with debug annotations, on the crashing thread's track.
+fn crash_trace() -> Vec<u8> {
+    let mut bytes = zones_trace(false);
+    let mut buf = HeapBuffered::new();
+    let mut t: Trace<'_> = buf.root();
+    let instant = |t: &mut Trace<'_>, ts: u64, name: &str, args: &[(&str, &str)], ptr: bool| {
+        packet(t, |p| {
+            p.set_timestamp(ts);
+            let mut e = p.set_track_event();
+            e.set_type(track_event::Type::Instant);
+            e.set_track_uuid(1);
+            e.add_categories("tachyon.crash");
+            e.set_name(name);
+            for (k, v) in args {
+                let mut a = e.add_debug_annotations();
+                a.set_name(k);
+                a.set_string_value(v);
+            }
+            if ptr {
+                let mut a = e.add_debug_annotations();
+                a.set_name("address");
+                a.set_pointer_value(0);
+            }
+        });
+    };
+    instant(
+        &mut t,
+        20_000,
+        "panic",
+        &[
+            ("message", "boom"),
+            ("location", "src/main.rs:3:5"),
+            (
+                "stack",
+                "app::f (src/main.rs:3:5)\napp::main (src/main.rs:9:1)",
+            ),
+        ],
+        false,
+    );
+    instant(
+        &mut t,
+        21_000,
+        "crash: SIGSEGV",
+        &[("signal", "SIGSEGV"), ("code", "SEGV_MAPERR")],
+        true,
+    );
+    drop(t);
+    bytes.extend(buf.serialize().expect("trace fits"));
+    bytes
+}
+
+#[test]
+fn stats_names_the_crash_first() {
+    let path = write_tmp("stats_crash.pftrace", &crash_trace());
+    let out = tachyon(&["stats", path.to_str().unwrap()], None);
+    assert!(out.status.success());
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines[..7],
+        [
+            "panic: \"boom\" at src/main.rs:3:5, on thread \"main\" (tid 11)",
+            "  call stack:",
+            "    app::f (src/main.rs:3:5)",
+            "    app::main (src/main.rs:9:1)",
+            "crash: SIGSEGV, SEGV_MAPERR at 0x0, on thread \"main\" (tid 11)",
+            "  call stack: not recorded",
+            "",
+        ],
+        "{text}"
+    );
+    assert!(lines[7].starts_with("Zones"), "{text}");
+}

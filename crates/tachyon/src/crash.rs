@@ -225,6 +225,8 @@ fn os_thread_name(tid: i64) -> Option<String> {
 /// What the panic hook found, for the helper to write.
 #[derive(Debug)]
 struct PanicRecord {
+    /// The session running when the thread panicked.
+    session: u32,
     tid: i64,
     ticks: u64,
     message: String,
@@ -343,6 +345,9 @@ mod linux {
     pub(super) static CRASHER: AtomicI64 = AtomicI64::new(0);
     /// The helper thread's id, so its own crash or panic is not waited for by itself.
     static HELPER_TID: AtomicI64 = AtomicI64::new(0);
+    /// The process that installed the handler: a child forked from it has no helper thread,
+    /// so its handler only forwards.
+    static INSTALL_PID: AtomicI32 = AtomicI32::new(0);
     /// The write end of the helper's wake-up pipe (-1: no helper).
     static WAKE_FD: AtomicI32 = AtomicI32::new(-1);
     /// The trace clock, copied at installation: the handler reads the counter through it.
@@ -407,6 +412,8 @@ mod linux {
             unsafe { libc::close(fds[1]) };
             return;
         }
+        // SAFETY: getpid has no preconditions.
+        INSTALL_PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
         WAKE_FD.store(fds[1], Ordering::Release);
         ensure_altstack();
         for (i, &sig) in SIGNALS.iter().enumerate() {
@@ -622,7 +629,9 @@ mod linux {
         // SAFETY: errno is thread-local; reading and restoring it is what a handler must do.
         let errno = unsafe { *libc::__errno_location() };
         let tid = gettid();
-        let armed = ARMED.load(Ordering::Acquire) != 0 && EPOCH.load(Ordering::Relaxed) != 0;
+        let armed = ARMED.load(Ordering::Acquire) != 0
+            && EPOCH.load(Ordering::Relaxed) != 0
+            && in_installing_process();
         if tid == HELPER_TID.load(Ordering::Relaxed) {
             // The helper crashed: nobody is left to save the trace; die as before.
             FATAL_DONE.store(1, Ordering::Release);
@@ -652,6 +661,11 @@ mod linux {
         }
         // SAFETY: as above.
         unsafe { *libc::__errno_location() = errno };
+    }
+
+    fn in_installing_process() -> bool {
+        // SAFETY: getpid is async-signal-safe and has no preconditions.
+        INSTALL_PID.load(Ordering::Relaxed) == unsafe { libc::getpid() }
     }
 
     /// Notes the crash for the helper and stops the recording.
@@ -766,6 +780,7 @@ mod linux {
         if ARMED.load(Ordering::Acquire) == 0
             || CRASHER.load(Ordering::Acquire) != 0
             || EPOCH.load(Ordering::Relaxed) == 0
+            || !in_installing_process()
         {
             return;
         }
@@ -789,6 +804,7 @@ mod linux {
         }
         PANICKED.store(1, Ordering::Relaxed);
         let record = PanicRecord {
+            session: session_of(EPOCH.load(Ordering::Relaxed)),
             tid,
             ticks,
             message,
@@ -853,6 +869,11 @@ mod linux {
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(_) => return,
             }
+            // Panics first: the abort that follows a panic (`panic = "abort"`) comes after it.
+            let asked = PANIC_ASKED.load(Ordering::Acquire);
+            let _ = std::panic::catch_unwind(write_panics);
+            PANIC_DONE.store(asked, Ordering::Release);
+            wake_all(&PANIC_DONE);
             if FATAL_REQUESTED.load(Ordering::Acquire) != 0
                 && FATAL_DONE.load(Ordering::Acquire) == 0
             {
@@ -860,10 +881,6 @@ mod linux {
                 FATAL_DONE.store(1, Ordering::Release);
                 wake_all(&FATAL_DONE);
             }
-            let asked = PANIC_ASKED.load(Ordering::Acquire);
-            let _ = std::panic::catch_unwind(write_panics);
-            PANIC_DONE.store(asked, Ordering::Release);
-            wake_all(&PANIC_DONE);
         }
     }
 
@@ -873,9 +890,8 @@ mod linux {
             Err(_) => return,
         };
         let Some(clock) = CLOCK.get() else { return };
-        let session = session_of(EPOCH.load(Ordering::Relaxed));
         for r in records {
-            write_crash_event(session, &r.event(clock));
+            write_crash_event(r.session, &r.event(clock));
         }
     }
 
