@@ -10,9 +10,9 @@
 //! `SIGSEGV`, `SIGBUS`, `SIGILL`, `SIGFPE` and `SIGABRT` get a handler (`SA_SIGINFO |
 //! SA_ONSTACK`) that runs on an alternate signal stack, so a stack overflow is caught too: Rust's
 //! std gives its own threads one, and every thread Tachyon knows without one gets one of ours
-//! ([`thread_started`]). The handler only does async-signal-safe work:
+//! (`thread_started`). The handler only does async-signal-safe work:
 //!
-//! 1. claims the crash with one compare-and-swap on [`CRASHER`] (the crashing thread's id): a
+//! 1. claims the crash with one compare-and-swap on `CRASHER` (the crashing thread's id): a
 //!    second crash on another thread waits (bounded) for the first to finish and then dies as it
 //!    would have; a crash of the crashing thread itself while the crash is handled (a fault in
 //!    the handler, or std's `abort` after its stack-overflow message) goes straight on to the
@@ -44,14 +44,18 @@
 //! needs; its wait is bounded). A panic is not a crash by itself: it may be caught. With
 //! `panic = "abort"` the abort that follows is one (`SIGABRT`, whose crash event names the
 //! panic as its cause); with unwinding, a panic that ends the process (out of `main`, exit status
-//! 101) has the trace written at exit ([`at_exit_after_panic`]), the session having been left
+//! 101) has the trace written at exit (`at_exit_after_panic`), the session having been left
 //! running.
 //!
 //! # Call stacks
 //!
-//! A signal's crash event carries no call stack: unwinding the crashed thread from the helper
-//! needs the stack capture of the SDK's call-stack support, which plugs in at [`CrashRecord`]
-//! (frames captured in the handler with async-signal-safe code, symbolized by the helper).
+//! A panic's event carries the panicking thread's backtrace (std's, taken in the hook, one
+//! `function (file:line)` per line in the `stack` annotation). A signal's crash event carries
+//! no call stack yet: the crashed thread's stack must be walked in the handler, with
+//! async-signal-safe code, from the interrupted context. That is the SDK's call-stack capture's
+//! job; it plugs in at `record` (raw frames into the crash record, beside `REC_PC`) and
+//! `save_crash` (symbolized by the helper into the same `stack` annotation, which
+//! `tachyon stats` prints).
 //!
 //! [`shutdown`]: crate::shutdown
 
