@@ -57,6 +57,20 @@
 //! `save_crash` (symbolized by the helper into the same `stack` annotation, which
 //! `tachyon stats` prints).
 //!
+//! # Limits
+//!
+//! - A program that recovers from these signals on purpose (a JIT or a garbage collector
+//!   catching faults on guard pages, with its handler installed before Tachyon's) sees its first
+//!   such fault taken for a crash: the trace is saved and the session ends before its handler
+//!   runs. Such programs set `TACHYON_NO_CRASH_HANDLER=1`.
+//! - A stack overflow on a thread with no alternate stack (made by foreign code, and never
+//!   traced) cannot run any handler: the kernel kills the process, and the trace is lost.
+//! - When the crashing thread was inside Tachyon holding its own state (evaluating an event's
+//!   argument, say), its unfinished chunk is not flushed (its writer may be mid-packet); every
+//!   other thread's events are saved.
+//! - An in-memory session ([`Config::in_memory`](crate::Config::in_memory)) has nowhere to
+//!   save to: it installs nothing.
+//!
 //! [`shutdown`]: crate::shutdown
 
 use std::time::Duration;
@@ -89,8 +103,18 @@ pub(crate) fn thread_started() {}
 
 /// Whether the environment turns the handler off.
 pub(crate) fn disabled_by_env() -> bool {
-    std::env::var(NO_CRASH_HANDLER_ENV)
-        .is_ok_and(|v| !matches!(v.trim(), "" | "0" | "false" | "no" | "off"))
+    disables(std::env::var(NO_CRASH_HANDLER_ENV).ok().as_deref())
+}
+
+/// Whether a value of [`NO_CRASH_HANDLER_ENV`] turns the handler off: set to anything but an
+/// empty or negative value (`0`, `false`, `no`, `off`).
+fn disables(value: Option<&str>) -> bool {
+    value.is_some_and(|v| {
+        !matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "" | "0" | "false" | "no" | "off"
+        )
+    })
 }
 
 /// The conventional name of a signal number.
@@ -260,8 +284,7 @@ impl PanicRecord {
 /// that panicked: without the panic machinery above it (up to std's `begin_panic` /
 /// `rust_begin_unwind` / `core::panicking` frames) nor the runtime below `main` (from
 /// `__rust_begin_short_backtrace`, where std's own short backtraces stop).
-fn trim_backtrace(bt: &std::backtrace::Backtrace) -> String {
-    let text = bt.to_string();
+fn trim_backtrace(text: &str) -> String {
     // A frame is a `N: function` line followed by its `at file:line` lines.
     let mut frames: Vec<(String, Option<String>)> = Vec::new();
     for line in text.lines().map(str::trim) {
@@ -288,6 +311,9 @@ fn trim_backtrace(bt: &std::backtrace::Backtrace) -> String {
             || f.contains("rust_begin_unwind")
             || f.contains("std::panicking::begin_panic")
             || f.contains("rust_panic_with_hook")
+            // `unwrap`/`expect` failing: their panic helpers, not the caller.
+            || f.contains("unwrap_failed")
+            || f.contains("expect_failed")
     };
     let first = frames
         .iter()
@@ -415,6 +441,12 @@ mod linux {
             // SAFETY: `fds[1]` is ours and unused.
             unsafe { libc::close(fds[1]) };
             return;
+        }
+        // A full pipe already holds a wake-up: writing into it must not block a crashing thread.
+        // SAFETY: F_GETFL/F_SETFL on a descriptor this function owns.
+        unsafe {
+            let flags = libc::fcntl(fds[1], libc::F_GETFL);
+            libc::fcntl(fds[1], libc::F_SETFL, flags | libc::O_NONBLOCK);
         }
         // SAFETY: getpid has no preconditions.
         INSTALL_PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
@@ -802,7 +834,7 @@ mod linux {
         let location = info
             .location()
             .map(|l| format!("{}:{}:{}", l.file(), l.line(), l.column()));
-        let backtrace = trim_backtrace(&std::backtrace::Backtrace::force_capture());
+        let backtrace = trim_backtrace(&std::backtrace::Backtrace::force_capture().to_string());
         if let Ok(mut last) = LAST_PANIC.lock() {
             *last = Some((tid, message.clone()));
         }
@@ -954,5 +986,57 @@ mod linux {
         };
         write_crash_event(session, &ev);
         save_and_report(&format!("crashed ({})", signal_name(sig)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_environment_turns_the_handler_off_with_any_positive_value() {
+        assert!(!disables(None));
+        for v in ["", "0", "false", "No", " off "] {
+            assert!(!disables(Some(v)), "{v:?}");
+        }
+        for v in ["1", "true", "yes", "on"] {
+            assert!(disables(Some(v)), "{v:?}");
+        }
+    }
+
+    #[test]
+    fn signals_and_codes_have_their_names() {
+        assert_eq!(signal_name(11), "SIGSEGV");
+        assert_eq!(signal_name(6), "SIGABRT");
+        assert_eq!(signal_code_name(11, 1), "SEGV_MAPERR");
+        assert_eq!(signal_code_name(8, 1), "FPE_INTDIV");
+        assert_eq!(signal_code_name(6, -6), "SI_TKILL");
+        assert_eq!(signal_code_name(6, 0), "SI_USER");
+    }
+
+    #[test]
+    fn a_backtrace_is_cut_to_the_panicking_frames() {
+        let text = "   0: std::backtrace::Backtrace::force_capture
+             at /rustc/x/library/std/src/backtrace.rs:312:9
+   1: tachyon::crash::linux::on_panic
+   2: std::panicking::panic_with_hook
+             at /rustc/x/library/std/src/panicking.rs:842:13
+   3: __rustc::rust_begin_unwind
+   4: core::panicking::panic_fmt
+             at /rustc/x/library/core/src/panicking.rs:80:14
+   5: app::parse
+             at ./src/parse.rs:10:5
+             at ./src/inline.rs:3:1
+   6: app::main
+             at ./src/main.rs:4:5
+   7: std::sys::backtrace::__rust_begin_short_backtrace
+   8: std::rt::lang_start_internal
+   9: std::panic::catch_unwind
+  10: main";
+        assert_eq!(
+            trim_backtrace(text),
+            "app::parse (./src/parse.rs:10:5)\napp::main (./src/main.rs:4:5)"
+        );
+        assert_eq!(trim_backtrace(""), "");
     }
 }
