@@ -183,6 +183,75 @@ fn null_dereference_saves_the_trace_and_dies_of_sigsegv() {
     assert_same_death(&out, without_handler(base));
 }
 
+/// Perfetto's own trace processor (`TRACE_PROCESSOR_SHELL`, else the workspace's
+/// `../shared/tools/trace_processor_shell`), if present.
+fn perfetto_shell() -> Option<PathBuf> {
+    std::env::var_os("TRACE_PROCESSOR_SHELL")
+        .map(PathBuf::from)
+        .or_else(|| {
+            Some(
+                Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("../../../shared/tools/trace_processor_shell"),
+            )
+        })
+        .filter(|p| p.is_file())
+}
+
+/// Perfetto's trace processor sees the crash event on the crashing thread, with its arguments.
+#[test]
+fn perfettos_trace_processor_shows_the_crash() {
+    let Some(shell) = perfetto_shell() else {
+        eprintln!("skipped: no trace_processor_shell");
+        return;
+    };
+    let (cmd, dir) = example("segv");
+    let out = run(cmd);
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGSEGV),
+        "{}",
+        describe(&out)
+    );
+    let sql = dir.join("q.sql");
+    std::fs::write(
+        &sql,
+        "SELECT s.name, t.name AS thread, extract_arg(s.arg_set_id, 'debug.code') AS code \
+         FROM slice s JOIN thread_track tt ON s.track_id = tt.id JOIN thread t USING (utid) \
+         WHERE s.category = 'tachyon.crash';",
+    )
+    .unwrap();
+    let q = Command::new(shell)
+        .arg("-q")
+        .arg(&sql)
+        .arg(dir.join("trace.pftrace"))
+        .output()
+        .unwrap();
+    let stdout = text(&q.stdout);
+    assert!(q.status.success(), "{stdout}\n{}", text(&q.stderr));
+    assert!(
+        stdout.contains("\"crash: SIGSEGV\",\"main\",\"SEGV_MAPERR\""),
+        "{stdout}"
+    );
+    // And it finds nothing wrong with the trace.
+    std::fs::write(
+        &sql,
+        "SELECT name, value FROM stats WHERE value != 0 AND severity IN ('error', 'data_loss');",
+    )
+    .unwrap();
+    let q = Command::new(perfetto_shell().unwrap())
+        .arg("-q")
+        .arg(&sql)
+        .arg(dir.join("trace.pftrace"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        text(&q.stdout).trim(),
+        "\"name\",\"value\"",
+        "{}",
+        text(&q.stderr)
+    );
+}
+
 #[test]
 fn abort_saves_the_trace_and_dies_of_sigabrt() {
     let (cmd, dir) = example("abort");
