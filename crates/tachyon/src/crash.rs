@@ -181,6 +181,33 @@ struct CrashEvent {
     ts: u64,
     tid: i64,
     args: Vec<(&'static str, Arg)>,
+    /// The call stack, innermost frame first (empty: none recorded).
+    stack: Vec<Frame>,
+}
+
+/// One frame of a crash's call stack.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Frame {
+    function: String,
+    file: Option<String>,
+    line: Option<u32>,
+    column: Option<u32>,
+}
+
+impl Frame {
+    /// `function (file:line:column)`, as the `stack` annotation lists frames.
+    fn line_text(&self) -> String {
+        let mut s = self.function.clone();
+        if let Some(f) = &self.file {
+            s.push_str(" (");
+            s.push_str(f);
+            for n in [self.line, self.column].into_iter().flatten() {
+                s.push_str(&format!(":{n}"));
+            }
+            s.push(')');
+        }
+        s
+    }
 }
 
 /// Writes `ev` into the session `session` (if it is the running one) through a writer of its
@@ -238,6 +265,26 @@ fn write_crash_event(session: u32, ev: &CrashEvent) -> bool {
                 Arg::Bool(v) => a.set_bool_value(*v),
             }
         }
+        if !ev.stack.is_empty() {
+            // Twice: as text (every reader shows an argument; `tachyon stats` prints it) and as
+            // Perfetto's inline call stack (outermost frame first), which its UI shows as one.
+            let text: Vec<String> = ev.stack.iter().map(Frame::line_text).collect();
+            let mut a = e.add_debug_annotations();
+            a.set_name("stack");
+            a.set_string_value(&text.join("\n"));
+            drop(a);
+            let mut cs = e.set_callstack();
+            for f in ev.stack.iter().rev() {
+                let mut fr = cs.add_frames();
+                fr.set_function_name(&f.function);
+                if let Some(file) = &f.file {
+                    fr.set_source_file(file);
+                }
+                if let Some(line) = f.line {
+                    fr.set_line_number(line);
+                }
+            }
+        }
     });
     w.flush();
     true
@@ -259,53 +306,77 @@ struct PanicRecord {
     ticks: u64,
     message: String,
     location: Option<String>,
-    backtrace: String,
+    /// Innermost frame first.
+    stack: Vec<Frame>,
 }
 
 impl PanicRecord {
-    fn event(&self, clock: &crate::clock::Clock) -> CrashEvent {
-        let mut args = vec![("message", Arg::Str(self.message.clone()))];
-        if let Some(l) = &self.location {
-            args.push(("location", Arg::Str(l.clone())));
-        }
-        if !self.backtrace.is_empty() {
-            args.push(("stack", Arg::Str(self.backtrace.clone())));
+    fn event(self, clock: &crate::clock::Clock) -> CrashEvent {
+        let mut args = vec![("message", Arg::Str(self.message))];
+        if let Some(l) = self.location {
+            args.push(("location", Arg::Str(l)));
         }
         CrashEvent {
             name: "panic".into(),
             ts: clock.ticks_to_ns(self.ticks),
             tid: self.tid,
             args,
+            stack: self.stack,
         }
     }
 }
 
-/// The frames of a captured backtrace, one per line (`function (file:line)`), from the frame
-/// that panicked: without the panic machinery above it (up to std's `begin_panic` /
-/// `rust_begin_unwind` / `core::panicking` frames) nor the runtime below `main` (from
-/// `__rust_begin_short_backtrace`, where std's own short backtraces stop).
-fn trim_backtrace(text: &str) -> String {
-    // A frame is a `N: function` line followed by its `at file:line` lines.
-    let mut frames: Vec<(String, Option<String>)> = Vec::new();
+/// The frames of a captured backtrace (std's text form), innermost first, from the frame that
+/// panicked: without the panic machinery above it (up to std's `begin_panic` /
+/// `rust_begin_unwind` / `core::panicking` frames, and `unwrap`'s and `expect`'s helpers) nor
+/// the runtime below `main` (from `__rust_begin_short_backtrace`, where std's own short
+/// backtraces stop).
+fn trim_backtrace(text: &str) -> Vec<Frame> {
+    // A frame is a `N: function` line followed by its `at file:line:column` lines (one per
+    // inlined call: the first is the frame's own position).
+    let mut frames: Vec<Frame> = Vec::new();
     for line in text.lines().map(str::trim) {
         match line.split_once(": ") {
             Some((n, f)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => {
-                frames.push((f.to_owned(), None));
+                frames.push(Frame {
+                    function: f.to_owned(),
+                    file: None,
+                    line: None,
+                    column: None,
+                });
             }
             _ => {
-                if let (Some(at), Some(last)) = (line.strip_prefix("at "), frames.last_mut()) {
-                    last.1.get_or_insert_with(|| at.to_owned());
+                let (Some(at), Some(last)) = (line.strip_prefix("at "), frames.last_mut()) else {
+                    continue;
+                };
+                if last.file.is_none() {
+                    // `file:line:column`; the file may hold colons itself.
+                    let mut parts = at.rsplitn(3, ':');
+                    let (c, l, f) = (parts.next(), parts.next(), parts.next());
+                    match (
+                        f,
+                        l.and_then(|l| l.parse().ok()),
+                        c.and_then(|c| c.parse().ok()),
+                    ) {
+                        (Some(f), Some(l), Some(c)) => {
+                            last.file = Some(f.to_owned());
+                            last.line = Some(l);
+                            last.column = Some(c);
+                        }
+                        _ => last.file = Some(at.to_owned()),
+                    }
                 }
             }
         }
     }
     // The runtime below `main` (which catches unwinds too) is cut first, so its frames are not
     // taken for the panic's.
-    let end = frames
+    if let Some(end) = frames
         .iter()
-        .position(|(f, _)| f.contains("__rust_begin_short_backtrace"))
-        .unwrap_or(frames.len());
-    let frames = &frames[..end];
+        .position(|f| f.function.contains("__rust_begin_short_backtrace"))
+    {
+        frames.truncate(end);
+    }
     let machinery = |f: &str| {
         f.contains("core::panicking::")
             || f.contains("rust_begin_unwind")
@@ -317,19 +388,9 @@ fn trim_backtrace(text: &str) -> String {
     };
     let first = frames
         .iter()
-        .rposition(|(f, _)| machinery(f))
+        .rposition(|f| machinery(&f.function))
         .map_or(0, |i| i + 1);
-    let mut out = String::new();
-    for (f, at) in &frames[first..] {
-        out.push_str(f);
-        if let Some(at) = at {
-            out.push_str(" (");
-            out.push_str(at);
-            out.push(')');
-        }
-        out.push('\n');
-    }
-    out.trim_end().to_owned()
+    frames.split_off(first)
 }
 
 #[cfg(target_os = "linux")]
@@ -834,7 +895,7 @@ mod linux {
         let location = info
             .location()
             .map(|l| format!("{}:{}:{}", l.file(), l.line(), l.column()));
-        let backtrace = trim_backtrace(&std::backtrace::Backtrace::force_capture().to_string());
+        let stack = trim_backtrace(&std::backtrace::Backtrace::force_capture().to_string());
         if let Ok(mut last) = LAST_PANIC.lock() {
             *last = Some((tid, message.clone()));
         }
@@ -845,7 +906,7 @@ mod linux {
             ticks,
             message,
             location,
-            backtrace,
+            stack,
         };
         match PANICS.lock() {
             Ok(mut q) => q.push(record),
@@ -927,7 +988,8 @@ mod linux {
         };
         let Some(clock) = CLOCK.get() else { return };
         for r in records {
-            write_crash_event(r.session, &r.event(clock));
+            let session = r.session;
+            write_crash_event(session, &r.event(clock));
         }
     }
 
@@ -983,6 +1045,7 @@ mod linux {
             ts,
             tid,
             args,
+            stack: Vec::new(),
         };
         write_crash_event(session, &ev);
         save_and_report(&format!("crashed ({})", signal_name(sig)));
@@ -1033,10 +1096,16 @@ mod tests {
    8: std::rt::lang_start_internal
    9: std::panic::catch_unwind
   10: main";
+        let frames = trim_backtrace(text);
+        let lines: Vec<String> = frames.iter().map(Frame::line_text).collect();
         assert_eq!(
-            trim_backtrace(text),
-            "app::parse (./src/parse.rs:10:5)\napp::main (./src/main.rs:4:5)"
+            lines,
+            [
+                "app::parse (./src/parse.rs:10:5)",
+                "app::main (./src/main.rs:4:5)"
+            ]
         );
-        assert_eq!(trim_backtrace(""), "");
+        assert_eq!(frames[0].line, Some(10));
+        assert!(trim_backtrace("").is_empty());
     }
 }
