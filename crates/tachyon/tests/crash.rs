@@ -250,6 +250,23 @@ fn perfettos_trace_processor_shows_the_crash() {
         "{}",
         text(&q.stderr)
     );
+
+    // A panic's call stack is Perfetto's inline call stack too: its frames are imported.
+    let (cmd, dir) = example("panic");
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(101), "{}", describe(&out));
+    std::fs::write(
+        &sql,
+        "SELECT count(*) AS n FROM stack_profile_frame WHERE name = 'crash::main';",
+    )
+    .unwrap();
+    let q = Command::new(perfetto_shell().unwrap())
+        .arg("-q")
+        .arg(&sql)
+        .arg(dir.join("trace.pftrace"))
+        .output()
+        .unwrap();
+    assert_eq!(text(&q.stdout).trim(), "\"n\"\n1", "{}", text(&q.stderr));
 }
 
 #[test]
