@@ -428,6 +428,36 @@ fn a_crash_on_another_thread_while_others_trace() {
     );
 }
 
+/// Sessions started by `init()` (whose trace is otherwise written at exit) and sessions that
+/// stream into their file are saved the same way.
+#[test]
+fn init_and_streaming_sessions_are_saved_too() {
+    let (cmd, dir) = child_of_this_test("init");
+    let out = run(cmd);
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGSEGV),
+        "{}",
+        describe(&out)
+    );
+    let tp = open_trace(&dir, &out);
+    the_crash(&tp, "child");
+    assert_eq!(zones(&tp, "child", "before"), 1);
+
+    let (mut cmd, dir) = example("segv");
+    cmd.env("TACHYON_STREAM", "1");
+    let out = run(cmd);
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGSEGV),
+        "{}",
+        describe(&out)
+    );
+    let tp = open_trace(&dir, &out);
+    the_crash(&tp, "main");
+    assert_eq!(zones(&tp, "worker", "work"), 100);
+}
+
 /// A crash while the thread holds its own tracing state (in an event's argument): nothing
 /// waits for that state (its unfinished chunk is lost), the rest is saved.
 #[test]
@@ -709,6 +739,11 @@ fn child() {
                     1
                 }
             );
+        }
+        "init" => {
+            tachyon::init().unwrap();
+            drop(tachyon::zone!("before"));
+            null_deref();
         }
         "two-crashers" => {
             start();
