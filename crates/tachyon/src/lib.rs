@@ -35,6 +35,9 @@
 //! `tachyon-service`. It runs as a thread of this process ([`InProcessSession`]), or in a
 //! `tachyon traced` daemon that owns the trace of many processes ([`SystemSession`], system
 //! mode: set `TACHYON_PRODUCER_SOCK`, see [`init`]).
+//!
+//! When the process crashes (a fatal signal, a panic), the [`crash`] handler records the crash
+//! in the trace and saves it before the process dies as it would have.
 #![deny(missing_docs)]
 
 pub mod clock;
