@@ -49,13 +49,20 @@
 //!
 //! # Call stacks
 //!
-//! A panic's event carries the panicking thread's backtrace (std's, taken in the hook, one
-//! `function (file:line)` per line in the `stack` annotation). A signal's crash event carries
-//! no call stack yet: the crashed thread's stack must be walked in the handler, with
-//! async-signal-safe code, from the interrupted context. That is the SDK's call-stack capture's
-//! job; it plugs in at `record` (raw frames into the crash record, beside `REC_PC`) and
-//! `save_crash` (symbolized by the helper into the same `stack` annotation, which
-//! `tachyon stats` prints).
+//! A panic's event carries the panicking thread's backtrace (std's, taken in the hook), twice:
+//! one `function (file:line:column)` per line in the `stack` annotation (which `tachyon stats`
+//! prints), and as Perfetto's inline `TrackEvent.callstack` (which Perfetto's trace processor
+//! links to the event). A signal's crash event carries no call stack yet: the crashed thread's
+//! stack must be walked in the handler, with async-signal-safe code, from the interrupted
+//! context. That is the SDK's call-stack capture's job; it plugs in at `record` (raw frames into
+//! the crash record, beside `REC_PC`) and `save_crash` (symbolized by the helper into
+//! `CrashEvent::stack`, written both ways as for a panic).
+//!
+//! # Cost
+//!
+//! Nothing on the hot path. A thread's first event checks its alternate stack (one
+//! `sigaltstack` call). A panic while a session runs captures and symbolizes a backtrace (as
+//! std's hook does with `RUST_BACKTRACE=1`) before the previous hook runs.
 //!
 //! # Limits
 //!
