@@ -903,9 +903,8 @@ mod linux {
             .location()
             .map(|l| format!("{}:{}:{}", l.file(), l.line(), l.column()));
         let stack = trim_backtrace(&std::backtrace::Backtrace::force_capture().to_string());
-        if let Ok(mut last) = LAST_PANIC.lock() {
-            *last = Some((tid, message.clone()));
-        }
+        // A poisoned lock only means a panic while it was held; the value is still whole.
+        *LAST_PANIC.lock().unwrap_or_else(|e| e.into_inner()) = Some((tid, message.clone()));
         PANICKED.store(1, Ordering::Relaxed);
         let record = PanicRecord {
             session: session_of(EPOCH.load(Ordering::Relaxed)),
@@ -915,10 +914,10 @@ mod linux {
             location,
             stack,
         };
-        match PANICS.lock() {
-            Ok(mut q) => q.push(record),
-            Err(_) => return,
-        }
+        PANICS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(record);
         let n = PANIC_ASKED.fetch_add(1, Ordering::AcqRel).wrapping_add(1);
         wake_helper();
         let deadline = monotonic_ns() + CRASH_BUDGET.as_nanos() as u64;
@@ -989,10 +988,7 @@ mod linux {
     }
 
     fn write_panics() {
-        let records = match PANICS.lock() {
-            Ok(mut q) => std::mem::take(&mut *q),
-            Err(_) => return,
-        };
+        let records = std::mem::take(&mut *PANICS.lock().unwrap_or_else(|e| e.into_inner()));
         let Some(clock) = CLOCK.get() else { return };
         for r in records {
             let session = r.session;
@@ -1035,9 +1031,14 @@ mod linux {
         }
         // Was this the abort after a panic (`panic = "abort"`)?
         if sig == libc::SIGABRT {
-            if let Ok(last) = LAST_PANIC.try_lock() {
-                if let Some((t, msg)) = last.as_ref().filter(|(t, _)| *t == tid) {
-                    let _ = t;
+            // Not waiting: the crashed thread may hold it.
+            let last = match LAST_PANIC.try_lock() {
+                Ok(l) => Some(l),
+                Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => None,
+            };
+            if let Some(last) = last {
+                if let Some((_, msg)) = last.as_ref().filter(|(t, _)| *t == tid) {
                     args.push(("cause", Arg::Str(format!("panic: {msg}"))));
                 }
             }
