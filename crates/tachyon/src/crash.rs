@@ -21,7 +21,8 @@
 //!    signal, its code, the faulting address, the interrupted instruction and stack pointers
 //!    and the counter's reading in atomics;
 //! 3. wakes the `tachyon-crash` helper thread (started with the handler) with one `write(2)` on a
-//!    pipe, and waits for it on a futex, at most [`CRASH_BUDGET`];
+//!    pipe, and waits for it on a futex, at most [`CRASH_BUDGET`] beyond the session's stop
+//!    timeout (`Config::stop_timeout`, which the save may spend waiting for busy writers);
 //! 4. puts the previous action back and re-raises: a fault returns to the faulting instruction,
 //!    which faults again into the previous action; a signal that was sent (`abort`, `kill`) is
 //!    sent again to the thread and arrives when the handler returns. The exit status and the core
@@ -35,6 +36,11 @@
 //! shared memory when the process dies). It never waits for a lock the crashed thread may hold
 //! without the crashed thread's wait being bounded: at worst the trace is lost, never the
 //! process's death.
+//!
+//! Other threads are not frozen (Tracy stops them with a signal whose handler sleeps): a
+//! frozen thread may hold a lock the helper needs, the allocator's above all. Closing the
+//! queues stops the recording instead; the threads run on until the re-raise ends the process,
+//! and flush their own writers when they find the session ended.
 //!
 //! # Panics
 //!
@@ -85,8 +91,9 @@ use std::time::Duration;
 /// Category of the crash and panic events.
 pub const CRASH_CATEGORY: &str = "tachyon.crash";
 
-/// The longest a crashing thread waits for its trace to be saved before it dies anyway (a
-/// thread stuck on a lock the crash left held, a disk that does not answer).
+/// How long a crashing thread waits for its trace to be saved, beyond the session's stop
+/// timeout, before it dies anyway (a helper stuck on a lock the crash left held, a disk that
+/// does not answer).
 pub const CRASH_BUDGET: Duration = Duration::from_secs(10);
 
 /// The environment variable that keeps the handler from being installed.
@@ -95,10 +102,11 @@ pub const NO_CRASH_HANDLER_ENV: &str = "TACHYON_NO_CRASH_HANDLER";
 #[cfg(target_os = "linux")]
 pub(crate) use linux::{arm, disarm, thread_started};
 
-/// Installs the handler if needed and makes it save the session starting now (see the module
-/// docs). Nothing where signals are not supported.
+/// Installs the handler if needed and makes it save the session starting now, whose stop
+/// waits up to `stop_timeout` for writers (see the module docs). Nothing where signals are not
+/// supported.
 #[cfg(not(target_os = "linux"))]
-pub(crate) fn arm() {}
+pub(crate) fn arm(_stop_timeout: Duration) {}
 
 /// The session ended: the handler forwards to the previous handlers again.
 #[cfg(not(target_os = "linux"))]
@@ -475,11 +483,24 @@ mod linux {
     /// A panic was recorded while the current session ran: write the trace at exit.
     static PANICKED: AtomicU32 = AtomicU32::new(0);
 
-    /// The handler (installed once) and the session it saves from now on.
-    pub(crate) fn arm() {
+    /// How long a crashing or panicking thread waits for the helper (ns).
+    static WAIT_NS: AtomicU64 = AtomicU64::new(0);
+
+    fn wait_deadline() -> u64 {
+        monotonic_ns().saturating_add(WAIT_NS.load(Ordering::Relaxed))
+    }
+
+    /// The handler (installed once) and the session it saves from now on, whose stop waits up
+    /// to `stop_timeout` for writers.
+    pub(crate) fn arm(stop_timeout: std::time::Duration) {
         if disabled_by_env() {
             return;
         }
+        let wait = stop_timeout.saturating_add(CRASH_BUDGET);
+        WAIT_NS.store(
+            u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
         static INSTALL: Once = Once::new();
         INSTALL.call_once(install);
         if WAKE_FD.load(Ordering::Acquire) >= 0 {
@@ -749,7 +770,7 @@ mod linux {
                     ARMED.store(0, Ordering::Relaxed);
                     record(sig, info, ctx);
                     wake_helper();
-                    let deadline = monotonic_ns() + CRASH_BUDGET.as_nanos() as u64;
+                    let deadline = wait_deadline();
                     wait_while(&FATAL_DONE, 0, deadline);
                 }
                 // This thread crashed again while its crash was handled: go on at once.
@@ -757,7 +778,7 @@ mod linux {
                 // Another thread's crash is being saved: wait for it (its re-raise usually
                 // ends the process first).
                 Err(_) => {
-                    let deadline = monotonic_ns() + CRASH_BUDGET.as_nanos() as u64;
+                    let deadline = wait_deadline();
                     wait_while(&FATAL_DONE, 0, deadline);
                 }
             }
@@ -920,7 +941,7 @@ mod linux {
             .push(record);
         let n = PANIC_ASKED.fetch_add(1, Ordering::AcqRel).wrapping_add(1);
         wake_helper();
-        let deadline = monotonic_ns() + CRASH_BUDGET.as_nanos() as u64;
+        let deadline = wait_deadline();
         // Bounded: the helper may need a lock this thread holds (a panic inside tracing code).
         loop {
             let done = PANIC_DONE.load(Ordering::Acquire);

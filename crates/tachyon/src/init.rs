@@ -473,7 +473,7 @@ fn start_inner(config: Config, at_exit: bool) -> io::Result<()> {
     }
     // The crash handler saves sessions that have somewhere to save to.
     if config.output.is_some() || config.producer_socket.is_some() {
-        crate::crash::arm();
+        crate::crash::arm(config.stop_timeout);
     }
     Ok(())
 }
