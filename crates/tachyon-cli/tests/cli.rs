@@ -234,6 +234,10 @@ fn crash_trace() -> Vec<u8> {
                 let mut a = e.add_debug_annotations();
                 a.set_name("address");
                 a.set_pointer_value(0);
+                drop(a);
+                let mut a = e.add_debug_annotations();
+                a.set_name("pc");
+                a.set_pointer_value(0x5555_1234);
             }
         });
     };
@@ -255,7 +259,11 @@ fn crash_trace() -> Vec<u8> {
         &mut t,
         21_000,
         "crash: SIGSEGV",
-        &[("signal", "SIGSEGV"), ("code", "SEGV_MAPERR")],
+        &[
+            ("signal", "SIGSEGV"),
+            ("code", "SEGV_MAPERR"),
+            ("pc_module", "/bin/app+0x1234"),
+        ],
         true,
     );
     drop(t);
@@ -271,17 +279,18 @@ fn stats_names_the_crash_first() {
     let text = stdout(&out);
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(
-        lines[..7],
+        lines[..8],
         [
             "panic: \"boom\" at src/main.rs:3:5, on thread \"main\" (tid 11)",
             "  call stack:",
             "    app::f (src/main.rs:3:5)",
             "    app::main (src/main.rs:9:1)",
             "crash: SIGSEGV, SEGV_MAPERR at 0x0, on thread \"main\" (tid 11)",
+            "  pc: 0x55551234 (/bin/app+0x1234)",
             "  call stack: not recorded",
             "",
         ],
         "{text}"
     );
-    assert!(lines[7].starts_with("Zones"), "{text}");
+    assert!(lines[8].starts_with("Zones"), "{text}");
 }

@@ -30,6 +30,10 @@ pub struct Crash {
     pub message: Option<String>,
     /// Where the panic happened (`file:line:column`).
     pub location: Option<String>,
+    /// The interrupted instruction, for a fatal signal.
+    pub pc: Option<String>,
+    /// Where `pc` lies: `path+0xOFFSET` into the mapped file (for `addr2line -e path`).
+    pub pc_module: Option<String>,
     /// What led to the signal (`panic: …` for the abort after a panic).
     pub cause: Option<String>,
     /// The call stack, innermost frame first (empty when none was recorded).
@@ -107,6 +111,8 @@ pub(crate) fn find(conn: &Connection) -> Result<Vec<Crash>, Error> {
                 "message" => crash.message = Some(value),
                 "location" => crash.location = Some(value),
                 "cause" => crash.cause = Some(value),
+                "pc" => crash.pc = Some(value),
+                "pc_module" => crash.pc_module = Some(value),
                 "thread" if crash.thread.is_none() => crash.thread = Some(value),
                 "stack" => crash.stack = value.lines().map(str::to_owned).collect(),
                 _ => {}

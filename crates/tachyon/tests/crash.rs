@@ -171,6 +171,21 @@ fn null_dereference_saves_the_trace_and_dies_of_sigsegv() {
     assert_eq!(c.name, "crash: SIGSEGV");
     assert_eq!(c.code.as_deref(), Some("SEGV_MAPERR"));
     assert_eq!(c.address.as_deref(), Some("0x0"));
+    // The faulting instruction, as addr2line takes it: in the example's own code (a debug
+    // build calls `read_volatile`, where the load faults).
+    let module = c.pc_module.clone().expect("pc_module");
+    let (path, address) = module.rsplit_once('+').unwrap();
+    assert!(path.ends_with("examples/crash"), "{module}");
+    if let Ok(a2l) = Command::new("addr2line")
+        .args(["-f", "-C", "-i", "-e", path, address])
+        .output()
+    {
+        let function = text(&a2l.stdout);
+        assert!(
+            function.contains("read_volatile") || function.contains("crash::main"),
+            "{function}"
+        );
+    }
     assert_eq!(zones(&tp, "worker", "work"), 100);
     assert_eq!(zones(&tp, "main", "setup"), 1);
     assert_eq!(zones(&tp, "main", "about to crash"), 1);

@@ -50,6 +50,11 @@ pub(crate) fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
 fn print_crashes(crashes: &[tachyon_processor::Crash]) {
     for c in crashes {
         println!("{}", c.summary());
+        match (&c.pc, &c.pc_module) {
+            (Some(pc), Some(m)) => println!("  pc: {pc} ({m})"),
+            (Some(pc), None) => println!("  pc: {pc}"),
+            _ => {}
+        }
         if c.stack.is_empty() {
             println!("  call stack: not recorded");
         } else {

@@ -12,8 +12,8 @@ use std::sync::{Mutex, Once, OnceLock};
 use libc::{c_int, siginfo_t};
 
 use super::{
-    disabled_by_env, signal_code_name, signal_name, trim_backtrace, write_crash_event, Arg,
-    CrashEvent, PanicRecord, CRASH_BUDGET,
+    disabled_by_env, module_offset, signal_code_name, signal_name, trim_backtrace,
+    write_crash_event, Arg, CrashEvent, PanicRecord, CRASH_BUDGET,
 };
 use crate::clock::Clock;
 use crate::track_event::global::{session_of, EPOCH};
@@ -634,6 +634,9 @@ fn save_crash() {
     }
     if pc != 0 {
         args.push(("pc", Arg::Ptr(pc)));
+        if let Some(m) = module_offset(pc) {
+            args.push(("pc_module", Arg::Str(m)));
+        }
     }
     // A fault within a few pages of the stack pointer is the stack's guard page.
     let overflow = sig == libc::SIGSEGV && code > 0 && sp != 0 && addr.abs_diff(sp) < 64 << 10;

@@ -60,7 +60,7 @@
 //! prints), and as Perfetto's inline `TrackEvent.callstack` (which Perfetto's trace processor
 //! links to the event). A signal's crash event carries no call stack yet: the crashed thread's
 //! stack must be walked in the handler, with async-signal-safe code, from the interrupted
-//! context. That is the SDK's call-stack capture's job; it plugs in at `record` (raw frames into
+//! context. That is the SDK's call-stack capture's job; it plugs in at `linux.rs`'s `record` (raw frames into
 //! the crash record, beside `REC_PC`) and `save_crash` (symbolized by the helper into
 //! `CrashEvent::stack`, written both ways as for a panic).
 //!
@@ -303,6 +303,46 @@ fn write_crash_event(session: u32, ev: &CrashEvent) -> bool {
     });
     w.flush();
     true
+}
+
+/// Where `pc` lies in the process's mappings, as `path+0xADDRESS` with the address
+/// `addr2line -e path` takes: the ELF virtual address (`pc` less the load bias of a
+/// position-independent file, whose mapping at file offset 0 is its base). From
+/// `/proc/self/maps` and the file's ELF header.
+fn module_offset(pc: u64) -> Option<String> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    // (start, end, file offset, path) of each file mapping.
+    let mappings: Vec<(u64, u64, u64, &str)> = maps
+        .lines()
+        .filter_map(|line| {
+            let mut f = line.split_whitespace();
+            let (range, _perms, offset) = (f.next()?, f.next()?, f.next()?);
+            let path = f.nth(2).filter(|p| p.starts_with('/'))?;
+            let (start, end) = range.split_once('-')?;
+            Some((
+                u64::from_str_radix(start, 16).ok()?,
+                u64::from_str_radix(end, 16).ok()?,
+                u64::from_str_radix(offset, 16).ok()?,
+                path,
+            ))
+        })
+        .collect();
+    let &(_, _, _, path) = mappings.iter().find(|m| m.0 <= pc && pc < m.1)?;
+    let base = mappings
+        .iter()
+        .filter(|m| m.3 == path && m.2 == 0)
+        .map(|m| m.0)
+        .min()?;
+    // e_type (little-endian u16 at byte 16): 2 is a fixed-address executable, whose virtual
+    // addresses are the run-time ones.
+    let mut header = [0u8; 18];
+    std::io::Read::read_exact(&mut std::fs::File::open(path).ok()?, &mut header).ok()?;
+    if &header[..4] != b"\x7fELF" {
+        return None;
+    }
+    let fixed = u16::from_le_bytes([header[16], header[17]]) == 2;
+    let address = if fixed { pc } else { pc - base };
+    Some(format!("{path}+{address:#x}"))
 }
 
 /// The kernel's name of thread `tid` of this process (at most 15 bytes).
