@@ -473,6 +473,26 @@ fn init_and_streaming_sessions_are_saved_too() {
     assert_eq!(zones(&tp, "worker", "work"), 100);
 }
 
+/// The handler outlives the session that installed it and saves the next one.
+#[test]
+fn a_later_session_is_saved_by_the_handler_the_first_installed() {
+    let (cmd, dir) = child_of_this_test("second-session");
+    let out = run(cmd);
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGSEGV),
+        "{}",
+        describe(&out)
+    );
+    let tp = open_trace(&dir, &out);
+    the_crash(&tp, "child");
+    assert_eq!(zones(&tp, "child", "second"), 1);
+    assert_eq!(zones(&tp, "child", "first"), 0);
+    let first = TraceProcessor::open(dir.join("trace.pftrace.first"), &Options::default()).unwrap();
+    assert!(first.crashes().unwrap().is_empty());
+    assert_eq!(zones(&first, "child", "first"), 1);
+}
+
 /// A crash while the thread holds its own tracing state (in an event's argument): nothing
 /// waits for that state (its unfinished chunk is lost), the rest is saved.
 #[test]
@@ -754,6 +774,21 @@ fn child() {
                     1
                 }
             );
+        }
+        "second-session" => {
+            // A first session, ended: its file is written normally.
+            let first = std::env::var("TACHYON_OUT").unwrap() + ".first";
+            tachyon::start(tachyon::Config {
+                output: Some(first.into()),
+                ..tachyon::Config::from_env().unwrap()
+            })
+            .unwrap();
+            drop(tachyon::zone!("first"));
+            tachyon::shutdown().unwrap();
+            // The handler, installed by the first, saves the second.
+            start();
+            drop(tachyon::zone!("second"));
+            null_deref();
         }
         "init" => {
             tachyon::init().unwrap();
