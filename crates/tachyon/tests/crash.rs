@@ -19,6 +19,8 @@ const CHILD_ENV: &str = "TACHYON_CRASH_TEST_CHILD";
 
 /// Zones each thread of the threaded scenario writes before the crash.
 const BEFORE: usize = 200;
+/// Zones (and instants) each worker of the threaded scenario writes after it, at most.
+const AFTER: usize = 5000;
 
 fn examples_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
@@ -414,7 +416,12 @@ fn with_tachyon_no_crash_handler_nothing_is_saved() {
 
 #[test]
 fn a_crash_on_another_thread_while_others_trace() {
-    let (cmd, dir) = child_of_this_test("threads");
+    let (mut cmd, dir) = child_of_this_test("threads");
+    // The default buffers (4 MiB SMB, 32 MiB ring): the workers' bounded tracing after the
+    // barrier (`AFTER`) fits in either however the threads are scheduled, so nothing wraps,
+    // stalls or drops.
+    cmd.env_remove("TACHYON_BUFFER_SIZE");
+    cmd.env_remove("TACHYON_SMB_SIZE");
     let out = run(cmd);
     assert_eq!(
         out.status.signal(),
@@ -849,9 +856,8 @@ fn null_deref() {
 fn threads() {
     start();
     let ready = Arc::new(Barrier::new(4));
-    let spins = Arc::new(AtomicUsize::new(0));
     for i in 0..3 {
-        let (ready, spins) = (Arc::clone(&ready), Arc::clone(&spins));
+        let ready = Arc::clone(&ready);
         std::thread::Builder::new()
             .name(format!("worker-{i}"))
             .spawn(move || {
@@ -859,10 +865,16 @@ fn threads() {
                     let _z = tachyon::zone!("before");
                 }
                 ready.wait();
-                loop {
+                // Tracing while the crash happens (usually: nothing depends on it), bounded.
+                for i in 0..AFTER {
                     let _z = tachyon::zone!("after");
                     tachyon::instant!("tick");
-                    spins.fetch_add(1, Ordering::Relaxed);
+                    if i % 64 == 0 {
+                        std::thread::yield_now();
+                    }
+                }
+                loop {
+                    std::thread::park();
                 }
             })
             .unwrap();
