@@ -32,7 +32,8 @@ fn scratch(name: &str) -> PathBuf {
     // Tests run in parallel, several with the same example: one directory per child.
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("crash_{name}_{n}"));
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("crash_{name}_{}_{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
@@ -684,7 +685,8 @@ fn build_panic_abort_fixture() -> Option<PathBuf> {
         .collect();
     rlibs.sort_by_key(|r| std::cmp::Reverse(r.0));
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/panic_abort.rs");
-    let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("panic_abort_fixture");
+    let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("panic_abort_fixture_{}", std::process::id()));
     std::fs::create_dir_all(&out_dir).ok()?;
     let exe = out_dir.join("panic_abort");
     let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
