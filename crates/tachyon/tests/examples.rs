@@ -1,5 +1,6 @@
 //! Runs every example of this crate (cargo builds them before its tests) and reads the trace
-//! each writes back with the trace processor: non-empty, and no error or data-loss stats.
+//! each writes back with the trace processor: non-empty, and no error or data-loss stats. The
+//! `crash` example, which dies on purpose, is run by `tests/crash.rs`.
 
 use std::path::PathBuf;
 use std::process::Command;
