@@ -3,11 +3,14 @@
 //! - `gen-protos`: regenerates `crates/tachyon-protos/src/generated/` from the `.proto` files in
 //!   `crates/tachyon-protos/protos/` with protozero-gen. The bootstrap test of tachyon-protos
 //!   fails whenever the checked-in code differs from what this produces.
+//! - `difftests PERFETTO_DIR`: runs Perfetto's trace processor diff tests against Tachyon's
+//!   processor (see [`difftests`]).
 #![forbid(unsafe_code)]
 
 use std::path::Path;
 use std::process::ExitCode;
 
+mod difftests;
 #[path = "../../crates/tachyon-protos/proto_files.rs"]
 mod proto_files;
 
@@ -15,8 +18,13 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("gen-protos") => gen_protos(),
+        Some("difftests") => match difftests::run(&args[1..]) {
+            Ok(true) => Ok(()),
+            Ok(false) => return ExitCode::FAILURE,
+            Err(e) => Err(e),
+        },
         _ => {
-            eprintln!("usage: cargo xtask gen-protos");
+            eprintln!("usage: cargo xtask gen-protos | cargo xtask difftests PERFETTO_DIR");
             return ExitCode::from(2);
         }
     };

@@ -197,7 +197,11 @@ impl ClockTracker {
         &mut self,
         readings: &[ClockReading],
     ) -> Result<(), InvalidSnapshot> {
-        // Validate everything first: a snapshot is taken whole or not at all.
+        // Validate everything first: a snapshot is taken whole or not at all. An empty one
+        // links nothing (and a series needs at least one column).
+        if readings.is_empty() {
+            return Err(InvalidSnapshot);
+        }
         let mut ids: Vec<ClockId> = readings.iter().map(|r| r.id).collect();
         ids.sort_unstable();
         if ids.windows(2).any(|w| w[0] == w[1]) {
@@ -560,5 +564,6 @@ mod tests {
             c.add_snapshot(&[r(3, u64::MAX), r(BOOTTIME, 1)]),
             Err(InvalidSnapshot)
         );
+        assert_eq!(c.add_snapshot(&[]), Err(InvalidSnapshot));
     }
 }

@@ -88,6 +88,8 @@ CREATE VIEW args AS SELECT *,
     ELSE NULL END AS display_value
   FROM __intrinsic_args;
 
+CREATE TABLE __intrinsic_zero_length_zone(slice_id INTEGER PRIMARY KEY);
+
 CREATE TABLE stats(
   id INTEGER PRIMARY KEY, name TEXT NOT NULL, key INTEGER NOT NULL, idx INTEGER,
   severity TEXT NOT NULL, source TEXT NOT NULL, value INTEGER NOT NULL, description TEXT,
@@ -235,6 +237,11 @@ pub(crate) fn load(conn: &Connection, mut st: Storage) -> rusqlite::Result<()> {
                 real,
                 a.value.type_name()
             ])?;
+        }
+        let mut ins =
+            tx.prepare("INSERT INTO __intrinsic_zero_length_zone(slice_id) VALUES (?1)")?;
+        for &id in &st.zero_length_zones {
+            ins.execute(params![id])?;
         }
         let mut ins = tx.prepare(
             "INSERT INTO stats(id, name, key, idx, severity, source, value, description) \

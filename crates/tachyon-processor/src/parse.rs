@@ -118,6 +118,9 @@ impl Importer {
                     EventKind::Complete => ev.data as i64,
                     _ => 0,
                 };
+                if ev.kind == EventKind::Complete && dur == 0 {
+                    self.st.zero_length_zones.push(id);
+                }
                 let arg_set = self.args_for(NONE, ev);
                 self.st.slices.push(SliceRow {
                     ts: ev.ts,
@@ -142,8 +145,11 @@ impl Importer {
                 let existing = self.st.slices[id as usize].arg_set;
                 let arg_set = self.args_for(existing, ev);
                 let row = &mut self.st.slices[id as usize];
-                row.dur = ev.ts - row.ts;
+                row.dur = ev.ts.saturating_sub(row.ts);
                 row.arg_set = arg_set;
+                if row.dur == 0 {
+                    self.st.zero_length_zones.push(id);
+                }
                 self.flows_for(id, ev);
             }
         }
