@@ -94,6 +94,16 @@ pub(crate) enum EventKind {
     /// A `SysStats` counter value: `track` indexes the system tracks of
     /// [`crate::system::SystemState`], `data` is the `f64` bits.
     SystemCounter,
+    /// Flow events (`data` is the flow id), each bound to the slice open on its track: a flow
+    /// starts there (`FlowOut`: legacy phase `s`, `bind_id` with `FLOW_OUT`), passes through
+    /// (`FlowStep`: phase `t`, `FLOW_INOUT`), arrives and stays open (`FlowIn`: `FLOW_IN`),
+    /// or arrives and ends (`FlowEnd`: phase `f` with `bind_to_enclosing`). `FlowEndNext`
+    /// (phase `f` without it) arrives at the next slice that begins on the track.
+    FlowOut,
+    FlowStep,
+    FlowIn,
+    FlowEnd,
+    FlowEndNext,
 }
 
 /// One timestamped event. Variable-length parts (args, flow ids) live in the importer's arenas
@@ -227,6 +237,8 @@ pub(crate) struct Importer {
     deferred: Vec<Deferred>,
     writer_buffers: Vec<(u32, u32)>,
     top_key_cache: FxHashMap<StrId, StrId>,
+    /// Flow v1 (id, category, name) → flow id.
+    v1_flow_ids: FxHashMap<(u64, StrId, StrId), u64>,
     key_debug: StrId,
     /// Reused for the events of one TrackEvent, so that tokenizing does not allocate.
     scratch: Vec<Event>,
@@ -254,6 +266,7 @@ impl Importer {
             deferred: Vec::new(),
             writer_buffers: Vec::new(),
             top_key_cache: FxHashMap::default(),
+            v1_flow_ids: FxHashMap::default(),
             key_debug,
             scratch: Vec::new(),
             parse: Default::default(),
@@ -1040,32 +1053,63 @@ impl Importer {
         };
         let mut data = 0u64;
         let mut legacy_name_iid = None;
+        // A flow event riding on the slice (legacy `bind_id` with a direction).
+        let mut bound_flow = None;
+        let mut v1_flow_id = None;
+        let legacy = ev
+            .has_legacy_event()
+            .then(|| ev.legacy_event().ok())
+            .flatten();
+        if let Some(l) = &legacy {
+            if l.has_name_iid() {
+                legacy_name_iid = Some(l.name_iid());
+            }
+            if l.has_bind_id() {
+                bound_flow = match l.flow_direction_raw() {
+                    1 => Some((EventKind::FlowIn, l.bind_id())),
+                    2 => Some((EventKind::FlowOut, l.bind_id())),
+                    3 => Some((EventKind::FlowStep, l.bind_id())),
+                    _ => None,
+                };
+            }
+        }
         if ev.type_raw() == 0 || !ev.has_type() {
             // A legacy (TRACE_EVENT-era) event: the phase says what it is.
-            match ev.legacy_event() {
-                Ok(l) if ev.has_legacy_event() => {
-                    kind = match l.phase() as u8 {
-                        b'B' => EventKind::SliceBegin,
-                        b'E' => EventKind::SliceEnd,
-                        b'I' | b'i' | b'n' => EventKind::Instant,
-                        b'X' => {
-                            data = l.duration_us().saturating_mul(1000).max(0) as u64;
-                            EventKind::Complete
-                        }
-                        _ => {
-                            self.st.stats.inc(Stat::track_event_parser_errors);
-                            return;
-                        }
+            let Some(l) = &legacy else {
+                self.st.stats.inc(Stat::track_event_parser_errors);
+                return;
+            };
+            kind = match l.phase() as u8 {
+                b'B' => EventKind::SliceBegin,
+                b'E' => EventKind::SliceEnd,
+                b'I' | b'i' | b'n' | b'R' => EventKind::Instant,
+                b'X' => {
+                    data = l.duration_us().saturating_mul(1000).max(0) as u64;
+                    EventKind::Complete
+                }
+                phase @ (b's' | b't' | b'f') => {
+                    // Flow v1: the id is scoped by the event's category and name (resolved
+                    // below), as in Chrome's JSON format.
+                    let id = if l.has_unscoped_id() {
+                        l.unscoped_id()
+                    } else if l.has_local_id() {
+                        l.local_id()
+                    } else {
+                        l.global_id()
                     };
-                    if l.has_name_iid() {
-                        legacy_name_iid = Some(l.name_iid());
+                    v1_flow_id = Some(id);
+                    match phase {
+                        b's' => EventKind::FlowOut,
+                        b't' => EventKind::FlowStep,
+                        _ if l.bind_to_enclosing() => EventKind::FlowEnd,
+                        _ => EventKind::FlowEndNext,
                     }
                 }
                 _ => {
                     self.st.stats.inc(Stat::track_event_parser_errors);
                     return;
                 }
-            }
+            };
         }
 
         // Name and categories, through the sequence's interned data.
@@ -1113,6 +1157,13 @@ impl Importer {
                 self.st.strings.intern(&joined)
             }
         };
+
+        if let Some(id) = v1_flow_id {
+            // Flow v1 ids live in their own space (the top bit set), one per (id, category,
+            // name).
+            let next = (self.v1_flow_ids.len() as u64) | (1 << 63);
+            data = *self.v1_flow_ids.entry((id, category, name)).or_insert(next);
+        }
 
         // Counter values: the main one, then the extra ones (which may ride on any event).
         if kind == EventKind::Counter {
@@ -1173,6 +1224,12 @@ impl Importer {
                 kind,
                 legacy_thread,
             });
+            if let Some((flow_kind, id)) = bound_flow {
+                // After its slice (the sort is stable), so the slice encloses it.
+                let mut flow = Event::bare(flow_kind, ts, track, id);
+                flow.legacy_thread = legacy_thread;
+                out.push(flow);
+            }
         }
         if interned_misses > 0 {
             self.st

@@ -50,6 +50,9 @@ pub(crate) struct ParseState {
     stacks: FxHashMap<u32, Vec<u32>>,
     /// Flow id → the slice that last carried it.
     flows: FxHashMap<u64, u32>,
+    /// Track → flows arriving at the next slice that begins on it (legacy phase `f` without
+    /// `bind_to_enclosing`).
+    flows_to_next: FxHashMap<u32, Vec<u64>>,
 }
 
 impl Importer {
@@ -102,6 +105,7 @@ impl Importer {
                 let Some(track) = self.event_track(ev, ev.name) else {
                     return;
                 };
+                self.close_completed(track, ev.ts);
                 let stack = self.parse.stacks.entry(track).or_default();
                 if stack.len() >= MAX_DEPTH {
                     self.st.stats.inc(Stat::slice_max_depth_exceeded);
@@ -115,7 +119,12 @@ impl Importer {
                         stack.push(id);
                         -1
                     }
-                    EventKind::Complete => ev.data as i64,
+                    EventKind::Complete => {
+                        // On the stack until a later event on the track starts at or after
+                        // its end, so that what it encloses nests under it.
+                        stack.push(id);
+                        ev.data.min(i64::MAX as u64) as i64
+                    }
                     _ => 0,
                 };
                 if ev.kind == EventKind::Complete && dur == 0 {
@@ -133,12 +142,26 @@ impl Importer {
                     arg_set,
                 });
                 self.flows_for(id, ev);
+                if let Some(ids) = self.parse.flows_to_next.remove(&track) {
+                    for flow in ids {
+                        self.flow_arrives(flow, id, true);
+                    }
+                }
             }
             EventKind::SliceEnd => {
                 let Some(track) = self.event_track(ev, NONE) else {
                     return;
                 };
-                let Some(id) = self.parse.stacks.get_mut(&track).and_then(Vec::pop) else {
+                self.close_completed(track, ev.ts);
+                // The innermost slice still open (completed slices above it end with it).
+                let slices = &self.st.slices;
+                let open = self.parse.stacks.get_mut(&track).and_then(|stack| {
+                    let at = stack.iter().rposition(|&s| slices[s as usize].dur == -1)?;
+                    let id = stack[at];
+                    stack.truncate(at);
+                    Some(id)
+                });
+                let Some(id) = open else {
                     self.st.stats.inc(Stat::misplaced_end_event);
                     return;
                 };
@@ -152,7 +175,78 @@ impl Importer {
                 }
                 self.flows_for(id, ev);
             }
+            EventKind::FlowOut
+            | EventKind::FlowStep
+            | EventKind::FlowIn
+            | EventKind::FlowEnd
+            | EventKind::FlowEndNext => {
+                let Some(track) = self.event_track(ev, NONE) else {
+                    return;
+                };
+                if ev.kind == EventKind::FlowEndNext {
+                    self.parse
+                        .flows_to_next
+                        .entry(track)
+                        .or_default()
+                        .push(ev.data);
+                    return;
+                }
+                self.close_completed(track, ev.ts);
+                let Some(&slice) = self.parse.stacks.get(&track).and_then(|s| s.last()) else {
+                    self.st.stats.inc(Stat::flow_without_enclosing_slice);
+                    return;
+                };
+                match ev.kind {
+                    EventKind::FlowOut => {
+                        self.parse.flows.insert(ev.data, slice);
+                    }
+                    EventKind::FlowStep => {
+                        if let Some(prev) = self.parse.flows.insert(ev.data, slice) {
+                            self.push_flow(prev, slice, ev.data);
+                        } else {
+                            self.st.stats.inc(Stat::flow_step_without_start);
+                        }
+                    }
+                    EventKind::FlowIn => self.flow_arrives(ev.data, slice, false),
+                    _ => self.flow_arrives(ev.data, slice, true),
+                }
+            }
         }
+    }
+
+    /// Pops the completed (`X`) slices on top of `track`'s stack that end at or before `ts`.
+    fn close_completed(&mut self, track: u32, ts: i64) {
+        let Some(stack) = self.parse.stacks.get_mut(&track) else {
+            return;
+        };
+        while let Some(&top) = stack.last() {
+            let row = &self.st.slices[top as usize];
+            if row.dur < 0 || row.ts.saturating_add(row.dur) > ts {
+                break;
+            }
+            stack.pop();
+        }
+    }
+
+    /// A flow arrives at `slice`: linked from the slice that carried it last; `close` ends it.
+    fn flow_arrives(&mut self, flow: u64, slice: u32, close: bool) {
+        let prev = if close {
+            self.parse.flows.remove(&flow)
+        } else {
+            self.parse.flows.get(&flow).copied()
+        };
+        match prev {
+            Some(prev) => self.push_flow(prev, slice, flow),
+            None => self.st.stats.inc(Stat::flow_end_without_start),
+        }
+    }
+
+    fn push_flow(&mut self, slice_out: u32, slice_in: u32, trace_id: u64) {
+        self.st.flows.push(crate::storage::FlowRow {
+            slice_out,
+            slice_in,
+            trace_id,
+        });
     }
 
     /// Moves an event's args into arg set `set` (a new one if `NONE`); returns the set.

@@ -151,6 +151,10 @@ stats! {
         "Slices dropped because their track's stack was deeper than the supported limit.";
     flow_end_without_start: Single, Info, Trace,
         "terminating_flow_ids that no earlier event started.";
+    flow_step_without_start: Single, Info, Trace,
+        "Flow steps (legacy phase t, FLOW_INOUT) whose flow no earlier event started; they start it.";
+    flow_without_enclosing_slice: Single, Info, Trace,
+        "Flow events (legacy phases s, t, f with bind_to_enclosing; bind_id) with no open slice on their track to bind to; dropped.";
     // --- System probes (linux.sys_stats) ---
     meminfo_unknown_keys: Single, Error, Analysis,
         "SysStats meminfo values whose key is not a MeminfoCounters value this importer knows; dropped.";
