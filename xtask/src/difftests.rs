@@ -42,7 +42,9 @@ const USAGE: &str = "usage: cargo xtask difftests PERFETTO_DIR [--suite DIR]... 
   --filter S     only tests whose name contains S
   --oracle PATH  run the queries with Perfetto's trace_processor_shell instead (checks the
                  harness: it should pass everything)
-  --verbose      print expected and actual output of failing tests";
+  --verbose      print expected and actual output of failing tests
+  --dump DIR     also write each test's binary trace to DIR/TEST.pb (to compare tables with
+                 trace_processor_shell by hand)";
 
 /// A Python value in a blueprint: a string, a call `Name(args...)`, or a list.
 #[derive(Clone, Debug)]
@@ -466,6 +468,7 @@ pub(crate) fn run(args: &[String]) -> Result<bool, Box<dyn std::error::Error>> {
     let mut filter = None;
     let mut oracle = None;
     let mut verbose = false;
+    let mut dump = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -473,6 +476,7 @@ pub(crate) fn run(args: &[String]) -> Result<bool, Box<dyn std::error::Error>> {
             "--filter" => filter = Some(it.next().ok_or(USAGE)?.clone()),
             "--oracle" => oracle = Some(PathBuf::from(it.next().ok_or(USAGE)?)),
             "--verbose" | "-v" => verbose = true,
+            "--dump" => dump = Some(PathBuf::from(it.next().ok_or(USAGE)?)),
             "-h" | "--help" => {
                 println!("{USAGE}");
                 return Ok(true);
@@ -517,6 +521,10 @@ pub(crate) fn run(args: &[String]) -> Result<bool, Box<dyn std::error::Error>> {
             }
             let case = resolve(&bp, &dir, &perfetto, &desc);
             let key = format!("{suite}::{}", case.name);
+            if let (Some(dir), Ok(trace)) = (&dump, &case.trace) {
+                std::fs::create_dir_all(dir)?;
+                std::fs::write(dir.join(format!("{}.pb", case.name)), trace)?;
+            }
             let outcome = match (&case.trace, &case.query, &case.expected) {
                 (Ok(trace), Ok(query), Ok(expected)) => {
                     let actual = match &oracle {

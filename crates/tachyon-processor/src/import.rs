@@ -104,6 +104,11 @@ pub(crate) enum EventKind {
     FlowIn,
     FlowEnd,
     FlowEndNext,
+    /// The CPU time of the event's thread (`thread_time_*_us`, in ns) and its instruction
+    /// count (`thread_instruction_count_*`); `data` is the `f64` bits. They go to the thread's
+    /// `thread_time` and `thread_instruction_count` counter tracks.
+    ThreadTime,
+    ThreadInstructions,
 }
 
 /// One timestamped event. Variable-length parts (args, flow ids) live in the importer's arenas
@@ -193,6 +198,9 @@ struct Sequence {
     /// Index into `Importer::legacy_threads`.
     legacy_thread: Option<u64>,
     legacy_ts_us: Option<i64>,
+    /// Bases of `thread_time_delta_us` and `thread_instruction_count_delta`.
+    legacy_thread_time_us: Option<i64>,
+    legacy_thread_instructions: Option<i64>,
     // Loss accounting, attributed to buffers at the end via TraceStats.writer_stats.
     dropped: i64,
     loss_causes: [i64; 8],
@@ -201,9 +209,10 @@ struct Sequence {
 }
 
 impl Sequence {
+    /// A new generation of incremental state: interned data and incremental counters start
+    /// over; TracePacketDefaults stay until new ones replace them, as in Perfetto.
     fn clear(&mut self) {
         self.valid = true;
-        self.defaults = None;
         self.names.clear();
         self.categories.clear();
         self.annotation_names.clear();
@@ -492,6 +501,12 @@ impl Importer {
                 seq.legacy_ts_us = d
                     .has_reference_timestamp_us()
                     .then(|| d.reference_timestamp_us());
+                seq.legacy_thread_time_us = d
+                    .has_reference_thread_time_us()
+                    .then(|| d.reference_thread_time_us());
+                seq.legacy_thread_instructions = d
+                    .has_reference_thread_instruction_count()
+                    .then(|| d.reference_thread_instruction_count());
             }
             let aux = Aux {
                 pid: Some(pid),
@@ -887,6 +902,8 @@ impl Importer {
                 Some(strings.intern_bytes(c.unit_name_bytes()))
             } else {
                 match c.unit_raw() {
+                    // COUNTER_THREAD_TIME_NS counts ns whatever unit it was given.
+                    _ if c.type_raw() == 1 => Some(strings.intern("ns")),
                     1 => Some(strings.intern("ns")),
                     2 => Some(strings.intern("count")),
                     3 => Some(strings.intern("bytes")),
@@ -1190,6 +1207,7 @@ impl Importer {
             }
         }
         self.extra_counters(seq_id, ev, ts, out);
+        self.thread_counters(seq_id, ev, ts, track, legacy_thread, out);
 
         if kind != EventKind::Counter {
             let args = self.arena_args.len() as u32;
@@ -1293,6 +1311,50 @@ impl Importer {
                         .inc(Stat::track_event_extra_counter_invalid_track),
                 }
             }
+        }
+    }
+
+    /// The thread time and instruction count an event carries, absolute or as deltas on the
+    /// sequence's running values (from the ThreadDescriptor's reference values).
+    fn thread_counters(
+        &mut self,
+        seq_id: u32,
+        ev: &TrackEventView<'_>,
+        ts: i64,
+        track: u64,
+        legacy_thread: bool,
+        out: &mut Vec<Event>,
+    ) {
+        let seq = self.seq(seq_id);
+        let time_us = if ev.has_thread_time_absolute_us() {
+            Some(ev.thread_time_absolute_us())
+        } else if ev.has_thread_time_delta_us() {
+            seq.legacy_thread_time_us
+                .map(|base| base.saturating_add(ev.thread_time_delta_us()))
+        } else {
+            None
+        };
+        let instructions = if ev.has_thread_instruction_count_absolute() {
+            Some(ev.thread_instruction_count_absolute())
+        } else if ev.has_thread_instruction_count_delta() {
+            seq.legacy_thread_instructions
+                .map(|base| base.saturating_add(ev.thread_instruction_count_delta()))
+        } else {
+            None
+        };
+        if let Some(t) = time_us {
+            seq.legacy_thread_time_us = Some(t);
+            let mut e = Event::counter(ts, track, t.saturating_mul(1000) as f64);
+            e.kind = EventKind::ThreadTime;
+            e.legacy_thread = legacy_thread;
+            out.push(e);
+        }
+        if let Some(n) = instructions {
+            seq.legacy_thread_instructions = Some(n);
+            let mut e = Event::counter(ts, track, n as f64);
+            e.kind = EventKind::ThreadInstructions;
+            e.legacy_thread = legacy_thread;
+            out.push(e);
         }
     }
 

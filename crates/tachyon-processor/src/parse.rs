@@ -53,6 +53,8 @@ pub(crate) struct ParseState {
     /// Track → flows arriving at the next slice that begins on it (legacy phase `f` without
     /// `bind_to_enclosing`).
     flows_to_next: FxHashMap<u32, Vec<u64>>,
+    /// (utid, track type) → the thread's `thread_time` / `thread_instructions` track.
+    thread_counter_tracks: FxHashMap<(u32, &'static str), u32>,
 }
 
 impl Importer {
@@ -174,6 +176,52 @@ impl Importer {
                     self.st.zero_length_zones.push(id);
                 }
                 self.flows_for(id, ev);
+            }
+            EventKind::ThreadTime | EventKind::ThreadInstructions => {
+                let Some(track) = self.event_track(ev, NONE) else {
+                    return;
+                };
+                let utid = self.st.tracks[track as usize].utid;
+                if utid == NONE {
+                    // Thread time on a process or global track: no thread to charge it to.
+                    self.st
+                        .stats
+                        .inc(Stat::track_event_thread_counter_without_thread);
+                    return;
+                }
+                let (name, kind) = if ev.kind == EventKind::ThreadTime {
+                    ("thread_time", "thread_time")
+                } else {
+                    ("thread_instruction_count", "thread_instructions")
+                };
+                let track = match self.parse.thread_counter_tracks.get(&(utid, kind)) {
+                    Some(&t) => t,
+                    None => {
+                        let dims = self.st.new_arg_set();
+                        self.st
+                            .push_arg_str_key(dims, "utid", ArgValue::Int(utid as i64));
+                        let id = self.st.tracks.len() as u32;
+                        self.st.tracks.push(TrackRow {
+                            name: self.st.strings.intern(name),
+                            kind,
+                            event_type: EventType::Counter,
+                            dimension_arg_set: dims,
+                            parent: NONE,
+                            source_arg_set: NONE,
+                            utid,
+                            upid: NONE,
+                            unit: NONE,
+                            description: NONE,
+                        });
+                        self.parse.thread_counter_tracks.insert((utid, kind), id);
+                        id
+                    }
+                };
+                self.st.counters.push(crate::storage::CounterRow {
+                    ts: ev.ts,
+                    track,
+                    value: f64::from_bits(ev.data),
+                });
             }
             EventKind::FlowOut
             | EventKind::FlowStep

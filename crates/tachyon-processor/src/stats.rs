@@ -137,6 +137,8 @@ stats! {
         "Events with more extra counter values than extra counter track uuids; the extra values were dropped.";
     track_event_extra_counter_invalid_track: Single, Error, Analysis,
         "Extra counter values aimed at a track that is not a counter track; dropped.";
+    track_event_thread_counter_without_thread: Single, Error, Analysis,
+        "Thread time or instruction counts on events whose track belongs to no thread; dropped.";
     track_descriptor_missing_uuid: Single, Error, Analysis,
         "TrackDescriptors without a uuid; ignored.";
     track_descriptor_conflicting_reservation: Single, Error, Analysis,
