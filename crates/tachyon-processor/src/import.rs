@@ -25,6 +25,11 @@ use crate::storage::{ArgValue, Storage, NONE};
 use crate::strings::{FxHashMap, StrId};
 use crate::SortMode;
 
+/// Where a legacy event goes (`Importer::legacy_threads`): its thread's track, or, for instants
+/// with `instant_event_scope`, the global (1) or its process's (2) legacy instant track.
+pub(crate) const LEGACY_SCOPE_GLOBAL: u8 = 1;
+pub(crate) const LEGACY_SCOPE_PROCESS: u8 = 2;
+pub(crate) const LEGACY_SCOPE_THREAD: u8 = 3;
 const SEQ_INCREMENTAL_STATE_CLEARED: u32 = SequenceFlags::SeqIncrementalStateCleared as u32;
 const SEQ_NEEDS_INCREMENTAL_STATE: u32 = SequenceFlags::SeqNeedsIncrementalState as u32;
 /// The loss causes `previous_packet_dropped` can name, each with the per-buffer stat it is
@@ -164,6 +169,10 @@ pub(crate) struct Reservation {
     pub(crate) description: Option<StrId>,
     pub(crate) child_ordering: i32,
     pub(crate) sibling_order_rank: Option<i32>,
+    /// A thread's descriptor track stays apart from the thread's own track.
+    pub(crate) disallow_merging: bool,
+    /// The sequence that described the track first.
+    pub(crate) seq_id: u32,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -195,8 +204,8 @@ struct Sequence {
     annotation_strings: FxHashMap<u64, StrId>,
     source_locations: FxHashMap<u64, (StrId, StrId, u32)>,
     counter_values: FxHashMap<u64, f64>,
-    /// Index into `Importer::legacy_threads`.
-    legacy_thread: Option<u64>,
+    /// The (pid, tid) of the sequence's legacy ThreadDescriptor.
+    legacy_thread: Option<(Option<i64>, i64)>,
     legacy_ts_us: Option<i64>,
     /// Bases of `thread_time_delta_us` and `thread_instruction_count_delta`.
     legacy_thread_time_us: Option<i64>,
@@ -240,8 +249,14 @@ pub(crate) struct Importer {
     pub(crate) arena_args: Vec<PendingArg>,
     pub(crate) arena_flows: Vec<u64>,
     pub(crate) aux: Vec<Aux>,
-    pub(crate) legacy_threads: Vec<(i64, i64)>,
-    legacy_thread_ids: FxHashMap<(i64, i64), u64>,
+    /// Targets of legacy events: (pid, tid, scope), scope one of `LEGACY_SCOPE_*`.
+    pub(crate) legacy_threads: Vec<(Option<i64>, i64, u8)>,
+    legacy_thread_ids: FxHashMap<(Option<i64>, i64, u8), u64>,
+    /// Sequences that said `first_packet_on_sequence` (their tracks are complete from the
+    /// start).
+    pub(crate) first_packet_seqs: FxHashMap<u32, ()>,
+    /// The track uuid of a descriptor's thread or process naming event (by `aux` index).
+    pub(crate) aux_uuid: FxHashMap<u64, u64>,
     latest_ts: i64,
     deferred: Vec<Deferred>,
     writer_buffers: Vec<(u32, u32)>,
@@ -271,6 +286,8 @@ impl Importer {
             aux: Vec::new(),
             legacy_threads: Vec::new(),
             legacy_thread_ids: FxHashMap::default(),
+            aux_uuid: FxHashMap::default(),
+            first_packet_seqs: FxHashMap::default(),
             latest_ts: 0,
             deferred: Vec::new(),
             writer_buffers: Vec::new(),
@@ -379,6 +396,9 @@ impl Importer {
             }
             Entry::Occupied(_) => {}
         }
+        if p.first_packet_on_sequence() {
+            self.first_packet_seqs.insert(seq_id, ());
+        }
         let flags = p.sequence_flags();
         if p.incremental_state_cleared() || flags & SEQ_INCREMENTAL_STATE_CLEARED != 0 {
             if has_seq {
@@ -484,7 +504,7 @@ impl Importer {
 
         if p.has_track_descriptor() {
             let d = p.track_descriptor().map_err(drop)?;
-            self.track_descriptor(&d)?;
+            self.track_descriptor(&d, seq_id)?;
         }
         if p.has_thread_descriptor() {
             let d = p.thread_descriptor().map_err(drop)?;
@@ -495,9 +515,8 @@ impl Importer {
                 NONE
             };
             if has_seq {
-                let idx = self.legacy_thread(pid, tid);
                 let seq = self.seq(seq_id);
-                seq.legacy_thread = Some(idx);
+                seq.legacy_thread = Some((Some(pid), tid));
                 seq.legacy_ts_us = d
                     .has_reference_timestamp_us()
                     .then(|| d.reference_timestamp_us());
@@ -587,12 +606,15 @@ impl Importer {
         self.seqs.entry(id).or_default()
     }
 
-    fn legacy_thread(&mut self, pid: i64, tid: i64) -> u64 {
+    fn legacy_thread(&mut self, pid: Option<i64>, tid: i64, scope: u8) -> u64 {
         let next = self.legacy_threads.len() as u64;
-        *self.legacy_thread_ids.entry((pid, tid)).or_insert_with(|| {
-            self.legacy_threads.push((pid, tid));
-            next
-        })
+        *self
+            .legacy_thread_ids
+            .entry((pid, tid, scope))
+            .or_insert_with(|| {
+                self.legacy_threads.push((pid, tid, scope));
+                next
+            })
     }
 
     fn process_names(&mut self, d: &tachyon_protos::ProcessDescriptorView<'_>) -> (StrId, StrId) {
@@ -852,7 +874,7 @@ impl Importer {
 
     // === Track descriptors ===
 
-    fn track_descriptor(&mut self, d: &TrackDescriptorView<'_>) -> Result<(), ()> {
+    fn track_descriptor(&mut self, d: &TrackDescriptorView<'_>, seq_id: u32) -> Result<(), ()> {
         if !d.has_uuid() {
             self.st.stats.inc(Stat::track_descriptor_missing_uuid);
             return Ok(());
@@ -875,6 +897,8 @@ impl Importer {
                 .has_description()
                 .then(|| strings.intern_bytes(d.description_bytes())),
             child_ordering: d.child_ordering_raw(),
+            disallow_merging: d.disallow_merging_with_system_tracks(),
+            seq_id,
             sibling_order_rank: d.has_sibling_order_rank().then(|| d.sibling_order_rank()),
             ..Default::default()
         };
@@ -956,9 +980,11 @@ impl Importer {
                 ppid: None,
                 uid: None,
             };
+            self.aux_uuid.insert(self.aux.len() as u64, uuid);
             self.push_aux(i64::MIN, EventKind::Thread, aux);
         }
         if let Some((pid, (name, cmdline))) = process {
+            self.aux_uuid.insert(self.aux.len() as u64, uuid);
             let aux = Aux {
                 pid: Some(pid),
                 tid: 0,
@@ -1050,17 +1076,48 @@ impl Importer {
             .get(&seq_id)
             .expect("sequence exists once a packet was seen");
         let defaults = seq.defaults.as_ref();
-        let (track, legacy_thread) = if ev.has_track_uuid() {
-            (ev.track_uuid(), false)
-        } else if let Some(uuid) = defaults.and_then(|d| d.track_uuid) {
-            (uuid, false)
+        let legacy = ev
+            .has_legacy_event()
+            .then(|| ev.legacy_event().ok())
+            .flatten();
+        let default_uuid = defaults.and_then(|d| d.track_uuid);
+        let uuid = if ev.has_track_uuid() {
+            ev.track_uuid()
         } else {
-            // A legacy ThreadDescriptor on the sequence, else the default track (uuid 0).
-            match seq.legacy_thread {
-                Some(idx) => (idx, true),
-                None => (0, false),
-            }
+            default_uuid.unwrap_or(0)
         };
+        // Events on the default track (uuid 0, explicit or not) that are legacy events, or on
+        // a sequence with a legacy ThreadDescriptor, belong to a thread, as in Perfetto: the
+        // legacy event's pid/tid override, else the ThreadDescriptor's thread, else the thread
+        // of the sequence's default track. Legacy instants with a process or global scope go
+        // to that process's (or the global) legacy instant track instead.
+        let mut legacy_target = None;
+        if uuid == 0 && (legacy.is_some() || seq.legacy_thread.is_some()) {
+            let overridden = legacy.as_ref().and_then(|l| {
+                l.has_tid_override()
+                    .then(|| (Some(l.pid_override() as i64), l.tid_override() as i64))
+            });
+            let thread = overridden.or(seq.legacy_thread).or_else(|| {
+                let r = self.reservations.get(&default_uuid?)?;
+                Some((r.pid, r.tid?))
+            });
+            if let Some((pid, tid)) = thread {
+                let is_instant = ev.type_raw() == 3
+                    || legacy
+                        .as_ref()
+                        .is_some_and(|l| matches!(l.phase() as u8, b'I' | b'i' | b'n' | b'R'));
+                let scope = match legacy.as_ref().map(|l| l.instant_event_scope_raw()) {
+                    Some(s @ (1 | 2)) if is_instant => s as u8,
+                    _ => LEGACY_SCOPE_THREAD,
+                };
+                legacy_target = Some((pid, tid, scope));
+            }
+        }
+        let (track, legacy_thread) = match legacy_target {
+            Some((pid, tid, scope)) => (self.legacy_thread(pid, tid, scope), true),
+            None => (uuid, false),
+        };
+        let seq = &self.seqs[&seq_id];
         let mut kind = match ev.type_raw() {
             1 => EventKind::SliceBegin,
             2 => EventKind::SliceEnd,
@@ -1073,10 +1130,6 @@ impl Importer {
         // A flow event riding on the slice (legacy `bind_id` with a direction).
         let mut bound_flow = None;
         let mut v1_flow_id = None;
-        let legacy = ev
-            .has_legacy_event()
-            .then(|| ev.legacy_event().ok())
-            .flatten();
         if let Some(l) = &legacy {
             if l.has_name_iid() {
                 legacy_name_iid = Some(l.name_iid());

@@ -17,7 +17,7 @@
 //! Perfetto also merges sibling tracks with equal names into one UI track; we keep one track
 //! per uuid.
 
-use crate::import::{Event, EventKind, Importer};
+use crate::import::{Event, EventKind, Importer, LEGACY_SCOPE_GLOBAL, LEGACY_SCOPE_PROCESS};
 use crate::stats::Stat;
 use crate::storage::{name_priority, ArgValue, EventType, SliceRow, TrackRow, NONE};
 use crate::strings::{FxHashMap, StrId};
@@ -40,8 +40,12 @@ enum Scope {
 pub(crate) struct ParseState {
     /// uuid → track id.
     tracks: FxHashMap<u64, u32>,
-    /// Index into `Importer::legacy_threads` → track id.
-    legacy_tracks: FxHashMap<u64, u32>,
+    /// upid (`NONE`: global) → its legacy instant track.
+    legacy_tracks: FxHashMap<u32, u32>,
+    /// The descriptor track uuid of each thread and process that has one: a second uuid for
+    /// the same thread (process) means its tid (pid) was reused, as Perfetto reads it.
+    uuid_by_utid: FxHashMap<u32, u64>,
+    uuid_by_upid: FxHashMap<u32, u64>,
     /// uuid → (scope, is root), once resolved.
     scopes: FxHashMap<u64, (Scope, bool)>,
     /// utid → its `thread` track.
@@ -68,7 +72,15 @@ impl Importer {
         match ev.kind {
             EventKind::Thread => {
                 let a = self.aux[ev.data as usize];
-                let utid = self.st.thread(a.tid, a.pid);
+                // A descriptor's thread is its track's (which tells reused tids apart).
+                let scope = match self.aux_uuid.get(&ev.data) {
+                    Some(&uuid) => self.resolve(uuid),
+                    None => None,
+                };
+                let utid = match scope {
+                    Some((Scope::Thread(utid), _)) => utid,
+                    _ => self.st.thread(a.tid, a.pid),
+                };
                 self.st
                     .set_thread_name(utid, a.name, name_priority::TRACK_DESCRIPTOR);
             }
@@ -76,7 +88,14 @@ impl Importer {
                 // As Perfetto's `SetProcessNameIfUnset`: a descriptor does not override a name
                 // the system (ProcessTree) or an earlier descriptor gave.
                 let a = self.aux[ev.data as usize];
-                let upid = self.st.process(a.pid.unwrap_or(0));
+                let scope = match self.aux_uuid.get(&ev.data) {
+                    Some(&uuid) => self.resolve(uuid),
+                    None => None,
+                };
+                let upid = match scope {
+                    Some((Scope::Process(upid), _)) => upid,
+                    _ => self.st.process(a.pid.unwrap_or(0)),
+                };
                 let p = &mut self.st.processes[upid as usize];
                 if p.name == NONE {
                     p.name = a.name;
@@ -362,14 +381,57 @@ impl Importer {
         if !ev.legacy_thread {
             return self.intern_track(ev.track, event_name);
         }
-        if let Some(&t) = self.parse.legacy_tracks.get(&ev.track) {
-            return Some(t);
+        // Resolved anew each time: the pid or tid may have been reused since.
+        let (pid, tid, scope) = self.legacy_threads[ev.track as usize];
+        let utid = self.st.thread(tid, pid);
+        Some(match scope {
+            LEGACY_SCOPE_PROCESS => {
+                let upid = self.st.threads[utid as usize].upid;
+                self.legacy_instant_track(upid)
+            }
+            LEGACY_SCOPE_GLOBAL => self.legacy_instant_track(NONE),
+            _ => self.thread_track(utid),
+        })
+    }
+
+    /// The track of legacy instants with process scope (of process `upid`) or global scope
+    /// (`upid` = `NONE`).
+    fn legacy_instant_track(&mut self, upid: u32) -> u32 {
+        if let Some(&t) = self.parse.legacy_tracks.get(&upid) {
+            return t;
         }
-        let (pid, tid) = self.legacy_threads[ev.track as usize];
-        let utid = self.st.thread(tid, Some(pid));
-        let t = self.thread_track(utid);
-        self.parse.legacy_tracks.insert(ev.track, t);
-        Some(t)
+        let dims = self.st.new_arg_set();
+        if upid != NONE {
+            self.st
+                .push_arg_str_key(dims, "upid", ArgValue::Int(upid as i64));
+        }
+        let src = self.st.new_arg_set();
+        let chrome = self.st.strings.intern("chrome");
+        self.st
+            .push_arg_str_key(src, "source", ArgValue::Str(chrome));
+        let (kind, name) = if upid == NONE {
+            (
+                "chrome_global_instant",
+                self.st.strings.intern("Global Legacy Events"),
+            )
+        } else {
+            ("chrome_process_instant", NONE)
+        };
+        let id = self.st.tracks.len() as u32;
+        self.st.tracks.push(TrackRow {
+            name,
+            kind,
+            event_type: EventType::Slice,
+            dimension_arg_set: dims,
+            parent: NONE,
+            source_arg_set: src,
+            utid: NONE,
+            upid,
+            unit: NONE,
+            description: NONE,
+        });
+        self.parse.legacy_tracks.insert(upid, id);
+        id
     }
 
     /// The track id for `uuid`, created on first use. `event_name` names global child tracks
@@ -388,7 +450,11 @@ impl Importer {
             parent_is_root = self.parse.scopes.get(&parent_uuid).is_some_and(|s| s.1);
         }
         let is_counter = r.counter.is_some();
-        let id = if is_root && !is_counter && matches!(scope, Scope::Thread(_)) {
+        let id = if is_root
+            && !is_counter
+            && !r.disallow_merging
+            && matches!(scope, Scope::Thread(_))
+        {
             let Scope::Thread(utid) = scope else {
                 unreachable!()
             };
@@ -446,6 +512,10 @@ impl Importer {
                 "is_root_in_scope",
                 ArgValue::Bool(uuid == 0 || is_root),
             );
+            if uuid != 0 && self.first_packet_seqs.contains_key(&r.seq_id) {
+                self.st
+                    .push_arg_str_key(src, "has_first_packet_on_sequence", ArgValue::Bool(true));
+            }
             if let Some(c) = &r.counter {
                 if let Some(cat) = c.category {
                     self.st
@@ -559,9 +629,25 @@ impl Importer {
         }
         let r = self.reservations.get(&uuid).cloned().unwrap_or_default();
         let result = if let Some(tid) = r.tid {
-            (Scope::Thread(self.st.thread(tid, r.pid)), true)
+            let mut utid = self.st.thread(tid, r.pid);
+            match self.parse.uuid_by_utid.insert(utid, uuid) {
+                Some(old) if old != uuid => {
+                    utid = self.st.start_new_thread(tid, r.pid);
+                    self.parse.uuid_by_utid.insert(utid, uuid);
+                }
+                _ => {}
+            }
+            (Scope::Thread(utid), true)
         } else if let Some(pid) = r.pid {
-            (Scope::Process(self.st.process(pid)), true)
+            let mut upid = self.st.process(pid);
+            match self.parse.uuid_by_upid.insert(upid, uuid) {
+                Some(old) if old != uuid => {
+                    upid = self.st.start_new_process(pid);
+                    self.parse.uuid_by_upid.insert(upid, uuid);
+                }
+                _ => {}
+            }
+            (Scope::Process(upid), true)
         } else if r.parent != 0 {
             match self.resolve(r.parent)? {
                 (Scope::Global, _) => (Scope::Global, false),

@@ -239,6 +239,23 @@ impl Storage {
         upid
     }
 
+    /// A new process for `pid` even if one exists (the pid was reused): later lookups of the
+    /// pid find the new one.
+    pub(crate) fn start_new_process(&mut self, pid: i64) -> u32 {
+        let upid = self.processes.len() as u32;
+        self.processes.push(ProcessRow::new(pid));
+        self.pid_to_upid.insert(pid, upid);
+        self.new_thread(pid, upid);
+        upid
+    }
+
+    /// A new thread for `tid` in process `pid` even if one exists (the tid was reused): later
+    /// lookups of the tid (in that process) find the new one.
+    pub(crate) fn start_new_thread(&mut self, tid: i64, pid: Option<i64>) -> u32 {
+        let upid = pid.map_or(NONE, |p| self.process(p));
+        self.new_thread(tid, upid)
+    }
+
     fn new_thread(&mut self, tid: i64, upid: u32) -> u32 {
         let utid = self.threads.len() as u32;
         self.threads.push(ThreadRow {
