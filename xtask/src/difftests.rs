@@ -396,8 +396,10 @@ fn render(columns: &[String], rows: &[Vec<Value>]) -> String {
 
 fn run_tachyon(trace: &[u8], query: &str) -> Result<String, String> {
     let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
-        let tp = TraceProcessor::from_bytes(trace, &Options::default())
-            .map_err(|e| format!("import: {e}"))?;
+        // Perfetto's runner passes --crop-track-events.
+        let mut options = Options::default();
+        options.crop_track_events = true;
+        let tp = TraceProcessor::from_bytes(trace, &options).map_err(|e| format!("import: {e}"))?;
         let r = tp.query(query).map_err(|e| format!("query: {e}"))?;
         Ok(render(&r.columns, &r.rows))
     }));

@@ -48,6 +48,9 @@ pub(crate) type ClockId = u64;
 /// `BUILTIN_CLOCK_BOOTTIME`, the default trace clock.
 pub(crate) const BOOTTIME: ClockId = tachyon_protos::BuiltinClock::Boottime as ClockId;
 
+/// `BUILTIN_CLOCK_MONOTONIC`, the clock of TrackEvent's legacy microsecond timestamps.
+pub(crate) const MONOTONIC: ClockId = tachyon_protos::BuiltinClock::Monotonic as ClockId;
+
 /// Whether a clock id is sequence-scoped (64–127).
 pub(crate) fn is_sequence_clock(id: u32) -> bool {
     (64..=127).contains(&id)

@@ -114,6 +114,8 @@ pub(crate) enum EventKind {
     /// `thread_time` and `thread_instruction_count` counter tracks.
     ThreadTime,
     ThreadInstructions,
+    /// A later descriptor's name for track uuid `track` (`data`: the name's `StrId`).
+    TrackRename,
 }
 
 /// One timestamped event. Variable-length parts (args, flow ids) live in the importer's arenas
@@ -171,6 +173,8 @@ pub(crate) struct Reservation {
     pub(crate) sibling_order_rank: Option<i32>,
     /// A thread's descriptor track stays apart from the thread's own track.
     pub(crate) disallow_merging: bool,
+    /// `SIBLING_MERGE_BEHAVIOR_NONE`: the name is no merge key, later descriptors may change it.
+    pub(crate) never_merged: bool,
     /// The sequence that described the track first.
     pub(crate) seq_id: u32,
 }
@@ -252,6 +256,9 @@ pub(crate) struct Importer {
     /// Targets of legacy events: (pid, tid, scope), scope one of `LEGACY_SCOPE_*`.
     pub(crate) legacy_threads: Vec<(Option<i64>, i64, u8)>,
     legacy_thread_ids: FxHashMap<(Option<i64>, i64, u8), u64>,
+    /// Drop TrackEvents before the range of interest (Options::crop_track_events).
+    pub(crate) crop_track_events: bool,
+    range_of_interest: Option<i64>,
     /// Sequences that said `first_packet_on_sequence` (their tracks are complete from the
     /// start).
     pub(crate) first_packet_seqs: FxHashMap<u32, ()>,
@@ -288,6 +295,8 @@ impl Importer {
             legacy_thread_ids: FxHashMap::default(),
             aux_uuid: FxHashMap::default(),
             first_packet_seqs: FxHashMap::default(),
+            crop_track_events: false,
+            range_of_interest: None,
             latest_ts: 0,
             deferred: Vec::new(),
             writer_buffers: Vec::new(),
@@ -465,6 +474,10 @@ impl Importer {
         if p.has_trace_stats() {
             self.trace_stats(p)?;
         }
+        if p.has_track_event_range_of_interest() {
+            let r = p.track_event_range_of_interest().map_err(drop)?;
+            self.range_of_interest = Some(r.start_us().saturating_mul(1000));
+        }
         if p.has_service_event() {
             let e = p.service_event().map_err(drop)?;
             if e.all_data_sources_flushed() {
@@ -504,7 +517,8 @@ impl Importer {
 
         if p.has_track_descriptor() {
             let d = p.track_descriptor().map_err(drop)?;
-            self.track_descriptor(&d, seq_id)?;
+            let ts = self.naming_time(&time);
+            self.track_descriptor(&d, seq_id, ts)?;
         }
         if p.has_thread_descriptor() {
             let d = p.thread_descriptor().map_err(drop)?;
@@ -874,7 +888,14 @@ impl Importer {
 
     // === Track descriptors ===
 
-    fn track_descriptor(&mut self, d: &TrackDescriptorView<'_>, seq_id: u32) -> Result<(), ()> {
+    /// Reserves a descriptor's track. `ts` is the packet's time: a later descriptor of the
+    /// same track renames it only if no event has created the track by then, as in Perfetto.
+    fn track_descriptor(
+        &mut self,
+        d: &TrackDescriptorView<'_>,
+        seq_id: u32,
+        ts: i64,
+    ) -> Result<(), ()> {
         if !d.has_uuid() {
             self.st.stats.inc(Stat::track_descriptor_missing_uuid);
             return Ok(());
@@ -898,6 +919,7 @@ impl Importer {
                 .then(|| strings.intern_bytes(d.description_bytes())),
             child_ordering: d.child_ordering_raw(),
             disallow_merging: d.disallow_merging_with_system_tracks(),
+            never_merged: d.sibling_merge_behavior_raw() == 2,
             seq_id,
             sibling_order_rank: d.has_sibling_order_rank().then(|| d.sibling_order_rank()),
             ..Default::default()
@@ -963,8 +985,9 @@ impl Importer {
                         .inc(Stat::track_descriptor_conflicting_reservation);
                     return Ok(());
                 }
-                if r.name.is_some() {
-                    old.name = r.name;
+                if let Some(name) = r.name {
+                    let rename = Event::bare(EventKind::TrackRename, ts, uuid, name as u64);
+                    self.emit(rename);
                 }
             }
         }
@@ -1018,20 +1041,36 @@ impl Importer {
             self.st.stats.inc(Stat::track_event_missing_sequence_id);
             return Ok(());
         }
-        let time = if ev.has_timestamp_absolute_us() {
-            Time::At(ev.timestamp_absolute_us().saturating_mul(1000))
+        // Legacy microsecond timestamps are CLOCK_MONOTONIC readings, as in Perfetto.
+        let legacy_us = if ev.has_timestamp_absolute_us() {
+            Some(ev.timestamp_absolute_us())
         } else if ev.has_timestamp_delta_us() {
             let seq = self.seq(seq_id);
             match seq.legacy_ts_us {
                 Some(base) => {
                     let t = base.saturating_add(ev.timestamp_delta_us());
                     seq.legacy_ts_us = Some(t);
-                    Time::At(t.saturating_mul(1000))
+                    Some(t)
                 }
-                None => Time::Failed,
+                None => {
+                    self.st.stats.inc(Stat::clock_sync_failure);
+                    return Ok(());
+                }
             }
         } else {
-            packet_time
+            None
+        };
+        let time = match legacy_us.map(|us| us.saturating_mul(1000)) {
+            Some(ns) if ns < 0 => {
+                self.st.stats.inc(Stat::track_event_invalid_timestamp);
+                return Ok(());
+            }
+            Some(ns) => match self.clocks.convert(clock::MONOTONIC, ns as u64) {
+                Converted::At(ts) => Time::At(ts),
+                Converted::Later(p) => Time::Deferred(p),
+                Converted::Failed => Time::Failed,
+            },
+            None => packet_time,
         };
         let (ts, deferred) = match time {
             Time::At(ts) => (ts, None),
@@ -1047,6 +1086,12 @@ impl Importer {
         };
         if deferred.is_none() && ts < 0 {
             self.st.stats.inc(Stat::track_event_invalid_timestamp);
+            return Ok(());
+        }
+        if self.crop_track_events
+            && deferred.is_none()
+            && self.range_of_interest.is_some_and(|start| ts < start)
+        {
             return Ok(());
         }
         let mut out = std::mem::take(&mut self.scratch);

@@ -196,6 +196,25 @@ impl Importer {
                 }
                 self.flows_for(id, ev);
             }
+            EventKind::TrackRename => {
+                // Before the track exists, a rename is just the newest name. Once it exists,
+                // a name its descriptor gave is its merge key and stays, unless the track is
+                // never merged; a name taken from its first event gives way to the
+                // descriptor's, as in Perfetto.
+                let Some(r) = self.reservations.get_mut(&ev.track) else {
+                    return;
+                };
+                let had_name = r.name.is_some();
+                let fixed = had_name && !r.never_merged;
+                match self.parse.tracks.get(&ev.track) {
+                    None => r.name = Some(ev.data as StrId),
+                    Some(_) if fixed => {}
+                    Some(&track) => {
+                        r.name = Some(ev.data as StrId);
+                        self.st.tracks[track as usize].name = ev.data as StrId;
+                    }
+                }
+            }
             EventKind::ThreadTime | EventKind::ThreadInstructions => {
                 let Some(track) = self.event_track(ev, NONE) else {
                     return;

@@ -27,6 +27,10 @@ pub struct Options {
     /// or a trace too big to import in memory anyway) is refused with [`Error::TooLarge`]
     /// instead of exhausting memory. Default: 16 GiB.
     pub max_inflated_bytes: u64,
+    /// Drop TrackEvents before the range of interest a producer declared
+    /// (`TracePacket.track_event_range_of_interest`), as trace_processor's
+    /// `--crop-track-events`. Default: off (keep everything).
+    pub crop_track_events: bool,
 }
 
 impl Default for Options {
@@ -34,6 +38,7 @@ impl Default for Options {
         Options {
             sort: SortMode::default(),
             max_inflated_bytes: 16 << 30,
+            crop_track_events: false,
         }
     }
 }
@@ -132,6 +137,7 @@ impl TraceProcessor {
         progress: &mut dyn FnMut(Progress),
     ) -> Result<Self, Error> {
         let mut importer = import::Importer::new(options.sort);
+        importer.crop_track_events = options.crop_track_events;
         let gunzipped;
         let trace: &[u8] = if bytes.starts_with(&import::GZIP_MAGIC) {
             let limit = options.max_inflated_bytes;

@@ -26,6 +26,7 @@
 // source: perfetto/trace/track_event/counter_descriptor.proto
 // source: perfetto/trace/track_event/debug_annotation.proto
 // source: perfetto/trace/track_event/process_descriptor.proto
+// source: perfetto/trace/track_event/range_of_interest.proto
 // source: perfetto/trace/track_event/source_location.proto
 // source: perfetto/trace/track_event/state_descriptor.proto
 // source: perfetto/trace/track_event/thread_descriptor.proto
@@ -18152,6 +18153,8 @@ pub mod perfetto {
             pub const TRACE_STATS_FIELD_NUMBER: u32 = 35;
             /// The field number of `service_event`.
             pub const SERVICE_EVENT_FIELD_NUMBER: u32 = 69;
+            /// The field number of `track_event_range_of_interest`.
+            pub const TRACK_EVENT_RANGE_OF_INTEREST_FIELD_NUMBER: u32 = 90;
             /// The field number of `process_descriptor`.
             pub const PROCESS_DESCRIPTOR_FIELD_NUMBER: u32 = 43;
             /// The field number of `thread_descriptor`.
@@ -18322,6 +18325,19 @@ pub mod perfetto {
             #[inline(always)]
             pub fn set_service_event(&mut self) -> TracingServiceEvent<'_> {
                 ::protozero::MessageWriter::from_message(self.0.begin_nested(69))
+            }
+
+            /// Begins `perfetto.protos.TrackEventRangeOfInterest track_event_range_of_interest =
+            /// 90`.
+            ///
+            /// A member of oneof `data`: write at most one member (a protobuf parser keeps the last
+            /// one written); the view reads each member on its own.
+            ///
+            /// Fill in the returned writer; it ends (and its size is written) when it is dropped,
+            /// before this message can be written again.
+            #[inline(always)]
+            pub fn set_track_event_range_of_interest(&mut self) -> TrackEventRangeOfInterest<'_> {
+                ::protozero::MessageWriter::from_message(self.0.begin_nested(90))
             }
 
             /// Legacy per-sequence descriptors; new writers use TrackDescriptor.
@@ -18522,7 +18538,7 @@ pub mod perfetto {
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct TracePacketView<'a> {
-            d: ::protozero::TypedDecoder<'a, 27>,
+            d: ::protozero::TypedDecoder<'a, 28>,
         }
 
         impl<'a> TracePacketView<'a> {
@@ -18556,20 +18572,21 @@ pub mod perfetto {
                     33 => ::core::option::Option::Some(8),
                     35 => ::core::option::Option::Some(9),
                     69 => ::core::option::Option::Some(10),
-                    43..=44 => ::core::option::Option::Some(id as usize - 32),
-                    36 => ::core::option::Option::Some(13),
-                    50 => ::core::option::Option::Some(14),
-                    133 => ::core::option::Option::Some(15),
-                    900 => ::core::option::Option::Some(16),
-                    3 => ::core::option::Option::Some(17),
-                    10 => ::core::option::Option::Some(18),
-                    79 => ::core::option::Option::Some(19),
-                    12..=13 => ::core::option::Option::Some(id as usize + 8),
-                    41 => ::core::option::Option::Some(22),
-                    59 => ::core::option::Option::Some(23),
-                    42 => ::core::option::Option::Some(24),
-                    87 => ::core::option::Option::Some(25),
-                    98 => ::core::option::Option::Some(26),
+                    90 => ::core::option::Option::Some(11),
+                    43..=44 => ::core::option::Option::Some(id as usize - 31),
+                    36 => ::core::option::Option::Some(14),
+                    50 => ::core::option::Option::Some(15),
+                    133 => ::core::option::Option::Some(16),
+                    900 => ::core::option::Option::Some(17),
+                    3 => ::core::option::Option::Some(18),
+                    10 => ::core::option::Option::Some(19),
+                    79 => ::core::option::Option::Some(20),
+                    12..=13 => ::core::option::Option::Some(id as usize + 9),
+                    41 => ::core::option::Option::Some(23),
+                    59 => ::core::option::Option::Some(24),
+                    42 => ::core::option::Option::Some(25),
+                    87 => ::core::option::Option::Some(26),
+                    98 => ::core::option::Option::Some(27),
                     _ => ::core::option::Option::None,
                 }
             }
@@ -18790,6 +18807,26 @@ pub mod perfetto {
                 ::protozero::gen_support::has_len(&self.d, 10)
             }
 
+            /// The last occurrence (an empty message when absent) of
+            /// `perfetto.protos.TrackEventRangeOfInterest track_event_range_of_interest = 90`.
+            ///
+            /// A member of oneof `data`: write at most one member (a protobuf parser keeps the last
+            /// one written); the view reads each member on its own.
+            ///
+            /// # Errors
+            ///
+            /// The first malformation if the nested message is not well-formed.
+            #[inline]
+            pub fn track_event_range_of_interest(&self) -> ::core::result::Result<TrackEventRangeOfInterestView<'a>, ::protozero::DecodeError> {
+                TrackEventRangeOfInterestView::decode(::protozero::gen_support::bytes(&self.d, 11, b""))
+            }
+
+            /// Whether `track_event_range_of_interest` (field 90) occurs with the right wire type.
+            #[inline]
+            pub fn has_track_event_range_of_interest(&self) -> bool {
+                ::protozero::gen_support::has_len(&self.d, 11)
+            }
+
             /// Legacy per-sequence descriptors; new writers use TrackDescriptor.
             ///
             /// The last occurrence (an empty message when absent) of
@@ -18803,13 +18840,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn process_descriptor(&self) -> ::core::result::Result<ProcessDescriptorView<'a>, ::protozero::DecodeError> {
-                ProcessDescriptorView::decode(::protozero::gen_support::bytes(&self.d, 11, b""))
+                ProcessDescriptorView::decode(::protozero::gen_support::bytes(&self.d, 12, b""))
             }
 
             /// Whether `process_descriptor` (field 43) occurs with the right wire type.
             #[inline]
             pub fn has_process_descriptor(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 11)
+                ::protozero::gen_support::has_len(&self.d, 12)
             }
 
             /// The last occurrence (an empty message when absent) of
@@ -18823,13 +18860,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn thread_descriptor(&self) -> ::core::result::Result<ThreadDescriptorView<'a>, ::protozero::DecodeError> {
-                ThreadDescriptorView::decode(::protozero::gen_support::bytes(&self.d, 12, b""))
+                ThreadDescriptorView::decode(::protozero::gen_support::bytes(&self.d, 13, b""))
             }
 
             /// Whether `thread_descriptor` (field 44) occurs with the right wire type.
             #[inline]
             pub fn has_thread_descriptor(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 12)
+                ::protozero::gen_support::has_len(&self.d, 13)
             }
 
             /// Written by the service every ~10 s: the 16 bytes of the UUID
@@ -18842,13 +18879,13 @@ pub mod perfetto {
             /// one written); the view reads each member on its own.
             #[inline]
             pub fn synchronization_marker(&self) -> &'a [u8] {
-                ::protozero::gen_support::bytes(&self.d, 13, b"")
+                ::protozero::gen_support::bytes(&self.d, 14, b"")
             }
 
             /// Whether `synchronization_marker` (field 36) occurs with the right wire type.
             #[inline]
             pub fn has_synchronization_marker(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 13)
+                ::protozero::gen_support::has_len(&self.d, 14)
             }
 
             /// Zero or more serialized TracePacket records (as in Trace), compressed
@@ -18860,13 +18897,13 @@ pub mod perfetto {
             /// one written); the view reads each member on its own.
             #[inline]
             pub fn compressed_packets(&self) -> &'a [u8] {
-                ::protozero::gen_support::bytes(&self.d, 14, b"")
+                ::protozero::gen_support::bytes(&self.d, 15, b"")
             }
 
             /// Whether `compressed_packets` (field 50) occurs with the right wire type.
             #[inline]
             pub fn has_compressed_packets(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 14)
+                ::protozero::gen_support::has_len(&self.d, 15)
             }
 
             /// Same as compressed_packets, compressed with zstd.
@@ -18877,13 +18914,13 @@ pub mod perfetto {
             /// one written); the view reads each member on its own.
             #[inline]
             pub fn zstd_compressed_packets(&self) -> &'a [u8] {
-                ::protozero::gen_support::bytes(&self.d, 15, b"")
+                ::protozero::gen_support::bytes(&self.d, 16, b"")
             }
 
             /// Whether `zstd_compressed_packets` (field 133) occurs with the right wire type.
             #[inline]
             pub fn has_zstd_compressed_packets(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 15)
+                ::protozero::gen_support::has_len(&self.d, 16)
             }
 
             /// Test payload.
@@ -18899,13 +18936,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn for_testing(&self) -> ::core::result::Result<TestEventView<'a>, ::protozero::DecodeError> {
-                TestEventView::decode(::protozero::gen_support::bytes(&self.d, 16, b""))
+                TestEventView::decode(::protozero::gen_support::bytes(&self.d, 17, b""))
             }
 
             /// Whether `for_testing` (field 900) occurs with the right wire type.
             #[inline]
             pub fn has_for_testing(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 16)
+                ::protozero::gen_support::has_len(&self.d, 17)
             }
 
             /// The last occurrence, or the default, of `int32 trusted_uid = 3`.
@@ -18914,13 +18951,13 @@ pub mod perfetto {
             /// parser keeps the last one written); the view reads each member on its own.
             #[inline]
             pub fn trusted_uid(&self) -> i32 {
-                ::protozero::gen_support::int32(&self.d, 17, 0)
+                ::protozero::gen_support::int32(&self.d, 18, 0)
             }
 
             /// Whether `trusted_uid` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_trusted_uid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 17)
+                ::protozero::gen_support::has_varint(&self.d, 18)
             }
 
             /// The last occurrence, or the default, of `uint32 trusted_packet_sequence_id = 10`.
@@ -18929,13 +18966,13 @@ pub mod perfetto {
             /// protobuf parser keeps the last one written); the view reads each member on its own.
             #[inline]
             pub fn trusted_packet_sequence_id(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 18, 0)
+                ::protozero::gen_support::uint32(&self.d, 19, 0)
             }
 
             /// Whether `trusted_packet_sequence_id` (field 10) occurs with the right wire type.
             #[inline]
             pub fn has_trusted_packet_sequence_id(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 18)
+                ::protozero::gen_support::has_varint(&self.d, 19)
             }
 
             /// Written by the service: pid of the producer.
@@ -18943,13 +18980,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional int32 trusted_pid = 79`.
             #[inline]
             pub fn trusted_pid(&self) -> i32 {
-                ::protozero::gen_support::int32(&self.d, 19, 0)
+                ::protozero::gen_support::int32(&self.d, 20, 0)
             }
 
             /// Whether `trusted_pid` (field 79) occurs with the right wire type.
             #[inline]
             pub fn has_trusted_pid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 19)
+                ::protozero::gen_support::has_varint(&self.d, 20)
             }
 
             /// New interning entries for this sequence, valid until the next
@@ -18963,25 +19000,25 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn interned_data(&self) -> ::core::result::Result<InternedDataView<'a>, ::protozero::DecodeError> {
-                InternedDataView::decode(::protozero::gen_support::bytes(&self.d, 20, b""))
+                InternedDataView::decode(::protozero::gen_support::bytes(&self.d, 21, b""))
             }
 
             /// Whether `interned_data` (field 12) occurs with the right wire type.
             #[inline]
             pub fn has_interned_data(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 20)
+                ::protozero::gen_support::has_len(&self.d, 21)
             }
 
             /// The last occurrence, or the default, of `optional uint32 sequence_flags = 13`.
             #[inline]
             pub fn sequence_flags(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 21, 0)
+                ::protozero::gen_support::uint32(&self.d, 22, 0)
             }
 
             /// Whether `sequence_flags` (field 13) occurs with the right wire type.
             #[inline]
             pub fn has_sequence_flags(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 21)
+                ::protozero::gen_support::has_varint(&self.d, 22)
             }
 
             /// Deprecated form of SEQ_INCREMENTAL_STATE_CLEARED.
@@ -18990,13 +19027,13 @@ pub mod perfetto {
             /// 41`.
             #[inline]
             pub fn incremental_state_cleared(&self) -> bool {
-                ::protozero::gen_support::bool(&self.d, 22, false)
+                ::protozero::gen_support::bool(&self.d, 23, false)
             }
 
             /// Whether `incremental_state_cleared` (field 41) occurs with the right wire type.
             #[inline]
             pub fn has_incremental_state_cleared(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 22)
+                ::protozero::gen_support::has_varint(&self.d, 23)
             }
 
             /// Defaults for later packets of this sequence; re-emitted after every
@@ -19010,13 +19047,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn trace_packet_defaults(&self) -> ::core::result::Result<TracePacketDefaultsView<'a>, ::protozero::DecodeError> {
-                TracePacketDefaultsView::decode(::protozero::gen_support::bytes(&self.d, 23, b""))
+                TracePacketDefaultsView::decode(::protozero::gen_support::bytes(&self.d, 24, b""))
             }
 
             /// Whether `trace_packet_defaults` (field 59) occurs with the right wire type.
             #[inline]
             pub fn has_trace_packet_defaults(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 23)
+                ::protozero::gen_support::has_len(&self.d, 24)
             }
 
             /// Non-zero if packets of this sequence were lost right before this one
@@ -19028,13 +19065,13 @@ pub mod perfetto {
             /// 42`.
             #[inline]
             pub fn previous_packet_dropped(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 24, 0)
+                ::protozero::gen_support::uint32(&self.d, 25, 0)
             }
 
             /// Whether `previous_packet_dropped` (field 42) occurs with the right wire type.
             #[inline]
             pub fn has_previous_packet_dropped(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 24)
+                ::protozero::gen_support::has_varint(&self.d, 25)
             }
 
             /// Set by the writer on the very first packet of a sequence, so a reader
@@ -19044,13 +19081,13 @@ pub mod perfetto {
             /// 87`.
             #[inline]
             pub fn first_packet_on_sequence(&self) -> bool {
-                ::protozero::gen_support::bool(&self.d, 25, false)
+                ::protozero::gen_support::bool(&self.d, 26, false)
             }
 
             /// Whether `first_packet_on_sequence` (field 87) occurs with the right wire type.
             #[inline]
             pub fn has_first_packet_on_sequence(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 25)
+                ::protozero::gen_support::has_varint(&self.d, 26)
             }
 
             /// Written by the service: id of the machine the producer runs on
@@ -19059,13 +19096,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint32 machine_id = 98`.
             #[inline]
             pub fn machine_id(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 26, 0)
+                ::protozero::gen_support::uint32(&self.d, 27, 0)
             }
 
             /// Whether `machine_id` (field 98) occurs with the right wire type.
             #[inline]
             pub fn has_machine_id(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 26)
+                ::protozero::gen_support::has_varint(&self.d, 27)
             }
         }
 
@@ -21325,6 +21362,99 @@ pub mod perfetto {
                         _ => ::core::option::Option::None,
                     }
                 }
+            }
+        }
+
+        /// The start of the part of the trace a producer says is interesting (a ring
+        /// buffer's oldest complete data): with cropping enabled, the processor drops
+        /// TrackEvents before it.
+        ///
+        /// Writer of `perfetto.protos.TrackEventRangeOfInterest`: each setter appends one field to
+        /// the message being written.
+        #[derive(Debug)]
+        pub struct TrackEventRangeOfInterest<'w>(::protozero::Message<'w>);
+
+        impl<'w> ::protozero::MessageWriter<'w> for TrackEventRangeOfInterest<'w> {
+            #[inline(always)]
+            fn from_message(msg: ::protozero::Message<'w>) -> Self {
+                Self(msg)
+            }
+
+            #[inline(always)]
+            fn as_message(&mut self) -> &mut ::protozero::Message<'w> {
+                &mut self.0
+            }
+        }
+
+        impl<'w> TrackEventRangeOfInterest<'w> {
+            /// The field number of `start_us`.
+            pub const START_US_FIELD_NUMBER: u32 = 1;
+
+            /// The message being written, for what the setters do not cover (e.g. fields already
+            /// encoded).
+            #[inline(always)]
+            pub fn message(&mut self) -> &mut ::protozero::Message<'w> {
+                &mut self.0
+            }
+
+            /// Writes `optional int64 start_us = 1`.
+            #[inline(always)]
+            pub fn set_start_us(&mut self, v: i64) {
+                self.0.append_int64(1, v);
+            }
+        }
+
+        /// The start of the part of the trace a producer says is interesting (a ring
+        /// buffer's oldest complete data): with cropping enabled, the processor drops
+        /// TrackEvents before it.
+        ///
+        /// A zero-copy view of an encoded `perfetto.protos.TrackEventRangeOfInterest`: its fields
+        /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
+        /// which never allocate.
+        ///
+        /// A singular field reads its last occurrence (the default when absent); repeated scalars
+        /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
+        /// the declared type is skipped like an unknown field.
+        #[derive(Clone, Debug)]
+        pub struct TrackEventRangeOfInterestView<'a> {
+            d: ::protozero::TypedDecoder<'a, 1>,
+        }
+
+        impl<'a> TrackEventRangeOfInterestView<'a> {
+            /// Indexes the fields of `bytes`, skipping unknown ones.
+            ///
+            /// # Errors
+            ///
+            /// The first malformation if `bytes` is not a well-formed protobuf message.
+            #[inline]
+            pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
+                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+            }
+
+            /// The encoded message this view reads.
+            #[inline]
+            pub fn bytes(&self) -> &'a [u8] {
+                self.d.bytes()
+            }
+
+            #[inline]
+            fn slot_of(id: u32) -> ::core::option::Option<usize> {
+                match id {
+                    1 => ::core::option::Option::Some(0),
+                    _ => ::core::option::Option::None,
+                }
+            }
+
+            /// The last occurrence, or the default, of `optional int64 start_us = 1`.
+            #[inline]
+            pub fn start_us(&self) -> i64 {
+                ::protozero::gen_support::int64(&self.d, 0, 0)
+            }
+
+            /// Whether `start_us` (field 1) occurs with the right wire type.
+            #[inline]
+            pub fn has_start_us(&self) -> bool {
+                ::protozero::gen_support::has_varint(&self.d, 0)
             }
         }
 
