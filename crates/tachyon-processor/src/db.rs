@@ -59,7 +59,7 @@ CREATE VIEW counters AS SELECT c.*, t.name, t.unit FROM counter c
 
 CREATE TABLE __intrinsic_thread(
   id INTEGER PRIMARY KEY, tid INTEGER NOT NULL, name TEXT, start_ts INTEGER, end_ts INTEGER,
-  upid INTEGER, is_main_thread INTEGER, machine_id INTEGER);
+  upid INTEGER, is_main_thread INTEGER, machine_id INTEGER, arg_set_id INTEGER);
 CREATE VIEW thread AS SELECT id AS utid, * FROM __intrinsic_thread;
 
 CREATE TABLE __intrinsic_process(
@@ -179,17 +179,24 @@ pub(crate) fn load(conn: &Connection, mut st: Storage) -> rusqlite::Result<()> {
             ins.execute(params![i as i64, c.ts, c.track, c.value])?;
         }
         let mut ins = tx.prepare(
-            "INSERT INTO __intrinsic_thread(id, tid, name, upid, is_main_thread) \
-             VALUES (?1, ?2, ?3, ?4, ?5)",
+            "INSERT INTO __intrinsic_thread(id, tid, name, upid, is_main_thread, arg_set_id) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         )?;
         for (i, t) in st.threads.iter().enumerate() {
             let main = (t.upid != NONE && i != 0)
                 .then(|| (st.processes[t.upid as usize].pid == t.tid) as i64);
-            ins.execute(params![i as i64, t.tid, text(t.name), opt(t.upid), main])?;
+            ins.execute(params![
+                i as i64,
+                t.tid,
+                text(t.name),
+                opt(t.upid),
+                main,
+                opt(t.arg_set)
+            ])?;
         }
         let mut ins = tx.prepare(
             "INSERT INTO __intrinsic_process(id, pid, name, cmdline, parent_upid, uid, \
-             android_appid) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+             android_appid, arg_set_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
         )?;
         for (i, p) in st.processes.iter().enumerate() {
             ins.execute(params![
@@ -200,7 +207,8 @@ pub(crate) fn load(conn: &Connection, mut st: Storage) -> rusqlite::Result<()> {
                 opt(p.parent),
                 p.uid,
                 // Android's app id, as Perfetto's `SetProcessUid` derives it.
-                p.uid.map(|u| u % 100_000)
+                p.uid.map(|u| u % 100_000),
+                opt(p.arg_set)
             ])?;
         }
         let mut ins = tx.prepare(

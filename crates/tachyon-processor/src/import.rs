@@ -175,6 +175,12 @@ pub(crate) struct Reservation {
     pub(crate) disallow_merging: bool,
     /// `SIBLING_MERGE_BEHAVIOR_NONE`: the name is no merge key, later descriptors may change it.
     pub(crate) never_merged: bool,
+    /// On the root track: processes (threads) are ordered by their tracks'
+    /// `sibling_order_rank` (the `*_sort_index_hint` args).
+    pub(crate) explicit_process_order: bool,
+    pub(crate) explicit_thread_order: bool,
+    /// Chrome's `host_app_package_name` of a process track.
+    pub(crate) host_app: Option<StrId>,
     /// The sequence that described the track first.
     pub(crate) seq_id: u32,
 }
@@ -920,6 +926,8 @@ impl Importer {
             child_ordering: d.child_ordering_raw(),
             disallow_merging: d.disallow_merging_with_system_tracks(),
             never_merged: d.sibling_merge_behavior_raw() == 2,
+            explicit_process_order: d.process_ordering_raw() == 1,
+            explicit_thread_order: d.thread_ordering_raw() == 1,
             seq_id,
             sibling_order_rank: d.has_sibling_order_rank().then(|| d.sibling_order_rank()),
             ..Default::default()
@@ -931,6 +939,16 @@ impl Importer {
             r.pid = t.has_pid().then(|| t.pid() as i64);
             if t.has_thread_name() {
                 thread_name = strings.intern_bytes(t.thread_name_bytes());
+            }
+        }
+        if d.has_chrome_process() {
+            let c = d.chrome_process().map_err(drop)?;
+            if c.has_host_app_package_name() {
+                r.host_app = Some(
+                    self.st
+                        .strings
+                        .intern_bytes(c.host_app_package_name_bytes()),
+                );
             }
         }
         let mut process = None;

@@ -96,6 +96,17 @@ impl Importer {
                     Some((Scope::Process(upid), _)) => upid,
                     _ => self.st.process(a.pid.unwrap_or(0)),
                 };
+                if let Some(app) = self
+                    .aux_uuid
+                    .get(&ev.data)
+                    .and_then(|u| self.reservations.get(u)?.host_app)
+                {
+                    self.st.push_process_arg(
+                        upid,
+                        "chrome.host_app_package_name",
+                        ArgValue::Str(app),
+                    );
+                }
                 let p = &mut self.st.processes[upid as usize];
                 if p.name == NONE {
                     p.name = a.name;
@@ -612,6 +623,13 @@ impl Importer {
         id
     }
 
+    /// Whether the root track asked for explicit (process, thread) ordering.
+    fn explicit_order(&self) -> (bool, bool) {
+        self.reservations.get(&0).map_or((false, false), |r| {
+            (r.explicit_process_order, r.explicit_thread_order)
+        })
+    }
+
     /// Scope of a track uuid and whether it is the root of that scope; `None` (with a stat)
     /// if its ancestry is broken.
     fn resolve(&mut self, uuid: u64) -> Option<(Scope, bool)> {
@@ -656,6 +674,10 @@ impl Importer {
                 }
                 _ => {}
             }
+            if let (Some(rank), true) = (r.sibling_order_rank, self.explicit_order().1) {
+                self.st
+                    .push_thread_arg(utid, "thread_sort_index_hint", ArgValue::Int(rank as i64));
+            }
             (Scope::Thread(utid), true)
         } else if let Some(pid) = r.pid {
             let mut upid = self.st.process(pid);
@@ -665,6 +687,13 @@ impl Importer {
                     self.parse.uuid_by_upid.insert(upid, uuid);
                 }
                 _ => {}
+            }
+            if let (Some(rank), true) = (r.sibling_order_rank, self.explicit_order().0) {
+                self.st.push_process_arg(
+                    upid,
+                    "process_sort_index_hint",
+                    ArgValue::Int(rank as i64),
+                );
             }
             (Scope::Process(upid), true)
         } else if r.parent != 0 {

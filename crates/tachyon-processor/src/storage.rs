@@ -99,6 +99,8 @@ pub(crate) struct ThreadRow {
     pub(crate) upid: u32,
     /// The [`name_priority`] of `name`'s source.
     pub(crate) name_priority: u8,
+    /// The thread's args (e.g. `thread_sort_index_hint`), `NONE` if none.
+    pub(crate) arg_set: u32,
 }
 
 #[derive(Clone, Debug)]
@@ -109,6 +111,8 @@ pub(crate) struct ProcessRow {
     /// The parent's upid (`NONE` if unknown).
     pub(crate) parent: u32,
     pub(crate) uid: Option<u32>,
+    /// The process's args (e.g. `process_sort_index_hint`), `NONE` if none.
+    pub(crate) arg_set: u32,
 }
 
 impl ProcessRow {
@@ -119,6 +123,7 @@ impl ProcessRow {
             cmdline: NONE,
             parent: NONE,
             uid: None,
+            arg_set: NONE,
         }
     }
 }
@@ -186,6 +191,7 @@ impl Default for Storage {
             name: NONE,
             upid: 0,
             name_priority: name_priority::NONE,
+            arg_set: NONE,
         });
         s.pid_to_upid.insert(0, 0);
         s.tid_to_utid.insert(0, 0);
@@ -263,6 +269,7 @@ impl Storage {
             name: NONE,
             upid,
             name_priority: name_priority::NONE,
+            arg_set: NONE,
         });
         self.tid_to_utid.insert(tid, utid);
         if upid != NONE {
@@ -294,6 +301,32 @@ impl Storage {
             }
         }
         self.new_thread(tid, upid.unwrap_or(NONE))
+    }
+
+    /// Adds an arg to process `upid`'s arg set (created on first use).
+    pub(crate) fn push_process_arg(&mut self, upid: u32, key: &str, value: ArgValue) {
+        let set = match self.processes[upid as usize].arg_set {
+            NONE => {
+                let set = self.new_arg_set();
+                self.processes[upid as usize].arg_set = set;
+                set
+            }
+            set => set,
+        };
+        self.push_arg_str_key(set, key, value);
+    }
+
+    /// Adds an arg to thread `utid`'s arg set (created on first use).
+    pub(crate) fn push_thread_arg(&mut self, utid: u32, key: &str, value: ArgValue) {
+        let set = match self.threads[utid as usize].arg_set {
+            NONE => {
+                let set = self.new_arg_set();
+                self.threads[utid as usize].arg_set = set;
+                set
+            }
+            set => set,
+        };
+        self.push_arg_str_key(set, key, value);
     }
 
     /// Whether a process with this pid exists already.

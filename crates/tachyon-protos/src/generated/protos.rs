@@ -23,6 +23,7 @@
 // source: perfetto/trace/trace_packet.proto
 // source: perfetto/trace/trace_packet_defaults.proto
 // source: perfetto/trace/trace_uuid.proto
+// source: perfetto/trace/track_event/chrome_process_descriptor.proto
 // source: perfetto/trace/track_event/counter_descriptor.proto
 // source: perfetto/trace/track_event/debug_annotation.proto
 // source: perfetto/trace/track_event/process_descriptor.proto
@@ -19518,6 +19519,188 @@ pub mod perfetto {
             }
         }
 
+        /// Chrome's details of a process track. Tachyon writes none; the processor
+        /// reads host_app_package_name (the `chrome.host_app_package_name` process arg).
+        ///
+        /// Writer of `perfetto.protos.ChromeProcessDescriptor`: each setter appends one field to
+        /// the message being written.
+        #[derive(Debug)]
+        pub struct ChromeProcessDescriptor<'w>(::protozero::Message<'w>);
+
+        impl<'w> ::protozero::MessageWriter<'w> for ChromeProcessDescriptor<'w> {
+            #[inline(always)]
+            fn from_message(msg: ::protozero::Message<'w>) -> Self {
+                Self(msg)
+            }
+
+            #[inline(always)]
+            fn as_message(&mut self) -> &mut ::protozero::Message<'w> {
+                &mut self.0
+            }
+        }
+
+        impl<'w> ChromeProcessDescriptor<'w> {
+            /// The field number of `process_type`.
+            pub const PROCESS_TYPE_FIELD_NUMBER: u32 = 1;
+            /// The field number of `process_priority`.
+            pub const PROCESS_PRIORITY_FIELD_NUMBER: u32 = 2;
+            /// The field number of `legacy_sort_index`.
+            pub const LEGACY_SORT_INDEX_FIELD_NUMBER: u32 = 3;
+            /// The field number of `host_app_package_name`.
+            pub const HOST_APP_PACKAGE_NAME_FIELD_NUMBER: u32 = 4;
+            /// The field number of `crash_trace_id`.
+            pub const CRASH_TRACE_ID_FIELD_NUMBER: u32 = 5;
+
+            /// The message being written, for what the setters do not cover (e.g. fields already
+            /// encoded).
+            #[inline(always)]
+            pub fn message(&mut self) -> &mut ::protozero::Message<'w> {
+                &mut self.0
+            }
+
+            /// Writes `optional int32 process_type = 1`.
+            #[inline(always)]
+            pub fn set_process_type(&mut self, v: i32) {
+                self.0.append_int32(1, v);
+            }
+
+            /// Writes `optional int32 process_priority = 2`.
+            #[inline(always)]
+            pub fn set_process_priority(&mut self, v: i32) {
+                self.0.append_int32(2, v);
+            }
+
+            /// Writes `optional int32 legacy_sort_index = 3`.
+            #[inline(always)]
+            pub fn set_legacy_sort_index(&mut self, v: i32) {
+                self.0.append_int32(3, v);
+            }
+
+            /// Writes `optional string host_app_package_name = 4`.
+            #[inline(always)]
+            pub fn set_host_app_package_name(&mut self, v: &str) {
+                self.0.append_string(4, v);
+            }
+
+            /// Writes `optional uint64 crash_trace_id = 5`.
+            #[inline(always)]
+            pub fn set_crash_trace_id(&mut self, v: u64) {
+                self.0.append_uint64(5, v);
+            }
+        }
+
+        /// Chrome's details of a process track. Tachyon writes none; the processor
+        /// reads host_app_package_name (the `chrome.host_app_package_name` process arg).
+        ///
+        /// A zero-copy view of an encoded `perfetto.protos.ChromeProcessDescriptor`: its fields are
+        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
+        /// never allocate.
+        ///
+        /// A singular field reads its last occurrence (the default when absent); repeated scalars
+        /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
+        /// the declared type is skipped like an unknown field.
+        #[derive(Clone, Debug)]
+        pub struct ChromeProcessDescriptorView<'a> {
+            d: ::protozero::TypedDecoder<'a, 5>,
+        }
+
+        impl<'a> ChromeProcessDescriptorView<'a> {
+            /// Indexes the fields of `bytes`, skipping unknown ones.
+            ///
+            /// # Errors
+            ///
+            /// The first malformation if `bytes` is not a well-formed protobuf message.
+            #[inline]
+            pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
+                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+            }
+
+            /// The encoded message this view reads.
+            #[inline]
+            pub fn bytes(&self) -> &'a [u8] {
+                self.d.bytes()
+            }
+
+            #[inline]
+            fn slot_of(id: u32) -> ::core::option::Option<usize> {
+                match id {
+                    1..=5 => ::core::option::Option::Some(id as usize - 1),
+                    _ => ::core::option::Option::None,
+                }
+            }
+
+            /// The last occurrence, or the default, of `optional int32 process_type = 1`.
+            #[inline]
+            pub fn process_type(&self) -> i32 {
+                ::protozero::gen_support::int32(&self.d, 0, 0)
+            }
+
+            /// Whether `process_type` (field 1) occurs with the right wire type.
+            #[inline]
+            pub fn has_process_type(&self) -> bool {
+                ::protozero::gen_support::has_varint(&self.d, 0)
+            }
+
+            /// The last occurrence, or the default, of `optional int32 process_priority = 2`.
+            #[inline]
+            pub fn process_priority(&self) -> i32 {
+                ::protozero::gen_support::int32(&self.d, 1, 0)
+            }
+
+            /// Whether `process_priority` (field 2) occurs with the right wire type.
+            #[inline]
+            pub fn has_process_priority(&self) -> bool {
+                ::protozero::gen_support::has_varint(&self.d, 1)
+            }
+
+            /// The last occurrence, or the default, of `optional int32 legacy_sort_index = 3`.
+            #[inline]
+            pub fn legacy_sort_index(&self) -> i32 {
+                ::protozero::gen_support::int32(&self.d, 2, 0)
+            }
+
+            /// Whether `legacy_sort_index` (field 3) occurs with the right wire type.
+            #[inline]
+            pub fn has_legacy_sort_index(&self) -> bool {
+                ::protozero::gen_support::has_varint(&self.d, 2)
+            }
+
+            /// The last occurrence, or the default, of `optional string host_app_package_name = 4`.
+            ///
+            /// # Errors
+            ///
+            /// `InvalidUtf8` if the string is not UTF-8 (see
+            /// [`Self::host_app_package_name_bytes`]).
+            #[inline]
+            pub fn host_app_package_name(&self) -> ::core::result::Result<&'a str, ::protozero::DecodeError> {
+                ::protozero::gen_support::string(&self.d, 3, "")
+            }
+
+            /// `host_app_package_name` as bytes, not checked to be UTF-8.
+            #[inline]
+            pub fn host_app_package_name_bytes(&self) -> &'a [u8] {
+                ::protozero::gen_support::bytes(&self.d, 3, b"")
+            }
+
+            /// Whether `host_app_package_name` (field 4) occurs with the right wire type.
+            #[inline]
+            pub fn has_host_app_package_name(&self) -> bool {
+                ::protozero::gen_support::has_len(&self.d, 3)
+            }
+
+            /// The last occurrence, or the default, of `optional uint64 crash_trace_id = 5`.
+            #[inline]
+            pub fn crash_trace_id(&self) -> u64 {
+                ::protozero::gen_support::uint64(&self.d, 4, 0)
+            }
+
+            /// Whether `crash_trace_id` (field 5) occurs with the right wire type.
+            #[inline]
+            pub fn has_crash_trace_id(&self) -> bool {
+                ::protozero::gen_support::has_varint(&self.d, 4)
+            }
+        }
+
         /// Makes a track a counter track. Tachyon's counter/plot macros describe each
         /// counter with one; values then arrive as TYPE_COUNTER events or as extra
         /// counter values on other events.
@@ -22086,7 +22269,7 @@ pub mod perfetto {
         /// before the first event on it, and re-emits them after every
         /// incremental-state clear so ring-buffer traces keep them.
         ///
-        /// Not modelled (numbers taken upstream): chrome_process 6, chrome_thread 7.
+        /// Not modelled (numbers taken upstream): chrome_thread 7.
         ///
         /// Writer of `perfetto.protos.TrackDescriptor`: each setter appends one field to the
         /// message being written.
@@ -22138,6 +22321,12 @@ pub mod perfetto {
             pub const SIBLING_MERGE_KEY_FIELD_NUMBER: u32 = 16;
             /// The field number of `sibling_merge_key_int`.
             pub const SIBLING_MERGE_KEY_INT_FIELD_NUMBER: u32 = 17;
+            /// The field number of `chrome_process`.
+            pub const CHROME_PROCESS_FIELD_NUMBER: u32 = 6;
+            /// The field number of `process_ordering`.
+            pub const PROCESS_ORDERING_FIELD_NUMBER: u32 = 19;
+            /// The field number of `thread_ordering`.
+            pub const THREAD_ORDERING_FIELD_NUMBER: u32 = 20;
 
             /// The message being written, for what the setters do not cover (e.g. fields already
             /// encoded).
@@ -22308,6 +22497,45 @@ pub mod perfetto {
             pub fn set_sibling_merge_key_int(&mut self, v: u64) {
                 self.0.append_uint64(17, v);
             }
+
+            /// Chrome's details of a process track.
+            ///
+            /// Begins `optional perfetto.protos.ChromeProcessDescriptor chrome_process = 6`.
+            ///
+            /// Fill in the returned writer; it ends (and its size is written) when it is dropped,
+            /// before this message can be written again.
+            #[inline(always)]
+            pub fn set_chrome_process(&mut self) -> ChromeProcessDescriptor<'_> {
+                ::protozero::MessageWriter::from_message(self.0.begin_nested(6))
+            }
+
+            /// Writes `optional perfetto.protos.TrackDescriptor.ProcessOrdering process_ordering =
+            /// 19`.
+            #[inline(always)]
+            pub fn set_process_ordering(&mut self, v: track_descriptor::ProcessOrdering) {
+                self.0.append_enum(19, v.as_i32());
+            }
+
+            /// Like [`Self::set_process_ordering`], with a raw value (which need not be one the
+            /// enum declares).
+            #[inline(always)]
+            pub fn set_process_ordering_raw(&mut self, v: i32) {
+                self.0.append_enum(19, v);
+            }
+
+            /// Writes `optional perfetto.protos.TrackDescriptor.ThreadOrdering thread_ordering =
+            /// 20`.
+            #[inline(always)]
+            pub fn set_thread_ordering(&mut self, v: track_descriptor::ThreadOrdering) {
+                self.0.append_enum(20, v.as_i32());
+            }
+
+            /// Like [`Self::set_thread_ordering`], with a raw value (which need not be one the enum
+            /// declares).
+            #[inline(always)]
+            pub fn set_thread_ordering_raw(&mut self, v: i32) {
+                self.0.append_enum(20, v);
+            }
         }
 
         /// Defines a track that TrackEvents refer to by uuid: a process, a thread, an
@@ -22315,7 +22543,7 @@ pub mod perfetto {
         /// before the first event on it, and re-emits them after every
         /// incremental-state clear so ring-buffer traces keep them.
         ///
-        /// Not modelled (numbers taken upstream): chrome_process 6, chrome_thread 7.
+        /// Not modelled (numbers taken upstream): chrome_thread 7.
         ///
         /// A zero-copy view of an encoded `perfetto.protos.TrackDescriptor`: its fields are indexed
         /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
@@ -22326,7 +22554,7 @@ pub mod perfetto {
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct TrackDescriptorView<'a> {
-            d: ::protozero::TypedDecoder<'a, 16>,
+            d: ::protozero::TypedDecoder<'a, 19>,
         }
 
         impl<'a> TrackDescriptorView<'a> {
@@ -22360,6 +22588,8 @@ pub mod perfetto {
                     9 => ::core::option::Option::Some(10),
                     11..=12 => ::core::option::Option::Some(id as usize),
                     15..=17 => ::core::option::Option::Some(id as usize - 2),
+                    6 => ::core::option::Option::Some(16),
+                    19..=20 => ::core::option::Option::Some(id as usize - 2),
                     _ => ::core::option::Option::None,
                 }
             }
@@ -22685,6 +22915,67 @@ pub mod perfetto {
             pub fn has_sibling_merge_key_int(&self) -> bool {
                 ::protozero::gen_support::has_varint(&self.d, 15)
             }
+
+            /// Chrome's details of a process track.
+            ///
+            /// The last occurrence (an empty message when absent) of `optional
+            /// perfetto.protos.ChromeProcessDescriptor chrome_process = 6`.
+            ///
+            /// # Errors
+            ///
+            /// The first malformation if the nested message is not well-formed.
+            #[inline]
+            pub fn chrome_process(&self) -> ::core::result::Result<ChromeProcessDescriptorView<'a>, ::protozero::DecodeError> {
+                ChromeProcessDescriptorView::decode(::protozero::gen_support::bytes(&self.d, 16, b""))
+            }
+
+            /// Whether `chrome_process` (field 6) occurs with the right wire type.
+            #[inline]
+            pub fn has_chrome_process(&self) -> bool {
+                ::protozero::gen_support::has_len(&self.d, 16)
+            }
+
+            /// The last occurrence, or the default, of `optional
+            /// perfetto.protos.TrackDescriptor.ProcessOrdering process_ordering = 19`.
+            ///
+            /// `None` for a value the enum does not declare: see [`Self::process_ordering_raw`].
+            #[inline]
+            pub fn process_ordering(&self) -> ::core::option::Option<track_descriptor::ProcessOrdering> {
+                track_descriptor::ProcessOrdering::from_i32(self.process_ordering_raw())
+            }
+
+            /// `process_ordering` as a raw value (also one the enum does not declare).
+            #[inline]
+            pub fn process_ordering_raw(&self) -> i32 {
+                ::protozero::gen_support::int32(&self.d, 17, 0)
+            }
+
+            /// Whether `process_ordering` (field 19) occurs with the right wire type.
+            #[inline]
+            pub fn has_process_ordering(&self) -> bool {
+                ::protozero::gen_support::has_varint(&self.d, 17)
+            }
+
+            /// The last occurrence, or the default, of `optional
+            /// perfetto.protos.TrackDescriptor.ThreadOrdering thread_ordering = 20`.
+            ///
+            /// `None` for a value the enum does not declare: see [`Self::thread_ordering_raw`].
+            #[inline]
+            pub fn thread_ordering(&self) -> ::core::option::Option<track_descriptor::ThreadOrdering> {
+                track_descriptor::ThreadOrdering::from_i32(self.thread_ordering_raw())
+            }
+
+            /// `thread_ordering` as a raw value (also one the enum does not declare).
+            #[inline]
+            pub fn thread_ordering_raw(&self) -> i32 {
+                ::protozero::gen_support::int32(&self.d, 18, 0)
+            }
+
+            /// Whether `thread_ordering` (field 20) occurs with the right wire type.
+            #[inline]
+            pub fn has_thread_ordering(&self) -> bool {
+                ::protozero::gen_support::has_varint(&self.d, 18)
+            }
         }
 
         /// Nested messages and enums of `perfetto.protos.TrackDescriptor`.
@@ -22812,6 +23103,97 @@ pub mod perfetto {
                         "SIBLING_MERGE_BEHAVIOR_BY_TRACK_NAME" => ::core::option::Option::Some(Self::ByTrackName),
                         "SIBLING_MERGE_BEHAVIOR_NONE" => ::core::option::Option::Some(Self::None),
                         "SIBLING_MERGE_BEHAVIOR_BY_SIBLING_MERGE_KEY" => ::core::option::Option::Some(Self::BySiblingMergeKey),
+                        _ => ::core::option::Option::None,
+                    }
+                }
+            }
+
+            /// On the root track (uuid 0): whether processes (threads) are ordered by
+            /// their tracks' sibling_order_rank (EXPLICIT) rather than by the UI's default.
+            ///
+            /// The enum `perfetto.protos.TrackDescriptor.ProcessOrdering`.
+            #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+            #[repr(i32)]
+            #[allow(clippy::enum_variant_names)]
+            pub enum ProcessOrdering {
+                /// `PROCESS_ORDERING_UNSPECIFIED = 0`
+                Unspecified = 0,
+                /// `PROCESS_ORDERING_EXPLICIT = 1`
+                Explicit = 1,
+            }
+
+            impl ProcessOrdering {
+                /// The variant with value `v`, if the enum declares one.
+                pub const fn from_i32(v: i32) -> ::core::option::Option<Self> {
+                    match v {
+                        0 => ::core::option::Option::Some(Self::Unspecified),
+                        1 => ::core::option::Option::Some(Self::Explicit),
+                        _ => ::core::option::Option::None,
+                    }
+                }
+
+                /// The value.
+                pub const fn as_i32(self) -> i32 {
+                    self as i32
+                }
+
+                /// The value's name in the `.proto` file.
+                pub const fn as_str_name(self) -> &'static str {
+                    match self {
+                        Self::Unspecified => "PROCESS_ORDERING_UNSPECIFIED",
+                        Self::Explicit => "PROCESS_ORDERING_EXPLICIT",
+                    }
+                }
+
+                /// The value named `name` in the `.proto` file (aliases included).
+                pub fn from_str_name(name: &str) -> ::core::option::Option<Self> {
+                    match name {
+                        "PROCESS_ORDERING_UNSPECIFIED" => ::core::option::Option::Some(Self::Unspecified),
+                        "PROCESS_ORDERING_EXPLICIT" => ::core::option::Option::Some(Self::Explicit),
+                        _ => ::core::option::Option::None,
+                    }
+                }
+            }
+
+            /// The enum `perfetto.protos.TrackDescriptor.ThreadOrdering`.
+            #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+            #[repr(i32)]
+            #[allow(clippy::enum_variant_names)]
+            pub enum ThreadOrdering {
+                /// `THREAD_ORDERING_UNSPECIFIED = 0`
+                Unspecified = 0,
+                /// `THREAD_ORDERING_EXPLICIT = 1`
+                Explicit = 1,
+            }
+
+            impl ThreadOrdering {
+                /// The variant with value `v`, if the enum declares one.
+                pub const fn from_i32(v: i32) -> ::core::option::Option<Self> {
+                    match v {
+                        0 => ::core::option::Option::Some(Self::Unspecified),
+                        1 => ::core::option::Option::Some(Self::Explicit),
+                        _ => ::core::option::Option::None,
+                    }
+                }
+
+                /// The value.
+                pub const fn as_i32(self) -> i32 {
+                    self as i32
+                }
+
+                /// The value's name in the `.proto` file.
+                pub const fn as_str_name(self) -> &'static str {
+                    match self {
+                        Self::Unspecified => "THREAD_ORDERING_UNSPECIFIED",
+                        Self::Explicit => "THREAD_ORDERING_EXPLICIT",
+                    }
+                }
+
+                /// The value named `name` in the `.proto` file (aliases included).
+                pub fn from_str_name(name: &str) -> ::core::option::Option<Self> {
+                    match name {
+                        "THREAD_ORDERING_UNSPECIFIED" => ::core::option::Option::Some(Self::Unspecified),
+                        "THREAD_ORDERING_EXPLICIT" => ::core::option::Option::Some(Self::Explicit),
                         _ => ::core::option::Option::None,
                     }
                 }
