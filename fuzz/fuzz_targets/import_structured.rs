@@ -229,7 +229,7 @@ fuzz_target!(|data: &[u8]| {
         let mut options = Options::with_sort(sort);
         options.max_inflated_bytes = 64 << 20;
         let tp = TraceProcessor::from_bytes(&bytes, &options).expect("a protobuf trace imports");
-        tp.query("SELECT count(*), sum(dur), max(depth) FROM slice")
+        tp.query("SELECT count(*), total(dur), max(depth) FROM slice")
             .expect("slice is queryable");
         tp.query("SELECT extract_arg(arg_set_id, 'debug.a') FROM slice")
             .expect("extract_arg works");

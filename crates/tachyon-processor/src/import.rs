@@ -1334,16 +1334,23 @@ impl Importer {
                 .extend(ev.flow_ids().filter_map(Result::ok));
             self.arena_flows
                 .extend(ev.flow_ids_old().filter_map(Result::ok));
-            let nflows = (self.arena_flows.len() as u32 - flows).min(u16::MAX as u32) as u16;
+            // An event carries at most u16::MAX flow ids of each kind; more are dropped and
+            // counted.
+            let all_flows = self.arena_flows.len() as u32 - flows;
+            let nflows = all_flows.min(u16::MAX as u32) as u16;
             self.arena_flows.truncate((flows + nflows as u32) as usize);
             self.arena_flows
                 .extend(ev.terminating_flow_ids().filter_map(Result::ok));
             self.arena_flows
                 .extend(ev.terminating_flow_ids_old().filter_map(Result::ok));
-            let nterm =
-                (self.arena_flows.len() as u32 - flows - nflows as u32).min(u16::MAX as u32) as u16;
+            let all_terms = self.arena_flows.len() as u32 - flows - nflows as u32;
+            let nterm = all_terms.min(u16::MAX as u32) as u16;
             self.arena_flows
                 .truncate((flows + nflows as u32 + nterm as u32) as usize);
+            let dropped = (all_flows - nflows as u32) + (all_terms - nterm as u32);
+            if dropped > 0 {
+                self.st.stats.add(Stat::flow_ids_dropped, dropped as i64);
+            }
             out.push(Event {
                 ts,
                 track,

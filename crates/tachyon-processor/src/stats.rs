@@ -153,6 +153,8 @@ stats! {
         "Slices dropped because their track's stack was deeper than the supported limit.";
     flow_end_without_start: Single, Info, Trace,
         "terminating_flow_ids that no earlier event started.";
+    flow_ids_dropped: Single, DataLoss, Analysis,
+        "Flow ids beyond the 65535 of each kind (flow_ids, terminating_flow_ids) one event may carry; dropped.";
     flow_step_without_start: Single, Info, Trace,
         "Flow steps (legacy phase t, FLOW_INOUT) whose flow no earlier event started; they start it.";
     flow_without_enclosing_slice: Single, Info, Trace,
