@@ -29,7 +29,13 @@ use tachyon_processor::{Options, TraceProcessor, Value};
 
 /// The suites run when none is named: the TrackEvent suite and the ones that touch what Tachyon
 /// writes and reads.
-const DEFAULT_SUITES: &[&str] = &["parser/track_event"];
+const DEFAULT_SUITES: &[&str] = &[
+    "parser/track_event",
+    "parser/parsing/tests_traced_stats.py",
+    "parser/parsing/tests_debug_annotation.py",
+    "parser/parsing/tests_sys_stats.py",
+    "parser/process_tracking",
+];
 
 const USAGE: &str = "usage: cargo xtask difftests PERFETTO_DIR [--suite DIR]... \
 [--filter SUBSTRING] [--oracle TRACE_PROCESSOR_SHELL] [--verbose]
@@ -37,8 +43,10 @@ const USAGE: &str = "usage: cargo xtask difftests PERFETTO_DIR [--suite DIR]... 
   PERFETTO_DIR   a checkout of Perfetto holding test/trace_processor and protos, e.g.
                  mkdir -p /tmp/perfetto && git -C PERFETTO_GIT_DIR archive HEAD \\
                    test/trace_processor protos | tar -x -C /tmp/perfetto
-  --suite DIR    a suite under test/trace_processor/diff_tests (default: parser/track_event);
-                 repeatable
+  --suite S      a suite under test/trace_processor/diff_tests: a directory (its tests.py)
+                 or a tests_*.py file; repeatable. Default: parser/track_event and the suites
+                 that touch what Tachyon writes and reads (data-loss stats, debug annotations,
+                 sys stats, process tracking)
   --filter S     only tests whose name contains S
   --oracle PATH  run the queries with Perfetto's trace_processor_shell instead (checks the
                  harness: it should pass everything)
@@ -514,9 +522,16 @@ pub(crate) fn run(args: &[String]) -> Result<bool, Box<dyn std::error::Error>> {
     let (mut pass, mut fail, mut excl, mut xpass) = (0, 0, 0, 0);
     let mut failed = Vec::new();
     for suite in &suites {
-        let dir = perfetto.join("test/trace_processor/diff_tests").join(suite);
-        let text = std::fs::read_to_string(dir.join("tests.py"))
-            .map_err(|e| format!("{}: {e}", dir.join("tests.py").display()))?;
+        // A suite is a directory (its tests.py) or one of the directory's tests_*.py files.
+        let path = perfetto.join("test/trace_processor/diff_tests").join(suite);
+        let (dir, file) = if suite.ends_with(".py") {
+            let dir = path.parent().ok_or(USAGE)?.to_path_buf();
+            (dir, path)
+        } else {
+            (path.clone(), path.join("tests.py"))
+        };
+        let text =
+            std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
         for bp in parse_tests_py(&text)? {
             if filter.as_deref().is_some_and(|f| !bp.name.contains(f)) {
                 continue;

@@ -68,6 +68,8 @@ const LOSS_CAUSES: [(DataLossReason, Stat); 8] = [
         Stat::traced_buf_data_loss_smb_full,
     ),
 ];
+/// A `file_write_period_ms` of a day or more asks for ring-buffer behaviour (Perfetto's cutoff).
+const STREAMING_PERIOD_LIMIT_MS: u32 = 24 * 60 * 60 * 1000;
 /// Nesting limit for debug annotations (dicts in arrays in dicts…): deeper values are dropped
 /// rather than recursing without bound on hostile input.
 const MAX_ANNOTATION_DEPTH: u32 = 32;
@@ -262,6 +264,8 @@ pub(crate) struct Importer {
     /// Targets of legacy events: (pid, tid, scope), scope one of `LEGACY_SCOPE_*`.
     pub(crate) legacy_threads: Vec<(Option<i64>, i64, u8)>,
     legacy_thread_ids: FxHashMap<(Option<i64>, i64, u8), u64>,
+    /// With a `write_into_file` config draining at least daily: how many buffers it had.
+    streamed_buffers: Option<i64>,
     /// Drop TrackEvents before the range of interest (Options::crop_track_events).
     pub(crate) crop_track_events: bool,
     range_of_interest: Option<i64>,
@@ -302,6 +306,7 @@ impl Importer {
             aux_uuid: FxHashMap::default(),
             first_packet_seqs: FxHashMap::default(),
             crop_track_events: false,
+            streamed_buffers: None,
             range_of_interest: None,
             latest_ts: 0,
             deferred: Vec::new(),
@@ -479,6 +484,12 @@ impl Importer {
         }
         if p.has_trace_stats() {
             self.trace_stats(p)?;
+        }
+        if p.has_trace_config() {
+            let c = p.trace_config().map_err(drop)?;
+            self.streamed_buffers = (c.write_into_file()
+                && c.file_write_period_ms() < STREAMING_PERIOD_LIMIT_MS)
+                .then(|| c.buffers().count() as i64);
         }
         if p.has_track_event_range_of_interest() {
             let r = p.track_event_range_of_interest().map_err(drop)?;
@@ -1734,6 +1745,21 @@ impl Importer {
         let mut rest = self.sorter.drain_all();
         self.apply_batch(&mut rest);
         self.finish_parse();
+
+        // In a streamed trace (write_into_file, drained at least daily; a longer period means
+        // the user wants ring-buffer behaviour, as in Perfetto) overwritten bytes never
+        // reached the file: data loss.
+        for b in 0..self.streamed_buffers.unwrap_or(0) {
+            let overwritten = self
+                .st
+                .stats
+                .get_indexed(Stat::traced_buf_bytes_overwritten, b);
+            if let Some(v) = overwritten.filter(|&v| v > 0) {
+                self.st
+                    .stats
+                    .set_indexed(Stat::long_trace_mode_bytes_overwritten, b, v);
+            }
+        }
 
         // Per-buffer loss, attributed through TraceStats.writer_stats (sequence → buffer).
         let mut seen_buffers = Vec::new();

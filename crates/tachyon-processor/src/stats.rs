@@ -205,6 +205,8 @@ stats! {
         "Chunks a producer committed that broke the shared memory ABI; they were dropped.";
     traced_buf_trace_writer_packet_loss: Indexed, DataLoss, Trace,
         "Packets the service saw lost on this buffer's writer sequences (counted by the service).";
+    long_trace_mode_bytes_overwritten: Indexed, DataLoss, Trace,
+        "Bytes this buffer overwrote while the trace was streamed to a file (write_into_file with a file_write_period_ms under a day): they never reached the file. A larger buffer or a shorter period keeps them.";
     traced_buf_sequence_packet_loss: Indexed, DataLoss, Analysis,
         "Groups of consecutive packets lost, per buffer, counted from previous_packet_dropped on the sequences writing into it.";
     traced_buf_incremental_sequences_dropped: Indexed, DataLoss, Analysis,
@@ -260,6 +262,10 @@ impl Stats {
     pub(crate) fn set_indexed(&mut self, stat: Stat, idx: i64, value: i64) {
         debug_assert_eq!(stat.def().kind, Kind::Indexed);
         self.indexed.insert((stat as usize, idx), value);
+    }
+
+    pub(crate) fn get_indexed(&self, stat: Stat, idx: i64) -> Option<i64> {
+        self.indexed.get(&(stat as usize, idx)).copied()
     }
 
     pub(crate) fn add_indexed(&mut self, stat: Stat, idx: i64, n: i64) {
