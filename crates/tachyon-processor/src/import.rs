@@ -1197,7 +1197,14 @@ impl Importer {
             2 => EventKind::SliceEnd,
             3 => EventKind::Instant,
             4 => EventKind::Counter,
-            _ => EventKind::Instant,
+            // Unset: a legacy event (its phase decides, below).
+            0 => EventKind::Instant,
+            // TYPE_STATE (state tracks are not modelled) and types this importer does not
+            // know: counted, not guessed.
+            _ => {
+                self.st.stats.inc(Stat::track_event_parser_errors);
+                return;
+            }
         };
         let mut data = 0u64;
         let mut legacy_name_iid = None;
