@@ -5,7 +5,10 @@
 //! standard data-loss query (`SELECT * FROM stats WHERE severity = 'data_loss' AND value != 0`)
 //! means the same thing on both tools. Only the stats this importer can produce are listed; the
 //! three marked "Tachyon" have no Perfetto counterpart (Perfetto aborts the import in those
-//! cases, we import what we can and count the rest). Descriptions are ours.
+//! cases, we import what we can and count the rest), nor do `flow_ids_dropped`,
+//! `flow_step_without_start`, `flow_without_enclosing_slice` and
+//! `track_event_thread_counter_without_thread` (Perfetto drops those silently or logs them).
+//! Descriptions are ours.
 
 use std::collections::BTreeMap;
 
