@@ -196,7 +196,7 @@ pub(crate) fn load(conn: &Connection, mut st: Storage) -> rusqlite::Result<()> {
         }
         let mut ins = tx.prepare(
             "INSERT INTO __intrinsic_process(id, pid, name, cmdline, parent_upid, uid, \
-             android_appid, arg_set_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+             android_appid, arg_set_id, start_ts) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
         )?;
         for (i, p) in st.processes.iter().enumerate() {
             ins.execute(params![
@@ -208,7 +208,8 @@ pub(crate) fn load(conn: &Connection, mut st: Storage) -> rusqlite::Result<()> {
                 p.uid,
                 // Android's app id, as Perfetto's `SetProcessUid` derives it.
                 p.uid.map(|u| u % 100_000),
-                opt(p.arg_set)
+                opt(p.arg_set),
+                p.start_ts
             ])?;
         }
         let mut ins = tx.prepare(

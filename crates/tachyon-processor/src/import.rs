@@ -272,6 +272,8 @@ pub(crate) struct Importer {
     /// Sequences that said `first_packet_on_sequence` (their tracks are complete from the
     /// start).
     pub(crate) first_packet_seqs: FxHashMap<u32, ()>,
+    /// What a ProcessTree process says besides its `Aux` (by `aux` index).
+    pub(crate) tree_process_extra: FxHashMap<u64, crate::system::TreeProcessExtra>,
     /// The track uuid of a descriptor's thread or process naming event (by `aux` index).
     pub(crate) aux_uuid: FxHashMap<u64, u64>,
     latest_ts: i64,
@@ -304,6 +306,7 @@ impl Importer {
             legacy_threads: Vec::new(),
             legacy_thread_ids: FxHashMap::default(),
             aux_uuid: FxHashMap::default(),
+            tree_process_extra: FxHashMap::default(),
             first_packet_seqs: FxHashMap::default(),
             crop_track_events: false,
             streamed_buffers: None,

@@ -117,7 +117,12 @@ impl Importer {
             }
             EventKind::TreeProcess => {
                 let a = self.aux[ev.data as usize];
-                self.apply_tree_process(&a);
+                let extra = self
+                    .tree_process_extra
+                    .get(&ev.data)
+                    .copied()
+                    .unwrap_or_default();
+                self.apply_tree_process(&a, extra);
             }
             EventKind::TreeThread => {
                 let a = self.aux[ev.data as usize];

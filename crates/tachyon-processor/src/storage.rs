@@ -113,6 +113,8 @@ pub(crate) struct ProcessRow {
     pub(crate) uid: Option<u32>,
     /// The process's args (e.g. `process_sort_index_hint`), `NONE` if none.
     pub(crate) arg_set: u32,
+    /// When it started (ProcessTree's `process_start_from_boot`).
+    pub(crate) start_ts: Option<i64>,
 }
 
 impl ProcessRow {
@@ -124,6 +126,7 @@ impl ProcessRow {
             parent: NONE,
             uid: None,
             arg_set: NONE,
+            start_ts: None,
         }
     }
 }

@@ -15076,6 +15076,10 @@ pub mod perfetto {
                 pub const NSPID_FIELD_NUMBER: u32 = 6;
                 /// The field number of `process_start_from_boot`.
                 pub const PROCESS_START_FROM_BOOT_FIELD_NUMBER: u32 = 7;
+                /// The field number of `is_kthread`.
+                pub const IS_KTHREAD_FIELD_NUMBER: u32 = 8;
+                /// The field number of `cmdline_is_comm`.
+                pub const CMDLINE_IS_COMM_FIELD_NUMBER: u32 = 9;
 
                 /// The message being written, for what the setters do not cover (e.g. fields
                 /// already encoded).
@@ -15151,6 +15155,23 @@ pub mod perfetto {
                 pub fn set_process_start_from_boot(&mut self, v: u64) {
                     self.0.append_uint64(7, v);
                 }
+
+                /// Whether the process is a kernel thread (from /proc/\<pid\>/stat's flags).
+                ///
+                /// Writes `optional bool is_kthread = 8`.
+                #[inline(always)]
+                pub fn set_is_kthread(&mut self, v: bool) {
+                    self.0.append_bool(8, v);
+                }
+
+                /// cmdline holds the process's comm (a kernel thread has no argv), which
+                /// then also names its main thread.
+                ///
+                /// Writes `optional bool cmdline_is_comm = 9`.
+                #[inline(always)]
+                pub fn set_cmdline_is_comm(&mut self, v: bool) {
+                    self.0.append_bool(9, v);
+                }
             }
 
             /// A zero-copy view of an encoded `perfetto.protos.ProcessTree.Process`: its fields are
@@ -15162,7 +15183,7 @@ pub mod perfetto {
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct ProcessView<'a> {
-                d: ::protozero::TypedDecoder<'a, 7>,
+                d: ::protozero::TypedDecoder<'a, 9>,
             }
 
             impl<'a> ProcessView<'a> {
@@ -15185,7 +15206,7 @@ pub mod perfetto {
                 #[inline]
                 fn slot_of(id: u32) -> ::core::option::Option<usize> {
                     match id {
-                        1..=7 => ::core::option::Option::Some(id as usize - 1),
+                        1..=9 => ::core::option::Option::Some(id as usize - 1),
                         _ => ::core::option::Option::None,
                     }
                 }
@@ -15271,6 +15292,35 @@ pub mod perfetto {
                 #[inline]
                 pub fn has_process_start_from_boot(&self) -> bool {
                     ::protozero::gen_support::has_varint(&self.d, 6)
+                }
+
+                /// Whether the process is a kernel thread (from /proc/\<pid\>/stat's flags).
+                ///
+                /// The last occurrence, or the default, of `optional bool is_kthread = 8`.
+                #[inline]
+                pub fn is_kthread(&self) -> bool {
+                    ::protozero::gen_support::bool(&self.d, 7, false)
+                }
+
+                /// Whether `is_kthread` (field 8) occurs with the right wire type.
+                #[inline]
+                pub fn has_is_kthread(&self) -> bool {
+                    ::protozero::gen_support::has_varint(&self.d, 7)
+                }
+
+                /// cmdline holds the process's comm (a kernel thread has no argv), which
+                /// then also names its main thread.
+                ///
+                /// The last occurrence, or the default, of `optional bool cmdline_is_comm = 9`.
+                #[inline]
+                pub fn cmdline_is_comm(&self) -> bool {
+                    ::protozero::gen_support::bool(&self.d, 8, false)
+                }
+
+                /// Whether `cmdline_is_comm` (field 9) occurs with the right wire type.
+                #[inline]
+                pub fn has_cmdline_is_comm(&self) -> bool {
+                    ::protozero::gen_support::has_varint(&self.d, 8)
                 }
             }
         }

@@ -1,6 +1,6 @@
-//! `cargo xtask difftests PERFETTO_DIR`: runs Perfetto's trace processor diff tests against
-//! Tachyon's processor (or, with `--oracle`, against Perfetto's own `trace_processor_shell`, to
-//! check the harness itself).
+//! `cargo xtask difftests PERFETTO_DIR` (which runs this binary): runs Perfetto's trace processor
+//! diff tests against Tachyon's processor (or, with `--oracle`, against Perfetto's own
+//! `trace_processor_shell`, to check the harness itself). See `docs/difftests.md`.
 //!
 //! The tests are Perfetto's, not ours, and stay out of this repository: the runner reads them
 //! from a checkout of Perfetto (`PERFETTO_DIR`), as Perfetto's own runner does. Each suite's
@@ -15,9 +15,11 @@
 //! compares as Perfetto's runner does (leading newlines dropped, each line trimmed).
 //!
 //! Tests that need something outside Tachyon's scope are listed with the reason in
-//! `xtask/difftests-exclusions.txt`: they still run and are reported as `EXCL` (or `XPASS` if
+//! `crates/tachyon-difftests/exclusions.txt`: they still run and are reported as `EXCL` (or `XPASS` if
 //! they pass anyway), never skipped silently. The exit status is non-zero when a test that is
 //! not excluded fails.
+
+#![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -456,7 +458,7 @@ fn normalize(text: &str) -> String {
 
 /// `suite::test` → reason, from the exclusion list.
 fn exclusions() -> Result<BTreeMap<String, String>, String> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("difftests-exclusions.txt");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("exclusions.txt");
     let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut out = BTreeMap::new();
     for line in text.lines() {
@@ -472,7 +474,19 @@ fn exclusions() -> Result<BTreeMap<String, String>, String> {
     Ok(out)
 }
 
-pub(crate) fn run(args: &[String]) -> Result<bool, Box<dyn std::error::Error>> {
+fn main() -> std::process::ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match run(&args) {
+        Ok(true) => std::process::ExitCode::SUCCESS,
+        Ok(false) => std::process::ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("difftests: {e}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
+
+fn run(args: &[String]) -> Result<bool, Box<dyn std::error::Error>> {
     let mut perfetto = None;
     let mut suites = Vec::new();
     let mut filter = None;
@@ -588,7 +602,7 @@ pub(crate) fn run(args: &[String]) -> Result<bool, Box<dyn std::error::Error>> {
     let _ = std::fs::remove_dir_all(&tmp);
     let total = pass + fail + excl + xpass;
     println!(
-        "\n{} passed, {fail} failed, {excl} excluded (listed in xtask/difftests-exclusions.txt), \
+        "\n{} passed, {fail} failed, {excl} excluded (listed in crates/tachyon-difftests/exclusions.txt), \
          {xpass} excluded but passing; {total} tests{}",
         pass + xpass,
         if oracle.is_some() {
