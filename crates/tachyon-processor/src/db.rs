@@ -183,8 +183,8 @@ pub(crate) fn load(conn: &Connection, mut st: Storage) -> rusqlite::Result<()> {
              VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         )?;
         for (i, t) in st.threads.iter().enumerate() {
-            let main = (t.upid != NONE && i != 0)
-                .then(|| (st.processes[t.upid as usize].pid == t.tid) as i64);
+            let main =
+                (t.upid != NONE).then(|| (st.processes[t.upid as usize].pid == t.tid) as i64);
             ins.execute(params![
                 i as i64,
                 t.tid,

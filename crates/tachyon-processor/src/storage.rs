@@ -189,9 +189,11 @@ impl Default for Storage {
         // As in Perfetto, utid 0 and upid 0 exist from the start and stand for tid/pid 0 (the
         // idle "swapper"), so that 0 never names a real thread or process.
         s.processes.push(ProcessRow::new(0));
+        // Named like the kernel's idle task, as Perfetto names it.
+        let swapper = s.strings.intern("swapper");
         s.threads.push(ThreadRow {
             tid: 0,
-            name: NONE,
+            name: swapper,
             upid: 0,
             name_priority: name_priority::NONE,
             arg_set: NONE,
