@@ -21,6 +21,7 @@ pub use init::{init, is_active, shutdown, start, Backend, Config, ConfigError, R
 /// The function attribute: a [`zone!`] around every call of the function.
 pub use tachyon_macros::instrument;
 pub use tachyon_service::FillPolicy;
+pub use track_event::integration;
 pub use track_event::{
     __rt, set_process_name, set_thread_name, ArgValue, Callsite, CallsiteKind, CategoryFilter,
     CounterSample, CounterTrack, CounterValue, Enabled, EventContext, Flow, Track, TrackSlice,
