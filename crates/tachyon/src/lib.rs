@@ -18,7 +18,9 @@ mod track_event;
 mod writer;
 
 pub use init::{init, is_active, shutdown, start, Backend, Config, ConfigError, Report};
-/// The function attribute: a [`zone!`] around every call of the function.
+/// The function attribute: a [`zone!`] around every call of the function (cargo feature
+/// `macros`).
+#[cfg(feature = "macros")]
 pub use tachyon_macros::instrument;
 pub use tachyon_service::FillPolicy;
 pub use track_event::integration;
