@@ -47,6 +47,9 @@ mod cache;
 mod fields;
 
 use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use tachyon::integration::{self, ZoneSession};
 use tachyon::{Flow, Track, TrackSlice};
@@ -99,6 +102,38 @@ impl TachyonLayer {
     }
 }
 
+/// Flows that end at a span's next slice (`follows_from`), by span id; rare, so kept out of
+/// the spans' extensions: an entry of a span without fields then needs no extensions lock,
+/// only the relaxed load of [`PENDING`].
+static INCOMING: Mutex<Option<HashMap<u64, Vec<Flow>>>> = Mutex::new(None);
+/// Entries in [`INCOMING`].
+static PENDING: AtomicUsize = AtomicUsize::new(0);
+
+fn incoming() -> MutexGuard<'static, Option<HashMap<u64, Vec<Flow>>>> {
+    INCOMING.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Takes the flows waiting for span `id`'s next slice.
+#[inline]
+fn take_incoming(id: u64) -> Vec<Flow> {
+    if PENDING.load(Ordering::Relaxed) == 0 {
+        return Vec::new();
+    }
+    take_incoming_slow(id)
+}
+
+#[cold]
+fn take_incoming_slow(id: u64) -> Vec<Flow> {
+    let mut map = incoming();
+    match map.as_mut().and_then(|m| m.remove(&id)) {
+        Some(flows) => {
+            PENDING.fetch_sub(1, Ordering::Relaxed);
+            flows
+        }
+        None => Vec::new(),
+    }
+}
+
 thread_local! {
     /// The spans entered on this thread that are not exited yet, innermost last, with the
     /// session their slice went to (0: not recorded).
@@ -110,8 +145,6 @@ thread_local! {
 #[derive(Debug, Default)]
 struct SpanData {
     fields: OwnedFields,
-    /// Flows that end at the span's next slice (`follows_from`).
-    incoming: Vec<Flow>,
     /// Async-track mode: the span's track and its open slice.
     track: Option<(Track, TrackSlice)>,
 }
@@ -195,13 +228,16 @@ where
             integration::instant(cs, en, Some(track), None, |cx| cx.terminating_flow(flow));
             return;
         }
-        match ext.get_mut::<SpanData>() {
-            Some(data) => data.incoming.push(flow),
-            None => ext.insert(SpanData {
-                incoming: vec![flow],
-                ..SpanData::default()
-            }),
+        drop(ext);
+        let mut map = incoming();
+        let flows = map
+            .get_or_insert_with(HashMap::new)
+            .entry(id.into_u64())
+            .or_default();
+        if flows.is_empty() {
+            PENDING.fetch_add(1, Ordering::Relaxed);
         }
+        flows.push(flow);
     }
 
     fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
@@ -215,7 +251,7 @@ where
             return;
         }
         let session = match ctx.span(id) {
-            Some(span) => begin_entry(&span),
+            Some(span) => begin_entry(&span, take_incoming(id.into_u64())),
             None => 0,
         };
         ENTERED.with(|e| e.borrow_mut().push((id.into_u64(), session)));
@@ -245,6 +281,8 @@ where
     }
 
     fn on_close(&self, id: Id, ctx: Context<'_, S>) {
+        // Flows to a span that is never entered again end nowhere; the id may be reused.
+        drop(take_incoming(id.into_u64()));
         if self.mode != SpanMode::AsyncTrack {
             return;
         }
@@ -255,34 +293,27 @@ where
     }
 }
 
-/// Begins the slice of one entry of `span` on this thread: the queued path when the span has
-/// no fields and no incoming flows.
+/// Begins the slice of one entry of `span` on this thread, ending the flows in `incoming`: the
+/// queued path when the span has neither fields nor flows.
 #[inline]
 fn begin_entry<'a, R: tracing_subscriber::registry::SpanData<'a>>(
     span: &tracing_subscriber::registry::SpanRef<'a, impl LookupSpan<'a, Data = R>>,
+    incoming: Vec<Flow>,
 ) -> ZoneSession {
     let meta = span.metadata();
     let cs = cache::callsite(meta);
     let Some(en) = cs.check() else { return 0 };
-    if meta.fields().is_empty() {
-        // No fields: only `follows_from` can have left data.
-        let ext = span.extensions();
-        match ext.get::<SpanData>() {
-            None => return integration::zone_begin(cs, en),
-            Some(_) => drop(ext),
-        }
+    if meta.fields().is_empty() && incoming.is_empty() {
+        return integration::zone_begin(cs, en);
     }
-    let mut ext = span.extensions_mut();
-    match ext.get_mut::<SpanData>() {
-        None => integration::zone_begin(cs, en),
-        Some(data) => {
-            let incoming = std::mem::take(&mut data.incoming);
-            integration::zone_begin_with(cs, en, |cx| {
-                data.fields.write(cx);
-                for f in incoming {
-                    cx.terminating_flow(f);
-                }
-            })
+    let ext = span.extensions();
+    let fields = ext.get::<SpanData>().map(|d| &d.fields);
+    integration::zone_begin_with(cs, en, |cx| {
+        if let Some(fields) = fields {
+            fields.write(cx);
         }
-    }
+        for f in incoming {
+            cx.terminating_flow(f);
+        }
+    })
 }
