@@ -46,7 +46,7 @@
 mod cache;
 mod fields;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -58,6 +58,7 @@ use tracing_core::{Event, Interest, Metadata, Subscriber};
 use tracing_subscriber::layer::Context;
 use tracing_subscriber::registry::LookupSpan;
 
+use cache::Entry;
 use fields::{ArgWriter, OwnedFields};
 
 /// How a span is drawn.
@@ -135,6 +136,12 @@ fn take_incoming_slow(id: u64) -> Vec<Flow> {
 }
 
 thread_local! {
+    /// The span last created on this thread and its callsite, until its first entry: the
+    /// common `span!(...).entered()` / `#[instrument]` case then enters without looking the
+    /// span up in the registry. Taken on use, so it only ever names a span created here and
+    /// not entered yet; the `Registry`'s ids carry a generation, so another span cannot have
+    /// this id while that one lives, and one created later on this thread replaces the memo.
+    static CREATED: Cell<(u64, Option<&'static Entry>)> = const { Cell::new((0, None)) };
     /// The spans entered on this thread that are not exited yet, innermost last, with the
     /// session their slice went to (0: not recorded).
     static ENTERED: RefCell<Vec<(u64, ZoneSession)>> = const { RefCell::new(Vec::new()) };
@@ -164,7 +171,10 @@ where
         match self.mode {
             SpanMode::PerEntry => {
                 if meta.fields().is_empty() {
-                    return; // the hot case: nothing to keep
+                    // The hot case: nothing to keep; the callsite for the first entry.
+                    let e = cache::entry(meta);
+                    let _ = CREATED.try_with(|c| c.set((id.into_u64(), Some(e))));
+                    return;
                 }
                 let mut fields = OwnedFields::default();
                 attrs.record(&mut fields);
@@ -250,9 +260,28 @@ where
         if self.mode != SpanMode::PerEntry {
             return;
         }
-        let session = match ctx.span(id) {
-            Some(span) => begin_entry(&span, take_incoming(id.into_u64())),
-            None => 0,
+        let raw = id.into_u64();
+        let memo = CREATED
+            .try_with(|c| match c.get() {
+                (i, Some(e)) if i == raw => {
+                    c.set((0, None));
+                    Some(e)
+                }
+                _ => None,
+            })
+            .ok()
+            .flatten();
+        let incoming = take_incoming(raw);
+        let session = match memo {
+            // Created here without fields and not entered yet: no lookup needed.
+            Some(e) if incoming.is_empty() => match e.cs.check() {
+                Some(en) => integration::zone_begin(e.cs, en),
+                None => 0,
+            },
+            _ => match ctx.span(id) {
+                Some(span) => begin_entry(&span, incoming),
+                None => 0,
+            },
         };
         ENTERED.with(|e| e.borrow_mut().push((id.into_u64(), session)));
     }
