@@ -539,7 +539,11 @@ fn child_killed() {
                 for k in 0..zones {
                     let _z = tachyon::zone!("test", "work", i = k);
                 }
-                tachyon::instant!("test", "done");
+                // With an argument, the instant is encoded on this thread, after the events
+                // still in its queue (a zone's end is queued): when it returns, every event is
+                // a packet in the writer's chunk. An event still queued at a SIGKILL was never
+                // a packet; that is not what this test is about.
+                tachyon::instant!("test", "done", zones = zones);
                 tx.send(()).unwrap();
                 // Keep the writer (and its chunk being written) until SIGKILL.
                 loop {
@@ -859,9 +863,27 @@ fn three_producer_processes_of_four_threads_make_one_complete_trace() {
 
 /// A producer SIGKILLed mid-trace: every packet it had finished is in the trace, those in
 /// committed chunks and those only in the chunks it was writing (scraped by the daemon).
+///
+/// `TACHYON_SYSTEM_TEST_KILL_AT_ONCE=1` kills it as soon as it has written (the daemon may then
+/// have nothing but what it scrapes); `TACHYON_SYSTEM_TEST_KILL_REPEAT=N` runs it N times
+/// in a row, each with its own daemon (CI runs it 50 times killed at once).
 #[test]
 fn a_producer_killed_mid_trace_loses_nothing_it_had_written() {
-    let dir = sys_dir("killed");
+    let at_once = std::env::var("TACHYON_SYSTEM_TEST_KILL_AT_ONCE").is_ok_and(|v| v == "1");
+    let repeat: u32 = std::env::var("TACHYON_SYSTEM_TEST_KILL_REPEAT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    for round in 0..repeat {
+        kill_a_producer_mid_trace(round, at_once);
+    }
+}
+
+fn kill_a_producer_mid_trace(round: u32, at_once: bool) {
+    let dir = match round {
+        0 => sys_dir("killed"),
+        _ => sys_dir(&format!("killed-{round}")),
+    };
     let traced = Traced::start(&dir);
     let mut c = traced.consumer();
     c.enable_tracing(&trace_config(8 * 1024, None), None)
@@ -869,9 +891,10 @@ fn a_producer_killed_mid_trace_loses_nothing_it_had_written() {
     let vars = [(SOCKET, traced.producer.display().to_string())];
     let mut victim = Proc::spawn("killed producer", child_command("killed", &vars));
     victim.expect_line("READY");
-    // Some of it is committed already (the big thread filled many chunks).
+    // Unless killed at once, some of it is committed already (the big thread filled many
+    // chunks).
     let deadline = Instant::now() + TIMEOUT;
-    while chunks_written(&c.trace_stats().unwrap()) == 0 {
+    while !at_once && chunks_written(&c.trace_stats().unwrap()) == 0 {
         assert!(
             Instant::now() < deadline,
             "no chunk was committed\n{}",
@@ -886,17 +909,20 @@ fn a_producer_killed_mid_trace_loses_nothing_it_had_written() {
     let trace = stop_and_read(&mut c);
     std::fs::write(dir.join("trace.pftrace"), &trace).unwrap();
     let tp = load(&trace);
+    let what = format!("round {round} (trace in {})", dir.display());
     assert_eq!(
         slices_on(&tp, pid, "big", "work"),
-        (i64::from(KILLED_BIG_ZONES), 0)
+        (i64::from(KILLED_BIG_ZONES), 0),
+        "{what}"
     );
-    assert_eq!(slices_on(&tp, pid, "big", "done"), (1, 0));
+    assert_eq!(slices_on(&tp, pid, "big", "done"), (1, 0), "{what}");
     // Never committed: only the daemon's scrape of the dead producer's SMB has these.
     assert_eq!(
         slices_on(&tp, pid, "small", "work"),
-        (i64::from(KILLED_SMALL_ZONES), 0)
+        (i64::from(KILLED_SMALL_ZONES), 0),
+        "{what}"
     );
-    assert_eq!(slices_on(&tp, pid, "small", "done"), (1, 0));
+    assert_eq!(slices_on(&tp, pid, "small", "done"), (1, 0), "{what}");
     assert_no_loss(&trace, &tp);
     drop(traced);
 }
