@@ -185,6 +185,8 @@ struct Sequence {
     legacy_ts_us: Option<i64>,
     // Loss accounting, attributed to buffers at the end via TraceStats.writer_stats.
     dropped: i64,
+    /// Packets the writer says it dropped (Tachyon's `tachyon_packets_dropped`).
+    writer_dropped: i64,
     loss_causes: [i64; 8],
     needs_total: u64,
     needs_skipped: u64,
@@ -356,6 +358,11 @@ impl Importer {
                 }
             }
             Entry::Occupied(_) => {}
+        }
+        let writer_dropped = p.tachyon_packets_dropped();
+        if writer_dropped != 0 && has_seq {
+            let seq = self.seq(seq_id);
+            seq.writer_dropped = seq.writer_dropped.saturating_add_unsigned(writer_dropped);
         }
         let flags = p.sequence_flags();
         if p.incremental_state_cleared() || flags & SEQ_INCREMENTAL_STATE_CLEARED != 0 {
@@ -1493,6 +1500,16 @@ impl Importer {
         self.apply_batch(&mut rest);
         self.finish_parse();
 
+        // How many packets each writer says it dropped, per sequence (whatever its buffer).
+        for (&seq_id, seq) in &self.seqs {
+            if seq.writer_dropped != 0 {
+                self.st.stats.add_indexed(
+                    Stat::sequence_writer_packets_dropped,
+                    seq_id as i64,
+                    seq.writer_dropped,
+                );
+            }
+        }
         // Per-buffer loss, attributed through TraceStats.writer_stats (sequence → buffer).
         let mut seen_buffers = Vec::new();
         for &(seq_id, buffer) in &self.writer_buffers {
@@ -1511,6 +1528,13 @@ impl Importer {
             }
             let s = &mut self.st.stats;
             s.add_indexed(Stat::traced_buf_sequence_packet_loss, b, seq.dropped);
+            if seq.writer_dropped != 0 {
+                s.add_indexed(
+                    Stat::traced_buf_writer_packets_dropped,
+                    b,
+                    seq.writer_dropped,
+                );
+            }
             let all_dropped = seq.needs_skipped > 0 && seq.needs_skipped == seq.needs_total;
             s.add_indexed(
                 Stat::traced_buf_incremental_sequences_dropped,
