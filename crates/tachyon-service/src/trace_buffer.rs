@@ -154,6 +154,11 @@ struct Record {
     /// Copied by a scrape, and no commit of it came since: the chunks before it may still
     /// have commits on the way (see [`TraceBuffer::copy_scraped_chunk`]).
     scraped: bool,
+    /// The last readable fragment is an empty filler (see [`ends_with_filler`]), worked out
+    /// when the chunk's bytes arrive or change, while they are in cache: counting an evicted
+    /// chunk's packets then reads none of its bytes (a cache miss per fragment header in a
+    /// full ring otherwise, which cost more than copying the chunk).
+    last_is_filler: bool,
 }
 
 impl Record {
@@ -178,9 +183,8 @@ impl Record {
         (self.complete || f == FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK) && self.flags & f != 0
     }
 
-    /// Packets that start in this chunk and have not been read (or counted) yet. `ring` is the
-    /// buffer's ring, which still holds the chunk's bytes.
-    fn unread_packet_starts(&self, ring: &[u8]) -> u64 {
+    /// Packets that start in this chunk and have not been read (or counted) yet.
+    fn unread_packet_starts(&self) -> u64 {
         let n = self.readable_fragments();
         if self.fragments_read >= n {
             return 0;
@@ -189,11 +193,19 @@ impl Record {
         if self.fragments_read == 0 && self.flag(FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK) {
             starts -= 1;
         }
-        let payload = &ring[self.offset..self.offset + self.payload_len];
-        if starts > 0 && ends_with_filler(payload, self.read_offset, self.fragments_read, n) {
+        // The fragments before `fragments_read` parsed when they were read (a sentinel or a
+        // bad header ends the reading of a chunk), so the filler test over the whole chunk
+        // says the same as one over the unread rest.
+        if starts > 0 && self.last_is_filler {
             starts -= 1;
         }
         starts
+    }
+
+    /// Works out [`last_is_filler`](Self::last_is_filler) from the chunk's bytes.
+    fn update_filler(&mut self, ring: &[u8]) {
+        let payload = &ring[self.offset..self.offset + self.payload_len];
+        self.last_is_filler = ends_with_filler(payload, 0, 0, self.readable_fragments());
     }
 }
 
@@ -405,8 +417,10 @@ impl TraceBuffer {
             live: true,
             pinned: false,
             scraped,
+            last_is_filler: false,
         };
         let mut rec = rec;
+        rec.last_is_filler = ends_with_filler(chunk.payload, 0, 0, rec.readable_fragments());
         if accounted > 0 {
             // Skip the fragments a scraped copy of this chunk already accounted for.
             match skip_fragments(chunk.payload, accounted) {
@@ -504,6 +518,7 @@ impl TraceBuffer {
         rec.flags = chunk.flags;
         rec.complete = chunk.complete;
         self.ring[offset..offset + len].copy_from_slice(chunk.payload);
+        rec.update_filler(&self.ring);
         self.stats.chunks_rewritten += 1;
     }
 
@@ -543,6 +558,8 @@ impl TraceBuffer {
         if !has_more_patches {
             rec.flags &= !CHUNK_NEEDS_PATCHING;
         }
+        // A patch may (wrongly, but a producer can) touch a fragment header.
+        rec.update_filler(&self.ring);
         ok
     }
 
@@ -624,7 +641,7 @@ impl TraceBuffer {
             }
             self.stats.chunks_overwritten += 1;
             self.stats.bytes_overwritten += size as u64;
-            self.losses.overwritten += rec.unread_packet_starts(&self.ring);
+            self.losses.overwritten += rec.unread_packet_starts();
             // A continuation fragment at the front of this chunk belonged to the pending
             // packet, if any; it is now lost too.
             if rec.fragments_read == 0
@@ -784,7 +801,7 @@ impl TraceBuffer {
     /// pending packet if the chunk would have continued it.
     fn drop_rest_of_chunk(&mut self, idx: RecIdx, reason: u32) {
         let rec = self.slab[idx].as_mut().expect("indexed records exist");
-        let starts = rec.unread_packet_starts(&self.ring);
+        let starts = rec.unread_packet_starts();
         let continues = rec.fragments_read == 0 && rec.flag(FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK);
         rec.fragments_read = rec.readable_fragments();
         rec.read_offset = rec.payload_len;
