@@ -582,11 +582,18 @@ impl ServiceCore {
             staged,
             ..
         } = self;
-        let identity_of = |producer| {
-            identities
-                .get(&producer)
-                .copied()
-                .unwrap_or(ProducerIdentity { pid: 0, uid: 0 })
+        // Packets come sequence by sequence: the last producer's identity is the next one's.
+        let mut cached: Option<(ProducerId, ProducerIdentity)> = None;
+        let mut identity_of = |producer| match cached {
+            Some((p, identity)) if p == producer => identity,
+            _ => {
+                let identity = identities
+                    .get(&producer)
+                    .copied()
+                    .unwrap_or(ProducerIdentity { pid: 0, uid: 0 });
+                cached = Some((producer, identity));
+                identity
+            }
         };
         for buf in buffers.iter_mut() {
             buf.read_packets(last, |info, fragments| {

@@ -816,6 +816,7 @@ impl TraceBuffer {
 
     fn read_chunk(&mut self, idx: RecIdx, sink: &mut impl FnMut(PacketInfo, &[&[u8]])) {
         loop {
+            self.read_whole_packets(idx, sink);
             let rec = self.slab[idx].as_ref().expect("indexed records exist");
             let n = rec.readable_fragments();
             if rec.fragments_read >= n {
@@ -939,6 +940,65 @@ impl TraceBuffer {
             self.stats.bytes_read += total as u64;
             sink(info, &slices);
         }
+    }
+}
+
+impl TraceBuffer {
+    /// The common case of [`read_chunk`](Self::read_chunk), in one tight loop: the run of
+    /// packets in one fragment each, from the chunk's next fragment up to (not including) the
+    /// first one that needs more thought: a continuation, a fragment patches may touch, a
+    /// sentinel or a bad header, or anything while a packet spanning chunks is pending. It does
+    /// exactly what `read_chunk`'s loop does for those fragments, with the sequence and the
+    /// chunk looked up once instead of per packet; `read_chunk` handles what it stops at.
+    fn read_whole_packets(&mut self, idx: RecIdx, sink: &mut impl FnMut(PacketInfo, &[&[u8]])) {
+        let TraceBuffer {
+            ring,
+            slab,
+            sequences,
+            stats,
+            ..
+        } = self;
+        let rec = slab[idx].as_mut().expect("indexed records exist");
+        let key = rec.seq;
+        let seq = sequences
+            .get_mut(&key)
+            .expect("records belong to sequences");
+        if seq.pending.is_some()
+            || (rec.fragments_read == 0 && rec.flag(FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK))
+        {
+            return;
+        }
+        let mut end = rec.readable_fragments();
+        if end == rec.num_fragments
+            && (rec.flag(LAST_PACKET_CONTINUES_ON_NEXT_CHUNK) || rec.flag(CHUNK_NEEDS_PATCHING))
+        {
+            end -= 1;
+        }
+        let payload = &ring[rec.offset..rec.offset + rec.payload_len];
+        let mut read = rec.fragments_read;
+        let mut offset = rec.read_offset;
+        let mut bytes = 0u64;
+        while read < end {
+            let Some((len, header)) = parse_fragment_header(&payload[offset..]) else {
+                break;
+            };
+            let start = offset + header;
+            if len == PACKET_SIZE_DROP_PACKET || len as usize > payload.len() - start {
+                break;
+            }
+            let len = len as usize;
+            read += 1;
+            offset = start + len;
+            if len == 0 {
+                // A filler, not a packet (see `read_chunk`).
+                continue;
+            }
+            bytes += len as u64;
+            sink(take_packet_info(seq, key), &[&payload[start..offset]]);
+        }
+        rec.fragments_read = read;
+        rec.read_offset = offset;
+        stats.bytes_read += bytes;
     }
 }
 
