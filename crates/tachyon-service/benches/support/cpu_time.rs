@@ -9,7 +9,7 @@ use std::time::Duration;
 use criterion::measurement::{Measurement, ValueFormatter, WallTime};
 
 /// The calling thread's CPU time.
-pub struct CpuTime;
+pub(crate) struct CpuTime;
 
 fn now() -> Duration {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
@@ -42,6 +42,6 @@ impl Measurement for CpuTime {
 }
 
 /// Whether to measure wall time (`TACHYON_BENCH_WALL=1`) rather than CPU time.
-pub fn wall() -> bool {
+pub(crate) fn wall() -> bool {
     std::env::var("TACHYON_BENCH_WALL").is_ok_and(|v| v == "1")
 }
