@@ -201,11 +201,15 @@ fn export_matches_query_and_reports_a_failed_trace() {
     duckdb_check(&out_dir, &a);
 
     // --fail-fast: stops at the missing trace; what came before is still exported.
+    assert!(query_count(&a, "slice", &dir) > 100);
     let out_dir = dir.join("out-fail-fast");
     let out = tachyon(
         &[
             "export",
             "--fail-fast",
+            // Pages smaller than the tables: rows must come out whole and in order.
+            "--page-rows",
+            "100",
             out_dir.to_str().unwrap(),
             a.to_str().unwrap(),
             missing.to_str().unwrap(),

@@ -40,7 +40,7 @@ use crate::load::{load, Sort};
 /// `OUTDIR/traces.parquet` maps `trace_id` (the trace's position, from 0) to the trace file
 /// and the error of a trace that failed. Tables: slice, thread, process, track, counter, args,
 /// flow, stats, and when the processor has them thread_track, process_track, counter_track
-/// and the heap profile, sample and stack_profile tables. A trace that fails is reported, the
+/// and the heap profile, sample, stack_profile and android_logs tables. A trace that fails is reported, the
 /// others are still exported, and the exit status is non-zero (`--fail-fast` stops at the
 /// first failure).
 ///
@@ -66,6 +66,10 @@ pub(crate) struct Args {
     /// How events are sorted before import.
     #[arg(long, value_enum, default_value_t = Sort::Full)]
     sort: Sort,
+    /// Rows read from the processor per query (tests use a small page to exercise paging).
+    #[arg(long, hide = true, default_value_t = 262_144,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    page_rows: u32,
 }
 
 /// `--format`.
@@ -92,6 +96,7 @@ const OPTIONAL_TABLES: &[&str] = &[
     "stack_profile_frame",
     "stack_profile_callsite",
     "stack_profile_symbol",
+    "android_logs",
 ];
 
 /// The column every exported table starts with, and the name a table's own `trace_id` column
@@ -115,7 +120,7 @@ pub(crate) fn run(args: Args) -> Result<(), BoxError> {
             .display()
             .to_string();
         let result = load(path, args.sort).and_then(|tp| {
-            let batches = read_trace(&tp, trace_id, &mut tables)
+            let batches = read_trace(&tp, trace_id, args.page_rows as usize, &mut tables)
                 .map_err(|e| format!("{}: {e}", path.display()))?;
             // Written only once every table of the trace converted, so a failed trace
             // leaves no rows behind.
@@ -168,6 +173,7 @@ fn out_path(dir: &Path, table: &str) -> PathBuf {
 fn read_trace(
     tp: &TraceProcessor,
     trace_id: i64,
+    page_rows: usize,
     tables: &mut BTreeMap<&'static str, TableOut>,
 ) -> Result<Vec<(&'static str, RecordBatch)>, BoxError> {
     let mut batches = Vec::new();
@@ -176,24 +182,36 @@ fn read_trace(
         .map(|t| (*t, true))
         .chain(OPTIONAL_TABLES.iter().map(|t| (*t, false)));
     for (table, required) in all {
-        let rows = match tp.query(&format!("SELECT * FROM {table}")) {
-            Ok(rows) => rows,
-            Err(e) if required => return Err(format!("table {table}: {e}").into()),
-            // The processor does not have this table.
-            Err(_) => continue,
-        };
-        let declared = declared_types(tp, table)?;
-        let out = match tables.get(table) {
-            Some(out) => out,
-            None => {
-                let out = TableOut::new(&rows.columns, &declared, &rows.rows);
-                tables.entry(table).or_insert(out)
+        let mut offset = 0;
+        loop {
+            // Pages bound the memory of the SQL values in flight; the converted Arrow columns
+            // are compact.
+            let sql = format!("SELECT * FROM {table} LIMIT {page_rows} OFFSET {offset}");
+            let page = match tp.query(&sql) {
+                Ok(page) => page,
+                // The processor does not have this optional table.
+                Err(e) if !required && offset == 0 && e.to_string().contains("no such table") => {
+                    break
+                }
+                Err(e) => return Err(format!("table {table}: {e}").into()),
+            };
+            let out = match tables.get(table) {
+                Some(out) => out,
+                None => {
+                    let declared = declared_types(tp, table)?;
+                    let out = TableOut::new(&page.columns, &declared, &page.rows);
+                    tables.entry(table).or_insert(out)
+                }
+            };
+            let batch = out
+                .batch(trace_id, &page.columns, &page.rows)
+                .map_err(|e| format!("table {table}: {e}"))?;
+            batches.push((table, batch));
+            if page.rows.len() < page_rows {
+                break;
             }
-        };
-        let batch = out
-            .batch(trace_id, &rows.columns, &rows.rows)
-            .map_err(|e| format!("table {table}: {e}"))?;
-        batches.push((table, batch));
+            offset += page_rows;
+        }
     }
     Ok(batches)
 }
@@ -440,4 +458,87 @@ fn new_writer(dir: &Path, table: &str, schema: SchemaRef) -> Result<ArrowWriter<
         .set_compression(Compression::SNAPPY)
         .build();
     Ok(ArrowWriter::try_new(file, schema, Some(props))?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{Float64Type, Int64Type};
+    use arrow_array::Array;
+
+    fn cols(names: &[&str]) -> Vec<String> {
+        names.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn declared_types_follow_sqlite_affinity() {
+        assert_eq!(affinity_type("INTEGER"), Some(DataType::Int64));
+        assert_eq!(affinity_type("bigint"), Some(DataType::Int64));
+        assert_eq!(affinity_type("VARCHAR(10)"), Some(DataType::Utf8));
+        assert_eq!(affinity_type("TEXT"), Some(DataType::Utf8));
+        assert_eq!(affinity_type("DOUBLE PRECISION"), Some(DataType::Float64));
+        assert_eq!(affinity_type("REAL"), Some(DataType::Float64));
+        assert_eq!(affinity_type("BLOB"), Some(DataType::Binary));
+        assert_eq!(affinity_type(""), None);
+        assert_eq!(affinity_type("NUMERIC"), None);
+    }
+
+    #[test]
+    fn undeclared_columns_take_the_type_every_value_converts_to() {
+        use Value::*;
+        let rows = vec![
+            vec![Integer(1), Integer(1), Null, Null],
+            vec![Real(0.5), Text("x".into()), Null, Integer(2)],
+        ];
+        assert_eq!(inferred_type(&rows, 0), DataType::Float64);
+        assert_eq!(inferred_type(&rows, 1), DataType::Utf8);
+        assert_eq!(inferred_type(&rows, 2), DataType::Utf8);
+        assert_eq!(inferred_type(&rows, 3), DataType::Int64);
+    }
+
+    #[test]
+    fn batches_keep_nulls_and_convert_only_exactly() {
+        use Value::*;
+        let columns = cols(&["id", "value", "name", "trace_id"]);
+        let declared: BTreeMap<String, String> = [
+            ("id", "INTEGER"),
+            ("value", "REAL"),
+            ("name", "TEXT"),
+            ("trace_id", "INTEGER"),
+        ]
+        .into_iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+        let rows = vec![
+            vec![Integer(7), Integer(3), Text("a".into()), Null],
+            vec![Null, Real(1.5), Null, Integer(9)],
+        ];
+        let out = TableOut::new(&columns, &declared, &rows);
+        let names: Vec<&str> = out
+            .schema
+            .fields()
+            .iter()
+            .map(|f| f.name().as_str())
+            .collect();
+        assert_eq!(names, ["trace_id", "id", "value", "name", "orig_trace_id"]);
+        let batch = out.batch(4, &columns, &rows).unwrap();
+        assert_eq!(
+            batch.column(0).as_primitive::<Int64Type>().values(),
+            &[4, 4]
+        );
+        let id = batch.column(1).as_primitive::<Int64Type>();
+        assert_eq!((id.value(0), id.is_null(1)), (7, true));
+        let value = batch.column(2).as_primitive::<Float64Type>();
+        assert_eq!((value.value(0), value.value(1)), (3.0, 1.5));
+        let name = batch.column(3).as_string::<i32>();
+        assert_eq!((name.value(0), name.is_null(1)), ("a", true));
+
+        // Text in an integer column, a fractional real in one, or other columns: errors.
+        let bad = vec![vec![Text("x".into()), Null, Null, Null]];
+        assert!(out.batch(0, &columns, &bad).is_err());
+        let bad = vec![vec![Real(0.5), Null, Null, Null]];
+        assert!(out.batch(0, &columns, &bad).is_err());
+        assert!(out.batch(0, &cols(&["id"]), &[]).is_err());
+    }
 }
