@@ -200,6 +200,18 @@ fn export_matches_query_and_reports_a_failed_trace() {
 
     duckdb_check(&out_dir, &a);
 
+    // An export into the same directory replaces the table files; one it does not write (no
+    // trace has rows for it) is removed rather than left stale.
+    let stale = out_dir.join("perf_sample.parquet");
+    std::fs::copy(out_dir.join("slice.parquet"), &stale).unwrap();
+    let out = tachyon(
+        &["export", out_dir.to_str().unwrap(), b.to_str().unwrap()],
+        &dir,
+    );
+    assert!(out.status.success(), "{out:?}");
+    assert!(!stale.exists());
+    check_tables(&out_dir, &[Some(&b)], &dir);
+
     // --fail-fast: stops at the missing trace; what came before is still exported.
     assert!(query_count(&a, "slice", &dir) > 100);
     let out_dir = dir.join("out-fail-fast");

@@ -53,8 +53,8 @@ pub(crate) struct Args {
     /// The output format.
     #[arg(long, value_enum, default_value_t = ExportFormat::Parquet)]
     format: ExportFormat,
-    /// The directory the files are written to (created if missing; files of the same names
-    /// are replaced).
+    /// The directory the files are written to (created if missing; the table files of an
+    /// earlier export there are replaced or removed).
     #[arg(value_name = "OUTDIR")]
     out_dir: PathBuf,
     /// The trace files (Perfetto protobuf, optionally gzip-compressed).
@@ -142,9 +142,19 @@ pub(crate) fn run(args: Args) -> Result<(), BoxError> {
             }
         }
     }
+    let mut written = Vec::new();
     for (table, out) in tables {
         if let Some(rows) = out.finish(&args.out_dir, table)? {
             println!("{}\t{rows} rows", out_path(&args.out_dir, table).display());
+            written.push(table);
+        }
+    }
+    // A table file of an earlier export that this one did not write would otherwise read as
+    // part of it.
+    for table in STANDARD_TABLES.iter().chain(OPTIONAL_TABLES) {
+        let path = out_path(&args.out_dir, table);
+        if !written.contains(table) && path.exists() {
+            std::fs::remove_file(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         }
     }
     write_traces(&args.out_dir, &traces)?;
