@@ -10,7 +10,8 @@
 //! `PRAGMA table_info`), so the export does not depend on how the processor stores them. A
 //! column's Arrow type comes from its declared SQL type by SQLite's affinity rules (INT → Int64,
 //! REAL/FLOAT/DOUBLE → Float64, CHAR/CLOB/TEXT → Utf8, BLOB → Binary); a column without one (an
-//! expression in a view) takes its type from the first trace's values. The schema of a table is
+//! expression in a view) takes its type from the first trace's values, or when they are all
+//! NULL from Perfetto's column naming (ids, timestamps and durations are Int64, others Utf8). The schema of a table is
 //! fixed by the first trace that has it; later traces' values are converted to it where that
 //! is exact (an integer into a Float64 or Utf8 column) and are an error otherwise. NULLs stay NULL.
 //!
@@ -262,8 +263,11 @@ fn affinity_type(declared: &str) -> Option<DataType> {
 
 /// The Arrow type for a column without a deciding declared type, from its values: text wins
 /// (numbers convert to it exactly), then reals (integers widen), then integers, then blobs. An
-/// all-NULL column is Utf8, the type every other value converts to.
-fn inferred_type(rows: &[Vec<Value>], col: usize) -> DataType {
+/// all-NULL column is Int64 when Perfetto's naming makes it an id, timestamp or duration
+/// (`id`, `*_id`, `utid`, `upid`, `ts`, `*_ts`, `dur`, `*_dur`: e.g. `counter_track.parent_id`,
+/// a `NULL AS parent_id` in the view), so joins on it work; otherwise Utf8, the type every
+/// other value converts to.
+fn inferred_type(name: &str, rows: &[Vec<Value>], col: usize) -> DataType {
     let (mut int, mut real, mut blob) = (false, false, false);
     for row in rows {
         match row[col] {
@@ -278,8 +282,15 @@ fn inferred_type(rows: &[Vec<Value>], col: usize) -> DataType {
         (true, _, _) => DataType::Float64,
         (false, true, _) => DataType::Int64,
         (false, false, true) => DataType::Binary,
+        _ if is_integer_name(name) => DataType::Int64,
         _ => DataType::Utf8,
     }
+}
+
+/// Whether Perfetto's column naming makes `name` an integer: an id, a timestamp or a duration.
+fn is_integer_name(name: &str) -> bool {
+    matches!(name, "id" | "utid" | "upid" | "ts" | "dur")
+        || ["_id", "_ts", "_dur"].iter().any(|s| name.ends_with(s))
 }
 
 /// One table's output: its schema (fixed by the first trace that has it) and, once rows are
@@ -299,7 +310,7 @@ impl TableOut {
             let ty = declared
                 .get(name)
                 .and_then(|d| affinity_type(d))
-                .unwrap_or_else(|| inferred_type(rows, i));
+                .unwrap_or_else(|| inferred_type(name, rows, i));
             let name = if name == TRACE_ID {
                 ORIG_TRACE_ID
             } else {
@@ -498,13 +509,18 @@ mod tests {
     fn undeclared_columns_take_the_type_every_value_converts_to() {
         use Value::*;
         let rows = vec![
-            vec![Integer(1), Integer(1), Null, Null],
-            vec![Real(0.5), Text("x".into()), Null, Integer(2)],
+            vec![Integer(1), Integer(1), Null, Null, Null],
+            vec![Real(0.5), Text("x".into()), Null, Integer(2), Null],
         ];
-        assert_eq!(inferred_type(&rows, 0), DataType::Float64);
-        assert_eq!(inferred_type(&rows, 1), DataType::Utf8);
-        assert_eq!(inferred_type(&rows, 2), DataType::Utf8);
-        assert_eq!(inferred_type(&rows, 3), DataType::Int64);
+        assert_eq!(inferred_type("a", &rows, 0), DataType::Float64);
+        assert_eq!(inferred_type("a", &rows, 1), DataType::Utf8);
+        assert_eq!(inferred_type("display_value", &rows, 2), DataType::Utf8);
+        assert_eq!(inferred_type("a", &rows, 3), DataType::Int64);
+        assert_eq!(inferred_type("parent_id", &rows, 4), DataType::Int64);
+        assert_eq!(inferred_type("utid", &rows, 4), DataType::Int64);
+        assert_eq!(inferred_type("thread_ts", &rows, 4), DataType::Int64);
+        // Values decide over the name.
+        assert_eq!(inferred_type("parent_id", &rows, 1), DataType::Utf8);
     }
 
     #[test]
