@@ -37,6 +37,7 @@
 //! mode: set `TACHYON_PRODUCER_SOCK`, see [`init`]).
 #![deny(missing_docs)]
 
+pub mod alloc;
 pub mod clock;
 mod init;
 mod session;
