@@ -149,6 +149,10 @@ pub(crate) struct Storage {
     pub(crate) counters: Vec<CounterRow>,
     pub(crate) flows: Vec<FlowRow>,
     pub(crate) args: Vec<ArgRow>,
+    /// Call stacks and CPU samples (`profile.rs`).
+    pub(crate) profile: crate::profile::StackProfile,
+    /// Heap profiles (`heap.rs`).
+    pub(crate) heap: crate::heap::HeapStore,
     next_arg_set: u32,
     tid_to_utid: FxHashMap<i64, u32>,
     pid_to_upid: FxHashMap<i64, u32>,
@@ -166,6 +170,8 @@ impl Default for Storage {
             counters: Vec::new(),
             flows: Vec::new(),
             args: Vec::new(),
+            profile: Default::default(),
+            heap: Default::default(),
             next_arg_set: 0,
             tid_to_utid: FxHashMap::default(),
             pid_to_upid: FxHashMap::default(),

@@ -95,6 +95,9 @@ fn exact_mode_sees_the_pattern_exactly() {
     let _l = lock();
     let (m, trace) = run(MemoryMode::Exact, pattern);
     assert!(tachyon::alloc::is_installed());
+    if let Some(p) = std::env::var_os("TACHYON_MEMORY_TRACE_OUT") {
+        std::fs::write(p, &trace).unwrap();
+    }
     let leaky = site(&m, "leaky").expect("the leaky site");
     assert_eq!(leaky.zones, vec!["leaky".to_owned()]);
     assert_eq!(leaky.alloc_count, LEAKS as u64);
