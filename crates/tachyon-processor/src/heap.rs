@@ -444,6 +444,8 @@ pub struct HeapReport {
     pub peak_bytes: i64,
     /// When (trace ns).
     pub peak_ts: i64,
+    /// Start of the first heap profile window (trace ns): when tracking began.
+    pub start_ts: i64,
     /// Bytes allocated in total.
     pub allocated_bytes: i64,
     /// Allocations in total.
@@ -570,6 +572,11 @@ pub(crate) fn memory_report(
                 })
                 .collect()
         };
+        let start_ts: i64 = conn.query_row(
+            "SELECT coalesce(min(ts), 0) FROM heap_profile WHERE upid = ?1",
+            [upid],
+            |r| r.get(0),
+        )?;
         let top_live = sites("sum(size)")?;
         let top_allocated = sites("sum(CASE WHEN size > 0 THEN size ELSE 0 END)")?;
         out.push(HeapReport {
@@ -577,6 +584,7 @@ pub(crate) fn memory_report(
             heap_name: heap,
             peak_bytes,
             peak_ts,
+            start_ts,
             allocated_bytes: allocated,
             alloc_count: allocs,
             live_bytes: live,
