@@ -133,6 +133,29 @@ fn exact_mode_sees_the_pattern_exactly() {
         "SELECT CAST(c.value AS INT) FROM counter c JOIN counter_track t ON c.track_id = t.id WHERE t.name = 'Heap' ORDER BY c.ts DESC LIMIT 1",
     );
     assert_eq!(last[0][0], m.heaps[0].live_bytes as i64);
+
+    // The heap profile as the processor imports it: per site, the allocation rows and the free
+    // rows of the last dump (cumulative since the start) equal the pattern.
+    let per_site = |zone: &str| {
+        query_ints(
+            &tp,
+            &format!(
+                "SELECT sum(CASE WHEN a.size > 0 THEN a.size END), sum(CASE WHEN a.count > 0 THEN a.count END),                    coalesce(sum(CASE WHEN a.size < 0 THEN a.size END), 0), coalesce(sum(CASE WHEN a.count < 0 THEN a.count END), 0)                  FROM heap_profile_allocation a JOIN stack_profile_callsite c ON a.callsite_id = c.id                  JOIN stack_profile_frame f ON c.frame_id = f.id                  WHERE f.name = '{zone}' AND a.heap_name = 'rust.global'"
+            ),
+        )[0]
+            .clone()
+    };
+    assert_eq!(per_site("leaky"), vec![10_000, 10, 0, 0]);
+    let h = (SHARED * SHARED_SIZE) as i64 + vec_bytes as i64;
+    assert_eq!(per_site("handoff"), vec![h, SHARED as i64 + 1, -h, -(SHARED as i64 + 1)]);
+    // The processor's memory summary agrees with the session's.
+    let report = tp.memory(10).unwrap();
+    let global = report.iter().find(|r| r.heap_name == "rust.global").unwrap();
+    assert_eq!(global.live_bytes, m.heaps[0].live_bytes as i64);
+    assert_eq!(global.allocated_bytes, m.heaps[0].allocated_bytes as i64);
+    assert_eq!(global.peak_bytes, m.heaps[0].peak_bytes as i64);
+    let leak = global.top_live.iter().find(|s| s.stack == ["leaky"]).unwrap();
+    assert_eq!((leak.live_bytes, leak.live_count), (10_000, 10));
 }
 
 #[test]
@@ -194,7 +217,7 @@ fn sampled_mode_estimates_within_bounds() {
     const N: usize = 20_000;
     const SIZE: usize = 512;
     const INTERVAL: u64 = 8192;
-    let (m, _) = run(
+    let (m, trace) = run(
         MemoryMode::Sampled { interval: INTERVAL },
         || {
             let _z = tachyon::zone!("sampled leak");
@@ -212,6 +235,14 @@ fn sampled_mode_estimates_within_bounds() {
     let sd = (truth / INTERVAL as f64).sqrt() * INTERVAL as f64;
     assert!((est - truth).abs() < 5.0 * sd, "estimate {est}, truth {truth}");
     assert_eq!(s.live_bytes, s.allocated_bytes, "nothing freed");
+    // The imported profile carries the same estimate.
+    let tp = TraceProcessor::from_bytes(&trace, &Options::default()).unwrap();
+    let rows = query_ints(
+        &tp,
+        "SELECT sum(a.size) FROM heap_profile_allocation a JOIN stack_profile_callsite c ON a.callsite_id = c.id \
+         JOIN stack_profile_frame f ON c.frame_id = f.id WHERE f.name = 'sampled leak'",
+    );
+    assert_eq!(rows[0][0], s.allocated_bytes as i64);
 }
 
 #[test]

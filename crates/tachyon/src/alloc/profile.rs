@@ -72,8 +72,9 @@ pub(crate) fn write_dump(
         c.set_timestamp(coarse_ns);
     });
 
-    // Interning: strings (1 = the mapping's name), frames by name, callstacks by site.
-    let mut strings: Vec<&str> = vec!["tachyon zones"];
+    // Interning: strings (1 = the mapping's name, 2 = its build id, empty: readers forget
+    // the implicit iid 0 after a dump), frames by name, callstacks by site.
+    let mut strings: Vec<&str> = vec!["tachyon zones", ""];
     let mut frame_of: HashMap<&str, u64> = HashMap::new();
     let mut callstacks: Vec<(u64, Vec<u64>)> = Vec::new();
     let mut seen_sites: HashMap<u32, ()> = HashMap::new();
@@ -138,7 +139,7 @@ pub(crate) fn write_dump(
                 {
                     let mut m = pp.add_mappings();
                     m.set_iid(1);
-                    m.set_build_id(0);
+                    m.set_build_id(2);
                     m.set_start(0);
                     m.set_end(0);
                     m.add_path_string_ids(1);
