@@ -296,3 +296,76 @@ fn threads_starting_and_stopping_and_a_stop_under_load() {
         Some((LEAKS * LEAK_SIZE) as u64)
     );
 }
+
+/// Periodic dumps: several `heap_profile` rows, and the rows Perfetto's own trace processor
+/// derives from the trace equal ours (skipped when `trace_processor_shell` is absent).
+#[test]
+fn periodic_dumps_import_like_perfetto() {
+    let _l = lock();
+    let mut cfg = config(MemoryMode::Exact);
+    cfg.memory.dump_period = Some(Duration::from_millis(10));
+    tachyon::start(cfg).unwrap();
+    pattern();
+    std::thread::sleep(Duration::from_millis(40));
+    {
+        let _z = tachyon::zone!("late");
+        std::hint::black_box(Box::leak(vec![0u8; 3000].into_boxed_slice()));
+    }
+    let report = tachyon::shutdown().unwrap().unwrap();
+    let m = report.memory.unwrap();
+    assert!(m.dumps >= 3, "{m:?}");
+    let tp = TraceProcessor::from_bytes(&report.trace, &Options::default()).unwrap();
+    let q = "SELECT count(*), sum(size), sum(count), sum(CASE WHEN size > 0 THEN size END) FROM heap_profile_allocation";
+    let ours = query_ints(&tp, q);
+    assert_eq!(ours[0][1], m.heaps[0].live_bytes as i64);
+    assert_eq!(ours[0][3], m.heaps[0].allocated_bytes as i64);
+    let profiles = query_ints(&tp, "SELECT count(*) FROM heap_profile");
+    assert_eq!(profiles[0][0], m.dumps as i64);
+
+    let shell = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/tools/trace_processor_shell");
+    if !shell.exists() {
+        eprintln!("trace_processor_shell absent: comparison skipped");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("tachyon-memory-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("t.pftrace");
+    std::fs::write(&trace, &report.trace).unwrap();
+    let compare = "SELECT a.ts, a.heap_name, a.count, a.size, \
+        (SELECT group_concat(f.name, '>') FROM stack_profile_callsite c JOIN stack_profile_frame f ON c.frame_id = f.id WHERE c.id = a.callsite_id) AS leaf \
+        FROM heap_profile_allocation a ORDER BY a.id";
+    let sql = dir.join("q.sql");
+    std::fs::write(&sql, format!("{compare};\n")).unwrap();
+    let out = std::process::Command::new(&shell)
+        .arg("-q")
+        .arg(&sql)
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let theirs: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .skip(1)
+        .map(|l| l.replace('"', ""))
+        .collect();
+    let mine: Vec<String> = tp
+        .query(compare)
+        .unwrap()
+        .rows
+        .iter()
+        .map(|r| {
+            r.iter()
+                .map(|v| match v {
+                    Value::Integer(i) => i.to_string(),
+                    Value::Text(t) => t.clone(),
+                    Value::Null => "[NULL]".into(),
+                    other => format!("{other:?}"),
+                })
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .collect();
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(!mine.is_empty());
+    assert_eq!(mine, theirs);
+}

@@ -5,7 +5,13 @@
 //! `continued` when there are many); a reader forgets the interned data after the last packet.
 //! Samples are cumulative since the session started, per call stack (a reader subtracts
 //! consecutive dumps). Dump timestamps are on `CLOCK_MONOTONIC_COARSE`, as Perfetto expects;
-//! each dump is preceded by a `ClockSnapshot` tying that clock to the trace clock.
+//! each dump is preceded by a `ClockSnapshot` tying that clock to the trace clock and BOOTTIME.
+//!
+//! The coarse clock ticks once per jiffy (4 ms), so two dumps could read the same value and a
+//! reader that converts through the latest snapshot at or before it would move the earlier
+//! dump to the later one's time. So the coarse clock is read once ([`CoarseBase`], at the
+//! first dump) and later values are that reading plus the trace time since: every snapshot
+//! states the same linear relation, and each dump converts through its own.
 
 use std::collections::HashMap;
 
@@ -39,10 +45,32 @@ pub(crate) struct HeapDump<'a> {
     pub(crate) samples: Vec<(u32, Totals)>,
 }
 
+/// `CLOCK_MONOTONIC_COARSE` and the trace clock read together.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CoarseBase {
+    trace_ns: u64,
+    coarse_ns: u64,
+}
+
+impl CoarseBase {
+    pub(crate) fn read() -> CoarseBase {
+        CoarseBase {
+            trace_ns: crate::clock::now(),
+            coarse_ns: crate::clock::monotonic_coarse_ns(),
+        }
+    }
+
+    /// Trace time `t` on the coarse clock.
+    fn coarse_of(&self, t: u64) -> u64 {
+        (self.coarse_ns as i64 + (t as i64 - self.trace_ns as i64)).max(0) as u64
+    }
+}
+
 /// Writes the packets of one dump; `index` counts the sequence's profile packets.
 pub(crate) fn write_dump(
     w: &mut TraceWriter,
     index: &mut u64,
+    base: CoarseBase,
     start_ns: u64,
     heaps: &[HeapDump<'_>],
     stack_of: &dyn Fn(u32) -> Vec<&'static str>,
@@ -51,8 +79,8 @@ pub(crate) fn write_dump(
     // The clocks, read together: the dump's time on the trace clock and on the coarse clock.
     let snap = crate::clock::Snapshot::take();
     let (trace_ns, boot_ns) = (snap.trace_ns, snap.boottime_ns);
-    let coarse_ns = crate::clock::monotonic_coarse_ns();
-    let coarse_of = |t: u64| (coarse_ns as i64 + (t as i64 - trace_ns as i64)).max(0) as u64;
+    let coarse_of = |t: u64| base.coarse_of(t);
+    let coarse_ns = coarse_of(trace_ns);
     w.write_packet(|p| {
         p.set_timestamp(trace_ns);
         p.set_timestamp_clock_id(TRACE_CLOCK_ID);

@@ -387,6 +387,8 @@ struct Tracker {
     counter_period: u64,
     writer: Option<crate::TraceWriter>,
     profile_index: u64,
+    /// The coarse clock against the trace clock, read at the first dump.
+    coarse: Option<profile::CoarseBase>,
     dumps: u64,
     threads: std::collections::HashSet<i32>,
 }
@@ -479,9 +481,11 @@ impl Tracker {
                 samples: h.samples(),
             })
             .collect();
+        let coarse = *self.coarse.get_or_insert_with(profile::CoarseBase::read);
         profile::write_dump(
             w,
             &mut self.profile_index,
+            coarse,
             self.start_ns,
             &dumps,
             &sites::path_names,
@@ -550,6 +554,7 @@ pub(crate) fn start_session(config: &MemoryConfig) {
         counter_period: config.counter_period.as_nanos().min(u64::MAX as u128) as u64,
         writer: None,
         profile_index: 0,
+        coarse: None,
         dumps: 0,
         threads: Default::default(),
     };
