@@ -216,8 +216,11 @@ fn packet(
         };
         let pid = d.pid();
         let upid = st.process(pid as i64);
-        st.stats
-            .set_indexed(Stat::heapprofd_last_profile_timestamp, pid as i64, packet_ts);
+        st.stats.set_indexed(
+            Stat::heapprofd_last_profile_timestamp,
+            pid as i64,
+            packet_ts,
+        );
         let heap_name =
             (!d.heap_name_bytes().is_empty()).then(|| st.strings.intern_bytes(d.heap_name_bytes()));
         let heap_name_or_none = heap_name.unwrap_or(NONE);
@@ -344,8 +347,7 @@ fn add_allocation(st: &mut Storage, seq: &mut Seq, a: &Pending) {
     if alloc_delta.count != 0 || alloc_delta.size != 0 {
         st.heap.allocations.push(alloc_delta);
     }
-    if st.strings.get(a.heap_name) != ART_HEAP && (free_delta.count != 0 || free_delta.size != 0)
-    {
+    if st.strings.get(a.heap_name) != ART_HEAP && (free_delta.count != 0 || free_delta.size != 0) {
         st.heap.allocations.push(free_delta);
     }
     seq.prev.insert((upid, callsite), (alloc_row, free_row));

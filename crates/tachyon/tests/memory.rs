@@ -105,7 +105,10 @@ fn exact_mode_sees_the_pattern_exactly() {
     assert_eq!(leaky.live_bytes, (LEAKS * LEAK_SIZE) as u64);
     let handoff = site(&m, "handoff").expect("the handoff site");
     let vec_bytes = (SHARED * std::mem::size_of::<Box<[u8]>>()) as u64;
-    assert_eq!(handoff.allocated_bytes, (SHARED * SHARED_SIZE) as u64 + vec_bytes);
+    assert_eq!(
+        handoff.allocated_bytes,
+        (SHARED * SHARED_SIZE) as u64 + vec_bytes
+    );
     assert_eq!(handoff.live_bytes, 0, "freed on another thread");
     assert_eq!(handoff.alloc_count, SHARED as u64 + 1);
     // The leak list has "leaky" with exactly its blocks ("(no zone)" holds the tracer's own
@@ -147,14 +150,24 @@ fn exact_mode_sees_the_pattern_exactly() {
     };
     assert_eq!(per_site("leaky"), vec![10_000, 10, 0, 0]);
     let h = (SHARED * SHARED_SIZE) as i64 + vec_bytes as i64;
-    assert_eq!(per_site("handoff"), vec![h, SHARED as i64 + 1, -h, -(SHARED as i64 + 1)]);
+    assert_eq!(
+        per_site("handoff"),
+        vec![h, SHARED as i64 + 1, -h, -(SHARED as i64 + 1)]
+    );
     // The processor's memory summary agrees with the session's.
     let report = tp.memory(10).unwrap();
-    let global = report.iter().find(|r| r.heap_name == "rust.global").unwrap();
+    let global = report
+        .iter()
+        .find(|r| r.heap_name == "rust.global")
+        .unwrap();
     assert_eq!(global.live_bytes, m.heaps[0].live_bytes as i64);
     assert_eq!(global.allocated_bytes, m.heaps[0].allocated_bytes as i64);
     assert_eq!(global.peak_bytes, m.heaps[0].peak_bytes as i64);
-    let leak = global.top_live.iter().find(|s| s.stack == ["leaky"]).unwrap();
+    let leak = global
+        .top_live
+        .iter()
+        .find(|s| s.stack == ["leaky"])
+        .unwrap();
     assert_eq!((leak.live_bytes, leak.live_count), (10_000, 10));
 }
 
@@ -217,15 +230,12 @@ fn sampled_mode_estimates_within_bounds() {
     const N: usize = 20_000;
     const SIZE: usize = 512;
     const INTERVAL: u64 = 8192;
-    let (m, trace) = run(
-        MemoryMode::Sampled { interval: INTERVAL },
-        || {
-            let _z = tachyon::zone!("sampled leak");
-            for _ in 0..N {
-                std::hint::black_box(Box::leak(vec![1u8; SIZE].into_boxed_slice()));
-            }
-        },
-    );
+    let (m, trace) = run(MemoryMode::Sampled { interval: INTERVAL }, || {
+        let _z = tachyon::zone!("sampled leak");
+        for _ in 0..N {
+            std::hint::black_box(Box::leak(vec![1u8; SIZE].into_boxed_slice()));
+        }
+    });
     let s = site(&m, "sampled leak").expect("sampled site");
     // True bytes 10 240 000; samples are a Poisson count with mean bytes / interval = 1250,
     // each weighing INTERVAL: the estimate's standard deviation is sqrt(1250) × 8192 ≈ 290 KB.
@@ -233,7 +243,10 @@ fn sampled_mode_estimates_within_bounds() {
     let truth = (N * SIZE) as f64;
     let est = s.allocated_bytes as f64;
     let sd = (truth / INTERVAL as f64).sqrt() * INTERVAL as f64;
-    assert!((est - truth).abs() < 5.0 * sd, "estimate {est}, truth {truth}");
+    assert!(
+        (est - truth).abs() < 5.0 * sd,
+        "estimate {est}, truth {truth}"
+    );
     assert_eq!(s.live_bytes, s.allocated_bytes, "nothing freed");
     // The imported profile carries the same estimate.
     let tp = TraceProcessor::from_bytes(&trace, &Options::default()).unwrap();

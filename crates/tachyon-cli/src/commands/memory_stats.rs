@@ -20,11 +20,17 @@ pub(crate) fn print(tp: &TraceProcessor) -> Result<(), Box<dyn std::error::Error
         println!("{}", summary_line(h));
         if !h.top_live.is_empty() {
             println!("  Still live at the end (leaks), by bytes:");
-            print!("{}", indent(&render(&site_table(&h.top_live, true), Format::Table)));
+            print!(
+                "{}",
+                indent(&render(&site_table(&h.top_live, true), Format::Table))
+            );
         }
         if !h.top_allocated.is_empty() {
             println!("  Allocated, by bytes:");
-            print!("{}", indent(&render(&site_table(&h.top_allocated, false), Format::Table)));
+            print!(
+                "{}",
+                indent(&render(&site_table(&h.top_allocated, false), Format::Table))
+            );
         }
     }
     println!();

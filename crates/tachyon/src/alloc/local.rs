@@ -25,6 +25,9 @@ pub(crate) const KIND_FREE: u64 = 2;
 pub(crate) const KIND_POOL_ALLOC: u64 = 3;
 pub(crate) const KIND_POOL_FREE: u64 = 4;
 pub(crate) const KIND_POOL_DISCARD: u64 = 5;
+/// In a free's `meta`: the address was found through the overflow filter, not the sampled
+/// table (the tracker decrements the filter when it matches a sampled block).
+pub(crate) const FREE_FROM_FILTER: u64 = 1 << 24;
 
 /// `ACTIVE` values: what the hook records.
 pub(crate) const OFF: u8 = 0;
@@ -82,6 +85,9 @@ impl Record {
 /// Records per ring: 128 KiB per thread.
 pub(crate) const RING_CAP: usize = 4096;
 
+/// How long a thread waits for room in its full ring before it drops the record (counted).
+const FULL_RING_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+
 const RING_FREE: u8 = 0;
 const RING_OWNED: u8 = 1;
 const RING_EXITED: u8 = 2;
@@ -121,15 +127,25 @@ impl Ring {
             wake_tracker();
         }
         if used >= RING_CAP {
+            // Wait for the tracker, bounded: it may need a lock this thread holds (an
+            // allocation made under one of the SDK's locks), so waiting forever could deadlock.
             let mut spins = 0u32;
+            let mut since: Option<std::time::Instant> = None;
             loop {
-                if !may_wait || !TRACKER_RUNNING.load(Ordering::Relaxed) || spins > 200_000 {
+                if spins % 64 == 63 {
+                    let start = *since.get_or_insert_with(std::time::Instant::now);
+                    if start.elapsed() > FULL_RING_WAIT {
+                        LOST.fetch_add(1, Ordering::Relaxed);
+                        return false;
+                    }
+                }
+                if !may_wait || !TRACKER_RUNNING.load(Ordering::Relaxed) {
                     LOST.fetch_add(1, Ordering::Relaxed);
                     return false;
                 }
                 wake_tracker();
                 std::thread::yield_now();
-                spins += 1;
+                spins = spins.wrapping_add(1);
                 t = self.tail.load(Ordering::Acquire);
                 if h.wrapping_sub(t) < RING_CAP {
                     break;
@@ -169,19 +185,30 @@ static ORPHAN_LOCK: AtomicBool = AtomicBool::new(false);
 /// Whether a tracker drains the rings (producers only wait for a full ring then).
 pub(crate) static TRACKER_RUNNING: AtomicBool = AtomicBool::new(false);
 static WAKE: AtomicBool = AtomicBool::new(false);
-pub(crate) static WAKE_LOCK: Mutex<()> = Mutex::new(());
+static WAKE_LOCK: Mutex<()> = Mutex::new(());
 pub(crate) static WAKE_CV: Condvar = Condvar::new();
 
-/// Asks the tracker for a pass now (a futex wake at most once per pass; no allocation).
+/// Asks the tracker for a pass now (at most once per pass: a lock taken and released and a
+/// futex wake; no allocation). Taking the lock orders the wake after the tracker's check of
+/// `WAKE`, so the wake cannot fall between that check and its wait.
 fn wake_tracker() {
-    if !WAKE.swap(true, Ordering::Relaxed) {
+    if !WAKE.swap(true, Ordering::AcqRel) {
+        drop(WAKE_LOCK.lock());
         WAKE_CV.notify_one();
+    }
+}
+
+/// The tracker's wait: until woken or `timeout`, unless a wake is already pending.
+pub(crate) fn wait_for_work(timeout: std::time::Duration) {
+    let g = WAKE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    if !WAKE.load(Ordering::Acquire) {
+        let _ = WAKE_CV.wait_timeout(g, timeout);
     }
 }
 
 /// The tracker's side: clears the wake request before a pass.
 pub(crate) fn take_wake() -> bool {
-    WAKE.swap(false, Ordering::Relaxed)
+    WAKE.swap(false, Ordering::AcqRel)
 }
 
 /// A ring as the tracker sees it.
@@ -217,7 +244,9 @@ pub(crate) fn rings() -> impl Iterator<Item = RingView> {
             .map(|s| s.load(Ordering::Acquire))
             .take_while(|p| !p.is_null())
             // SAFETY: rings in `RINGS` are never freed.
-            .map(|p| RingView { ring: unsafe { &*p } }),
+            .map(|p| RingView {
+                ring: unsafe { &*p },
+            }),
     )
 }
 
@@ -249,7 +278,11 @@ fn exit_key() -> Option<u32> {
                     // SAFETY: `k` is a valid out pointer; `ring_exit` is a plain extern "C" fn
                     // that lives for the whole program.
                     let rc = unsafe { pthread_key_create(&mut k, Some(ring_exit)) };
-                    let v = if rc == 0 && k < KEY_BUSY { k } else { KEY_BUSY - 1 };
+                    let v = if rc == 0 && k < KEY_BUSY {
+                        k
+                    } else {
+                        KEY_BUSY - 1
+                    };
                     KEY.store(v, Ordering::Release);
                 }
             }
@@ -471,7 +504,48 @@ fn site(l: &Local) -> u32 {
     l.paths[depth - 1].get()
 }
 
-// === Sampled-address filter ===
+// === Sampled addresses ===
+//
+// Sampled mode must record the free of every sampled block and should record no other free.
+// A sampled block's address goes into a direct-mapped table of addresses (one slot per hash);
+// its free finds it there, clears the slot itself and is recorded. When the slot is taken by
+// another sampled block, the address is counted in the overflow filter instead (a counting
+// filter: a free whose count is non-zero is recorded, and the tracker decrements the count
+// when such a free matches a sampled block). A free that finds neither is not recorded: the
+// common case costs a hash and two loads.
+
+const TABLE_BITS: u32 = 16;
+static SAMPLED_TABLE: [AtomicU64; 1 << TABLE_BITS] = [const { AtomicU64::new(0) }; 1 << TABLE_BITS];
+
+#[inline(always)]
+fn table_slot(addr: u64) -> &'static AtomicU64 {
+    let h = (addr >> 4).wrapping_mul(0xd6e8_feb8_6659_fd93) >> (64 - TABLE_BITS);
+    &SAMPLED_TABLE[h as usize]
+}
+
+/// A sampled block at `addr`: into the table, or the overflow filter.
+fn sampled_add(addr: u64) {
+    if table_slot(addr)
+        .compare_exchange(0, addr, Ordering::Relaxed, Ordering::Relaxed)
+        .is_err()
+    {
+        filter_add(addr);
+    }
+}
+
+/// A free in sampled mode: `Some(meta flags)` if it must be recorded.
+#[inline(always)]
+fn sampled_free(addr: u64) -> Option<u64> {
+    let slot = table_slot(addr);
+    if slot.load(Ordering::Relaxed) == addr
+        && slot
+            .compare_exchange(addr, 0, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        return Some(0);
+    }
+    (filter_slot(addr).load(Ordering::Relaxed) != 0).then_some(FREE_FROM_FILTER)
+}
 
 const FILTER_BITS: u32 = 16;
 static FILTER: [AtomicU8; 1 << FILTER_BITS] = [const { AtomicU8::new(0) }; 1 << FILTER_BITS];
@@ -485,7 +559,7 @@ fn filter_slot(addr: u64) -> &'static AtomicU8 {
 fn filter_add(addr: u64) {
     let s = filter_slot(addr);
     let _ = s.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
-        (v < u8::MAX).then_some(v + 1)
+        (v < u8::MAX).then(|| v + 1)
     });
 }
 
@@ -497,9 +571,12 @@ pub(crate) fn filter_remove(addr: u64) {
     });
 }
 
-/// Empties the filter (a session starts; no thread records meanwhile).
+/// Empties the table and the filter (a session starts; no thread records meanwhile).
 pub(crate) fn filter_clear() {
     for s in &FILTER {
+        s.store(0, Ordering::Relaxed);
+    }
+    for s in &SAMPLED_TABLE {
         s.store(0, Ordering::Relaxed);
     }
 }
@@ -514,8 +591,30 @@ pub(crate) static SAMPLER_GEN: AtomicU32 = AtomicU32::new(1);
 static THREAD_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// An allocation of `size` bytes at `addr` happened (after the inner allocator returned).
-#[inline]
+/// Sampled mode's common case (the countdown not run out) is inline: one thread-local
+/// subtraction.
+#[inline(always)]
 pub(crate) fn on_alloc(mode: u8, addr: *mut u8, size: usize) {
+    if mode == SAMPLED {
+        let skip = LOCAL
+            .try_with(|l| {
+                let left = l.to_sample.get() - size as i64;
+                let skip = left > 0;
+                if skip {
+                    l.to_sample.set(left);
+                }
+                skip
+            })
+            .unwrap_or(true);
+        if skip {
+            return;
+        }
+    }
+    on_alloc_slow(mode, addr, size);
+}
+
+#[inline(never)]
+fn on_alloc_slow(mode: u8, addr: *mut u8, size: usize) {
     if mode & PROBE != 0 {
         INSTALLED.store(true, Ordering::Relaxed);
         if mode == PROBE {
@@ -527,29 +626,20 @@ pub(crate) fn on_alloc(mode: u8, addr: *mut u8, size: usize) {
         return;
     }
     let _ = LOCAL.try_with(|l| {
+        if l.busy.get() {
+            UNTRACKED.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         let mut weight = size as u64;
         if mode & SAMPLED != 0 {
-            // The fast path of sampled mode: most allocations only count down.
-            let left = l.to_sample.get() - size as i64;
-            if left > 0 && l.sampler_gen.get() == SAMPLER_GEN.load(Ordering::Relaxed) {
-                l.to_sample.set(left);
-                return;
-            }
-            if l.busy.get() {
-                UNTRACKED.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
             weight = sample_weight(l, size as u64);
             if weight == 0 {
                 return;
             }
-        } else if l.busy.get() {
-            UNTRACKED.fetch_add(1, Ordering::Relaxed);
-            return;
         }
         l.busy.set(true);
         if mode & SAMPLED != 0 {
-            filter_add(addr as u64);
+            sampled_add(addr as u64);
         }
         let site = site(l);
         push(
@@ -566,15 +656,25 @@ pub(crate) fn on_alloc(mode: u8, addr: *mut u8, size: usize) {
 }
 
 /// The block at `addr` (`size` bytes) is about to be freed (before the inner allocator runs,
-/// so the address cannot be handed out again before this record is in the ring).
-#[inline]
+/// so the address cannot be handed out again before this record is in the ring). In sampled
+/// mode most frees stop at the filter (a hash and a load).
+#[inline(always)]
 pub(crate) fn on_free(mode: u8, addr: *mut u8, size: usize) {
-    if mode & (EXACT | SAMPLED) == 0 {
+    let flags = if mode == SAMPLED {
+        match sampled_free(addr as u64) {
+            Some(f) => f,
+            None => return,
+        }
+    } else if mode & EXACT != 0 {
+        0
+    } else {
         return;
-    }
-    if mode & SAMPLED != 0 && filter_slot(addr as u64).load(Ordering::Relaxed) == 0 {
-        return;
-    }
+    };
+    on_free_slow(addr, size, flags);
+}
+
+#[inline(never)]
+fn on_free_slow(addr: *mut u8, size: usize, flags: u64) {
     let _ = LOCAL.try_with(|l| {
         if l.busy.get() {
             UNTRACKED.fetch_add(1, Ordering::Relaxed);
@@ -587,7 +687,7 @@ pub(crate) fn on_free(mode: u8, addr: *mut u8, size: usize) {
                 addr: addr as u64,
                 size: size as u64,
                 ticks: ticks(),
-                meta: KIND_FREE,
+                meta: KIND_FREE | flags,
             },
         );
         l.busy.set(false);
@@ -620,7 +720,9 @@ pub(crate) fn record_pool(kind: u64, pool: u16, addr: u64, size: u64) {
 }
 
 /// heapprofd's sampler: the bytes this allocation stands for (0: not sampled). Called when
-/// the countdown ran out (or a new session started).
+/// the countdown ran out. A thread's first call in a session (new generation) draws a fresh
+/// countdown from the session's seed; a countdown carried over from an earlier session is
+/// still a valid exponential draw (memoryless) until then.
 #[cold]
 fn sample_weight(l: &Local, size: u64) -> u64 {
     let interval = SAMPLE_INTERVAL.load(Ordering::Relaxed).max(1);
@@ -706,6 +808,35 @@ mod tests {
         assert!(ring.push(Record::ZERO, false));
     }
 
+    /// What a signal handler (or the tracker's own interner) allocating while its thread is
+    /// inside the hook amounts to: the nested event is counted, not recorded, and the thread's
+    /// state is intact afterwards.
+    #[test]
+    fn nested_events_are_counted_not_recorded() {
+        LOCAL.with(|l| {
+            let before = UNTRACKED.load(Ordering::Relaxed);
+            let state = l.state.get();
+            l.busy.set(true);
+            on_alloc(EXACT, 0x1000 as *mut u8, 64);
+            on_free(EXACT, 0x1000 as *mut u8, 64);
+            record_pool(KIND_POOL_ALLOC, 1, 0x10, 8);
+            l.busy.set(false);
+            assert!(UNTRACKED.load(Ordering::Relaxed) >= before + 2);
+            // Nothing was pushed: no ring was claimed for this thread.
+            assert_eq!(l.state.get(), state);
+        });
+        // A failed allocation (null) is counted, never recorded.
+        let failed = FAILED.load(Ordering::Relaxed);
+        on_alloc(EXACT, ptr::null_mut(), 1 << 40);
+        assert!(FAILED.load(Ordering::Relaxed) > failed);
+    }
+
+    #[test]
+    fn zone_stack_survives_unbalanced_pops() {
+        zone_pop();
+        LOCAL.with(|l| assert_eq!(l.depth.get(), 0));
+    }
+
     #[test]
     fn filter_counts_saturate() {
         let a = 0xdead_bee0u64;
@@ -722,5 +853,24 @@ mod tests {
         assert_eq!(filter_slot(a).load(Ordering::Relaxed), u8::MAX);
         filter_clear();
         assert_eq!(filter_slot(a).load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn sampled_table_finds_its_addresses_once() {
+        let (a, b) = (0x7000_1230u64, 0x7000_9990u64);
+        sampled_add(a);
+        assert_eq!(sampled_free(a), Some(0));
+        // Freed: a second free of the same address (reuse, unsampled) is not recorded unless
+        // the filter holds it.
+        if filter_slot(a).load(Ordering::Relaxed) == 0 {
+            assert_eq!(sampled_free(a), None);
+        }
+        // A colliding address goes through the filter.
+        let slot = table_slot(b);
+        slot.store(0xdead_0000, Ordering::Relaxed);
+        sampled_add(b);
+        assert_eq!(sampled_free(b), Some(FREE_FROM_FILTER));
+        filter_remove(b);
+        slot.store(0, Ordering::Relaxed);
     }
 }

@@ -66,6 +66,9 @@ impl CoarseBase {
     }
 }
 
+/// Samples of heap `.0` going into one packet.
+type Part<'a> = (usize, &'a [(u32, Totals)]);
+
 /// Writes the packets of one dump; `index` counts the sequence's profile packets.
 pub(crate) fn write_dump(
     w: &mut TraceWriter,
@@ -131,7 +134,7 @@ pub(crate) fn write_dump(
     frames.sort_by_key(|f| f.1);
 
     // Samples in packets of at most SAMPLES_PER_PACKET; the interned data in the first.
-    let mut chunks: Vec<Vec<(usize, &[(u32, Totals)])>> = vec![Vec::new()];
+    let mut chunks: Vec<Vec<Part<'_>>> = vec![Vec::new()];
     let mut room = SAMPLES_PER_PACKET;
     for (hi, h) in heaps.iter().enumerate() {
         let mut rest = &h.samples[..];
@@ -191,7 +194,7 @@ pub(crate) fn write_dump(
             }
             // Every heap appears in every dump's first packet (even with no samples), so a
             // reader sees the dump of each heap.
-            let mut parts: Vec<(usize, &[(u32, Totals)])> = chunk.clone();
+            let mut parts: Vec<Part<'_>> = chunk.clone();
             if ci == 0 {
                 for hi in 0..heaps.len() {
                     if !parts.iter().any(|(h, _)| *h == hi) {

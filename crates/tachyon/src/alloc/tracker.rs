@@ -269,14 +269,11 @@ impl Heap {
         &mut self.sites[i]
     }
 
-    fn alloc(&mut self, addr: u64, size: u64, site: u32, ts: u64, sampled: bool) {
+    fn alloc(&mut self, addr: u64, size: u64, site: u32, ts: u64) {
         self.used = true;
         if let Some(old) = self.live.insert(addr, (size, site)) {
             self.summary.implicit_frees += 1;
             self.release(old, ts, false);
-            if sampled {
-                local::filter_remove(addr);
-            }
         }
         let s = &mut self.summary;
         s.live_bytes += size;
@@ -309,11 +306,13 @@ impl Heap {
         }
     }
 
-    fn free(&mut self, addr: u64, ts: u64, exact: bool, sampled: bool) {
+    /// `via_filter`: a sampled-mode free the overflow filter let through (its count is
+    /// decremented when it matches a sampled block).
+    fn free(&mut self, addr: u64, ts: u64, exact: bool, via_filter: bool) {
         match self.live.remove(&addr) {
             Some(old) => {
                 self.release(old, ts, true);
-                if sampled {
+                if via_filter {
                     local::filter_remove(addr);
                 }
             }
@@ -419,22 +418,23 @@ impl Tracker {
         // Records from before this session (pushed after the last one's final pass).
         let start = self.start_ticks;
         batch.retain(|r| r.ticks >= start);
-        // Each ring is in time order: the stable sort merges runs.
-        batch.sort_by_key(|r| r.ticks);
+        // Each ring is in time order: the stable sort merges runs (and one run is left as is).
+        if !batch.is_sorted_by_key(|r| r.ticks) {
+            batch.sort_by_key(|r| r.ticks);
+        }
         let split = batch.partition_point(|r| r.ticks < watermark);
         self.pending.extend_from_slice(&batch[split..]);
         batch.truncate(split);
         let exact = self.mode_bits & EXACT != 0;
-        let sampled = self.mode_bits & SAMPLED != 0;
         for r in &batch {
             let ts = clock.ticks_to_ns(r.ticks);
             match r.kind() {
-                local::KIND_ALLOC => self.heap(0).alloc(r.addr, r.size, r.site(), ts, sampled),
-                local::KIND_FREE => self.heap(0).free(r.addr, ts, exact, sampled),
-                local::KIND_POOL_ALLOC => {
-                    self.heap(r.pool())
-                        .alloc(r.addr, r.size, r.site(), ts, false)
+                local::KIND_ALLOC => self.heap(0).alloc(r.addr, r.size, r.site(), ts),
+                local::KIND_FREE => {
+                    let via_filter = r.meta & local::FREE_FROM_FILTER != 0;
+                    self.heap(0).free(r.addr, ts, exact, via_filter)
                 }
+                local::KIND_POOL_ALLOC => self.heap(r.pool()).alloc(r.addr, r.size, r.site(), ts),
                 local::KIND_POOL_FREE => self.heap(r.pool()).free(r.addr, ts, true, false),
                 local::KIND_POOL_DISCARD => self.heap(r.pool()).discard(ts),
                 _ => {}
@@ -592,12 +592,10 @@ fn run(mut t: Tracker, dump_period: Option<Duration>) -> MemorySummary {
     local::set_untracked_thread();
     let mut next_dump = dump_period.map(|p| std::time::Instant::now() + p);
     loop {
-        let stopping = STOP.load(Ordering::Acquire);
-        if !stopping && !local::take_wake() {
-            let g = lock(&local::WAKE_LOCK);
-            let _ = local::WAKE_CV.wait_timeout(g, Duration::from_millis(1));
-            local::take_wake();
+        if !STOP.load(Ordering::Acquire) {
+            local::wait_for_work(Duration::from_millis(1));
         }
+        local::take_wake();
         let stopping = STOP.load(Ordering::Acquire);
         t.pass(stopping);
         if let (Some(at), Some(p)) = (next_dump, dump_period) {
