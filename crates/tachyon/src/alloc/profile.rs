@@ -76,7 +76,7 @@ pub(crate) fn write_dump(
     base: CoarseBase,
     start_ns: u64,
     heaps: &[HeapDump<'_>],
-    stack_of: &dyn Fn(u32) -> Vec<&'static str>,
+    stack_of: &dyn Fn(u32) -> Vec<String>,
 ) {
     let pid = std::process::id() as u64;
     // The clocks, read together: the dump's time on the trace clock and on the coarse clock.
@@ -105,8 +105,8 @@ pub(crate) fn write_dump(
 
     // Interning: strings (1 = the mapping's name, 2 = its build id, empty: readers forget
     // the implicit iid 0 after a dump), frames by name, callstacks by site.
-    let mut strings: Vec<&str> = vec!["tachyon zones", ""];
-    let mut frame_of: HashMap<&str, u64> = HashMap::new();
+    let mut strings: Vec<String> = vec!["tachyon zones".to_owned(), String::new()];
+    let mut frame_of: HashMap<String, u64> = HashMap::new();
     let mut callstacks: Vec<(u64, Vec<u64>)> = Vec::new();
     let mut seen_sites: HashMap<u32, ()> = HashMap::new();
     for h in heaps {
@@ -116,12 +116,12 @@ pub(crate) fn write_dump(
             }
             let mut names = stack_of(site);
             if names.is_empty() {
-                names.push(NO_ZONE);
+                names.push(NO_ZONE.to_owned());
             }
             let frames = names
                 .into_iter()
                 .map(|n| {
-                    *frame_of.entry(n).or_insert_with(|| {
+                    *frame_of.entry(n.clone()).or_insert_with(|| {
                         strings.push(n);
                         strings.len() as u64 // frame iid = its name's string iid
                     })
@@ -130,7 +130,7 @@ pub(crate) fn write_dump(
             callstacks.push((site as u64 + 1, frames));
         }
     }
-    let mut frames: Vec<(&str, u64)> = frame_of.into_iter().collect();
+    let mut frames: Vec<(String, u64)> = frame_of.into_iter().collect();
     frames.sort_by_key(|f| f.1);
 
     // Samples in packets of at most SAMPLES_PER_PACKET; the interned data in the first.

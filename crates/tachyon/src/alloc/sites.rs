@@ -40,8 +40,9 @@ pub(crate) fn intern_path(parent: u32, cs: usize) -> u32 {
     id
 }
 
-/// The zone names of path `id`, outermost first (empty for 0).
-pub(crate) fn path_names(id: u32) -> Vec<&'static str> {
+/// The zone names of path `id`, outermost first (empty for 0). A zone whose name is made at
+/// run time (`zone!(name: ...)`) shows as `file:line` of its macro.
+pub(crate) fn path_names(id: u32) -> Vec<String> {
     let p = lock(&PATHS);
     let mut out = Vec::new();
     let mut cur = id;
@@ -51,7 +52,13 @@ pub(crate) fn path_names(id: u32) -> Vec<&'static str> {
         };
         // SAFETY: `cs` is the address of a `&'static Callsite` (from `zone_push`), and
         // callsites are statics that are never freed.
-        out.push(unsafe { &*(cs as *const Callsite) }.name);
+        let cs = unsafe { &*(cs as *const Callsite) };
+        out.push(if cs.name.is_empty() {
+            let file = cs.file.rsplit(['/', '\\']).next().unwrap_or(cs.file);
+            format!("{file}:{}", cs.line)
+        } else {
+            cs.name.to_owned()
+        });
         cur = parent;
     }
     out.reverse();

@@ -347,10 +347,7 @@ impl Heap {
         self.counter.flush();
         let sites = self.samples();
         let summarize = |(site, t): &(u32, Totals)| SiteSummary {
-            zones: sites::path_names(*site)
-                .into_iter()
-                .map(str::to_owned)
-                .collect(),
+            zones: sites::path_names(*site),
             live_bytes: t.allocated - t.freed,
             live_count: t.allocs - t.frees,
             allocated_bytes: t.allocated,
