@@ -206,12 +206,18 @@ fn bad_input_is_counted_never_negative() {
     let before = vec![1u8; 777];
     let (m, _) = run(MemoryMode::Exact, || {
         drop(std::hint::black_box(before));
-        // Zero-size requests and a realloc that moves.
-        let z: Vec<u8> = Vec::with_capacity(0);
-        drop(z);
-        let mut v = vec![0u8; 16];
-        v.reserve(1 << 20);
-        drop(v);
+        // Zero-size blocks: Rust never asks a global allocator for 0 bytes (`GlobalAlloc`
+        // forbids it), but a pool may hand one out.
+        let zero = tachyon::alloc::pool("zero");
+        zero.alloc(0x40, 0);
+        zero.free(0x40);
+        {
+            let _z = tachyon::zone!("grow");
+            let mut v = vec![0u8; 16];
+            v.reserve(1 << 20); // a realloc that moves: a free and an allocation
+            assert_eq!(v.capacity(), 16 + (1 << 20));
+            drop(v);
+        }
         // A huge request that fails (null): counted.
         let huge = std::alloc::Layout::from_size_align(1 << 62, 8).unwrap();
         // SAFETY: a valid, non-zero layout; a null result is checked.
@@ -219,7 +225,20 @@ fn bad_input_is_counted_never_negative() {
         assert!(p.is_null());
     });
     let h = &m.heaps[0];
+    let grow = site(&m, "grow").expect("the grow site");
+    assert_eq!(grow.alloc_count, 2);
+    assert_eq!(grow.allocated_bytes, 16 + 16 + (1 << 20));
+    assert_eq!(grow.live_bytes, 0);
     assert!(h.unseen_frees >= 1);
+    let zero = m
+        .heaps
+        .iter()
+        .find(|h| h.name == "zero")
+        .expect("the zero pool");
+    assert_eq!(
+        (zero.alloc_count, zero.free_count, zero.peak_bytes),
+        (1, 1, 0)
+    );
     assert!(m.failed >= 1);
     assert!(h.live_bytes < h.peak_bytes);
 }

@@ -817,8 +817,8 @@ mod tests {
             let before = UNTRACKED.load(Ordering::Relaxed);
             let state = l.state.get();
             l.busy.set(true);
-            on_alloc(EXACT, 0x1000 as *mut u8, 64);
-            on_free(EXACT, 0x1000 as *mut u8, 64);
+            on_alloc(EXACT, ptr::without_provenance_mut(0x1000), 64);
+            on_free(EXACT, ptr::without_provenance_mut(0x1000), 64);
             record_pool(KIND_POOL_ALLOC, 1, 0x10, 8);
             l.busy.set(false);
             assert!(UNTRACKED.load(Ordering::Relaxed) >= before + 2);
@@ -851,8 +851,21 @@ mod tests {
         }
         filter_remove(a);
         assert_eq!(filter_slot(a).load(Ordering::Relaxed), u8::MAX);
+        filter_slot(a).store(0, Ordering::Relaxed);
+    }
+
+    #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "131 072 stores: slow under Miri, no unsafe code involved"
+    )]
+    fn clearing_empties_table_and_filter() {
+        let a = 0x5555_0000u64;
+        filter_add(a);
+        table_slot(a).store(a, Ordering::Relaxed);
         filter_clear();
         assert_eq!(filter_slot(a).load(Ordering::Relaxed), 0);
+        assert_eq!(table_slot(a).load(Ordering::Relaxed), 0);
     }
 
     #[test]

@@ -34,6 +34,10 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "200 000 draws: slow under Miri, no unsafe code involved"
+    )]
     fn gaps_have_the_mean_asked_for() {
         let mut s = thread_seed(42, 0);
         let n = 200_000;
