@@ -243,9 +243,10 @@ pub(crate) fn rings() -> impl Iterator<Item = RingView> {
             .iter()
             .map(|s| s.load(Ordering::Acquire))
             .take_while(|p| !p.is_null())
-            // SAFETY: rings in `RINGS` are never freed.
-            .map(|p| RingView {
-                ring: unsafe { &*p },
+            .map(|p| {
+                // SAFETY: rings in `RINGS` are never freed.
+                let ring = unsafe { &*p };
+                RingView { ring }
             }),
     )
 }
