@@ -381,7 +381,7 @@ struct Tracker {
     batch: Vec<Record>,
     pending: Vec<Record>,
     counter_period: u64,
-    writer: Option<crate::TraceWriter>,
+    writer: Option<crate::writer::TraceWriter>,
     profile_index: u64,
     /// The coarse clock against the trace clock, read at the first dump.
     coarse: Option<profile::CoarseBase>,
