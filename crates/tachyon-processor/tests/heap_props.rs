@@ -25,8 +25,11 @@ fn push_packet(trace: &mut Vec<u8>, fill: impl FnOnce(&mut TracePacket<'_>)) {
     trace.extend_from_slice(&bytes);
 }
 
-/// Per dump, per stack: increments of (allocated, freed, allocs, frees).
-type Dumps = Vec<Vec<(u64, u64, u64, u64)>>;
+/// (allocated, freed, allocs, frees).
+type Totals = (u64, u64, u64, u64);
+
+/// Per dump, per stack: increments of the totals.
+type Dumps = Vec<Vec<Totals>>;
 
 fn dumps() -> impl Strategy<Value = (usize, Dumps, Vec<usize>)> {
     (1usize..5).prop_flat_map(|stacks| {
@@ -41,7 +44,7 @@ fn dumps() -> impl Strategy<Value = (usize, Dumps, Vec<usize>)> {
     })
 }
 
-fn encode(stacks: usize, dumps: &Dumps, splits: &[usize]) -> (Vec<u8>, Vec<(u64, u64, u64, u64)>) {
+fn encode(stacks: usize, dumps: &Dumps, splits: &[usize]) -> (Vec<u8>, Vec<Totals>) {
     let mut trace = Vec::new();
     push_packet(&mut trace, |p| {
         p.set_trusted_packet_sequence_id(1);
@@ -55,7 +58,7 @@ fn encode(stacks: usize, dumps: &Dumps, splits: &[usize]) -> (Vec<u8>, Vec<(u64,
         c.set_clock_id(4);
         c.set_timestamp(1_000_000);
     });
-    let mut totals = vec![(0u64, 0u64, 0u64, 0u64); stacks];
+    let mut totals: Vec<Totals> = vec![(0, 0, 0, 0); stacks];
     let mut index = 0u64;
     for (d, incs) in dumps.iter().enumerate() {
         for (t, i) in totals.iter_mut().zip(incs) {
