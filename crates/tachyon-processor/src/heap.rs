@@ -19,6 +19,13 @@
 //!
 //! Every index and id comes from the trace and is checked: unknown ids are counted
 //! (`stackprofile_*`) and the entry skipped, never a panic.
+//!
+//! Known differences from Perfetto's trace processor: dumps are imported while tokenizing (in
+//! file order), so the process of a dump gets its upid then, before processes that a
+//! `ProcessTree` later in the file but earlier in time describes (Perfetto creates it in
+//! timestamp order); callstacks interned in `InternedData` rather than in the ProfilePacket are
+//! not resolved (above); Perfetto forgets the implicit string iid 0 after a dump, Tachyon keeps
+//! it.
 
 use tachyon_protos::{ProfilePacketView, TracePacketView};
 
@@ -292,6 +299,9 @@ fn packet(
 
 fn add_allocation(st: &mut Storage, seq: &mut Seq, a: &Pending) {
     let upid = st.process(a.pid as i64);
+    // Perfetto falls back to the callstacks the sequence interned in `InternedData` (its
+    // `StackProfileSequenceState`); this importer only knows the ProfilePacket's own, so such
+    // samples are counted here and dropped.
     let Some(&callsite) = seq.callstacks.get(&a.callstack) else {
         st.stats.inc(Stat::stackprofile_invalid_callstack_id);
         return;
