@@ -13,6 +13,13 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// Every allocation of the process goes through Tachyon's tracking allocator: recorded while a
+/// session tracks memory (`tachyon demo`; `TACHYON_MEMORY=off|exact|sampled:BYTES`), one
+/// relaxed load otherwise.
+#[global_allocator]
+static ALLOC: tachyon::alloc::Tracked<std::alloc::System> =
+    tachyon::alloc::Tracked::new(std::alloc::System);
+
 /// Tachyon: Perfetto-format tracing for Rust programs.
 #[derive(Debug, Parser)]
 #[command(

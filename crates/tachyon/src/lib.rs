@@ -44,6 +44,7 @@
 //! owns the trace of many processes (system mode: set `TACHYON_PRODUCER_SOCK`, see [`init`]).
 #![deny(missing_docs)]
 
+pub mod alloc;
 pub mod backend;
 pub mod clock;
 mod init;
