@@ -53,9 +53,11 @@ mod clock;
 mod crashes;
 mod db;
 mod error;
+mod heap;
 mod import;
 mod parse;
 mod processor;
+mod profile;
 mod sort;
 mod stats;
 mod storage;
@@ -65,6 +67,7 @@ mod zones;
 
 pub use crashes::{Crash, CRASH_CATEGORY};
 pub use error::Error;
+pub use heap::{HeapReport, HeapSite};
 pub use processor::{
     is_complete_statement, Options, Progress, QueryResult, SortMode, StatRow, TraceProcessor, Value,
 };

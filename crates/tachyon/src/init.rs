@@ -40,6 +40,8 @@
 //! | `TACHYON_DISABLE` | `1`: [`init`] does nothing | off |
 //! | `TACHYON_CLOCK` | `boottime`: no TSC (see [`clock`](crate::clock)) | TSC |
 //! | `TACHYON_NO_CRASH_HANDLER` | `1`: no crash handler (see [`crash`](crate::crash)) | installed |
+//! | `TACHYON_MEMORY` | with [`alloc::Tracked`](crate::alloc::Tracked) installed: `off`, `exact`, `sampled:BYTES` | `exact` |
+//! | `TACHYON_MEMORY_DUMP_MS` | a heap profile this often (and always one at the end) | at the end only |
 //!
 //! A value that does not parse is an error naming the variable, never a silent default.
 
@@ -92,6 +94,9 @@ pub struct Config {
     /// the buffers, categories and output; `smb_size` is the size asked for, and `on_full`,
     /// `incremental_timestamps` and `stop_timeout` still apply.
     pub producer_socket: Option<PathBuf>,
+    /// Memory profiling, when [`alloc::Tracked`](crate::alloc::Tracked) is the global
+    /// allocator (in-process sessions).
+    pub memory: crate::alloc::MemoryConfig,
 }
 
 impl Default for Config {
@@ -111,6 +116,7 @@ impl Default for Config {
             incremental_timestamps: true,
             stop_timeout: Duration::from_millis(500),
             producer_socket: None,
+            memory: crate::alloc::MemoryConfig::default(),
         }
     }
 }
@@ -221,6 +227,12 @@ impl Config {
         }
         if let Some(v) = var("TACHYON_STREAM") {
             c.stream = parse_flag("TACHYON_STREAM", &v)?;
+        }
+        if let Some(v) = var("TACHYON_MEMORY") {
+            c.memory.mode = crate::alloc::MemoryMode::parse(&v).map_err(ConfigError)?;
+        }
+        if let Some(v) = var("TACHYON_MEMORY_DUMP_MS") {
+            c.memory.dump_period = Some(parse_ms("TACHYON_MEMORY_DUMP_MS", &v)?);
         }
         if let Some(v) = var("TACHYON_COMPRESS") {
             c.compress = parse_flag("TACHYON_COMPRESS", &v)?;
@@ -366,6 +378,9 @@ pub struct Report {
     /// System mode: what the connection to the daemon did (`path` is `None` and `bytes` 0 then:
     /// the trace is the daemon's and its consumer's).
     pub system: Option<SystemReport>,
+    /// What memory tracking saw (`None` unless [`alloc::Tracked`](crate::alloc::Tracked) is
+    /// the global allocator and [`Config::memory`] was on).
+    pub memory: Option<crate::alloc::MemorySummary>,
 }
 
 impl std::fmt::Display for Report {
@@ -475,6 +490,7 @@ fn start_inner(config: Config, at_exit: bool) -> io::Result<()> {
             incremental_timestamps: config.incremental_timestamps,
         };
         global::install(handle, config.categories.clone());
+        crate::alloc::start_session(&config.memory);
     }
     *slot = Some(Active {
         backend,
@@ -522,6 +538,7 @@ pub fn shutdown() -> io::Result<Option<Report>> {
                 writers: stop.writers,
                 writers_still_active: stop.writers_still_active,
                 system: Some(stop.report),
+                memory: None,
             }));
         }
     };
@@ -533,6 +550,8 @@ pub fn shutdown() -> io::Result<Option<Report>> {
     // are not tracing right now encode what they queued meanwhile (into this session's writer:
     // `ThreadState::replay`), flush and drop, so the stop does not wait for their next event. A
     // thread busy with an event then drops its writer at its next one, as before the queues.
+    // Memory tracking writes its last counters and heap profile into the session first.
+    let memory = crate::alloc::stop_session();
     state::drain_all(Drain::FlushAll);
     global::end_session();
     state::release_thread_writer();
@@ -552,6 +571,7 @@ pub fn shutdown() -> io::Result<Option<Report>> {
         writers: stop.arbiter,
         writers_still_active: stop.writers_still_active,
         system: None,
+        memory,
     }))
 }
 

@@ -47,6 +47,7 @@
 //! in the trace and saves it before the process dies as it would have.
 #![deny(missing_docs)]
 
+pub mod alloc;
 pub mod backend;
 pub mod clock;
 pub mod crash;
