@@ -78,6 +78,12 @@ impl Connection {
         (&self.writer).write_all(&[CMD_STOP])
     }
 
+    /// Splits the connection for a reader thread and a controlling one: the frame reader, a
+    /// handle to send [`CMD_STOP`] (and to shut the socket down), and the hello.
+    pub fn split(self) -> (FrameReader<TcpStream>, TcpStream, Hello) {
+        (self.reader, self.writer, self.hello)
+    }
+
     /// Closes both directions now.
     pub fn shutdown(&self) {
         let _ = self.writer.shutdown(std::net::Shutdown::Both);

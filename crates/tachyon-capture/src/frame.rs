@@ -219,9 +219,8 @@ impl<R: Read> FrameReader<R> {
     /// The next frame; `Ok(None)` when the stream ends cleanly between frames.
     pub fn next_frame(&mut self) -> Result<Option<Frame<'_>>, FrameError> {
         let mut head = [0u8; HEADER_LEN];
-        match read_full_or_eof(&mut self.inner, &mut head)? {
-            false => return Ok(None),
-            true => {}
+        if !read_full_or_eof(&mut self.inner, &mut head)? {
+            return Ok(None);
         }
         let kind = head[0];
         let payload = u32::from_le_bytes(head[1..5].try_into().expect("4 bytes"));
@@ -299,7 +298,8 @@ pub struct RecordCounts {
     pub records: u64,
     /// Records whose packet holds a `track_event` (field 11).
     pub track_events: u64,
-    /// Records with `previous_packet_dropped` set (field 42).
+    /// Records with `previous_packet_dropped` set (field 42) on a sequence that had packets
+    /// before (a sequence's first packet carries the flag by convention: nothing precedes it).
     pub loss_marks: u64,
 }
 
@@ -311,7 +311,12 @@ pub struct RecordCounts {
 pub struct RecordScanner {
     pending: Vec<u8>,
     ready: Vec<u8>,
+    /// Sequences seen (at most [`MAX_SEQUENCES`] tracked; past that every mark counts).
+    sequences: std::collections::HashSet<u64>,
 }
+
+/// Sequences whose first packet [`RecordScanner`] remembers.
+const MAX_SEQUENCES: usize = 1 << 16;
 
 impl RecordScanner {
     /// A scanner at the start of a trace.
@@ -356,15 +361,23 @@ impl RecordScanner {
             }
             let packet = &rest[1 + n..total];
             let mut d = ProtoDecoder::new(packet);
+            let (mut sequence, mut dropped) = (None, false);
             loop {
                 match d.read_field() {
                     Ok(Some(f)) => match f.id() {
                         11 => counts.track_events += 1,
-                        42 if f.as_u64() != 0 => counts.loss_marks += 1,
+                        10 => sequence = Some(f.as_u64()),
+                        42 => dropped = f.as_u64() != 0,
                         _ => {}
                     },
                     Ok(None) => break,
                     Err(_) => return Err(FrameError::BadRecords("a packet is not valid protobuf")),
+                }
+            }
+            if let Some(seq) = sequence {
+                let first = self.sequences.len() < MAX_SEQUENCES && self.sequences.insert(seq);
+                if dropped && !first {
+                    counts.loss_marks += 1;
                 }
             }
             counts.records += 1;

@@ -28,6 +28,7 @@ enum Command {
     Stats(commands::stats::Args),
     Record(commands::record::Args),
     Traced(commands::traced::Args),
+    Capture(commands::capture::Args),
 }
 
 fn main() -> ExitCode {
@@ -40,6 +41,7 @@ fn main() -> ExitCode {
         // With a program to run, its exit status.
         Command::Record(args) => commands::record::run(args),
         Command::Traced(args) => done(commands::traced::run(args)),
+        Command::Capture(args) => done(commands::capture::run(args)),
     };
     match result {
         Ok(code) => code,

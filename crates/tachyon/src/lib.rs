@@ -37,6 +37,7 @@
 //! mode: set `TACHYON_PRODUCER_SOCK`, see [`init`]).
 #![deny(missing_docs)]
 
+mod capture;
 pub mod clock;
 mod init;
 mod session;
@@ -54,6 +55,7 @@ pub use track_event::{
     Unit, ZoneGuard, COMPILED_IN,
 };
 
+pub use capture::{CaptureReport, CaptureServer, EXIT_SEND_BUDGET};
 pub use session::{InProcessSession, SessionOptions, StopReport};
 pub use system::{SystemReport, SystemSession, DAEMON_CONNECT_BUDGET};
 pub use tachyon_abi::{CommitRequest, OwnedSmb, PageLayout, PageSize, SharedMemoryAbi};
