@@ -229,7 +229,10 @@ impl<R: Read> FrameReader<R> {
         match kind {
             KIND_DATA => {
                 let (p, r) = (payload as usize, raw as usize);
-                if r == 0 || r > MAX_RAW || p == 0 || p > lz4_flex::block::get_maximum_output_size(r)
+                if r == 0
+                    || r > MAX_RAW
+                    || p == 0
+                    || p > lz4_flex::block::get_maximum_output_size(r)
                 {
                     return Err(bad);
                 }
@@ -344,7 +347,9 @@ impl RecordScanner {
                 break;
             }
             if rest[0] != 0x0a {
-                return Err(FrameError::BadRecords("a record is not Trace.packet (field 1, bytes)"));
+                return Err(FrameError::BadRecords(
+                    "a record is not Trace.packet (field 1, bytes)",
+                ));
             }
             let Some((len, n)) = varint(&rest[1..]) else {
                 if rest.len() > 11 {
@@ -452,7 +457,9 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        assert!(matches!(r.next_frame().unwrap(), Some(Frame::Status(s)) if s.packets_dropped == 3));
+        assert!(
+            matches!(r.next_frame().unwrap(), Some(Frame::Status(s)) if s.packets_dropped == 3)
+        );
         assert_eq!(r.next_frame().unwrap(), Some(Frame::End));
         assert_eq!(r.next_frame().unwrap(), None);
     }

@@ -103,7 +103,9 @@ impl Hello {
         let mut s = || -> Result<String, ProtocolError> {
             let n = u16::from_le_bytes(r.take_array()?) as usize;
             if n > MAX_STRING {
-                return Err(ProtocolError::Malformed("a string in the hello is too long"));
+                return Err(ProtocolError::Malformed(
+                    "a string in the hello is too long",
+                ));
             }
             Ok(String::from_utf8_lossy(r.take(n)?).into_owned())
         };

@@ -78,7 +78,9 @@ pub fn default_dir() -> PathBuf {
 
 fn current_uid() -> u32 {
     // The owner of /proc/self is this process's real uid; no libc call needed.
-    fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(u32::MAX)
+    fs::metadata("/proc/self")
+        .map(|m| m.uid())
+        .unwrap_or(u32::MAX)
 }
 
 /// Creates `dir` (mode 0700) if needed and checks it is private: a directory, not a symlink,
@@ -185,7 +187,10 @@ pub fn list(dir: &Path) -> Vec<Entry> {
         if !m.is_file() || m.len() > MAX_ENTRY {
             continue;
         }
-        let Some(entry) = fs::read_to_string(&path).ok().and_then(|t| Entry::parse(&t)) else {
+        let Some(entry) = fs::read_to_string(&path)
+            .ok()
+            .and_then(|t| Entry::parse(&t))
+        else {
             continue;
         };
         if !pid_alive(entry.pid) {
@@ -203,7 +208,8 @@ mod tests {
     use super::*;
 
     fn tmp(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("tachyon-registry-{name}-{}", std::process::id()));
+        let d =
+            std::env::temp_dir().join(format!("tachyon-registry-{name}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&d);
         d
     }
@@ -224,7 +230,10 @@ mod tests {
         assert_eq!(listed[0].port, 4321);
         assert_eq!(listed[0].name, "testprogram");
         // A dead pid is ignored and removed; garbage is ignored.
-        let dead = Entry { pid: u32::MAX - 1, ..me.clone() };
+        let dead = Entry {
+            pid: u32::MAX - 1,
+            ..me.clone()
+        };
         std::mem::forget(register(&dir, &dead).unwrap());
         fs::write(dir.join("7.capture"), "garbage").unwrap();
         assert_eq!(list(&dir).len(), 1);

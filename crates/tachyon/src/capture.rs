@@ -36,7 +36,9 @@ use std::time::{Duration, Instant};
 
 use tachyon_abi::{OwnedSmb, PageSize};
 use tachyon_capture::frame::{AppStatus, FrameEncoder};
-use tachyon_capture::protocol::{self, Hello, Status, DEFAULT_PORT, PORT_ATTEMPTS, PROTOCOL_VERSION};
+use tachyon_capture::protocol::{
+    self, Hello, Status, DEFAULT_PORT, PORT_ATTEMPTS, PROTOCOL_VERSION,
+};
 use tachyon_capture::registry;
 use tachyon_service::{
     BufferSpec, DataSourceSpec, FillPolicy, ProducerIdentity, ServiceCore, SessionConfig,
@@ -852,7 +854,10 @@ fn run_connection(shared: &Arc<Shared>, stream: &TcpStream, output: &Arc<Output>
         if last_status.elapsed() >= STATUS_PERIOD {
             last_status = Instant::now();
             let st = shared.lock();
-            let live = st.session.as_ref().map(|s| s.arbiter.stats().packets_dropped);
+            let live = st
+                .session
+                .as_ref()
+                .map(|s| s.arbiter.stats().packets_dropped);
             status.packets_dropped = st.writers.packets_dropped + live.unwrap_or(0);
             drop(st);
             status.chunks_lost = output.chunks_lost.load(Ordering::Relaxed);
@@ -892,7 +897,9 @@ fn send_all(
             Err(e)
                 if matches!(
                     e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
                 ) =>
             {
                 if gone.load(Ordering::Relaxed) || abort.load(Ordering::Relaxed) {

@@ -264,7 +264,10 @@ impl Config {
 
 impl Config {
     /// The live-capture variables (module docs). Any of them selects the capture backend.
-    fn read_capture_vars(&mut self, var: &impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
+    fn read_capture_vars(
+        &mut self,
+        var: &impl Fn(&str) -> Option<String>,
+    ) -> Result<(), ConfigError> {
         use std::net::{IpAddr, Ipv4Addr, SocketAddr};
         let loopback = |port| SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port);
         if let Some(v) = var("TACHYON_LISTEN").filter(|v| !v.trim().is_empty()) {
@@ -307,9 +310,8 @@ impl Config {
                 })?;
             self.wait_for_capture = Some(Duration::from_secs_f64(secs));
         }
-        let wants_capture = self.on_demand
-            || self.wait_for_capture.is_some()
-            || self.capture_token.is_some();
+        let wants_capture =
+            self.on_demand || self.wait_for_capture.is_some() || self.capture_token.is_some();
         if self.listen.is_none() && wants_capture {
             self.listen = Some(loopback(tachyon_capture::protocol::DEFAULT_PORT));
         }

@@ -65,7 +65,9 @@ pub(crate) struct Args {
 fn parse_seconds(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 && v <= 86_400.0 => Ok(v),
-        _ => Err(format!("{s:?}: expected seconds, more than 0 and at most 86400")),
+        _ => Err(format!(
+            "{s:?}: expected seconds, more than 0 and at most 86400"
+        )),
     }
 }
 
@@ -78,7 +80,10 @@ pub(crate) fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     if args.list {
         return list();
     }
-    let out = args.out.clone().expect("clap requires --out without --list");
+    let out = args
+        .out
+        .clone()
+        .expect("clap requires --out without --list");
     let file = create_output(&out, args.force)?;
 
     let interrupted = Arc::new(AtomicBool::new(false));
@@ -124,8 +129,8 @@ pub(crate) fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let mut why = "the program ended the trace";
     while !reader_thread.is_finished() {
         std::thread::sleep(POLL);
-        let want_stop = interrupted.load(Ordering::SeqCst)
-            || limit.is_some_and(|l| start.elapsed() >= l);
+        let want_stop =
+            interrupted.load(Ordering::SeqCst) || limit.is_some_and(|l| start.elapsed() >= l);
         if want_stop && stop_sent.is_none() {
             why = if interrupted.load(Ordering::SeqCst) {
                 "interrupted"
@@ -137,7 +142,9 @@ pub(crate) fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             stop_sent = Some(Instant::now());
         }
         if stop_sent.is_some_and(|t| t.elapsed() > STOP_WAIT) {
-            eprintln!("\ntachyon capture: the program did not end its trace in {STOP_WAIT:?}; closing");
+            eprintln!(
+                "\ntachyon capture: the program did not end its trace in {STOP_WAIT:?}; closing"
+            );
             let _ = control.shutdown(std::net::Shutdown::Both);
             break;
         }
@@ -236,12 +243,22 @@ fn connect(
             return Ok(None);
         }
         let target = match (&args.pid, &args.name) {
-            (None, None) => Some(SocketAddr::new(args.addr, args.port.unwrap_or(DEFAULT_PORT))),
+            (None, None) => Some(SocketAddr::new(
+                args.addr,
+                args.port.unwrap_or(DEFAULT_PORT),
+            )),
             _ => registry::list(&registry::default_dir())
                 .into_iter()
-                .find(|e| args.pid.is_none_or(|p| p == e.pid) && args.name.as_ref().is_none_or(|n| *n == e.name))
+                .find(|e| {
+                    args.pid.is_none_or(|p| p == e.pid)
+                        && args.name.as_ref().is_none_or(|n| *n == e.name)
+                })
                 .map(|e| {
-                    let ip = e.addr.parse::<IpAddr>().ok().filter(|ip| !ip.is_unspecified());
+                    let ip = e
+                        .addr
+                        .parse::<IpAddr>()
+                        .ok()
+                        .filter(|ip| !ip.is_unspecified());
                     SocketAddr::new(ip.unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST)), e.port)
                 }),
         };
@@ -336,7 +353,9 @@ fn receive(
                     Ok((ready, counts)) => {
                         out.write_all(ready)
                             .map_err(|e| format!("writing the trace: {e}"))?;
-                        progress.records.fetch_add(counts.records, Ordering::Relaxed);
+                        progress
+                            .records
+                            .fetch_add(counts.records, Ordering::Relaxed);
                         progress
                             .events
                             .fetch_add(counts.track_events, Ordering::Relaxed);
@@ -390,7 +409,10 @@ fn summarize(out: &Path, progress: &Progress) -> Result<(), Box<dyn std::error::
     if loss.is_empty() {
         println!("losses: none (no data_loss or error in the trace's stats)");
     } else {
-        println!("losses: {} data_loss/error stat(s) in the trace:", loss.len());
+        println!(
+            "losses: {} data_loss/error stat(s) in the trace:",
+            loss.len()
+        );
         for s in &loss {
             let idx = s.idx.map(|i| format!("[{i}]")).unwrap_or_default();
             println!("  {}{idx} = {} ({})", s.name, s.value, s.severity);

@@ -222,7 +222,10 @@ pub(crate) fn event_counts(tp: &TraceProcessor) -> Result<Counts, Box<dyn std::e
 /// Per zone name on thread tracks: count, total and mean duration, the `n` largest totals.
 /// (`tachyon stats` ranks every slice; here the batches' long, overlapping async slices would
 /// push the threads' zones off a five-row table.)
-pub(crate) fn top_zones(tp: &TraceProcessor, n: usize) -> Result<QueryResult, Box<dyn std::error::Error>> {
+pub(crate) fn top_zones(
+    tp: &TraceProcessor,
+    n: usize,
+) -> Result<QueryResult, Box<dyn std::error::Error>> {
     let r = tp.query(&format!(
         "SELECT coalesce(s.name, '<unnamed>'), count(*), sum(s.dur), avg(s.dur) \
          FROM slice s JOIN thread_track t ON s.track_id = t.id WHERE s.dur > 0 \
