@@ -60,9 +60,10 @@ const WRITE_PERIOD: Duration = Duration::from_millis(5);
 const FLUSH_PERIOD: Duration = Duration::from_millis(100);
 /// The service thread's poll interval when idle.
 const TICK: Duration = Duration::from_millis(1);
-/// Bytes of read-out records waiting for the connection thread; past this the service leaves
-/// data in the central buffer.
+/// Bytes of read-out records waiting for the connection thread, at most; past this the service
+/// leaves data in the central buffer. A quarter of the central buffer, within these bounds.
 const OUTPUT_CAP: usize = 8 << 20;
+const MIN_OUTPUT_CAP: usize = 64 << 10;
 /// A status frame this often.
 const STATUS_PERIOD: Duration = Duration::from_millis(250);
 /// Socket write timeout: how often a blocked sender looks at its flags.
@@ -123,10 +124,13 @@ struct OutQ {
 
 #[derive(Debug, Default)]
 struct Output {
+    cap: usize,
     q: Mutex<OutQ>,
     cv: Condvar,
     /// Chunks the central buffer overwrote or refused (published by the service thread).
     chunks_lost: AtomicU64,
+    /// The writers' drops over the whole session (set before the session's end is read out).
+    packets_dropped: AtomicU64,
 }
 
 enum Pop {
@@ -142,7 +146,7 @@ impl Output {
 
     fn wants_data(&self) -> bool {
         let q = self.lock();
-        q.attached && q.bytes < OUTPUT_CAP
+        q.attached && q.bytes < self.cap
     }
 
     fn push(&self, bytes: Vec<u8>, last: bool) {
@@ -236,7 +240,10 @@ fn start_session(o: &CaptureOptions) -> io::Result<LiveSession> {
         pid: std::process::id() as i32,
         uid: crate::session::current_uid(),
     });
-    let output = Arc::new(Output::default());
+    let output = Arc::new(Output {
+        cap: (o.buffer_size / 4).clamp(MIN_OUTPUT_CAP, OUTPUT_CAP),
+        ..Output::default()
+    });
     let (control, control_rx) = mpsc::channel();
     let svc_output = output.clone();
     let svc_arbiter = Arc::downgrade(&arbiter);
@@ -291,6 +298,9 @@ fn end_session(mut live: LiveSession) -> (ArbiterStats, usize) {
     }
     let still = a.active_writers();
     let stats = a.stats();
+    live.output
+        .packets_dropped
+        .store(stats.packets_dropped, Ordering::Relaxed);
     let _ = live.control.send(Control::Stop);
     if let Some(t) = live.thread.take() {
         if let Ok(Err(e)) | Err(e) = t.join().map_err(|_| io::Error::other("panicked")) {
@@ -624,6 +634,26 @@ impl CaptureWaiter {
     pub(crate) fn addr(&self) -> SocketAddr {
         self.0.addr
     }
+
+    fn attached(&self) -> bool {
+        self.0.lock().attached
+    }
+}
+
+/// With the live-capture backend running: waits up to `timeout` until a capture is attached
+/// (one attached now, or the first to come). False without that backend or on timeout.
+pub fn wait_for_capture(timeout: Duration) -> bool {
+    let Some(w) = crate::init::capture_waiter() else {
+        return false;
+    };
+    let deadline = Instant::now() + timeout;
+    while !w.attached() {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    true
 }
 
 fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
@@ -843,7 +873,7 @@ fn run_connection(shared: &Arc<Shared>, stream: &TcpStream, output: &Arc<Output>
                 st.report.wire_bytes += wire;
             }
             Pop::Finished => {
-                status.packets_dropped = shared.lock().writers.packets_dropped;
+                status.packets_dropped = output.packets_dropped.load(Ordering::Relaxed);
                 status.chunks_lost = output.chunks_lost.load(Ordering::Relaxed);
                 let _ = send(&FrameEncoder::status(&status));
                 let _ = send(&FrameEncoder::end());
@@ -858,8 +888,11 @@ fn run_connection(shared: &Arc<Shared>, stream: &TcpStream, output: &Arc<Output>
                 .session
                 .as_ref()
                 .map(|s| s.arbiter.stats().packets_dropped);
-            status.packets_dropped = st.writers.packets_dropped + live.unwrap_or(0);
             drop(st);
+            // This session's drops (each capture is its own trace).
+            status.packets_dropped = live
+                .unwrap_or(0)
+                .max(output.packets_dropped.load(Ordering::Relaxed));
             status.chunks_lost = output.chunks_lost.load(Ordering::Relaxed);
             if send(&FrameEncoder::status(&status)).is_err() {
                 break End::Gone;

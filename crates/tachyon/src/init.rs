@@ -605,6 +605,14 @@ fn start_inner(config: Config, at_exit: bool) -> io::Result<()> {
     Ok(())
 }
 
+/// The live-capture backend's waiter, when that backend runs.
+pub(crate) fn capture_waiter() -> Option<crate::capture::CaptureWaiter> {
+    match active().as_ref().map(|a| &a.backend) {
+        Some(Backend::Capture(server)) => Some(server.waiter()),
+        _ => None,
+    }
+}
+
 /// Whether a session is running.
 pub fn is_active() -> bool {
     active().is_some()

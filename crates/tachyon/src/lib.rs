@@ -55,7 +55,7 @@ pub use track_event::{
     Unit, ZoneGuard, COMPILED_IN,
 };
 
-pub use capture::{CaptureReport, CaptureServer, EXIT_SEND_BUDGET};
+pub use capture::{wait_for_capture, CaptureReport, CaptureServer, EXIT_SEND_BUDGET};
 pub use session::{InProcessSession, SessionOptions, StopReport};
 pub use system::{SystemReport, SystemSession, DAEMON_CONNECT_BUDGET};
 pub use tachyon_abi::{CommitRequest, OwnedSmb, PageLayout, PageSize, SharedMemoryAbi};
