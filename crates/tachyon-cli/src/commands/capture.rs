@@ -60,6 +60,9 @@ pub(crate) struct Args {
     /// List the programs on this machine that accept captures, and exit.
     #[arg(long)]
     list: bool,
+    /// Skip loading the trace for the summary of events and zones (for very large captures).
+    #[arg(long)]
+    no_summary: bool,
 }
 
 fn parse_seconds(s: &str) -> Result<f64, String> {
@@ -171,6 +174,10 @@ pub(crate) fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         Ending::Broken(e) => eprintln!(
             "tachyon capture: the program broke the protocol ({e}); the file holds the whole records received before"
         ),
+    }
+    if args.no_summary {
+        print_received(&out, &progress);
+        return Ok(());
     }
     summarize(&out, &progress)
 }
@@ -380,17 +387,24 @@ fn receive(
 }
 
 /// The summary after the capture: what the file holds, as `tachyon demo` prints it.
-fn summarize(out: &Path, progress: &Progress) -> Result<(), Box<dyn std::error::Error>> {
+fn print_received(out: &Path, progress: &Progress) {
     let abs = std::fs::canonicalize(out).unwrap_or_else(|_| out.to_path_buf());
-    let bytes = std::fs::metadata(out).map(|m| m.len()).unwrap_or(0);
     println!("trace: {}", abs.display());
+    let app = *progress.app.lock().unwrap_or_else(|e| e.into_inner());
     println!(
-        "received: {} packets ({} track events), {} bytes uncompressed, {} bytes on the wire",
+        "received: {} packets ({} track events), {} bytes uncompressed, {} bytes on the wire; the program reported {} packets dropped by its writers and {} chunks overwritten",
         progress.records.load(Ordering::Relaxed),
         progress.events.load(Ordering::Relaxed),
         progress.raw_bytes.load(Ordering::Relaxed),
-        progress.wire_bytes.load(Ordering::Relaxed)
+        progress.wire_bytes.load(Ordering::Relaxed),
+        app.packets_dropped,
+        app.chunks_lost,
     );
+}
+
+fn summarize(out: &Path, progress: &Progress) -> Result<(), Box<dyn std::error::Error>> {
+    let bytes = std::fs::metadata(out).map(|m| m.len()).unwrap_or(0);
+    print_received(out, progress);
     if bytes == 0 {
         println!("the file is empty: nothing was recorded");
         return Ok(());
