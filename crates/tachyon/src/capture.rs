@@ -3,12 +3,12 @@
 //! client/worker design, Perfetto's format). The protocol is `tachyon-capture`'s.
 //!
 //! ```text
-//!  threads ─▶ writers ─▶ SMB ─commits─▶ tachyon-capture-svc thread ─▶ central ring buffer
+//!  threads ─▶ writers ─▶ SMB ─commits─▶ tachyon-cap-svc thread ─▶ central ring buffer
 //!                                        (ServiceCore, in memory)       │ drain every 5 ms,
 //!                                                                       ▼ only while attached
 //!                                        Output queue (≤ OUTPUT_CAP bytes of records)
 //!                                                                       ▼
-//!  capture ◀── LZ4 frames ── tachyon-capture-conn thread (per connection: handshake, send)
+//!  capture ◀── LZ4 frames ── tachyon-cap-tx thread (per connection: handshake, send)
 //! ```
 //!
 //! Memory stays bounded when the capture reads slower than the process writes: the connection
@@ -249,7 +249,7 @@ fn start_session(o: &CaptureOptions) -> io::Result<LiveSession> {
     let svc_arbiter = Arc::downgrade(&arbiter);
     let clear_period = o.clear_period;
     let thread = std::thread::Builder::new()
-        .name("tachyon-capture-svc".into())
+        .name("tachyon-cap-svc".into())
         .spawn(move || {
             let run = Service {
                 core,
@@ -534,7 +534,7 @@ impl CaptureServer {
         .ok();
         let s = shared.clone();
         let listener = std::thread::Builder::new()
-            .name("tachyon-capture-listen".into())
+            .name("tachyon-cap-lsn".into())
             .spawn(move || listen(s, listener))?;
         Ok(CaptureServer {
             shared,
@@ -682,7 +682,7 @@ fn listen(shared: Arc<Shared>, listener: TcpListener) {
                 shared.pending_handshakes.fetch_add(1, Ordering::Relaxed);
                 let s = shared.clone();
                 let spawned = std::thread::Builder::new()
-                    .name("tachyon-capture-conn".into())
+                    .name("tachyon-cap-tx".into())
                     .spawn(move || serve(s, stream));
                 if spawned.is_err() {
                     shared.pending_handshakes.fetch_sub(1, Ordering::Relaxed);
@@ -824,7 +824,7 @@ fn run_connection(shared: &Arc<Shared>, stream: &TcpStream, output: &Arc<Output>
         let _ = rx.set_read_timeout(None);
         let (stop, gone) = (stop_requested.clone(), gone.clone());
         let _ = std::thread::Builder::new()
-            .name("tachyon-capture-rx".into())
+            .name("tachyon-cap-rx".into())
             .spawn(move || {
                 let mut b = [0u8; 64];
                 loop {
@@ -860,7 +860,8 @@ fn run_connection(shared: &Arc<Shared>, stream: &TcpStream, output: &Arc<Output>
         let send = |bytes: &[u8]| send_all(stream, bytes, &gone, &shared.abort);
         match output.pop(Duration::from_millis(20)) {
             Pop::Item(records) => {
-                status.records_sent += count_records(&records);
+                let n = count_records(&records);
+                status.records_sent += n;
                 status.bytes_sent += records.len() as u64;
                 let frames = encoder.data(&records);
                 let wire = frames.len() as u64;
@@ -868,7 +869,7 @@ fn run_connection(shared: &Arc<Shared>, stream: &TcpStream, output: &Arc<Output>
                     break End::Gone;
                 }
                 let mut st = shared.lock();
-                st.report.records_sent += count_records(&records);
+                st.report.records_sent += n;
                 st.report.bytes_sent += records.len() as u64;
                 st.report.wire_bytes += wire;
             }

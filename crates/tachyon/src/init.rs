@@ -785,4 +785,45 @@ mod tests {
         let e = Config::from_vars(vars(&[("TACHYON_CLEAR_PERIOD_MS", "-1")])).unwrap_err();
         assert!(e.0.contains("TACHYON_CLEAR_PERIOD_MS"), "{e}");
     }
+
+    #[test]
+    fn capture_variables_parse_or_name_the_variable() {
+        let vars = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let c = Config::from_vars(vars(&[("TACHYON_LISTEN", "0.0.0.0:9000")])).unwrap();
+        assert_eq!(c.listen, Some("0.0.0.0:9000".parse().unwrap()));
+        assert!(!c.on_demand);
+        let c = Config::from_vars(vars(&[("TACHYON_LISTEN", "9001")])).unwrap();
+        assert_eq!(c.listen, Some("127.0.0.1:9001".parse().unwrap()));
+        // On-demand alone listens on loopback at the default port.
+        let c = Config::from_vars(vars(&[
+            ("TACHYON_ON_DEMAND", "1"),
+            ("TACHYON_WAIT_FOR_CAPTURE", "2.5"),
+            ("TACHYON_CAPTURE_TOKEN", "t"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            c.listen.unwrap().port(),
+            tachyon_capture::protocol::DEFAULT_PORT
+        );
+        assert!(c.listen.unwrap().ip().is_loopback());
+        assert!(c.on_demand);
+        assert_eq!(c.wait_for_capture, Some(Duration::from_millis(2500)));
+        assert_eq!(c.capture_token.as_deref(), Some("t"));
+        for (k, v) in [
+            ("TACHYON_LISTEN", "somewhere"),
+            ("TACHYON_ON_DEMAND", "maybe"),
+            ("TACHYON_WAIT_FOR_CAPTURE", "-1"),
+        ] {
+            let e = Config::from_vars(|n: &str| (n == k).then(|| v.to_string())).unwrap_err();
+            assert!(e.0.contains(k), "{e}");
+        }
+        assert_eq!(Config::from_vars(vars(&[])).unwrap().listen, None);
+    }
 }
