@@ -407,6 +407,8 @@ struct State {
     session: Option<LiveSession>,
     /// A capture holds the connection slot.
     attached: bool,
+    /// ... and was welcomed: its session records.
+    welcomed: bool,
     /// The process is stopping: no new captures.
     closing: bool,
     /// The connection's socket (to cut it when the exit budget runs out).
@@ -548,9 +550,9 @@ impl CaptureServer {
         self.shared.addr
     }
 
-    /// Whether a capture is attached now.
+    /// Whether a capture is attached (welcomed, its session recording) now.
     pub fn is_attached(&self) -> bool {
-        self.shared.lock().attached
+        self.shared.lock().welcomed
     }
 
     /// A handle that waits for the first capture (usable without holding the server).
@@ -635,8 +637,8 @@ impl CaptureWaiter {
         self.0.addr
     }
 
-    fn attached(&self) -> bool {
-        self.0.lock().attached
+    fn welcomed(&self) -> bool {
+        self.0.lock().welcomed
     }
 }
 
@@ -647,7 +649,7 @@ pub fn wait_for_capture(timeout: Duration) -> bool {
         return false;
     };
     let deadline = Instant::now() + timeout;
-    while !w.attached() {
+    while !w.welcomed() {
         if Instant::now() >= deadline {
             return false;
         }
@@ -708,6 +710,7 @@ fn serve(shared: Arc<Shared>, stream: TcpStream) {
     let _ = stream.shutdown(Shutdown::Both);
     let mut st = shared.lock();
     st.attached = false;
+    st.welcomed = false;
     st.conn = None;
     shared.cv.notify_all();
 }
@@ -794,11 +797,18 @@ fn handshake(shared: &Shared, stream: &TcpStream) -> Option<Arc<Output>> {
         output
     };
     if protocol::write_reply(&mut &*stream, Status::Welcome, &shared.hello.encode()).is_err() {
+        // The capture left during the handshake: its session ends and the slot is free again.
         shared.end_running_session();
+        let mut st = shared.lock();
+        st.attached = false;
+        st.conn = None;
+        drop(st);
+        shared.cv.notify_all();
         return None;
     }
     let mut st = shared.lock();
     st.report.captures += 1;
+    st.welcomed = true;
     shared.cv.notify_all();
     Some(output)
 }
