@@ -15,6 +15,10 @@
 //!   [`DAEMON_CONNECT_BUDGET`](crate::DAEMON_CONNECT_BUDGET), no traced thread ever waits on the
 //!   socket, and nothing panics.
 //!
+//! - **Live capture** ([`Config::listen`], `TACHYON_LISTEN`): the process listens for
+//!   `tachyon capture` and streams the trace to it as it is recorded, one complete trace per
+//!   capture (see [`CaptureServer`] and `docs/capture.md`).
+//!
 //! [`init`] picks the backend: `TACHYON_DISABLE=1` wins (nothing at all); else with
 //! `TACHYON_PRODUCER_SOCK` set, system mode — and if no daemon answers there, one line on stderr
 //! and no tracing; else, if the default producer socket (`tachyon_ipc::paths::producer_socket`)
