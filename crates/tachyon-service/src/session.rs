@@ -68,14 +68,19 @@ impl DataSourceSpec {
 /// A data source's `producer_name_filter` (exact names) and `producer_name_regex_filter`
 /// (patterns, compiled once when the config is read, matched against the whole name as
 /// Perfetto's `std::regex_match`). Either list may match; both empty accept every producer.
+///
+/// Patterns need the `producer-regex` feature (on by default; the daemon has it). Without it a
+/// config with patterns is refused with an error saying so, never matched loosely.
 #[derive(Clone, Debug, Default)]
 pub struct ProducerFilter {
     names: Vec<String>,
+    #[cfg(feature = "producer-regex")]
     patterns: Vec<regex::Regex>,
 }
 
 impl ProducerFilter {
     /// A filter from the config's lists; an error names the pattern that does not compile.
+    #[cfg(feature = "producer-regex")]
     pub fn new(names: Vec<String>, patterns: &[&str]) -> Result<Self, String> {
         let patterns = patterns
             .iter()
@@ -89,15 +94,35 @@ impl ProducerFilter {
         Ok(ProducerFilter { names, patterns })
     }
 
+    /// A filter from the config's lists; patterns need the `producer-regex` feature.
+    #[cfg(not(feature = "producer-regex"))]
+    pub fn new(names: Vec<String>, patterns: &[&str]) -> Result<Self, String> {
+        match patterns.first() {
+            Some(p) => Err(format!(
+                "producer_name_regex_filter {p:?}: this build has no regex engine (tachyon-service's \
+                 `producer-regex` feature is off)"
+            )),
+            None => Ok(ProducerFilter { names }),
+        }
+    }
+
     /// Whether a producer called `name` runs the data source.
+    #[cfg(feature = "producer-regex")]
     pub fn accepts(&self, name: &str) -> bool {
         (self.names.is_empty() && self.patterns.is_empty())
             || self.names.iter().any(|n| n == name)
             || self.patterns.iter().any(|re| re.is_match(name))
     }
+
+    /// Whether a producer called `name` runs the data source.
+    #[cfg(not(feature = "producer-regex"))]
+    pub fn accepts(&self, name: &str) -> bool {
+        self.names.is_empty() || self.names.iter().any(|n| n == name)
+    }
 }
 
 impl PartialEq for ProducerFilter {
+    #[cfg(feature = "producer-regex")]
     fn eq(&self, other: &Self) -> bool {
         self.names == other.names
             && self
@@ -105,6 +130,11 @@ impl PartialEq for ProducerFilter {
                 .iter()
                 .map(regex::Regex::as_str)
                 .eq(other.patterns.iter().map(regex::Regex::as_str))
+    }
+
+    #[cfg(not(feature = "producer-regex"))]
+    fn eq(&self, other: &Self) -> bool {
+        self.names == other.names
     }
 }
 
