@@ -95,6 +95,7 @@ const ACTED_ON: &[&str] = &[
     "flush_timeout_ms",
     "data_source_stop_timeout_ms",
     "incremental_state_config.clear_period_ms",
+    "compression_type",
 ];
 
 fn acted_on(path: &str) -> bool {
@@ -649,6 +650,7 @@ data_sources {
 data_sources { config { name: \"linux.sys_stats\" target_buffer_name: \"main\" } }
 compression_type: COMPRESSION_TYPE_DEFLATE
 duration_ms: 1000
+enable_extra_guardrails: true
 incremental_state_config { clear_period_ms: 500 }
 ";
         parse_trace_config(text, "t.pbtxt").unwrap();
@@ -656,7 +658,7 @@ incremental_state_config { clear_period_ms: 500 }
             ignored_fields(text, "t.pbtxt"),
             [
                 "t.pbtxt:4: data_sources.config.target_buffer_name",
-                "t.pbtxt:8: compression_type",
+                "t.pbtxt:10: enable_extra_guardrails",
             ]
         );
         // What Tachyon supports raises nothing: the sample configs.
