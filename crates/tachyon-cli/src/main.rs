@@ -13,6 +13,13 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// Every allocation of the process goes through Tachyon's tracking allocator: recorded while a
+/// session tracks memory (`tachyon demo`; `TACHYON_MEMORY=off|exact|sampled:BYTES`), one
+/// relaxed load otherwise.
+#[global_allocator]
+static ALLOC: tachyon::alloc::Tracked<std::alloc::System> =
+    tachyon::alloc::Tracked::new(std::alloc::System);
+
 /// Tachyon: Perfetto-format tracing for Rust programs.
 #[derive(Debug, Parser)]
 #[command(
@@ -53,6 +60,7 @@ enum Command {
   tachyon traced
   TACHYON_PRODUCER_SOCK=/tmp/p.sock TACHYON_CONSUMER_SOCK=/tmp/c.sock tachyon traced")]
     Traced(commands::traced::Args),
+    Export(commands::export::Args),
     Capture(commands::capture::Args),
 }
 
@@ -103,6 +111,7 @@ fn main() -> ExitCode {
         // With a program to run, its exit status.
         Command::Record(args) => commands::record::run(args),
         Command::Traced(args) => done(commands::traced::run(args)),
+        Command::Export(args) => done(commands::export::run(args)),
         Command::Capture(args) => done(commands::capture::run(args)),
     };
     match result {

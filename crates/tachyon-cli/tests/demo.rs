@@ -98,6 +98,9 @@ fn demo_writes_a_trace_with_every_kind_of_event() {
     let bytes = std::fs::metadata(&trace).unwrap().len();
     assert!(written.ends_with(&format!(", {bytes} bytes")), "{text}");
     line("losses: ");
+    // The demo runs with the tracking allocator (issue 18): the memory line, the live-heap
+    // track and the heap profile.
+    assert!(line("memory (").contains(" allocated in "), "{text}");
     line("top zones by total time");
     assert!(text.lines().any(|l| l.starts_with("job ")), "{text}");
     assert_eq!(
@@ -183,6 +186,22 @@ fn demo_writes_a_trace_with_every_kind_of_event() {
     assert!(
         counters.iter().any(|n| n.starts_with("cache hit ratio")),
         "{counters:?}"
+    );
+
+    assert!(
+        int(
+            &tp,
+            "SELECT count(*) FROM counter c JOIN counter_track t ON c.track_id = t.id WHERE t.name = 'Heap'"
+        ) > 0
+    );
+    assert!(
+        int(
+            &tp,
+            "SELECT count(*) FROM heap_profile_allocation a JOIN stack_profile_callsite c \
+             ON a.callsite_id = c.id JOIN stack_profile_frame f ON c.frame_id = f.id \
+             WHERE f.name = 'job' AND a.size > 0"
+        ) > 0,
+        "allocations attributed to the job zone"
     );
 
     // Flows from the producer's enqueue to the workers' job.

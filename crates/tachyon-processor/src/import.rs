@@ -604,6 +604,21 @@ impl Importer {
             self.scratch = out;
             result?;
         }
+        if p.has_profile_packet() {
+            let ts = match time {
+                Time::At(ts) => ts,
+                _ => self.latest_ts,
+            };
+            let clocks = &mut self.clocks;
+            let mut to_trace = |raw: u64| match clocks.convert(
+                tachyon_protos::BuiltinClock::MonotonicCoarse as ClockId,
+                raw,
+            ) {
+                Converted::At(ts) => Some(ts),
+                _ => None,
+            };
+            crate::heap::profile_packet(&mut self.st, seq_id, ts, p, &mut to_trace)?;
+        }
         if p.has_track_event() {
             return self.track_event(seq_id, has_seq, p, time);
         }
@@ -1762,6 +1777,7 @@ impl Importer {
         let mut rest = self.sorter.drain_all();
         self.apply_batch(&mut rest);
         self.finish_parse();
+        crate::heap::finish(&mut self.st);
 
         // How many packets each writer says it dropped, per sequence (whatever its buffer).
         for (&seq_id, seq) in &self.seqs {

@@ -52,9 +52,11 @@
 mod clock;
 mod db;
 mod error;
+mod heap;
 mod import;
 mod parse;
 mod processor;
+mod profile;
 mod sort;
 mod stats;
 mod storage;
@@ -63,6 +65,7 @@ mod system;
 mod zones;
 
 pub use error::Error;
+pub use heap::{HeapReport, HeapSite};
 pub use processor::{
     is_complete_statement, Options, Progress, QueryResult, SortMode, StatRow, TraceProcessor, Value,
 };

@@ -215,6 +215,12 @@ impl TraceProcessor {
         zones::compute(&self.conn)
     }
 
+    /// The memory summary: per process and heap with heap profiles, peak live bytes and when,
+    /// totals, and the top `top` sites by bytes still live (leaks) and by bytes allocated.
+    pub fn memory(&self, top: usize) -> Result<Vec<crate::HeapReport>, Error> {
+        Ok(crate::heap::memory_report(&self.conn, top)?)
+    }
+
     /// Every `stats` row with severity `data_loss` or `error` and a non-zero value.
     pub fn data_loss(&self) -> Result<Vec<StatRow>, Error> {
         let mut st = self.conn.prepare(

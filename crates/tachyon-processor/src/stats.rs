@@ -169,6 +169,33 @@ stats! {
         "SysStats vmstat values whose key is not a VmstatCounters value this importer knows; dropped.";
     invalid_cpu_times: Single, Error, Analysis,
         "SysStats cpu_stat entries without a cpu_id; dropped.";
+    // --- Call stacks and CPU samples ---
+    stackprofile_invalid_string_id: Single, Error, Trace,
+        "Interned strings (function names, build ids, source paths) a frame or mapping refers to that the sequence never interned.";
+    stackprofile_invalid_mapping_id: Single, Error, Trace,
+        "Mappings a frame (or a ModuleSymbols packet) refers to that do not exist.";
+    stackprofile_invalid_frame_id: Single, Error, Trace,
+        "Frames a callstack (or a ModuleSymbols address) refers to that do not exist.";
+    stackprofile_invalid_callstack_id: Single, Error, Trace,
+        "Callstacks an event or sample refers to that the sequence never interned.";
+    // --- Heap profiles (ProfilePacket) ---
+    stackprofile_empty_callstack: Single, Error, Trace, "Callstacks without frames; ignored.";
+    heapprofd_buffer_corrupted: Indexed, Error, Trace,
+        "Heap profile dumps whose client found its buffer corrupted, per pid.";
+    heapprofd_hit_guardrail: Indexed, Error, Trace,
+        "Heap profile dumps cut short by a CPU or memory guardrail, per pid.";
+    heapprofd_buffer_overran: Indexed, DataLoss, Trace,
+        "Heap profile dumps whose client lost records because its buffer was full (the profile is short), per pid.";
+    heapprofd_client_disconnected: Indexed, Info, Trace, "Heap profile dumps of a client that went away, per pid.";
+    heapprofd_malformed_packet: Indexed, Error, Trace,
+        "Heap profile samples whose cumulative totals went down between dumps; dropped. Per upid.";
+    heapprofd_missing_packet: Single, Error, Trace,
+        "Gaps in the index of ProfilePackets on a sequence (lost packets).";
+    heapprofd_rejected_concurrent: Indexed, Error, Trace,
+        "Heap profiles not taken because another session profiled the process, per pid.";
+    heapprofd_non_finalized_profile: Single, Error, Trace,
+        "Heap profile dumps whose last packet (continued unset) never came; their samples are not imported.";
+    heapprofd_last_profile_timestamp: Indexed, Info, Trace, "Time of the last heap profile dump of a process, per pid.";
     // --- The tracing service's own statistics (TraceStats) ---
     traced_producers_connected: Single, Info, Trace, "Producers connected to the service.";
     traced_producers_seen: Single, Info, Trace, "Producers the service has seen since it started.";

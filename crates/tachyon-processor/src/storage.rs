@@ -157,6 +157,10 @@ pub(crate) struct Storage {
     pub(crate) counters: Vec<CounterRow>,
     pub(crate) flows: Vec<FlowRow>,
     pub(crate) args: Vec<ArgRow>,
+    /// Call stacks and CPU samples (`profile.rs`).
+    pub(crate) profile: crate::profile::StackProfile,
+    /// Heap profiles (`heap.rs`).
+    pub(crate) heap: crate::heap::HeapStore,
     /// Slices that began and ended on the same nanosecond (`dur = 0` like an instant, but a
     /// zone: `tachyon stats` counts them).
     pub(crate) zero_length_zones: Vec<u32>,
@@ -180,6 +184,8 @@ impl Default for Storage {
             counters: Vec::new(),
             flows: Vec::new(),
             args: Vec::new(),
+            profile: Default::default(),
+            heap: Default::default(),
             zero_length_zones: Vec::new(),
             next_arg_set: 0,
             tid_to_utid: FxHashMap::default(),

@@ -347,6 +347,19 @@ pub fn monotonic_ns() -> u64 {
     }
 }
 
+/// `CLOCK_MONOTONIC_COARSE` in nanoseconds (the clock of heap profile dumps).
+pub fn monotonic_coarse_ns() -> u64 {
+    #[cfg(target_os = "linux")]
+    {
+        const CLOCK_MONOTONIC_COARSE: i32 = 6;
+        read_clock(CLOCK_MONOTONIC_COARSE)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        fallback_ns()
+    }
+}
+
 /// `CLOCK_REALTIME` in nanoseconds since the Unix epoch.
 pub fn realtime_ns() -> u64 {
     #[cfg(target_os = "linux")]

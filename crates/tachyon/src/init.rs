@@ -50,6 +50,8 @@
 //!
 //! Setting any of the live-capture variables selects the capture backend (see
 //! [`Config::listen`]); it wins over system mode.
+//! | `TACHYON_MEMORY` | with [`alloc::Tracked`](crate::alloc::Tracked) installed: `off`, `exact`, `sampled:BYTES` | `exact` |
+//! | `TACHYON_MEMORY_DUMP_MS` | a heap profile this often (and always one at the end) | at the end only |
 //!
 //! A value that does not parse is an error naming the variable, never a silent default.
 
@@ -116,6 +118,9 @@ pub struct Config {
     /// Live capture: wait this long at start for a capture to attach
     /// (`TACHYON_WAIT_FOR_CAPTURE=SECONDS`), so a short program is captured from its start.
     pub wait_for_capture: Option<Duration>,
+    /// Memory profiling, when [`alloc::Tracked`](crate::alloc::Tracked) is the global
+    /// allocator (in-process sessions).
+    pub memory: crate::alloc::MemoryConfig,
 }
 
 impl Default for Config {
@@ -139,6 +144,7 @@ impl Default for Config {
             capture_token: None,
             on_demand: false,
             wait_for_capture: None,
+            memory: crate::alloc::MemoryConfig::default(),
         }
     }
 }
@@ -249,6 +255,12 @@ impl Config {
         }
         if let Some(v) = var("TACHYON_STREAM") {
             c.stream = parse_flag("TACHYON_STREAM", &v)?;
+        }
+        if let Some(v) = var("TACHYON_MEMORY") {
+            c.memory.mode = crate::alloc::MemoryMode::parse(&v).map_err(ConfigError)?;
+        }
+        if let Some(v) = var("TACHYON_MEMORY_DUMP_MS") {
+            c.memory.dump_period = Some(parse_ms("TACHYON_MEMORY_DUMP_MS", &v)?);
         }
         if let Some(v) = var("TACHYON_COMPRESS") {
             c.compress = parse_flag("TACHYON_COMPRESS", &v)?;
@@ -474,6 +486,9 @@ pub struct Report {
     pub system: Option<SystemReport>,
     /// Live capture: what was sent to captures (`path` is `None` then).
     pub capture: Option<CaptureReport>,
+    /// What memory tracking saw (`None` unless [`alloc::Tracked`](crate::alloc::Tracked) is
+    /// the global allocator and [`Config::memory`] was on).
+    pub memory: Option<crate::alloc::MemorySummary>,
 }
 
 impl std::fmt::Display for Report {
@@ -593,6 +608,7 @@ fn start_inner(config: Config, at_exit: bool) -> io::Result<()> {
             incremental_timestamps: config.incremental_timestamps,
         };
         global::install(handle, config.categories.clone());
+        crate::alloc::start_session(&config.memory);
     }
     let waiter = match &backend {
         Backend::Capture(server) => Some(server.waiter()),
@@ -661,6 +677,7 @@ pub fn shutdown() -> io::Result<Option<Report>> {
                 writers_still_active: stop.writers_still_active,
                 system: Some(stop.report),
                 capture: None,
+                memory: None,
             }));
         }
         Backend::Capture(server) => {
@@ -683,6 +700,7 @@ pub fn shutdown() -> io::Result<Option<Report>> {
                 writers_still_active: stop.writers_still_active,
                 system: None,
                 capture: Some(stop.report),
+                memory: None,
             }));
         }
     };
@@ -694,6 +712,8 @@ pub fn shutdown() -> io::Result<Option<Report>> {
     // are not tracing right now encode what they queued meanwhile (into this session's writer:
     // `ThreadState::replay`), flush and drop, so the stop does not wait for their next event. A
     // thread busy with an event then drops its writer at its next one, as before the queues.
+    // Memory tracking writes its last counters and heap profile into the session first.
+    let memory = crate::alloc::stop_session();
     state::drain_all(Drain::FlushAll);
     global::end_session();
     state::release_thread_writer();
@@ -714,6 +734,7 @@ pub fn shutdown() -> io::Result<Option<Report>> {
         writers_still_active: stop.writers_still_active,
         system: None,
         capture: None,
+        memory,
     }))
 }
 

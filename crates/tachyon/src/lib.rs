@@ -46,6 +46,7 @@
 //! `TACHYON_LISTEN`, see `docs/capture.md`).
 #![deny(missing_docs)]
 
+pub mod alloc;
 pub mod backend;
 mod capture;
 pub mod clock;

@@ -71,6 +71,9 @@ pub(crate) fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         .ok_or("the tracing session was stopped by someone else")?;
     let summary = summary?;
     print_workload(&summary);
+    if let Some(memory) = &report.memory {
+        println!("{memory}");
+    }
     if let Some(system) = &report.system {
         print_system(&report, system);
         return Ok(());

@@ -2,6 +2,8 @@
 
 pub(crate) mod capture;
 pub(crate) mod demo;
+pub(crate) mod export;
+pub(crate) mod memory_stats;
 pub(crate) mod query;
 pub(crate) mod record;
 pub(crate) mod stats;

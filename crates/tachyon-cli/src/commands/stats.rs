@@ -24,6 +24,7 @@ pub(crate) fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     println!("Zones ({} names, sorted by total time)", zones.len());
     print!("{}", render(&zone_table(&zones), Format::Table));
     println!();
+    super::memory_stats::print(&tp)?;
     let loss = tp.data_loss()?;
     if loss.is_empty() {
         println!("Data loss: no data lost");

@@ -16,6 +16,7 @@
 // source: perfetto/trace/interned_data/interned_data.proto
 // source: perfetto/trace/perfetto/tracing_service_event.proto
 // source: perfetto/trace/profiling/profile_common.proto
+// source: perfetto/trace/profiling/profile_packet.proto
 // source: perfetto/trace/ps/process_tree.proto
 // source: perfetto/trace/sys_stats/sys_stats.proto
 // source: perfetto/trace/test_event.proto
@@ -14727,6 +14728,1401 @@ pub mod perfetto {
             }
         }
 
+        /// A heap profile dump (heapprofd's format; Tachyon's tracking allocator
+        /// writes it). The interned strings, mappings, frames and callstacks are
+        /// local to the dump: they hold until the first packet without `continued`,
+        /// after which a reader forgets them. A large dump spans several packets
+        /// with `continued` set on all but the last and `index` counting packets on
+        /// the sequence from 0.
+        ///
+        /// Not modelled from the same upstream file: StreamingAllocation,
+        /// StreamingFree, StreamingProfilePacket, Profiling, PerfSample,
+        /// PerfSampleDefaults, SmapsPacket (other profilers' packets).
+        ///
+        /// Writer of `perfetto.protos.ProfilePacket`: each setter appends one field to the message
+        /// being written.
+        #[derive(Debug)]
+        pub struct ProfilePacket<'w>(::protozero::Message<'w>);
+
+        impl<'w> ::protozero::MessageWriter<'w> for ProfilePacket<'w> {
+            #[inline(always)]
+            fn from_message(msg: ::protozero::Message<'w>) -> Self {
+                Self(msg)
+            }
+
+            #[inline(always)]
+            fn as_message(&mut self) -> &mut ::protozero::Message<'w> {
+                &mut self.0
+            }
+        }
+
+        impl<'w> ProfilePacket<'w> {
+            /// The field number of `strings`.
+            pub const STRINGS_FIELD_NUMBER: u32 = 1;
+            /// The field number of `mappings`.
+            pub const MAPPINGS_FIELD_NUMBER: u32 = 4;
+            /// The field number of `frames`.
+            pub const FRAMES_FIELD_NUMBER: u32 = 2;
+            /// The field number of `callstacks`.
+            pub const CALLSTACKS_FIELD_NUMBER: u32 = 3;
+            /// The field number of `process_dumps`.
+            pub const PROCESS_DUMPS_FIELD_NUMBER: u32 = 5;
+            /// The field number of `continued`.
+            pub const CONTINUED_FIELD_NUMBER: u32 = 6;
+            /// The field number of `index`.
+            pub const INDEX_FIELD_NUMBER: u32 = 7;
+
+            /// The message being written, for what the setters do not cover (e.g. fields already
+            /// encoded).
+            #[inline(always)]
+            pub fn message(&mut self) -> &mut ::protozero::Message<'w> {
+                &mut self.0
+            }
+
+            /// Strings the mappings and frames of this dump refer to (iid 0 is "").
+            ///
+            /// Begins one element of `repeated perfetto.protos.InternedString strings = 1`.
+            ///
+            /// Fill in the returned writer; it ends (and its size is written) when it is dropped,
+            /// before this message can be written again.
+            #[inline(always)]
+            pub fn add_strings(&mut self) -> InternedString<'_> {
+                ::protozero::MessageWriter::from_message(self.0.begin_nested(1))
+            }
+
+            /// Begins one element of `repeated perfetto.protos.Mapping mappings = 4`.
+            ///
+            /// Fill in the returned writer; it ends (and its size is written) when it is dropped,
+            /// before this message can be written again.
+            #[inline(always)]
+            pub fn add_mappings(&mut self) -> Mapping<'_> {
+                ::protozero::MessageWriter::from_message(self.0.begin_nested(4))
+            }
+
+            /// Begins one element of `repeated perfetto.protos.Frame frames = 2`.
+            ///
+            /// Fill in the returned writer; it ends (and its size is written) when it is dropped,
+            /// before this message can be written again.
+            #[inline(always)]
+            pub fn add_frames(&mut self) -> Frame<'_> {
+                ::protozero::MessageWriter::from_message(self.0.begin_nested(2))
+            }
+
+            /// Begins one element of `repeated perfetto.protos.Callstack callstacks = 3`.
+            ///
+            /// Fill in the returned writer; it ends (and its size is written) when it is dropped,
+            /// before this message can be written again.
+            #[inline(always)]
+            pub fn add_callstacks(&mut self) -> Callstack<'_> {
+                ::protozero::MessageWriter::from_message(self.0.begin_nested(3))
+            }
+
+            /// Begins one element of `repeated perfetto.protos.ProfilePacket.ProcessHeapSamples
+            /// process_dumps = 5`.
+            ///
+            /// Fill in the returned writer; it ends (and its size is written) when it is dropped,
+            /// before this message can be written again.
+            #[inline(always)]
+            pub fn add_process_dumps(&mut self) -> profile_packet::ProcessHeapSamples<'_> {
+                ::protozero::MessageWriter::from_message(self.0.begin_nested(5))
+            }
+
+            /// More packets of the same dump follow.
+            ///
+            /// Writes `optional bool continued = 6`.
+            #[inline(always)]
+            pub fn set_continued(&mut self, v: bool) {
+                self.0.append_bool(6, v);
+            }
+
+            /// Packet index on this sequence, from 0: a gap means a lost packet.
+            ///
+            /// Writes `optional uint64 index = 7`.
+            #[inline(always)]
+            pub fn set_index(&mut self, v: u64) {
+                self.0.append_uint64(7, v);
+            }
+        }
+
+        /// A heap profile dump (heapprofd's format; Tachyon's tracking allocator
+        /// writes it). The interned strings, mappings, frames and callstacks are
+        /// local to the dump: they hold until the first packet without `continued`,
+        /// after which a reader forgets them. A large dump spans several packets
+        /// with `continued` set on all but the last and `index` counting packets on
+        /// the sequence from 0.
+        ///
+        /// Not modelled from the same upstream file: StreamingAllocation,
+        /// StreamingFree, StreamingProfilePacket, Profiling, PerfSample,
+        /// PerfSampleDefaults, SmapsPacket (other profilers' packets).
+        ///
+        /// A zero-copy view of an encoded `perfetto.protos.ProfilePacket`: its fields are indexed
+        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
+        /// allocate.
+        ///
+        /// A singular field reads its last occurrence (the default when absent); repeated scalars
+        /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
+        /// the declared type is skipped like an unknown field.
+        #[derive(Clone, Debug)]
+        pub struct ProfilePacketView<'a> {
+            d: ::protozero::TypedDecoder<'a, 7>,
+        }
+
+        impl<'a> ProfilePacketView<'a> {
+            /// Indexes the fields of `bytes`, skipping unknown ones.
+            ///
+            /// # Errors
+            ///
+            /// The first malformation if `bytes` is not a well-formed protobuf message.
+            #[inline]
+            pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
+                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+            }
+
+            /// The encoded message this view reads.
+            #[inline]
+            pub fn bytes(&self) -> &'a [u8] {
+                self.d.bytes()
+            }
+
+            #[inline]
+            fn slot_of(id: u32) -> ::core::option::Option<usize> {
+                match id {
+                    1 => ::core::option::Option::Some(0),
+                    4 => ::core::option::Option::Some(1),
+                    2..=3 => ::core::option::Option::Some(id as usize),
+                    5..=7 => ::core::option::Option::Some(id as usize - 1),
+                    _ => ::core::option::Option::None,
+                }
+            }
+
+            /// Strings the mappings and frames of this dump refer to (iid 0 is "").
+            ///
+            /// The elements of `repeated perfetto.protos.InternedString strings = 1`.
+            #[inline]
+            pub fn strings(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<InternedStringView<'a>, ::protozero::DecodeError>> + use<'a> {
+                ::protozero::gen_support::repeated_bytes(&self.d, 0).map(InternedStringView::decode)
+            }
+
+            /// The elements of `repeated perfetto.protos.Mapping mappings = 4`.
+            #[inline]
+            pub fn mappings(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<MappingView<'a>, ::protozero::DecodeError>> + use<'a> {
+                ::protozero::gen_support::repeated_bytes(&self.d, 1).map(MappingView::decode)
+            }
+
+            /// The elements of `repeated perfetto.protos.Frame frames = 2`.
+            #[inline]
+            pub fn frames(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<FrameView<'a>, ::protozero::DecodeError>> + use<'a> {
+                ::protozero::gen_support::repeated_bytes(&self.d, 2).map(FrameView::decode)
+            }
+
+            /// The elements of `repeated perfetto.protos.Callstack callstacks = 3`.
+            #[inline]
+            pub fn callstacks(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<CallstackView<'a>, ::protozero::DecodeError>> + use<'a> {
+                ::protozero::gen_support::repeated_bytes(&self.d, 3).map(CallstackView::decode)
+            }
+
+            /// The elements of `repeated perfetto.protos.ProfilePacket.ProcessHeapSamples
+            /// process_dumps = 5`.
+            #[inline]
+            pub fn process_dumps(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<profile_packet::ProcessHeapSamplesView<'a>, ::protozero::DecodeError>> + use<'a> {
+                ::protozero::gen_support::repeated_bytes(&self.d, 4).map(profile_packet::ProcessHeapSamplesView::decode)
+            }
+
+            /// More packets of the same dump follow.
+            ///
+            /// The last occurrence, or the default, of `optional bool continued = 6`.
+            #[inline]
+            pub fn continued(&self) -> bool {
+                ::protozero::gen_support::bool(&self.d, 5, false)
+            }
+
+            /// Whether `continued` (field 6) occurs with the right wire type.
+            #[inline]
+            pub fn has_continued(&self) -> bool {
+                ::protozero::gen_support::has_varint(&self.d, 5)
+            }
+
+            /// Packet index on this sequence, from 0: a gap means a lost packet.
+            ///
+            /// The last occurrence, or the default, of `optional uint64 index = 7`.
+            #[inline]
+            pub fn index(&self) -> u64 {
+                ::protozero::gen_support::uint64(&self.d, 6, 0)
+            }
+
+            /// Whether `index` (field 7) occurs with the right wire type.
+            #[inline]
+            pub fn has_index(&self) -> bool {
+                ::protozero::gen_support::has_varint(&self.d, 6)
+            }
+        }
+
+        /// Nested messages and enums of `perfetto.protos.ProfilePacket`.
+        pub mod profile_packet {
+            /// Totals for one call stack since the profile started (cumulative: a
+            /// reader turns consecutive dumps into deltas).
+            ///
+            /// Writer of `perfetto.protos.ProfilePacket.HeapSample`: each setter appends one field
+            /// to the message being written.
+            #[derive(Debug)]
+            pub struct HeapSample<'w>(::protozero::Message<'w>);
+
+            impl<'w> ::protozero::MessageWriter<'w> for HeapSample<'w> {
+                #[inline(always)]
+                fn from_message(msg: ::protozero::Message<'w>) -> Self {
+                    Self(msg)
+                }
+
+                #[inline(always)]
+                fn as_message(&mut self) -> &mut ::protozero::Message<'w> {
+                    &mut self.0
+                }
+            }
+
+            impl<'w> HeapSample<'w> {
+                /// The field number of `callstack_id`.
+                pub const CALLSTACK_ID_FIELD_NUMBER: u32 = 1;
+                /// The field number of `self_allocated`.
+                pub const SELF_ALLOCATED_FIELD_NUMBER: u32 = 2;
+                /// The field number of `self_freed`.
+                pub const SELF_FREED_FIELD_NUMBER: u32 = 3;
+                /// The field number of `self_max`.
+                pub const SELF_MAX_FIELD_NUMBER: u32 = 8;
+                /// The field number of `self_max_count`.
+                pub const SELF_MAX_COUNT_FIELD_NUMBER: u32 = 9;
+                /// The field number of `timestamp`.
+                pub const TIMESTAMP_FIELD_NUMBER: u32 = 4;
+                /// The field number of `alloc_count`.
+                pub const ALLOC_COUNT_FIELD_NUMBER: u32 = 5;
+                /// The field number of `free_count`.
+                pub const FREE_COUNT_FIELD_NUMBER: u32 = 6;
+
+                /// The message being written, for what the setters do not cover (e.g. fields
+                /// already encoded).
+                #[inline(always)]
+                pub fn message(&mut self) -> &mut ::protozero::Message<'w> {
+                    &mut self.0
+                }
+
+                /// Writes `optional uint64 callstack_id = 1`.
+                #[inline(always)]
+                pub fn set_callstack_id(&mut self, v: u64) {
+                    self.0.append_uint64(1, v);
+                }
+
+                /// Bytes allocated and freed at this call stack.
+                ///
+                /// Writes `optional uint64 self_allocated = 2`.
+                #[inline(always)]
+                pub fn set_self_allocated(&mut self, v: u64) {
+                    self.0.append_uint64(2, v);
+                }
+
+                /// Writes `optional uint64 self_freed = 3`.
+                #[inline(always)]
+                pub fn set_self_freed(&mut self, v: u64) {
+                    self.0.append_uint64(3, v);
+                }
+
+                /// Writes `optional uint64 self_max = 8`.
+                #[inline(always)]
+                pub fn set_self_max(&mut self, v: u64) {
+                    self.0.append_uint64(8, v);
+                }
+
+                /// Writes `optional uint64 self_max_count = 9`.
+                #[inline(always)]
+                pub fn set_self_max_count(&mut self, v: u64) {
+                    self.0.append_uint64(9, v);
+                }
+
+                /// Time of the last allocation seen at this call stack.
+                ///
+                /// Writes `optional uint64 timestamp = 4`.
+                #[inline(always)]
+                pub fn set_timestamp(&mut self, v: u64) {
+                    self.0.append_uint64(4, v);
+                }
+
+                /// Writes `optional uint64 alloc_count = 5`.
+                #[inline(always)]
+                pub fn set_alloc_count(&mut self, v: u64) {
+                    self.0.append_uint64(5, v);
+                }
+
+                /// Writes `optional uint64 free_count = 6`.
+                #[inline(always)]
+                pub fn set_free_count(&mut self, v: u64) {
+                    self.0.append_uint64(6, v);
+                }
+            }
+
+            /// Totals for one call stack since the profile started (cumulative: a
+            /// reader turns consecutive dumps into deltas).
+            ///
+            /// A zero-copy view of an encoded `perfetto.protos.ProfilePacket.HeapSample`: its
+            /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by the
+            /// getters, which never allocate.
+            ///
+            /// A singular field reads its last occurrence (the default when absent); repeated
+            /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
+            /// does not match the declared type is skipped like an unknown field.
+            #[derive(Clone, Debug)]
+            pub struct HeapSampleView<'a> {
+                d: ::protozero::TypedDecoder<'a, 8>,
+            }
+
+            impl<'a> HeapSampleView<'a> {
+                /// Indexes the fields of `bytes`, skipping unknown ones.
+                ///
+                /// # Errors
+                ///
+                /// The first malformation if `bytes` is not a well-formed protobuf message.
+                #[inline]
+                pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
+                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                }
+
+                /// The encoded message this view reads.
+                #[inline]
+                pub fn bytes(&self) -> &'a [u8] {
+                    self.d.bytes()
+                }
+
+                #[inline]
+                fn slot_of(id: u32) -> ::core::option::Option<usize> {
+                    match id {
+                        1..=3 => ::core::option::Option::Some(id as usize - 1),
+                        8..=9 => ::core::option::Option::Some(id as usize - 5),
+                        4..=6 => ::core::option::Option::Some(id as usize + 1),
+                        _ => ::core::option::Option::None,
+                    }
+                }
+
+                /// The last occurrence, or the default, of `optional uint64 callstack_id = 1`.
+                #[inline]
+                pub fn callstack_id(&self) -> u64 {
+                    ::protozero::gen_support::uint64(&self.d, 0, 0)
+                }
+
+                /// Whether `callstack_id` (field 1) occurs with the right wire type.
+                #[inline]
+                pub fn has_callstack_id(&self) -> bool {
+                    ::protozero::gen_support::has_varint(&self.d, 0)
+                }
+
+                /// Bytes allocated and freed at this call stack.
+                ///
+                /// The last occurrence, or the default, of `optional uint64 self_allocated = 2`.
+                #[inline]
+                pub fn self_allocated(&self) -> u64 {
+                    ::protozero::gen_support::uint64(&self.d, 1, 0)
+                }
+
+                /// Whether `self_allocated` (field 2) occurs with the right wire type.
+                #[inline]
+                pub fn has_self_allocated(&self) -> bool {
+                    ::protozero::gen_support::has_varint(&self.d, 1)
+                }
+
+                /// The last occurrence, or the default, of `optional uint64 self_freed = 3`.
+                #[inline]
+                pub fn self_freed(&self) -> u64 {
+                    ::protozero::gen_support::uint64(&self.d, 2, 0)
+                }
+
+                /// Whether `self_freed` (field 3) occurs with the right wire type.
+                #[inline]
+                pub fn has_self_freed(&self) -> bool {
+                    ::protozero::gen_support::has_varint(&self.d, 2)
+                }
+
+                /// The last occurrence, or the default, of `optional uint64 self_max = 8`.
+                #[inline]
+                pub fn self_max(&self) -> u64 {
+                    ::protozero::gen_support::uint64(&self.d, 3, 0)
+                }
+
+                /// Whether `self_max` (field 8) occurs with the right wire type.
+                #[inline]
+                pub fn has_self_max(&self) -> bool {
+                    ::protozero::gen_support::has_varint(&self.d, 3)
+                }
+
+                /// The last occurrence, or the default, of `optional uint64 self_max_count = 9`.
+                #[inline]
+                pub fn self_max_count(&self) -> u64 {
+                    ::protozero::gen_support::uint64(&self.d, 4, 0)
+                }
+
+                /// Whether `self_max_count` (field 9) occurs with the right wire type.
+                #[inline]
+                pub fn has_self_max_count(&self) -> bool {
+                    ::protozero::gen_support::has_varint(&self.d, 4)
+                }
+
+                /// Time of the last allocation seen at this call stack.
+                ///
+                /// The last occurrence, or the default, of `optional uint64 timestamp = 4`.
+                #[inline]
+                pub fn timestamp(&self) -> u64 {
+                    ::protozero::gen_support::uint64(&self.d, 5, 0)
+                }
+
+                /// Whether `timestamp` (field 4) occurs with the right wire type.
+                #[inline]
+                pub fn has_timestamp(&self) -> bool {
+                    ::protozero::gen_support::has_varint(&self.d, 5)
+                }
+
+                /// The last occurrence, or the default, of `optional uint64 alloc_count = 5`.
+                #[inline]
+                pub fn alloc_count(&self) -> u64 {
+                    ::protozero::gen_support::uint64(&self.d, 6, 0)
+                }
+
+                /// Whether `alloc_count` (field 5) occurs with the right wire type.
+                #[inline]
+                pub fn has_alloc_count(&self) -> bool {
+                    ::protozero::gen_support::has_varint(&self.d, 6)
+                }
+
+                /// The last occurrence, or the default, of `optional uint64 free_count = 6`.
+                #[inline]
+                pub fn free_count(&self) -> u64 {
+                    ::protozero::gen_support::uint64(&self.d, 7, 0)
+                }
+
+                /// Whether `free_count` (field 6) occurs with the right wire type.
+                #[inline]
+                pub fn has_free_count(&self) -> bool {
+                    ::protozero::gen_support::has_varint(&self.d, 7)
+                }
+            }
+
+            /// Writer of `perfetto.protos.ProfilePacket.Histogram`: each setter appends one field
+            /// to the message being written.
+            #[derive(Debug)]
+            pub struct Histogram<'w>(::protozero::Message<'w>);
+
+            impl<'w> ::protozero::MessageWriter<'w> for Histogram<'w> {
+                #[inline(always)]
+                fn from_message(msg: ::protozero::Message<'w>) -> Self {
+                    Self(msg)
+                }
+
+                #[inline(always)]
+                fn as_message(&mut self) -> &mut ::protozero::Message<'w> {
+                    &mut self.0
+                }
+            }
+
+            impl<'w> Histogram<'w> {
+                /// The field number of `buckets`.
+                pub const BUCKETS_FIELD_NUMBER: u32 = 1;
+
+                /// The message being written, for what the setters do not cover (e.g. fields
+                /// already encoded).
+                #[inline(always)]
+                pub fn message(&mut self) -> &mut ::protozero::Message<'w> {
+                    &mut self.0
+                }
+
+                /// Begins one element of `repeated perfetto.protos.ProfilePacket.Histogram.Bucket
+                /// buckets = 1`.
+                ///
+                /// Fill in the returned writer; it ends (and its size is written) when it is
+                /// dropped, before this message can be written again.
+                #[inline(always)]
+                pub fn add_buckets(&mut self) -> histogram::Bucket<'_> {
+                    ::protozero::MessageWriter::from_message(self.0.begin_nested(1))
+                }
+            }
+
+            /// A zero-copy view of an encoded `perfetto.protos.ProfilePacket.Histogram`: its fields
+            /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the
+            /// getters, which never allocate.
+            ///
+            /// A singular field reads its last occurrence (the default when absent); repeated
+            /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
+            /// does not match the declared type is skipped like an unknown field.
+            #[derive(Clone, Debug)]
+            pub struct HistogramView<'a> {
+                d: ::protozero::TypedDecoder<'a, 1>,
+            }
+
+            impl<'a> HistogramView<'a> {
+                /// Indexes the fields of `bytes`, skipping unknown ones.
+                ///
+                /// # Errors
+                ///
+                /// The first malformation if `bytes` is not a well-formed protobuf message.
+                #[inline]
+                pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
+                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                }
+
+                /// The encoded message this view reads.
+                #[inline]
+                pub fn bytes(&self) -> &'a [u8] {
+                    self.d.bytes()
+                }
+
+                #[inline]
+                fn slot_of(id: u32) -> ::core::option::Option<usize> {
+                    match id {
+                        1 => ::core::option::Option::Some(0),
+                        _ => ::core::option::Option::None,
+                    }
+                }
+
+                /// The elements of `repeated perfetto.protos.ProfilePacket.Histogram.Bucket buckets
+                /// = 1`.
+                #[inline]
+                pub fn buckets(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<histogram::BucketView<'a>, ::protozero::DecodeError>> + use<'a> {
+                    ::protozero::gen_support::repeated_bytes(&self.d, 0).map(histogram::BucketView::decode)
+                }
+            }
+
+            /// Nested messages and enums of `perfetto.protos.ProfilePacket.Histogram`.
+            pub mod histogram {
+                /// Writer of `perfetto.protos.ProfilePacket.Histogram.Bucket`: each setter appends
+                /// one field to the message being written.
+                #[derive(Debug)]
+                pub struct Bucket<'w>(::protozero::Message<'w>);
+
+                impl<'w> ::protozero::MessageWriter<'w> for Bucket<'w> {
+                    #[inline(always)]
+                    fn from_message(msg: ::protozero::Message<'w>) -> Self {
+                        Self(msg)
+                    }
+
+                    #[inline(always)]
+                    fn as_message(&mut self) -> &mut ::protozero::Message<'w> {
+                        &mut self.0
+                    }
+                }
+
+                impl<'w> Bucket<'w> {
+                    /// The field number of `upper_limit`.
+                    pub const UPPER_LIMIT_FIELD_NUMBER: u32 = 1;
+                    /// The field number of `max_bucket`.
+                    pub const MAX_BUCKET_FIELD_NUMBER: u32 = 2;
+                    /// The field number of `count`.
+                    pub const COUNT_FIELD_NUMBER: u32 = 3;
+
+                    /// The message being written, for what the setters do not cover (e.g. fields
+                    /// already encoded).
+                    #[inline(always)]
+                    pub fn message(&mut self) -> &mut ::protozero::Message<'w> {
+                        &mut self.0
+                    }
+
+                    /// Inclusive upper bound; ignored when max_bucket is set.
+                    ///
+                    /// Writes `optional uint64 upper_limit = 1`.
+                    #[inline(always)]
+                    pub fn set_upper_limit(&mut self, v: u64) {
+                        self.0.append_uint64(1, v);
+                    }
+
+                    /// The bucket without an upper bound.
+                    ///
+                    /// Writes `optional bool max_bucket = 2`.
+                    #[inline(always)]
+                    pub fn set_max_bucket(&mut self, v: bool) {
+                        self.0.append_bool(2, v);
+                    }
+
+                    /// Writes `optional uint64 count = 3`.
+                    #[inline(always)]
+                    pub fn set_count(&mut self, v: u64) {
+                        self.0.append_uint64(3, v);
+                    }
+                }
+
+                /// A zero-copy view of an encoded `perfetto.protos.ProfilePacket.Histogram.Bucket`:
+                /// its fields are indexed once by [`Self::decode`] and read from the borrowed bytes
+                /// by the getters, which never allocate.
+                ///
+                /// A singular field reads its last occurrence (the default when absent); repeated
+                /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
+                /// does not match the declared type is skipped like an unknown field.
+                #[derive(Clone, Debug)]
+                pub struct BucketView<'a> {
+                    d: ::protozero::TypedDecoder<'a, 3>,
+                }
+
+                impl<'a> BucketView<'a> {
+                    /// Indexes the fields of `bytes`, skipping unknown ones.
+                    ///
+                    /// # Errors
+                    ///
+                    /// The first malformation if `bytes` is not a well-formed protobuf message.
+                    #[inline]
+                    pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
+                        ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    }
+
+                    /// The encoded message this view reads.
+                    #[inline]
+                    pub fn bytes(&self) -> &'a [u8] {
+                        self.d.bytes()
+                    }
+
+                    #[inline]
+                    fn slot_of(id: u32) -> ::core::option::Option<usize> {
+                        match id {
+                            1..=3 => ::core::option::Option::Some(id as usize - 1),
+                            _ => ::core::option::Option::None,
+                        }
+                    }
+
+                    /// Inclusive upper bound; ignored when max_bucket is set.
+                    ///
+                    /// The last occurrence, or the default, of `optional uint64 upper_limit = 1`.
+                    #[inline]
+                    pub fn upper_limit(&self) -> u64 {
+                        ::protozero::gen_support::uint64(&self.d, 0, 0)
+                    }
+
+                    /// Whether `upper_limit` (field 1) occurs with the right wire type.
+                    #[inline]
+                    pub fn has_upper_limit(&self) -> bool {
+                        ::protozero::gen_support::has_varint(&self.d, 0)
+                    }
+
+                    /// The bucket without an upper bound.
+                    ///
+                    /// The last occurrence, or the default, of `optional bool max_bucket = 2`.
+                    #[inline]
+                    pub fn max_bucket(&self) -> bool {
+                        ::protozero::gen_support::bool(&self.d, 1, false)
+                    }
+
+                    /// Whether `max_bucket` (field 2) occurs with the right wire type.
+                    #[inline]
+                    pub fn has_max_bucket(&self) -> bool {
+                        ::protozero::gen_support::has_varint(&self.d, 1)
+                    }
+
+                    /// The last occurrence, or the default, of `optional uint64 count = 3`.
+                    #[inline]
+                    pub fn count(&self) -> u64 {
+                        ::protozero::gen_support::uint64(&self.d, 2, 0)
+                    }
+
+                    /// Whether `count` (field 3) occurs with the right wire type.
+                    #[inline]
+                    pub fn has_count(&self) -> bool {
+                        ::protozero::gen_support::has_varint(&self.d, 2)
+                    }
+                }
+            }
+
+            /// Writer of `perfetto.protos.ProfilePacket.ProcessStats`: each setter appends one
+            /// field to the message being written.
+            #[derive(Debug)]
+            pub struct ProcessStats<'w>(::protozero::Message<'w>);
+
+            impl<'w> ::protozero::MessageWriter<'w> for ProcessStats<'w> {
+                #[inline(always)]
+                fn from_message(msg: ::protozero::Message<'w>) -> Self {
+                    Self(msg)
+                }
+
+                #[inline(always)]
+                fn as_message(&mut self) -> &mut ::protozero::Message<'w> {
+                    &mut self.0
+                }
+            }
+
+            impl<'w> ProcessStats<'w> {
+                /// The field number of `unwinding_errors`.
+                pub const UNWINDING_ERRORS_FIELD_NUMBER: u32 = 1;
+                /// The field number of `heap_samples`.
+                pub const HEAP_SAMPLES_FIELD_NUMBER: u32 = 2;
+                /// The field number of `map_reparses`.
+                pub const MAP_REPARSES_FIELD_NUMBER: u32 = 3;
+                /// The field number of `unwinding_time_us`.
+                pub const UNWINDING_TIME_US_FIELD_NUMBER: u32 = 4;
+                /// The field number of `total_unwinding_time_us`.
+                pub const TOTAL_UNWINDING_TIME_US_FIELD_NUMBER: u32 = 5;
+                /// The field number of `client_spinlock_blocked_us`.
+                pub const CLIENT_SPINLOCK_BLOCKED_US_FIELD_NUMBER: u32 = 6;
+
+                /// The message being written, for what the setters do not cover (e.g. fields
+                /// already encoded).
+                #[inline(always)]
+                pub fn message(&mut self) -> &mut ::protozero::Message<'w> {
+                    &mut self.0
+                }
+
+                /// Writes `optional uint64 unwinding_errors = 1`.
+                #[inline(always)]
+                pub fn set_unwinding_errors(&mut self, v: u64) {
+                    self.0.append_uint64(1, v);
+                }
+
+                /// Writes `optional uint64 heap_samples = 2`.
+                #[inline(always)]
+                pub fn set_heap_samples(&mut self, v: u64) {
+                    self.0.append_uint64(2, v);
+                }
+
+                /// Writes `optional uint64 map_reparses = 3`.
+                #[inline(always)]
+                pub fn set_map_reparses(&mut self, v: u64) {
+                    self.0.append_uint64(3, v);
+                }
+
+                /// Begins `optional perfetto.protos.ProfilePacket.Histogram unwinding_time_us = 4`.
+                ///
+                /// Fill in the returned writer; it ends (and its size is written) when it is
+                /// dropped, before this message can be written again.
+                #[inline(always)]
+                pub fn set_unwinding_time_us(&mut self) -> Histogram<'_> {
+                    ::protozero::MessageWriter::from_message(self.0.begin_nested(4))
+                }
+
+                /// Writes `optional uint64 total_unwinding_time_us = 5`.
+                #[inline(always)]
+                pub fn set_total_unwinding_time_us(&mut self, v: u64) {
+                    self.0.append_uint64(5, v);
+                }
+
+                /// Writes `optional uint64 client_spinlock_blocked_us = 6`.
+                #[inline(always)]
+                pub fn set_client_spinlock_blocked_us(&mut self, v: u64) {
+                    self.0.append_uint64(6, v);
+                }
+            }
+
+            /// A zero-copy view of an encoded `perfetto.protos.ProfilePacket.ProcessStats`: its
+            /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by the
+            /// getters, which never allocate.
+            ///
+            /// A singular field reads its last occurrence (the default when absent); repeated
+            /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
+            /// does not match the declared type is skipped like an unknown field.
+            #[derive(Clone, Debug)]
+            pub struct ProcessStatsView<'a> {
+                d: ::protozero::TypedDecoder<'a, 6>,
+            }
+
+            impl<'a> ProcessStatsView<'a> {
+                /// Indexes the fields of `bytes`, skipping unknown ones.
+                ///
+                /// # Errors
+                ///
+                /// The first malformation if `bytes` is not a well-formed protobuf message.
+                #[inline]
+                pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
+                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                }
+
+                /// The encoded message this view reads.
+                #[inline]
+                pub fn bytes(&self) -> &'a [u8] {
+                    self.d.bytes()
+                }
+
+                #[inline]
+                fn slot_of(id: u32) -> ::core::option::Option<usize> {
+                    match id {
+                        1..=6 => ::core::option::Option::Some(id as usize - 1),
+                        _ => ::core::option::Option::None,
+                    }
+                }
+
+                /// The last occurrence, or the default, of `optional uint64 unwinding_errors = 1`.
+                #[inline]
+                pub fn unwinding_errors(&self) -> u64 {
+                    ::protozero::gen_support::uint64(&self.d, 0, 0)
+                }
+
+                /// Whether `unwinding_errors` (field 1) occurs with the right wire type.
+                #[inline]
+                pub fn has_unwinding_errors(&self) -> bool {
+                    ::protozero::gen_support::has_varint(&self.d, 0)
+                }
+
+                /// The last occurrence, or the default, of `optional uint64 heap_samples = 2`.
+                #[inline]
+                pub fn heap_samples(&self) -> u64 {
+                    ::protozero::gen_support::uint64(&self.d, 1, 0)
+                }
+
+                /// Whether `heap_samples` (field 2) occurs with the right wire type.
+                #[inline]
+                pub fn has_heap_samples(&self) -> bool {
+                    ::protozero::gen_support::has_varint(&self.d, 1)
+                }
+
+                /// The last occurrence, or the default, of `optional uint64 map_reparses = 3`.
+                #[inline]
+                pub fn map_reparses(&self) -> u64 {
+                    ::protozero::gen_support::uint64(&self.d, 2, 0)
+                }
+
+                /// Whether `map_reparses` (field 3) occurs with the right wire type.
+                #[inline]
+                pub fn has_map_reparses(&self) -> bool {
+                    ::protozero::gen_support::has_varint(&self.d, 2)
+                }
+
+                /// The last occurrence (an empty message when absent) of `optional
+                /// perfetto.protos.ProfilePacket.Histogram unwinding_time_us = 4`.
+                ///
+                /// # Errors
+                ///
+                /// The first malformation if the nested message is not well-formed.
+                #[inline]
+                pub fn unwinding_time_us(&self) -> ::core::result::Result<HistogramView<'a>, ::protozero::DecodeError> {
+                    HistogramView::decode(::protozero::gen_support::bytes(&self.d, 3, b""))
+                }
+
+                /// Whether `unwinding_time_us` (field 4) occurs with the right wire type.
+                #[inline]
+                pub fn has_unwinding_time_us(&self) -> bool {
+                    ::protozero::gen_support::has_len(&self.d, 3)
+                }
+
+                /// The last occurrence, or the default, of `optional uint64 total_unwinding_time_us
+                /// = 5`.
+                #[inline]
+                pub fn total_unwinding_time_us(&self) -> u64 {
+                    ::protozero::gen_support::uint64(&self.d, 4, 0)
+                }
+
+                /// Whether `total_unwinding_time_us` (field 5) occurs with the right wire type.
+                #[inline]
+                pub fn has_total_unwinding_time_us(&self) -> bool {
+                    ::protozero::gen_support::has_varint(&self.d, 4)
+                }
+
+                /// The last occurrence, or the default, of `optional uint64
+                /// client_spinlock_blocked_us = 6`.
+                #[inline]
+                pub fn client_spinlock_blocked_us(&self) -> u64 {
+                    ::protozero::gen_support::uint64(&self.d, 5, 0)
+                }
+
+                /// Whether `client_spinlock_blocked_us` (field 6) occurs with the right wire type.
+                #[inline]
+                pub fn has_client_spinlock_blocked_us(&self) -> bool {
+                    ::protozero::gen_support::has_varint(&self.d, 5)
+                }
+            }
+
+            /// Writer of `perfetto.protos.ProfilePacket.ProcessHeapSamples`: each setter appends
+            /// one field to the message being written.
+            #[derive(Debug)]
+            pub struct ProcessHeapSamples<'w>(::protozero::Message<'w>);
+
+            impl<'w> ::protozero::MessageWriter<'w> for ProcessHeapSamples<'w> {
+                #[inline(always)]
+                fn from_message(msg: ::protozero::Message<'w>) -> Self {
+                    Self(msg)
+                }
+
+                #[inline(always)]
+                fn as_message(&mut self) -> &mut ::protozero::Message<'w> {
+                    &mut self.0
+                }
+            }
+
+            impl<'w> ProcessHeapSamples<'w> {
+                /// The field number of `pid`.
+                pub const PID_FIELD_NUMBER: u32 = 1;
+                /// The field number of `from_startup`.
+                pub const FROM_STARTUP_FIELD_NUMBER: u32 = 3;
+                /// The field number of `rejected_concurrent`.
+                pub const REJECTED_CONCURRENT_FIELD_NUMBER: u32 = 4;
+                /// The field number of `disconnected`.
+                pub const DISCONNECTED_FIELD_NUMBER: u32 = 6;
+                /// The field number of `buffer_overran`.
+                pub const BUFFER_OVERRAN_FIELD_NUMBER: u32 = 7;
+                /// The field number of `client_error`.
+                pub const CLIENT_ERROR_FIELD_NUMBER: u32 = 14;
+                /// The field number of `buffer_corrupted`.
+                pub const BUFFER_CORRUPTED_FIELD_NUMBER: u32 = 8;
+                /// The field number of `hit_guardrail`.
+                pub const HIT_GUARDRAIL_FIELD_NUMBER: u32 = 10;
+                /// The field number of `heap_name`.
+                pub const HEAP_NAME_FIELD_NUMBER: u32 = 11;
+                /// The field number of `sampling_interval_bytes`.
+                pub const SAMPLING_INTERVAL_BYTES_FIELD_NUMBER: u32 = 12;
+                /// The field number of `orig_sampling_interval_bytes`.
+                pub const ORIG_SAMPLING_INTERVAL_BYTES_FIELD_NUMBER: u32 = 13;
+                /// The field number of `timestamp`.
+                pub const TIMESTAMP_FIELD_NUMBER: u32 = 9;
+                /// The field number of `start_timestamp`.
+                pub const START_TIMESTAMP_FIELD_NUMBER: u32 = 15;
+                /// The field number of `stats`.
+                pub const STATS_FIELD_NUMBER: u32 = 5;
+                /// The field number of `samples`.
+                pub const SAMPLES_FIELD_NUMBER: u32 = 2;
+
+                /// The message being written, for what the setters do not cover (e.g. fields
+                /// already encoded).
+                #[inline(always)]
+                pub fn message(&mut self) -> &mut ::protozero::Message<'w> {
+                    &mut self.0
+                }
+
+                /// Writes `optional uint64 pid = 1`.
+                #[inline(always)]
+                pub fn set_pid(&mut self, v: u64) {
+                    self.0.append_uint64(1, v);
+                }
+
+                /// The process was profiled from its start.
+                ///
+                /// Writes `optional bool from_startup = 3`.
+                #[inline(always)]
+                pub fn set_from_startup(&mut self, v: bool) {
+                    self.0.append_bool(3, v);
+                }
+
+                /// Another profiling session already had this process.
+                ///
+                /// Writes `optional bool rejected_concurrent = 4`.
+                #[inline(always)]
+                pub fn set_rejected_concurrent(&mut self, v: bool) {
+                    self.0.append_bool(4, v);
+                }
+
+                /// The client went away before the end of the session.
+                ///
+                /// Writes `optional bool disconnected = 6`.
+                #[inline(always)]
+                pub fn set_disconnected(&mut self, v: bool) {
+                    self.0.append_bool(6, v);
+                }
+
+                /// Records were lost because the client's buffer was full.
+                ///
+                /// Writes `optional bool buffer_overran = 7`.
+                #[inline(always)]
+                pub fn set_buffer_overran(&mut self, v: bool) {
+                    self.0.append_bool(7, v);
+                }
+
+                /// Writes `optional perfetto.protos.ProfilePacket.ProcessHeapSamples.ClientError
+                /// client_error = 14`.
+                #[inline(always)]
+                pub fn set_client_error(&mut self, v: process_heap_samples::ClientError) {
+                    self.0.append_enum(14, v.as_i32());
+                }
+
+                /// Like [`Self::set_client_error`], with a raw value (which need not be one the
+                /// enum declares).
+                #[inline(always)]
+                pub fn set_client_error_raw(&mut self, v: i32) {
+                    self.0.append_enum(14, v);
+                }
+
+                /// The client's buffer was found corrupted.
+                ///
+                /// Writes `optional bool buffer_corrupted = 8`.
+                #[inline(always)]
+                pub fn set_buffer_corrupted(&mut self, v: bool) {
+                    self.0.append_bool(8, v);
+                }
+
+                /// The profile hit a memory or CPU guardrail.
+                ///
+                /// Writes `optional bool hit_guardrail = 10`.
+                #[inline(always)]
+                pub fn set_hit_guardrail(&mut self, v: bool) {
+                    self.0.append_bool(10, v);
+                }
+
+                /// The heap (allocator or pool) this dump describes, e.g. "libc.malloc".
+                ///
+                /// Writes `optional string heap_name = 11`.
+                #[inline(always)]
+                pub fn set_heap_name(&mut self, v: &str) {
+                    self.0.append_string(11, v);
+                }
+
+                /// Sampling interval in bytes (1: every allocation).
+                ///
+                /// Writes `optional uint64 sampling_interval_bytes = 12`.
+                #[inline(always)]
+                pub fn set_sampling_interval_bytes(&mut self, v: u64) {
+                    self.0.append_uint64(12, v);
+                }
+
+                /// The interval asked for, when it was adjusted.
+                ///
+                /// Writes `optional uint64 orig_sampling_interval_bytes = 13`.
+                #[inline(always)]
+                pub fn set_orig_sampling_interval_bytes(&mut self, v: u64) {
+                    self.0.append_uint64(13, v);
+                }
+
+                /// End of the window the dump describes, on CLOCK_MONOTONIC_COARSE.
+                ///
+                /// Writes `optional uint64 timestamp = 9`.
+                #[inline(always)]
+                pub fn set_timestamp(&mut self, v: u64) {
+                    self.0.append_uint64(9, v);
+                }
+
+                /// Start of the window, on CLOCK_MONOTONIC_COARSE.
+                ///
+                /// Writes `optional uint64 start_timestamp = 15`.
+                #[inline(always)]
+                pub fn set_start_timestamp(&mut self, v: u64) {
+                    self.0.append_uint64(15, v);
+                }
+
+                /// Begins `optional perfetto.protos.ProfilePacket.ProcessStats stats = 5`.
+                ///
+                /// Fill in the returned writer; it ends (and its size is written) when it is
+                /// dropped, before this message can be written again.
+                #[inline(always)]
+                pub fn set_stats(&mut self) -> ProcessStats<'_> {
+                    ::protozero::MessageWriter::from_message(self.0.begin_nested(5))
+                }
+
+                /// Begins one element of `repeated perfetto.protos.ProfilePacket.HeapSample samples
+                /// = 2`.
+                ///
+                /// Fill in the returned writer; it ends (and its size is written) when it is
+                /// dropped, before this message can be written again.
+                #[inline(always)]
+                pub fn add_samples(&mut self) -> HeapSample<'_> {
+                    ::protozero::MessageWriter::from_message(self.0.begin_nested(2))
+                }
+            }
+
+            /// A zero-copy view of an encoded `perfetto.protos.ProfilePacket.ProcessHeapSamples`:
+            /// its fields are indexed once by [`Self::decode`] and read from the borrowed bytes by
+            /// the getters, which never allocate.
+            ///
+            /// A singular field reads its last occurrence (the default when absent); repeated
+            /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
+            /// does not match the declared type is skipped like an unknown field.
+            #[derive(Clone, Debug)]
+            pub struct ProcessHeapSamplesView<'a> {
+                d: ::protozero::TypedDecoder<'a, 15>,
+            }
+
+            impl<'a> ProcessHeapSamplesView<'a> {
+                /// Indexes the fields of `bytes`, skipping unknown ones.
+                ///
+                /// # Errors
+                ///
+                /// The first malformation if `bytes` is not a well-formed protobuf message.
+                #[inline]
+                pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
+                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                }
+
+                /// The encoded message this view reads.
+                #[inline]
+                pub fn bytes(&self) -> &'a [u8] {
+                    self.d.bytes()
+                }
+
+                #[inline]
+                fn slot_of(id: u32) -> ::core::option::Option<usize> {
+                    match id {
+                        1 => ::core::option::Option::Some(0),
+                        3..=4 => ::core::option::Option::Some(id as usize - 2),
+                        6..=7 => ::core::option::Option::Some(id as usize - 3),
+                        14 => ::core::option::Option::Some(5),
+                        8 => ::core::option::Option::Some(6),
+                        10..=13 => ::core::option::Option::Some(id as usize - 3),
+                        9 => ::core::option::Option::Some(11),
+                        15 => ::core::option::Option::Some(12),
+                        5 => ::core::option::Option::Some(13),
+                        2 => ::core::option::Option::Some(14),
+                        _ => ::core::option::Option::None,
+                    }
+                }
+
+                /// The last occurrence, or the default, of `optional uint64 pid = 1`.
+                #[inline]
+                pub fn pid(&self) -> u64 {
+                    ::protozero::gen_support::uint64(&self.d, 0, 0)
+                }
+
+                /// Whether `pid` (field 1) occurs with the right wire type.
+                #[inline]
+                pub fn has_pid(&self) -> bool {
+                    ::protozero::gen_support::has_varint(&self.d, 0)
+                }
+
+                /// The process was profiled from its start.
+                ///
+                /// The last occurrence, or the default, of `optional bool from_startup = 3`.
+                #[inline]
+                #[allow(clippy::wrong_self_convention)]
+                pub fn from_startup(&self) -> bool {
+                    ::protozero::gen_support::bool(&self.d, 1, false)
+                }
+
+                /// Whether `from_startup` (field 3) occurs with the right wire type.
+                #[inline]
+                pub fn has_from_startup(&self) -> bool {
+                    ::protozero::gen_support::has_varint(&self.d, 1)
+                }
+
+                /// Another profiling session already had this process.
+                ///
+                /// The last occurrence, or the default, of `optional bool rejected_concurrent = 4`.
+                #[inline]
+                pub fn rejected_concurrent(&self) -> bool {
+                    ::protozero::gen_support::bool(&self.d, 2, false)
+                }
+
+                /// Whether `rejected_concurrent` (field 4) occurs with the right wire type.
+                #[inline]
+                pub fn has_rejected_concurrent(&self) -> bool {
+                    ::protozero::gen_support::has_varint(&self.d, 2)
+                }
+
+                /// The client went away before the end of the session.
+                ///
+                /// The last occurrence, or the default, of `optional bool disconnected = 6`.
+                #[inline]
+                pub fn disconnected(&self) -> bool {
+                    ::protozero::gen_support::bool(&self.d, 3, false)
+                }
+
+                /// Whether `disconnected` (field 6) occurs with the right wire type.
+                #[inline]
+                pub fn has_disconnected(&self) -> bool {
+                    ::protozero::gen_support::has_varint(&self.d, 3)
+                }
+
+                /// Records were lost because the client's buffer was full.
+                ///
+                /// The last occurrence, or the default, of `optional bool buffer_overran = 7`.
+                #[inline]
+                pub fn buffer_overran(&self) -> bool {
+                    ::protozero::gen_support::bool(&self.d, 4, false)
+                }
+
+                /// Whether `buffer_overran` (field 7) occurs with the right wire type.
+                #[inline]
+                pub fn has_buffer_overran(&self) -> bool {
+                    ::protozero::gen_support::has_varint(&self.d, 4)
+                }
+
+                /// The last occurrence, or the default, of `optional
+                /// perfetto.protos.ProfilePacket.ProcessHeapSamples.ClientError client_error = 14`.
+                ///
+                /// `None` for a value the enum does not declare: see [`Self::client_error_raw`].
+                #[inline]
+                pub fn client_error(&self) -> ::core::option::Option<process_heap_samples::ClientError> {
+                    process_heap_samples::ClientError::from_i32(self.client_error_raw())
+                }
+
+                /// `client_error` as a raw value (also one the enum does not declare).
+                #[inline]
+                pub fn client_error_raw(&self) -> i32 {
+                    ::protozero::gen_support::int32(&self.d, 5, 0)
+                }
+
+                /// Whether `client_error` (field 14) occurs with the right wire type.
+                #[inline]
+                pub fn has_client_error(&self) -> bool {
+                    ::protozero::gen_support::has_varint(&self.d, 5)
+                }
+
+                /// The client's buffer was found corrupted.
+                ///
+                /// The last occurrence, or the default, of `optional bool buffer_corrupted = 8`.
+                #[inline]
+                pub fn buffer_corrupted(&self) -> bool {
+                    ::protozero::gen_support::bool(&self.d, 6, false)
+                }
+
+                /// Whether `buffer_corrupted` (field 8) occurs with the right wire type.
+                #[inline]
+                pub fn has_buffer_corrupted(&self) -> bool {
+                    ::protozero::gen_support::has_varint(&self.d, 6)
+                }
+
+                /// The profile hit a memory or CPU guardrail.
+                ///
+                /// The last occurrence, or the default, of `optional bool hit_guardrail = 10`.
+                #[inline]
+                pub fn hit_guardrail(&self) -> bool {
+                    ::protozero::gen_support::bool(&self.d, 7, false)
+                }
+
+                /// Whether `hit_guardrail` (field 10) occurs with the right wire type.
+                #[inline]
+                pub fn has_hit_guardrail(&self) -> bool {
+                    ::protozero::gen_support::has_varint(&self.d, 7)
+                }
+
+                /// The heap (allocator or pool) this dump describes, e.g. "libc.malloc".
+                ///
+                /// The last occurrence, or the default, of `optional string heap_name = 11`.
+                ///
+                /// # Errors
+                ///
+                /// `InvalidUtf8` if the string is not UTF-8 (see [`Self::heap_name_bytes`]).
+                #[inline]
+                pub fn heap_name(&self) -> ::core::result::Result<&'a str, ::protozero::DecodeError> {
+                    ::protozero::gen_support::string(&self.d, 8, "")
+                }
+
+                /// `heap_name` as bytes, not checked to be UTF-8.
+                #[inline]
+                pub fn heap_name_bytes(&self) -> &'a [u8] {
+                    ::protozero::gen_support::bytes(&self.d, 8, b"")
+                }
+
+                /// Whether `heap_name` (field 11) occurs with the right wire type.
+                #[inline]
+                pub fn has_heap_name(&self) -> bool {
+                    ::protozero::gen_support::has_len(&self.d, 8)
+                }
+
+                /// Sampling interval in bytes (1: every allocation).
+                ///
+                /// The last occurrence, or the default, of `optional uint64 sampling_interval_bytes
+                /// = 12`.
+                #[inline]
+                pub fn sampling_interval_bytes(&self) -> u64 {
+                    ::protozero::gen_support::uint64(&self.d, 9, 0)
+                }
+
+                /// Whether `sampling_interval_bytes` (field 12) occurs with the right wire type.
+                #[inline]
+                pub fn has_sampling_interval_bytes(&self) -> bool {
+                    ::protozero::gen_support::has_varint(&self.d, 9)
+                }
+
+                /// The interval asked for, when it was adjusted.
+                ///
+                /// The last occurrence, or the default, of `optional uint64
+                /// orig_sampling_interval_bytes = 13`.
+                #[inline]
+                pub fn orig_sampling_interval_bytes(&self) -> u64 {
+                    ::protozero::gen_support::uint64(&self.d, 10, 0)
+                }
+
+                /// Whether `orig_sampling_interval_bytes` (field 13) occurs with the right wire
+                /// type.
+                #[inline]
+                pub fn has_orig_sampling_interval_bytes(&self) -> bool {
+                    ::protozero::gen_support::has_varint(&self.d, 10)
+                }
+
+                /// End of the window the dump describes, on CLOCK_MONOTONIC_COARSE.
+                ///
+                /// The last occurrence, or the default, of `optional uint64 timestamp = 9`.
+                #[inline]
+                pub fn timestamp(&self) -> u64 {
+                    ::protozero::gen_support::uint64(&self.d, 11, 0)
+                }
+
+                /// Whether `timestamp` (field 9) occurs with the right wire type.
+                #[inline]
+                pub fn has_timestamp(&self) -> bool {
+                    ::protozero::gen_support::has_varint(&self.d, 11)
+                }
+
+                /// Start of the window, on CLOCK_MONOTONIC_COARSE.
+                ///
+                /// The last occurrence, or the default, of `optional uint64 start_timestamp = 15`.
+                #[inline]
+                pub fn start_timestamp(&self) -> u64 {
+                    ::protozero::gen_support::uint64(&self.d, 12, 0)
+                }
+
+                /// Whether `start_timestamp` (field 15) occurs with the right wire type.
+                #[inline]
+                pub fn has_start_timestamp(&self) -> bool {
+                    ::protozero::gen_support::has_varint(&self.d, 12)
+                }
+
+                /// The last occurrence (an empty message when absent) of `optional
+                /// perfetto.protos.ProfilePacket.ProcessStats stats = 5`.
+                ///
+                /// # Errors
+                ///
+                /// The first malformation if the nested message is not well-formed.
+                #[inline]
+                pub fn stats(&self) -> ::core::result::Result<ProcessStatsView<'a>, ::protozero::DecodeError> {
+                    ProcessStatsView::decode(::protozero::gen_support::bytes(&self.d, 13, b""))
+                }
+
+                /// Whether `stats` (field 5) occurs with the right wire type.
+                #[inline]
+                pub fn has_stats(&self) -> bool {
+                    ::protozero::gen_support::has_len(&self.d, 13)
+                }
+
+                /// The elements of `repeated perfetto.protos.ProfilePacket.HeapSample samples = 2`.
+                #[inline]
+                pub fn samples(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<HeapSampleView<'a>, ::protozero::DecodeError>> + use<'a> {
+                    ::protozero::gen_support::repeated_bytes(&self.d, 14).map(HeapSampleView::decode)
+                }
+            }
+
+            /// Nested messages and enums of `perfetto.protos.ProfilePacket.ProcessHeapSamples`.
+            pub mod process_heap_samples {
+                /// The enum `perfetto.protos.ProfilePacket.ProcessHeapSamples.ClientError`.
+                #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+                #[repr(i32)]
+                #[allow(clippy::enum_variant_names)]
+                pub enum ClientError {
+                    /// `CLIENT_ERROR_NONE = 0`
+                    None = 0,
+                    /// `CLIENT_ERROR_HIT_TIMEOUT = 1`
+                    HitTimeout = 1,
+                    /// `CLIENT_ERROR_INVALID_STACK_BOUNDS = 2`
+                    InvalidStackBounds = 2,
+                }
+
+                impl ClientError {
+                    /// The variant with value `v`, if the enum declares one.
+                    pub const fn from_i32(v: i32) -> ::core::option::Option<Self> {
+                        match v {
+                            0 => ::core::option::Option::Some(Self::None),
+                            1 => ::core::option::Option::Some(Self::HitTimeout),
+                            2 => ::core::option::Option::Some(Self::InvalidStackBounds),
+                            _ => ::core::option::Option::None,
+                        }
+                    }
+
+                    /// The value.
+                    pub const fn as_i32(self) -> i32 {
+                        self as i32
+                    }
+
+                    /// The value's name in the `.proto` file.
+                    pub const fn as_str_name(self) -> &'static str {
+                        match self {
+                            Self::None => "CLIENT_ERROR_NONE",
+                            Self::HitTimeout => "CLIENT_ERROR_HIT_TIMEOUT",
+                            Self::InvalidStackBounds => "CLIENT_ERROR_INVALID_STACK_BOUNDS",
+                        }
+                    }
+
+                    /// The value named `name` in the `.proto` file (aliases included).
+                    pub fn from_str_name(name: &str) -> ::core::option::Option<Self> {
+                        match name {
+                            "CLIENT_ERROR_NONE" => ::core::option::Option::Some(Self::None),
+                            "CLIENT_ERROR_HIT_TIMEOUT" => ::core::option::Option::Some(Self::HitTimeout),
+                            "CLIENT_ERROR_INVALID_STACK_BOUNDS" => ::core::option::Option::Some(Self::InvalidStackBounds),
+                            _ => ::core::option::Option::None,
+                        }
+                    }
+                }
+            }
+        }
+
         /// Processes and threads as read from /proc by the process stats data source
         /// ("linux.process_stats"). Lists are incremental: a packet may carry only a
         /// few processes, or threads whose process came in an earlier packet.
@@ -18160,7 +19556,7 @@ pub mod perfetto {
         /// protovms 125, zstd_compressed_packets 133.
         ///
         /// Not modelled: every other member of the `data` oneof (ftrace, Android,
-        /// Chrome, GPU, profiling packets, ...), whose numbers stay taken. Perfetto
+        /// Chrome, GPU, other profiling packets, ...), whose numbers stay taken. Perfetto
         /// also declares extension ranges (1000-1999 and several single numbers);
         /// Tachyon declares none, and uses one number of the range itself
         /// (tachyon_packets_dropped, below).
@@ -18197,6 +19593,8 @@ pub mod perfetto {
             pub const PROCESS_TREE_FIELD_NUMBER: u32 = 2;
             /// The field number of `sys_stats`.
             pub const SYS_STATS_FIELD_NUMBER: u32 = 7;
+            /// The field number of `profile_packet`.
+            pub const PROFILE_PACKET_FIELD_NUMBER: u32 = 37;
             /// The field number of `trace_uuid`.
             pub const TRACE_UUID_FIELD_NUMBER: u32 = 89;
             /// The field number of `trace_config`.
@@ -18329,6 +19727,20 @@ pub mod perfetto {
             #[inline(always)]
             pub fn set_sys_stats(&mut self) -> SysStats<'_> {
                 ::protozero::MessageWriter::from_message(self.0.begin_nested(7))
+            }
+
+            /// A heap profile dump (Tachyon's tracking allocator, heapprofd).
+            ///
+            /// Begins `perfetto.protos.ProfilePacket profile_packet = 37`.
+            ///
+            /// A member of oneof `data`: write at most one member (a protobuf parser keeps the last
+            /// one written); the view reads each member on its own.
+            ///
+            /// Fill in the returned writer; it ends (and its size is written) when it is dropped,
+            /// before this message can be written again.
+            #[inline(always)]
+            pub fn set_profile_packet(&mut self) -> ProfilePacket<'_> {
+                ::protozero::MessageWriter::from_message(self.0.begin_nested(37))
             }
 
             /// Written by the service only.
@@ -18593,7 +20005,7 @@ pub mod perfetto {
         /// protovms 125, zstd_compressed_packets 133.
         ///
         /// Not modelled: every other member of the `data` oneof (ftrace, Android,
-        /// Chrome, GPU, profiling packets, ...), whose numbers stay taken. Perfetto
+        /// Chrome, GPU, other profiling packets, ...), whose numbers stay taken. Perfetto
         /// also declares extension ranges (1000-1999 and several single numbers);
         /// Tachyon declares none, and uses one number of the range itself
         /// (tachyon_packets_dropped, below).
@@ -18607,7 +20019,7 @@ pub mod perfetto {
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct TracePacketView<'a> {
-            d: ::protozero::TypedDecoder<'a, 29>,
+            d: ::protozero::TypedDecoder<'a, 30>,
         }
 
         impl<'a> TracePacketView<'a> {
@@ -18637,26 +20049,27 @@ pub mod perfetto {
                     6 => ::core::option::Option::Some(4),
                     2 => ::core::option::Option::Some(5),
                     7 => ::core::option::Option::Some(6),
-                    89 => ::core::option::Option::Some(7),
-                    33 => ::core::option::Option::Some(8),
-                    35 => ::core::option::Option::Some(9),
-                    69 => ::core::option::Option::Some(10),
-                    90 => ::core::option::Option::Some(11),
-                    43..=44 => ::core::option::Option::Some(id as usize - 31),
-                    36 => ::core::option::Option::Some(14),
-                    50 => ::core::option::Option::Some(15),
-                    133 => ::core::option::Option::Some(16),
-                    900 => ::core::option::Option::Some(17),
-                    3 => ::core::option::Option::Some(18),
-                    10 => ::core::option::Option::Some(19),
-                    79 => ::core::option::Option::Some(20),
-                    12..=13 => ::core::option::Option::Some(id as usize + 9),
-                    41 => ::core::option::Option::Some(23),
-                    59 => ::core::option::Option::Some(24),
-                    42 => ::core::option::Option::Some(25),
-                    87 => ::core::option::Option::Some(26),
-                    98 => ::core::option::Option::Some(27),
-                    1900 => ::core::option::Option::Some(28),
+                    37 => ::core::option::Option::Some(7),
+                    89 => ::core::option::Option::Some(8),
+                    33 => ::core::option::Option::Some(9),
+                    35 => ::core::option::Option::Some(10),
+                    69 => ::core::option::Option::Some(11),
+                    90 => ::core::option::Option::Some(12),
+                    43..=44 => ::core::option::Option::Some(id as usize - 30),
+                    36 => ::core::option::Option::Some(15),
+                    50 => ::core::option::Option::Some(16),
+                    133 => ::core::option::Option::Some(17),
+                    900 => ::core::option::Option::Some(18),
+                    3 => ::core::option::Option::Some(19),
+                    10 => ::core::option::Option::Some(20),
+                    79 => ::core::option::Option::Some(21),
+                    12..=13 => ::core::option::Option::Some(id as usize + 10),
+                    41 => ::core::option::Option::Some(24),
+                    59 => ::core::option::Option::Some(25),
+                    42 => ::core::option::Option::Some(26),
+                    87 => ::core::option::Option::Some(27),
+                    98 => ::core::option::Option::Some(28),
+                    1900 => ::core::option::Option::Some(29),
                     _ => ::core::option::Option::None,
                 }
             }
@@ -18795,6 +20208,28 @@ pub mod perfetto {
                 ::protozero::gen_support::has_len(&self.d, 6)
             }
 
+            /// A heap profile dump (Tachyon's tracking allocator, heapprofd).
+            ///
+            /// The last occurrence (an empty message when absent) of `perfetto.protos.ProfilePacket
+            /// profile_packet = 37`.
+            ///
+            /// A member of oneof `data`: write at most one member (a protobuf parser keeps the last
+            /// one written); the view reads each member on its own.
+            ///
+            /// # Errors
+            ///
+            /// The first malformation if the nested message is not well-formed.
+            #[inline]
+            pub fn profile_packet(&self) -> ::core::result::Result<ProfilePacketView<'a>, ::protozero::DecodeError> {
+                ProfilePacketView::decode(::protozero::gen_support::bytes(&self.d, 7, b""))
+            }
+
+            /// Whether `profile_packet` (field 37) occurs with the right wire type.
+            #[inline]
+            pub fn has_profile_packet(&self) -> bool {
+                ::protozero::gen_support::has_len(&self.d, 7)
+            }
+
             /// Written by the service only.
             ///
             /// The last occurrence (an empty message when absent) of `perfetto.protos.TraceUuid
@@ -18808,13 +20243,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn trace_uuid(&self) -> ::core::result::Result<TraceUuidView<'a>, ::protozero::DecodeError> {
-                TraceUuidView::decode(::protozero::gen_support::bytes(&self.d, 7, b""))
+                TraceUuidView::decode(::protozero::gen_support::bytes(&self.d, 8, b""))
             }
 
             /// Whether `trace_uuid` (field 89) occurs with the right wire type.
             #[inline]
             pub fn has_trace_uuid(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 7)
+                ::protozero::gen_support::has_len(&self.d, 8)
             }
 
             /// The last occurrence (an empty message when absent) of `perfetto.protos.TraceConfig
@@ -18828,13 +20263,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn trace_config(&self) -> ::core::result::Result<TraceConfigView<'a>, ::protozero::DecodeError> {
-                TraceConfigView::decode(::protozero::gen_support::bytes(&self.d, 8, b""))
+                TraceConfigView::decode(::protozero::gen_support::bytes(&self.d, 9, b""))
             }
 
             /// Whether `trace_config` (field 33) occurs with the right wire type.
             #[inline]
             pub fn has_trace_config(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 8)
+                ::protozero::gen_support::has_len(&self.d, 9)
             }
 
             /// The last occurrence (an empty message when absent) of `perfetto.protos.TraceStats
@@ -18848,13 +20283,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn trace_stats(&self) -> ::core::result::Result<TraceStatsView<'a>, ::protozero::DecodeError> {
-                TraceStatsView::decode(::protozero::gen_support::bytes(&self.d, 9, b""))
+                TraceStatsView::decode(::protozero::gen_support::bytes(&self.d, 10, b""))
             }
 
             /// Whether `trace_stats` (field 35) occurs with the right wire type.
             #[inline]
             pub fn has_trace_stats(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 9)
+                ::protozero::gen_support::has_len(&self.d, 10)
             }
 
             /// The last occurrence (an empty message when absent) of
@@ -18868,13 +20303,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn service_event(&self) -> ::core::result::Result<TracingServiceEventView<'a>, ::protozero::DecodeError> {
-                TracingServiceEventView::decode(::protozero::gen_support::bytes(&self.d, 10, b""))
+                TracingServiceEventView::decode(::protozero::gen_support::bytes(&self.d, 11, b""))
             }
 
             /// Whether `service_event` (field 69) occurs with the right wire type.
             #[inline]
             pub fn has_service_event(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 10)
+                ::protozero::gen_support::has_len(&self.d, 11)
             }
 
             /// The last occurrence (an empty message when absent) of
@@ -18888,13 +20323,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn track_event_range_of_interest(&self) -> ::core::result::Result<TrackEventRangeOfInterestView<'a>, ::protozero::DecodeError> {
-                TrackEventRangeOfInterestView::decode(::protozero::gen_support::bytes(&self.d, 11, b""))
+                TrackEventRangeOfInterestView::decode(::protozero::gen_support::bytes(&self.d, 12, b""))
             }
 
             /// Whether `track_event_range_of_interest` (field 90) occurs with the right wire type.
             #[inline]
             pub fn has_track_event_range_of_interest(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 11)
+                ::protozero::gen_support::has_len(&self.d, 12)
             }
 
             /// Legacy per-sequence descriptors; new writers use TrackDescriptor.
@@ -18910,13 +20345,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn process_descriptor(&self) -> ::core::result::Result<ProcessDescriptorView<'a>, ::protozero::DecodeError> {
-                ProcessDescriptorView::decode(::protozero::gen_support::bytes(&self.d, 12, b""))
+                ProcessDescriptorView::decode(::protozero::gen_support::bytes(&self.d, 13, b""))
             }
 
             /// Whether `process_descriptor` (field 43) occurs with the right wire type.
             #[inline]
             pub fn has_process_descriptor(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 12)
+                ::protozero::gen_support::has_len(&self.d, 13)
             }
 
             /// The last occurrence (an empty message when absent) of
@@ -18930,13 +20365,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn thread_descriptor(&self) -> ::core::result::Result<ThreadDescriptorView<'a>, ::protozero::DecodeError> {
-                ThreadDescriptorView::decode(::protozero::gen_support::bytes(&self.d, 13, b""))
+                ThreadDescriptorView::decode(::protozero::gen_support::bytes(&self.d, 14, b""))
             }
 
             /// Whether `thread_descriptor` (field 44) occurs with the right wire type.
             #[inline]
             pub fn has_thread_descriptor(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 13)
+                ::protozero::gen_support::has_len(&self.d, 14)
             }
 
             /// Written by the service every ~10 s: the 16 bytes of the UUID
@@ -18949,13 +20384,13 @@ pub mod perfetto {
             /// one written); the view reads each member on its own.
             #[inline]
             pub fn synchronization_marker(&self) -> &'a [u8] {
-                ::protozero::gen_support::bytes(&self.d, 14, b"")
+                ::protozero::gen_support::bytes(&self.d, 15, b"")
             }
 
             /// Whether `synchronization_marker` (field 36) occurs with the right wire type.
             #[inline]
             pub fn has_synchronization_marker(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 14)
+                ::protozero::gen_support::has_len(&self.d, 15)
             }
 
             /// Zero or more serialized TracePacket records (as in Trace), compressed
@@ -18967,13 +20402,13 @@ pub mod perfetto {
             /// one written); the view reads each member on its own.
             #[inline]
             pub fn compressed_packets(&self) -> &'a [u8] {
-                ::protozero::gen_support::bytes(&self.d, 15, b"")
+                ::protozero::gen_support::bytes(&self.d, 16, b"")
             }
 
             /// Whether `compressed_packets` (field 50) occurs with the right wire type.
             #[inline]
             pub fn has_compressed_packets(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 15)
+                ::protozero::gen_support::has_len(&self.d, 16)
             }
 
             /// Same as compressed_packets, compressed with zstd.
@@ -18984,13 +20419,13 @@ pub mod perfetto {
             /// one written); the view reads each member on its own.
             #[inline]
             pub fn zstd_compressed_packets(&self) -> &'a [u8] {
-                ::protozero::gen_support::bytes(&self.d, 16, b"")
+                ::protozero::gen_support::bytes(&self.d, 17, b"")
             }
 
             /// Whether `zstd_compressed_packets` (field 133) occurs with the right wire type.
             #[inline]
             pub fn has_zstd_compressed_packets(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 16)
+                ::protozero::gen_support::has_len(&self.d, 17)
             }
 
             /// Test payload.
@@ -19006,13 +20441,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn for_testing(&self) -> ::core::result::Result<TestEventView<'a>, ::protozero::DecodeError> {
-                TestEventView::decode(::protozero::gen_support::bytes(&self.d, 17, b""))
+                TestEventView::decode(::protozero::gen_support::bytes(&self.d, 18, b""))
             }
 
             /// Whether `for_testing` (field 900) occurs with the right wire type.
             #[inline]
             pub fn has_for_testing(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 17)
+                ::protozero::gen_support::has_len(&self.d, 18)
             }
 
             /// The last occurrence, or the default, of `int32 trusted_uid = 3`.
@@ -19021,13 +20456,13 @@ pub mod perfetto {
             /// parser keeps the last one written); the view reads each member on its own.
             #[inline]
             pub fn trusted_uid(&self) -> i32 {
-                ::protozero::gen_support::int32(&self.d, 18, 0)
+                ::protozero::gen_support::int32(&self.d, 19, 0)
             }
 
             /// Whether `trusted_uid` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_trusted_uid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 18)
+                ::protozero::gen_support::has_varint(&self.d, 19)
             }
 
             /// The last occurrence, or the default, of `uint32 trusted_packet_sequence_id = 10`.
@@ -19036,13 +20471,13 @@ pub mod perfetto {
             /// protobuf parser keeps the last one written); the view reads each member on its own.
             #[inline]
             pub fn trusted_packet_sequence_id(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 19, 0)
+                ::protozero::gen_support::uint32(&self.d, 20, 0)
             }
 
             /// Whether `trusted_packet_sequence_id` (field 10) occurs with the right wire type.
             #[inline]
             pub fn has_trusted_packet_sequence_id(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 19)
+                ::protozero::gen_support::has_varint(&self.d, 20)
             }
 
             /// Written by the service: pid of the producer.
@@ -19050,13 +20485,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional int32 trusted_pid = 79`.
             #[inline]
             pub fn trusted_pid(&self) -> i32 {
-                ::protozero::gen_support::int32(&self.d, 20, 0)
+                ::protozero::gen_support::int32(&self.d, 21, 0)
             }
 
             /// Whether `trusted_pid` (field 79) occurs with the right wire type.
             #[inline]
             pub fn has_trusted_pid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 20)
+                ::protozero::gen_support::has_varint(&self.d, 21)
             }
 
             /// New interning entries for this sequence, valid until the next
@@ -19070,25 +20505,25 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn interned_data(&self) -> ::core::result::Result<InternedDataView<'a>, ::protozero::DecodeError> {
-                InternedDataView::decode(::protozero::gen_support::bytes(&self.d, 21, b""))
+                InternedDataView::decode(::protozero::gen_support::bytes(&self.d, 22, b""))
             }
 
             /// Whether `interned_data` (field 12) occurs with the right wire type.
             #[inline]
             pub fn has_interned_data(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 21)
+                ::protozero::gen_support::has_len(&self.d, 22)
             }
 
             /// The last occurrence, or the default, of `optional uint32 sequence_flags = 13`.
             #[inline]
             pub fn sequence_flags(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 22, 0)
+                ::protozero::gen_support::uint32(&self.d, 23, 0)
             }
 
             /// Whether `sequence_flags` (field 13) occurs with the right wire type.
             #[inline]
             pub fn has_sequence_flags(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 22)
+                ::protozero::gen_support::has_varint(&self.d, 23)
             }
 
             /// Deprecated form of SEQ_INCREMENTAL_STATE_CLEARED.
@@ -19097,13 +20532,13 @@ pub mod perfetto {
             /// 41`.
             #[inline]
             pub fn incremental_state_cleared(&self) -> bool {
-                ::protozero::gen_support::bool(&self.d, 23, false)
+                ::protozero::gen_support::bool(&self.d, 24, false)
             }
 
             /// Whether `incremental_state_cleared` (field 41) occurs with the right wire type.
             #[inline]
             pub fn has_incremental_state_cleared(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 23)
+                ::protozero::gen_support::has_varint(&self.d, 24)
             }
 
             /// Defaults for later packets of this sequence; re-emitted after every
@@ -19117,13 +20552,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn trace_packet_defaults(&self) -> ::core::result::Result<TracePacketDefaultsView<'a>, ::protozero::DecodeError> {
-                TracePacketDefaultsView::decode(::protozero::gen_support::bytes(&self.d, 24, b""))
+                TracePacketDefaultsView::decode(::protozero::gen_support::bytes(&self.d, 25, b""))
             }
 
             /// Whether `trace_packet_defaults` (field 59) occurs with the right wire type.
             #[inline]
             pub fn has_trace_packet_defaults(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 24)
+                ::protozero::gen_support::has_len(&self.d, 25)
             }
 
             /// Non-zero if packets of this sequence were lost right before this one
@@ -19135,13 +20570,13 @@ pub mod perfetto {
             /// 42`.
             #[inline]
             pub fn previous_packet_dropped(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 25, 0)
+                ::protozero::gen_support::uint32(&self.d, 26, 0)
             }
 
             /// Whether `previous_packet_dropped` (field 42) occurs with the right wire type.
             #[inline]
             pub fn has_previous_packet_dropped(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 25)
+                ::protozero::gen_support::has_varint(&self.d, 26)
             }
 
             /// Set by the writer on the very first packet of a sequence, so a reader
@@ -19151,13 +20586,13 @@ pub mod perfetto {
             /// 87`.
             #[inline]
             pub fn first_packet_on_sequence(&self) -> bool {
-                ::protozero::gen_support::bool(&self.d, 26, false)
+                ::protozero::gen_support::bool(&self.d, 27, false)
             }
 
             /// Whether `first_packet_on_sequence` (field 87) occurs with the right wire type.
             #[inline]
             pub fn has_first_packet_on_sequence(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 26)
+                ::protozero::gen_support::has_varint(&self.d, 27)
             }
 
             /// Written by the service: id of the machine the producer runs on
@@ -19166,13 +20601,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint32 machine_id = 98`.
             #[inline]
             pub fn machine_id(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 27, 0)
+                ::protozero::gen_support::uint32(&self.d, 28, 0)
             }
 
             /// Whether `machine_id` (field 98) occurs with the right wire type.
             #[inline]
             pub fn has_machine_id(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 27)
+                ::protozero::gen_support::has_varint(&self.d, 28)
             }
 
             /// Tachyon's extension (a number in Perfetto's TracePacket extension range,
@@ -19187,13 +20622,13 @@ pub mod perfetto {
             /// 1900`.
             #[inline]
             pub fn tachyon_packets_dropped(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 28, 0)
+                ::protozero::gen_support::uint64(&self.d, 29, 0)
             }
 
             /// Whether `tachyon_packets_dropped` (field 1900) occurs with the right wire type.
             #[inline]
             pub fn has_tachyon_packets_dropped(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 28)
+                ::protozero::gen_support::has_varint(&self.d, 29)
             }
         }
 

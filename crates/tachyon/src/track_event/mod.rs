@@ -197,13 +197,30 @@ impl ZoneGuard {
     }
 }
 
+/// Set in [`ZoneGuard::session`] when the zone's begin was pushed on the memory tracker's
+/// zone stack (`alloc`), so its end pops it (session numbers stay far below).
+const ZONE_PUSHED: u32 = 1 << 31;
+
 impl Drop for ZoneGuard {
     #[inline(always)]
     fn drop(&mut self) {
         if self.session != 0 {
-            __rt::zone_end(self.session);
+            __rt::zone_end(self.session & !ZONE_PUSHED);
+            if self.session & ZONE_PUSHED != 0 {
+                crate::alloc::zone_pop();
+            }
         }
     }
+}
+
+/// A recorded zone began: tell the memory tracker, if it attributes allocations to zones.
+#[inline(always)]
+fn memory_zone(cs: &'static Callsite, session: u32) -> u32 {
+    if session != 0 && crate::alloc::zones_on() {
+        crate::alloc::zone_push(cs);
+        return session | ZONE_PUSHED;
+    }
+    session
 }
 
 // === Flows ===
@@ -386,7 +403,7 @@ pub mod __rt {
         ZoneGuard {
             session: {
                 debug_assert_eq!(en.id, cs.id());
-                state::named_event::<{ encode::TYPE_SLICE_BEGIN }>(cs)
+                memory_zone(cs, state::named_event::<{ encode::TYPE_SLICE_BEGIN }>(cs))
             },
             _not_send: PhantomData,
         }
@@ -410,7 +427,7 @@ pub mod __rt {
             st.session()
         });
         ZoneGuard {
-            session: session.unwrap_or(0),
+            session: memory_zone(cs, session.unwrap_or(0)),
             _not_send: PhantomData,
         }
     }

@@ -1,0 +1,168 @@
+//! What the tracking allocator costs, in one run (group `alloc`): a 64-byte allocation, its
+//! 64 bytes written, and its free — what `Box::new([0u8; 64])` and its drop do. Every variant
+//! runs the same code over a different allocator (`GlobalAlloc` calls, as `Box` makes through
+//! the `__rust_alloc` shim), because one binary has one global allocator:
+//!
+//! - `alloc/system`: `std::alloc::System`, the plain system allocator.
+//! - `alloc/tracked/off`: `Tracked<System>` (this binary's global allocator) with no session:
+//!   one relaxed load more per call.
+//! - `alloc/tracked/exact`: the same while a session records every allocation and free (goal:
+//!   ≤ 4× `alloc/system`). The hook appends two records to the thread's ring; the
+//!   `tachyon-memory` thread applies them to the live table meanwhile, and when it falls behind
+//!   the ring fills and the allocating thread waits: the figure includes that back-pressure.
+//! - `alloc/tracked/sampled`: the same while a session samples every 4096 bytes on average
+//!   (heapprofd's default; goal: ≤ 1.2× `alloc/system`).
+//!
+//! Run: `cargo bench -p tachyon --bench alloc`.
+//!
+//! With `TACHYON_ALLOC_RATIO=N` the bench skips criterion and measures the goals' ratios on a
+//! machine others share: per mode (off, exact, sampled) N rounds, each timing 20 000 pairs on
+//! `System` then 20 000 on the tracking allocator back to back, and prints the median and
+//! quartiles of the per-round ratio (load that comes and goes hits both halves of a round
+//! alike, which criterion's separate runs cannot promise).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{criterion_group, Criterion, Throughput};
+use tachyon::alloc::{MemoryConfig, MemoryMode, Tracked};
+use tachyon::Config;
+
+#[global_allocator]
+static ALLOC: Tracked<System> = Tracked::new(System);
+
+/// One allocation, its bytes written, its free.
+#[inline(always)]
+fn pair<A: GlobalAlloc>(a: &A, layout: Layout) {
+    // SAFETY: a non-zero layout; the block is checked, written within its size and freed with
+    // the same layout by the same allocator.
+    unsafe {
+        let p = a.alloc(layout);
+        assert!(!p.is_null());
+        p.cast::<[u8; 64]>().write(black_box([0u8; 64]));
+        black_box(p);
+        a.dealloc(p, layout);
+    }
+}
+
+fn session(mode: MemoryMode) {
+    tachyon::start(Config {
+        output: None,
+        buffer_size: 64 << 20,
+        memory: MemoryConfig {
+            mode,
+            counter_period: Duration::from_millis(1),
+            ..MemoryConfig::default()
+        },
+        ..Config::default()
+    })
+    .expect("start the session");
+}
+
+fn bench(c: &mut Criterion) {
+    let layout = Layout::new::<[u8; 64]>();
+    let mut g = c.benchmark_group("alloc");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("system", |b| b.iter(|| pair(&System, layout)));
+    g.bench_function("tracked/off", |b| b.iter(|| pair(&ALLOC, layout)));
+    session(MemoryMode::Exact);
+    g.bench_function("tracked/exact", |b| b.iter(|| pair(&ALLOC, layout)));
+    let report = tachyon::shutdown().expect("stop").expect("a session");
+    let exact = report.memory.expect("tracking ran");
+    session(MemoryMode::Sampled { interval: 4096 });
+    g.bench_function("tracked/sampled", |b| b.iter(|| pair(&ALLOC, layout)));
+    let report = tachyon::shutdown().expect("stop").expect("a session");
+    let sampled = report.memory.expect("tracking ran");
+    g.finish();
+    eprintln!("exact session: {exact}");
+    eprintln!("sampled session: {sampled}");
+}
+
+criterion_group!(benches, bench);
+
+/// CPU time (ns) the thread named `name` has used (`/proc/self/task/*/schedstat`).
+fn thread_cpu_ns(name: &str) -> Option<u64> {
+    for t in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if comm.trim() == name {
+            let s = std::fs::read_to_string(t.path().join("schedstat")).ok()?;
+            return s.split_whitespace().next()?.parse().ok();
+        }
+    }
+    None
+}
+
+fn ratio(rounds: usize) {
+    let layout = Layout::new::<[u8; 64]>();
+    const PAIRS: u32 = 20_000;
+    let time = |f: &dyn Fn()| {
+        let t = std::time::Instant::now();
+        for _ in 0..PAIRS {
+            f();
+        }
+        t.elapsed().as_nanos() as f64 / f64::from(PAIRS)
+    };
+    for mode in [
+        None,
+        Some(MemoryMode::Exact),
+        Some(MemoryMode::Sampled { interval: 4096 }),
+    ] {
+        if let Some(m) = mode {
+            session(m);
+        }
+        let mut ratios = Vec::new();
+        let (mut sys, mut tracked) = (Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            let s = time(&|| pair(&System, layout));
+            let t = time(&|| pair(&ALLOC, layout));
+            sys.push(s);
+            tracked.push(t);
+            ratios.push(t / s);
+        }
+        // Over the whole session (the records of every round).
+        let mut tracker_cpu_ns = mode.and_then(|_| thread_cpu_ns("tachyon-memory"));
+        let summary = mode.map(|_| tachyon::shutdown().expect("stop").expect("a session"));
+        for v in [&mut ratios, &mut sys, &mut tracked] {
+            v.sort_by(f64::total_cmp);
+        }
+        let q = |v: &[f64], f: f64| v[((v.len() - 1) as f64 * f) as usize];
+        let name = match mode {
+            None => "tracked/off".to_owned(),
+            Some(MemoryMode::Exact) => "tracked/exact".to_owned(),
+            Some(m) => format!("tracked/{m}"),
+        };
+        println!(
+            "alloc/{name}: ratio to alloc/system median {:.2} (quartiles {:.2}..{:.2}); per pair median {:.1} ns vs {:.1} ns",
+            q(&ratios, 0.5),
+            q(&ratios, 0.25),
+            q(&ratios, 0.75),
+            q(&tracked, 0.5),
+            q(&sys, 0.5),
+        );
+        if let Some(m) = summary.and_then(|r| r.memory) {
+            println!("  {m}");
+            // The tracker's CPU per record (2 records per pair).
+            if let Some(cpu) = tracker_cpu_ns.take() {
+                let records = 2.0 * m.heaps[0].alloc_count as f64;
+                println!(
+                    "  tachyon-memory thread: {:.1} ns of CPU per record ({} records)",
+                    cpu as f64 / records,
+                    records
+                );
+            }
+        }
+    }
+}
+
+fn main() {
+    if let Some(n) = std::env::var("TACHYON_ALLOC_RATIO")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        ratio(n);
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

@@ -1,0 +1,890 @@
+//! The recording side of the tracking allocator: per-thread record rings, the thread-local
+//! state (reentrancy guard, sampler, zone stack), the sampled-address filter.
+//!
+//! Nothing here allocates through the global allocator: rings come from `System` directly (or
+//! are the static orphan ring), the thread-local state is a `const` `thread_local!` of a type
+//! without `Drop` (so it is reachable at any time, also while the thread's TLS destructors
+//! run), and thread exit is learnt from a `pthread` key destructor, which glibc runs after the
+//! Rust TLS destructors.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::{Cell, UnsafeCell};
+use std::ptr;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex};
+
+use crate::track_event::Callsite;
+
+/// Deepest zone stack a site records (deeper zones are counted in the depth but not kept:
+/// their allocations are attributed to the deepest zone kept).
+pub const MAX_ZONES: usize = 32;
+
+pub(crate) const KIND_ALLOC: u64 = 1;
+pub(crate) const KIND_FREE: u64 = 2;
+pub(crate) const KIND_POOL_ALLOC: u64 = 3;
+pub(crate) const KIND_POOL_FREE: u64 = 4;
+pub(crate) const KIND_POOL_DISCARD: u64 = 5;
+/// In a free's `meta`: the address was found through the overflow filter, not the sampled
+/// table (the tracker decrements the filter when it matches a sampled block).
+pub(crate) const FREE_FROM_FILTER: u64 = 1 << 24;
+
+/// `ACTIVE` values: what the hook records.
+pub(crate) const OFF: u8 = 0;
+pub(crate) const EXACT: u8 = 1;
+pub(crate) const SAMPLED: u8 = 2;
+/// Set while a session starts: the next allocation through [`Tracked`](super::Tracked) sets
+/// [`INSTALLED`].
+pub(crate) const PROBE: u8 = 0x80;
+
+/// The one load the hook makes when nothing is recorded.
+pub(crate) static ACTIVE: AtomicU8 = AtomicU8::new(OFF);
+/// [`Tracked`](super::Tracked) is the global allocator (seen during a probe).
+pub(crate) static INSTALLED: AtomicBool = AtomicBool::new(false);
+
+/// Allocations that returned null.
+pub(crate) static FAILED: AtomicU64 = AtomicU64::new(0);
+/// Events not recorded because the thread was already inside the hook or is the tracker.
+pub(crate) static UNTRACKED: AtomicU64 = AtomicU64::new(0);
+/// Records dropped because a ring stayed full (or no ring could be had).
+pub(crate) static LOST: AtomicU64 = AtomicU64::new(0);
+
+/// One event: 32 bytes. `meta` = kind (bits 0..8) | pool (8..24) | site (32..64).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Record {
+    pub(crate) addr: u64,
+    /// Bytes (sampled: the bytes the sample stands for).
+    pub(crate) size: u64,
+    /// Raw clock counter reading (`Clock::ticks`).
+    pub(crate) ticks: u64,
+    pub(crate) meta: u64,
+}
+
+impl Record {
+    const ZERO: Record = Record {
+        addr: 0,
+        size: 0,
+        ticks: 0,
+        meta: 0,
+    };
+
+    pub(crate) fn kind(&self) -> u64 {
+        self.meta & 0xff
+    }
+
+    pub(crate) fn pool(&self) -> u16 {
+        (self.meta >> 8) as u16
+    }
+
+    pub(crate) fn site(&self) -> u32 {
+        (self.meta >> 32) as u32
+    }
+}
+
+/// Records per ring: 128 KiB per thread.
+pub(crate) const RING_CAP: usize = 4096;
+
+/// How long a thread waits for room in its full ring before it drops the record (counted).
+const FULL_RING_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+
+const RING_FREE: u8 = 0;
+const RING_OWNED: u8 = 1;
+const RING_EXITED: u8 = 2;
+
+/// A single-producer (the owning thread) single-consumer (the tracker) ring of records.
+pub(crate) struct Ring {
+    head: AtomicUsize,
+    tail: AtomicUsize,
+    owner: AtomicU8,
+    tid: AtomicI32,
+    buf: [UnsafeCell<Record>; RING_CAP],
+}
+
+// SAFETY: `buf` slots are written only by the producer between `tail` and `head + 1` and read
+// only by the consumer below `head` (published with release/acquire): no slot is accessed by
+// both at once. The orphan ring's producers serialize on `ORPHAN_LOCK`.
+unsafe impl Sync for Ring {}
+
+impl Ring {
+    const fn new() -> Ring {
+        Ring {
+            head: AtomicUsize::new(0),
+            tail: AtomicUsize::new(0),
+            owner: AtomicU8::new(RING_OWNED),
+            tid: AtomicI32::new(0),
+            buf: [const { UnsafeCell::new(Record::ZERO) }; RING_CAP],
+        }
+    }
+
+    /// Appends `rec`; waits (yielding, bounded) while the ring is full and a tracker drains it;
+    /// `false` if it stayed full.
+    fn push(&self, rec: Record, may_wait: bool) -> bool {
+        let h = self.head.load(Ordering::Relaxed);
+        let mut t = self.tail.load(Ordering::Acquire);
+        let used = h.wrapping_sub(t);
+        if used >= RING_CAP / 2 {
+            wake_tracker();
+        }
+        if used >= RING_CAP {
+            // Wait for the tracker, bounded: it may need a lock this thread holds (an
+            // allocation made under one of the SDK's locks), so waiting forever could deadlock.
+            let mut spins = 0u32;
+            let mut since: Option<std::time::Instant> = None;
+            loop {
+                if spins % 64 == 63 {
+                    let start = *since.get_or_insert_with(std::time::Instant::now);
+                    if start.elapsed() > FULL_RING_WAIT {
+                        LOST.fetch_add(1, Ordering::Relaxed);
+                        return false;
+                    }
+                }
+                if !may_wait || !TRACKER_RUNNING.load(Ordering::Relaxed) {
+                    LOST.fetch_add(1, Ordering::Relaxed);
+                    return false;
+                }
+                wake_tracker();
+                std::thread::yield_now();
+                spins = spins.wrapping_add(1);
+                t = self.tail.load(Ordering::Acquire);
+                if h.wrapping_sub(t) < RING_CAP {
+                    break;
+                }
+            }
+        }
+        // SAFETY: slot `h` is outside what the consumer may read (it reads below `head`), and
+        // only this producer writes (see the `Sync` impl).
+        unsafe { *self.buf[h % RING_CAP].get() = rec };
+        self.head.store(h.wrapping_add(1), Ordering::Release);
+        true
+    }
+
+    /// Moves the published records into `out` (consumer side).
+    fn drain_into(&self, out: &mut Vec<Record>) -> usize {
+        let t = self.tail.load(Ordering::Relaxed);
+        let h = self.head.load(Ordering::Acquire);
+        let n = h.wrapping_sub(t);
+        for i in 0..n {
+            // SAFETY: slots in `[t, h)` were published by the producer's release store of
+            // `head` (acquired above) and are not written again until `tail` passes them.
+            out.push(unsafe { *self.buf[t.wrapping_add(i) % RING_CAP].get() });
+        }
+        self.tail.store(h, Ordering::Release);
+        n
+    }
+}
+
+/// Every ring ever made (they are reused, never freed).
+const MAX_RINGS: usize = 1024;
+static RINGS: [AtomicPtr<Ring>; MAX_RINGS] = [const { AtomicPtr::new(ptr::null_mut()) }; MAX_RINGS];
+
+/// The ring of threads that have none (exited, or no ring could be made), behind a spin lock.
+static ORPHAN: Ring = Ring::new();
+static ORPHAN_LOCK: AtomicBool = AtomicBool::new(false);
+
+/// Whether a tracker drains the rings (producers only wait for a full ring then).
+pub(crate) static TRACKER_RUNNING: AtomicBool = AtomicBool::new(false);
+static WAKE: AtomicBool = AtomicBool::new(false);
+static WAKE_LOCK: Mutex<()> = Mutex::new(());
+pub(crate) static WAKE_CV: Condvar = Condvar::new();
+
+/// Asks the tracker for a pass now (at most once per pass: a lock taken and released and a
+/// futex wake; no allocation). Taking the lock orders the wake after the tracker's check of
+/// `WAKE`, so the wake cannot fall between that check and its wait.
+fn wake_tracker() {
+    if !WAKE.swap(true, Ordering::AcqRel) {
+        drop(WAKE_LOCK.lock());
+        WAKE_CV.notify_one();
+    }
+}
+
+/// The tracker's wait: until woken or `timeout`, unless a wake is already pending.
+pub(crate) fn wait_for_work(timeout: std::time::Duration) {
+    let g = WAKE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    if !WAKE.load(Ordering::Acquire) {
+        let _ = WAKE_CV.wait_timeout(g, timeout);
+    }
+}
+
+/// The tracker's side: clears the wake request before a pass.
+pub(crate) fn take_wake() -> bool {
+    WAKE.swap(false, Ordering::AcqRel)
+}
+
+/// A ring as the tracker sees it.
+pub(crate) struct RingView {
+    pub(crate) ring: &'static Ring,
+}
+
+impl RingView {
+    pub(crate) fn tid(&self) -> i32 {
+        self.ring.tid.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn drain_into(&self, out: &mut Vec<Record>) -> usize {
+        self.ring.drain_into(out)
+    }
+
+    /// After a drain: an exited thread's ring becomes free for the next thread once empty.
+    pub(crate) fn recycle_if_exited(&self) {
+        let r = self.ring;
+        if r.owner.load(Ordering::Acquire) == RING_EXITED
+            && r.head.load(Ordering::Acquire) == r.tail.load(Ordering::Relaxed)
+        {
+            r.owner.store(RING_FREE, Ordering::Release);
+        }
+    }
+}
+
+/// Every ring, the orphan ring first.
+pub(crate) fn rings() -> impl Iterator<Item = RingView> {
+    std::iter::once(RingView { ring: &ORPHAN }).chain(
+        RINGS
+            .iter()
+            .map(|s| s.load(Ordering::Acquire))
+            .take_while(|p| !p.is_null())
+            .map(|p| {
+                // SAFETY: rings in `RINGS` are never freed.
+                let ring = unsafe { &*p };
+                RingView { ring }
+            }),
+    )
+}
+
+// === Thread exit ===
+
+extern "C" {
+    fn pthread_key_create(
+        key: *mut u32,
+        dtor: Option<unsafe extern "C" fn(*mut std::ffi::c_void)>,
+    ) -> i32;
+    fn pthread_setspecific(key: u32, value: *const std::ffi::c_void) -> i32;
+}
+
+const KEY_UNSET: u32 = u32::MAX;
+const KEY_BUSY: u32 = u32::MAX - 1;
+static KEY: AtomicU32 = AtomicU32::new(KEY_UNSET);
+
+/// The key whose destructor gives a thread's ring back (created once, without allocating
+/// through Rust).
+fn exit_key() -> Option<u32> {
+    loop {
+        match KEY.load(Ordering::Acquire) {
+            KEY_UNSET => {
+                if KEY
+                    .compare_exchange(KEY_UNSET, KEY_BUSY, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    let mut k = 0u32;
+                    // SAFETY: `k` is a valid out pointer; `ring_exit` is a plain extern "C" fn
+                    // that lives for the whole program.
+                    let rc = unsafe { pthread_key_create(&mut k, Some(ring_exit)) };
+                    let v = if rc == 0 && k < KEY_BUSY {
+                        k
+                    } else {
+                        KEY_BUSY - 1
+                    };
+                    KEY.store(v, Ordering::Release);
+                }
+            }
+            KEY_BUSY => std::hint::spin_loop(),
+            k if k == KEY_BUSY - 1 => return None,
+            k => return Some(k),
+        }
+    }
+}
+
+/// `pthread` key destructor: the thread is exiting (its Rust TLS destructors have run). Later
+/// events of this thread go to the orphan ring.
+unsafe extern "C" fn ring_exit(p: *mut std::ffi::c_void) {
+    let _ = LOCAL.try_with(|l| {
+        l.ring.set(ptr::null());
+        l.state.set(STATE_EXITED);
+    });
+    if !p.is_null() {
+        // SAFETY: the value set for the key is this thread's ring, never freed.
+        let ring = unsafe { &*(p as *const Ring) };
+        ring.owner.store(RING_EXITED, Ordering::Release);
+    }
+}
+
+fn current_tid() -> i32 {
+    #[cfg(target_os = "linux")]
+    {
+        extern "C" {
+            fn gettid() -> i32;
+        }
+        // SAFETY: gettid has no preconditions.
+        unsafe { gettid() }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        0
+    }
+}
+
+/// A free ring for this thread (reused or new), registered for its exit; null if none.
+fn claim_ring() -> *const Ring {
+    let tid = current_tid();
+    let mut found: *mut Ring = ptr::null_mut();
+    for slot in &RINGS {
+        let p = slot.load(Ordering::Acquire);
+        if p.is_null() {
+            break;
+        }
+        // SAFETY: registered rings are never freed.
+        let r = unsafe { &*p };
+        if r.owner
+            .compare_exchange(RING_FREE, RING_OWNED, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+        {
+            found = p;
+            break;
+        }
+    }
+    if found.is_null() {
+        let layout = Layout::new::<Ring>();
+        // SAFETY: the layout is not zero-sized. All-zero bytes are a valid `Ring` (atomics
+        // and records of zeros).
+        let p = unsafe { System.alloc_zeroed(layout) }.cast::<Ring>();
+        if p.is_null() {
+            return ptr::null();
+        }
+        // SAFETY: `p` is a valid, exclusively owned `Ring`.
+        unsafe { (*p).owner.store(RING_OWNED, Ordering::Relaxed) };
+        let mut placed = false;
+        for slot in &RINGS {
+            if slot
+                .compare_exchange(ptr::null_mut(), p, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                placed = true;
+                break;
+            }
+        }
+        if !placed {
+            // SAFETY: `p` came from `System.alloc_zeroed` with this layout and was never shared.
+            unsafe { System.dealloc(p.cast(), layout) };
+            return ptr::null();
+        }
+        found = p;
+    }
+    // SAFETY: `found` is a registered ring this thread now owns.
+    let ring = unsafe { &*found };
+    ring.tid.store(tid, Ordering::Relaxed);
+    match exit_key() {
+        // SAFETY: a valid key; the value is the ring, which outlives the thread.
+        Some(k) if unsafe { pthread_setspecific(k, found.cast()) } == 0 => {}
+        // No exit notification: the ring stays this thread's (a leak of one ring, at worst).
+        _ => {}
+    }
+    found
+}
+
+// === Thread-local state ===
+
+const STATE_FRESH: u8 = 0;
+const STATE_RING: u8 = 1;
+const STATE_EXITED: u8 = 2;
+
+struct Local {
+    ring: Cell<*const Ring>,
+    state: Cell<u8>,
+    /// Inside the hook, or the tracker's thread: events are not recorded.
+    busy: Cell<bool>,
+    /// Sampler: bytes left to the next sample (≤ 0: draw a new gap).
+    to_sample: Cell<i64>,
+    rng: Cell<u64>,
+    /// The sampler generation it was drawn for (a new session restarts it).
+    sampler_gen: Cell<u32>,
+    /// Open zones (callsite addresses) and the interned path of each prefix.
+    depth: Cell<u32>,
+    interned: Cell<u32>,
+    zones: [Cell<usize>; MAX_ZONES],
+    paths: [Cell<u32>; MAX_ZONES],
+}
+
+thread_local! {
+    static LOCAL: Local = const {
+        Local {
+            ring: Cell::new(ptr::null()),
+            state: Cell::new(STATE_FRESH),
+            busy: Cell::new(false),
+            to_sample: Cell::new(0),
+            rng: Cell::new(0),
+            sampler_gen: Cell::new(0),
+            depth: Cell::new(0),
+            interned: Cell::new(0),
+            zones: [const { Cell::new(0) }; MAX_ZONES],
+            paths: [const { Cell::new(0) }; MAX_ZONES],
+        }
+    };
+}
+
+/// Marks this thread as the tracker's: nothing it allocates is recorded.
+pub(crate) fn set_untracked_thread() {
+    let _ = LOCAL.try_with(|l| l.busy.set(true));
+}
+
+/// Runs `f` with this thread's recording suspended (the zone-path interner).
+fn with_guard<R>(l: &Local, f: impl FnOnce() -> R) -> R {
+    let was = l.busy.replace(true);
+    let r = f();
+    l.busy.set(was);
+    r
+}
+
+fn push(l: &Local, rec: Record) {
+    match l.state.get() {
+        STATE_RING => {
+            // SAFETY: a non-null ring in `STATE_RING` is this thread's, never freed.
+            unsafe { &*l.ring.get() }.push(rec, true);
+            return;
+        }
+        STATE_FRESH => {
+            let r = claim_ring();
+            if !r.is_null() {
+                l.ring.set(r);
+                l.state.set(STATE_RING);
+                // SAFETY: as above.
+                unsafe { &*r }.push(rec, true);
+                return;
+            }
+            l.state.set(STATE_EXITED);
+        }
+        _ => {}
+    }
+    // The orphan ring, under its spin lock (bounded: a holder is never interrupted by this
+    // thread's own hook, whose guard is set).
+    let mut spins = 0u32;
+    while ORPHAN_LOCK
+        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        spins += 1;
+        if spins > 100_000 {
+            LOST.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        std::hint::spin_loop();
+    }
+    ORPHAN.push(rec, false);
+    ORPHAN_LOCK.store(false, Ordering::Release);
+}
+
+#[inline(always)]
+fn ticks() -> u64 {
+    let c = crate::clock::clock();
+    match c.counter_ticks() {
+        Some(t) => t,
+        None => c.ticks(),
+    }
+}
+
+/// The site of an event now: the interned path of the open zones (0: none).
+fn site(l: &Local) -> u32 {
+    let depth = (l.depth.get() as usize).min(MAX_ZONES);
+    if depth == 0 {
+        return 0;
+    }
+    let done = l.interned.get() as usize;
+    if done < depth {
+        with_guard(l, || {
+            let mut parent = if done == 0 {
+                0
+            } else {
+                l.paths[done - 1].get()
+            };
+            for i in done..depth {
+                parent = super::sites::intern_path(parent, l.zones[i].get());
+                l.paths[i].set(parent);
+            }
+        });
+        l.interned.set(depth as u32);
+    }
+    l.paths[depth - 1].get()
+}
+
+// === Sampled addresses ===
+//
+// Sampled mode must record the free of every sampled block and should record no other free.
+// A sampled block's address goes into a direct-mapped table of addresses (one slot per hash);
+// its free finds it there, clears the slot itself and is recorded. When the slot is taken by
+// another sampled block, the address is counted in the overflow filter instead (a counting
+// filter: a free whose count is non-zero is recorded, and the tracker decrements the count
+// when such a free matches a sampled block). A free that finds neither is not recorded: the
+// common case costs a hash and two loads.
+
+const TABLE_BITS: u32 = 16;
+static SAMPLED_TABLE: [AtomicU64; 1 << TABLE_BITS] = [const { AtomicU64::new(0) }; 1 << TABLE_BITS];
+
+#[inline(always)]
+fn table_slot(addr: u64) -> &'static AtomicU64 {
+    let h = (addr >> 4).wrapping_mul(0xd6e8_feb8_6659_fd93) >> (64 - TABLE_BITS);
+    &SAMPLED_TABLE[h as usize]
+}
+
+/// A sampled block at `addr`: into the table, or the overflow filter.
+fn sampled_add(addr: u64) {
+    if table_slot(addr)
+        .compare_exchange(0, addr, Ordering::Relaxed, Ordering::Relaxed)
+        .is_err()
+    {
+        filter_add(addr);
+    }
+}
+
+/// A free in sampled mode: `Some(meta flags)` if it must be recorded.
+#[inline(always)]
+fn sampled_free(addr: u64) -> Option<u64> {
+    let slot = table_slot(addr);
+    if slot.load(Ordering::Relaxed) == addr
+        && slot
+            .compare_exchange(addr, 0, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        return Some(0);
+    }
+    (filter_slot(addr).load(Ordering::Relaxed) != 0).then_some(FREE_FROM_FILTER)
+}
+
+const FILTER_BITS: u32 = 16;
+static FILTER: [AtomicU8; 1 << FILTER_BITS] = [const { AtomicU8::new(0) }; 1 << FILTER_BITS];
+
+#[inline(always)]
+fn filter_slot(addr: u64) -> &'static AtomicU8 {
+    let h = (addr >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - FILTER_BITS);
+    &FILTER[h as usize]
+}
+
+fn filter_add(addr: u64) {
+    let s = filter_slot(addr);
+    let _ = s.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+        (v < u8::MAX).then(|| v + 1)
+    });
+}
+
+/// The tracker: a sampled block at `addr` is gone (a saturated count stays).
+pub(crate) fn filter_remove(addr: u64) {
+    let s = filter_slot(addr);
+    let _ = s.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+        (v != 0 && v != u8::MAX).then(|| v - 1)
+    });
+}
+
+/// Empties the table and the filter (a session starts; no thread records meanwhile).
+pub(crate) fn filter_clear() {
+    for s in &FILTER {
+        s.store(0, Ordering::Relaxed);
+    }
+    for s in &SAMPLED_TABLE {
+        s.store(0, Ordering::Relaxed);
+    }
+}
+
+// === The hook's entry points ===
+
+/// Sampler state shared by all threads: the mean interval, the seed, and a generation each
+/// session bumps so threads redraw.
+pub(crate) static SAMPLE_INTERVAL: AtomicU64 = AtomicU64::new(4096);
+pub(crate) static SAMPLE_SEED: AtomicU64 = AtomicU64::new(0);
+pub(crate) static SAMPLER_GEN: AtomicU32 = AtomicU32::new(1);
+static THREAD_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// An allocation of `size` bytes at `addr` happened (after the inner allocator returned).
+/// Sampled mode's common case (the countdown not run out) is inline: one thread-local
+/// subtraction.
+#[inline(always)]
+pub(crate) fn on_alloc(mode: u8, addr: *mut u8, size: usize) {
+    if mode == SAMPLED {
+        let skip = LOCAL
+            .try_with(|l| {
+                let left = l.to_sample.get() - size as i64;
+                let skip = left > 0;
+                if skip {
+                    l.to_sample.set(left);
+                }
+                skip
+            })
+            .unwrap_or(true);
+        if skip {
+            return;
+        }
+    }
+    on_alloc_slow(mode, addr, size);
+}
+
+#[inline(never)]
+fn on_alloc_slow(mode: u8, addr: *mut u8, size: usize) {
+    if mode & PROBE != 0 {
+        INSTALLED.store(true, Ordering::Relaxed);
+        if mode == PROBE {
+            return;
+        }
+    }
+    if addr.is_null() {
+        FAILED.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    let _ = LOCAL.try_with(|l| {
+        if l.busy.get() {
+            UNTRACKED.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let mut weight = size as u64;
+        if mode & SAMPLED != 0 {
+            weight = sample_weight(l, size as u64);
+            if weight == 0 {
+                return;
+            }
+        }
+        l.busy.set(true);
+        if mode & SAMPLED != 0 {
+            sampled_add(addr as u64);
+        }
+        let site = site(l);
+        push(
+            l,
+            Record {
+                addr: addr as u64,
+                size: weight,
+                ticks: ticks(),
+                meta: KIND_ALLOC | (site as u64) << 32,
+            },
+        );
+        l.busy.set(false);
+    });
+}
+
+/// The block at `addr` (`size` bytes) is about to be freed (before the inner allocator runs,
+/// so the address cannot be handed out again before this record is in the ring). In sampled
+/// mode most frees stop at the filter (a hash and a load).
+#[inline(always)]
+pub(crate) fn on_free(mode: u8, addr: *mut u8, size: usize) {
+    let flags = if mode == SAMPLED {
+        match sampled_free(addr as u64) {
+            Some(f) => f,
+            None => return,
+        }
+    } else if mode & EXACT != 0 {
+        0
+    } else {
+        return;
+    };
+    on_free_slow(addr, size, flags);
+}
+
+#[inline(never)]
+fn on_free_slow(addr: *mut u8, size: usize, flags: u64) {
+    let _ = LOCAL.try_with(|l| {
+        if l.busy.get() {
+            UNTRACKED.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        l.busy.set(true);
+        push(
+            l,
+            Record {
+                addr: addr as u64,
+                size: size as u64,
+                ticks: ticks(),
+                meta: KIND_FREE | flags,
+            },
+        );
+        l.busy.set(false);
+    });
+}
+
+/// A pool event ([`Pool`](super::Pool)); pools are recorded exactly in every mode but off.
+pub(crate) fn record_pool(kind: u64, pool: u16, addr: u64, size: u64) {
+    if ACTIVE.load(Ordering::Relaxed) & (EXACT | SAMPLED) == 0 {
+        return;
+    }
+    let _ = LOCAL.try_with(|l| {
+        if l.busy.get() {
+            UNTRACKED.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        l.busy.set(true);
+        let site = if kind == KIND_POOL_ALLOC { site(l) } else { 0 };
+        push(
+            l,
+            Record {
+                addr,
+                size,
+                ticks: ticks(),
+                meta: kind | (pool as u64) << 8 | (site as u64) << 32,
+            },
+        );
+        l.busy.set(false);
+    });
+}
+
+/// heapprofd's sampler: the bytes this allocation stands for (0: not sampled). Called when
+/// the countdown ran out. A thread's first call in a session (new generation) draws a fresh
+/// countdown from the session's seed; a countdown carried over from an earlier session is
+/// still a valid exponential draw (memoryless) until then.
+#[cold]
+fn sample_weight(l: &Local, size: u64) -> u64 {
+    let interval = SAMPLE_INTERVAL.load(Ordering::Relaxed).max(1);
+    let gen = SAMPLER_GEN.load(Ordering::Relaxed);
+    if l.sampler_gen.get() != gen {
+        l.sampler_gen.set(gen);
+        let n = THREAD_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let seed = super::sampler::thread_seed(SAMPLE_SEED.load(Ordering::Relaxed), n);
+        l.rng.set(seed);
+        let mut rng = l.rng.get();
+        l.to_sample
+            .set(super::sampler::next_gap(&mut rng, interval) as i64);
+        l.rng.set(rng);
+    }
+    if size >= interval {
+        // Large allocations are always taken, at their size (the countdown is not touched).
+        return size;
+    }
+    let mut left = l.to_sample.get() - size as i64;
+    let mut weight = 0;
+    let mut rng = l.rng.get();
+    while left <= 0 {
+        left += super::sampler::next_gap(&mut rng, interval) as i64;
+        weight += interval;
+    }
+    l.rng.set(rng);
+    l.to_sample.set(left);
+    weight
+}
+
+// === Zones (sites) ===
+
+/// Whether zones are pushed on the per-thread stack (memory tracking runs).
+pub(crate) static ZONES_ON: AtomicBool = AtomicBool::new(false);
+
+/// A zone began on this thread (the zone macros call this when [`ZONES_ON`]).
+pub(crate) fn zone_push(cs: &'static Callsite) {
+    let _ = LOCAL.try_with(|l| {
+        let d = l.depth.get() as usize;
+        if d < MAX_ZONES {
+            l.zones[d].set(ptr::from_ref(cs) as usize);
+            if (l.interned.get() as usize) > d {
+                l.interned.set(d as u32);
+            }
+        }
+        l.depth.set(d as u32 + 1);
+    });
+}
+
+/// The innermost zone of this thread ended.
+pub(crate) fn zone_pop() {
+    let _ = LOCAL.try_with(|l| {
+        let d = l.depth.get().saturating_sub(1);
+        l.depth.set(d);
+        if l.interned.get() > d {
+            l.interned.set(d);
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_keeps_order_and_reports_full() {
+        let ring = Box::new(Ring::new());
+        for i in 0..RING_CAP as u64 {
+            assert!(ring.push(
+                Record {
+                    addr: i,
+                    ..Record::ZERO
+                },
+                false
+            ));
+        }
+        let lost = LOST.load(Ordering::Relaxed);
+        assert!(!ring.push(Record::ZERO, false));
+        assert!(LOST.load(Ordering::Relaxed) > lost);
+        let mut out = Vec::new();
+        assert_eq!(ring.drain_into(&mut out), RING_CAP);
+        assert!(out.iter().enumerate().all(|(i, r)| r.addr == i as u64));
+        assert!(ring.push(Record::ZERO, false));
+    }
+
+    /// What a signal handler (or the tracker's own interner) allocating while its thread is
+    /// inside the hook amounts to: the nested event is counted, not recorded, and the thread's
+    /// state is intact afterwards.
+    #[test]
+    fn nested_events_are_counted_not_recorded() {
+        LOCAL.with(|l| {
+            let before = UNTRACKED.load(Ordering::Relaxed);
+            let state = l.state.get();
+            l.busy.set(true);
+            on_alloc(EXACT, ptr::without_provenance_mut(0x1000), 64);
+            on_free(EXACT, ptr::without_provenance_mut(0x1000), 64);
+            record_pool(KIND_POOL_ALLOC, 1, 0x10, 8);
+            l.busy.set(false);
+            assert!(UNTRACKED.load(Ordering::Relaxed) >= before + 2);
+            // Nothing was pushed: no ring was claimed for this thread.
+            assert_eq!(l.state.get(), state);
+        });
+        // A failed allocation (null) is counted, never recorded.
+        let failed = FAILED.load(Ordering::Relaxed);
+        on_alloc(EXACT, ptr::null_mut(), 1 << 40);
+        assert!(FAILED.load(Ordering::Relaxed) > failed);
+    }
+
+    #[test]
+    fn zone_stack_survives_unbalanced_pops() {
+        zone_pop();
+        LOCAL.with(|l| assert_eq!(l.depth.get(), 0));
+    }
+
+    #[test]
+    fn filter_counts_saturate() {
+        let a = 0xdead_bee0u64;
+        filter_add(a);
+        filter_add(a);
+        filter_remove(a);
+        assert_ne!(filter_slot(a).load(Ordering::Relaxed), 0);
+        filter_remove(a);
+        assert_eq!(filter_slot(a).load(Ordering::Relaxed), 0);
+        for _ in 0..300 {
+            filter_add(a);
+        }
+        filter_remove(a);
+        assert_eq!(filter_slot(a).load(Ordering::Relaxed), u8::MAX);
+        filter_slot(a).store(0, Ordering::Relaxed);
+    }
+
+    #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "131 072 stores: slow under Miri, no unsafe code involved"
+    )]
+    fn clearing_empties_table_and_filter() {
+        let a = 0x5555_0000u64;
+        filter_add(a);
+        table_slot(a).store(a, Ordering::Relaxed);
+        filter_clear();
+        assert_eq!(filter_slot(a).load(Ordering::Relaxed), 0);
+        assert_eq!(table_slot(a).load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn sampled_table_finds_its_addresses_once() {
+        let (a, b) = (0x7000_1230u64, 0x7000_9990u64);
+        sampled_add(a);
+        assert_eq!(sampled_free(a), Some(0));
+        // Freed: a second free of the same address (reuse, unsampled) is not recorded unless
+        // the filter holds it.
+        if filter_slot(a).load(Ordering::Relaxed) == 0 {
+            assert_eq!(sampled_free(a), None);
+        }
+        // A colliding address goes through the filter.
+        let slot = table_slot(b);
+        slot.store(0xdead_0000, Ordering::Relaxed);
+        sampled_add(b);
+        assert_eq!(sampled_free(b), Some(FREE_FROM_FILTER));
+        filter_remove(b);
+        slot.store(0, Ordering::Relaxed);
+    }
+}

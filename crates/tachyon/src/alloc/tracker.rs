@@ -1,0 +1,628 @@
+//! The `tachyon-memory` thread: drains the record rings, keeps the live-allocation tables and
+//! per-site totals, writes the live-heap counters and the heap profile dumps, and sums it all
+//! up when the session stops.
+//!
+//! Order: records are merged across rings by time. A pass only applies records older than the
+//! moment it began (read before any ring), and keeps younger ones for the next pass: a free is
+//! pushed before its block is released, so an allocation that reuses the address is always
+//! younger than the pass that could miss the free, and is applied after it.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use super::local::{self, Record, ACTIVE, EXACT, OFF, PROBE, SAMPLED};
+use super::profile::{self, HeapDump, Totals};
+use super::sites;
+use super::{MemoryConfig, MemoryMode};
+use crate::track_event::global;
+use crate::track_event::state::{with_state, TrackRef};
+use crate::{CounterSample, CounterTrack, Unit};
+
+/// Sites listed per heap in a [`HeapSummary`].
+const TOP_SITES: usize = 10;
+
+/// One allocation site in a summary.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SiteSummary {
+    /// Zone names, outermost first (empty: outside every zone).
+    pub zones: Vec<String>,
+    /// Bytes still live at the end.
+    pub live_bytes: u64,
+    /// Blocks still live at the end.
+    pub live_count: u64,
+    /// Bytes allocated in the session.
+    pub allocated_bytes: u64,
+    /// Allocations in the session.
+    pub alloc_count: u64,
+}
+
+/// What one heap (the global allocator or a pool) did in a session.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HeapSummary {
+    /// [`GLOBAL_HEAP`](super::GLOBAL_HEAP) or the pool's name.
+    pub name: String,
+    /// Highest live bytes, and when (trace clock, ns).
+    pub peak_bytes: u64,
+    /// When the peak was reached (trace clock, ns).
+    pub peak_ts: u64,
+    /// Live bytes and blocks at the end.
+    pub live_bytes: u64,
+    /// Blocks live at the end.
+    pub live_count: u64,
+    /// Bytes allocated, and how many allocations.
+    pub allocated_bytes: u64,
+    /// Allocations recorded.
+    pub alloc_count: u64,
+    /// Frees of recorded blocks.
+    pub free_count: u64,
+    /// Frees of addresses never recorded (allocated before tracking, untracked); counted only.
+    pub unseen_frees: u64,
+    /// Allocations at an address still live (its free was not recorded): the old block is
+    /// taken as freed.
+    pub implicit_frees: u64,
+    /// Top sites by bytes still live at the end (leaks), most first.
+    pub top_live: Vec<SiteSummary>,
+    /// Top sites by bytes allocated, most first.
+    pub top_allocated: Vec<SiteSummary>,
+}
+
+/// What memory tracking saw in a session ([`Report::memory`](crate::Report::memory)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemorySummary {
+    /// The mode it ran in.
+    pub mode: MemoryMode,
+    /// When tracking started (trace clock, ns).
+    pub start_ts: u64,
+    /// The global allocator first, then each pool used.
+    pub heaps: Vec<HeapSummary>,
+    /// Records lost because a thread's ring stayed full.
+    pub lost: u64,
+    /// Events not recorded: made while the thread was inside the hook (signal handlers) or by
+    /// the tracker's own thread.
+    pub untracked: u64,
+    /// Allocations that failed (null).
+    pub failed: u64,
+    /// Heap profile dumps written.
+    pub dumps: u64,
+    /// Threads that recorded events.
+    pub threads: u64,
+}
+
+fn human(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+impl fmt::Display for MemorySummary {
+    /// One line: `memory (exact): peak 1.2 MiB at +0.153 s, 8.0 MiB allocated in 1234
+    /// allocations, 12.0 KiB live at the end in 3 blocks`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Some(h) = self.heaps.first() else {
+            return write!(f, "memory ({}): nothing recorded", self.mode);
+        };
+        write!(
+            f,
+            "memory ({}): peak {} at +{:.3} s, {} allocated in {} allocations, {} live at the end in {} blocks",
+            self.mode,
+            human(h.peak_bytes),
+            h.peak_ts.saturating_sub(self.start_ts) as f64 / 1e9,
+            human(h.allocated_bytes),
+            h.alloc_count,
+            human(h.live_bytes),
+            h.live_count,
+        )?;
+        if self.lost > 0 {
+            write!(f, ", {} records lost", self.lost)?;
+        }
+        Ok(())
+    }
+}
+
+/// Addresses hash well with one multiply.
+#[derive(Default)]
+struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ b as u64).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (v ^ (v >> 29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+type AddrMap<V> = HashMap<u64, V, BuildHasherDefault<AddrHasher>>;
+
+/// The live-heap counter of one heap, thinned to one sample per period plus the period's peak.
+struct Counter {
+    uuid: u64,
+    name: String,
+    period: u64,
+    last_emit: Option<u64>,
+    /// Value and time of the latest change not yet written, and the period's peak.
+    pending: Option<(u64, u64)>,
+    peak: Option<(u64, u64)>,
+}
+
+impl Counter {
+    fn change(&mut self, value: u64, ts: u64) {
+        if self.period == 0 {
+            emit(self.uuid, &self.name, value, ts);
+            return;
+        }
+        match self.last_emit {
+            Some(t) if ts < t.saturating_add(self.period) => {
+                if self.peak.is_none_or(|(v, _)| value > v) {
+                    self.peak = Some((value, ts));
+                }
+                self.pending = Some((value, ts));
+            }
+            _ => {
+                self.flush();
+                emit(self.uuid, &self.name, value, ts);
+                self.last_emit = Some(ts);
+            }
+        }
+    }
+
+    fn flush(&mut self) {
+        if let Some((v, ts)) = self.pending.take() {
+            if let Some((pv, pts)) = self.peak.take() {
+                if pv > v && pts < ts {
+                    emit(self.uuid, &self.name, pv, pts);
+                }
+            }
+            emit(self.uuid, &self.name, v, ts);
+            self.last_emit = Some(ts);
+        }
+        self.peak = None;
+    }
+
+    /// At the end of a pass: write what has waited a full period.
+    fn tick(&mut self, now: u64) {
+        if let (Some(t), Some(_)) = (self.last_emit, self.pending) {
+            if now >= t.saturating_add(self.period) {
+                self.flush();
+            }
+        }
+    }
+}
+
+fn emit(uuid: u64, name: &str, value: u64, ts: u64) {
+    let t = TrackRef {
+        uuid,
+        name,
+        unit: Some(Unit::Bytes),
+    };
+    with_state(|st| {
+        st.counter_slow(
+            None,
+            t,
+            CounterSample::Int(value.min(i64::MAX as u64) as i64),
+            ts,
+        )
+    });
+}
+
+struct Heap {
+    summary: HeapSummary,
+    live: AddrMap<(u64, u32)>,
+    /// Totals per site id (dense: site ids are the interner's).
+    sites: Vec<Totals>,
+    freed_bytes: u64,
+    counter: Counter,
+    used: bool,
+}
+
+impl Heap {
+    fn new(name: String, period: u64) -> Heap {
+        let track_name = if name == super::GLOBAL_HEAP {
+            "Heap".to_owned()
+        } else {
+            format!("Heap: {name}")
+        };
+        Heap {
+            summary: HeapSummary {
+                name,
+                ..HeapSummary::default()
+            },
+            live: AddrMap::default(),
+            sites: Vec::new(),
+            freed_bytes: 0,
+            counter: Counter {
+                uuid: CounterTrack::new(track_name.clone(), Unit::Bytes).uuid(),
+                name: track_name,
+                period,
+                last_emit: None,
+                pending: None,
+                peak: None,
+            },
+            used: false,
+        }
+    }
+
+    fn site(&mut self, site: u32) -> &mut Totals {
+        let i = site as usize;
+        if i >= self.sites.len() {
+            self.sites.resize(i + 1, Totals::default());
+        }
+        &mut self.sites[i]
+    }
+
+    fn alloc(&mut self, addr: u64, size: u64, site: u32, ts: u64) {
+        self.used = true;
+        if let Some(old) = self.live.insert(addr, (size, site)) {
+            self.summary.implicit_frees += 1;
+            self.release(old, ts, false);
+        }
+        let s = &mut self.summary;
+        s.live_bytes += size;
+        s.live_count += 1;
+        s.allocated_bytes += size;
+        s.alloc_count += 1;
+        if s.live_bytes > s.peak_bytes {
+            s.peak_bytes = s.live_bytes;
+            s.peak_ts = ts;
+        }
+        let t = self.site(site);
+        t.allocated += size;
+        t.allocs += 1;
+        let live = self.summary.live_bytes;
+        self.counter.change(live, ts);
+    }
+
+    fn release(&mut self, (size, site): (u64, u32), ts: u64, emit: bool) {
+        let s = &mut self.summary;
+        s.live_bytes -= size;
+        s.live_count -= 1;
+        s.free_count += 1;
+        self.freed_bytes += size;
+        let t = self.site(site);
+        t.freed += size;
+        t.frees += 1;
+        if emit {
+            let live = self.summary.live_bytes;
+            self.counter.change(live, ts);
+        }
+    }
+
+    /// `via_filter`: a sampled-mode free the overflow filter let through (its count is
+    /// decremented when it matches a sampled block).
+    fn free(&mut self, addr: u64, ts: u64, exact: bool, via_filter: bool) {
+        match self.live.remove(&addr) {
+            Some(old) => {
+                self.release(old, ts, true);
+                if via_filter {
+                    local::filter_remove(addr);
+                }
+            }
+            // Sampled mode: most frees the filter lets through are of unsampled blocks.
+            None if exact => {
+                self.used = true;
+                self.summary.unseen_frees += 1;
+            }
+            None => {}
+        }
+    }
+
+    fn discard(&mut self, ts: u64) {
+        let live: Vec<(u64, u32)> = self.live.drain().map(|(_, v)| v).collect();
+        for v in live {
+            self.release(v, ts, false);
+        }
+        let live = self.summary.live_bytes;
+        self.counter.change(live, ts);
+    }
+
+    fn samples(&self) -> Vec<(u32, Totals)> {
+        self.sites
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.allocs > 0)
+            .map(|(i, t)| (i as u32, *t))
+            .collect()
+    }
+
+    fn finish(&mut self) -> HeapSummary {
+        self.counter.flush();
+        let sites = self.samples();
+        let summarize = |(site, t): &(u32, Totals)| SiteSummary {
+            zones: sites::path_names(*site),
+            live_bytes: t.allocated - t.freed,
+            live_count: t.allocs - t.frees,
+            allocated_bytes: t.allocated,
+            alloc_count: t.allocs,
+        };
+        let mut by_live: Vec<&(u32, Totals)> = sites
+            .iter()
+            .filter(|(_, t)| t.allocated > t.freed)
+            .collect();
+        by_live.sort_by_key(|(s, t)| (std::cmp::Reverse(t.allocated - t.freed), *s));
+        let mut by_alloc: Vec<&(u32, Totals)> = sites.iter().collect();
+        by_alloc.sort_by_key(|(s, t)| (std::cmp::Reverse(t.allocated), *s));
+        let mut out = self.summary.clone();
+        out.top_live = by_live.into_iter().take(TOP_SITES).map(summarize).collect();
+        out.top_allocated = by_alloc
+            .into_iter()
+            .take(TOP_SITES)
+            .map(summarize)
+            .collect();
+        out
+    }
+}
+
+struct Tracker {
+    mode: MemoryMode,
+    mode_bits: u8,
+    start_ticks: u64,
+    start_ns: u64,
+    session: u32,
+    heaps: Vec<Heap>,
+    batch: Vec<Record>,
+    pending: Vec<Record>,
+    counter_period: u64,
+    writer: Option<crate::writer::TraceWriter>,
+    profile_index: u64,
+    /// The coarse clock against the trace clock, read at the first dump.
+    coarse: Option<profile::CoarseBase>,
+    dumps: u64,
+    threads: std::collections::HashSet<i32>,
+}
+
+impl Tracker {
+    fn heap(&mut self, pool: u16) -> &mut Heap {
+        let i = pool as usize;
+        while self.heaps.len() <= i {
+            let n = self.heaps.len() as u16;
+            self.heaps
+                .push(Heap::new(sites::pool_name(n), self.counter_period));
+        }
+        &mut self.heaps[i]
+    }
+
+    /// One pass over the rings; `last`: apply everything (the session is stopping).
+    fn pass(&mut self, last: bool) {
+        let clock = crate::clock::clock();
+        let watermark = if last { u64::MAX } else { clock.ticks() };
+        let mut batch = std::mem::take(&mut self.batch);
+        batch.append(&mut self.pending);
+        for ring in local::rings() {
+            if ring.drain_into(&mut batch) > 0 {
+                self.threads.insert(ring.tid());
+            }
+            ring.recycle_if_exited();
+        }
+        // Records from before this session (pushed after the last one's final pass).
+        let start = self.start_ticks;
+        batch.retain(|r| r.ticks >= start);
+        // Each ring is in time order: the stable sort merges runs (and one run is left as is).
+        if !batch.is_sorted_by_key(|r| r.ticks) {
+            batch.sort_by_key(|r| r.ticks);
+        }
+        let split = batch.partition_point(|r| r.ticks < watermark);
+        self.pending.extend_from_slice(&batch[split..]);
+        batch.truncate(split);
+        let exact = self.mode_bits & EXACT != 0;
+        for r in &batch {
+            let ts = clock.ticks_to_ns(r.ticks);
+            match r.kind() {
+                local::KIND_ALLOC => self.heap(0).alloc(r.addr, r.size, r.site(), ts),
+                local::KIND_FREE => {
+                    let via_filter = r.meta & local::FREE_FROM_FILTER != 0;
+                    self.heap(0).free(r.addr, ts, exact, via_filter)
+                }
+                local::KIND_POOL_ALLOC => self.heap(r.pool()).alloc(r.addr, r.size, r.site(), ts),
+                local::KIND_POOL_FREE => self.heap(r.pool()).free(r.addr, ts, true, false),
+                local::KIND_POOL_DISCARD => self.heap(r.pool()).discard(ts),
+                _ => {}
+            }
+        }
+        batch.clear();
+        self.batch = batch;
+        let now = clock.now();
+        for h in &mut self.heaps {
+            h.counter.tick(now);
+        }
+    }
+
+    fn dump(&mut self) {
+        if self.writer.is_none() {
+            let Some(handle) = global::current_session(self.session) else {
+                return;
+            };
+            self.writer = handle
+                .arbiter
+                .create_trace_writer(handle.target_buffer)
+                .ok();
+        }
+        let Some(w) = self.writer.as_mut() else {
+            return;
+        };
+        let interval = match self.mode {
+            MemoryMode::Sampled { interval } => interval,
+            _ => 1,
+        };
+        let overran = local::LOST.load(Ordering::Relaxed) > 0;
+        let names: Vec<String> = self.heaps.iter().map(|h| h.summary.name.clone()).collect();
+        let dumps: Vec<HeapDump<'_>> = self
+            .heaps
+            .iter()
+            .zip(&names)
+            .enumerate()
+            .filter(|(i, (h, _))| *i == 0 || h.used)
+            .map(|(i, (h, n))| HeapDump {
+                name: n,
+                // Pools are recorded exactly in every mode.
+                sampling_interval: if i == 0 { interval } else { 1 },
+                buffer_overran: overran,
+                samples: h.samples(),
+            })
+            .collect();
+        let coarse = *self.coarse.get_or_insert_with(profile::CoarseBase::read);
+        profile::write_dump(
+            w,
+            &mut self.profile_index,
+            coarse,
+            self.start_ns,
+            &dumps,
+            &sites::path_names,
+        );
+        w.flush();
+        self.dumps += 1;
+    }
+}
+
+struct Running {
+    thread: JoinHandle<MemorySummary>,
+    stop: &'static AtomicBool,
+}
+
+static RUNNING: Mutex<Option<Running>> = Mutex::new(None);
+static STOP: AtomicBool = AtomicBool::new(false);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Starts tracking for the session just installed (in-process): probes whether [`Tracked`]
+/// is the global allocator, and if so starts the tracker thread and turns the hook on. Does
+/// nothing with the mode off or the allocator not installed.
+///
+/// [`Tracked`]: super::Tracked
+pub(crate) fn start_session(config: &MemoryConfig) {
+    if config.mode == MemoryMode::Off {
+        return;
+    }
+    let mut running = lock(&RUNNING);
+    if running.is_some() {
+        return;
+    }
+    ACTIVE.store(PROBE, Ordering::Relaxed);
+    drop(std::hint::black_box(Box::new(0u64)));
+    ACTIVE.store(OFF, Ordering::Relaxed);
+    if !local::INSTALLED.load(Ordering::Relaxed) {
+        return;
+    }
+    let session = global::session_of(global::EPOCH.load(Ordering::Relaxed));
+    let clock = crate::clock::clock();
+    let (bits, interval) = match config.mode {
+        MemoryMode::Exact => (EXACT, 1),
+        MemoryMode::Sampled { interval } => (SAMPLED, interval.max(1)),
+        MemoryMode::Off => return,
+    };
+    local::SAMPLE_INTERVAL.store(interval, Ordering::Relaxed);
+    let seed = config.seed.unwrap_or_else(crate::clock::realtime_ns);
+    local::SAMPLE_SEED.store(seed, Ordering::Relaxed);
+    local::SAMPLER_GEN.fetch_add(1, Ordering::Relaxed);
+    local::filter_clear();
+    for c in [&local::LOST, &local::UNTRACKED, &local::FAILED] {
+        c.store(0, Ordering::Relaxed);
+    }
+    STOP.store(false, Ordering::Relaxed);
+    let tracker = Tracker {
+        mode: config.mode,
+        mode_bits: bits,
+        start_ticks: clock.ticks(),
+        start_ns: clock.now(),
+        session,
+        heaps: Vec::new(),
+        batch: Vec::new(),
+        pending: Vec::new(),
+        counter_period: config.counter_period.as_nanos().min(u64::MAX as u128) as u64,
+        writer: None,
+        profile_index: 0,
+        coarse: None,
+        dumps: 0,
+        threads: Default::default(),
+    };
+    let dump_period = config.dump_period;
+    local::TRACKER_RUNNING.store(true, Ordering::Relaxed);
+    let thread = std::thread::Builder::new()
+        .name("tachyon-memory".into())
+        .spawn(move || run(tracker, dump_period));
+    let Ok(thread) = thread else {
+        local::TRACKER_RUNNING.store(false, Ordering::Relaxed);
+        return;
+    };
+    *running = Some(Running {
+        thread,
+        stop: &STOP,
+    });
+    local::ZONES_ON.store(true, Ordering::Relaxed);
+    ACTIVE.store(bits, Ordering::Relaxed);
+}
+
+/// Stops tracking: the hook goes quiet, the tracker applies what is left, writes the last heap
+/// profile and returns its summary (`None` if tracking was not running).
+pub(crate) fn stop_session() -> Option<MemorySummary> {
+    let running = lock(&RUNNING).take()?;
+    ACTIVE.store(OFF, Ordering::Relaxed);
+    local::ZONES_ON.store(false, Ordering::Relaxed);
+    running.stop.store(true, Ordering::Release);
+    local::WAKE_CV.notify_all();
+    let summary = running.thread.join().ok();
+    local::TRACKER_RUNNING.store(false, Ordering::Relaxed);
+    summary
+}
+
+fn run(mut t: Tracker, dump_period: Option<Duration>) -> MemorySummary {
+    local::set_untracked_thread();
+    let mut next_dump = dump_period.map(|p| std::time::Instant::now() + p);
+    loop {
+        if !STOP.load(Ordering::Acquire) {
+            local::wait_for_work(Duration::from_millis(1));
+        }
+        local::take_wake();
+        let stopping = STOP.load(Ordering::Acquire);
+        t.pass(stopping);
+        if let (Some(at), Some(p)) = (next_dump, dump_period) {
+            if std::time::Instant::now() >= at && !stopping {
+                t.dump();
+                next_dump = Some(std::time::Instant::now() + p);
+            }
+        }
+        if stopping {
+            break;
+        }
+    }
+    let heaps: Vec<HeapSummary> = t
+        .heaps
+        .iter_mut()
+        .enumerate()
+        .filter(|(i, h)| *i == 0 || h.used)
+        .map(|(_, h)| h.finish())
+        .collect();
+    t.dump();
+    // The thread's own writer (counters) flushes when the thread exits; the dump writer now.
+    drop(t.writer.take());
+    MemorySummary {
+        mode: t.mode,
+        start_ts: t.start_ns,
+        heaps,
+        lost: local::LOST.swap(0, Ordering::Relaxed),
+        untracked: local::UNTRACKED.swap(0, Ordering::Relaxed),
+        failed: local::FAILED.swap(0, Ordering::Relaxed),
+        dumps: t.dumps,
+        threads: t.threads.len() as u64,
+    }
+}

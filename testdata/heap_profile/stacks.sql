@@ -1,0 +1,1 @@
+SELECT c.id, c.depth, c.parent_id, f.name, f.rel_pc, m.name AS mapping, m.build_id, m.start, m."end" FROM stack_profile_callsite c JOIN stack_profile_frame f ON c.frame_id = f.id JOIN stack_profile_mapping m ON f.mapping = m.id ORDER BY c.id;
