@@ -61,6 +61,7 @@ enum Command {
   TACHYON_PRODUCER_SOCK=/tmp/p.sock TACHYON_CONSUMER_SOCK=/tmp/c.sock tachyon traced")]
     Traced(commands::traced::Args),
     Export(commands::export::Args),
+    Capture(commands::capture::Args),
 }
 
 /// 128 + SIGPIPE: the status of a Unix tool ended by a closed pipe.
@@ -111,6 +112,7 @@ fn main() -> ExitCode {
         Command::Record(args) => commands::record::run(args),
         Command::Traced(args) => done(commands::traced::run(args)),
         Command::Export(args) => done(commands::export::run(args)),
+        Command::Capture(args) => done(commands::capture::run(args)),
     };
     match result {
         Ok(code) => code,

@@ -17,7 +17,8 @@
 //! - [`SmbArbiter::with_thread_writer`] keeps one writer per thread and flushes it when the
 //!   thread exits.
 //! - [`InProcessSession`] runs the service as a thread of this process; [`SystemSession`]
-//!   connects to a `tachyon traced` daemon (system mode).
+//!   connects to a `tachyon traced` daemon (system mode); [`CaptureServer`] streams to
+//!   `tachyon capture` (live capture).
 //!
 //! ```
 //! use std::sync::Arc;
@@ -35,6 +36,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub use crate::capture::CaptureServer;
 pub use crate::session::{InProcessSession, SessionOptions, StopReport};
 pub use crate::system::{SystemReport, SystemSession, DAEMON_CONNECT_BUDGET};
 pub use crate::writer::{

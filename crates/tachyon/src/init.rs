@@ -15,6 +15,10 @@
 //!   [`DAEMON_CONNECT_BUDGET`](crate::backend::DAEMON_CONNECT_BUDGET), no traced thread ever waits on the
 //!   socket, and nothing panics.
 //!
+//! - **Live capture** ([`Config::listen`], `TACHYON_LISTEN`): the process listens for
+//!   `tachyon capture` and streams the trace to it as it is recorded, one complete trace per
+//!   capture (see [`CaptureServer`] and `docs/capture.md`).
+//!
 //! [`init`] picks the backend: `TACHYON_DISABLE=1` wins (nothing at all); else with
 //! `TACHYON_PRODUCER_SOCK` set, system mode — and if no daemon answers there, one line on stderr
 //! and no tracing; else, if the default producer socket (`tachyon_ipc::paths::producer_socket`)
@@ -40,6 +44,13 @@
 //! | `TACHYON_DISABLE` | `1`: [`init`] does nothing | off |
 //! | `TACHYON_CLOCK` | `boottime`: no TSC (see [`clock`](crate::clock)) | TSC |
 //! | `TACHYON_NO_CRASH_HANDLER` | `1`: no crash handler (see [`crash`](crate::crash)) | installed |
+//! | `TACHYON_LISTEN` | live capture: listen for `tachyon capture` on `ADDR:PORT` (or `PORT`, loopback) | off |
+//! | `TACHYON_CAPTURE_TOKEN` | live capture: the secret a capture must present | none |
+//! | `TACHYON_ON_DEMAND` | `1`: live capture records only while a capture is attached | off |
+//! | `TACHYON_WAIT_FOR_CAPTURE` | live capture: seconds to wait at start for a capture | no wait |
+//!
+//! Setting any of the live-capture variables selects the capture backend (see
+//! [`Config::listen`]); it wins over system mode.
 //! | `TACHYON_MEMORY` | with [`alloc::Tracked`](crate::alloc::Tracked) installed: `off`, `exact`, `sampled:BYTES` | `exact` |
 //! | `TACHYON_MEMORY_DUMP_MS` | a heap profile this often (and always one at the end) | at the end only |
 //!
@@ -53,6 +64,7 @@ use std::time::Duration;
 use tachyon_service::{BufferSpec, Compression, DataSourceSpec, FillPolicy, SessionConfig};
 
 use crate::backend::PageSize;
+use crate::capture::{CaptureOptions, CaptureReport, CaptureServer};
 use crate::session::{InProcessSession, SessionOptions};
 use crate::system::{SystemOptions, SystemReport, SystemSession};
 use crate::track_event::global::{self, SessionHandle};
@@ -94,6 +106,19 @@ pub struct Config {
     /// the buffers, categories and output; `smb_size` is the size asked for, and `on_full`,
     /// `incremental_timestamps` and `stop_timeout` still apply.
     pub producer_socket: Option<PathBuf>,
+    /// Live capture (`TACHYON_LISTEN`): listen for `tachyon capture` on this address and stream
+    /// the trace to it (see [`CaptureServer`]); `output` is then unused. The loopback address
+    /// unless another is given explicitly; port [`tachyon_capture::protocol::DEFAULT_PORT`]
+    /// (and the next ones when taken) by default, 0 for any free port (discovery reports it).
+    pub listen: Option<std::net::SocketAddr>,
+    /// Live capture: the shared secret a capture must present (`TACHYON_CAPTURE_TOKEN`).
+    pub capture_token: Option<String>,
+    /// Live capture: record only while a capture is attached, a complete trace per capture
+    /// (`TACHYON_ON_DEMAND=1`).
+    pub on_demand: bool,
+    /// Live capture: wait this long at start for a capture to attach
+    /// (`TACHYON_WAIT_FOR_CAPTURE=SECONDS`), so a short program is captured from its start.
+    pub wait_for_capture: Option<Duration>,
     /// Memory profiling, when [`alloc::Tracked`](crate::alloc::Tracked) is the global
     /// allocator (in-process sessions).
     pub memory: crate::alloc::MemoryConfig,
@@ -116,6 +141,10 @@ impl Default for Config {
             incremental_timestamps: true,
             stop_timeout: Duration::from_millis(500),
             producer_socket: None,
+            listen: None,
+            capture_token: None,
+            on_demand: false,
+            wait_for_capture: None,
             memory: crate::alloc::MemoryConfig::default(),
         }
     }
@@ -237,6 +266,7 @@ impl Config {
         if let Some(v) = var("TACHYON_COMPRESS") {
             c.compress = parse_flag("TACHYON_COMPRESS", &v)?;
         }
+        c.read_capture_vars(&var)?;
         Ok(c)
     }
 
@@ -258,6 +288,78 @@ impl Config {
                 Compression::None
             },
             ..SessionConfig::default()
+        }
+    }
+}
+
+impl Config {
+    /// The live-capture variables (module docs). Any of them selects the capture backend.
+    fn read_capture_vars(
+        &mut self,
+        var: &impl Fn(&str) -> Option<String>,
+    ) -> Result<(), ConfigError> {
+        use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+        let loopback = |port| SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port);
+        if let Some(v) = var("TACHYON_LISTEN").filter(|v| !v.trim().is_empty()) {
+            let v = v.trim();
+            let addr = if let Ok(a) = v.parse::<SocketAddr>() {
+                a
+            } else if let Ok(p) = v.parse::<u16>() {
+                loopback(p)
+            } else if parse_flag("TACHYON_LISTEN", v) == Ok(true) {
+                loopback(tachyon_capture::protocol::DEFAULT_PORT)
+            } else {
+                return Err(ConfigError(format!(
+                    "TACHYON_LISTEN={v:?}: expected ADDR:PORT (e.g. 127.0.0.1:8110), a port, or 1"
+                )));
+            };
+            self.listen = Some(addr);
+        }
+        if let Some(v) = var("TACHYON_CAPTURE_TOKEN").filter(|v| !v.is_empty()) {
+            if v.len() > tachyon_capture::protocol::MAX_TOKEN {
+                return Err(ConfigError(format!(
+                    "TACHYON_CAPTURE_TOKEN is longer than {} bytes",
+                    tachyon_capture::protocol::MAX_TOKEN
+                )));
+            }
+            self.capture_token = Some(v);
+        }
+        if let Some(v) = var("TACHYON_ON_DEMAND") {
+            self.on_demand = parse_flag("TACHYON_ON_DEMAND", &v)?;
+        }
+        if let Some(v) = var("TACHYON_WAIT_FOR_CAPTURE") {
+            let secs = v
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|s| s.is_finite() && *s >= 0.0 && *s <= 86_400.0)
+                .ok_or_else(|| {
+                    ConfigError(format!(
+                        "TACHYON_WAIT_FOR_CAPTURE={v:?}: expected seconds (0 to 86400)"
+                    ))
+                })?;
+            self.wait_for_capture = Some(Duration::from_secs_f64(secs));
+        }
+        let wants_capture =
+            self.on_demand || self.wait_for_capture.is_some() || self.capture_token.is_some();
+        if self.listen.is_none() && wants_capture {
+            self.listen = Some(loopback(tachyon_capture::protocol::DEFAULT_PORT));
+        }
+        Ok(())
+    }
+
+    fn capture_options(&self, listen: std::net::SocketAddr) -> CaptureOptions {
+        CaptureOptions {
+            listen,
+            token: self.capture_token.as_ref().map(|t| t.as_bytes().to_vec()),
+            on_demand: self.on_demand,
+            buffer_size: self.buffer_size,
+            smb_size: self.smb_size,
+            on_full: self.on_full,
+            categories: self.categories.clone(),
+            clear_period: self.clear_period,
+            incremental_timestamps: self.incremental_timestamps,
+            stop_timeout: self.stop_timeout,
         }
     }
 }
@@ -314,10 +416,15 @@ pub enum Backend {
     /// A `tachyon traced` daemon owns the trace; this process writes into its shared memory
     /// (system mode).
     System(SystemSession),
+    /// Live capture: the trace streams to `tachyon capture` over TCP ([`Config::listen`]).
+    Capture(CaptureServer),
 }
 
 impl Backend {
     fn start(config: &Config) -> io::Result<Backend> {
+        if let Some(listen) = config.listen {
+            return CaptureServer::start(config.capture_options(listen)).map(Backend::Capture);
+        }
         if let Some(socket) = &config.producer_socket {
             let options = SystemOptions {
                 socket: socket.clone(),
@@ -378,6 +485,8 @@ pub struct Report {
     /// System mode: what the connection to the daemon did (`path` is `None` and `bytes` 0 then:
     /// the trace is the daemon's and its consumer's).
     pub system: Option<SystemReport>,
+    /// Live capture: what was sent to captures (`path` is `None` then).
+    pub capture: Option<CaptureReport>,
     /// What memory tracking saw (`None` unless [`alloc::Tracked`](crate::alloc::Tracked) is
     /// the global allocator and [`Config::memory`] was on).
     pub memory: Option<crate::alloc::MemorySummary>,
@@ -387,6 +496,13 @@ impl std::fmt::Display for Report {
     /// One line: `wrote FILE (N bytes, D packets dropped)`, or what went to the daemon.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let dropped = self.writers.packets_dropped;
+        if let Some(c) = &self.capture {
+            return write!(
+                f,
+                "sent {} packets ({} bytes, {} on the wire) to {} capture(s), {dropped} packets dropped",
+                c.records_sent, c.bytes_sent, c.wire_bytes, c.captures
+            );
+        }
         match (&self.path, &self.system) {
             (_, Some(s)) => {
                 write!(
@@ -433,6 +549,9 @@ pub fn init() -> io::Result<()> {
         return Ok(());
     }
     let config = Config::from_env()?;
+    if config.listen.is_some() {
+        return start_inner(config, true);
+    }
     if let Some(socket) = config.producer_socket.clone() {
         return match start_inner(config, true) {
             Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
@@ -492,6 +611,10 @@ fn start_inner(config: Config, at_exit: bool) -> io::Result<()> {
         global::install(handle, config.categories.clone());
         crate::alloc::start_session(&config.memory);
     }
+    let waiter = match &backend {
+        Backend::Capture(server) => Some(server.waiter()),
+        _ => None,
+    };
     *slot = Some(Active {
         backend,
         output: config.output.clone(),
@@ -504,7 +627,28 @@ fn start_inner(config: Config, at_exit: bool) -> io::Result<()> {
     if config.output.is_some() || config.producer_socket.is_some() {
         crate::crash::arm(config.stop_timeout);
     }
+    drop(slot);
+    if let (Some(w), Some(wait)) = (waiter, config.wait_for_capture) {
+        eprintln!(
+            "tachyon: waiting up to {:.1} s for a capture on {} (tachyon capture -a {} -p {} -o FILE)",
+            wait.as_secs_f64(),
+            w.addr(),
+            w.addr().ip(),
+            w.addr().port()
+        );
+        if !w.wait(wait) {
+            eprintln!("tachyon: no capture attached; running on");
+        }
+    }
     Ok(())
+}
+
+/// The live-capture backend's waiter, when that backend runs.
+pub(crate) fn capture_waiter() -> Option<crate::capture::CaptureWaiter> {
+    match active().as_ref().map(|a| &a.backend) {
+        Some(Backend::Capture(server)) => Some(server.waiter()),
+        _ => None,
+    }
 }
 
 /// Whether a session is running.
@@ -538,6 +682,30 @@ pub fn shutdown() -> io::Result<Option<Report>> {
                 writers: stop.writers,
                 writers_still_active: stop.writers_still_active,
                 system: Some(stop.report),
+                capture: None,
+                memory: None,
+            }));
+        }
+        Backend::Capture(server) => {
+            let stop = server.stop();
+            drop(slot);
+            if stop.report.never_captured {
+                eprintln!("tachyon: no capture attached while the program ran: its trace was not sent anywhere");
+            }
+            if stop.report.exit_send_timed_out {
+                eprintln!(
+                    "tachyon: the capture did not take the rest of the trace within {} s; it was cut off",
+                    crate::capture::EXIT_SEND_BUDGET.as_secs()
+                );
+            }
+            return Ok(Some(Report {
+                path: None,
+                trace: Vec::new(),
+                bytes: stop.report.bytes_sent,
+                writers: stop.writers,
+                writers_still_active: stop.writers_still_active,
+                system: None,
+                capture: Some(stop.report),
                 memory: None,
             }));
         }
@@ -571,6 +739,7 @@ pub fn shutdown() -> io::Result<Option<Report>> {
         writers: stop.arbiter,
         writers_still_active: stop.writers_still_active,
         system: None,
+        capture: None,
         memory,
     }))
 }
@@ -659,5 +828,46 @@ mod tests {
         assert!(e.0.contains("TACHYON_FILL_POLICY"), "{e}");
         let e = Config::from_vars(vars(&[("TACHYON_CLEAR_PERIOD_MS", "-1")])).unwrap_err();
         assert!(e.0.contains("TACHYON_CLEAR_PERIOD_MS"), "{e}");
+    }
+
+    #[test]
+    fn capture_variables_parse_or_name_the_variable() {
+        let vars = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let c = Config::from_vars(vars(&[("TACHYON_LISTEN", "0.0.0.0:9000")])).unwrap();
+        assert_eq!(c.listen, Some("0.0.0.0:9000".parse().unwrap()));
+        assert!(!c.on_demand);
+        let c = Config::from_vars(vars(&[("TACHYON_LISTEN", "9001")])).unwrap();
+        assert_eq!(c.listen, Some("127.0.0.1:9001".parse().unwrap()));
+        // On-demand alone listens on loopback at the default port.
+        let c = Config::from_vars(vars(&[
+            ("TACHYON_ON_DEMAND", "1"),
+            ("TACHYON_WAIT_FOR_CAPTURE", "2.5"),
+            ("TACHYON_CAPTURE_TOKEN", "t"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            c.listen.unwrap().port(),
+            tachyon_capture::protocol::DEFAULT_PORT
+        );
+        assert!(c.listen.unwrap().ip().is_loopback());
+        assert!(c.on_demand);
+        assert_eq!(c.wait_for_capture, Some(Duration::from_millis(2500)));
+        assert_eq!(c.capture_token.as_deref(), Some("t"));
+        for (k, v) in [
+            ("TACHYON_LISTEN", "somewhere"),
+            ("TACHYON_ON_DEMAND", "maybe"),
+            ("TACHYON_WAIT_FOR_CAPTURE", "-1"),
+        ] {
+            let e = Config::from_vars(|n: &str| (n == k).then(|| v.to_string())).unwrap_err();
+            assert!(e.0.contains(k), "{e}");
+        }
+        assert_eq!(Config::from_vars(vars(&[])).unwrap().listen, None);
     }
 }

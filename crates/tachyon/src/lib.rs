@@ -41,7 +41,9 @@
 //!
 //! The service side (copying committed chunks into central buffers, reading packets out) is
 //! `tachyon-service`. It runs as a thread of this process, or in a `tachyon traced` daemon that
-//! owns the trace of many processes (system mode: set `TACHYON_PRODUCER_SOCK`, see [`init`]).
+//! owns the trace of many processes (system mode: set `TACHYON_PRODUCER_SOCK`, see [`init`]);
+//! or the process streams its trace to `tachyon capture` while it runs (live capture: set
+//! `TACHYON_LISTEN`, see `docs/capture.md`).
 //!
 //! When the process crashes (a fatal signal, a panic), the [`crash`] handler records the crash
 //! in the trace and saves it before the process dies as it would have.
@@ -49,6 +51,7 @@
 
 pub mod alloc;
 pub mod backend;
+mod capture;
 pub mod clock;
 pub mod crash;
 mod init;
@@ -72,3 +75,5 @@ pub use track_event::{
 
 // Types that appear in `Config` and `Report`; the rest of the writer API is in `backend`.
 pub use backend::{ArbiterStats, BufferExhaustedPolicy, SystemReport};
+// Live capture: waiting for a capture, and what the backend reports.
+pub use capture::{wait_for_capture, CaptureReport, EXIT_SEND_BUDGET};

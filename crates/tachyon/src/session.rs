@@ -166,7 +166,7 @@ impl InProcessSession {
 }
 
 #[cfg(target_os = "linux")]
-fn current_uid() -> i32 {
+pub(crate) fn current_uid() -> i32 {
     extern "C" {
         fn getuid() -> u32;
     }
@@ -175,6 +175,6 @@ fn current_uid() -> i32 {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn current_uid() -> i32 {
+pub(crate) fn current_uid() -> i32 {
     0
 }

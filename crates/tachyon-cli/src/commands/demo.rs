@@ -78,6 +78,10 @@ pub(crate) fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         print_system(&report, system);
         return Ok(());
     }
+    if let Some(capture) = &report.capture {
+        print_capture(&report, capture);
+        return Ok(());
+    }
 
     let path = report.path.as_deref().unwrap_or(&args.out);
     let abs = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
@@ -150,6 +154,26 @@ fn print_system(report: &tachyon::Report, s: &tachyon::SystemReport) {
     );
 }
 
+/// Live capture (`TACHYON_LISTEN`): the trace went to `tachyon capture`; say what was sent.
+fn print_capture(report: &tachyon::Report, c: &tachyon::CaptureReport) {
+    let w = &report.writers;
+    let addr = c.addr.map(|a| a.to_string()).unwrap_or_default();
+    println!(
+        "captured over {addr} (live capture): sent {} packets, {} bytes ({} on the wire) to {} capture(s); {} packets dropped by the writers ({} episodes)",
+        c.records_sent, c.bytes_sent, c.wire_bytes, c.captures, w.packets_dropped, w.drop_episodes
+    );
+    if c.refused > 0 {
+        println!("{} capture(s) refused", c.refused);
+    }
+    if c.never_captured {
+        println!("no capture attached while the demo ran: nothing was sent (start one with tachyon capture -o FILE)");
+    }
+    if c.exit_send_timed_out {
+        println!("the capture did not take the end of the trace in time: it was cut off");
+    }
+    println!("the trace is written by the capture (tachyon capture -o FILE), not by this process");
+}
+
 fn print_workload(s: &Summary) {
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
     println!(
@@ -168,18 +192,18 @@ fn print_workload(s: &Summary) {
 
 /// What the trace holds, counted by the trace processor.
 #[derive(Debug)]
-struct Counts {
+pub(crate) struct Counts {
     /// Slices with a duration (zones and track slices, ended or not).
-    slices: i64,
+    pub(crate) slices: i64,
     /// Slices of zero duration.
-    instants: i64,
+    pub(crate) instants: i64,
     /// Rows of `counter`.
-    counters: i64,
+    pub(crate) counters: i64,
     /// Rows of `flow`.
-    flows: i64,
+    pub(crate) flows: i64,
 }
 
-fn event_counts(tp: &TraceProcessor) -> Result<Counts, Box<dyn std::error::Error>> {
+pub(crate) fn event_counts(tp: &TraceProcessor) -> Result<Counts, Box<dyn std::error::Error>> {
     let r = tp.query(
         "SELECT (SELECT count(*) FROM slice WHERE dur != 0), \
                 (SELECT count(*) FROM slice WHERE dur = 0), \
@@ -201,7 +225,10 @@ fn event_counts(tp: &TraceProcessor) -> Result<Counts, Box<dyn std::error::Error
 /// Per zone name on thread tracks: count, total and mean duration, the `n` largest totals.
 /// (`tachyon stats` ranks every slice; here the batches' long, overlapping async slices would
 /// push the threads' zones off a five-row table.)
-fn top_zones(tp: &TraceProcessor, n: usize) -> Result<QueryResult, Box<dyn std::error::Error>> {
+pub(crate) fn top_zones(
+    tp: &TraceProcessor,
+    n: usize,
+) -> Result<QueryResult, Box<dyn std::error::Error>> {
     let r = tp.query(&format!(
         "SELECT coalesce(s.name, '<unnamed>'), count(*), sum(s.dur), avg(s.dur) \
          FROM slice s JOIN thread_track t ON s.track_id = t.id WHERE s.dur > 0 \

@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub(crate) mod capture;
 pub(crate) mod demo;
 pub(crate) mod export;
 pub(crate) mod memory_stats;

@@ -1,0 +1,514 @@
+//! Frames: how the trace travels from the program to the capture after the handshake.
+//!
+//! ```text
+//! kind u8 | payload_len u32 | raw_len u32 | payload
+//! ```
+//!
+//! - [`KIND_DATA`]: `payload` is one LZ4 block (`lz4_flex`'s block format) that decompresses
+//!   to exactly `raw_len` bytes of whole `Trace.packet` records (field 1 of Perfetto's
+//!   `Trace`), the bytes a trace file holds. `raw_len` ≤ [`MAX_RAW`], `payload_len` ≤ the
+//!   LZ4 bound of `raw_len`. Each frame is compressed on its own (no dictionary across frames),
+//!   so a capture that joins or loses a frame decodes the others.
+//! - [`KIND_STATUS`]: `payload` is an uncompressed [`AppStatus`] (`raw_len` = 0).
+//! - [`KIND_END`]: the trace is complete (the final stats are in the frames before); empty.
+//!
+//! [`FrameReader`] treats every byte as hostile: lengths are checked before anything is
+//! allocated (so at most [`MAX_RAW`] plus its LZ4 bound are ever held), a block must decompress
+//! to exactly its declared size, and [`validate_records`] checks that the records are whole
+//! and their packets well-formed protobuf before a capture writes them to a file.
+
+use std::io::{self, Read};
+
+use protozero::ProtoDecoder;
+
+/// A data frame.
+pub const KIND_DATA: u8 = 1;
+/// The end of the trace.
+pub const KIND_END: u8 = 2;
+/// The program's counters.
+pub const KIND_STATUS: u8 = 3;
+/// Largest uncompressed payload of a data frame.
+pub const MAX_RAW: usize = 1 << 20;
+/// Bytes of a frame header.
+pub const HEADER_LEN: usize = 9;
+/// Size of an [`AppStatus`] payload.
+pub const STATUS_LEN: usize = 32;
+
+/// Largest compressed payload a data frame may declare.
+pub fn max_payload() -> usize {
+    lz4_flex::block::get_maximum_output_size(MAX_RAW)
+}
+
+/// The program's own counters, sent every few hundred milliseconds so a capture can show losses
+/// as they happen (the trace's `TraceStats` and `previous_packet_dropped` marks say the same
+/// in the file).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AppStatus {
+    /// Packets the writers dropped because the shared memory buffer was full.
+    pub packets_dropped: u64,
+    /// Chunks the central buffer overwrote (or refused) before they were sent.
+    pub chunks_lost: u64,
+    /// `Trace.packet` records sent so far in this capture.
+    pub records_sent: u64,
+    /// Uncompressed bytes sent so far.
+    pub bytes_sent: u64,
+}
+
+impl AppStatus {
+    fn encode(&self) -> [u8; STATUS_LEN] {
+        let mut b = [0u8; STATUS_LEN];
+        for (i, v) in [
+            self.packets_dropped,
+            self.chunks_lost,
+            self.records_sent,
+            self.bytes_sent,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            b[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        b
+    }
+
+    fn decode(b: &[u8; STATUS_LEN]) -> AppStatus {
+        let v = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+        AppStatus {
+            packets_dropped: v(0),
+            chunks_lost: v(1),
+            records_sent: v(2),
+            bytes_sent: v(3),
+        }
+    }
+}
+
+/// Builds frames (program side). Keeps its buffers between frames.
+#[derive(Debug, Default)]
+pub struct FrameEncoder {
+    out: Vec<u8>,
+}
+
+impl FrameEncoder {
+    /// A new encoder.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends data frames for `records` (whole `Trace.packet` records) to the encoder's
+    /// output, splitting at record boundaries so that no frame holds more than [`MAX_RAW`]
+    /// bytes. A single record larger than that is split across frames too (the capture joins
+    /// frames, so records need not align with them; [`RecordScanner`] validates across).
+    pub fn data(&mut self, records: &[u8]) -> &[u8] {
+        self.out.clear();
+        for piece in records.chunks(MAX_RAW) {
+            let start = self.out.len();
+            let bound = lz4_flex::block::get_maximum_output_size(piece.len());
+            self.out.resize(start + HEADER_LEN + bound, 0);
+            let n = lz4_flex::block::compress_into(piece, &mut self.out[start + HEADER_LEN..])
+                .expect("the output has the LZ4 bound");
+            self.out.truncate(start + HEADER_LEN + n);
+            self.out[start] = KIND_DATA;
+            self.out[start + 1..start + 5].copy_from_slice(&(n as u32).to_le_bytes());
+            self.out[start + 5..start + 9].copy_from_slice(&(piece.len() as u32).to_le_bytes());
+        }
+        &self.out
+    }
+
+    /// A status frame.
+    pub fn status(status: &AppStatus) -> [u8; HEADER_LEN + STATUS_LEN] {
+        let mut b = [0u8; HEADER_LEN + STATUS_LEN];
+        b[0] = KIND_STATUS;
+        b[1..5].copy_from_slice(&(STATUS_LEN as u32).to_le_bytes());
+        b[HEADER_LEN..].copy_from_slice(&status.encode());
+        b
+    }
+
+    /// The end frame.
+    pub fn end() -> [u8; HEADER_LEN] {
+        let mut b = [0u8; HEADER_LEN];
+        b[0] = KIND_END;
+        b
+    }
+}
+
+/// A frame the program sent that breaks the rules.
+#[derive(Debug)]
+pub enum FrameError {
+    /// The socket failed, or closed in the middle of a frame.
+    Io(io::Error),
+    /// An unknown frame kind.
+    UnknownKind(u8),
+    /// A length outside the limits.
+    BadLength {
+        /// Which frame kind.
+        kind: u8,
+        /// The compressed length declared.
+        payload: u32,
+        /// The uncompressed length declared.
+        raw: u32,
+    },
+    /// The LZ4 block does not decompress to its declared size.
+    BadBlock(String),
+    /// The decompressed bytes are not whole, well-formed `Trace.packet` records.
+    BadRecords(&'static str),
+}
+
+impl std::fmt::Display for FrameError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FrameError::Io(e) => write!(f, "{e}"),
+            FrameError::UnknownKind(k) => write!(f, "unknown frame kind {k}"),
+            FrameError::BadLength { kind, payload, raw } => write!(
+                f,
+                "frame of kind {kind} declares {payload} payload bytes and {raw} uncompressed bytes, outside the limits"
+            ),
+            FrameError::BadBlock(e) => write!(f, "bad LZ4 block: {e}"),
+            FrameError::BadRecords(why) => write!(f, "bad trace records: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for FrameError {}
+
+impl From<io::Error> for FrameError {
+    fn from(e: io::Error) -> Self {
+        FrameError::Io(e)
+    }
+}
+
+/// One frame read by [`FrameReader`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum Frame<'a> {
+    /// Decompressed trace bytes (not yet validated: see [`RecordScanner`]), and the frame's
+    /// size on the wire (header included).
+    Data {
+        /// The uncompressed bytes.
+        raw: &'a [u8],
+        /// Bytes this frame took on the wire.
+        wire_len: usize,
+    },
+    /// The program's counters.
+    Status(AppStatus),
+    /// The trace is complete.
+    End,
+}
+
+/// Reads and checks frames from an untrusted stream (capture side).
+#[derive(Debug)]
+pub struct FrameReader<R> {
+    inner: R,
+    payload: Vec<u8>,
+    raw: Vec<u8>,
+}
+
+impl<R: Read> FrameReader<R> {
+    /// Reads frames from `inner`.
+    pub fn new(inner: R) -> Self {
+        FrameReader {
+            inner,
+            payload: Vec::new(),
+            raw: Vec::new(),
+        }
+    }
+
+    /// The stream.
+    pub fn get_ref(&self) -> &R {
+        &self.inner
+    }
+
+    /// The next frame; `Ok(None)` when the stream ends cleanly between frames.
+    pub fn next_frame(&mut self) -> Result<Option<Frame<'_>>, FrameError> {
+        let mut head = [0u8; HEADER_LEN];
+        if !read_full_or_eof(&mut self.inner, &mut head)? {
+            return Ok(None);
+        }
+        let kind = head[0];
+        let payload = u32::from_le_bytes(head[1..5].try_into().expect("4 bytes"));
+        let raw = u32::from_le_bytes(head[5..9].try_into().expect("4 bytes"));
+        let bad = FrameError::BadLength { kind, payload, raw };
+        match kind {
+            KIND_DATA => {
+                let (p, r) = (payload as usize, raw as usize);
+                if r == 0
+                    || r > MAX_RAW
+                    || p == 0
+                    || p > lz4_flex::block::get_maximum_output_size(r)
+                {
+                    return Err(bad);
+                }
+                self.payload.resize(p, 0);
+                self.inner.read_exact(&mut self.payload)?;
+                self.raw.resize(r, 0);
+                let n = lz4_flex::block::decompress_into(&self.payload, &mut self.raw)
+                    .map_err(|e| FrameError::BadBlock(e.to_string()))?;
+                if n != r {
+                    return Err(FrameError::BadBlock(format!(
+                        "{n} bytes decompressed, {r} declared"
+                    )));
+                }
+                Ok(Some(Frame::Data {
+                    raw: &self.raw,
+                    wire_len: HEADER_LEN + p,
+                }))
+            }
+            KIND_STATUS => {
+                if payload as usize != STATUS_LEN || raw != 0 {
+                    return Err(bad);
+                }
+                let mut b = [0u8; STATUS_LEN];
+                self.inner.read_exact(&mut b)?;
+                Ok(Some(Frame::Status(AppStatus::decode(&b))))
+            }
+            KIND_END => {
+                if payload != 0 || raw != 0 {
+                    return Err(bad);
+                }
+                Ok(Some(Frame::End))
+            }
+            k => Err(FrameError::UnknownKind(k)),
+        }
+    }
+}
+
+/// Fills `buf`; false if the stream ended before its first byte.
+fn read_full_or_eof(r: &mut impl Read, buf: &mut [u8]) -> io::Result<bool> {
+    let mut got = 0;
+    while got < buf.len() {
+        match r.read(&mut buf[got..]) {
+            Ok(0) if got == 0 => return Ok(false),
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the stream ended in the middle of a frame header",
+                ))
+            }
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
+}
+
+/// Largest `Trace.packet` record a capture accepts (Perfetto's packets are far smaller; the
+/// bound is what a capture holds at most for one record that spans frames).
+pub const MAX_RECORD: usize = 64 << 20;
+
+/// What [`RecordScanner::push`] found in one batch of bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecordCounts {
+    /// Whole records.
+    pub records: u64,
+    /// Records whose packet holds a `track_event` (field 11).
+    pub track_events: u64,
+    /// Records with `previous_packet_dropped` set (field 42) on a sequence that had packets
+    /// before (a sequence's first packet carries the flag by convention: nothing precedes it).
+    pub loss_marks: u64,
+}
+
+/// Splits a stream of decompressed bytes into whole `Trace.packet` records and checks each
+/// (capture side): the tag is field 1 with wire type 2, the length fits [`MAX_RECORD`], and
+/// the packet's top-level fields decode. Bytes of a record that continues in the next frame
+/// are held (at most [`MAX_RECORD`]). Returns the bytes safe to write to a trace file.
+#[derive(Debug, Default)]
+pub struct RecordScanner {
+    pending: Vec<u8>,
+    ready: Vec<u8>,
+    /// Sequences seen (at most [`MAX_SEQUENCES`] tracked; past that every mark counts).
+    sequences: std::collections::HashSet<u64>,
+}
+
+/// Sequences whose first packet [`RecordScanner`] remembers.
+const MAX_SEQUENCES: usize = 1 << 16;
+
+impl RecordScanner {
+    /// A scanner at the start of a trace.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds `bytes`; returns the whole, checked records they complete (to write out) and what
+    /// they hold. An error means the stream is not a trace: nothing more from it should be
+    /// written.
+    pub fn push(&mut self, bytes: &[u8]) -> Result<(&[u8], RecordCounts), FrameError> {
+        self.ready.clear();
+        let mut counts = RecordCounts::default();
+        let data: &[u8] = if self.pending.is_empty() {
+            bytes
+        } else {
+            self.pending.extend_from_slice(bytes);
+            &self.pending
+        };
+        let mut pos = 0;
+        let mut ready_end = 0;
+        loop {
+            let rest = &data[pos..];
+            if rest.is_empty() {
+                break;
+            }
+            if rest[0] != 0x0a {
+                return Err(FrameError::BadRecords(
+                    "a record is not Trace.packet (field 1, bytes)",
+                ));
+            }
+            let Some((len, n)) = varint(&rest[1..]) else {
+                if rest.len() > 11 {
+                    return Err(FrameError::BadRecords("a record's length is not a varint"));
+                }
+                break;
+            };
+            if len > MAX_RECORD as u64 {
+                return Err(FrameError::BadRecords("a record is longer than the limit"));
+            }
+            let total = 1 + n + len as usize;
+            if rest.len() < total {
+                break;
+            }
+            let packet = &rest[1 + n..total];
+            let mut d = ProtoDecoder::new(packet);
+            let (mut sequence, mut dropped) = (None, false);
+            loop {
+                match d.read_field() {
+                    Ok(Some(f)) => match f.id() {
+                        11 => counts.track_events += 1,
+                        10 => sequence = Some(f.as_u64()),
+                        42 => dropped = f.as_u64() != 0,
+                        _ => {}
+                    },
+                    Ok(None) => break,
+                    Err(_) => return Err(FrameError::BadRecords("a packet is not valid protobuf")),
+                }
+            }
+            if let Some(seq) = sequence {
+                let first = self.sequences.len() < MAX_SEQUENCES && self.sequences.insert(seq);
+                if dropped && !first {
+                    counts.loss_marks += 1;
+                }
+            }
+            counts.records += 1;
+            pos += total;
+            ready_end = pos;
+        }
+        self.ready.extend_from_slice(&data[..ready_end]);
+        let tail = data[ready_end..].to_vec();
+        self.pending = tail;
+        Ok((&self.ready, counts))
+    }
+
+    /// Bytes of an unfinished record held (non-zero at the end of a stream: a truncated
+    /// record, which is not written).
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+}
+
+fn varint(b: &[u8]) -> Option<(u64, usize)> {
+    let mut v = 0u64;
+    for (i, &byte) in b.iter().take(10).enumerate() {
+        v |= u64::from(byte & 0x7f) << (7 * i);
+        if byte & 0x80 == 0 {
+            return Some((v, i + 1));
+        }
+    }
+    None
+}
+
+/// Checks a whole batch of records at once (as [`RecordScanner`] with nothing held over):
+/// an error if `bytes` does not end at a record boundary. For fuzzing and tests.
+pub fn validate_records(bytes: &[u8]) -> Result<RecordCounts, FrameError> {
+    let mut s = RecordScanner::new();
+    let (_, counts) = s.push(bytes)?;
+    if s.pending() != 0 {
+        return Err(FrameError::BadRecords("the bytes end inside a record"));
+    }
+    Ok(counts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(packet: &[u8]) -> Vec<u8> {
+        let mut r = vec![0x0a, packet.len() as u8];
+        r.extend_from_slice(packet);
+        r
+    }
+
+    #[test]
+    fn frames_round_trip() {
+        // A packet with a timestamp (field 8) and an empty track_event (field 11).
+        let packet = [0x40, 0x05, 0x5a, 0x00];
+        let records: Vec<u8> = (0..1000).flat_map(|_| record(&packet)).collect();
+        let mut enc = FrameEncoder::new();
+        let mut wire = enc.data(&records).to_vec();
+        wire.extend_from_slice(&FrameEncoder::status(&AppStatus {
+            packets_dropped: 3,
+            ..AppStatus::default()
+        }));
+        wire.extend_from_slice(&FrameEncoder::end());
+        let mut r = FrameReader::new(&wire[..]);
+        match r.next_frame().unwrap().unwrap() {
+            Frame::Data { raw, wire_len } => {
+                assert_eq!(raw, &records[..]);
+                assert!(wire_len < records.len() / 4, "{wire_len}");
+                let c = validate_records(raw).unwrap();
+                assert_eq!(c.records, 1000);
+                assert_eq!(c.track_events, 1000);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            matches!(r.next_frame().unwrap(), Some(Frame::Status(s)) if s.packets_dropped == 3)
+        );
+        assert_eq!(r.next_frame().unwrap(), Some(Frame::End));
+        assert_eq!(r.next_frame().unwrap(), None);
+    }
+
+    #[test]
+    fn hostile_frames_are_refused_before_allocating() {
+        // A lying size: 4 GiB uncompressed.
+        let mut f = vec![KIND_DATA];
+        f.extend_from_slice(&10u32.to_le_bytes());
+        f.extend_from_slice(&u32::MAX.to_le_bytes());
+        f.extend_from_slice(&[0; 10]);
+        assert!(matches!(
+            FrameReader::new(&f[..]).next_frame(),
+            Err(FrameError::BadLength { .. })
+        ));
+        // A block that decompresses to less than it declares.
+        let block = lz4_flex::block::compress(b"hello hello hello");
+        let mut f = vec![KIND_DATA];
+        f.extend_from_slice(&(block.len() as u32).to_le_bytes());
+        f.extend_from_slice(&1000u32.to_le_bytes());
+        f.extend_from_slice(&block);
+        assert!(matches!(
+            FrameReader::new(&f[..]).next_frame(),
+            Err(FrameError::BadBlock(_))
+        ));
+        // An unknown kind, a truncated header.
+        assert!(matches!(
+            FrameReader::new(&[9u8, 0, 0, 0, 0, 0, 0, 0, 0][..]).next_frame(),
+            Err(FrameError::UnknownKind(9))
+        ));
+        assert!(matches!(
+            FrameReader::new(&[1u8, 0, 0][..]).next_frame(),
+            Err(FrameError::Io(_))
+        ));
+    }
+
+    #[test]
+    fn records_are_joined_across_frames_and_garbage_is_refused() {
+        let packet = [0x40, 0x05, 0x5a, 0x00];
+        let records: Vec<u8> = (0..3).flat_map(|_| record(&packet)).collect();
+        let mut s = RecordScanner::new();
+        let (ready, c) = s.push(&records[..5]).unwrap();
+        assert_eq!(ready.len(), 0);
+        assert_eq!(c.records, 0);
+        let (ready, c) = s.push(&records[5..]).unwrap();
+        assert_eq!(ready, &records[..]);
+        assert_eq!(c.records, 3);
+        assert!(validate_records(&[0x12, 0x00]).is_err());
+        assert!(validate_records(&[0x0a, 0x02, 0xff, 0xff]).is_err());
+        assert!(validate_records(&[0x0a, 0x05, 0x40]).is_err());
+    }
+}

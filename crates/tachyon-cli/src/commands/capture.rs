@@ -1,0 +1,441 @@
+//! `tachyon capture`: connects to a program that listens for captures (`TACHYON_LISTEN`),
+//! receives its trace as it is recorded and writes it to a file as it arrives (Tracy's
+//! `tracy-capture`, Perfetto's format). `--list` shows the programs listening on this machine.
+//!
+//! The program is untrusted: frames are checked by `tachyon_capture::frame` (lengths, LZ4
+//! blocks, whole and well-formed records) before anything reaches the file, at most one frame
+//! and one record are held in memory, and a program that breaks the protocol ends the capture
+//! with a message (the file keeps the whole records received until then).
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, IsTerminal, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tachyon_capture::client::Connection;
+use tachyon_capture::frame::{AppStatus, Frame, FrameReader, RecordScanner};
+use tachyon_capture::protocol::{ProtocolError, DEFAULT_PORT};
+use tachyon_capture::registry;
+
+use crate::load::{load, Sort};
+use crate::output::{render, Format};
+
+/// Capture a running program's trace over the network (the program sets TACHYON_LISTEN).
+///
+/// Examples:
+///   TACHYON_LISTEN=127.0.0.1:8110 TACHYON_WAIT_FOR_CAPTURE=10 tachyon demo &
+///   tachyon capture -o demo.pftrace
+///   tachyon capture --name tachyon-demo -o demo.pftrace --seconds 5
+///   tachyon capture --list
+#[derive(Debug, clap::Args)]
+#[command(verbatim_doc_comment)]
+pub(crate) struct Args {
+    /// The program's address.
+    #[arg(short = 'a', long, default_value = "127.0.0.1", conflicts_with_all = ["pid", "name"])]
+    addr: IpAddr,
+    /// The program's port (default 8110, Tachyon's own).
+    #[arg(short = 'p', long, conflicts_with_all = ["pid", "name"])]
+    port: Option<u16>,
+    /// Capture the program with this pid, found in the local registry (`--list`).
+    #[arg(long, conflicts_with = "name")]
+    pid: Option<u32>,
+    /// Capture the program with this name, found in the local registry (`--list`).
+    #[arg(long)]
+    name: Option<String>,
+    /// Where the trace is written.
+    #[arg(short = 'o', long, required_unless_present = "list")]
+    out: Option<PathBuf>,
+    /// Stop after this many seconds (default: when the program exits, or Ctrl-C).
+    #[arg(short = 's', long, value_parser = parse_seconds)]
+    seconds: Option<f64>,
+    /// The program's capture token (its TACHYON_CAPTURE_TOKEN; default: this environment's).
+    #[arg(long)]
+    token: Option<String>,
+    /// Overwrite the output file if it exists.
+    #[arg(short = 'f', long)]
+    force: bool,
+    /// List the programs on this machine that accept captures, and exit.
+    #[arg(long)]
+    list: bool,
+    /// Skip loading the trace for the summary of events and zones (for very large captures).
+    #[arg(long)]
+    no_summary: bool,
+}
+
+fn parse_seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v <= 86_400.0 => Ok(v),
+        _ => Err(format!(
+            "{s:?}: expected seconds, more than 0 and at most 86400"
+        )),
+    }
+}
+
+/// How often waiting steps look again.
+const POLL: Duration = Duration::from_millis(50);
+/// After asking the program to stop, how long to wait for the end of its trace.
+const STOP_WAIT: Duration = Duration::from_secs(15);
+
+pub(crate) fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
+    if args.list {
+        return list();
+    }
+    let out = args
+        .out
+        .clone()
+        .expect("clap requires --out without --list");
+    let file = create_output(&out, args.force)?;
+
+    let interrupted = Arc::new(AtomicBool::new(false));
+    {
+        let flag = interrupted.clone();
+        ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst))
+            .map_err(|e| format!("installing the signal handler: {e}"))?;
+    }
+    let conn = match connect(&args, &interrupted)? {
+        Some(c) => c,
+        None => {
+            let _ = std::fs::remove_file(&out);
+            return Err("interrupted before a program was captured".into());
+        }
+    };
+    let hello = conn.hello().clone();
+    eprintln!(
+        "tachyon capture: connected to {} (pid {} on {}){}; clock: {}",
+        hello.program,
+        hello.pid,
+        hello.host,
+        if hello.on_demand {
+            ", on-demand: the trace starts now"
+        } else {
+            ""
+        },
+        hello.clock
+    );
+    let (reader, control, _) = conn.split();
+    let progress = Arc::new(Progress::default());
+    let reader_thread = {
+        let progress = progress.clone();
+        std::thread::Builder::new()
+            .name("capture-reader".into())
+            .spawn(move || receive(reader, file, &progress))?
+    };
+
+    let start = Instant::now();
+    let limit = args.seconds.map(Duration::from_secs_f64);
+    let tty = std::io::stderr().is_terminal();
+    let mut last_line = Instant::now();
+    let mut stop_sent: Option<Instant> = None;
+    let mut why = "the program ended the trace";
+    while !reader_thread.is_finished() {
+        std::thread::sleep(POLL);
+        let want_stop =
+            interrupted.load(Ordering::SeqCst) || limit.is_some_and(|l| start.elapsed() >= l);
+        if want_stop && stop_sent.is_none() {
+            why = if interrupted.load(Ordering::SeqCst) {
+                "interrupted"
+            } else {
+                "--seconds reached"
+            };
+            // The program ends its session, sends the rest and its final stats, then an end frame.
+            let _ = (&control).write_all(&[tachyon_capture::protocol::CMD_STOP]);
+            stop_sent = Some(Instant::now());
+        }
+        if stop_sent.is_some_and(|t| t.elapsed() > STOP_WAIT) {
+            eprintln!(
+                "\ntachyon capture: the program did not end its trace in {STOP_WAIT:?}; closing"
+            );
+            let _ = control.shutdown(std::net::Shutdown::Both);
+            break;
+        }
+        if tty && last_line.elapsed() >= Duration::from_millis(250) {
+            last_line = Instant::now();
+            eprint!("\r\x1b[2K{}", progress.line(start.elapsed()));
+        }
+    }
+    let received = reader_thread
+        .join()
+        .map_err(|_| "the capture's reader thread panicked")?;
+    let elapsed = start.elapsed();
+    if tty {
+        eprint!("\r\x1b[2K");
+    }
+    eprintln!("{}", progress.line(elapsed));
+    let _ = control.shutdown(std::net::Shutdown::Both);
+    let end = received?;
+    match &end {
+        Ending::Complete => eprintln!("tachyon capture: {why}; the trace is complete"),
+        Ending::Closed => eprintln!(
+            "tachyon capture: the program closed the connection without ending the trace (it exited, crashed or was cut off); the file holds what arrived"
+        ),
+        Ending::Broken(e) => eprintln!(
+            "tachyon capture: the program broke the protocol ({e}); the file holds the whole records received before"
+        ),
+    }
+    if args.no_summary {
+        print_received(&out, &progress);
+        return Ok(());
+    }
+    summarize(&out, &progress)
+}
+
+fn create_output(out: &Path, force: bool) -> Result<File, Box<dyn std::error::Error>> {
+    let mut o = OpenOptions::new();
+    o.write(true);
+    if force {
+        o.create(true).truncate(true);
+    } else {
+        o.create_new(true);
+    }
+    o.open(out).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::AlreadyExists {
+            format!("{} exists (use -f to overwrite)", out.display()).into()
+        } else {
+            format!("creating {}: {e}", out.display()).into()
+        }
+    })
+}
+
+fn list() -> Result<(), Box<dyn std::error::Error>> {
+    let dir = registry::default_dir();
+    let entries = registry::list(&dir);
+    if entries.is_empty() {
+        println!(
+            "no program accepts captures on this machine (registry {}); start one with TACHYON_LISTEN=127.0.0.1:{DEFAULT_PORT}",
+            dir.display()
+        );
+        return Ok(());
+    }
+    let rows = entries
+        .iter()
+        .map(|e| {
+            use tachyon_processor::Value;
+            vec![
+                Value::Integer(i64::from(e.pid)),
+                Value::Text(e.name.clone()),
+                Value::Text(e.addr.clone()),
+                Value::Integer(i64::from(e.port)),
+                Value::Integer(i64::from(e.version)),
+            ]
+        })
+        .collect();
+    let table = tachyon_processor::QueryResult {
+        columns: ["pid", "name", "addr", "port", "version"]
+            .map(String::from)
+            .to_vec(),
+        rows,
+    };
+    print!("{}", render(&table, Format::Table));
+    Ok(())
+}
+
+/// Waits for the program (in the registry with `--pid`/`--name`, else for its port to accept)
+/// and shakes hands. `None` when interrupted first. A refusal is an error at once.
+fn connect(
+    args: &Args,
+    interrupted: &AtomicBool,
+) -> Result<Option<Connection>, Box<dyn std::error::Error>> {
+    let token = args
+        .token
+        .clone()
+        .or_else(|| std::env::var("TACHYON_CAPTURE_TOKEN").ok())
+        .unwrap_or_default();
+    let token = token.as_bytes();
+    let mut said_waiting = false;
+    loop {
+        if interrupted.load(Ordering::SeqCst) {
+            return Ok(None);
+        }
+        let target = match (&args.pid, &args.name) {
+            (None, None) => Some(SocketAddr::new(
+                args.addr,
+                args.port.unwrap_or(DEFAULT_PORT),
+            )),
+            _ => registry::list(&registry::default_dir())
+                .into_iter()
+                .find(|e| {
+                    args.pid.is_none_or(|p| p == e.pid)
+                        && args.name.as_ref().is_none_or(|n| *n == e.name)
+                })
+                .map(|e| {
+                    let ip = e
+                        .addr
+                        .parse::<IpAddr>()
+                        .ok()
+                        .filter(|ip| !ip.is_unspecified());
+                    SocketAddr::new(ip.unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST)), e.port)
+                }),
+        };
+        if let Some(addr) = target {
+            match Connection::connect(addr, token, Duration::from_secs(1)) {
+                Ok(c) => return Ok(Some(c)),
+                Err(ProtocolError::Io(e))
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::ConnectionRefused
+                            | std::io::ErrorKind::TimedOut
+                            | std::io::ErrorKind::ConnectionReset
+                            | std::io::ErrorKind::UnexpectedEof
+                    ) => {}
+                Err(e) => return Err(format!("{addr}: {e}").into()),
+            }
+        }
+        if !said_waiting {
+            said_waiting = true;
+            let what = match (&args.pid, &args.name) {
+                (Some(p), _) => format!("pid {p}"),
+                (_, Some(n)) => format!("a program named {n:?}"),
+                _ => format!("{}:{}", args.addr, args.port.unwrap_or(DEFAULT_PORT)),
+            };
+            eprintln!("tachyon capture: waiting for {what} (Ctrl-C to give up)");
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+/// Counters the reader thread updates and the status line reads.
+#[derive(Debug, Default)]
+struct Progress {
+    wire_bytes: AtomicU64,
+    raw_bytes: AtomicU64,
+    records: AtomicU64,
+    events: AtomicU64,
+    loss_marks: AtomicU64,
+    app: Mutex<AppStatus>,
+}
+
+impl Progress {
+    fn line(&self, elapsed: Duration) -> String {
+        let s = elapsed.as_secs_f64().max(1e-9);
+        let wire = self.wire_bytes.load(Ordering::Relaxed) as f64;
+        let raw = self.raw_bytes.load(Ordering::Relaxed) as f64;
+        let app = *self.app.lock().unwrap_or_else(|e| e.into_inner());
+        format!(
+            "{:.1} s, {} events, {} packets, {:.2} MB/s on the wire, {:.2} MB/s uncompressed (LZ4 {:.1}%), losses: {} packets dropped by the writers, {} chunks overwritten, {} loss marks",
+            s,
+            self.events.load(Ordering::Relaxed),
+            self.records.load(Ordering::Relaxed),
+            wire / s / 1e6,
+            raw / s / 1e6,
+            if raw > 0.0 { 100.0 * wire / raw } else { 0.0 },
+            app.packets_dropped,
+            app.chunks_lost,
+            self.loss_marks.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// How the stream ended.
+#[derive(Debug)]
+enum Ending {
+    /// The program's end frame: its final stats are in the file.
+    Complete,
+    /// The connection closed without one.
+    Closed,
+    /// The program broke the protocol.
+    Broken(String),
+}
+
+/// Reads frames, checks them and writes whole records to the file as they arrive.
+fn receive(
+    mut reader: FrameReader<TcpStream>,
+    file: File,
+    progress: &Progress,
+) -> Result<Ending, String> {
+    let mut out = BufWriter::with_capacity(1 << 20, file);
+    let mut scanner = RecordScanner::new();
+    let ending = loop {
+        match reader.next_frame() {
+            Ok(Some(Frame::Data { raw, wire_len })) => {
+                progress
+                    .wire_bytes
+                    .fetch_add(wire_len as u64, Ordering::Relaxed);
+                progress
+                    .raw_bytes
+                    .fetch_add(raw.len() as u64, Ordering::Relaxed);
+                match scanner.push(raw) {
+                    Ok((ready, counts)) => {
+                        out.write_all(ready)
+                            .map_err(|e| format!("writing the trace: {e}"))?;
+                        progress
+                            .records
+                            .fetch_add(counts.records, Ordering::Relaxed);
+                        progress
+                            .events
+                            .fetch_add(counts.track_events, Ordering::Relaxed);
+                        progress
+                            .loss_marks
+                            .fetch_add(counts.loss_marks, Ordering::Relaxed);
+                    }
+                    Err(e) => break Ending::Broken(e.to_string()),
+                }
+            }
+            Ok(Some(Frame::Status(s))) => {
+                *progress.app.lock().unwrap_or_else(|e| e.into_inner()) = s;
+            }
+            Ok(Some(Frame::End)) => break Ending::Complete,
+            Ok(None) => break Ending::Closed,
+            Err(tachyon_capture::frame::FrameError::Io(_)) => break Ending::Closed,
+            Err(e) => break Ending::Broken(e.to_string()),
+        }
+    };
+    out.flush().map_err(|e| format!("writing the trace: {e}"))?;
+    Ok(ending)
+}
+
+/// The summary after the capture: what the file holds, as `tachyon demo` prints it.
+fn print_received(out: &Path, progress: &Progress) {
+    let abs = std::fs::canonicalize(out).unwrap_or_else(|_| out.to_path_buf());
+    println!("trace: {}", abs.display());
+    let app = *progress.app.lock().unwrap_or_else(|e| e.into_inner());
+    println!(
+        "received: {} packets ({} track events), {} bytes uncompressed, {} bytes on the wire; the program reported {} packets dropped by its writers and {} chunks overwritten",
+        progress.records.load(Ordering::Relaxed),
+        progress.events.load(Ordering::Relaxed),
+        progress.raw_bytes.load(Ordering::Relaxed),
+        progress.wire_bytes.load(Ordering::Relaxed),
+        app.packets_dropped,
+        app.chunks_lost,
+    );
+}
+
+fn summarize(out: &Path, progress: &Progress) -> Result<(), Box<dyn std::error::Error>> {
+    let bytes = std::fs::metadata(out).map(|m| m.len()).unwrap_or(0);
+    print_received(out, progress);
+    if bytes == 0 {
+        println!("the file is empty: nothing was recorded");
+        return Ok(());
+    }
+    let tp = load(out, Sort::Full)?;
+    let counts = crate::commands::demo::event_counts(&tp)?;
+    let loss = tp.data_loss()?;
+    println!(
+        "written: {} events in the trace ({} slices, {} instants, {} counter samples; plus {} flows), {bytes} bytes",
+        counts.slices + counts.instants + counts.counters,
+        counts.slices,
+        counts.instants,
+        counts.counters,
+        counts.flows,
+    );
+    if loss.is_empty() {
+        println!("losses: none (no data_loss or error in the trace's stats)");
+    } else {
+        println!(
+            "losses: {} data_loss/error stat(s) in the trace:",
+            loss.len()
+        );
+        for s in &loss {
+            let idx = s.idx.map(|i| format!("[{i}]")).unwrap_or_default();
+            println!("  {}{idx} = {} ({})", s.name, s.value, s.severity);
+        }
+    }
+    println!("top zones by total time:");
+    print!(
+        "{}",
+        render(&crate::commands::demo::top_zones(&tp, 5)?, Format::Table)
+    );
+    Ok(())
+}

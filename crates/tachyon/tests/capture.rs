@@ -1,0 +1,162 @@
+//! Live capture against a real process (the `live_capture` example, built before this test):
+//! a capture that stops reading never blocks the program's instrumented threads: the program's
+//! buffers fill and lose data, counted in the trace, and the trace stays valid.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tachyon_capture::client::Connection;
+use tachyon_capture::frame::{Frame, RecordScanner};
+use tachyon_capture::registry;
+use tachyon_processor::{Options, TraceProcessor, Value};
+
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples")
+        .join(name)
+}
+
+fn tmp_dir(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("run")).unwrap();
+    dir
+}
+
+fn discover(dir: &Path, pid: u32) -> SocketAddr {
+    let reg = dir.join("run").join("tachyon");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(e) = registry::list(&reg).into_iter().find(|e| e.pid == pid) {
+            return SocketAddr::new(e.addr.parse().unwrap(), e.port);
+        }
+        assert!(Instant::now() < deadline, "pid {pid} never registered");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn shrink_receive_buffer(s: &std::net::TcpStream) {
+    use std::os::fd::AsRawFd;
+    extern "C" {
+        fn setsockopt(fd: i32, level: i32, name: i32, value: *const u8, len: u32) -> i32;
+    }
+    const SOL_SOCKET: i32 = 1;
+    const SO_RCVBUF: i32 = 8;
+    let size: i32 = 4096;
+    // SAFETY: `fd` is an open socket for the call's duration and `value` points to `len`
+    // readable bytes (an i32).
+    let r = unsafe {
+        setsockopt(
+            s.as_raw_fd(),
+            SOL_SOCKET,
+            SO_RCVBUF,
+            (&size as *const i32).cast(),
+            4,
+        )
+    };
+    assert_eq!(r, 0);
+}
+
+fn int(tp: &TraceProcessor, sql: &str) -> i64 {
+    match tp.query(sql).unwrap().rows.first().map(|r| &r[0]) {
+        Some(Value::Integer(n)) => *n,
+        other => panic!("{sql}: {other:?}"),
+    }
+}
+
+#[test]
+fn a_stalled_capture_never_blocks_the_program() {
+    let dir = tmp_dir("capture_stall");
+    let mut cmd = Command::new(example("live_capture"));
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("TACHYON_") {
+            cmd.env_remove(k);
+        }
+    }
+    let child = cmd
+        .args(["3", "2"])
+        .env("XDG_RUNTIME_DIR", dir.join("run"))
+        .env("TACHYON_LISTEN", "127.0.0.1:0")
+        .env("TACHYON_ON_DEMAND", "1")
+        .env("TACHYON_WAIT_FOR_CAPTURE", "60")
+        // Small buffers: the stall fills them within the run.
+        .env("TACHYON_BUFFER_SIZE", "1M")
+        .env("TACHYON_SMB_SIZE", "256K")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let addr = discover(&dir, child.id());
+    let conn = Connection::connect(addr, b"", Duration::from_secs(10)).unwrap();
+    let (mut reader, w, _) = conn.split();
+    // A small receive window, so that the stall reaches the program within the run instead of
+    // filling megabytes of kernel buffers first.
+    shrink_receive_buffer(&w);
+    // The capture reads nothing for most of the run: the socket's buffers fill, then the
+    // program's.
+    std::thread::sleep(Duration::from_secs(2));
+    let mut scanner = RecordScanner::new();
+    let mut trace = Vec::new();
+    let mut ended = false;
+    let mut last_status = None;
+    loop {
+        match reader.next_frame().unwrap() {
+            Some(Frame::Data { raw, .. }) => {
+                let (ready, _) = scanner.push(raw).unwrap();
+                trace.extend_from_slice(ready);
+            }
+            Some(Frame::Status(s)) => last_status = Some(s),
+            Some(Frame::End) => {
+                ended = true;
+                break;
+            }
+            None => break,
+        }
+    }
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(ended, "no end frame\n{stdout}\n{stderr}");
+    assert_eq!(scanner.pending(), 0);
+    let zones: i64 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("zones "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let path = dir.join("stalled.pftrace");
+    std::fs::write(&path, &trace).unwrap();
+    let tp = TraceProcessor::open(&path, &Options::default()).unwrap();
+    let in_trace = int(&tp, "SELECT count(*) FROM slice WHERE name = 'work'");
+    // The threads went on while nothing was read: they did more zones than reached the trace,
+    // and the trace says data was lost (the central buffer overwrote what was not sent).
+    assert!(in_trace > 0);
+    assert!(zones > in_trace, "zones {zones}, in the trace {in_trace}");
+    let lost = int(
+        &tp,
+        "SELECT coalesce(sum(value), 0) FROM stats WHERE severity = 'data_loss'",
+    );
+    eprintln!("zones {zones}, in the trace {in_trace}, lost {lost}, {last_status:?}");
+    assert!(lost > 0, "no loss recorded");
+    let status = last_status.expect("status frames");
+    // The program's buffers took the stall: its central buffer overwrote what the capture did
+    // not take (or its writers dropped when the shared memory buffer filled), and said so.
+    assert!(
+        status.chunks_lost + status.packets_dropped > 0,
+        "{status:?}"
+    );
+    // Apart from the losses, the trace is clean.
+    let errors = tp
+        .query("SELECT name, value FROM stats WHERE severity = 'error' AND value != 0")
+        .unwrap()
+        .rows;
+    assert!(errors.is_empty(), "{errors:?}");
+}
