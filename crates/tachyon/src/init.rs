@@ -38,6 +38,8 @@
 //! | `TACHYON_STREAM` | `1`: stream into the file while tracing | off |
 //! | `TACHYON_DISABLE` | `1`: [`init`] does nothing | off |
 //! | `TACHYON_CLOCK` | `boottime`: no TSC (see [`clock`](crate::clock)) | TSC |
+//! | `TACHYON_CALLSTACK` | call-stack depth on every zone and instant (0–64) | 0 (off) |
+//! | `TACHYON_SAMPLING_HZ` | CPU samples per second, with stacks (in-process) | 0 (off) |
 //!
 //! A value that does not parse is an error naming the variable, never a silent default.
 
@@ -87,6 +89,13 @@ pub struct Config {
     /// the buffers, categories and output; `smb_size` is the size asked for, and `on_full`,
     /// `incremental_timestamps` and `stop_timeout` still apply.
     pub producer_socket: Option<PathBuf>,
+    /// Frames of call stack on every zone and instant (`TACHYON_CALLSTACK`, at most 64; 0:
+    /// only on events that ask with `callstack`). See [`callstack`](crate::callstack).
+    pub callstack_depth: usize,
+    /// CPU samples per second of CPU time per thread, with their call stacks
+    /// (`TACHYON_SAMPLING_HZ`; 0: off). In-process sessions only. See
+    /// [`sampling`](crate::sampling).
+    pub sampling_hz: u32,
 }
 
 impl Default for Config {
@@ -105,6 +114,8 @@ impl Default for Config {
             incremental_timestamps: true,
             stop_timeout: Duration::from_millis(500),
             producer_socket: None,
+            callstack_depth: 0,
+            sampling_hz: 0,
         }
     }
 }
@@ -212,6 +223,24 @@ impl Config {
         }
         if let Some(v) = var("TACHYON_FLUSH_PERIOD_MS") {
             c.flush_period = Some(parse_ms("TACHYON_FLUSH_PERIOD_MS", &v)?);
+        }
+        if let Some(v) = var("TACHYON_CALLSTACK") {
+            c.callstack_depth = match v.trim().parse::<usize>() {
+                Ok(d) if d <= crate::callstack::MAX_DEPTH => d,
+                _ => {
+                    return Err(ConfigError(format!(
+                        "TACHYON_CALLSTACK={v:?}: expected a depth from 0 to {}",
+                        crate::callstack::MAX_DEPTH
+                    )))
+                }
+            };
+        }
+        if let Some(v) = var("TACHYON_SAMPLING_HZ") {
+            c.sampling_hz = v.trim().parse().map_err(|_| {
+                ConfigError(format!(
+                    "TACHYON_SAMPLING_HZ={v:?}: expected samples per second (0: off)"
+                ))
+            })?;
         }
         if let Some(v) = var("TACHYON_STREAM") {
             c.stream = parse_flag("TACHYON_STREAM", &v)?;
@@ -461,6 +490,12 @@ fn start_inner(config: Config, at_exit: bool) -> io::Result<()> {
             incremental_timestamps: config.incremental_timestamps,
         };
         global::install(handle, config.categories.clone());
+        crate::callstack::set_default_depth(config.callstack_depth);
+        if config.sampling_hz != 0 {
+            if let Err(e) = crate::sampling::start(config.sampling_hz) {
+                eprintln!("tachyon: {e}; tracing goes on without CPU samples");
+            }
+        }
     }
     *slot = Some(Active {
         backend,
@@ -514,6 +549,9 @@ pub fn shutdown() -> io::Result<Option<Report>> {
     // are not tracing right now encode what they queued meanwhile (into this session's writer:
     // `ThreadState::replay`), flush and drop, so the stop does not wait for their next event. A
     // thread busy with an event then drops its writer at its next one, as before the queues.
+    // The sampler writes its last samples while the session still takes them.
+    let _ = crate::sampling::stop();
+    crate::callstack::set_default_depth(0);
     state::drain_all(Drain::FlushAll);
     global::end_session();
     state::release_thread_writer();

@@ -37,8 +37,10 @@
 //! mode: set `TACHYON_PRODUCER_SOCK`, see [`init`]).
 #![deny(missing_docs)]
 
+pub mod callstack;
 pub mod clock;
 mod init;
+pub mod sampling;
 mod session;
 mod system;
 mod track_event;

@@ -43,6 +43,7 @@ use super::callsite::{Callsite, CallsiteKind, Enabled, Unit};
 use super::encode::{self, CounterSample, Template, TYPE_SLICE_END};
 use super::global::{self, session_of, EPOCH};
 use super::queue::{self, Holder, Hot, Record, Slot};
+use crate::callstack::CallstackInterner;
 use crate::clock::{self, Clock, Snapshot, TRACE_CLOCK_ID};
 use crate::writer::TraceWriter;
 
@@ -117,6 +118,9 @@ pub(crate) struct ThreadState {
     track_uuid: u64,
     thread_name: Option<String>,
     writer: Option<TraceWriter>,
+    /// Call stacks interned on this sequence, valid for `callstacks_generation`.
+    callstacks: CallstackInterner,
+    callstacks_generation: u32,
 }
 
 /// One entry of the thread's interning table, by callsite id.
@@ -447,6 +451,8 @@ impl ThreadState {
             tid,
             track_uuid: global::mix64(process.uuid ^ (tid as u64).rotate_left(17)),
             thread_name: std::thread::current().name().map(str::to_owned),
+            callstacks: CallstackInterner::new(),
+            callstacks_generation: 0,
         }
     }
 
@@ -1134,6 +1140,59 @@ impl ThreadState {
     pub(crate) fn session(&self) -> u32 {
         session_of(self.epoch)
     }
+
+    /// Interns the stack `pcs` (innermost first) on this sequence and returns its callstack
+    /// iid; what the sequence has not seen in this generation (mappings, frames, the stack) is
+    /// written first, in a packet of its own at `ts`. 0 when nothing was written (no session,
+    /// or the packet was lost: the next event starts a new generation then).
+    pub(crate) fn intern_callstack(&mut self, ts: u64, pcs: &[u64]) -> u64 {
+        if pcs.is_empty() || !self.sync(ts) {
+            return 0;
+        }
+        if self.callstacks_generation != self.generation {
+            self.callstacks.clear();
+            self.callstacks_generation = self.generation;
+        }
+        let iid = self.callstacks.intern(pcs);
+        if self.callstacks.has_pending() {
+            let dropped = self.writer.as_ref().map(TraceWriter::packets_dropped);
+            let mut table = std::mem::take(&mut self.callstacks);
+            self.write_timed(ts, |p| table.write_pending(&mut p.set_interned_data()));
+            self.callstacks = table;
+            if self.writer.as_ref().map(TraceWriter::packets_dropped) != dropped {
+                self.callstacks.clear();
+                return 0;
+            }
+        }
+        iid
+    }
+
+    /// A CPU sample (`PerfSample`) with its interned stack, at `boottime_ns` on
+    /// `BUILTIN_CLOCK_BOOTTIME` (the perf clock the sampler asks the kernel for).
+    pub(crate) fn perf_sample(&mut self, boottime_ns: u64, sample: &crate::sampling::Sample<'_>) {
+        let ts = clock::now();
+        let iid = self.intern_callstack(ts, sample.pcs);
+        let Some(w) = self.writer.as_mut() else {
+            return;
+        };
+        w.write_packet(|p| {
+            p.set_timestamp(boottime_ns);
+            p.set_timestamp_clock_id(crate::sampling::BOOTTIME_CLOCK_ID);
+            p.set_sequence_flags(SEQ_NEEDS_INCREMENTAL_STATE);
+            let mut s = p.set_perf_sample();
+            s.set_cpu(sample.cpu);
+            s.set_pid(sample.pid);
+            s.set_tid(sample.tid);
+            s.set_cpu_mode_raw(sample.cpu_mode);
+            s.set_timebase_count(sample.period);
+            if iid != 0 {
+                s.set_callstack_iid(iid);
+            }
+            if sample.lost != 0 {
+                s.set_kernel_records_lost(sample.lost);
+            }
+        });
+    }
 }
 
 /// What an event's macro adds to it: arguments (debug annotations with interned names) and
@@ -1175,6 +1234,20 @@ impl EventContext<'_, '_> {
     #[inline]
     pub fn terminating_flow(&mut self, flow: super::Flow) {
         self.event.add_terminating_flow_ids(flow.id());
+    }
+
+    /// A `callstack` item: the stack was captured before the event began (see
+    /// [`zone_begin_stack`](crate::__rt::zone_begin_stack)); nothing to add here.
+    #[doc(hidden)]
+    #[inline(always)]
+    pub fn callstack(&mut self, _depth: usize) {}
+
+    /// The event's call stack, interned on the sequence (`callstack_iid`; 0: none).
+    #[inline]
+    pub(crate) fn callstack_iid(&mut self, iid: u64) {
+        if iid != 0 {
+            self.event.set_callstack_iid(iid);
+        }
     }
 }
 

@@ -1,0 +1,113 @@
+//! Call stacks: capture on the calling thread, interning into Perfetto's `InternedData`.
+//!
+//! [`capture`] walks the calling thread's stack with the platform's DWARF unwinder
+//! (`unwind.rs`) into a buffer the caller owns: no allocation, no lock of ours, depth capped at
+//! [`MAX_DEPTH`]. Events take stacks with `zone!(..., callstack)` / `callstack: N` (and the same
+//! on instants), or on every event with `TACHYON_CALLSTACK=N` ([`Config::callstack_depth`],
+//! Tracy's `TRACY_CALLSTACK`).
+//!
+//! The addresses are written raw: each sequence interns its stacks with a
+//! [`CallstackInterner`] (`Callstack` → `Frame`s → `Mapping`s with path, build id and load
+//! bias from the loader, [`loaded_modules`]), so a repeated stack costs one iid. Function names,
+//! files and lines are resolved later and elsewhere (`tachyon-symbolize`: at the end of the
+//! session or offline with `tachyon symbolize`), never on the traced thread.
+//!
+//! The same two pieces serve anything else that records stacks (allocations, crash reports):
+//!
+//! ```
+//! use tachyon::callstack::{capture, CallstackInterner, MAX_DEPTH};
+//!
+//! let mut frames = [0u64; MAX_DEPTH];
+//! let n = capture(&mut frames[..16], 0);
+//! assert!(n > 0);
+//! let mut interner = CallstackInterner::new();
+//! let iid = interner.intern(&frames[..n]);
+//! assert_eq!(interner.intern(&frames[..n]), iid, "a repeated stack is one id");
+//! ```
+//!
+//! [`Config::callstack_depth`]: crate::Config::callstack_depth
+
+mod intern;
+mod modules;
+mod unwind;
+
+use std::sync::atomic::{AtomicU8, Ordering};
+
+pub use intern::CallstackInterner;
+pub use modules::{loaded_modules, module_of, Module};
+
+/// The deepest stack an event records (Tracy caps at 62; deeper requests are cut here).
+pub const MAX_DEPTH: usize = 64;
+
+/// Depth of the stack every event records (0: only events that ask for one).
+static DEFAULT_DEPTH: AtomicU8 = AtomicU8::new(0);
+
+/// Captures the calling thread's stack into `out`: return addresses (minus one, so each points
+/// into its call instruction), innermost first, starting at the caller of `capture` after
+/// skipping `skip` more frames; at most `out.len()` frames. Returns how many were written.
+///
+/// Allocation-free and lock-free (as far as the platform unwinder is: glibc ≥ 2.35 finds
+/// unwind tables without a lock). Not async-signal-safe.
+#[inline(never)]
+pub fn capture(out: &mut [u64], skip: usize) -> usize {
+    let n = out.len().min(MAX_DEPTH);
+    // `capture`'s own frame is skipped too.
+    unwind::walk(&mut out[..n], skip + 1)
+}
+
+/// The depth every event records a stack at (`TACHYON_CALLSTACK`), 0 when off.
+#[inline(always)]
+pub fn default_depth() -> usize {
+    DEFAULT_DEPTH.load(Ordering::Relaxed) as usize
+}
+
+/// Sets the depth every event records a stack at (0: off), capped at [`MAX_DEPTH`].
+pub fn set_default_depth(depth: usize) {
+    DEFAULT_DEPTH.store(depth.min(MAX_DEPTH) as u8, Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[inline(never)]
+    fn leaf(out: &mut [u64]) -> usize {
+        std::hint::black_box(capture(out, 0))
+    }
+
+    #[inline(never)]
+    fn middle(out: &mut [u64]) -> usize {
+        std::hint::black_box(leaf(out))
+    }
+
+    #[test]
+    fn frames_are_in_the_callers_and_capped() {
+        let mut buf = [0u64; MAX_DEPTH];
+        let n = middle(&mut buf);
+        assert!(n >= 3, "{n}");
+        let in_fn = |pc: u64, f: usize| pc > f as u64 && pc < f as u64 + 4096;
+        assert!(in_fn(buf[0], leaf as *const () as usize), "{:#x}", buf[0]);
+        assert!(in_fn(buf[1], middle as *const () as usize), "{:#x}", buf[1]);
+        let mut two = [0u64; 2];
+        assert_eq!(middle(&mut two), 2);
+        assert_eq!(two, buf[..2]);
+        assert_eq!(capture(&mut [], 0), 0);
+    }
+
+    #[test]
+    fn interning_emits_each_thing_once() {
+        let mut buf = [0u64; 16];
+        let n = middle(&mut buf);
+        let mut i = CallstackInterner::new();
+        let a = i.intern(&buf[..n]);
+        assert!(i.has_pending());
+        assert_eq!(i.intern(&buf[..n]), a);
+        let b = i.intern(&buf[1..n]);
+        assert_ne!(a, b);
+        assert_eq!(i.intern(&[]), 0);
+        let c = i.intern(&[8]); // in no binary
+        assert_ne!(c, 0);
+        i.clear();
+        assert!(!i.has_pending());
+    }
+}
