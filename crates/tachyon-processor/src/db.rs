@@ -125,6 +125,7 @@ pub(crate) fn load(conn: &Connection, mut st: Storage) -> rusqlite::Result<()> {
         "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA temp_store = MEMORY;",
     )?;
     conn.execute_batch(SCHEMA)?;
+    conn.execute_batch(crate::profile::SCHEMA)?;
     // Arg sets are contiguous once sorted by set (stable: order within a set is kept).
     st.args.sort_by_key(|a| a.set);
     let tx = conn.unchecked_transaction()?;
@@ -254,6 +255,7 @@ pub(crate) fn load(conn: &Connection, mut st: Storage) -> rusqlite::Result<()> {
             ])?;
         }
     }
+    crate::profile::load(&tx, &st)?;
     tx.execute_batch("CREATE INDEX __args_set ON __intrinsic_args(arg_set_id);")?;
     tx.commit()?;
 

@@ -94,6 +94,8 @@ pub(crate) enum EventKind {
     /// A `SysStats` counter value: `track` indexes the system tracks of
     /// [`crate::system::SystemState`], `data` is the `f64` bits.
     SystemCounter,
+    /// A CPU sample; `data` indexes the pending samples of `crate::profile`.
+    PerfSample,
 }
 
 /// One timestamped event. Variable-length parts (args, flow ids) live in the importer's arenas
@@ -188,6 +190,8 @@ struct Sequence {
     loss_causes: [i64; 8],
     needs_total: u64,
     needs_skipped: u64,
+    /// Interned call stacks (`profile.rs`).
+    profile: crate::profile::SeqProfile,
 }
 
 impl Sequence {
@@ -200,6 +204,7 @@ impl Sequence {
         self.annotation_strings.clear();
         self.source_locations.clear();
         self.counter_values.clear();
+        self.profile.clear();
     }
 }
 
@@ -516,6 +521,22 @@ impl Importer {
             self.scratch = out;
             result?;
         }
+        if p.has_perf_sample() && has_seq {
+            let s = p.perf_sample().map_err(drop)?;
+            let seq = self.seqs.get_mut(&seq_id).expect("sequence exists");
+            if let Some(idx) =
+                crate::profile::tokenize_perf_sample(&mut seq.profile, &mut self.st, &s)
+            {
+                let mut out = std::mem::take(&mut self.scratch);
+                out.push(Event::bare(EventKind::PerfSample, 0, 0, idx));
+                self.emit_timed(&time, &mut out);
+                self.scratch = out;
+            }
+        }
+        if p.has_module_symbols() {
+            let m = p.module_symbols().map_err(drop)?;
+            crate::profile::queue_module_symbols(&mut self.st, &m)?;
+        }
         if p.has_track_event() {
             return self.track_event(seq_id, has_seq, p, time);
         }
@@ -636,7 +657,8 @@ impl Importer {
             let func = self.st.strings.intern_bytes(e.function_name_bytes());
             locs.push((e.iid(), (file, func, e.line_number())));
         }
-        let seq = self.seq(seq_id);
+        let seq = self.seqs.get_mut(&seq_id).expect("sequence exists");
+        crate::profile::ingest_interned(&mut seq.profile, &d, &mut self.st.strings)?;
         seq.names.extend(names);
         seq.categories.extend(cats);
         seq.annotation_names.extend(ann);
@@ -1159,6 +1181,18 @@ impl Importer {
                 (self.arena_flows.len() as u32 - flows - nflows as u32).min(u16::MAX as u32) as u16;
             self.arena_flows
                 .truncate((flows + nflows as u32 + nterm as u32) as usize);
+            if matches!(
+                kind,
+                EventKind::SliceBegin | EventKind::SliceEnd | EventKind::Instant
+            ) {
+                // The callsite, + 1 (0: none), for `__intrinsic_track_event_callstacks`.
+                let seq = self.seqs.get_mut(&seq_id).expect("sequence exists");
+                if let Some(c) =
+                    crate::profile::track_event_callsite(&mut seq.profile, &mut self.st, ev)
+                {
+                    data = u64::from(c) + 1;
+                }
+            }
             out.push(Event {
                 ts,
                 track,
@@ -1492,6 +1526,7 @@ impl Importer {
         let mut rest = self.sorter.drain_all();
         self.apply_batch(&mut rest);
         self.finish_parse();
+        crate::profile::finish(&mut self.st);
 
         // Per-buffer loss, attributed through TraceStats.writer_stats (sequence → buffer).
         let mut seen_buffers = Vec::new();

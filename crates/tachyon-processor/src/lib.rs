@@ -55,6 +55,7 @@ mod error;
 mod import;
 mod parse;
 mod processor;
+mod profile;
 mod sort;
 mod stats;
 mod storage;

@@ -158,6 +158,19 @@ stats! {
         "SysStats vmstat values whose key is not a VmstatCounters value this importer knows; dropped.";
     invalid_cpu_times: Single, Error, Analysis,
         "SysStats cpu_stat entries without a cpu_id; dropped.";
+    // --- Call stacks and CPU samples ---
+    stackprofile_invalid_string_id: Single, Error, Trace,
+        "Interned strings (function names, build ids, source paths) a frame or mapping refers to that the sequence never interned.";
+    stackprofile_invalid_mapping_id: Single, Error, Trace,
+        "Mappings a frame (or a ModuleSymbols packet) refers to that do not exist.";
+    stackprofile_invalid_frame_id: Single, Error, Trace,
+        "Frames a callstack (or a ModuleSymbols address) refers to that do not exist.";
+    stackprofile_invalid_callstack_id: Single, Error, Trace,
+        "Callstacks a CPU sample refers to that its sequence never interned.";
+    perf_samples_skipped: Single, Error, Trace,
+        "CPU samples the profiler could not read or unwind.";
+    perf_cpu_lost_records: Indexed, DataLoss, Trace,
+        "Records the kernel lost in a CPU's perf ring buffer (the reader was too slow).";
     // --- The tracing service's own statistics (TraceStats) ---
     traced_producers_connected: Single, Info, Trace, "Producers connected to the service.";
     traced_producers_seen: Single, Info, Trace, "Producers the service has seen since it started.";
