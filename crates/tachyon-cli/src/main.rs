@@ -28,6 +28,7 @@ enum Command {
     Stats(commands::stats::Args),
     Record(commands::record::Args),
     Traced(commands::traced::Args),
+    Symbolize(commands::symbolize::Args),
 }
 
 fn main() -> ExitCode {
@@ -40,6 +41,7 @@ fn main() -> ExitCode {
         // With a program to run, its exit status.
         Command::Record(args) => commands::record::run(args),
         Command::Traced(args) => done(commands::traced::run(args)),
+        Command::Symbolize(args) => done(commands::symbolize::run(args)),
     };
     match result {
         Ok(code) => code,

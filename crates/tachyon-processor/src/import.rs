@@ -1186,9 +1186,16 @@ impl Importer {
                 EventKind::SliceBegin | EventKind::SliceEnd | EventKind::Instant
             ) {
                 // The callsite, + 1 (0: none), for `__intrinsic_track_event_callstacks`.
+                // The event's process, if its track has one: its mappings are that process's
+                // (Perfetto resolves track event stacks with the track's upid).
+                let pid = if legacy_thread {
+                    self.legacy_threads.get(track as usize).map(|t| t.0)
+                } else {
+                    self.reservations.get(&track).and_then(|r| r.pid)
+                };
                 let seq = self.seqs.get_mut(&seq_id).expect("sequence exists");
                 if let Some(c) =
-                    crate::profile::track_event_callsite(&mut seq.profile, &mut self.st, ev)
+                    crate::profile::track_event_callsite(&mut seq.profile, &mut self.st, pid, ev)
                 {
                     data = u64::from(c) + 1;
                 }

@@ -591,10 +591,19 @@ fn resolve_mapping(seq: &mut SeqProfile, st: &mut Storage, scope: i64, iid: u64)
 pub(crate) fn track_event_callsite(
     seq: &mut SeqProfile,
     st: &mut Storage,
+    pid: Option<i64>,
     ev: &TrackEventView<'_>,
 ) -> Option<u32> {
     if ev.has_callstack_iid() {
-        return resolve_callstack(seq, st, None, ev.callstack_iid());
+        let iid = ev.callstack_iid();
+        let Some(pid) = pid else {
+            return resolve_callstack(seq, st, None, iid);
+        };
+        // Unknown stacks of track events are not counted (Perfetto counts only samples').
+        if !seq.callstacks.contains_key(&iid) {
+            return None;
+        }
+        return resolve_callstack(seq, st, Some(pid), iid);
     }
     if !ev.has_callstack() {
         return None;

@@ -1,7 +1,9 @@
 //! One module per subcommand.
 
 pub(crate) mod demo;
+pub(crate) mod profile;
 pub(crate) mod query;
 pub(crate) mod record;
 pub(crate) mod stats;
+pub(crate) mod symbolize;
 pub(crate) mod traced;

@@ -16,6 +16,12 @@ pub(crate) struct Args {
     /// How events are sorted before import.
     #[arg(long, value_enum, default_value_t = Sort::Full)]
     sort: Sort,
+    /// Also print the CPU profile of the trace's samples, top-down and bottom-up.
+    #[arg(long)]
+    samples: bool,
+    /// Also print zones grouped by the call stack they began in.
+    #[arg(long)]
+    callstacks: bool,
 }
 
 pub(crate) fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
@@ -24,6 +30,14 @@ pub(crate) fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     println!("Zones ({} names, sorted by total time)", zones.len());
     print!("{}", render(&zone_table(&zones), Format::Table));
     println!();
+    if args.callstacks {
+        crate::commands::profile::print_callstacks(&tp)?;
+        println!();
+    }
+    if args.samples {
+        crate::commands::profile::print_samples(&tp)?;
+        println!();
+    }
     let loss = tp.data_loss()?;
     if loss.is_empty() {
         println!("Data loss: no data lost");
