@@ -37,8 +37,8 @@ fn main() -> std::io::Result<()> {
     })?;
     tachyon::set_process_name("callstacks");
     std::hint::black_box(load_file(10));
-    std::hint::black_box(spin(200_000_000));
+    std::hint::black_box(spin(50_000_000));
     let report = tachyon::shutdown()?.expect("the session ran");
-    eprintln!("{report}");
+    println!("{report}");
     Ok(())
 }

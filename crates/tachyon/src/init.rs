@@ -40,6 +40,7 @@
 //! | `TACHYON_CLOCK` | `boottime`: no TSC (see [`clock`](crate::clock)) | TSC |
 //! | `TACHYON_CALLSTACK` | call-stack depth on every zone and instant (0–64) | 0 (off) |
 //! | `TACHYON_SAMPLING_HZ` | CPU samples per second, with stacks (in-process) | 0 (off) |
+//! | `TACHYON_SYMBOLIZE` | `0`: no symbolization at the end (feature `symbolize`) | on |
 //!
 //! A value that does not parse is an error naming the variable, never a silent default.
 
@@ -96,6 +97,10 @@ pub struct Config {
     /// (`TACHYON_SAMPLING_HZ`; 0: off). In-process sessions only. See
     /// [`sampling`](crate::sampling).
     pub sampling_hz: u32,
+    /// With the cargo feature `symbolize`: when the session ends, resolve the call stacks it
+    /// recorded (function, file, line) from this process's binaries and append the symbols to
+    /// the trace (`TACHYON_SYMBOLIZE=0`: leave that to `tachyon symbolize`). On by default.
+    pub symbolize: bool,
 }
 
 impl Default for Config {
@@ -116,6 +121,7 @@ impl Default for Config {
             producer_socket: None,
             callstack_depth: 0,
             sampling_hz: 0,
+            symbolize: true,
         }
     }
 }
@@ -242,6 +248,9 @@ impl Config {
                 ))
             })?;
         }
+        if let Some(v) = var("TACHYON_SYMBOLIZE") {
+            c.symbolize = parse_flag("TACHYON_SYMBOLIZE", &v)?;
+        }
         if let Some(v) = var("TACHYON_STREAM") {
             c.stream = parse_flag("TACHYON_STREAM", &v)?;
         }
@@ -354,6 +363,8 @@ struct Active {
     output: Option<PathBuf>,
     /// Started by [`init`]: write the trace at process exit.
     at_exit: bool,
+    /// Symbolize the call stacks when the session ends ([`Config::symbolize`]).
+    symbolize: bool,
 }
 
 static ACTIVE: Mutex<Option<Active>> = Mutex::new(None);
@@ -501,6 +512,7 @@ fn start_inner(config: Config, at_exit: bool) -> io::Result<()> {
         backend,
         output: config.output.clone(),
         at_exit,
+        symbolize: config.symbolize,
     });
     if at_exit {
         register_at_exit();
@@ -559,7 +571,10 @@ pub fn shutdown() -> io::Result<Option<Report>> {
     let stop = session.stop();
     global::disable_callsites();
     drop(slot);
-    let stop = stop?;
+    let mut stop = stop?;
+    if active.symbolize {
+        crate::callstack::symbolize_at_end(active.output.as_deref(), &mut stop.trace);
+    }
     let bytes = match &active.output {
         Some(p) => std::fs::metadata(p).map(|m| m.len()).unwrap_or(0),
         None => stop.trace.len() as u64,

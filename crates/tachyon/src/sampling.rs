@@ -8,9 +8,15 @@
 //! `tachyon-sampler` thread empties every 10 ms and at the end of the session. The kernel
 //! stamps samples with `CLOCK_BOOTTIME`, the packets say so (`timestamp_clock_id` 6).
 //!
-//! The stacks are the kernel's user call chains, which it walks by frame pointers: the first
-//! frame (where the thread was running) is always exact; the callers are right for code built
-//! with frame pointers (`-C force-frame-pointers=yes`) and cut short or wrong elsewhere.
+//! The stacks: with the feature `dwarf-unwind` (default, x86-64), the kernel copies the user
+//! registers and the top 8 KiB of the stack with each sample, and the sampler thread unwinds
+//! that copy with the binaries' `.eh_frame` (`callstack::dwarf`), as `perf --call-graph dwarf`
+//! does; right without frame pointers, cut where the 8 KiB end. Without it, the kernel's own
+//! call chains, which it walks by frame pointers: the first frame (where the thread was
+//! running) is exact, the callers right only for code built with frame pointers
+//! (`-C force-frame-pointers=yes`). All events of one CPU share one ring buffer
+//! (`PERF_EVENT_IOC_SET_OUTPUT`): 256 KiB per CPU, within the unprivileged
+//! `perf_event_mlock_kb` default on two CPUs.
 //!
 //! When the kernel refuses (`kernel.perf_event_paranoid` above 2, a seccomp filter, no
 //! `perf_event_open` at all), [`start`] says why and tracing goes on without samples.
@@ -193,11 +199,16 @@ fn open_all(hz: u64, skip_tid: i32) -> Result<Vec<sys::Event>, SamplingError> {
         .filter(|&t| t != skip_tid)
         .collect();
     tids.sort_unstable();
-    let mut events = Vec::new();
+    let mut events: Vec<sys::Event> = Vec::new();
+    // The first event of each CPU has the ring buffer; the others write into it.
+    let mut leaders: Vec<Option<i32>> = vec![None; cpus];
     for &tid in &tids {
-        for cpu in 0..cpus {
-            match sys::Event::open(tid, cpu as i32, hz) {
-                Ok(e) => events.push(e),
+        for (cpu, leader) in leaders.iter_mut().enumerate() {
+            match sys::Event::open(tid, cpu as i32, hz, *leader) {
+                Ok(e) => {
+                    leader.get_or_insert(e.fd());
+                    events.push(e);
+                }
                 // A thread that exited meanwhile, or a CPU that is offline.
                 Err(e) if matches!(e.raw_os_error(), Some(3 | 19)) => {}
                 Err(e) => return Err(err(e)),
@@ -218,7 +229,7 @@ fn online_cpus() -> Option<usize> {
 }
 
 fn run(mut events: Vec<sys::Event>, stop: &AtomicBool, counters: &Counters) {
-    let mut record = Vec::with_capacity(4096);
+    let mut record = Vec::with_capacity(16 << 10);
     let mut pcs = [0u64; MAX_DEPTH];
     loop {
         let last = stop.load(Ordering::Relaxed);
@@ -237,7 +248,9 @@ fn run(mut events: Vec<sys::Event>, stop: &AtomicBool, counters: &Counters) {
         if last {
             break;
         }
-        std::thread::park_timeout(Duration::from_millis(10));
+        // Often enough that a CPU's buffer (about 30 samples with their stacks) does not
+        // overflow at 1 kHz per busy thread.
+        std::thread::park_timeout(Duration::from_millis(5));
     }
 }
 
@@ -276,6 +289,21 @@ fn parse<'a>(rec: &[u8], pcs: &'a mut [u64; MAX_DEPTH]) -> Option<(Sample<'a>, u
             let cpu = u32_at(32)?;
             let period = u64_at(40)?;
             let nr = usize::try_from(u64_at(48)?).ok()?;
+            #[cfg(all(feature = "dwarf-unwind", target_arch = "x86_64", target_os = "linux"))]
+            if let Some(n) = unwind_copy(rec, 56 + 8 * nr.min(4096), ip, pcs) {
+                return Some((
+                    Sample {
+                        cpu,
+                        pid,
+                        tid,
+                        cpu_mode: i32::from(misc & 7),
+                        period,
+                        pcs: &pcs[..n],
+                        lost: 0,
+                    },
+                    time,
+                ));
+            }
             let mut n = 0;
             let mut first = true;
             for i in 0..nr.min(4096) {
@@ -312,14 +340,44 @@ fn parse<'a>(rec: &[u8], pcs: &'a mut [u64; MAX_DEPTH]) -> Option<(Sample<'a>, u
     }
 }
 
+/// The registers and stack copy after the call chain (at `off`), unwound: the frames, or None
+/// without them (the kernel could not copy, or the unwinder found nothing).
+#[cfg(all(feature = "dwarf-unwind", target_arch = "x86_64", target_os = "linux"))]
+fn unwind_copy(rec: &[u8], off: usize, ip: u64, pcs: &mut [u64; MAX_DEPTH]) -> Option<usize> {
+    let u64_at = |o: usize| Some(u64::from_ne_bytes(rec.get(o..o + 8)?.try_into().ok()?));
+    let abi = u64_at(off)?;
+    if abi == 0 {
+        return None;
+    }
+    // Registers in bit order: bp (6), sp (7), ip (8).
+    let (bp, sp, rip) = (u64_at(off + 8)?, u64_at(off + 16)?, u64_at(off + 24)?);
+    let size = usize::try_from(u64_at(off + 32)?).ok()?;
+    let data = off + 40;
+    let stack = rec.get(data..data.checked_add(size)?)?;
+    let dyn_size = usize::try_from(u64_at(data + size)?).ok()?;
+    let stack = &stack[..dyn_size.min(size)];
+    let ip = if rip != 0 { rip } else { ip };
+    let n = crate::callstack::dwarf::walk_sample(ip, sp, bp, stack, pcs);
+    (n > 0).then_some(n)
+}
+
 /// The system calls and the ring buffer (the only unsafe code of the sampler).
 mod sys {
     use super::*;
 
     const PERF_TYPE_SOFTWARE: u32 = 1;
     const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
-    /// IP | TID | TIME | CALLCHAIN | CPU | PERIOD: the layout `parse` reads.
+    /// IP | TID | TIME | CALLCHAIN | CPU | PERIOD (+ REGS_USER | STACK_USER): the layout
+    /// `parse` reads.
+    #[cfg(all(feature = "dwarf-unwind", target_arch = "x86_64", target_os = "linux"))]
+    pub(super) const SAMPLE_TYPE: u64 = 1 | 2 | 4 | 32 | 128 | 256 | (1 << 12) | (1 << 13);
+    #[cfg(not(all(feature = "dwarf-unwind", target_arch = "x86_64", target_os = "linux")))]
     pub(super) const SAMPLE_TYPE: u64 = 1 | 2 | 4 | 32 | 128 | 256;
+    /// x86-64 perf registers: BP (6), SP (7), IP (8).
+    const REGS_USER: u64 = (1 << 6) | (1 << 7) | (1 << 8);
+    /// Bytes of user stack copied per sample.
+    const STACK_USER: u32 = 8 << 10;
+    const PERF_EVENT_IOC_SET_OUTPUT: u64 = 0x2405;
     const FLAG_INHERIT: u64 = 1 << 1;
     const FLAG_EXCLUDE_KERNEL: u64 = 1 << 5;
     const FLAG_EXCLUDE_HV: u64 = 1 << 6;
@@ -336,8 +394,8 @@ mod sys {
     #[cfg(target_arch = "aarch64")]
     const SYS_GETTID: i64 = 178;
     const PAGE: usize = 4096;
-    /// Data pages per event: 64 KiB.
-    const DATA_PAGES: usize = 16;
+    /// Data pages per CPU: 256 KiB.
+    const DATA_PAGES: usize = 64;
 
     extern "C" {
         fn syscall(n: i64, ...) -> i64;
@@ -351,6 +409,7 @@ mod sys {
         ) -> *mut c_void;
         fn munmap(addr: *mut c_void, len: usize) -> i32;
         fn close(fd: i32) -> i32;
+        fn ioctl(fd: i32, req: u64, ...) -> i32;
     }
 
     pub(super) fn gettid() -> i32 {
@@ -358,7 +417,8 @@ mod sys {
         unsafe { syscall(SYS_GETTID) as i32 }
     }
 
-    /// An open perf event and its ring buffer mapping.
+    /// An open perf event and its ring buffer mapping (none when it writes into another
+    /// event's).
     pub(super) struct Event {
         fd: i32,
         base: *mut u8,
@@ -370,7 +430,11 @@ mod sys {
     unsafe impl Send for Event {}
 
     impl Event {
-        pub(super) fn open(tid: i32, cpu: i32, hz: u64) -> io::Result<Event> {
+        pub(super) fn fd(&self) -> i32 {
+            self.fd
+        }
+
+        pub(super) fn open(tid: i32, cpu: i32, hz: u64, output: Option<i32>) -> io::Result<Event> {
             // perf_event_attr, PERF_ATTR_SIZE_VER7 (128 bytes), zeroed then filled by offset.
             let mut attr = [0u8; 128];
             let put32 =
@@ -393,6 +457,10 @@ mod sys {
                     | FLAG_USE_CLOCKID,
             );
             put32(&mut attr, 92, CLOCK_BOOTTIME as u32);
+            if SAMPLE_TYPE & (1 << 12) != 0 {
+                put64(&mut attr, 80, REGS_USER);
+                put32(&mut attr, 88, STACK_USER);
+            }
             // SAFETY: `attr` is a valid perf_event_attr of the size it declares and lives
             // across the call; the other arguments are plain integers.
             let fd = unsafe {
@@ -409,6 +477,20 @@ mod sys {
                 return Err(io::Error::last_os_error());
             }
             let fd = fd as i32;
+            if let Some(leader) = output {
+                // SAFETY: both descriptors are perf events of this process on the same CPU.
+                if unsafe { ioctl(fd, PERF_EVENT_IOC_SET_OUTPUT, leader) } != 0 {
+                    let e = io::Error::last_os_error();
+                    // SAFETY: `fd` is ours and closed once.
+                    unsafe { close(fd) };
+                    return Err(e);
+                }
+                return Ok(Event {
+                    fd,
+                    base: std::ptr::null_mut(),
+                    len: 0,
+                });
+            }
             let len = PAGE * (1 + DATA_PAGES);
             // SAFETY: a fresh shared read-write mapping of the event's ring buffer; the kernel
             // checks `fd` and `len`.
@@ -429,6 +511,9 @@ mod sys {
         /// Calls `f` with every record the kernel has written since the last call (a record
         /// that wraps around the end of the ring is copied into `scratch` first).
         pub(super) fn drain(&mut self, scratch: &mut Vec<u8>, mut f: impl FnMut(&[u8])) {
+            if self.base.is_null() {
+                return;
+            }
             // SAFETY: the first page of the mapping is the kernel's `perf_event_mmap_page`;
             // `data_head` (offset 1024) is written by the kernel, so it is read atomically,
             // with acquire order to see the records it covers; `data_tail` (1032) is ours.
@@ -469,9 +554,12 @@ mod sys {
 
     impl Drop for Event {
         fn drop(&mut self) {
-            // SAFETY: the mapping and descriptor were made in `open` and are released once.
+            // SAFETY: the mapping (if any) and descriptor were made in `open` and are
+            // released once.
             unsafe {
-                munmap(self.base.cast(), self.len);
+                if !self.base.is_null() {
+                    munmap(self.base.cast(), self.len);
+                }
                 close(self.fd);
             }
         }

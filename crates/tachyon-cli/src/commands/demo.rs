@@ -49,7 +49,7 @@ pub(crate) fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     };
     let out = args.out.display();
     let daemon = config.producer_socket.clone();
-    let stacks = config.callstack_depth > 0 || config.sampling_hz > 0;
+    let stacks = config.symbolize && (config.callstack_depth > 0 || config.sampling_hz > 0);
     tachyon::set_process_name("tachyon-demo");
     tachyon::start(config).map_err(|e| match &daemon {
         Some(socket) => format!(

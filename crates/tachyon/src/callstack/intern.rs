@@ -67,6 +67,7 @@ impl CallstackInterner {
             let f = self.frame(pc);
             frame_iids.push(f);
         }
+        super::note_recorded();
         let iid = self.next();
         let start = self.pending.callstack_frames.len();
         self.pending.callstack_frames.extend_from_slice(&frame_iids);
@@ -208,6 +209,9 @@ impl CallstackInterner {
             start_offset: 0,
             load_bias: 0,
             base: 0,
+            text_svma: (0, 0),
+            eh_frame_hdr: None,
+            loads: Arc::from(&[][..]),
         };
         let path_iid = self.path(&m.path);
         let iid = self.next();

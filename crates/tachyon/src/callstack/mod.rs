@@ -27,11 +27,13 @@
 //!
 //! [`Config::callstack_depth`]: crate::Config::callstack_depth
 
+#[cfg(all(feature = "dwarf-unwind", target_arch = "x86_64", target_os = "linux"))]
+pub(crate) mod dwarf;
 mod intern;
 mod modules;
 mod unwind;
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 pub use intern::CallstackInterner;
 pub use modules::{loaded_modules, module_of, Module};
@@ -42,6 +44,37 @@ pub const MAX_DEPTH: usize = 64;
 /// Depth of the stack every event records (0: only events that ask for one).
 static DEFAULT_DEPTH: AtomicU8 = AtomicU8::new(0);
 
+/// A stack was interned since the last [`symbolize_at_end`]: there is something to symbolize.
+static RECORDED: AtomicBool = AtomicBool::new(false);
+
+pub(crate) fn note_recorded() {
+    if !RECORDED.load(Ordering::Relaxed) {
+        RECORDED.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The end of a session that recorded stacks: with the feature `symbolize`, the symbols of its
+/// frames appended to the trace (the file at `path`, else `trace`), resolved from this
+/// process's own binaries (their paths and build ids are the trace's). Without the feature,
+/// nothing (`tachyon symbolize` does it later).
+#[cfg_attr(not(feature = "symbolize"), allow(unused_variables, clippy::ptr_arg))]
+pub(crate) fn symbolize_at_end(path: Option<&std::path::Path>, trace: &mut Vec<u8>) {
+    let recorded = RECORDED.swap(false, Ordering::Relaxed);
+    #[cfg(feature = "symbolize")]
+    if recorded {
+        let opts = tachyon_symbolize::Options::default();
+        let result = match path {
+            Some(p) => tachyon_symbolize::symbolize_in_place(p, &opts).map(drop),
+            None => tachyon_symbolize::symbolize(trace, &opts).map(|s| {
+                trace.extend_from_slice(&s.packets);
+            }),
+        };
+        if let Err(e) = result {
+            eprintln!("tachyon: symbolizing the call stacks failed: {e}");
+        }
+    }
+}
+
 /// Captures the calling thread's stack into `out`: return addresses (minus one, so each points
 /// into its call instruction), innermost first, starting at the caller of `capture` after
 /// skipping `skip` more frames; at most `out.len()` frames. Returns how many were written.
@@ -51,7 +84,14 @@ static DEFAULT_DEPTH: AtomicU8 = AtomicU8::new(0);
 #[inline(never)]
 pub fn capture(out: &mut [u64], skip: usize) -> usize {
     let n = out.len().min(MAX_DEPTH);
+    if n == 0 {
+        return 0;
+    }
     // `capture`'s own frame is skipped too.
+    #[cfg(all(feature = "dwarf-unwind", target_arch = "x86_64", target_os = "linux"))]
+    if let Some(got) = dwarf::walk(&mut out[..n], skip + 1) {
+        return got;
+    }
     unwind::walk(&mut out[..n], skip + 1)
 }
 
@@ -92,6 +132,26 @@ mod tests {
         assert_eq!(middle(&mut two), 2);
         assert_eq!(two, buf[..2]);
         assert_eq!(capture(&mut [], 0), 0);
+    }
+
+    #[cfg(all(feature = "dwarf-unwind", target_arch = "x86_64", target_os = "linux"))]
+    #[test]
+    fn framehop_agrees_with_the_platform_unwinder() {
+        #[inline(never)]
+        fn both() -> (Vec<u64>, Vec<u64>) {
+            let (mut a, mut b) = ([0u64; 32], [0u64; 32]);
+            let n = dwarf::walk(&mut a, 0).expect("this thread's stack is known");
+            let m = unwind::walk(&mut b, 0);
+            (a[..n].to_vec(), b[..m].to_vec())
+        }
+        let (fh, platform) = both();
+        assert!(fh.len() >= 3, "{fh:x?}");
+        // Frame 0 is the return address into `both` (two call sites); the callers agree.
+        assert_eq!(fh.len(), platform.len(), "{fh:x?} vs {platform:x?}");
+        assert_eq!(fh[1..], platform[1..]);
+        // And on a thread of its own, deeper in the test harness.
+        let (fh, platform) = std::thread::spawn(both).join().unwrap();
+        assert_eq!(fh[1..], platform[1..]);
     }
 
     #[test]

@@ -29,6 +29,12 @@ pub struct Module {
     /// The load address the loader chose (`dlpi_addr`): `pc - base` is the address in the
     /// ELF file (Perfetto's `rel_pc`), which is what a symbolizer looks up.
     pub base: u64,
+    /// The segment's ELF address and size (`p_vaddr`, `p_memsz`).
+    pub(crate) text_svma: (u64, u64),
+    /// `.eh_frame_hdr` (`PT_GNU_EH_FRAME`): ELF address and size, for the DWARF unwinder.
+    pub(crate) eh_frame_hdr: Option<(u64, u64)>,
+    /// Every loadable segment of the binary (`p_vaddr`, `p_memsz`): bounds `.eh_frame`.
+    pub(crate) loads: Arc<[(u64, u64)]>,
 }
 
 impl Module {
@@ -50,6 +56,11 @@ pub(crate) struct ModuleMap {
 }
 
 impl ModuleMap {
+    #[cfg_attr(not(feature = "dwarf-unwind"), allow(dead_code))]
+    pub(crate) fn modules(&self) -> &[Module] {
+        &self.modules
+    }
+
     pub(crate) fn find(&self, pc: u64) -> Option<(usize, &Module)> {
         let i = self.modules.partition_point(|m| m.start <= pc);
         let i = i.checked_sub(1)?;
@@ -141,6 +152,7 @@ struct Elf64Phdr {
 
 const PT_LOAD: u32 = 1;
 const PT_NOTE: u32 = 4;
+const PT_GNU_EH_FRAME: u32 = 0x6474_e550;
 const PF_X: u32 = 1;
 const NT_GNU_BUILD_ID: u32 = 3;
 const PAGE: u64 = 4096;
@@ -195,6 +207,15 @@ extern "C" fn collect(info: *mut DlPhdrInfo, _size: usize, data: *mut c_void) ->
             break;
         }
     }
+    let eh_frame_hdr = phdrs
+        .iter()
+        .find(|p| p.p_type == PT_GNU_EH_FRAME)
+        .map(|p| (p.p_vaddr, p.p_memsz));
+    let loads: Arc<[(u64, u64)]> = phdrs
+        .iter()
+        .filter(|p| p.p_type == PT_LOAD)
+        .map(|p| (p.p_vaddr, p.p_memsz))
+        .collect();
     let start_offset = phdrs
         .iter()
         .filter(|p| p.p_type == PT_LOAD)
@@ -216,6 +237,9 @@ extern "C" fn collect(info: *mut DlPhdrInfo, _size: usize, data: *mut c_void) ->
             start_offset,
             load_bias: ph.p_vaddr.wrapping_sub(ph.p_offset),
             base,
+            text_svma: (ph.p_vaddr, ph.p_memsz),
+            eh_frame_hdr,
+            loads: loads.clone(),
         });
     }
     0
