@@ -153,11 +153,11 @@ thread_local! {
     static STACK: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
 }
 
-/// Frames of the calling thread into `out` (return addresses minus one, innermost first)
-/// after skipping `skip` frames above `walk`'s caller... as `unwind::walk`; `None` when this
-/// thread cannot be unwound this way (its stack bounds unknown, a nested call).
-#[inline(never)]
-pub(super) fn walk(out: &mut [u64], skip: usize) -> Option<usize> {
+/// The registers unwinding starts from: inlined, so they are the caller's (the function that
+/// calls [`capture`](super::capture) is the first frame, at its exact pc, and costs no unwind
+/// step).
+#[inline(always)]
+pub(super) fn regs() -> (u64, u64, u64) {
     let (ip, sp, bp): (u64, u64, u64);
     // SAFETY: reads rip, rsp and rbp into registers; touches no memory and no flags.
     unsafe {
@@ -171,6 +171,19 @@ pub(super) fn walk(out: &mut [u64], skip: usize) -> Option<usize> {
             options(nomem, nostack, preserves_flags),
         );
     }
+    (ip, sp, bp)
+}
+
+/// Frames of the calling thread from the registers `regs` read, into `out` (the first at its
+/// exact pc, the others return addresses minus one), after skipping `skip`; `None` when this
+/// thread cannot be unwound this way (its stack bounds unknown, a nested call). The frame of
+/// the function that read the registers stays intact above `sp` while this runs.
+#[inline(never)]
+pub(super) fn walk_from(
+    (ip, sp, bp): (u64, u64, u64),
+    out: &mut [u64],
+    skip: usize,
+) -> Option<usize> {
     let (lo, hi) = stack_bounds()?;
     if !(lo..hi).contains(&sp) {
         return None;
@@ -184,8 +197,7 @@ pub(super) fn walk(out: &mut [u64], skip: usize) -> Option<usize> {
             Err(())
         }
     };
-    // `walk`'s own frame first.
-    run(ip, sp, bp, skip + 1, out, &mut read)
+    run(ip, sp, bp, skip, out, &mut read)
 }
 
 /// Frames of a CPU sample: the registers the kernel saved and `stack`, its copy of the stack

@@ -75,23 +75,33 @@ pub(crate) fn symbolize_at_end(path: Option<&std::path::Path>, trace: &mut Vec<u
     }
 }
 
-/// Captures the calling thread's stack into `out`: return addresses (minus one, so each points
-/// into its call instruction), innermost first, starting at the caller of `capture` after
-/// skipping `skip` more frames; at most `out.len()` frames. Returns how many were written.
+/// Captures the calling thread's stack into `out`, innermost first, starting at the function
+/// that calls `capture` after skipping `skip` frames; at most `out.len()` frames. Returns how
+/// many were written. Addresses point into the call instruction of each frame (return
+/// addresses minus one; with `dwarf-unwind`, the first frame is the caller's exact pc).
 ///
-/// Allocation-free and lock-free (as far as the platform unwinder is: glibc ≥ 2.35 finds
-/// unwind tables without a lock). Not async-signal-safe.
-#[inline(never)]
+/// Allocation-free and lock-free (the platform unwinder, without `dwarf-unwind`, as far as
+/// glibc ≥ 2.35 finds unwind tables without a lock). Not async-signal-safe. Inlined: it reads
+/// the caller's registers where it is called.
+#[inline(always)]
 pub fn capture(out: &mut [u64], skip: usize) -> usize {
     let n = out.len().min(MAX_DEPTH);
     if n == 0 {
         return 0;
     }
-    // `capture`'s own frame is skipped too.
     #[cfg(all(feature = "dwarf-unwind", target_arch = "x86_64", target_os = "linux"))]
-    if let Some(got) = dwarf::walk(&mut out[..n], skip + 1) {
+    if let Some(got) = dwarf::walk_from(dwarf::regs(), &mut out[..n], skip) {
         return got;
     }
+    unwind::walk(&mut out[..n], skip)
+}
+
+/// [`capture`] with the platform unwinder (`_Unwind_Backtrace`) even when the feature
+/// `dwarf-unwind` is on: for comparisons.
+#[inline(never)]
+pub fn capture_with_platform_unwinder(out: &mut [u64], skip: usize) -> usize {
+    let n = out.len().min(MAX_DEPTH);
+    // This function's own frame is skipped too.
     unwind::walk(&mut out[..n], skip + 1)
 }
 
@@ -140,13 +150,13 @@ mod tests {
         #[inline(never)]
         fn both() -> (Vec<u64>, Vec<u64>) {
             let (mut a, mut b) = ([0u64; 32], [0u64; 32]);
-            let n = dwarf::walk(&mut a, 0).expect("this thread's stack is known");
+            let n = dwarf::walk_from(dwarf::regs(), &mut a, 0).expect("the stack is known");
             let m = unwind::walk(&mut b, 0);
             (a[..n].to_vec(), b[..m].to_vec())
         }
         let (fh, platform) = both();
         assert!(fh.len() >= 3, "{fh:x?}");
-        // Frame 0 is the return address into `both` (two call sites); the callers agree.
+        // Frame 0 is in `both` (an exact pc, a return address); the callers agree.
         assert_eq!(fh.len(), platform.len(), "{fh:x?} vs {platform:x?}");
         assert_eq!(fh[1..], platform[1..]);
         // And on a thread of its own, deeper in the test harness.
