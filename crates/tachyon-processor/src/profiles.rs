@@ -3,7 +3,8 @@
 //! call stack they began in.
 //!
 //! A frame reads as its symbols when it has them (a frame with inlined functions becomes one
-//! entry per function, outermost first), else its own name, else `binary+0xpc`.
+//! entry per function, outermost first; the SDK's macro runtime inlined into the user's
+//! function is left out), else its own name, else `binary+0xpc`.
 //!
 //! ```no_run
 //! let tp = tachyon_processor::TraceProcessor::open("trace.pftrace")?;
@@ -160,6 +161,9 @@ fn frame_names(tp: &TraceProcessor) -> Result<HashMap<i64, Vec<String>>, Error> 
         };
         let names = out.entry(*id).or_default();
         match (symbol, name) {
+            // The SDK's own code inlined into the function that took the stack (the macro's
+            // runtime): not the user's, left out as Tracy does.
+            (Value::Text(s), _) if s.starts_with("tachyon::track_event::__rt::") => {}
             // Symbol lines are innermost first: read in reverse, they are outermost first.
             (Value::Text(s), _) => names.push(s.clone()),
             (_, Value::Text(n)) if !n.is_empty() && names.is_empty() => names.push(n.clone()),

@@ -382,9 +382,6 @@ pub mod __rt {
 
     #[inline(always)]
     pub fn zone_begin(cs: &'static Callsite, en: Enabled) -> ZoneGuard {
-        if crate::callstack::default_depth() != 0 {
-            return zone_begin_stack(cs, en, 0, None, |_| {});
-        }
         ZoneGuard {
             session: {
                 debug_assert_eq!(en.id, cs.id());
@@ -399,7 +396,9 @@ pub mod __rt {
         state::slice_end(session);
     }
 
-    #[inline]
+    // Always inlined (also in debug builds): with `TACHYON_CALLSTACK` it calls the `_stack`
+    // form, whose stack must start in the function the event is in.
+    #[inline(always)]
     pub fn zone_begin_with(
         cs: &'static Callsite,
         en: Enabled,
@@ -422,14 +421,13 @@ pub mod __rt {
 
     #[inline(always)]
     pub fn instant(cs: &'static Callsite, en: Enabled) {
-        if crate::callstack::default_depth() != 0 {
-            return instant_stack(cs, en, 0, None, None, |_| {});
-        }
         debug_assert_eq!(en.id, cs.id());
         state::named_event::<{ encode::TYPE_INSTANT }>(cs);
     }
 
-    #[inline]
+    // Always inlined (also in debug builds): with `TACHYON_CALLSTACK` it calls the `_stack`
+    // form, whose stack must start in the function the event is in.
+    #[inline(always)]
     pub fn instant_with(
         cs: &'static Callsite,
         en: Enabled,

@@ -219,7 +219,11 @@ pub(crate) fn with_state<R>(f: impl FnOnce(&mut ThreadState) -> R) -> Option<R> 
     let r = f(&mut st);
     // The queue opens for the epoch the state is current for, if it has a writer there; the
     // next event that finds `EPOCH` elsewhere comes back here (see `named_event`).
-    let open = st.writer.is_some() && st.epoch == EPOCH.load(Ordering::Relaxed);
+    // Closed while every event takes a call stack (`TACHYON_CALLSTACK`): the hot path's push
+    // then fails and `named_event_cold` captures the stack on this thread.
+    let open = st.writer.is_some()
+        && st.epoch == EPOCH.load(Ordering::Relaxed)
+        && crate::callstack::default_depth() == 0;
     // SAFETY: this thread owns the slot, and took it out of `SLOT`: no other producer
     // reference exists on this thread (the hot paths take it from `SLOT` too).
     let hot = unsafe { &mut slot.producer().hot };
@@ -399,10 +403,24 @@ fn push(word: *const u8) -> Option<u32> {
 #[cold]
 #[inline(never)]
 fn named_event_cold(cs: &'static Callsite, ty: u8) -> u32 {
+    // Every event takes a stack (`TACHYON_CALLSTACK`): taken here, on the thread, skipping
+    // this function's frame (the hot path is inline in the caller).
+    let depth = crate::callstack::default_depth();
+    let mut pcs = [0u64; crate::callstack::MAX_DEPTH];
+    let n = if depth != 0 {
+        crate::callstack::capture(&mut pcs[..depth], 1)
+    } else {
+        0
+    };
     let ts = clock::now();
     let en = Enabled { id: cs.id() };
     with_state(|st| {
-        st.named_event_slow(cs, en, ty, ts);
+        if n == 0 {
+            st.named_event_slow(cs, en, ty, ts);
+        } else {
+            let iid = st.intern_callstack(ts, &pcs[..n]);
+            st.event(ts, cs, en, ty, None, None, |cx| cx.callstack_iid(iid));
+        }
         st.session()
     })
     .unwrap_or(0)
