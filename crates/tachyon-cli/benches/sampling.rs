@@ -7,7 +7,7 @@
 //! Run: `cargo bench -p tachyon-cli --bench sampling` (`SAMPLING_BENCH_ROUNDS`,
 //! `SAMPLING_BENCH_SECONDS` to change the 5 rounds of 1 s per setting).
 
-#[allow(dead_code, unreachable_pub)]
+#[allow(dead_code, unreachable_pub, unused_imports)]
 #[path = "../src/demo.rs"]
 mod demo;
 
