@@ -165,6 +165,24 @@ mod tests {
     }
 
     #[test]
+    fn environment_sets_depth_and_rate_and_refuses_garbage() {
+        let from = |k: &'static str, v: &'static str| {
+            crate::Config::from_vars(move |n| (n == k).then(|| v.to_owned()))
+        };
+        assert_eq!(from("TACHYON_CALLSTACK", "8").unwrap().callstack_depth, 8);
+        assert_eq!(from("TACHYON_SAMPLING_HZ", "997").unwrap().sampling_hz, 997);
+        assert!(!from("TACHYON_SYMBOLIZE", "0").unwrap().symbolize);
+        for (k, v) in [
+            ("TACHYON_CALLSTACK", "65"),
+            ("TACHYON_CALLSTACK", "deep"),
+            ("TACHYON_SAMPLING_HZ", "-1"),
+        ] {
+            let e = from(k, v).unwrap_err();
+            assert!(e.0.contains(k), "{e}");
+        }
+    }
+
+    #[test]
     fn interning_emits_each_thing_once() {
         let mut buf = [0u64; 16];
         let n = middle(&mut buf);
