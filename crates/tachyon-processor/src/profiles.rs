@@ -7,7 +7,7 @@
 //! function is left out), else its own name, else `binary+0xpc`.
 //!
 //! ```no_run
-//! let tp = tachyon_processor::TraceProcessor::open("trace.pftrace")?;
+//! let tp = tachyon_processor::TraceProcessor::open("trace.pftrace", &Default::default())?;
 //! let profile = tachyon_processor::profiles::cpu_profile(&tp)?;
 //! for line in profile.bottom_up().iter().take(10) {
 //!     println!("{:6} {:6} {}", line.self_samples, line.total_samples, line.name);
