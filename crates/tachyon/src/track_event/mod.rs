@@ -36,6 +36,7 @@ mod callsite;
 mod categories;
 mod encode;
 pub(crate) mod global;
+pub mod integration;
 mod macros;
 mod queue;
 pub(crate) mod state;
