@@ -101,6 +101,8 @@ pub(crate) enum EventKind {
     /// A `SysStats` counter value: `track` indexes the system tracks of
     /// [`crate::system::SystemState`], `data` is the `f64` bits.
     SystemCounter,
+    /// A CPU sample; `data` indexes the pending samples of `crate::profile`.
+    PerfSample,
     /// Flow events (`data` is the flow id), each bound to the slice open on its track: a flow
     /// starts there (`FlowOut`: legacy phase `s`, `bind_id` with `FLOW_OUT`), passes through
     /// (`FlowStep`: phase `t`, `FLOW_INOUT`), arrives and stays open (`FlowIn`: `FLOW_IN`),
@@ -229,6 +231,8 @@ struct Sequence {
     loss_causes: [i64; 8],
     needs_total: u64,
     needs_skipped: u64,
+    /// Interned call stacks (`profile.rs`).
+    profile: crate::profile::SeqProfile,
 }
 
 impl Sequence {
@@ -242,6 +246,7 @@ impl Sequence {
         self.annotation_strings.clear();
         self.source_locations.clear();
         self.counter_values.clear();
+        self.profile.clear();
     }
 }
 
@@ -619,6 +624,22 @@ impl Importer {
             };
             crate::heap::profile_packet(&mut self.st, seq_id, ts, p, &mut to_trace)?;
         }
+        if p.has_perf_sample() && has_seq {
+            let s = p.perf_sample().map_err(drop)?;
+            let seq = self.seqs.get_mut(&seq_id).expect("sequence exists");
+            if let Some(idx) =
+                crate::profile::tokenize_perf_sample(&mut seq.profile, &mut self.st, &s)
+            {
+                let mut out = std::mem::take(&mut self.scratch);
+                out.push(Event::bare(EventKind::PerfSample, 0, 0, idx));
+                self.emit_timed(&time, &mut out);
+                self.scratch = out;
+            }
+        }
+        if p.has_module_symbols() {
+            let m = p.module_symbols().map_err(drop)?;
+            crate::profile::queue_module_symbols(&mut self.st, &m)?;
+        }
         if p.has_track_event() {
             return self.track_event(seq_id, has_seq, p, time);
         }
@@ -742,7 +763,8 @@ impl Importer {
             let func = self.st.strings.intern_bytes(e.function_name_bytes());
             locs.push((e.iid(), (file, func, e.line_number())));
         }
-        let seq = self.seq(seq_id);
+        let seq = self.seqs.get_mut(&seq_id).expect("sequence exists");
+        crate::profile::ingest_interned(&mut seq.profile, &d, &mut self.st.strings)?;
         seq.names.extend(names);
         seq.categories.extend(cats);
         seq.annotation_names.extend(ann);
@@ -1394,6 +1416,25 @@ impl Importer {
             if dropped > 0 {
                 self.st.stats.add(Stat::flow_ids_dropped, dropped as i64);
             }
+            if matches!(
+                kind,
+                EventKind::SliceBegin | EventKind::SliceEnd | EventKind::Instant
+            ) {
+                // The callsite, + 1 (0: none), for `__intrinsic_track_event_callstacks`.
+                // The event's process, if its track has one: its mappings are that process's
+                // (Perfetto resolves track event stacks with the track's upid).
+                let pid = if legacy_thread {
+                    self.legacy_threads.get(track as usize).and_then(|t| t.0)
+                } else {
+                    self.reservations.get(&track).and_then(|r| r.pid)
+                };
+                let seq = self.seqs.get_mut(&seq_id).expect("sequence exists");
+                if let Some(c) =
+                    crate::profile::track_event_callsite(&mut seq.profile, &mut self.st, pid, ev)
+                {
+                    data = u64::from(c) + 1;
+                }
+            }
             out.push(Event {
                 ts,
                 track,
@@ -1777,6 +1818,7 @@ impl Importer {
         let mut rest = self.sorter.drain_all();
         self.apply_batch(&mut rest);
         self.finish_parse();
+        crate::profile::finish(&mut self.st);
         crate::heap::finish(&mut self.st);
 
         // How many packets each writer says it dropped, per sequence (whatever its buffer).

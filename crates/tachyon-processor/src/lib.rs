@@ -57,6 +57,7 @@ mod import;
 mod parse;
 mod processor;
 mod profile;
+pub mod profiles;
 mod sort;
 mod stats;
 mod storage;

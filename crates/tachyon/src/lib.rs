@@ -32,9 +32,12 @@
 //!   should depend on Tachyon) every macro compiles to nothing.
 //! - Sessions: [`start`] with a [`Config`], [`init`] from the environment (with an exit hook that
 //!   writes the trace), [`shutdown`] for the [`Report`].
-//! - Cargo features: `enabled` (default: the macros record), `macros` (`#[tachyon::instrument]`,
-//!   brings the proc-macro stack). Without them the dependency tree is Tachyon's own crates and
-//!   `rustix`.
+//! - Call stacks: `zone!(.., callstack)`, `TACHYON_CALLSTACK`, capture and interning in
+//!   [`callstack`]; CPU sampling (`Config::sampling_hz`) in [`sampling`].
+//! - Cargo features: `enabled` (default: the macros record), `dwarf-unwind` (default: call
+//!   stacks unwound with `framehop` over `.eh_frame`), `macros` (`#[tachyon::instrument]`,
+//!   brings the proc-macro stack), `symbolize` (symbols appended when a session ends; brings
+//!   `addr2line`). Without them the dependency tree is Tachyon's own crates and `rustix`.
 //! - For other instrumentation libraries (the `tracing` Layer in `tracing-tachyon`):
 //!   [`integration`]. For those who build backends: the writer API (arbiter, trace writers, commit
 //!   sinks, sessions) in [`backend`]; the trace clock in [`clock`].
@@ -49,8 +52,10 @@
 pub mod alloc;
 pub mod backend;
 mod capture;
+pub mod callstack;
 pub mod clock;
 mod init;
+pub mod sampling;
 mod session;
 mod system;
 mod track_event;

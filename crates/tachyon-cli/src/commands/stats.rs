@@ -16,6 +16,12 @@ pub(crate) struct Args {
     /// How events are sorted before import.
     #[arg(long, value_enum, default_value_t = Sort::Full)]
     sort: Sort,
+    /// Also print the CPU profile of the trace's samples, top-down and bottom-up.
+    #[arg(long)]
+    samples: bool,
+    /// Also print zones grouped by the call stack they began in.
+    #[arg(long)]
+    callstacks: bool,
 }
 
 pub(crate) fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
@@ -25,6 +31,14 @@ pub(crate) fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     print!("{}", render(&zone_table(&zones), Format::Table));
     println!();
     super::memory_stats::print(&tp)?;
+    if args.callstacks {
+        crate::commands::profile::print_callstacks(&tp)?;
+        println!();
+    }
+    if args.samples {
+        crate::commands::profile::print_samples(&tp)?;
+        println!();
+    }
     let loss = tp.data_loss()?;
     if loss.is_empty() {
         println!("Data loss: no data lost");
