@@ -462,6 +462,8 @@ fn start_inner(config: Config, at_exit: bool) -> io::Result<()> {
         };
         global::install(handle, config.categories.clone());
     }
+    // The CPU usage plots and the program's information (`cpu_usage.rs`).
+    crate::cpu_usage::session_started();
     *slot = Some(Active {
         backend,
         output: config.output.clone(),

@@ -38,8 +38,10 @@
 #![deny(missing_docs)]
 
 pub mod clock;
+mod cpu_usage;
 mod init;
 mod session;
+pub mod sync;
 mod system;
 mod track_event;
 mod writer;
@@ -48,11 +50,14 @@ pub use init::{init, is_active, shutdown, start, Backend, Config, ConfigError, R
 /// The function attribute: a [`zone!`] around every call of the function.
 pub use tachyon_macros::instrument;
 pub use tachyon_service::FillPolicy;
+#[doc(hidden)]
+pub use track_event::message as __message;
 pub use track_event::{
     __rt, set_process_name, set_thread_name, ArgValue, Callsite, CallsiteKind, CategoryFilter,
     CounterSample, CounterTrack, CounterValue, Enabled, EventContext, Flow, Track, TrackSlice,
     Unit, ZoneGuard, COMPILED_IN,
 };
+pub use track_event::{frame, set_thread_name_with_hint, Level, Plot, PlotKind};
 
 pub use session::{InProcessSession, SessionOptions, StopReport};
 pub use system::{SystemReport, SystemSession, DAEMON_CONNECT_BUDGET};

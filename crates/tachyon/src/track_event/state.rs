@@ -46,6 +46,9 @@ use super::queue::{self, Holder, Hot, Record, Slot};
 use crate::clock::{self, Clock, Snapshot, TRACE_CLOCK_ID};
 use crate::writer::TraceWriter;
 
+#[path = "state_ext.rs"]
+pub(crate) mod ext;
+
 /// The sequence-scoped incremental clock (as Perfetto's SDK).
 pub(crate) const INCREMENTAL_CLOCK_ID: u32 = 64;
 
@@ -116,6 +119,10 @@ pub(crate) struct ThreadState {
     tid: i64,
     track_uuid: u64,
     thread_name: Option<String>,
+    /// The thread's rank among the process's threads (a group hint, `ext.rs`).
+    group_rank: Option<i32>,
+    /// Interning ids `ext.rs` gave its names, categories and argument names: (iid, generation).
+    ext_keys: HashMap<Box<str>, (u64, u32)>,
     writer: Option<TraceWriter>,
 }
 
@@ -447,6 +454,8 @@ impl ThreadState {
             tid,
             track_uuid: global::mix64(process.uuid ^ (tid as u64).rotate_left(17)),
             thread_name: std::thread::current().name().map(str::to_owned),
+            group_rank: None,
+            ext_keys: HashMap::new(),
         }
     }
 
@@ -536,6 +545,11 @@ impl ThreadState {
     fn replay_now(&mut self, record: Record) {
         let ts = self.clock.ticks_to_ns(record.ticks);
         let ty = (record.word.addr() & 3) as u8;
+        if ty == 0 {
+            // A lock hold's begin or end (`ext.rs`).
+            self.replay_lock(record.word.addr() as u64, ts);
+            return;
+        }
         if ty == TYPE_SLICE_END {
             let session = (record.word.addr() >> 2) as u32;
             if !self.slice_end_fast(session, ts) {
@@ -881,8 +895,12 @@ impl ThreadState {
     fn write_thread_descriptor(&mut self, ts: u64) {
         let (uuid, pid, tid) = (self.track_uuid, global::process().pid, self.tid);
         let name = self.thread_name.take();
+        let rank = self.group_rank;
         self.write_descriptor(ts, |d| {
             d.set_uuid(uuid);
+            if let Some(r) = rank {
+                d.set_sibling_order_rank(r);
+            }
             let mut t = d.set_thread();
             t.set_pid(pid);
             t.set_tid(tid);
