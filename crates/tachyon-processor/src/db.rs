@@ -254,6 +254,7 @@ pub(crate) fn load(conn: &Connection, mut st: Storage) -> rusqlite::Result<()> {
             ])?;
         }
     }
+    crate::logs::load(&tx, &st)?;
     tx.execute_batch("CREATE INDEX __args_set ON __intrinsic_args(arg_set_id);")?;
     tx.commit()?;
 

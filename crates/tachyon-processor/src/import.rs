@@ -94,6 +94,8 @@ pub(crate) enum EventKind {
     /// A `SysStats` counter value: `track` indexes the system tracks of
     /// [`crate::system::SystemState`], `data` is the `f64` bits.
     SystemCounter,
+    /// A log message (`android_logs`, `logs.rs`); `data` indexes `Importer::arena_logs`.
+    Log,
 }
 
 /// One timestamped event. Variable-length parts (args, flow ids) live in the importer's arenas
@@ -179,6 +181,7 @@ struct Sequence {
     annotation_names: FxHashMap<u64, StrId>,
     annotation_strings: FxHashMap<u64, StrId>,
     source_locations: FxHashMap<u64, (StrId, StrId, u32)>,
+    log_bodies: FxHashMap<u64, StrId>,
     counter_values: FxHashMap<u64, f64>,
     /// Index into `Importer::legacy_threads`.
     legacy_thread: Option<u64>,
@@ -199,6 +202,7 @@ impl Sequence {
         self.annotation_names.clear();
         self.annotation_strings.clear();
         self.source_locations.clear();
+        self.log_bodies.clear();
         self.counter_values.clear();
     }
 }
@@ -220,6 +224,7 @@ pub(crate) struct Importer {
     pub(crate) sorter: Sorter,
     pub(crate) arena_args: Vec<PendingArg>,
     pub(crate) arena_flows: Vec<u64>,
+    pub(crate) arena_logs: Vec<crate::logs::PendingLog>,
     pub(crate) aux: Vec<Aux>,
     pub(crate) legacy_threads: Vec<(i64, i64)>,
     legacy_thread_ids: FxHashMap<(i64, i64), u64>,
@@ -247,6 +252,7 @@ impl Importer {
             sorter: Sorter::new(sort),
             arena_args: Vec::new(),
             arena_flows: Vec::new(),
+            arena_logs: Vec::new(),
             aux: Vec::new(),
             legacy_threads: Vec::new(),
             legacy_thread_ids: FxHashMap::default(),
@@ -636,7 +642,13 @@ impl Importer {
             let func = self.st.strings.intern_bytes(e.function_name_bytes());
             locs.push((e.iid(), (file, func, e.line_number())));
         }
+        let mut bodies = Vec::new();
+        for e in d.log_message_body() {
+            let e = e.map_err(drop)?;
+            bodies.push((e.iid(), self.st.strings.intern_bytes(e.body_bytes())));
+        }
         let seq = self.seq(seq_id);
+        seq.log_bodies.extend(bodies);
         seq.names.extend(names);
         seq.categories.extend(cats);
         seq.annotation_names.extend(ann);
@@ -1159,7 +1171,7 @@ impl Importer {
                 (self.arena_flows.len() as u32 - flows - nflows as u32).min(u16::MAX as u32) as u16;
             self.arena_flows
                 .truncate((flows + nflows as u32 + nterm as u32) as usize);
-            out.push(Event {
+            let event = Event {
                 ts,
                 track,
                 data,
@@ -1172,13 +1184,50 @@ impl Importer {
                 nterm,
                 kind,
                 legacy_thread,
-            });
+            };
+            out.push(event);
+            if ev.has_log_message() {
+                match self.log_message(seq_id, ev) {
+                    Some(log) => self.push_log(&event, log, out),
+                    None => interned_misses += 1,
+                }
+            }
         }
         if interned_misses > 0 {
             self.st
                 .stats
                 .add(Stat::interned_data_tokenizer_errors, interned_misses);
         }
+    }
+
+    /// A track event's `log_message`: its priority, `file:line` tag and body; `None` when its
+    /// body or source location is not interned on the sequence.
+    fn log_message(
+        &mut self,
+        seq_id: u32,
+        ev: &TrackEventView<'_>,
+    ) -> Option<crate::logs::PendingLog> {
+        let m = ev.log_message().ok()?;
+        let seq = &self.seqs[&seq_id];
+        let msg = *seq.log_bodies.get(&m.body_iid())?;
+        let loc = if m.has_source_location_iid() {
+            Some(*seq.source_locations.get(&m.source_location_iid())?)
+        } else {
+            None
+        };
+        let tag = match loc {
+            Some((file, _, line)) => {
+                let t = format!("{}:{line}", self.st.strings.get(file));
+                self.st.strings.intern(&t)
+            }
+            None => NONE,
+        };
+        let prio = if m.has_prio() {
+            m.prio_raw().clamp(0, 7) as u32
+        } else {
+            crate::logs::PRIO_INFO
+        };
+        Some(crate::logs::PendingLog { prio, tag, msg })
     }
 
     fn extra_counters(

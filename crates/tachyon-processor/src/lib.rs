@@ -52,7 +52,10 @@
 mod clock;
 mod db;
 mod error;
+mod frames;
 mod import;
+mod locks;
+mod logs;
 mod parse;
 mod processor;
 mod sort;
@@ -63,6 +66,9 @@ mod system;
 mod zones;
 
 pub use error::Error;
+pub use frames::FrameStats;
+pub use locks::LockStats;
+pub use logs::{priority_name, MessageStats};
 pub use processor::{
     is_complete_statement, Options, Progress, QueryResult, SortMode, StatRow, TraceProcessor, Value,
 };

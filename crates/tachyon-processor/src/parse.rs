@@ -89,6 +89,10 @@ impl Importer {
                 self.apply_tree_thread(&a);
             }
             EventKind::SystemCounter => self.apply_system_counter(ev),
+            EventKind::Log => {
+                let track = self.event_track(ev, NONE);
+                self.apply_log(ev, track);
+            }
             EventKind::Counter => {
                 if let Some(track) = self.event_track(ev, NONE) {
                     self.st.counters.push(crate::storage::CounterRow {
@@ -205,6 +209,7 @@ impl Importer {
         // The arenas were only needed until every event was parsed.
         self.arena_args = Vec::new();
         self.arena_flows = Vec::new();
+        self.arena_logs = Vec::new();
     }
 
     // === Tracks ===

@@ -149,6 +149,8 @@ pub(crate) struct Storage {
     pub(crate) counters: Vec<CounterRow>,
     pub(crate) flows: Vec<FlowRow>,
     pub(crate) args: Vec<ArgRow>,
+    /// `android_logs` (`logs.rs`).
+    pub(crate) android_logs: Vec<crate::logs::LogRow>,
     next_arg_set: u32,
     tid_to_utid: FxHashMap<i64, u32>,
     pid_to_upid: FxHashMap<i64, u32>,
@@ -166,6 +168,7 @@ impl Default for Storage {
             counters: Vec::new(),
             flows: Vec::new(),
             args: Vec::new(),
+            android_logs: Vec::new(),
             next_arg_set: 0,
             tid_to_utid: FxHashMap::default(),
             pid_to_upid: FxHashMap::default(),

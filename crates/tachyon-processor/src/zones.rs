@@ -8,7 +8,8 @@ use crate::Error;
 /// Statistics of all zones (slices with a duration) sharing one name.
 ///
 /// Instants (`dur = 0`) and slices that never ended (`dur = -1`) are not zones and are left
-/// out. Self time is the duration minus the time spent in direct children, as in Tracy.
+/// out, and so are lock holds and waits and frames (categories `tachyon.lock` and
+/// `tachyon.frame`: their own sections, `locks.rs` and `frames.rs`). Self time is the duration minus the time spent in direct children, as in Tracy.
 /// Percentiles use the nearest-rank method.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ZoneStats {
@@ -33,7 +34,10 @@ pub struct ZoneStats {
 }
 
 pub(crate) fn compute(conn: &Connection) -> Result<Vec<ZoneStats>, Error> {
-    let mut st = conn.prepare("SELECT id, parent_id, name, dur FROM slice WHERE dur > 0")?;
+    let mut st = conn.prepare(
+        "SELECT id, parent_id, name, dur FROM slice WHERE dur > 0 \
+         AND (category IS NULL OR category NOT IN ('tachyon.lock', 'tachyon.frame'))",
+    )?;
     let mut zones: Vec<(i64, Option<i64>, Option<String>, i64)> = Vec::new();
     let mut rows = st.query([])?;
     while let Some(r) = rows.next()? {

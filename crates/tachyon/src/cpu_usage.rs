@@ -102,26 +102,28 @@ fn run() {
     let system = Plot::new("CPU usage (system)", PlotKind::Percentage);
     let mut last: Option<Sample> = None;
     loop {
-        std::thread::sleep(PERIOD);
         if global::EPOCH.load(Ordering::Relaxed) == 0 {
             // Let go of the writer of a session that ended (its stop would wait for it).
             state::release_thread_writer();
             last = None;
+            std::thread::sleep(PERIOD);
             continue;
         }
         message::write_app_info();
         if CPU.check().is_none() {
             last = None;
-            continue;
-        }
-        let now = read();
-        if let (Some(a), Some(b)) = (last, now) {
-            if let Some((p, s)) = usage(a, b) {
-                process.set(p);
-                system.set(s);
+        } else {
+            // The first reading of a session is the base of the next one's shares.
+            let now = read();
+            if let (Some(a), Some(b)) = (last, now) {
+                if let Some((p, s)) = usage(a, b) {
+                    process.set(p);
+                    system.set(s);
+                }
             }
+            last = now;
         }
-        last = now;
+        std::thread::sleep(PERIOD);
     }
 }
 

@@ -98,9 +98,8 @@ fn a_contended_mutex_records_holds_a_wait_and_a_flow_from_the_holder() {
     });
     let me = tid();
     let mut contended = 0;
-    for i in 0..5 {
+    for (i, &waiter_tid) in waiter_tids.iter().enumerate() {
         let name = format!("queue {i}");
-        let waiter_tid = waiter_tids[i];
         let track = the_track(&m, &name);
         let holds = m.slices(track);
         assert_eq!(holds.len(), 2, "{name}: two holds");
@@ -520,4 +519,203 @@ fn bad_names_and_texts_are_recorded_or_cut_never_a_panic() {
     assert!(bodies[0].len() < 70_000 && bodies[0].contains("…[cut"));
     assert_eq!(bodies[1], "");
     assert_eq!(bodies[2], weird);
+}
+
+// === The trace processor's tables and statistics, against the model's reading ===
+
+/// Nearest-rank percentile, as the processor's statistics.
+fn rank(sorted: &[i64], p: f64) -> i64 {
+    let n = sorted.len();
+    sorted[((p * n as f64).ceil() as usize).clamp(1, n) - 1]
+}
+
+#[test]
+fn processor_lock_frame_and_message_stats_match_the_trace() {
+    use tachyon_processor::{Options, TraceProcessor};
+    let _l = lock();
+    let queue = Arc::new(Mutex::new_named("stats queue", 0u32));
+    let (m, trace) = record(|| {
+        // Three rounds of: this thread holds the lock while two waiters block on it.
+        for _ in 0..3 {
+            let barrier = Arc::new(Barrier::new(3));
+            let g = queue.lock().unwrap();
+            let waiters: Vec<_> = (0..2)
+                .map(|_| {
+                    let (q, b) = (Arc::clone(&queue), Arc::clone(&barrier));
+                    std::thread::spawn(move || {
+                        b.wait();
+                        *q.lock().unwrap() += 1;
+                    })
+                })
+                .collect();
+            barrier.wait();
+            std::thread::sleep(Duration::from_millis(20));
+            drop(g);
+            for w in waiters {
+                w.join().unwrap();
+            }
+        }
+        for i in 0..6u64 {
+            tachyon::frame_mark!("stats frames");
+            std::thread::sleep(Duration::from_millis(1 + 3 * (i % 2)));
+        }
+        tachyon::frame_mark!("stats frames");
+        tachyon::message!(level: Level::Warn, "careful");
+        tachyon::message!(level: Level::Error, "broken {}", 1);
+        tachyon::info!("fine");
+    });
+    // What the model read.
+    let track = the_track(&m, "stats queue");
+    let holds = m.slices(track);
+    let hold_durs: Vec<i64> = holds
+        .iter()
+        .map(|s| (s.end.unwrap().ts - s.begin.ts) as i64)
+        .collect();
+    let waits: Vec<(i64, i64)> = m
+        .events
+        .iter()
+        .filter(|e| e.kind == Kind::Begin && e.name.as_deref() == Some("wait for stats queue"))
+        .map(|b| {
+            let end = m
+                .slices(b.track)
+                .into_iter()
+                .find(|s| s.begin.index == b.index)
+                .unwrap()
+                .end
+                .unwrap();
+            (b.seq as i64, (end.ts - b.ts) as i64)
+        })
+        .collect();
+    assert_eq!(holds.len(), 9);
+
+    let tp = TraceProcessor::from_bytes(&trace, &Options::default()).unwrap();
+    let locks = tp.lock_stats().unwrap();
+    let l = locks
+        .iter()
+        .find(|l| l.name == "stats queue")
+        .expect("the lock");
+    assert_eq!(l.acquisitions, 9);
+    assert_eq!(l.shared, 0);
+    assert_eq!(l.contended, waits.len() as u64);
+    assert_eq!(l.total_wait_ns, waits.iter().map(|w| w.1).sum::<i64>());
+    assert_eq!(l.max_wait_ns, waits.iter().map(|w| w.1).max().unwrap_or(0));
+    assert_eq!(l.total_hold_ns, hold_durs.iter().sum::<i64>());
+    assert_eq!(l.max_hold_ns, *hold_durs.iter().max().unwrap());
+    let waiter_total: u64 = l.top_waiters.iter().map(|w| w.1).sum();
+    assert!(waiter_total <= l.contended && l.top_waiters.len() <= 3);
+    // Each round's waiters blocked while this thread slept with the lock: almost surely both.
+    assert!(l.contended >= 1, "no contention recorded");
+
+    let frames = tp.frame_stats().unwrap();
+    let f = frames
+        .iter()
+        .find(|f| f.name == "stats frames")
+        .expect("the set");
+    // Begin, end, begin, ..., begin: the last frame stays open.
+    let ev = m.on_track(the_track(&m, "stats frames"));
+    let mut durs: Vec<i64> = ev
+        .chunks(2)
+        .filter(|p| p.len() == 2)
+        .map(|p| {
+            assert_eq!((p[0].kind, p[1].kind), (Kind::Begin, Kind::End));
+            (p[1].ts - p[0].ts) as i64
+        })
+        .collect();
+    durs.sort();
+    assert_eq!(f.count, 6);
+    assert_eq!(durs.len(), 6);
+    assert_eq!(f.median_ns, rank(&durs, 0.5));
+    assert_eq!(f.p90_ns, rank(&durs, 0.9));
+    assert_eq!(f.max_ns, durs[5]);
+    let mean = durs.iter().sum::<i64>() as f64 / 6.0;
+    assert!((f.mean_ns - mean).abs() < 1e-6);
+    assert_eq!(
+        f.over_2x_median,
+        durs.iter().filter(|&&d| d > 2 * f.median_ns).count() as u64
+    );
+
+    let msgs = tp.message_stats().unwrap();
+    assert_eq!(msgs.total, 3);
+    assert_eq!(
+        msgs.by_priority,
+        vec![(6, "error", 1), (5, "warn", 1), (4, "info", 1)]
+    );
+    assert_eq!(msgs.notable.len(), 2);
+    assert_eq!(msgs.notable[0].3, "careful");
+    assert_eq!(msgs.notable[1].3, "broken 1");
+    // The zone statistics leave lock holds, waits and frames to their own sections.
+    let zones = tp.zone_stats().unwrap();
+    assert!(
+        zones
+            .iter()
+            .all(|z| !z.name.starts_with("wait for") && !z.name.starts_with("stats frames")),
+        "{zones:?}"
+    );
+}
+
+/// `android_logs`: Tachyon's processor against Perfetto's `trace_processor_shell` (skipped when
+/// the tool is absent).
+#[test]
+fn android_logs_match_perfettos_trace_processor() {
+    use tachyon_processor::{Options, TraceProcessor, Value};
+    let shell = std::path::Path::new("/work/shared/tools/trace_processor_shell");
+    let _l = lock();
+    let (_, trace) = record(|| {
+        tachyon::message!("plain");
+        tachyon::message!(level: Level::Fatal, "with a \"quote\", a comma");
+        std::thread::spawn(|| tachyon::debug!("from {}", "a thread"))
+            .join()
+            .unwrap();
+        tachyon::trace!("verbose");
+    });
+    let tp = TraceProcessor::from_bytes(&trace, &Options::default()).unwrap();
+    let ours = tp
+        .query("SELECT prio, tag, msg FROM android_logs ORDER BY ts")
+        .unwrap();
+    let ours: Vec<String> = ours
+        .rows
+        .iter()
+        .map(|r| {
+            r.iter()
+                .map(|v| match v {
+                    Value::Integer(i) => i.to_string(),
+                    Value::Text(s) => format!("\"{s}\""),
+                    Value::Null => "[NULL]".into(),
+                    other => format!("{other:?}"),
+                })
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .collect();
+    assert_eq!(ours.len(), 4);
+    assert!(ours[1].starts_with("7,"), "{ours:?}");
+    if !shell.exists() {
+        eprintln!("trace_processor_shell absent: skipping the comparison");
+        return;
+    }
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let (tfile, qfile) = (dir.join("logs.pftrace"), dir.join("logs.sql"));
+    std::fs::write(&tfile, &trace).unwrap();
+    std::fs::write(
+        &qfile,
+        "SELECT prio, tag, msg FROM android_logs ORDER BY ts;\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(shell)
+        .arg("-q")
+        .arg(&qfile)
+        .arg(&tfile)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    // CSV: a header, then one line per row; strings quoted, quotes doubled.
+    let theirs: Vec<String> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("\"prio\""))
+        .skip(1)
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(ours, theirs);
 }

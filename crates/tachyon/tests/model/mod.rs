@@ -89,10 +89,13 @@ pub struct Event {
     /// (file, function, line).
     pub location: Option<(String, String, u32)>,
     /// A `log_message`: (body, priority, (file, function, line) of its source location).
-    pub log: Option<(String, i32, Option<(String, String, u32)>)>,
+    pub log: Option<LogMessage>,
     /// What could not be resolved (interning ids missing from the tables, an undefined clock).
     pub unresolved: Vec<String>,
 }
+
+/// A log message's body, priority and source location (file, function, line).
+pub type LogMessage = (String, i32, Option<(String, String, u32)>);
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Descriptor {
