@@ -185,16 +185,47 @@ fn demo_writes_a_trace_with_every_kind_of_event() {
         "{counters:?}"
     );
 
-    // Flows from the producer's enqueue to the workers' job.
+    // Flows from the producer's enqueue to the workers' job (and, for the locks, from a hold
+    // to the wait of the thread that got the lock next).
     assert!(int(&tp, "SELECT count(*) FROM flow") > 0);
     assert_eq!(
         int(
             &tp,
             "SELECT count(*) FROM flow f JOIN slice o ON o.id = f.slice_out \
-             JOIN slice i ON i.id = f.slice_in WHERE o.name != 'enqueue' OR i.name != 'job'"
+             JOIN slice i ON i.id = f.slice_in WHERE (o.name != 'enqueue' OR i.name != 'job') \
+             AND NOT (o.category = 'tachyon.lock' AND i.name LIKE 'wait for %')"
         ),
         0,
-        "every flow goes from enqueue to job"
+        "every flow goes from enqueue to job, or from a lock hold to a wait"
+    );
+
+    // Tracy's other instruments: locks (the job queue is contended by design), frames, log
+    // messages at several levels, zone values, the program's information.
+    let locks = tp.lock_stats().unwrap();
+    for name in ["job queue", "results log", "cache capacity"] {
+        assert!(
+            locks.iter().any(|l| l.name == name && l.acquisitions > 0),
+            "{name} in {locks:?}"
+        );
+    }
+    let queue = locks.iter().find(|l| l.name == "job queue").unwrap();
+    assert!(queue.contended > 0, "{queue:?}");
+    assert!(locks.iter().any(|l| l.name == "cache capacity" && l.shared > 0));
+    let frames = tp.frame_stats().unwrap();
+    assert!(
+        frames.iter().any(|f| f.name == "Frame" && f.count > 0),
+        "{frames:?}"
+    );
+    assert!(frames.iter().any(|f| f.name == "read input" && f.count > 0));
+    let msgs = tp.message_stats().unwrap();
+    assert!(msgs.by_priority.len() >= 3, "{msgs:?}");
+    assert!(msgs.app_info.iter().any(|a| a.contains("2 workers")), "{msgs:?}");
+    assert!(
+        int(
+            &tp,
+            "SELECT count(*) FROM slice s JOIN args a USING (arg_set_id) \
+             WHERE s.name = 'job' AND a.key = 'debug.value'"
+        ) > 0
     );
 
     // The named GC track and the batches' async tracks.

@@ -40,6 +40,8 @@
 pub mod clock;
 mod cpu_usage;
 mod init;
+#[cfg(feature = "log-bridge")]
+pub mod log_bridge;
 mod session;
 pub mod sync;
 mod system;

@@ -151,6 +151,40 @@ fn a_contended_mutex_records_holds_a_wait_and_a_flow_from_the_holder() {
     assert!(contended > 0, "no attempt contended");
 }
 
+/// Many uncontended holds: queued, then encoded by the drainer (or this thread) from the
+/// lock's pre-encoded packets; every one reads back with its name, category and argument.
+#[test]
+fn many_uncontended_holds_read_back_whole() {
+    let _l = lock();
+    let m1 = Mutex::new_named("busy", 0u64);
+    let rw = RwLock::new_named("busy rw", 0u64);
+    const N: usize = 3000;
+    let (m, _) = record(|| {
+        for i in 0..N {
+            *m1.lock().unwrap() += 1;
+            if i % 2 == 0 {
+                let _r = rw.read().unwrap();
+            } else {
+                *rw.write().unwrap() += 1;
+            }
+        }
+    });
+    let me = tid();
+    let holds = m.slices(the_track(&m, "busy"));
+    assert_eq!(holds.len(), N);
+    let id = arg(holds[0].begin, "lock_id").cloned();
+    for h in &holds {
+        assert!(h.begin.name.as_deref().unwrap().contains(&format!("({me})")));
+        assert_eq!(h.begin.categories, vec!["tachyon.lock".to_string()]);
+        assert_eq!(arg(h.begin, "lock_id").cloned(), id);
+        assert!(h.end.is_some());
+    }
+    let rw_track = the_track(&m, "busy rw");
+    assert_eq!(m.slices(rw_track).len(), N / 2);
+    let child = m.descriptors.iter().find(|d| d.parent == Some(rw_track)).unwrap();
+    assert_eq!(m.slices(child.uuid).len(), N / 2);
+}
+
 #[test]
 fn rwlock_shared_holds_go_on_per_thread_tracks_under_the_lock() {
     let _l = lock();
@@ -718,4 +752,26 @@ fn android_logs_match_perfettos_trace_processor() {
         .map(str::to_owned)
         .collect();
     assert_eq!(ours, theirs);
+}
+
+/// The `log` crate's records, through `tachyon::log_bridge`.
+#[cfg(feature = "log-bridge")]
+#[test]
+fn log_records_become_messages() {
+    let _l = lock();
+    // Another test binary's logger cannot be here: this is the only one of this process.
+    tachyon::log_bridge::init().expect("the first logger");
+    let mut line = 0;
+    let (m, _) = record(|| {
+        log::warn!("disk {}% full", 91);
+        line = line!() - 1;
+        log::trace!("fine-grained");
+    });
+    let logs: Vec<_> = m.events.iter().filter_map(|e| e.log.clone()).collect();
+    assert_eq!(logs.len(), 2);
+    assert_eq!((logs[0].0.as_str(), logs[0].1), ("disk 91% full", 5));
+    let (file, func, l) = logs[0].2.clone().unwrap();
+    assert!(file.ends_with("instrumentation.rs"), "{file}");
+    assert_eq!((func.as_str(), l), ("instrumentation", line));
+    assert_eq!((logs[1].0.as_str(), logs[1].1), ("fine-grained", 2));
 }

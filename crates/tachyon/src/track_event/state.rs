@@ -123,6 +123,8 @@ pub(crate) struct ThreadState {
     group_rank: Option<i32>,
     /// Interning ids `ext.rs` gave its names, categories and argument names: (iid, generation).
     ext_keys: HashMap<Box<str>, (u64, u32)>,
+    /// Lock events' pre-encoded packets, by track and operation (`ext.rs`): (generation, block).
+    ext_templates: HashMap<u64, (u32, encode::Block)>,
     writer: Option<TraceWriter>,
 }
 
@@ -456,6 +458,7 @@ impl ThreadState {
             thread_name: std::thread::current().name().map(str::to_owned),
             group_rank: None,
             ext_keys: HashMap::new(),
+            ext_templates: HashMap::new(),
         }
     }
 

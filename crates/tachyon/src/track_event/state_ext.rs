@@ -15,13 +15,22 @@
 
 use std::ptr;
 
-use tachyon_protos::{counter_descriptor, track_descriptor, track_event, InternedData, TrackEvent};
+use protozero::wire::{encode_varint, make_tag, WireType};
+use tachyon_protos::{
+    counter_descriptor, track_descriptor, track_event, DebugAnnotation, InternedData, TracePacket,
+    TrackEvent,
+};
 
 use super::{push, with_state, ThreadState};
 use crate::clock;
 use crate::track_event::callsite::{Callsite, Enabled};
-use crate::track_event::encode::{CounterSample, Template};
+use crate::track_event::encode::{self, CounterSample, Template, SEQ_NEEDS_INCREMENTAL_STATE};
 use crate::track_event::global::{self, session_of};
+
+/// A field's tag (every field here has a one-byte tag).
+fn tag(field: u32, wire: WireType) -> u8 {
+    make_tag(field, wire) as u8
+}
 
 /// Lock indices stay below this (27 bits of the record word); later locks are not traced.
 pub(crate) const MAX_LOCK_INDEX: u32 = 1 << 27;
@@ -324,14 +333,112 @@ impl ThreadState {
 
     // === Locks ===
 
-    /// Replays a queued lock record (`word` as [`lock_word`] made it) at `ts`.
+    /// Replays a queued lock record (`word` as [`lock_word`] made it) at `ts`: the packet
+    /// pre-encoded for this lock, operation and generation with the timestamp's delta
+    /// appended, when the sequence's state allows (as `write_template_slow`); else the general
+    /// path, which also makes the template for the next time.
     pub(super) fn replay_lock(&mut self, word: u64, ts: u64) {
         let Some(op) = LockOp::from_bits((word >> 2) & 7) else {
             return;
         };
         let index = ((word >> 5) as u32) & (MAX_LOCK_INDEX - 1);
         let session = (word >> 32) as u32;
+        if !op.is_begin() && session_of(self.epoch) != session {
+            return;
+        }
+        let key = self.lock_template_key(index, op);
+        if self.in_window(ts) {
+            let generation = self.generation;
+            if let (Some((g, t)), Some(w)) = (self.ext_templates.get(&key), self.writer.as_mut()) {
+                if *g == generation && w.is_synced() {
+                    let mut block = *t;
+                    let at = 1 + block[0] as usize;
+                    let mut v = [0u8; 10];
+                    let n = encode_varint(ts - self.last_ts, &mut v);
+                    if at + n <= block.len() {
+                        block[at..at + n].copy_from_slice(&v[..n]);
+                        block[0] += n as u8;
+                        w.write_small_packet(&block);
+                        self.last_ts = ts;
+                        return;
+                    }
+                }
+            }
+        }
         self.lock_event(ts, op, index, session, None);
+    }
+
+    /// The key of a lock event's template: its track (the lock's, or this thread's shared
+    /// track under it) and the operation.
+    fn lock_template_key(&self, index: u32, op: LockOp) -> u64 {
+        let uuid = crate::sync::lock_uuid(index);
+        let track = if op.shared() {
+            global::mix64(uuid ^ self.track_uuid.rotate_left(23))
+        } else {
+            uuid
+        };
+        track ^ (op as u64)
+    }
+
+    /// Keeps the packet of a lock event just written through the general path (its interned
+    /// data is on the sequence now) for [`replay_lock`](Self::replay_lock): the track event,
+    /// the flags, the timestamp's tag; the delta follows.
+    fn keep_lock_template(
+        &mut self,
+        index: u32,
+        op: LockOp,
+        track: u64,
+        begin: Option<(u64, u64, u64)>,
+    ) {
+        let mut ev: Vec<u8> = Vec::with_capacity(48);
+        let varint = |buf: &mut Vec<u8>, v: u64| {
+            let mut b = [0u8; 10];
+            let n = encode_varint(v, &mut b);
+            buf.extend_from_slice(&b[..n]);
+        };
+        ev.push(tag(TrackEvent::TRACK_UUID_FIELD_NUMBER, WireType::Varint));
+        varint(&mut ev, track);
+        ev.push(tag(TrackEvent::TYPE_FIELD_NUMBER, WireType::Varint));
+        ev.push(if op.is_begin() {
+            track_event::Type::SliceBegin as u8
+        } else {
+            track_event::Type::SliceEnd as u8
+        });
+        if let Some((name_iid, cat_iid, arg_iid)) = begin {
+            ev.push(tag(TrackEvent::NAME_IID_FIELD_NUMBER, WireType::Varint));
+            varint(&mut ev, name_iid);
+            ev.push(tag(TrackEvent::CATEGORY_IIDS_FIELD_NUMBER, WireType::Varint));
+            varint(&mut ev, cat_iid);
+            let mut a = vec![tag(DebugAnnotation::NAME_IID_FIELD_NUMBER, WireType::Varint)];
+            varint(&mut a, arg_iid);
+            a.push(tag(DebugAnnotation::UINT_VALUE_FIELD_NUMBER, WireType::Varint));
+            varint(&mut a, u64::from(index));
+            ev.push(tag(
+                TrackEvent::DEBUG_ANNOTATIONS_FIELD_NUMBER,
+                WireType::LengthDelimited,
+            ));
+            ev.push(a.len() as u8);
+            ev.extend_from_slice(&a);
+        }
+        let mut packet = vec![
+            tag(TracePacket::TRACK_EVENT_FIELD_NUMBER, WireType::LengthDelimited),
+            ev.len() as u8,
+        ];
+        packet.extend_from_slice(&ev);
+        packet.extend_from_slice(&[
+            tag(TracePacket::SEQUENCE_FLAGS_FIELD_NUMBER, WireType::Varint),
+            SEQ_NEEDS_INCREMENTAL_STATE as u8,
+            tag(TracePacket::TIMESTAMP_FIELD_NUMBER, WireType::Varint),
+        ]);
+        // Room for the delta's varint (10 bytes at most) in the block, and one-byte lengths.
+        let mut block = [0u8; encode::BLOCK];
+        if ev.len() > 127 || 1 + packet.len() + 10 > block.len() {
+            return;
+        }
+        block[0] = packet.len() as u8;
+        block[1..=packet.len()].copy_from_slice(&packet);
+        let key = self.lock_template_key(index, op);
+        self.ext_templates.insert(key, (self.generation, block));
     }
 
     /// The lock's track (and, for a shared hold, this thread's track under it), described
@@ -402,6 +509,13 @@ impl ThreadState {
                 false,
                 |_| {},
             );
+            // The iids just used (interned in this generation now).
+            let iids = (
+                self.intern_key(&format!("{KEY_NAME}{name}")).0,
+                self.intern_category(CAT_LOCK).0,
+                self.intern_arg_name("lock_id").0,
+            );
+            self.keep_lock_template(index, op, track, Some(iids));
         } else {
             self.own_event(
                 ts,
@@ -418,6 +532,9 @@ impl ThreadState {
                     }
                 },
             );
+            if flow_out.is_none() {
+                self.keep_lock_template(index, op, track, None);
+            }
         }
         true
     }
@@ -564,6 +681,56 @@ impl ThreadState {
         if intern_callsite {
             self.mark_seen(en.id, Template::default());
         }
+    }
+
+    #[cfg(feature = "log-bridge")]
+    /// A log message whose source location is known only at run time (the `log` crate
+    /// bridge): the location interned by its text, the body copied.
+    pub(crate) fn log_message_at(
+        &mut self,
+        ts: u64,
+        level: super::super::message::Level,
+        body: &str,
+        location: Option<(&str, u32, &str)>,
+    ) {
+        if !self.sync(ts) {
+            return;
+        }
+        let loc = location.map(|(file, line, func)| {
+            let (iid, new) = self.intern_key(&format!("s{file}:{line}:{func}"));
+            (iid, new, file, line, func)
+        });
+        let body_iid = self.next_dyn_iid;
+        self.next_dyn_iid += 1;
+        self.own_event(
+            ts,
+            track_event::Type::Instant,
+            None,
+            Some(level.name()),
+            Some(CAT_LOG),
+            &[],
+            |i| {
+                if let Some((iid, true, file, line, func)) = loc {
+                    let mut l = i.add_source_locations();
+                    l.set_iid(iid);
+                    l.set_file_name(file);
+                    l.set_function_name(func);
+                    l.set_line_number(line);
+                }
+                let mut b = i.add_log_message_body();
+                b.set_iid(body_iid);
+                b.set_body(body);
+            },
+            true,
+            |e| {
+                let mut m = e.set_log_message();
+                if let Some((iid, ..)) = loc {
+                    m.set_source_location_iid(iid);
+                }
+                m.set_body_iid(body_iid);
+                m.set_prio_raw(level.priority());
+            },
+        );
     }
 
     // === Plots, program info, zone data ===
