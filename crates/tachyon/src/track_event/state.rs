@@ -123,8 +123,9 @@ pub(crate) struct ThreadState {
     group_rank: Option<i32>,
     /// Interning ids `ext.rs` gave its names, categories and argument names: (iid, generation).
     ext_keys: HashMap<Box<str>, (u64, u32)>,
-    /// Lock events' pre-encoded packets, by track and operation (`ext.rs`): (generation, block).
-    ext_templates: HashMap<u64, (u32, encode::Block)>,
+    /// Lock events' pre-encoded packets, by lock index and operation (`ext.rs`): (generation,
+    /// block).
+    ext_templates: HashMap<u64, (u32, encode::Block), ext::IdHash>,
     writer: Option<TraceWriter>,
 }
 
@@ -458,7 +459,7 @@ impl ThreadState {
             thread_name: std::thread::current().name().map(str::to_owned),
             group_rank: None,
             ext_keys: HashMap::new(),
-            ext_templates: HashMap::new(),
+            ext_templates: HashMap::default(),
         }
     }
 

@@ -27,6 +27,28 @@ use crate::track_event::callsite::{Callsite, Enabled};
 use crate::track_event::encode::{self, CounterSample, Template, SEQ_NEEDS_INCREMENTAL_STATE};
 use crate::track_event::global::{self, session_of};
 
+/// The hasher of the lock templates' map: its keys are small distinct integers, one
+/// multiplication spreads them (SipHash would cost more than the rest of a replay).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+/// [`IdHasher`]'s builder.
+pub(crate) type IdHash = std::hash::BuildHasherDefault<IdHasher>;
+
 /// A field's tag (every field here has a one-byte tag).
 fn tag(field: u32, wire: WireType) -> u8 {
     make_tag(field, wire) as u8
@@ -368,16 +390,11 @@ impl ThreadState {
         self.lock_event(ts, op, index, session, None);
     }
 
-    /// The key of a lock event's template: its track (the lock's, or this thread's shared
-    /// track under it) and the operation.
+    /// The key of a lock event's template: the lock's index and the operation (the state is
+    /// this thread's, so a shared hold's track is implied).
+    #[inline]
     fn lock_template_key(&self, index: u32, op: LockOp) -> u64 {
-        let uuid = crate::sync::lock_uuid(index);
-        let track = if op.shared() {
-            global::mix64(uuid ^ self.track_uuid.rotate_left(23))
-        } else {
-            uuid
-        };
-        track ^ (op as u64)
+        (u64::from(index) << 2) | op as u64
     }
 
     /// Keeps the packet of a lock event just written through the general path (its interned
