@@ -219,8 +219,15 @@ fn producer(tx: SyncSender<Job>, deadline: Instant, workers: usize, shared: &Sha
         tachyon::trace!("batch {batch_id}");
         if batch_id % 16 == 15 {
             // A new cache size for the workers (exclusive hold of the RwLock).
-            let mut cap = shared.cache_capacity.write().unwrap_or_else(|e| e.into_inner());
-            *cap = if *cap == CACHE_CAPACITY { CACHE_CAPACITY / 2 } else { CACHE_CAPACITY };
+            let mut cap = shared
+                .cache_capacity
+                .write()
+                .unwrap_or_else(|e| e.into_inner());
+            *cap = if *cap == CACHE_CAPACITY {
+                CACHE_CAPACITY / 2
+            } else {
+                CACHE_CAPACITY
+            };
         }
         let track = Track::new_async(format!("batch {batch_id}"));
         let slice = tachyon::begin!(&track, "batch", batch = batch_id, jobs = BATCH);

@@ -210,7 +210,9 @@ fn demo_writes_a_trace_with_every_kind_of_event() {
     }
     let queue = locks.iter().find(|l| l.name == "job queue").unwrap();
     assert!(queue.contended > 0, "{queue:?}");
-    assert!(locks.iter().any(|l| l.name == "cache capacity" && l.shared > 0));
+    assert!(locks
+        .iter()
+        .any(|l| l.name == "cache capacity" && l.shared > 0));
     let frames = tp.frame_stats().unwrap();
     assert!(
         frames.iter().any(|f| f.name == "Frame" && f.count > 0),
@@ -219,7 +221,10 @@ fn demo_writes_a_trace_with_every_kind_of_event() {
     assert!(frames.iter().any(|f| f.name == "read input" && f.count > 0));
     let msgs = tp.message_stats().unwrap();
     assert!(msgs.by_priority.len() >= 3, "{msgs:?}");
-    assert!(msgs.app_info.iter().any(|a| a.contains("2 workers")), "{msgs:?}");
+    assert!(
+        msgs.app_info.iter().any(|a| a.contains("2 workers")),
+        "{msgs:?}"
+    );
     assert!(
         int(
             &tp,

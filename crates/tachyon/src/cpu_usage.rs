@@ -1,11 +1,12 @@
-//! Tracy's CPU usage plot for in-process sessions: every 100 ms while a session runs, a
+//! Tracy's CPU usage plot (with [`Config::cpu_usage`](crate::Config), off by default: the
+//! sampler is a writer of its own in every session): every 100 ms while such a session runs, a
 //! `tachyon-cpu` thread reads `/proc/stat` and `/proc/self/stat` and records two plots in
 //! percent of the whole machine (all CPUs): `CPU usage (process)` and `CPU usage (system)`
 //! (everything but idle and I/O wait). Category `tachyon.cpu` turns them off. The same thread
 //! writes the program's information ([`app_info!`](crate::app_info)) into each session that
 //! starts after it was given.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Once;
 use std::time::Duration;
 
@@ -77,9 +78,14 @@ fn read() -> Option<Sample> {
     parse(&stat, &own)
 }
 
+/// Whether the running session wants the CPU plots.
+static ENABLED: AtomicBool = AtomicBool::new(false);
+
 /// A session started: the program's information goes into it now (system mode's sessions,
-/// started later by the daemon, get it from the sampler thread), and the sampler thread runs.
-pub(crate) fn session_started() {
+/// started later by the daemon, get it from the sampler thread), and the sampler thread runs,
+/// sampling if `cpu_usage`.
+pub(crate) fn session_started(cpu_usage: bool) {
+    ENABLED.store(cpu_usage, Ordering::Relaxed);
     message::write_app_info();
     start();
 }
@@ -110,7 +116,7 @@ fn run() {
             continue;
         }
         message::write_app_info();
-        if CPU.check().is_none() {
+        if !ENABLED.load(Ordering::Relaxed) || CPU.check().is_none() {
             last = None;
         } else {
             // The first reading of a session is the base of the next one's shares.

@@ -38,6 +38,7 @@
 //! | `TACHYON_STREAM` | `1`: stream into the file while tracing | off |
 //! | `TACHYON_DISABLE` | `1`: [`init`] does nothing | off |
 //! | `TACHYON_CLOCK` | `boottime`: no TSC (see [`clock`](crate::clock)) | TSC |
+//! | `TACHYON_CPU_USAGE` | `1`: CPU usage plots every 100 ms ([`Config::cpu_usage`]) | off |
 //!
 //! A value that does not parse is an error naming the variable, never a silent default.
 
@@ -87,6 +88,10 @@ pub struct Config {
     /// the buffers, categories and output; `smb_size` is the size asked for, and `on_full`,
     /// `incremental_timestamps` and `stop_timeout` still apply.
     pub producer_socket: Option<PathBuf>,
+    /// Tracy's CPU usage plots: the process's and the whole system's CPU use, sampled from
+    /// `/proc` every 100 ms by a `tachyon-cpu` thread (its own packet sequence) while the
+    /// session runs (`TACHYON_CPU_USAGE`).
+    pub cpu_usage: bool,
 }
 
 impl Default for Config {
@@ -105,6 +110,7 @@ impl Default for Config {
             incremental_timestamps: true,
             stop_timeout: Duration::from_millis(500),
             producer_socket: None,
+            cpu_usage: false,
         }
     }
 }
@@ -212,6 +218,9 @@ impl Config {
         }
         if let Some(v) = var("TACHYON_FLUSH_PERIOD_MS") {
             c.flush_period = Some(parse_ms("TACHYON_FLUSH_PERIOD_MS", &v)?);
+        }
+        if let Some(v) = var("TACHYON_CPU_USAGE") {
+            c.cpu_usage = parse_flag("TACHYON_CPU_USAGE", &v)?;
         }
         if let Some(v) = var("TACHYON_STREAM") {
             c.stream = parse_flag("TACHYON_STREAM", &v)?;
@@ -463,7 +472,7 @@ fn start_inner(config: Config, at_exit: bool) -> io::Result<()> {
         global::install(handle, config.categories.clone());
     }
     // The CPU usage plots and the program's information (`cpu_usage.rs`).
-    crate::cpu_usage::session_started();
+    crate::cpu_usage::session_started(config.cpu_usage);
     *slot = Some(Active {
         backend,
         output: config.output.clone(),

@@ -70,9 +70,13 @@ impl Log for Bridge {
             None => std::borrow::Cow::Owned(record.args().to_string()),
         };
         let text = crate::sync::clip(&text, crate::track_event::message::MAX_MESSAGE_LEN);
-        let location = record
-            .file()
-            .map(|f| (f, record.line().unwrap_or(0), record.module_path().unwrap_or("")));
+        let location = record.file().map(|f| {
+            (
+                f,
+                record.line().unwrap_or(0),
+                record.module_path().unwrap_or(""),
+            )
+        });
         let level = level(record.level());
         with_thread_state(|st, ts| st.log_message_at(ts, level, &text, location));
     }

@@ -39,6 +39,45 @@ fn record(f: impl FnOnce()) -> (Model, Vec<u8>) {
     (model, report.trace)
 }
 
+/// Tracy's CPU usage plots, sampled every 100 ms while a session with `cpu_usage` runs.
+#[test]
+fn cpu_usage_plots_are_percentages() {
+    let _l = lock();
+    tachyon::start(Config {
+        cpu_usage: true,
+        ..Config::in_memory()
+    })
+    .expect("start");
+    // Busy for a while: the process uses CPU, and the sampler wakes a few times.
+    let t = std::time::Instant::now();
+    let mut x = 0u64;
+    while t.elapsed() < Duration::from_millis(450) {
+        x = x.wrapping_mul(31).wrapping_add(7);
+    }
+    std::hint::black_box(x);
+    let report = tachyon::shutdown().unwrap().unwrap();
+    let m = Model::read(&report.trace);
+    assert!(m.errors.is_empty() && m.unresolved().is_empty());
+    for name in ["CPU usage (process)", "CPU usage (system)"] {
+        let d = track_named(&m, name);
+        assert_eq!(d[0].counter, Some((None, Some("%".into()))), "{name}");
+        let values: Vec<f64> = m
+            .on_track(d[0].uuid)
+            .iter()
+            .filter_map(|e| match e.counter {
+                Some(CounterValue::Double(v)) => Some(v),
+                _ => None,
+            })
+            .collect();
+        // At least one sample (the first reading is only the base of the next).
+        assert!(!values.is_empty(), "{name}");
+        assert!(
+            values.iter().all(|v| (0.0..=100.0).contains(v)),
+            "{name}: {values:?}"
+        );
+    }
+}
+
 fn track_named<'a>(m: &'a Model, name: &str) -> Vec<&'a model::Descriptor> {
     let mut v: Vec<&model::Descriptor> = m
         .descriptors
@@ -174,14 +213,23 @@ fn many_uncontended_holds_read_back_whole() {
     assert_eq!(holds.len(), N);
     let id = arg(holds[0].begin, "lock_id").cloned();
     for h in &holds {
-        assert!(h.begin.name.as_deref().unwrap().contains(&format!("({me})")));
+        assert!(h
+            .begin
+            .name
+            .as_deref()
+            .unwrap()
+            .contains(&format!("({me})")));
         assert_eq!(h.begin.categories, vec!["tachyon.lock".to_string()]);
         assert_eq!(arg(h.begin, "lock_id").cloned(), id);
         assert!(h.end.is_some());
     }
     let rw_track = the_track(&m, "busy rw");
     assert_eq!(m.slices(rw_track).len(), N / 2);
-    let child = m.descriptors.iter().find(|d| d.parent == Some(rw_track)).unwrap();
+    let child = m
+        .descriptors
+        .iter()
+        .find(|d| d.parent == Some(rw_track))
+        .unwrap();
     assert_eq!(m.slices(child.uuid).len(), N / 2);
 }
 

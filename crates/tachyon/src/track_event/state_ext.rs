@@ -424,11 +424,20 @@ impl ThreadState {
         if let Some((name_iid, cat_iid, arg_iid)) = begin {
             ev.push(tag(TrackEvent::NAME_IID_FIELD_NUMBER, WireType::Varint));
             varint(&mut ev, name_iid);
-            ev.push(tag(TrackEvent::CATEGORY_IIDS_FIELD_NUMBER, WireType::Varint));
+            ev.push(tag(
+                TrackEvent::CATEGORY_IIDS_FIELD_NUMBER,
+                WireType::Varint,
+            ));
             varint(&mut ev, cat_iid);
-            let mut a = vec![tag(DebugAnnotation::NAME_IID_FIELD_NUMBER, WireType::Varint)];
+            let mut a = vec![tag(
+                DebugAnnotation::NAME_IID_FIELD_NUMBER,
+                WireType::Varint,
+            )];
             varint(&mut a, arg_iid);
-            a.push(tag(DebugAnnotation::UINT_VALUE_FIELD_NUMBER, WireType::Varint));
+            a.push(tag(
+                DebugAnnotation::UINT_VALUE_FIELD_NUMBER,
+                WireType::Varint,
+            ));
             varint(&mut a, u64::from(index));
             ev.push(tag(
                 TrackEvent::DEBUG_ANNOTATIONS_FIELD_NUMBER,
@@ -438,7 +447,10 @@ impl ThreadState {
             ev.extend_from_slice(&a);
         }
         let mut packet = vec![
-            tag(TracePacket::TRACK_EVENT_FIELD_NUMBER, WireType::LengthDelimited),
+            tag(
+                TracePacket::TRACK_EVENT_FIELD_NUMBER,
+                WireType::LengthDelimited,
+            ),
             ev.len() as u8,
         ];
         packet.extend_from_slice(&ev);
