@@ -249,3 +249,56 @@ fn demo_writes_a_trace_with_every_kind_of_event() {
         ) > 0
     );
 }
+
+/// `tachyon stats` on a demo trace: the sections for Tracy's other views, with the numbers the
+/// processor computes.
+#[test]
+fn stats_show_app_info_locks_frames_and_messages() {
+    let (trace, _) = demo("demo_stats_sections");
+    let dir = trace.parent().unwrap().to_path_buf();
+    let out = run(
+        Path::new(env!("CARGO_BIN_EXE_tachyon")),
+        &["stats", trace.to_str().unwrap()],
+        &dir,
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let tp = TraceProcessor::open(&trace, &Options::default()).unwrap();
+    let section = |title: &str| {
+        let start = text
+            .find(title)
+            .unwrap_or_else(|| panic!("no {title:?} section:\n{text}"));
+        text[start..].split("\n\n").next().unwrap().to_owned()
+    };
+    assert!(
+        section("App info").contains("tachyon demo: 2 workers"),
+        "{text}"
+    );
+    let locks = section("Locks (");
+    for l in tp.lock_stats().unwrap() {
+        let row = locks
+            .lines()
+            .find(|r| r.starts_with(&l.name))
+            .unwrap_or_else(|| panic!("no row for {}:\n{locks}", l.name));
+        assert!(
+            row.contains(&format!(" {} ", l.acquisitions)),
+            "{row} vs {l:?}"
+        );
+    }
+    let frames = section("Frames (");
+    let f = tp.frame_stats().unwrap();
+    let main = f.iter().find(|f| f.name == "Frame").unwrap();
+    let row = frames.lines().find(|r| r.starts_with("Frame ")).unwrap();
+    assert!(
+        row.contains(&format!(" {} ", main.count)),
+        "{row} vs {main:?}"
+    );
+    let msgs = tp.message_stats().unwrap();
+    assert!(
+        section("Messages (").starts_with(&format!("Messages ({}:", msgs.total)),
+        "{text}"
+    );
+    // Lock and frame slices stay out of the zone table.
+    let zones = section("Zones (");
+    assert!(!zones.contains("wait for "), "{zones}");
+    assert!(!zones.contains("\nFrame "), "{zones}");
+}
