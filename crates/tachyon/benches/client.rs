@@ -46,7 +46,8 @@
 //! With `TACHYON_CLIENT_LOCK_RATIO=N` the same for the lock goal: N rounds, each timing 2 000
 //! uncontended lock + unlock of a `tachyon::sync::Mutex`, 2 000 enabled zones and 2 000
 //! lock + unlock of a `std::sync::Mutex` back to back; prints the medians and the per-round
-//! ratios lock / zone and lock / std.
+//! ratios lock / zone and lock / std; first, the helper threads' CPU per lock record (200 000
+//! holds: what encoding a queued hold costs the drainer).
 
 use std::hint::black_box;
 use std::sync::{Arc, Barrier};
@@ -328,6 +329,11 @@ fn lock_ratio(rounds: usize) {
     locks(&lock, ITERS);
     zones(ITERS);
     std::thread::sleep(Duration::from_millis(50));
+    // The drainer's CPU for lock records alone: 200 000 holds, then time to encode them.
+    let before = helpers_cpu_ns();
+    locks(&lock, 100 * ITERS);
+    std::thread::sleep(Duration::from_millis(200));
+    report_helpers_cpu(before, helpers_cpu_ns(), 200 * ITERS);
     let per = |t: Instant| t.elapsed().as_secs_f64() * 1e9 / ITERS as f64;
     let (mut l, mut z, mut s, mut lz, mut ls) = (vec![], vec![], vec![], vec![], vec![]);
     for _ in 0..rounds {

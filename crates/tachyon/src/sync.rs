@@ -782,3 +782,45 @@ impl Drop for LockHold<'_> {
         self.mark.info.release(&self.hold, self.shared);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clip_cuts_at_a_character_boundary_with_a_marker() {
+        assert_eq!(clip("short", 10), "short");
+        assert_eq!(clip("", 0), "");
+        let s = "é".repeat(1000); // 2000 bytes
+        let c = clip(&s, 100);
+        assert!(c.len() <= 100 + 32, "{}", c.len());
+        assert!(c.ends_with("…[cut 1932 bytes]"), "{c}");
+        assert!(c.starts_with("éé"));
+        // Tiny limits still give a valid string.
+        for max in 0..40 {
+            let c = clip("😀😀😀😀😀😀😀😀😀😀😀😀😀😀😀😀", max);
+            assert!(c.contains("[cut"), "{max}: {c}");
+        }
+    }
+
+    #[test]
+    fn locks_work_untraced_with_std_semantics() {
+        let m = Mutex::new(1);
+        assert!(m.name().contains("sync.rs:"), "{}", m.name());
+        *m.lock().unwrap() += 1;
+        let g = m.lock().unwrap();
+        assert!(matches!(m.try_lock(), Err(TryLockError::WouldBlock)));
+        drop(g);
+        assert_eq!(m.into_inner().unwrap(), 2);
+        let rw = RwLock::new_named("rw", 5);
+        let (a, b) = (rw.read().unwrap(), rw.try_read().unwrap());
+        assert_eq!(*a + *b, 10);
+        assert!(matches!(rw.try_write(), Err(TryLockError::WouldBlock)));
+        drop((a, b));
+        *rw.write().unwrap() = 6;
+        assert_eq!(*rw.read().unwrap(), 6);
+        let mut named = Mutex::with_name(String::from("n"), 0);
+        *named.get_mut().unwrap() = 3;
+        assert_eq!(named.name(), "n");
+    }
+}
