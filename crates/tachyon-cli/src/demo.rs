@@ -345,9 +345,9 @@ fn worker(index: usize, rx: &Mutex<Receiver<Job>>, shared: &Shared) {
         // mutex.
         let job = match rx.lock() {
             Ok(rx) => rx.recv(),
-            Err(_) => return,
+            Err(_) => break,
         };
-        let Ok(job) = job else { return };
+        let Ok(job) = job else { break };
         let depth = shared.queue_depth.fetch_sub(1, Ordering::Relaxed) - 1;
         tachyon::counter!("queue depth", depth, Unit::Count);
 

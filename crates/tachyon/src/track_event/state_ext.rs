@@ -456,7 +456,7 @@ impl ThreadState {
         packet.extend_from_slice(&ev);
         packet.extend_from_slice(&[
             tag(TracePacket::SEQUENCE_FLAGS_FIELD_NUMBER, WireType::Varint),
-            SEQ_NEEDS_INCREMENTAL_STATE as u8,
+            SEQ_NEEDS_INCREMENTAL_STATE,
             tag(TracePacket::TIMESTAMP_FIELD_NUMBER, WireType::Varint),
         ]);
         // Room for the delta's varint (10 bytes at most) in the block, and one-byte lengths.
