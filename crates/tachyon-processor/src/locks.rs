@@ -1,7 +1,8 @@
 //! Tracy's lock statistics, from the slices Tachyon's instrumented locks write (category
-//! `tachyon.lock`, argument `lock_id`): holds on each lock's track (shared holds on per-thread
-//! tracks under it), `wait for <lock>` slices on the waiting threads' tracks. A lock is a
-//! `(process, lock_id)`; its name is its track's.
+//! `tachyon.lock`): holds on each lock's track (shared holds on per-thread tracks under it),
+//! `wait for <lock>` slices on the waiting threads' tracks. A lock is its track (its name is the
+//! track's); waits carry the argument `lock_id`, which the lock's holds carry at least once per
+//! sequence generation, and are matched to the track through it (per process).
 
 use rusqlite::Connection;
 
@@ -47,7 +48,7 @@ impl LockStats {
 
 const QUERY: &str = "
 SELECT s.ts, s.dur, s.name, extract_arg(s.arg_set_id, 'debug.lock_id'),
-       t.utid, t.upid, t.name, p.name, p.upid, th.upid, th.tid, th.name
+       t.utid, t.upid, t.name, p.name, p.upid, th.upid, th.tid, th.name, t.id, p.id
 FROM slice s
 JOIN __intrinsic_track t ON s.track_id = t.id
 LEFT JOIN __intrinsic_track p ON t.parent_id = p.id
@@ -61,59 +62,99 @@ struct Acc {
     waiters: FxHashMap<String, (u64, i64)>,
 }
 
+impl Acc {
+    fn wait(&mut self, thread: String, dur: i64) {
+        self.stats.contended += 1;
+        self.stats.total_wait_ns += dur;
+        self.stats.max_wait_ns = self.stats.max_wait_ns.max(dur);
+        let w = self.waiters.entry(thread).or_default();
+        w.0 += 1;
+        w.1 += dur;
+    }
+}
+
+/// A wait, before it is matched to its lock's track: (process, lock id, lock name, thread,
+/// duration).
+type Wait = (Option<i64>, i64, Option<String>, String, i64);
+
 pub(crate) fn compute(conn: &Connection) -> Result<Vec<LockStats>, Error> {
     let mut st = conn.prepare(QUERY)?;
     let mut rows = st.query([])?;
-    let mut locks: FxHashMap<(Option<i64>, i64), Acc> = FxHashMap::default();
+    // Holds, by the lock's track (a shared hold's track is a child of it).
+    let mut locks: FxHashMap<i64, Acc> = FxHashMap::default();
+    // (process, lock id) → the lock's track, from the holds that carry the id.
+    let mut ids: FxHashMap<(Option<i64>, i64), i64> = FxHashMap::default();
+    let mut waits: Vec<Wait> = Vec::new();
     while let Some(r) = rows.next()? {
         let dur: i64 = r.get(1)?;
         let name: Option<String> = r.get(2)?;
-        let Some(lock_id) = r.get::<_, Option<i64>>(3)? else {
-            continue;
-        };
+        let lock_id: Option<i64> = r.get(3)?;
         let utid: Option<i64> = r.get(4)?;
         if utid.is_some() {
             // A wait, on the waiting thread's track.
-            let upid: Option<i64> = r.get(9)?;
-            let acc = locks.entry((upid, lock_id)).or_default();
-            if acc.stats.name.is_empty() {
-                if let Some(n) = name.as_deref().and_then(|n| n.strip_prefix("wait for ")) {
-                    acc.stats.name = n.to_owned();
-                }
-            }
-            let dur = dur.max(0);
-            acc.stats.contended += 1;
-            acc.stats.total_wait_ns += dur;
-            acc.stats.max_wait_ns = acc.stats.max_wait_ns.max(dur);
+            let Some(lock_id) = lock_id else {
+                continue;
+            };
             let tid: Option<i64> = r.get(10)?;
             let thread = match r.get::<_, Option<String>>(11)? {
                 Some(n) => format!("{n} ({})", tid.unwrap_or(0)),
                 None => format!("tid {}", tid.unwrap_or(0)),
             };
-            let w = acc.waiters.entry(thread).or_default();
-            w.0 += 1;
-            w.1 += dur;
-        } else {
-            // A hold, on the lock's track or (shared) on a thread's track under it.
-            let parent_name: Option<String> = r.get(7)?;
-            let shared = parent_name.is_some();
-            let (track_name, upid) = if shared {
-                (parent_name, r.get::<_, Option<i64>>(8)?)
-            } else {
-                (r.get::<_, Option<String>>(6)?, r.get::<_, Option<i64>>(5)?)
-            };
-            let acc = locks.entry((upid, lock_id)).or_default();
-            acc.stats.upid = upid;
-            if let Some(n) = track_name {
-                acc.stats.name = n;
-            }
-            acc.stats.acquisitions += 1;
-            acc.stats.shared += u64::from(shared);
-            if dur >= 0 {
-                acc.stats.total_hold_ns += dur;
-                acc.stats.max_hold_ns = acc.stats.max_hold_ns.max(dur);
-            }
+            let lock_name = name
+                .as_deref()
+                .and_then(|n| n.strip_prefix("wait for "))
+                .map(str::to_owned);
+            waits.push((r.get(9)?, lock_id, lock_name, thread, dur.max(0)));
+            continue;
         }
+        // A hold, on the lock's track or (shared) on a thread's track under it.
+        let parent: Option<i64> = r.get(13)?;
+        let shared = parent.is_some();
+        let (track, track_name, upid) = if let Some(p) = parent {
+            (
+                p,
+                r.get::<_, Option<String>>(7)?,
+                r.get::<_, Option<i64>>(8)?,
+            )
+        } else {
+            (
+                r.get(12)?,
+                r.get::<_, Option<String>>(6)?,
+                r.get::<_, Option<i64>>(5)?,
+            )
+        };
+        if let Some(id) = lock_id {
+            ids.insert((upid, id), track);
+        }
+        let acc = locks.entry(track).or_default();
+        acc.stats.upid = upid;
+        if let Some(n) = track_name {
+            acc.stats.name = n;
+        }
+        acc.stats.acquisitions += 1;
+        acc.stats.shared += u64::from(shared);
+        if dur >= 0 {
+            acc.stats.total_hold_ns += dur;
+            acc.stats.max_hold_ns = acc.stats.max_hold_ns.max(dur);
+        }
+    }
+    // Waits whose lock has no identified hold (none can be: a wait is followed by its hold)
+    // still count, under the lock's name, on a negative key of their own.
+    let mut orphans: FxHashMap<(Option<i64>, i64), i64> = FxHashMap::default();
+    for (upid, lock_id, lock_name, thread, dur) in waits {
+        let key = match ids.get(&(upid, lock_id)) {
+            Some(&t) => t,
+            None => {
+                let next = -1 - orphans.len() as i64;
+                *orphans.entry((upid, lock_id)).or_insert(next)
+            }
+        };
+        let acc = locks.entry(key).or_default();
+        if acc.stats.name.is_empty() {
+            acc.stats.name = lock_name.unwrap_or_default();
+            acc.stats.upid = upid;
+        }
+        acc.wait(thread, dur);
     }
     let mut out: Vec<LockStats> = locks
         .into_values()

@@ -2,7 +2,9 @@
 //! (guards, poisoning), and [`LockMark`] instruments a lock the program already has.
 //!
 //! Each lock gets a track of its own, under the process, named after the lock. Every hold is a
-//! slice on it, named after the holding thread (category `tachyon.lock`, argument `lock_id`);
+//! slice on it, named after the holding thread (category `tachyon.lock`; the first hold of a
+//! track in each generation of the writing thread's sequence carries the argument `lock_id`,
+//! which ties the track to the waits);
 //! shared (read) holds go on a track per holding thread under the lock's track (named
 //! `shared: <thread>`), so overlapping readers never break the nesting of slices. A thread
 //! that had to wait gets a `wait for <lock>` slice on its own track, from the moment it started

@@ -211,18 +211,25 @@ fn many_uncontended_holds_read_back_whole() {
     let me = tid();
     let holds = m.slices(the_track(&m, "busy"));
     assert_eq!(holds.len(), N);
+    // The first hold carries the lock's id; the pre-encoded ones that follow leave it out.
     let id = arg(holds[0].begin, "lock_id").cloned();
+    assert!(matches!(id, Some(Arg::Uint(_))));
     for h in &holds {
-        assert!(h
-            .begin
-            .name
-            .as_deref()
-            .unwrap()
-            .contains(&format!("({me})")));
+        let name = h.begin.name.as_deref().unwrap();
+        assert!(name.contains(&format!("({me})")), "{name}");
         assert_eq!(h.begin.categories, vec!["tachyon.lock".to_string()]);
-        assert_eq!(arg(h.begin, "lock_id").cloned(), id);
+        let a = arg(h.begin, "lock_id").cloned();
+        assert!(a.is_none() || a == id, "{a:?}");
         assert!(h.end.is_some());
     }
+    let without = holds
+        .iter()
+        .filter(|h| arg(h.begin, "lock_id").is_none())
+        .count();
+    assert!(
+        without > N / 2,
+        "most holds took the pre-encoded path: {without}"
+    );
     let rw_track = the_track(&m, "busy rw");
     assert_eq!(m.slices(rw_track).len(), N / 2);
     let child = m

@@ -17,8 +17,7 @@ use std::ptr;
 
 use protozero::wire::{encode_varint, make_tag, WireType};
 use tachyon_protos::{
-    counter_descriptor, track_descriptor, track_event, DebugAnnotation, InternedData, TracePacket,
-    TrackEvent,
+    counter_descriptor, track_descriptor, track_event, InternedData, TracePacket, TrackEvent,
 };
 
 use super::{push, with_state, ThreadState};
@@ -405,7 +404,7 @@ impl ThreadState {
         index: u32,
         op: LockOp,
         track: u64,
-        begin: Option<(u64, u64, u64)>,
+        begin: Option<(u64, u64)>,
     ) {
         let mut ev: Vec<u8> = Vec::with_capacity(48);
         let varint = |buf: &mut Vec<u8>, v: u64| {
@@ -421,7 +420,10 @@ impl ThreadState {
         } else {
             track_event::Type::SliceEnd as u8
         });
-        if let Some((name_iid, cat_iid, arg_iid)) = begin {
+        // The `lock_id` argument rides on the first hold of each track and generation (the
+        // general path's): the track says which lock a hold is, and a smaller packet is less
+        // for the drainer to write and the service to copy.
+        if let Some((name_iid, cat_iid)) = begin {
             ev.push(tag(TrackEvent::NAME_IID_FIELD_NUMBER, WireType::Varint));
             varint(&mut ev, name_iid);
             ev.push(tag(
@@ -429,22 +431,6 @@ impl ThreadState {
                 WireType::Varint,
             ));
             varint(&mut ev, cat_iid);
-            let mut a = vec![tag(
-                DebugAnnotation::NAME_IID_FIELD_NUMBER,
-                WireType::Varint,
-            )];
-            varint(&mut a, arg_iid);
-            a.push(tag(
-                DebugAnnotation::UINT_VALUE_FIELD_NUMBER,
-                WireType::Varint,
-            ));
-            varint(&mut a, u64::from(index));
-            ev.push(tag(
-                TrackEvent::DEBUG_ANNOTATIONS_FIELD_NUMBER,
-                WireType::LengthDelimited,
-            ));
-            ev.push(a.len() as u8);
-            ev.extend_from_slice(&a);
         }
         let mut packet = vec![
             tag(
@@ -542,7 +528,6 @@ impl ThreadState {
             let iids = (
                 self.intern_key(&format!("{KEY_NAME}{name}")).0,
                 self.intern_category(CAT_LOCK).0,
-                self.intern_arg_name("lock_id").0,
             );
             self.keep_lock_template(index, op, track, Some(iids));
         } else {
