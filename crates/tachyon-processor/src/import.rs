@@ -1187,9 +1187,14 @@ impl Importer {
             };
             out.push(event);
             if ev.has_log_message() {
+                // As Perfetto: an unresolved body or location is an interning miss and a
+                // parser error, and no row.
                 match self.log_message(seq_id, ev) {
                     Some(log) => self.push_log(&event, log, out),
-                    None => interned_misses += 1,
+                    None => {
+                        interned_misses += 1;
+                        self.st.stats.inc(Stat::track_event_parser_errors);
+                    }
                 }
             }
         }
