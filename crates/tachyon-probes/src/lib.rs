@@ -12,7 +12,7 @@
 //! The daemon creates a [`Probe`] with [`create_probe`] from the data source's name and its
 //! `DataSourceConfig`, calls [`Probe::start`], then [`Probe::poll`] every
 //! [`Probe::poll_period`] and [`Probe::flush`] on every flush and before stopping, each time
-//! with the instance's [`tachyon::TraceWriter`]. Timestamps are `CLOCK_BOOTTIME` nanoseconds,
+//! with the instance's [`tachyon::backend::TraceWriter`]. Timestamps are `CLOCK_BOOTTIME` nanoseconds,
 //! Perfetto's default trace clock, so the packets carry no clock id.
 //!
 //! ```

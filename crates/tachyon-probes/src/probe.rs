@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use tachyon::TraceWriter;
+use tachyon::backend::TraceWriter;
 use tachyon_protos::DataSourceConfigView;
 
 use crate::process_stats::ProcessStats;

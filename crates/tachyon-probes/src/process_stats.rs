@@ -47,7 +47,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use tachyon::TraceWriter;
+use tachyon::backend::TraceWriter;
 use tachyon_protos::ProcessStatsConfigView;
 
 use crate::procfs;
@@ -620,7 +620,9 @@ mod tests {
             );
         }
         let mut probe = ProcessStats::with_root(&fake.0, DEFAULT_POLL);
-        let session = tachyon::InProcessSession::start(tachyon::SessionConfig::default()).unwrap();
+        let session =
+            tachyon::backend::InProcessSession::start(tachyon::backend::SessionConfig::default())
+                .unwrap();
         let mut w = session.arbiter().create_trace_writer(0).unwrap();
         probe.start(&mut w);
         probe.flush(&mut w); // Nothing new: no packet.

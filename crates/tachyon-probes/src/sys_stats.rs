@@ -29,7 +29,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use tachyon::TraceWriter;
+use tachyon::backend::TraceWriter;
 use tachyon_protos::SysStatsConfigView;
 
 use crate::counters::{self, MEMINFO_KEYS, VMSTAT_KEYS};
@@ -337,7 +337,9 @@ mod tests {
         }));
         p.set_root(&dir);
         p.ns_per_clock_tick = 10_000_000; // USER_HZ = 100
-        let session = tachyon::InProcessSession::start(tachyon::SessionConfig::default()).unwrap();
+        let session =
+            tachyon::backend::InProcessSession::start(tachyon::backend::SessionConfig::default())
+                .unwrap();
         let mut w = session.arbiter().create_trace_writer(0).unwrap();
         p.start(&mut w);
         p.flush(&mut w);
@@ -397,7 +399,9 @@ mod tests {
     fn missing_files_write_nothing() {
         let mut p = probe(&config(|c| c.set_meminfo_period_ms(100)));
         p.set_root("/nonexistent/proc");
-        let session = tachyon::InProcessSession::start(tachyon::SessionConfig::default()).unwrap();
+        let session =
+            tachyon::backend::InProcessSession::start(tachyon::backend::SessionConfig::default())
+                .unwrap();
         let mut w = session.arbiter().create_trace_writer(0).unwrap();
         p.start(&mut w);
         p.poll(&mut w);

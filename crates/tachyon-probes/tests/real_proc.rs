@@ -6,7 +6,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use protozero::HeapBuffered;
-use tachyon::{InProcessSession, SessionConfig, TraceWriter};
+use tachyon::backend::{InProcessSession, SessionConfig, TraceWriter};
 use tachyon_probes::{create_probe, PROCESS_STATS, SYS_STATS};
 use tachyon_processor::{Options, TraceProcessor, Value};
 use tachyon_protos::{DataSourceConfig, MeminfoCounters, SysStatsConfig, TraceView};

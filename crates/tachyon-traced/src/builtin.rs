@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use tachyon::{ArbiterConfig, CommitSink, OwnedSmb, PageSize, SmbArbiter, TraceWriter};
+use tachyon::backend::{ArbiterConfig, CommitSink, OwnedSmb, PageSize, SmbArbiter, TraceWriter};
 use tachyon_abi::{CommitRequest, ServiceView};
 use tachyon_probes::Probe;
 

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, Criterion, Throughput};
-use tachyon::{
+use tachyon::backend::{
     commit_channel, ArbiterConfig, CommitRequest, OwnedSmb, PageSize, SmbArbiter, TraceWriter,
 };
 use tachyon_protos::{track_event, TracePacket};

@@ -12,7 +12,7 @@
 //!   decides the categories and buffers; of the variables below only `TACHYON_SMB_SIZE` (the
 //!   size asked for), `TACHYON_ON_FULL` and `TACHYON_CLOCK` apply. If the daemon is absent or
 //!   goes away, tracing simply stops: connecting takes at most
-//!   [`DAEMON_CONNECT_BUDGET`](crate::DAEMON_CONNECT_BUDGET), no traced thread ever waits on the
+//!   [`DAEMON_CONNECT_BUDGET`](crate::backend::DAEMON_CONNECT_BUDGET), no traced thread ever waits on the
 //!   socket, and nothing panics.
 //!
 //! [`init`] picks the backend: `TACHYON_DISABLE=1` wins (nothing at all); else with
@@ -49,13 +49,13 @@ use std::time::Duration;
 
 use tachyon_service::{BufferSpec, DataSourceSpec, FillPolicy, SessionConfig};
 
+use crate::backend::PageSize;
 use crate::session::{InProcessSession, SessionOptions};
 use crate::system::{SystemOptions, SystemReport, SystemSession};
 use crate::track_event::global::{self, SessionHandle};
 use crate::track_event::state::{self, Drain};
 use crate::track_event::CategoryFilter;
 use crate::writer::{ArbiterConfig, ArbiterStats, BufferExhaustedPolicy};
-use crate::PageSize;
 
 /// How a tracing session is set up.
 #[derive(Clone, Debug)]
@@ -181,7 +181,7 @@ impl Config {
             c.on_full = match v.to_ascii_lowercase().as_str() {
                 "drop" => BufferExhaustedPolicy::Drop,
                 "stall" => BufferExhaustedPolicy::Stall {
-                    timeout: crate::DEFAULT_STALL_TIMEOUT,
+                    timeout: crate::backend::DEFAULT_STALL_TIMEOUT,
                 },
                 "stall_then_drop" => BufferExhaustedPolicy::default(),
                 _ => {

@@ -9,10 +9,8 @@ use std::sync::Arc;
 
 use common::{check_run, write_test_packet, TestService, Written};
 use proptest::prelude::*;
-use tachyon::{
-    commit_channel, ArbiterConfig, BufferExhaustedPolicy, OwnedSmb, PageLayout, PageSize,
-    SmbArbiter,
-};
+use tachyon::backend::{commit_channel, ArbiterConfig, OwnedSmb, PageLayout, PageSize, SmbArbiter};
+use tachyon::BufferExhaustedPolicy;
 use tachyon_service::FillPolicy;
 
 const MAX_PACKET: usize = 64 * 1024;

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use tachyon::{InProcessSession, SessionConfig};
+use tachyon::backend::{InProcessSession, SessionConfig};
 use tachyon_protos::{track_event, TraceView};
 use tachyon_service::SERVICE_SEQUENCE_ID;
 

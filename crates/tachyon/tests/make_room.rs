@@ -7,10 +7,11 @@ mod common;
 use std::sync::Arc;
 
 use common::TestService;
-use tachyon::{
-    commit_channel, ArbiterConfig, BufferExhaustedPolicy, CommitReceiver, OwnedSmb, PageLayout,
-    PageSize, SmbArbiter, TraceWriter, PREVIOUS_PACKET_DROPPED_SMB_FULL,
+use tachyon::backend::{
+    commit_channel, ArbiterConfig, CommitReceiver, OwnedSmb, PageLayout, PageSize, SmbArbiter,
+    TraceWriter, PREVIOUS_PACKET_DROPPED_SMB_FULL,
 };
+use tachyon::BufferExhaustedPolicy;
 use tachyon_protos::TracePacketView;
 use tachyon_service::FillPolicy;
 

@@ -8,10 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{check_run, spawn_service, write_test_packet, Written};
-use tachyon::{
-    commit_channel, ArbiterConfig, BufferExhaustedPolicy, OwnedSmb, PageLayout, PageSize,
-    SmbArbiter,
-};
+use tachyon::backend::{commit_channel, ArbiterConfig, OwnedSmb, PageLayout, PageSize, SmbArbiter};
+use tachyon::BufferExhaustedPolicy;
 
 const THREADS: usize = 8;
 const MAX_PACKET: usize = 16 * 1024;

@@ -21,7 +21,8 @@ use std::time::{Duration, Instant};
 
 use model::{Kind, Model};
 use protozero::HeapBuffered;
-use tachyon::{Config, PageSize};
+use tachyon::backend::PageSize;
+use tachyon::Config;
 use tachyon_ipc::conn::{self, FrameSender};
 use tachyon_ipc::rpc::{self, producer_port, Frame, Msg};
 use tachyon_ipc::shm::SharedMemory;
@@ -592,7 +593,7 @@ fn no_daemon_means_no_tracing_quickly() {
     })
     .is_err());
     assert!(
-        t.elapsed() <= tachyon::DAEMON_CONNECT_BUDGET + Duration::from_millis(300),
+        t.elapsed() <= tachyon::backend::DAEMON_CONNECT_BUDGET + Duration::from_millis(300),
         "{:?}",
         t.elapsed()
     );
@@ -611,7 +612,7 @@ fn no_daemon_means_no_tracing_quickly() {
     let t = Instant::now();
     let e = tachyon::start(host.config()).unwrap_err();
     assert!(
-        t.elapsed() <= tachyon::DAEMON_CONNECT_BUDGET + Duration::from_millis(300),
+        t.elapsed() <= tachyon::backend::DAEMON_CONNECT_BUDGET + Duration::from_millis(300),
         "{:?}",
         t.elapsed()
     );

@@ -6,7 +6,7 @@ mod common;
 use std::sync::Arc;
 
 use common::{check_run, spawn_service, write_test_packet, Written};
-use tachyon::{commit_channel, ArbiterConfig, OwnedSmb, PageSize, SmbArbiter};
+use tachyon::backend::{commit_channel, ArbiterConfig, OwnedSmb, PageSize, SmbArbiter};
 
 #[test]
 fn writers_of_exiting_threads_flush_everything() {

@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 
 use common::{check_run, spawn_service, write_test_packet, TestService, Written};
 use protozero::ProtoDecoder;
-use tachyon::{
-    commit_channel, ArbiterConfig, BufferExhaustedPolicy, CommitReceiver, CommitRequest, OwnedSmb,
-    PageLayout, PageSize, SmbArbiter, TraceWriter, PREVIOUS_PACKET_DROPPED_SMB_FULL,
+use tachyon::backend::{
+    commit_channel, ArbiterConfig, CommitReceiver, CommitRequest, OwnedSmb, PageLayout, PageSize,
+    SmbArbiter, TraceWriter, PREVIOUS_PACKET_DROPPED_SMB_FULL,
 };
+use tachyon::BufferExhaustedPolicy;
 use tachyon_abi::{ChunkFlags, Fragment, Fragments, DROP_PACKET_FRAGMENT_HEADER};
 use tachyon_protos::TracePacketView;
 use tachyon_service::FillPolicy;

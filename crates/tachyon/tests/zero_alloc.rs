@@ -7,7 +7,7 @@ mod counting_alloc;
 use std::sync::Arc;
 
 use counting_alloc::allocs;
-use tachyon::{commit_channel, ArbiterConfig, OwnedSmb, PageSize, SmbArbiter};
+use tachyon::backend::{commit_channel, ArbiterConfig, OwnedSmb, PageSize, SmbArbiter};
 use tachyon_protos::track_event;
 
 #[test]
@@ -17,7 +17,7 @@ fn packets_within_a_chunk_do_not_allocate() {
     // SAFETY: nothing scrapes the buffer.
     let arbiter = unsafe { SmbArbiter::new(smb, ArbiterConfig::default(), sink) };
     let mut w = arbiter.create_trace_writer(0).unwrap();
-    let write = |w: &mut tachyon::TraceWriter, i: u64| {
+    let write = |w: &mut tachyon::backend::TraceWriter, i: u64| {
         w.write_packet(|p| {
             p.set_timestamp(1_000_000 + i);
             let mut e = p.set_track_event();

@@ -62,7 +62,7 @@ pub(crate) struct SystemOptions {
 /// system mode.
 ///
 /// The daemon hands the process a shared memory buffer (a sealed memfd); the same
-/// [`SmbArbiter`] and [`TraceWriter`](crate::TraceWriter)s as in-process write into it, and
+/// [`SmbArbiter`] and [`TraceWriter`](crate::backend::TraceWriter)s as in-process write into it, and
 /// commits travel over the producer socket (`crates/tachyon-ipc/PROTOCOL.md`).
 ///
 /// # Threads

@@ -1,8 +1,8 @@
 //! The SDK's most common packets encoded by hand: templates built once per callsite and
 //! sequence generation, written by
-//! [`TraceWriter::try_write_event`](crate::TraceWriter) (slice begins, instants), its
+//! [`TraceWriter::try_write_event`](crate::backend::TraceWriter) (slice begins, instants), its
 //! two-word variant `try_write_short_event` (slice ends), or as a stack block by
-//! [`TraceWriter::write_small_packet`](crate::TraceWriter::write_small_packet) (counters).
+//! [`TraceWriter::write_small_packet`](crate::backend::TraceWriter::write_small_packet) (counters).
 //!
 //! Every packet here is what the generated writers would produce for the same fields (the
 //! tests decode both with the generated views), after a one-byte fragment header holding its
@@ -81,7 +81,7 @@ pub(crate) const TYPE_COUNTER: u8 = track_event::Type::Counter as u8;
 ///
 /// `bytes[0]` is the number `n` of packet bytes that follow; for named events and slice ends
 /// they run up to and including the timestamp's tag, so the packet is `bytes[1..=n]` then the
-/// delta's varint ([`TraceWriter::try_write_event`](crate::TraceWriter), which writes the first
+/// delta's varint ([`TraceWriter::try_write_event`](crate::backend::TraceWriter), which writes the first
 /// [`EVENT_PREFIX`] bytes with fixed-size stores straight into the chunk, fixes the first byte
 /// into the packet's one-byte fragment header and appends the varint). For counters they end
 /// with the track uuid: the value, the flags and the timestamp follow

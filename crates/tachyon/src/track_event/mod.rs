@@ -8,7 +8,7 @@
 //! `enabled` turned off, [`COMPILED_IN`] is `false` and every macro compiles to nothing but
 //! type checks.
 //!
-//! When enabled, the event goes to this thread's [`TraceWriter`](crate::TraceWriter) (one
+//! When enabled, the event goes to this thread's [`TraceWriter`](crate::backend::TraceWriter) (one
 //! packet sequence per thread, see `state.rs`): timestamps are deltas on the sequence's
 //! incremental clock, names and source locations are interned (emitted once per sequence and
 //! generation). A zone with a static name and an instant without arguments only queue a

@@ -584,7 +584,7 @@ impl WriterIds {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::commit_channel;
+    use crate::backend::commit_channel;
 
     fn arbiter(size: usize, page: PageSize, config: ArbiterConfig) -> Arc<SmbArbiter> {
         let smb = Arc::new(OwnedSmb::new(size, page).unwrap());

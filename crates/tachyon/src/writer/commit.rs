@@ -33,7 +33,7 @@ pub trait CommitSink: Send + Sync + 'static {
 /// be in flight, plus one patch-only request per packet that crossed a chunk boundary.
 ///
 /// ```
-/// let (sink, receiver) = tachyon::commit_channel();
+/// let (sink, receiver) = tachyon::backend::commit_channel();
 /// # let _ = (sink, receiver);
 /// ```
 pub fn commit_channel() -> (ChannelCommitSink, CommitReceiver) {
@@ -41,7 +41,7 @@ pub fn commit_channel() -> (ChannelCommitSink, CommitReceiver) {
     (ChannelCommitSink { tx }, CommitReceiver { rx })
 }
 
-/// The sending half of [`commit_channel`]: give it to [`crate::SmbArbiter::new`].
+/// The sending half of [`commit_channel`]: give it to [`crate::backend::SmbArbiter::new`].
 #[derive(Clone)]
 pub struct ChannelCommitSink {
     tx: mpsc::Sender<CommitRequest>,

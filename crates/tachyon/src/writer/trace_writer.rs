@@ -1409,10 +1409,10 @@ impl TraceWriter {
     ///
     /// ```
     /// # use std::sync::Arc;
-    /// # let smb = Arc::new(tachyon::OwnedSmb::new(16 * 1024, tachyon::PageSize::Kib4)?);
-    /// # let (sink, _commits) = tachyon::commit_channel();
+    /// # let smb = Arc::new(tachyon::backend::OwnedSmb::new(16 * 1024, tachyon::backend::PageSize::Kib4)?);
+    /// # let (sink, _commits) = tachyon::backend::commit_channel();
     /// # // SAFETY: nothing scrapes the buffer.
-    /// # let arbiter = unsafe { tachyon::SmbArbiter::new(smb, Default::default(), sink) };
+    /// # let arbiter = unsafe { tachyon::backend::SmbArbiter::new(smb, Default::default(), sink) };
     /// # let mut writer = arbiter.create_trace_writer(0)?;
     /// writer.write_packet(|packet| {
     ///     packet.set_timestamp(1_000);

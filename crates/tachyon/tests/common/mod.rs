@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use protozero::{FieldValue, Message, ProtoDecoder};
-use tachyon::{
+use tachyon::backend::{
     CommitReceiver, CommitRequest, OwnedSmb, TraceWriter, WriterStats,
     PREVIOUS_PACKET_DROPPED_SMB_FULL,
 };
