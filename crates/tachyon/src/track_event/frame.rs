@@ -4,7 +4,7 @@
 //!
 //! - [`frame_mark!()`](crate::frame_mark) ends the current frame of the main set and begins the
 //!   next (continuous frames); `frame_mark!("name")` does the same for a secondary set.
-//! - [`frame!("name")`](crate::frame) begins a discontinuous frame that ends when the returned
+//! - [`frame!("name")`](macro@crate::frame) begins a discontinuous frame that ends when the returned
 //!   guard drops.
 //!
 //! Do not mix the two kinds in one set. A mark costs a call to the thread's state (frames come
