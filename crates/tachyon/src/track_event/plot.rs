@@ -82,7 +82,14 @@ impl Plot {
     /// Records a value (for an incremental plot: a delta, as [`add`](Self::add)).
     #[inline]
     pub fn set(&self, value: impl CounterValue) {
-        if !super::COMPILED_IN || global::EPOCH.load(Ordering::Relaxed) == 0 {
+        if !super::COMPILED_IN {
+            return;
+        }
+        if global::EPOCH.load(Ordering::Relaxed) == 0 {
+            // No session: let go of a writer left from one that ended (as `CounterTrack::set`:
+            // a thread that records only plots never reaches its state otherwise, and the
+            // stopping session would wait for its writer).
+            super::state::release_thread_writer();
             return;
         }
         let sample = value.sample();
