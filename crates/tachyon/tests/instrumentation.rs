@@ -200,6 +200,10 @@ fn many_uncontended_holds_read_back_whole() {
     const N: usize = 3000;
     let (m, _) = record(|| {
         for i in 0..N {
+            if i == N - 10 {
+                // Holds after a rename carry the new name.
+                tachyon::set_thread_name("renamed holder");
+            }
             *m1.lock().unwrap() += 1;
             if i % 2 == 0 {
                 let _r = rw.read().unwrap();
@@ -230,6 +234,13 @@ fn many_uncontended_holds_read_back_whole() {
         without > N / 2,
         "most holds took the pre-encoded path: {without}"
     );
+    assert!(holds[N - 11].begin.name.as_deref().unwrap() != "renamed holder ({me})");
+    for h in &holds[N - 10..] {
+        assert_eq!(
+            h.begin.name.as_deref(),
+            Some(format!("renamed holder ({me})").as_str())
+        );
+    }
     let rw_track = the_track(&m, "busy rw");
     assert_eq!(m.slices(rw_track).len(), N / 2);
     let child = m

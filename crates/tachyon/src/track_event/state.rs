@@ -919,6 +919,8 @@ impl ThreadState {
     /// start after a loss writes it anyway).
     pub(crate) fn set_thread_name(&mut self, name: &str) {
         self.thread_name = Some(name.to_owned());
+        // Lock holds are named after the thread: their pre-encoded packets are stale now.
+        self.ext_templates.clear();
         if self.writer.is_some() && self.epoch == EPOCH.load(Ordering::Relaxed) {
             let ts = clock::now();
             // Not while dropping: the generation start that ends the episode writes the name.
