@@ -27,6 +27,7 @@ pub use tachyon_macros::instrument;
 pub use tachyon_service::FillPolicy;
 #[doc(hidden)]
 pub use track_event::message as __message;
+pub use track_event::message::MAX_MESSAGE_LEN;
 pub use track_event::{
     __rt, set_process_name, set_thread_name, ArgValue, Callsite, CallsiteKind, CategoryFilter,
     CounterSample, CounterTrack, CounterValue, Enabled, EventContext, Flow, Track, TrackSlice,

@@ -841,3 +841,41 @@ fn log_records_become_messages() {
     assert_eq!((func.as_str(), l), ("instrumentation", line));
     assert_eq!((logs[1].0.as_str(), logs[1].1), ("fine-grained", 2));
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 24, ..Default::default() })]
+
+    /// Any text (empty, control characters, NULs, any length up to past the limits) as a lock
+    /// name, a message, a zone's text, a plot's name and a thread's name: recorded (cut past the
+    /// limits, with the marker), never a panic, and the trace reads clean.
+    #[test]
+    fn any_text_is_recorded_or_cut(
+        text in proptest::prelude::any::<String>(),
+        repeat in 1usize..3000,
+        bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+    ) {
+        let _l = lock();
+        let long = text.repeat(repeat);
+        let (m, _) = record(|| {
+            let mutex = Mutex::with_name(long.clone(), ());
+            drop(mutex.lock().unwrap());
+            tachyon::message!("{long}");
+            tachyon::message!(bytes: bytes);
+            let z = tachyon::zone!("z");
+            z.text(&long);
+            z.text_bytes(&bytes);
+            drop(z);
+            Plot::new(long.clone(), PlotKind::Number).set(1);
+            tachyon::set_thread_name_with_hint(&long, 0);
+        });
+        let logs: Vec<String> = m.events.iter().filter_map(|e| e.log.clone()).map(|l| l.0).collect();
+        proptest::prop_assert_eq!(logs.len(), 2);
+        if long.len() <= tachyon::MAX_MESSAGE_LEN {
+            proptest::prop_assert_eq!(&logs[0], &long);
+        } else {
+            proptest::prop_assert!(logs[0].contains("…[cut"));
+            proptest::prop_assert!(logs[0].len() <= tachyon::MAX_MESSAGE_LEN + 32);
+        }
+        proptest::prop_assert_eq!(&logs[1], &String::from_utf8_lossy(&bytes).into_owned());
+    }
+}
