@@ -462,13 +462,14 @@ impl ThreadState {
         let uuid = crate::sync::lock_uuid(index);
         if self.tracks_seen.get(&uuid) != Some(&self.generation) {
             let name = crate::sync::lock_name(index);
+            // Never merged with another lock of the same name (locks made at one callsite).
             self.ensure_own_track(
                 OwnTrack {
                     uuid,
                     name: &name,
                     parent: None,
                     counter: None,
-                    no_merge: false,
+                    no_merge: true,
                 },
                 ts,
             );
