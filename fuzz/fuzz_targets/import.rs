@@ -13,7 +13,7 @@ fuzz_target!(|data: &[u8]| {
         SortMode::Full
     };
     if let Ok(tp) = TraceProcessor::from_bytes(data, &Options::with_sort(sort)) {
-        tp.query("SELECT count(*), sum(dur) FROM slice").expect("slice is queryable");
+        tp.query("SELECT count(*), total(dur) FROM slice").expect("slice is queryable");
         tp.query("SELECT extract_arg(arg_set_id, 'debug.x') FROM slice").expect("extract_arg works");
         let _ = tp.zone_stats().expect("zone stats");
     }

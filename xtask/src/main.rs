@@ -3,6 +3,10 @@
 //! - `gen-protos`: regenerates `crates/tachyon-protos/src/generated/` from the `.proto` files in
 //!   `crates/tachyon-protos/protos/` with protozero-gen. The bootstrap test of tachyon-protos
 //!   fails whenever the checked-in code differs from what this produces.
+//! - `difftests PERFETTO_DIR [ARGS]`: runs Perfetto's trace processor diff tests against
+//!   Tachyon's processor: `cargo run -p tachyon-difftests -- ARGS` (its own crate, so
+//!   that xtask, and with it `gen-protos`, never depends on the processor: regenerating must
+//!   work when the processor needs fields the checked-in code lacks).
 #![forbid(unsafe_code)]
 
 use std::path::Path;
@@ -15,8 +19,9 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("gen-protos") => gen_protos(),
+        Some("difftests") => return difftests(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask gen-protos");
+            eprintln!("usage: cargo xtask gen-protos | cargo xtask difftests PERFETTO_DIR");
             return ExitCode::from(2);
         }
     };
@@ -24,6 +29,21 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("xtask: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn difftests(args: &[String]) -> ExitCode {
+    let status = std::process::Command::new(env!("CARGO"))
+        .args(["run", "--quiet", "-p", "tachyon-difftests", "--"])
+        .args(args)
+        .status();
+    match status {
+        Ok(s) if s.success() => ExitCode::SUCCESS,
+        Ok(_) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("xtask: cannot run cargo: {e}");
             ExitCode::FAILURE
         }
     }

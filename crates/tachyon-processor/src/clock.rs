@@ -48,6 +48,9 @@ pub(crate) type ClockId = u64;
 /// `BUILTIN_CLOCK_BOOTTIME`, the default trace clock.
 pub(crate) const BOOTTIME: ClockId = tachyon_protos::BuiltinClock::Boottime as ClockId;
 
+/// `BUILTIN_CLOCK_MONOTONIC`, the clock of TrackEvent's legacy microsecond timestamps.
+pub(crate) const MONOTONIC: ClockId = tachyon_protos::BuiltinClock::Monotonic as ClockId;
+
 /// Whether a clock id is sequence-scoped (64–127).
 pub(crate) fn is_sequence_clock(id: u32) -> bool {
     (64..=127).contains(&id)
@@ -197,7 +200,11 @@ impl ClockTracker {
         &mut self,
         readings: &[ClockReading],
     ) -> Result<(), InvalidSnapshot> {
-        // Validate everything first: a snapshot is taken whole or not at all.
+        // Validate everything first: a snapshot is taken whole or not at all. An empty one
+        // links nothing (and a series needs at least one column).
+        if readings.is_empty() {
+            return Err(InvalidSnapshot);
+        }
         let mut ids: Vec<ClockId> = readings.iter().map(|r| r.id).collect();
         ids.sort_unstable();
         if ids.windows(2).any(|w| w[0] == w[1]) {
@@ -560,5 +567,6 @@ mod tests {
             c.add_snapshot(&[r(3, u64::MAX), r(BOOTTIME, 1)]),
             Err(InvalidSnapshot)
         );
+        assert_eq!(c.add_snapshot(&[]), Err(InvalidSnapshot));
     }
 }

@@ -59,7 +59,7 @@ CREATE VIEW counters AS SELECT c.*, t.name, t.unit FROM counter c
 
 CREATE TABLE __intrinsic_thread(
   id INTEGER PRIMARY KEY, tid INTEGER NOT NULL, name TEXT, start_ts INTEGER, end_ts INTEGER,
-  upid INTEGER, is_main_thread INTEGER, machine_id INTEGER);
+  upid INTEGER, is_main_thread INTEGER, machine_id INTEGER, arg_set_id INTEGER);
 CREATE VIEW thread AS SELECT id AS utid, * FROM __intrinsic_thread;
 
 CREATE TABLE __intrinsic_process(
@@ -87,6 +87,8 @@ CREATE VIEW args AS SELECT *,
     WHEN 'json' THEN string_value
     ELSE NULL END AS display_value
   FROM __intrinsic_args;
+
+CREATE TABLE __intrinsic_zero_length_zone(slice_id INTEGER PRIMARY KEY);
 
 CREATE TABLE stats(
   id INTEGER PRIMARY KEY, name TEXT NOT NULL, key INTEGER NOT NULL, idx INTEGER,
@@ -177,17 +179,24 @@ pub(crate) fn load(conn: &Connection, mut st: Storage) -> rusqlite::Result<()> {
             ins.execute(params![i as i64, c.ts, c.track, c.value])?;
         }
         let mut ins = tx.prepare(
-            "INSERT INTO __intrinsic_thread(id, tid, name, upid, is_main_thread) \
-             VALUES (?1, ?2, ?3, ?4, ?5)",
+            "INSERT INTO __intrinsic_thread(id, tid, name, upid, is_main_thread, arg_set_id) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         )?;
         for (i, t) in st.threads.iter().enumerate() {
-            let main = (t.upid != NONE && i != 0)
-                .then(|| (st.processes[t.upid as usize].pid == t.tid) as i64);
-            ins.execute(params![i as i64, t.tid, text(t.name), opt(t.upid), main])?;
+            let main =
+                (t.upid != NONE).then(|| (st.processes[t.upid as usize].pid == t.tid) as i64);
+            ins.execute(params![
+                i as i64,
+                t.tid,
+                text(t.name),
+                opt(t.upid),
+                main,
+                opt(t.arg_set)
+            ])?;
         }
         let mut ins = tx.prepare(
             "INSERT INTO __intrinsic_process(id, pid, name, cmdline, parent_upid, uid, \
-             android_appid) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+             android_appid, arg_set_id, start_ts) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
         )?;
         for (i, p) in st.processes.iter().enumerate() {
             ins.execute(params![
@@ -198,7 +207,9 @@ pub(crate) fn load(conn: &Connection, mut st: Storage) -> rusqlite::Result<()> {
                 opt(p.parent),
                 p.uid,
                 // Android's app id, as Perfetto's `SetProcessUid` derives it.
-                p.uid.map(|u| u % 100_000)
+                p.uid.map(|u| u % 100_000),
+                opt(p.arg_set),
+                p.start_ts
             ])?;
         }
         let mut ins = tx.prepare(
@@ -235,6 +246,11 @@ pub(crate) fn load(conn: &Connection, mut st: Storage) -> rusqlite::Result<()> {
                 real,
                 a.value.type_name()
             ])?;
+        }
+        let mut ins =
+            tx.prepare("INSERT INTO __intrinsic_zero_length_zone(slice_id) VALUES (?1)")?;
+        for &id in &st.zero_length_zones {
+            ins.execute(params![id])?;
         }
         let mut ins = tx.prepare(
             "INSERT INTO stats(id, name, key, idx, severity, source, value, description) \

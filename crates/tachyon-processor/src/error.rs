@@ -12,6 +12,8 @@ pub enum Error {
     NotATrace(String),
     /// A query (or building the database) failed.
     Sql(rusqlite::Error),
+    /// A compressed trace inflates to more than the limit (in bytes) set in the import options.
+    TooLarge(u64),
 }
 
 impl fmt::Display for Error {
@@ -20,6 +22,10 @@ impl fmt::Display for Error {
             Error::Io(e) => write!(f, "cannot read the trace: {e}"),
             Error::NotATrace(why) => write!(f, "not a Perfetto trace: {why}"),
             Error::Sql(e) => write!(f, "{e}"),
+            Error::TooLarge(limit) => write!(
+                f,
+                "the compressed trace inflates to more than {limit} bytes (the import limit)"
+            ),
         }
     }
 }
@@ -29,7 +35,7 @@ impl std::error::Error for Error {
         match self {
             Error::Io(e) => Some(e),
             Error::Sql(e) => Some(e),
-            Error::NotATrace(_) => None,
+            Error::NotATrace(_) | Error::TooLarge(_) => None,
         }
     }
 }

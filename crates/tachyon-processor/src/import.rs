@@ -25,6 +25,11 @@ use crate::storage::{ArgValue, Storage, NONE};
 use crate::strings::{FxHashMap, StrId};
 use crate::SortMode;
 
+/// Where a legacy event goes (`Importer::legacy_threads`): its thread's track, or, for instants
+/// with `instant_event_scope`, the global (1) or its process's (2) legacy instant track.
+pub(crate) const LEGACY_SCOPE_GLOBAL: u8 = 1;
+pub(crate) const LEGACY_SCOPE_PROCESS: u8 = 2;
+pub(crate) const LEGACY_SCOPE_THREAD: u8 = 3;
 const SEQ_INCREMENTAL_STATE_CLEARED: u32 = SequenceFlags::SeqIncrementalStateCleared as u32;
 const SEQ_NEEDS_INCREMENTAL_STATE: u32 = SequenceFlags::SeqNeedsIncrementalState as u32;
 /// The loss causes `previous_packet_dropped` can name, each with the per-buffer stat it is
@@ -63,6 +68,8 @@ const LOSS_CAUSES: [(DataLossReason, Stat); 8] = [
         Stat::traced_buf_data_loss_smb_full,
     ),
 ];
+/// A `file_write_period_ms` of a day or more asks for ring-buffer behaviour (Perfetto's cutoff).
+const STREAMING_PERIOD_LIMIT_MS: u32 = 24 * 60 * 60 * 1000;
 /// Nesting limit for debug annotations (dicts in arrays in dicts…): deeper values are dropped
 /// rather than recursing without bound on hostile input.
 const MAX_ANNOTATION_DEPTH: u32 = 32;
@@ -96,6 +103,23 @@ pub(crate) enum EventKind {
     SystemCounter,
     /// A log message (`android_logs`, `logs.rs`); `data` indexes `Importer::arena_logs`.
     Log,
+    /// Flow events (`data` is the flow id), each bound to the slice open on its track: a flow
+    /// starts there (`FlowOut`: legacy phase `s`, `bind_id` with `FLOW_OUT`), passes through
+    /// (`FlowStep`: phase `t`, `FLOW_INOUT`), arrives and stays open (`FlowIn`: `FLOW_IN`),
+    /// or arrives and ends (`FlowEnd`: phase `f` with `bind_to_enclosing`). `FlowEndNext`
+    /// (phase `f` without it) arrives at the next slice that begins on the track.
+    FlowOut,
+    FlowStep,
+    FlowIn,
+    FlowEnd,
+    FlowEndNext,
+    /// The CPU time of the event's thread (`thread_time_*_us`, in ns) and its instruction
+    /// count (`thread_instruction_count_*`); `data` is the `f64` bits. They go to the thread's
+    /// `thread_time` and `thread_instruction_count` counter tracks.
+    ThreadTime,
+    ThreadInstructions,
+    /// A later descriptor's name for track uuid `track` (`data`: the name's `StrId`).
+    TrackRename,
 }
 
 /// One timestamped event. Variable-length parts (args, flow ids) live in the importer's arenas
@@ -151,6 +175,18 @@ pub(crate) struct Reservation {
     pub(crate) description: Option<StrId>,
     pub(crate) child_ordering: i32,
     pub(crate) sibling_order_rank: Option<i32>,
+    /// A thread's descriptor track stays apart from the thread's own track.
+    pub(crate) disallow_merging: bool,
+    /// `SIBLING_MERGE_BEHAVIOR_NONE`: the name is no merge key, later descriptors may change it.
+    pub(crate) never_merged: bool,
+    /// On the root track: processes (threads) are ordered by their tracks'
+    /// `sibling_order_rank` (the `*_sort_index_hint` args).
+    pub(crate) explicit_process_order: bool,
+    pub(crate) explicit_thread_order: bool,
+    /// Chrome's `host_app_package_name` of a process track.
+    pub(crate) host_app: Option<StrId>,
+    /// The sequence that described the track first.
+    pub(crate) seq_id: u32,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -183,9 +219,12 @@ struct Sequence {
     source_locations: FxHashMap<u64, (StrId, StrId, u32)>,
     log_bodies: FxHashMap<u64, StrId>,
     counter_values: FxHashMap<u64, f64>,
-    /// Index into `Importer::legacy_threads`.
-    legacy_thread: Option<u64>,
+    /// The (pid, tid) of the sequence's legacy ThreadDescriptor.
+    legacy_thread: Option<(Option<i64>, i64)>,
     legacy_ts_us: Option<i64>,
+    /// Bases of `thread_time_delta_us` and `thread_instruction_count_delta`.
+    legacy_thread_time_us: Option<i64>,
+    legacy_thread_instructions: Option<i64>,
     // Loss accounting, attributed to buffers at the end via TraceStats.writer_stats.
     dropped: i64,
     loss_causes: [i64; 8],
@@ -194,9 +233,10 @@ struct Sequence {
 }
 
 impl Sequence {
+    /// A new generation of incremental state: interned data and incremental counters start
+    /// over; TracePacketDefaults stay until new ones replace them, as in Perfetto.
     fn clear(&mut self) {
         self.valid = true;
-        self.defaults = None;
         self.names.clear();
         self.categories.clear();
         self.annotation_names.clear();
@@ -226,12 +266,27 @@ pub(crate) struct Importer {
     pub(crate) arena_flows: Vec<u64>,
     pub(crate) arena_logs: Vec<crate::logs::PendingLog>,
     pub(crate) aux: Vec<Aux>,
-    pub(crate) legacy_threads: Vec<(i64, i64)>,
-    legacy_thread_ids: FxHashMap<(i64, i64), u64>,
+    /// Targets of legacy events: (pid, tid, scope), scope one of `LEGACY_SCOPE_*`.
+    pub(crate) legacy_threads: Vec<(Option<i64>, i64, u8)>,
+    legacy_thread_ids: FxHashMap<(Option<i64>, i64, u8), u64>,
+    /// With a `write_into_file` config draining at least daily: how many buffers it had.
+    streamed_buffers: Option<i64>,
+    /// Drop TrackEvents before the range of interest (Options::crop_track_events).
+    pub(crate) crop_track_events: bool,
+    range_of_interest: Option<i64>,
+    /// Sequences that said `first_packet_on_sequence` (their tracks are complete from the
+    /// start).
+    pub(crate) first_packet_seqs: FxHashMap<u32, ()>,
+    /// What a ProcessTree process says besides its `Aux` (by `aux` index).
+    pub(crate) tree_process_extra: FxHashMap<u64, crate::system::TreeProcessExtra>,
+    /// The track uuid of a descriptor's thread or process naming event (by `aux` index).
+    pub(crate) aux_uuid: FxHashMap<u64, u64>,
     latest_ts: i64,
     deferred: Vec<Deferred>,
     writer_buffers: Vec<(u32, u32)>,
     top_key_cache: FxHashMap<StrId, StrId>,
+    /// Flow v1 (id, category, name) → flow id.
+    v1_flow_ids: FxHashMap<(u64, StrId, StrId), u64>,
     key_debug: StrId,
     /// Reused for the events of one TrackEvent, so that tokenizing does not allocate.
     scratch: Vec<Event>,
@@ -256,10 +311,17 @@ impl Importer {
             aux: Vec::new(),
             legacy_threads: Vec::new(),
             legacy_thread_ids: FxHashMap::default(),
+            aux_uuid: FxHashMap::default(),
+            tree_process_extra: FxHashMap::default(),
+            first_packet_seqs: FxHashMap::default(),
+            crop_track_events: false,
+            streamed_buffers: None,
+            range_of_interest: None,
             latest_ts: 0,
             deferred: Vec::new(),
             writer_buffers: Vec::new(),
             top_key_cache: FxHashMap::default(),
+            v1_flow_ids: FxHashMap::default(),
             key_debug,
             scratch: Vec::new(),
             parse: Default::default(),
@@ -363,6 +425,9 @@ impl Importer {
             }
             Entry::Occupied(_) => {}
         }
+        if p.first_packet_on_sequence() {
+            self.first_packet_seqs.insert(seq_id, ());
+        }
         let flags = p.sequence_flags();
         if p.incremental_state_cleared() || flags & SEQ_INCREMENTAL_STATE_CLEARED != 0 {
             if has_seq {
@@ -429,6 +494,16 @@ impl Importer {
         if p.has_trace_stats() {
             self.trace_stats(p)?;
         }
+        if p.has_trace_config() {
+            let c = p.trace_config().map_err(drop)?;
+            self.streamed_buffers = (c.write_into_file()
+                && c.file_write_period_ms() < STREAMING_PERIOD_LIMIT_MS)
+                .then(|| c.buffers().count() as i64);
+        }
+        if p.has_track_event_range_of_interest() {
+            let r = p.track_event_range_of_interest().map_err(drop)?;
+            self.range_of_interest = Some(r.start_us().saturating_mul(1000));
+        }
         if p.has_service_event() {
             let e = p.service_event().map_err(drop)?;
             if e.all_data_sources_flushed() {
@@ -468,7 +543,8 @@ impl Importer {
 
         if p.has_track_descriptor() {
             let d = p.track_descriptor().map_err(drop)?;
-            self.track_descriptor(&d)?;
+            let ts = self.naming_time(&time);
+            self.track_descriptor(&d, seq_id, ts)?;
         }
         if p.has_thread_descriptor() {
             let d = p.thread_descriptor().map_err(drop)?;
@@ -479,12 +555,17 @@ impl Importer {
                 NONE
             };
             if has_seq {
-                let idx = self.legacy_thread(pid, tid);
                 let seq = self.seq(seq_id);
-                seq.legacy_thread = Some(idx);
+                seq.legacy_thread = Some((Some(pid), tid));
                 seq.legacy_ts_us = d
                     .has_reference_timestamp_us()
                     .then(|| d.reference_timestamp_us());
+                seq.legacy_thread_time_us = d
+                    .has_reference_thread_time_us()
+                    .then(|| d.reference_thread_time_us());
+                seq.legacy_thread_instructions = d
+                    .has_reference_thread_instruction_count()
+                    .then(|| d.reference_thread_instruction_count());
             }
             let aux = Aux {
                 pid: Some(pid),
@@ -565,12 +646,15 @@ impl Importer {
         self.seqs.entry(id).or_default()
     }
 
-    fn legacy_thread(&mut self, pid: i64, tid: i64) -> u64 {
+    fn legacy_thread(&mut self, pid: Option<i64>, tid: i64, scope: u8) -> u64 {
         let next = self.legacy_threads.len() as u64;
-        *self.legacy_thread_ids.entry((pid, tid)).or_insert_with(|| {
-            self.legacy_threads.push((pid, tid));
-            next
-        })
+        *self
+            .legacy_thread_ids
+            .entry((pid, tid, scope))
+            .or_insert_with(|| {
+                self.legacy_threads.push((pid, tid, scope));
+                next
+            })
     }
 
     fn process_names(&mut self, d: &tachyon_protos::ProcessDescriptorView<'_>) -> (StrId, StrId) {
@@ -836,7 +920,14 @@ impl Importer {
 
     // === Track descriptors ===
 
-    fn track_descriptor(&mut self, d: &TrackDescriptorView<'_>) -> Result<(), ()> {
+    /// Reserves a descriptor's track. `ts` is the packet's time: a later descriptor of the
+    /// same track renames it only if no event has created the track by then, as in Perfetto.
+    fn track_descriptor(
+        &mut self,
+        d: &TrackDescriptorView<'_>,
+        seq_id: u32,
+        ts: i64,
+    ) -> Result<(), ()> {
         if !d.has_uuid() {
             self.st.stats.inc(Stat::track_descriptor_missing_uuid);
             return Ok(());
@@ -859,6 +950,11 @@ impl Importer {
                 .has_description()
                 .then(|| strings.intern_bytes(d.description_bytes())),
             child_ordering: d.child_ordering_raw(),
+            disallow_merging: d.disallow_merging_with_system_tracks(),
+            never_merged: d.sibling_merge_behavior_raw() == 2,
+            explicit_process_order: d.process_ordering_raw() == 1,
+            explicit_thread_order: d.thread_ordering_raw() == 1,
+            seq_id,
             sibling_order_rank: d.has_sibling_order_rank().then(|| d.sibling_order_rank()),
             ..Default::default()
         };
@@ -869,6 +965,16 @@ impl Importer {
             r.pid = t.has_pid().then(|| t.pid() as i64);
             if t.has_thread_name() {
                 thread_name = strings.intern_bytes(t.thread_name_bytes());
+            }
+        }
+        if d.has_chrome_process() {
+            let c = d.chrome_process().map_err(drop)?;
+            if c.has_host_app_package_name() {
+                r.host_app = Some(
+                    self.st
+                        .strings
+                        .intern_bytes(c.host_app_package_name_bytes()),
+                );
             }
         }
         let mut process = None;
@@ -886,6 +992,8 @@ impl Importer {
                 Some(strings.intern_bytes(c.unit_name_bytes()))
             } else {
                 match c.unit_raw() {
+                    // COUNTER_THREAD_TIME_NS counts ns whatever unit it was given.
+                    _ if c.type_raw() == 1 => Some(strings.intern("ns")),
                     1 => Some(strings.intern("ns")),
                     2 => Some(strings.intern("count")),
                     3 => Some(strings.intern("bytes")),
@@ -921,8 +1029,9 @@ impl Importer {
                         .inc(Stat::track_descriptor_conflicting_reservation);
                     return Ok(());
                 }
-                if r.name.is_some() {
-                    old.name = r.name;
+                if let Some(name) = r.name {
+                    let rename = Event::bare(EventKind::TrackRename, ts, uuid, name as u64);
+                    self.emit(rename);
                 }
             }
         }
@@ -938,9 +1047,11 @@ impl Importer {
                 ppid: None,
                 uid: None,
             };
+            self.aux_uuid.insert(self.aux.len() as u64, uuid);
             self.push_aux(i64::MIN, EventKind::Thread, aux);
         }
         if let Some((pid, (name, cmdline))) = process {
+            self.aux_uuid.insert(self.aux.len() as u64, uuid);
             let aux = Aux {
                 pid: Some(pid),
                 tid: 0,
@@ -974,20 +1085,36 @@ impl Importer {
             self.st.stats.inc(Stat::track_event_missing_sequence_id);
             return Ok(());
         }
-        let time = if ev.has_timestamp_absolute_us() {
-            Time::At(ev.timestamp_absolute_us().saturating_mul(1000))
+        // Legacy microsecond timestamps are CLOCK_MONOTONIC readings, as in Perfetto.
+        let legacy_us = if ev.has_timestamp_absolute_us() {
+            Some(ev.timestamp_absolute_us())
         } else if ev.has_timestamp_delta_us() {
             let seq = self.seq(seq_id);
             match seq.legacy_ts_us {
                 Some(base) => {
                     let t = base.saturating_add(ev.timestamp_delta_us());
                     seq.legacy_ts_us = Some(t);
-                    Time::At(t.saturating_mul(1000))
+                    Some(t)
                 }
-                None => Time::Failed,
+                None => {
+                    self.st.stats.inc(Stat::clock_sync_failure);
+                    return Ok(());
+                }
             }
         } else {
-            packet_time
+            None
+        };
+        let time = match legacy_us.map(|us| us.saturating_mul(1000)) {
+            Some(ns) if ns < 0 => {
+                self.st.stats.inc(Stat::track_event_invalid_timestamp);
+                return Ok(());
+            }
+            Some(ns) => match self.clocks.convert(clock::MONOTONIC, ns as u64) {
+                Converted::At(ts) => Time::At(ts),
+                Converted::Later(p) => Time::Deferred(p),
+                Converted::Failed => Time::Failed,
+            },
+            None => packet_time,
         };
         let (ts, deferred) = match time {
             Time::At(ts) => (ts, None),
@@ -1003,6 +1130,12 @@ impl Importer {
         };
         if deferred.is_none() && ts < 0 {
             self.st.stats.inc(Stat::track_event_invalid_timestamp);
+            return Ok(());
+        }
+        if self.crop_track_events
+            && deferred.is_none()
+            && self.range_of_interest.is_some_and(|start| ts < start)
+        {
             return Ok(());
         }
         let mut out = std::mem::take(&mut self.scratch);
@@ -1032,52 +1165,117 @@ impl Importer {
             .get(&seq_id)
             .expect("sequence exists once a packet was seen");
         let defaults = seq.defaults.as_ref();
-        let (track, legacy_thread) = if ev.has_track_uuid() {
-            (ev.track_uuid(), false)
-        } else if let Some(uuid) = defaults.and_then(|d| d.track_uuid) {
-            (uuid, false)
+        let legacy = ev
+            .has_legacy_event()
+            .then(|| ev.legacy_event().ok())
+            .flatten();
+        let default_uuid = defaults.and_then(|d| d.track_uuid);
+        let uuid = if ev.has_track_uuid() {
+            ev.track_uuid()
         } else {
-            // A legacy ThreadDescriptor on the sequence, else the default track (uuid 0).
-            match seq.legacy_thread {
-                Some(idx) => (idx, true),
-                None => (0, false),
-            }
+            default_uuid.unwrap_or(0)
         };
+        // Events on the default track (uuid 0, explicit or not) that are legacy events, or on
+        // a sequence with a legacy ThreadDescriptor, belong to a thread, as in Perfetto: the
+        // legacy event's pid/tid override, else the ThreadDescriptor's thread, else the thread
+        // of the sequence's default track. Legacy instants with a process or global scope go
+        // to that process's (or the global) legacy instant track instead.
+        let mut legacy_target = None;
+        if uuid == 0 && (legacy.is_some() || seq.legacy_thread.is_some()) {
+            let overridden = legacy.as_ref().and_then(|l| {
+                l.has_tid_override()
+                    .then(|| (Some(l.pid_override() as i64), l.tid_override() as i64))
+            });
+            let thread = overridden.or(seq.legacy_thread).or_else(|| {
+                let r = self.reservations.get(&default_uuid?)?;
+                Some((r.pid, r.tid?))
+            });
+            if let Some((pid, tid)) = thread {
+                let is_instant = ev.type_raw() == 3
+                    || legacy
+                        .as_ref()
+                        .is_some_and(|l| matches!(l.phase() as u8, b'I' | b'i' | b'n' | b'R'));
+                let scope = match legacy.as_ref().map(|l| l.instant_event_scope_raw()) {
+                    Some(s @ (1 | 2)) if is_instant => s as u8,
+                    _ => LEGACY_SCOPE_THREAD,
+                };
+                legacy_target = Some((pid, tid, scope));
+            }
+        }
+        let (track, legacy_thread) = match legacy_target {
+            Some((pid, tid, scope)) => (self.legacy_thread(pid, tid, scope), true),
+            None => (uuid, false),
+        };
+        let seq = &self.seqs[&seq_id];
         let mut kind = match ev.type_raw() {
             1 => EventKind::SliceBegin,
             2 => EventKind::SliceEnd,
             3 => EventKind::Instant,
             4 => EventKind::Counter,
-            _ => EventKind::Instant,
+            // Unset: a legacy event (its phase decides, below).
+            0 => EventKind::Instant,
+            // TYPE_STATE (state tracks are not modelled) and types this importer does not
+            // know: counted, not guessed.
+            _ => {
+                self.st.stats.inc(Stat::track_event_parser_errors);
+                return;
+            }
         };
         let mut data = 0u64;
         let mut legacy_name_iid = None;
+        // A flow event riding on the slice (legacy `bind_id` with a direction).
+        let mut bound_flow = None;
+        let mut v1_flow_id = None;
+        if let Some(l) = &legacy {
+            if l.has_name_iid() {
+                legacy_name_iid = Some(l.name_iid());
+            }
+            if l.has_bind_id() {
+                bound_flow = match l.flow_direction_raw() {
+                    1 => Some((EventKind::FlowIn, l.bind_id())),
+                    2 => Some((EventKind::FlowOut, l.bind_id())),
+                    3 => Some((EventKind::FlowStep, l.bind_id())),
+                    _ => None,
+                };
+            }
+        }
         if ev.type_raw() == 0 || !ev.has_type() {
             // A legacy (TRACE_EVENT-era) event: the phase says what it is.
-            match ev.legacy_event() {
-                Ok(l) if ev.has_legacy_event() => {
-                    kind = match l.phase() as u8 {
-                        b'B' => EventKind::SliceBegin,
-                        b'E' => EventKind::SliceEnd,
-                        b'I' | b'i' | b'n' => EventKind::Instant,
-                        b'X' => {
-                            data = l.duration_us().saturating_mul(1000).max(0) as u64;
-                            EventKind::Complete
-                        }
-                        _ => {
-                            self.st.stats.inc(Stat::track_event_parser_errors);
-                            return;
-                        }
+            let Some(l) = &legacy else {
+                self.st.stats.inc(Stat::track_event_parser_errors);
+                return;
+            };
+            kind = match l.phase() as u8 {
+                b'B' => EventKind::SliceBegin,
+                b'E' => EventKind::SliceEnd,
+                b'I' | b'i' | b'n' | b'R' => EventKind::Instant,
+                b'X' => {
+                    data = l.duration_us().saturating_mul(1000).max(0) as u64;
+                    EventKind::Complete
+                }
+                phase @ (b's' | b't' | b'f') => {
+                    // Flow v1: the id is scoped by the event's category and name (resolved
+                    // below), as in Chrome's JSON format.
+                    let id = if l.has_unscoped_id() {
+                        l.unscoped_id()
+                    } else if l.has_local_id() {
+                        l.local_id()
+                    } else {
+                        l.global_id()
                     };
-                    if l.has_name_iid() {
-                        legacy_name_iid = Some(l.name_iid());
+                    v1_flow_id = Some(id);
+                    match phase {
+                        b's' => EventKind::FlowOut,
+                        b't' => EventKind::FlowStep,
+                        _ if l.bind_to_enclosing() => EventKind::FlowEnd,
+                        _ => EventKind::FlowEndNext,
                     }
                 }
                 _ => {
                     self.st.stats.inc(Stat::track_event_parser_errors);
                     return;
                 }
-            }
+            };
         }
 
         // Name and categories, through the sequence's interned data.
@@ -1126,6 +1324,13 @@ impl Importer {
             }
         };
 
+        if let Some(id) = v1_flow_id {
+            // Flow v1 ids live in their own space (the top bit set), one per (id, category,
+            // name).
+            let next = (self.v1_flow_ids.len() as u64) | (1 << 63);
+            data = *self.v1_flow_ids.entry((id, category, name)).or_insert(next);
+        }
+
         // Counter values: the main one, then the extra ones (which may ride on any event).
         if kind == EventKind::Counter {
             let value = if ev.has_counter_value() {
@@ -1151,6 +1356,7 @@ impl Importer {
             }
         }
         self.extra_counters(seq_id, ev, ts, out);
+        self.thread_counters(seq_id, ev, ts, track, legacy_thread, out);
 
         if kind != EventKind::Counter {
             let args = self.arena_args.len() as u32;
@@ -1161,16 +1367,23 @@ impl Importer {
                 .extend(ev.flow_ids().filter_map(Result::ok));
             self.arena_flows
                 .extend(ev.flow_ids_old().filter_map(Result::ok));
-            let nflows = (self.arena_flows.len() as u32 - flows).min(u16::MAX as u32) as u16;
+            // An event carries at most u16::MAX flow ids of each kind; more are dropped and
+            // counted.
+            let all_flows = self.arena_flows.len() as u32 - flows;
+            let nflows = all_flows.min(u16::MAX as u32) as u16;
             self.arena_flows.truncate((flows + nflows as u32) as usize);
             self.arena_flows
                 .extend(ev.terminating_flow_ids().filter_map(Result::ok));
             self.arena_flows
                 .extend(ev.terminating_flow_ids_old().filter_map(Result::ok));
-            let nterm =
-                (self.arena_flows.len() as u32 - flows - nflows as u32).min(u16::MAX as u32) as u16;
+            let all_terms = self.arena_flows.len() as u32 - flows - nflows as u32;
+            let nterm = all_terms.min(u16::MAX as u32) as u16;
             self.arena_flows
                 .truncate((flows + nflows as u32 + nterm as u32) as usize);
+            let dropped = (all_flows - nflows as u32) + (all_terms - nterm as u32);
+            if dropped > 0 {
+                self.st.stats.add(Stat::flow_ids_dropped, dropped as i64);
+            }
             let event = Event {
                 ts,
                 track,
@@ -1186,6 +1399,12 @@ impl Importer {
                 legacy_thread,
             };
             out.push(event);
+            if let Some((flow_kind, id)) = bound_flow {
+                // After its slice (the sort is stable), so the slice encloses it.
+                let mut flow = Event::bare(flow_kind, ts, track, id);
+                flow.legacy_thread = legacy_thread;
+                out.push(flow);
+            }
             if ev.has_log_message() {
                 // As Perfetto: an unresolved body or location is an interning miss and a
                 // parser error, and no row.
@@ -1290,6 +1509,50 @@ impl Importer {
                         .inc(Stat::track_event_extra_counter_invalid_track),
                 }
             }
+        }
+    }
+
+    /// The thread time and instruction count an event carries, absolute or as deltas on the
+    /// sequence's running values (from the ThreadDescriptor's reference values).
+    fn thread_counters(
+        &mut self,
+        seq_id: u32,
+        ev: &TrackEventView<'_>,
+        ts: i64,
+        track: u64,
+        legacy_thread: bool,
+        out: &mut Vec<Event>,
+    ) {
+        let seq = self.seq(seq_id);
+        let time_us = if ev.has_thread_time_absolute_us() {
+            Some(ev.thread_time_absolute_us())
+        } else if ev.has_thread_time_delta_us() {
+            seq.legacy_thread_time_us
+                .map(|base| base.saturating_add(ev.thread_time_delta_us()))
+        } else {
+            None
+        };
+        let instructions = if ev.has_thread_instruction_count_absolute() {
+            Some(ev.thread_instruction_count_absolute())
+        } else if ev.has_thread_instruction_count_delta() {
+            seq.legacy_thread_instructions
+                .map(|base| base.saturating_add(ev.thread_instruction_count_delta()))
+        } else {
+            None
+        };
+        if let Some(t) = time_us {
+            seq.legacy_thread_time_us = Some(t);
+            let mut e = Event::counter(ts, track, t.saturating_mul(1000) as f64);
+            e.kind = EventKind::ThreadTime;
+            e.legacy_thread = legacy_thread;
+            out.push(e);
+        }
+        if let Some(n) = instructions {
+            seq.legacy_thread_instructions = Some(n);
+            let mut e = Event::counter(ts, track, n as f64);
+            e.kind = EventKind::ThreadInstructions;
+            e.legacy_thread = legacy_thread;
+            out.push(e);
         }
     }
 
@@ -1546,6 +1809,21 @@ impl Importer {
         let mut rest = self.sorter.drain_all();
         self.apply_batch(&mut rest);
         self.finish_parse();
+
+        // In a streamed trace (write_into_file, drained at least daily; a longer period means
+        // the user wants ring-buffer behaviour, as in Perfetto) overwritten bytes never
+        // reached the file: data loss.
+        for b in 0..self.streamed_buffers.unwrap_or(0) {
+            let overwritten = self
+                .st
+                .stats
+                .get_indexed(Stat::traced_buf_bytes_overwritten, b);
+            if let Some(v) = overwritten.filter(|&v| v > 0) {
+                self.st
+                    .stats
+                    .set_indexed(Stat::long_trace_mode_bytes_overwritten, b, v);
+            }
+        }
 
         // Per-buffer loss, attributed through TraceStats.writer_stats (sequence → buffer).
         let mut seen_buffers = Vec::new();

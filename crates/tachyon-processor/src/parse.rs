@@ -17,7 +17,7 @@
 //! Perfetto also merges sibling tracks with equal names into one UI track; we keep one track
 //! per uuid.
 
-use crate::import::{Event, EventKind, Importer};
+use crate::import::{Event, EventKind, Importer, LEGACY_SCOPE_GLOBAL, LEGACY_SCOPE_PROCESS};
 use crate::stats::Stat;
 use crate::storage::{name_priority, ArgValue, EventType, SliceRow, TrackRow, NONE};
 use crate::strings::{FxHashMap, StrId};
@@ -40,8 +40,12 @@ enum Scope {
 pub(crate) struct ParseState {
     /// uuid → track id.
     tracks: FxHashMap<u64, u32>,
-    /// Index into `Importer::legacy_threads` → track id.
-    legacy_tracks: FxHashMap<u64, u32>,
+    /// upid (`NONE`: global) → its legacy instant track.
+    legacy_tracks: FxHashMap<u32, u32>,
+    /// The descriptor track uuid of each thread and process that has one: a second uuid for
+    /// the same thread (process) means its tid (pid) was reused, as Perfetto reads it.
+    uuid_by_utid: FxHashMap<u32, u64>,
+    uuid_by_upid: FxHashMap<u32, u64>,
     /// uuid → (scope, is root), once resolved.
     scopes: FxHashMap<u64, (Scope, bool)>,
     /// utid → its `thread` track.
@@ -50,6 +54,11 @@ pub(crate) struct ParseState {
     stacks: FxHashMap<u32, Vec<u32>>,
     /// Flow id → the slice that last carried it.
     flows: FxHashMap<u64, u32>,
+    /// Track → flows arriving at the next slice that begins on it (legacy phase `f` without
+    /// `bind_to_enclosing`).
+    flows_to_next: FxHashMap<u32, Vec<u64>>,
+    /// (utid, track type) → the thread's `thread_time` / `thread_instructions` track.
+    thread_counter_tracks: FxHashMap<(u32, &'static str), u32>,
 }
 
 impl Importer {
@@ -63,7 +72,15 @@ impl Importer {
         match ev.kind {
             EventKind::Thread => {
                 let a = self.aux[ev.data as usize];
-                let utid = self.st.thread(a.tid, a.pid);
+                // A descriptor's thread is its track's (which tells reused tids apart).
+                let scope = match self.aux_uuid.get(&ev.data) {
+                    Some(&uuid) => self.resolve(uuid),
+                    None => None,
+                };
+                let utid = match scope {
+                    Some((Scope::Thread(utid), _)) => utid,
+                    _ => self.st.thread(a.tid, a.pid),
+                };
                 self.st
                     .set_thread_name(utid, a.name, name_priority::TRACK_DESCRIPTOR);
             }
@@ -71,7 +88,25 @@ impl Importer {
                 // As Perfetto's `SetProcessNameIfUnset`: a descriptor does not override a name
                 // the system (ProcessTree) or an earlier descriptor gave.
                 let a = self.aux[ev.data as usize];
-                let upid = self.st.process(a.pid.unwrap_or(0));
+                let scope = match self.aux_uuid.get(&ev.data) {
+                    Some(&uuid) => self.resolve(uuid),
+                    None => None,
+                };
+                let upid = match scope {
+                    Some((Scope::Process(upid), _)) => upid,
+                    _ => self.st.process(a.pid.unwrap_or(0)),
+                };
+                if let Some(app) = self
+                    .aux_uuid
+                    .get(&ev.data)
+                    .and_then(|u| self.reservations.get(u)?.host_app)
+                {
+                    self.st.push_process_arg(
+                        upid,
+                        "chrome.host_app_package_name",
+                        ArgValue::Str(app),
+                    );
+                }
                 let p = &mut self.st.processes[upid as usize];
                 if p.name == NONE {
                     p.name = a.name;
@@ -82,7 +117,12 @@ impl Importer {
             }
             EventKind::TreeProcess => {
                 let a = self.aux[ev.data as usize];
-                self.apply_tree_process(&a);
+                let extra = self
+                    .tree_process_extra
+                    .get(&ev.data)
+                    .copied()
+                    .unwrap_or_default();
+                self.apply_tree_process(&a, extra);
             }
             EventKind::TreeThread => {
                 let a = self.aux[ev.data as usize];
@@ -106,6 +146,7 @@ impl Importer {
                 let Some(track) = self.event_track(ev, ev.name) else {
                     return;
                 };
+                self.close_completed(track, ev.ts);
                 let stack = self.parse.stacks.entry(track).or_default();
                 if stack.len() >= MAX_DEPTH {
                     self.st.stats.inc(Stat::slice_max_depth_exceeded);
@@ -119,9 +160,17 @@ impl Importer {
                         stack.push(id);
                         -1
                     }
-                    EventKind::Complete => ev.data as i64,
+                    EventKind::Complete => {
+                        // On the stack until a later event on the track starts at or after
+                        // its end, so that what it encloses nests under it.
+                        stack.push(id);
+                        ev.data.min(i64::MAX as u64) as i64
+                    }
                     _ => 0,
                 };
+                if ev.kind == EventKind::Complete && dur == 0 {
+                    self.st.zero_length_zones.push(id);
+                }
                 let arg_set = self.args_for(NONE, ev);
                 self.st.slices.push(SliceRow {
                     ts: ev.ts,
@@ -134,23 +183,176 @@ impl Importer {
                     arg_set,
                 });
                 self.flows_for(id, ev);
+                if let Some(ids) = self.parse.flows_to_next.remove(&track) {
+                    for flow in ids {
+                        self.flow_arrives(flow, id, true);
+                    }
+                }
             }
             EventKind::SliceEnd => {
                 let Some(track) = self.event_track(ev, NONE) else {
                     return;
                 };
-                let Some(id) = self.parse.stacks.get_mut(&track).and_then(Vec::pop) else {
+                self.close_completed(track, ev.ts);
+                // The innermost slice still open (completed slices above it end with it).
+                let slices = &self.st.slices;
+                let open = self.parse.stacks.get_mut(&track).and_then(|stack| {
+                    let at = stack.iter().rposition(|&s| slices[s as usize].dur == -1)?;
+                    let id = stack[at];
+                    stack.truncate(at);
+                    Some(id)
+                });
+                let Some(id) = open else {
                     self.st.stats.inc(Stat::misplaced_end_event);
                     return;
                 };
                 let existing = self.st.slices[id as usize].arg_set;
                 let arg_set = self.args_for(existing, ev);
                 let row = &mut self.st.slices[id as usize];
-                row.dur = ev.ts - row.ts;
+                row.dur = ev.ts.saturating_sub(row.ts);
                 row.arg_set = arg_set;
+                if row.dur == 0 {
+                    self.st.zero_length_zones.push(id);
+                }
                 self.flows_for(id, ev);
             }
+            EventKind::TrackRename => {
+                // Before the track exists, a rename is just the newest name. Once it exists,
+                // a name its descriptor gave is its merge key and stays, unless the track is
+                // never merged; a name taken from its first event gives way to the
+                // descriptor's, as in Perfetto.
+                let Some(r) = self.reservations.get_mut(&ev.track) else {
+                    return;
+                };
+                let had_name = r.name.is_some();
+                let fixed = had_name && !r.never_merged;
+                match self.parse.tracks.get(&ev.track) {
+                    None => r.name = Some(ev.data as StrId),
+                    Some(_) if fixed => {}
+                    Some(&track) => {
+                        r.name = Some(ev.data as StrId);
+                        self.st.tracks[track as usize].name = ev.data as StrId;
+                    }
+                }
+            }
+            EventKind::ThreadTime | EventKind::ThreadInstructions => {
+                let Some(track) = self.event_track(ev, NONE) else {
+                    return;
+                };
+                let utid = self.st.tracks[track as usize].utid;
+                if utid == NONE {
+                    // Thread time on a process or global track: no thread to charge it to.
+                    self.st
+                        .stats
+                        .inc(Stat::track_event_thread_counter_without_thread);
+                    return;
+                }
+                let (name, kind) = if ev.kind == EventKind::ThreadTime {
+                    ("thread_time", "thread_time")
+                } else {
+                    ("thread_instruction_count", "thread_instructions")
+                };
+                let track = match self.parse.thread_counter_tracks.get(&(utid, kind)) {
+                    Some(&t) => t,
+                    None => {
+                        let dims = self.st.new_arg_set();
+                        self.st
+                            .push_arg_str_key(dims, "utid", ArgValue::Int(utid as i64));
+                        let id = self.st.tracks.len() as u32;
+                        self.st.tracks.push(TrackRow {
+                            name: self.st.strings.intern(name),
+                            kind,
+                            event_type: EventType::Counter,
+                            dimension_arg_set: dims,
+                            parent: NONE,
+                            source_arg_set: NONE,
+                            utid,
+                            upid: NONE,
+                            unit: NONE,
+                            description: NONE,
+                        });
+                        self.parse.thread_counter_tracks.insert((utid, kind), id);
+                        id
+                    }
+                };
+                self.st.counters.push(crate::storage::CounterRow {
+                    ts: ev.ts,
+                    track,
+                    value: f64::from_bits(ev.data),
+                });
+            }
+            EventKind::FlowOut
+            | EventKind::FlowStep
+            | EventKind::FlowIn
+            | EventKind::FlowEnd
+            | EventKind::FlowEndNext => {
+                let Some(track) = self.event_track(ev, NONE) else {
+                    return;
+                };
+                if ev.kind == EventKind::FlowEndNext {
+                    self.parse
+                        .flows_to_next
+                        .entry(track)
+                        .or_default()
+                        .push(ev.data);
+                    return;
+                }
+                self.close_completed(track, ev.ts);
+                let Some(&slice) = self.parse.stacks.get(&track).and_then(|s| s.last()) else {
+                    self.st.stats.inc(Stat::flow_without_enclosing_slice);
+                    return;
+                };
+                match ev.kind {
+                    EventKind::FlowOut => {
+                        self.parse.flows.insert(ev.data, slice);
+                    }
+                    EventKind::FlowStep => {
+                        if let Some(prev) = self.parse.flows.insert(ev.data, slice) {
+                            self.push_flow(prev, slice, ev.data);
+                        } else {
+                            self.st.stats.inc(Stat::flow_step_without_start);
+                        }
+                    }
+                    EventKind::FlowIn => self.flow_arrives(ev.data, slice, false),
+                    _ => self.flow_arrives(ev.data, slice, true),
+                }
+            }
         }
+    }
+
+    /// Pops the completed (`X`) slices on top of `track`'s stack that end at or before `ts`.
+    fn close_completed(&mut self, track: u32, ts: i64) {
+        let Some(stack) = self.parse.stacks.get_mut(&track) else {
+            return;
+        };
+        while let Some(&top) = stack.last() {
+            let row = &self.st.slices[top as usize];
+            if row.dur < 0 || row.ts.saturating_add(row.dur) > ts {
+                break;
+            }
+            stack.pop();
+        }
+    }
+
+    /// A flow arrives at `slice`: linked from the slice that carried it last; `close` ends it.
+    fn flow_arrives(&mut self, flow: u64, slice: u32, close: bool) {
+        let prev = if close {
+            self.parse.flows.remove(&flow)
+        } else {
+            self.parse.flows.get(&flow).copied()
+        };
+        match prev {
+            Some(prev) => self.push_flow(prev, slice, flow),
+            None => self.st.stats.inc(Stat::flow_end_without_start),
+        }
+    }
+
+    fn push_flow(&mut self, slice_out: u32, slice_in: u32, trace_id: u64) {
+        self.st.flows.push(crate::storage::FlowRow {
+            slice_out,
+            slice_in,
+            trace_id,
+        });
     }
 
     /// Moves an event's args into arg set `set` (a new one if `NONE`); returns the set.
@@ -219,14 +421,57 @@ impl Importer {
         if !ev.legacy_thread {
             return self.intern_track(ev.track, event_name);
         }
-        if let Some(&t) = self.parse.legacy_tracks.get(&ev.track) {
-            return Some(t);
+        // Resolved anew each time: the pid or tid may have been reused since.
+        let (pid, tid, scope) = self.legacy_threads[ev.track as usize];
+        let utid = self.st.thread(tid, pid);
+        Some(match scope {
+            LEGACY_SCOPE_PROCESS => {
+                let upid = self.st.threads[utid as usize].upid;
+                self.legacy_instant_track(upid)
+            }
+            LEGACY_SCOPE_GLOBAL => self.legacy_instant_track(NONE),
+            _ => self.thread_track(utid),
+        })
+    }
+
+    /// The track of legacy instants with process scope (of process `upid`) or global scope
+    /// (`upid` = `NONE`).
+    fn legacy_instant_track(&mut self, upid: u32) -> u32 {
+        if let Some(&t) = self.parse.legacy_tracks.get(&upid) {
+            return t;
         }
-        let (pid, tid) = self.legacy_threads[ev.track as usize];
-        let utid = self.st.thread(tid, Some(pid));
-        let t = self.thread_track(utid);
-        self.parse.legacy_tracks.insert(ev.track, t);
-        Some(t)
+        let dims = self.st.new_arg_set();
+        if upid != NONE {
+            self.st
+                .push_arg_str_key(dims, "upid", ArgValue::Int(upid as i64));
+        }
+        let src = self.st.new_arg_set();
+        let chrome = self.st.strings.intern("chrome");
+        self.st
+            .push_arg_str_key(src, "source", ArgValue::Str(chrome));
+        let (kind, name) = if upid == NONE {
+            (
+                "chrome_global_instant",
+                self.st.strings.intern("Global Legacy Events"),
+            )
+        } else {
+            ("chrome_process_instant", NONE)
+        };
+        let id = self.st.tracks.len() as u32;
+        self.st.tracks.push(TrackRow {
+            name,
+            kind,
+            event_type: EventType::Slice,
+            dimension_arg_set: dims,
+            parent: NONE,
+            source_arg_set: src,
+            utid: NONE,
+            upid,
+            unit: NONE,
+            description: NONE,
+        });
+        self.parse.legacy_tracks.insert(upid, id);
+        id
     }
 
     /// The track id for `uuid`, created on first use. `event_name` names global child tracks
@@ -245,7 +490,11 @@ impl Importer {
             parent_is_root = self.parse.scopes.get(&parent_uuid).is_some_and(|s| s.1);
         }
         let is_counter = r.counter.is_some();
-        let id = if is_root && !is_counter && matches!(scope, Scope::Thread(_)) {
+        let id = if is_root
+            && !is_counter
+            && !r.disallow_merging
+            && matches!(scope, Scope::Thread(_))
+        {
             let Scope::Thread(utid) = scope else {
                 unreachable!()
             };
@@ -303,6 +552,10 @@ impl Importer {
                 "is_root_in_scope",
                 ArgValue::Bool(uuid == 0 || is_root),
             );
+            if uuid != 0 && self.first_packet_seqs.contains_key(&r.seq_id) {
+                self.st
+                    .push_arg_str_key(src, "has_first_packet_on_sequence", ArgValue::Bool(true));
+            }
             if let Some(c) = &r.counter {
                 if let Some(cat) = c.category {
                     self.st
@@ -380,6 +633,13 @@ impl Importer {
         id
     }
 
+    /// Whether the root track asked for explicit (process, thread) ordering.
+    fn explicit_order(&self) -> (bool, bool) {
+        self.reservations.get(&0).map_or((false, false), |r| {
+            (r.explicit_process_order, r.explicit_thread_order)
+        })
+    }
+
     /// Scope of a track uuid and whether it is the root of that scope; `None` (with a stat)
     /// if its ancestry is broken.
     fn resolve(&mut self, uuid: u64) -> Option<(Scope, bool)> {
@@ -416,9 +676,36 @@ impl Importer {
         }
         let r = self.reservations.get(&uuid).cloned().unwrap_or_default();
         let result = if let Some(tid) = r.tid {
-            (Scope::Thread(self.st.thread(tid, r.pid)), true)
+            let mut utid = self.st.thread(tid, r.pid);
+            match self.parse.uuid_by_utid.insert(utid, uuid) {
+                Some(old) if old != uuid => {
+                    utid = self.st.start_new_thread(tid, r.pid);
+                    self.parse.uuid_by_utid.insert(utid, uuid);
+                }
+                _ => {}
+            }
+            if let (Some(rank), true) = (r.sibling_order_rank, self.explicit_order().1) {
+                self.st
+                    .push_thread_arg(utid, "thread_sort_index_hint", ArgValue::Int(rank as i64));
+            }
+            (Scope::Thread(utid), true)
         } else if let Some(pid) = r.pid {
-            (Scope::Process(self.st.process(pid)), true)
+            let mut upid = self.st.process(pid);
+            match self.parse.uuid_by_upid.insert(upid, uuid) {
+                Some(old) if old != uuid => {
+                    upid = self.st.start_new_process(pid);
+                    self.parse.uuid_by_upid.insert(upid, uuid);
+                }
+                _ => {}
+            }
+            if let (Some(rank), true) = (r.sibling_order_rank, self.explicit_order().0) {
+                self.st.push_process_arg(
+                    upid,
+                    "process_sort_index_hint",
+                    ArgValue::Int(rank as i64),
+                );
+            }
+            (Scope::Process(upid), true)
         } else if r.parent != 0 {
             match self.resolve(r.parent)? {
                 (Scope::Global, _) => (Scope::Global, false),

@@ -18,17 +18,38 @@ pub enum SortMode {
 }
 
 /// Import options.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct Options {
     /// The sorting mode.
     pub sort: SortMode,
+    /// The largest a gzip-compressed trace file may inflate to: a larger one (a "gzip bomb",
+    /// or a trace too big to import in memory anyway) is refused with [`Error::TooLarge`]
+    /// instead of exhausting memory. Default: 16 GiB.
+    pub max_inflated_bytes: u64,
+    /// Drop TrackEvents before the range of interest a producer declared
+    /// (`TracePacket.track_event_range_of_interest`), as trace_processor's
+    /// `--crop-track-events`. Default: off (keep everything).
+    pub crop_track_events: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            sort: SortMode::default(),
+            max_inflated_bytes: 16 << 30,
+            crop_track_events: false,
+        }
+    }
 }
 
 impl Options {
     /// Options with the given sorting mode.
     pub fn with_sort(sort: SortMode) -> Self {
-        Options { sort }
+        Options {
+            sort,
+            ..Options::default()
+        }
     }
 }
 
@@ -116,9 +137,14 @@ impl TraceProcessor {
         progress: &mut dyn FnMut(Progress),
     ) -> Result<Self, Error> {
         let mut importer = import::Importer::new(options.sort);
+        importer.crop_track_events = options.crop_track_events;
         let gunzipped;
         let trace: &[u8] = if bytes.starts_with(&import::GZIP_MAGIC) {
-            let (data, complete) = import::inflate(bytes, u64::MAX);
+            let limit = options.max_inflated_bytes;
+            let (data, complete) = import::inflate(bytes, limit.saturating_add(1));
+            if data.len() as u64 > limit {
+                return Err(Error::TooLarge(limit));
+            }
             if !complete {
                 importer.st.stats.inc(stats::Stat::trace_truncated);
             }
@@ -291,5 +317,24 @@ mod tests {
             Err(Error::NotATrace(_))
         ));
         assert!(TraceProcessor::from_bytes(b"", &Options::default()).is_ok());
+    }
+
+    /// A gzip file that inflates past the limit is refused, not inflated without bound.
+    #[test]
+    fn gzip_bomb_is_refused() {
+        use std::io::Write;
+        let mut z = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        // Packets of zeros: `0a 00` repeated (empty TracePackets), 1 MiB of them.
+        z.write_all(&[0x0a, 0x00].repeat(1 << 19)).unwrap();
+        let gz = z.finish().unwrap();
+        let options = Options {
+            max_inflated_bytes: 1 << 16,
+            ..Options::default()
+        };
+        assert!(matches!(
+            TraceProcessor::from_bytes(&gz, &options),
+            Err(Error::TooLarge(limit)) if limit == 1 << 16
+        ));
+        assert!(TraceProcessor::from_bytes(&gz, &Options::default()).is_ok());
     }
 }

@@ -5,7 +5,10 @@
 //! standard data-loss query (`SELECT * FROM stats WHERE severity = 'data_loss' AND value != 0`)
 //! means the same thing on both tools. Only the stats this importer can produce are listed; the
 //! three marked "Tachyon" have no Perfetto counterpart (Perfetto aborts the import in those
-//! cases, we import what we can and count the rest). Descriptions are ours.
+//! cases, we import what we can and count the rest), nor do `flow_ids_dropped`,
+//! `flow_step_without_start`, `flow_without_enclosing_slice` and
+//! `track_event_thread_counter_without_thread` (Perfetto drops those silently or logs them).
+//! Descriptions are ours.
 
 use std::collections::BTreeMap;
 
@@ -128,7 +131,7 @@ stats! {
     track_event_tokenizer_errors: Single, Info, Analysis,
         "TrackEvents (or parts of them) that could not be decoded.";
     track_event_parser_errors: Single, Info, Analysis,
-        "TrackEvents of a type this importer does not handle (e.g. legacy phases other than B, E, I, X).";
+        "TrackEvents of a type this importer does not handle (TYPE_STATE, unknown types, legacy phases other than B, E, I, i, n, R, X, s, t, f).";
     track_event_counter_missing_value: Single, Error, Analysis,
         "TYPE_COUNTER events without counter_value or double_counter_value; dropped.";
     track_event_counter_invalid_track_uuid: Single, Error, Analysis,
@@ -137,6 +140,8 @@ stats! {
         "Events with more extra counter values than extra counter track uuids; the extra values were dropped.";
     track_event_extra_counter_invalid_track: Single, Error, Analysis,
         "Extra counter values aimed at a track that is not a counter track; dropped.";
+    track_event_thread_counter_without_thread: Single, Error, Analysis,
+        "Thread time or instruction counts on events whose track belongs to no thread; dropped.";
     track_descriptor_missing_uuid: Single, Error, Analysis,
         "TrackDescriptors without a uuid; ignored.";
     track_descriptor_conflicting_reservation: Single, Error, Analysis,
@@ -151,6 +156,12 @@ stats! {
         "Slices dropped because their track's stack was deeper than the supported limit.";
     flow_end_without_start: Single, Info, Trace,
         "terminating_flow_ids that no earlier event started.";
+    flow_ids_dropped: Single, DataLoss, Analysis,
+        "Flow ids beyond the 65535 of each kind (flow_ids, terminating_flow_ids) one event may carry; dropped.";
+    flow_step_without_start: Single, Info, Trace,
+        "Flow steps (legacy phase t, FLOW_INOUT) whose flow no earlier event started; they start it.";
+    flow_without_enclosing_slice: Single, Info, Trace,
+        "Flow events (legacy phases s, t, f with bind_to_enclosing; bind_id) with no open slice on their track to bind to; dropped.";
     // --- System probes (linux.sys_stats) ---
     meminfo_unknown_keys: Single, Error, Analysis,
         "SysStats meminfo values whose key is not a MeminfoCounters value this importer knows; dropped.";
@@ -197,6 +208,8 @@ stats! {
         "Chunks a producer committed that broke the shared memory ABI; they were dropped.";
     traced_buf_trace_writer_packet_loss: Indexed, DataLoss, Trace,
         "Packets the service saw lost on this buffer's writer sequences (counted by the service).";
+    long_trace_mode_bytes_overwritten: Indexed, DataLoss, Trace,
+        "Bytes this buffer overwrote while the trace was streamed to a file (write_into_file with a file_write_period_ms under a day): they never reached the file. A larger buffer or a shorter period keeps them.";
     traced_buf_sequence_packet_loss: Indexed, DataLoss, Analysis,
         "Groups of consecutive packets lost, per buffer, counted from previous_packet_dropped on the sequences writing into it.";
     traced_buf_incremental_sequences_dropped: Indexed, DataLoss, Analysis,
@@ -252,6 +265,10 @@ impl Stats {
     pub(crate) fn set_indexed(&mut self, stat: Stat, idx: i64, value: i64) {
         debug_assert_eq!(stat.def().kind, Kind::Indexed);
         self.indexed.insert((stat as usize, idx), value);
+    }
+
+    pub(crate) fn get_indexed(&self, stat: Stat, idx: i64) -> Option<i64> {
+        self.indexed.get(&(stat as usize, idx)).copied()
     }
 
     pub(crate) fn add_indexed(&mut self, stat: Stat, idx: i64, n: i64) {

@@ -99,6 +99,8 @@ pub(crate) struct ThreadRow {
     pub(crate) upid: u32,
     /// The [`name_priority`] of `name`'s source.
     pub(crate) name_priority: u8,
+    /// The thread's args (e.g. `thread_sort_index_hint`), `NONE` if none.
+    pub(crate) arg_set: u32,
 }
 
 #[derive(Clone, Debug)]
@@ -109,6 +111,10 @@ pub(crate) struct ProcessRow {
     /// The parent's upid (`NONE` if unknown).
     pub(crate) parent: u32,
     pub(crate) uid: Option<u32>,
+    /// The process's args (e.g. `process_sort_index_hint`), `NONE` if none.
+    pub(crate) arg_set: u32,
+    /// When it started (ProcessTree's `process_start_from_boot`).
+    pub(crate) start_ts: Option<i64>,
 }
 
 impl ProcessRow {
@@ -119,6 +125,8 @@ impl ProcessRow {
             cmdline: NONE,
             parent: NONE,
             uid: None,
+            arg_set: NONE,
+            start_ts: None,
         }
     }
 }
@@ -151,8 +159,14 @@ pub(crate) struct Storage {
     pub(crate) args: Vec<ArgRow>,
     /// `android_logs` (`logs.rs`).
     pub(crate) android_logs: Vec<crate::logs::LogRow>,
+    /// Slices that began and ended on the same nanosecond (`dur = 0` like an instant, but a
+    /// zone: `tachyon stats` counts them).
+    pub(crate) zero_length_zones: Vec<u32>,
     next_arg_set: u32,
     tid_to_utid: FxHashMap<i64, u32>,
+    /// (tid, upid) → utid: the same tid may live in several processes at once (pid
+    /// namespaces, or traces merged from several machines' views).
+    tid_upid_to_utid: FxHashMap<(i64, u32), u32>,
     pid_to_upid: FxHashMap<i64, u32>,
 }
 
@@ -169,21 +183,27 @@ impl Default for Storage {
             flows: Vec::new(),
             args: Vec::new(),
             android_logs: Vec::new(),
+            zero_length_zones: Vec::new(),
             next_arg_set: 0,
             tid_to_utid: FxHashMap::default(),
+            tid_upid_to_utid: FxHashMap::default(),
             pid_to_upid: FxHashMap::default(),
         };
         // As in Perfetto, utid 0 and upid 0 exist from the start and stand for tid/pid 0 (the
         // idle "swapper"), so that 0 never names a real thread or process.
         s.processes.push(ProcessRow::new(0));
+        // Named like the kernel's idle task, as Perfetto names it.
+        let swapper = s.strings.intern("swapper");
         s.threads.push(ThreadRow {
             tid: 0,
-            name: NONE,
+            name: swapper,
             upid: 0,
             name_priority: name_priority::NONE,
+            arg_set: NONE,
         });
         s.pid_to_upid.insert(0, 0);
         s.tid_to_utid.insert(0, 0);
+        s.tid_upid_to_utid.insert((0, 0), 0);
         s
     }
 }
@@ -211,7 +231,8 @@ impl Storage {
         self.push_arg(set, k, k, value);
     }
 
-    /// The process with this pid, created if new.
+    /// The process with this pid, created if new, with its main thread (tid = pid) as
+    /// Perfetto creates it for every process it learns of.
     pub(crate) fn process(&mut self, pid: i64) -> u32 {
         if let Some(&upid) = self.pid_to_upid.get(&pid) {
             return upid;
@@ -219,34 +240,101 @@ impl Storage {
         let upid = self.processes.len() as u32;
         self.processes.push(ProcessRow::new(pid));
         self.pid_to_upid.insert(pid, upid);
+        match self.tid_to_utid.get(&pid) {
+            // A thread seen before its process was known becomes the main thread.
+            Some(&utid) if self.threads[utid as usize].upid == NONE => {
+                self.threads[utid as usize].upid = upid;
+                self.tid_upid_to_utid.insert((pid, upid), utid);
+            }
+            _ => {
+                self.new_thread(pid, upid);
+            }
+        }
         upid
     }
 
-    /// The thread with this tid in process `pid` (if known), created if new. A tid seen
-    /// earlier in another process is taken as reused: a new thread starts.
+    /// A new process for `pid` even if one exists (the pid was reused): later lookups of the
+    /// pid find the new one.
+    pub(crate) fn start_new_process(&mut self, pid: i64) -> u32 {
+        let upid = self.processes.len() as u32;
+        self.processes.push(ProcessRow::new(pid));
+        self.pid_to_upid.insert(pid, upid);
+        self.new_thread(pid, upid);
+        upid
+    }
+
+    /// A new thread for `tid` in process `pid` even if one exists (the tid was reused): later
+    /// lookups of the tid (in that process) find the new one.
+    pub(crate) fn start_new_thread(&mut self, tid: i64, pid: Option<i64>) -> u32 {
+        let upid = pid.map_or(NONE, |p| self.process(p));
+        self.new_thread(tid, upid)
+    }
+
+    fn new_thread(&mut self, tid: i64, upid: u32) -> u32 {
+        let utid = self.threads.len() as u32;
+        self.threads.push(ThreadRow {
+            tid,
+            name: NONE,
+            upid,
+            name_priority: name_priority::NONE,
+            arg_set: NONE,
+        });
+        self.tid_to_utid.insert(tid, utid);
+        if upid != NONE {
+            self.tid_upid_to_utid.insert((tid, upid), utid);
+        }
+        utid
+    }
+
+    /// The thread with this tid in process `pid` (if known), created if new. Without a pid,
+    /// the latest thread with this tid; a thread without a process joins the first one named
+    /// for it; a tid seen only in other processes starts a new thread.
     pub(crate) fn thread(&mut self, tid: i64, pid: Option<i64>) -> u32 {
         let upid = pid.map(|p| self.process(p));
+        if let Some(u) = upid {
+            if let Some(&utid) = self.tid_upid_to_utid.get(&(tid, u)) {
+                return utid;
+            }
+        }
         if let Some(&utid) = self.tid_to_utid.get(&tid) {
             let t = &mut self.threads[utid as usize];
             match upid {
                 None => return utid,
-                Some(u) if t.upid == u => return utid,
                 Some(u) if t.upid == NONE => {
                     t.upid = u;
+                    self.tid_upid_to_utid.insert((tid, u), utid);
                     return utid;
                 }
                 Some(_) => {}
             }
         }
-        let utid = self.threads.len() as u32;
-        self.threads.push(ThreadRow {
-            tid,
-            name: NONE,
-            upid: upid.unwrap_or(NONE),
-            name_priority: name_priority::NONE,
-        });
-        self.tid_to_utid.insert(tid, utid);
-        utid
+        self.new_thread(tid, upid.unwrap_or(NONE))
+    }
+
+    /// Adds an arg to process `upid`'s arg set (created on first use).
+    pub(crate) fn push_process_arg(&mut self, upid: u32, key: &str, value: ArgValue) {
+        let set = match self.processes[upid as usize].arg_set {
+            NONE => {
+                let set = self.new_arg_set();
+                self.processes[upid as usize].arg_set = set;
+                set
+            }
+            set => set,
+        };
+        self.push_arg_str_key(set, key, value);
+    }
+
+    /// Adds an arg to thread `utid`'s arg set (created on first use).
+    pub(crate) fn push_thread_arg(&mut self, utid: u32, key: &str, value: ArgValue) {
+        let set = match self.threads[utid as usize].arg_set {
+            NONE => {
+                let set = self.new_arg_set();
+                self.threads[utid as usize].arg_set = set;
+                set
+            }
+            set => set,
+        };
+        self.push_arg_str_key(set, key, value);
     }
 
     /// Whether a process with this pid exists already.

@@ -169,6 +169,16 @@ impl Importer {
                 ppid: Some(ppid),
                 uid: proc.has_uid().then(|| proc.uid() as u32),
             };
+            let extra = TreeProcessExtra {
+                start_ts: proc
+                    .has_process_start_from_boot()
+                    .then(|| proc.process_start_from_boot().min(i64::MAX as u64) as i64),
+                is_kthread: proc.has_is_kthread().then(|| proc.is_kthread()),
+                cmdline_is_comm: proc.cmdline_is_comm(),
+            };
+            if extra != TreeProcessExtra::default() {
+                self.tree_process_extra.insert(self.aux.len() as u64, extra);
+            }
             self.push_aux(ts, EventKind::TreeProcess, aux);
         }
         for t in tree.threads() {
@@ -313,7 +323,7 @@ impl Importer {
     }
 
     /// A ProcessTree process: parent, name, command line and uid.
-    pub(crate) fn apply_tree_process(&mut self, a: &Aux) {
+    pub(crate) fn apply_tree_process(&mut self, a: &Aux, extra: TreeProcessExtra) {
         let (Some(pid), Some(ppid)) = (a.pid, a.ppid) else {
             return;
         };
@@ -327,6 +337,19 @@ impl Importer {
         p.cmdline = a.cmdline;
         if a.uid.is_some() {
             p.uid = a.uid;
+        }
+        if extra.start_ts.is_some() {
+            p.start_ts = extra.start_ts;
+        }
+        if let Some(k) = extra.is_kthread {
+            self.st
+                .push_process_arg(upid, "is_kthread", ArgValue::Bool(k));
+        }
+        if extra.cmdline_is_comm {
+            // The command line is the comm: it names the main thread too, as /proc would.
+            let utid = self.st.thread(pid, Some(pid));
+            self.st
+                .set_thread_name(utid, a.name, name_priority::PROCESS_TREE);
         }
     }
 
@@ -417,6 +440,15 @@ impl Importer {
         });
         id
     }
+}
+
+/// What a ProcessTree process says besides its `Aux`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct TreeProcessExtra {
+    /// `process_start_from_boot` (BOOTTIME ns, the default trace clock).
+    pub(crate) start_ts: Option<i64>,
+    pub(crate) is_kthread: Option<bool>,
+    pub(crate) cmdline_is_comm: bool,
 }
 
 #[cfg(test)]

@@ -7,9 +7,12 @@ use crate::Error;
 
 /// Statistics of all zones (slices with a duration) sharing one name.
 ///
-/// Instants (`dur = 0`) and slices that never ended (`dur = -1`) are not zones and are left
-/// out, and so are lock holds and waits and frames (categories `tachyon.lock` and
-/// `tachyon.frame`: their own sections, `locks.rs` and `frames.rs`). Self time is the duration minus the time spent in direct children, as in Tracy.
+/// Every slice that began and ended is a zone, including those whose begin and end fell on the
+/// same nanosecond (`dur = 0`); instants and slices that never ended (`dur = -1`) are not zones
+/// and are left out, and so are lock holds and waits and frames (categories `tachyon.lock` and
+/// `tachyon.frame`: their own sections, `locks.rs` and `frames.rs`). Sums saturate at
+/// `i64::MAX` (a hostile trace may hold durations whose sum does not fit). Self time is the
+/// duration minus the time spent in direct children, as in Tracy.
 /// Percentiles use the nearest-rank method.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ZoneStats {
@@ -35,7 +38,8 @@ pub struct ZoneStats {
 
 pub(crate) fn compute(conn: &Connection) -> Result<Vec<ZoneStats>, Error> {
     let mut st = conn.prepare(
-        "SELECT id, parent_id, name, dur FROM slice WHERE dur > 0 \
+        "SELECT id, parent_id, name, dur FROM slice WHERE (dur > 0 \
+         OR (dur = 0 AND id IN (SELECT slice_id FROM __intrinsic_zero_length_zone))) \
          AND (category IS NULL OR category NOT IN ('tachyon.lock', 'tachyon.frame'))",
     )?;
     let mut zones: Vec<(i64, Option<i64>, Option<String>, i64)> = Vec::new();
@@ -46,7 +50,8 @@ pub(crate) fn compute(conn: &Connection) -> Result<Vec<ZoneStats>, Error> {
     let mut children: FxHashMap<i64, i64> = FxHashMap::default();
     for &(_, parent, _, dur) in &zones {
         if let Some(p) = parent {
-            *children.entry(p).or_insert(0) += dur;
+            let c = children.entry(p).or_insert(0);
+            *c = c.saturating_add(dur);
         }
     }
     let mut by_name: FxHashMap<String, (Vec<i64>, i64)> = FxHashMap::default();
@@ -55,21 +60,24 @@ pub(crate) fn compute(conn: &Connection) -> Result<Vec<ZoneStats>, Error> {
             .entry(name.unwrap_or_else(|| "<unnamed>".to_owned()))
             .or_default();
         e.0.push(dur);
-        e.1 += (dur - children.get(&id).copied().unwrap_or(0)).max(0);
+        let own = dur
+            .saturating_sub(children.get(&id).copied().unwrap_or(0))
+            .max(0);
+        e.1 = e.1.saturating_add(own);
     }
     let mut out: Vec<ZoneStats> = by_name
         .into_iter()
         .map(|(name, (mut durs, self_ns))| {
             durs.sort_unstable();
             let n = durs.len();
-            let total: i64 = durs.iter().sum();
+            let total = durs.iter().fold(0i64, |a, &d| a.saturating_add(d));
             let rank = |p: f64| durs[((p * n as f64).ceil() as usize).clamp(1, n) - 1];
             ZoneStats {
                 name,
                 count: n as u64,
                 total_ns: total,
                 self_ns,
-                mean_ns: total as f64 / n as f64,
+                mean_ns: durs.iter().map(|&d| d as f64).sum::<f64>() / n as f64,
                 min_ns: durs[0],
                 median_ns: rank(0.5),
                 p99_ns: rank(0.99),

@@ -53,8 +53,17 @@ fn record(config: Config, f: impl FnOnce()) -> Run {
     assert_eq!(model.loss_marks, 0);
     let unresolved = model.unresolved();
     assert!(unresolved.is_empty(), "unresolved: {unresolved:#?}");
-    // Time moves forward for each thread's events on its sequence (a sequence may pass from an
-    // exiting thread to a new one, whose events may have been timed a little earlier).
+    // Every packet of a sequence is in time order (per clock: the global snapshots are on
+    // BOOTTIME), the generation starts included, also where a sequence passes from an exiting
+    // thread to a new one.
+    let mut on_sequence: std::collections::HashMap<(u32, u32), u64> = Default::default();
+    for &(seq, ts, clock) in &model.packet_times {
+        let prev = on_sequence.insert((seq, clock), ts).unwrap_or(0);
+        assert!(
+            prev <= ts,
+            "time went back on sequence {seq} (clock {clock}): {prev} then {ts}"
+        );
+    }
     let mut last: std::collections::HashMap<(u32, u64), u64> = Default::default();
     for e in &model.events {
         assert_eq!(e.clock, tachyon::clock::TRACE_CLOCK_ID, "{e:?}");

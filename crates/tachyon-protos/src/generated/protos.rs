@@ -23,10 +23,12 @@
 // source: perfetto/trace/trace_packet.proto
 // source: perfetto/trace/trace_packet_defaults.proto
 // source: perfetto/trace/trace_uuid.proto
+// source: perfetto/trace/track_event/chrome_process_descriptor.proto
 // source: perfetto/trace/track_event/counter_descriptor.proto
 // source: perfetto/trace/track_event/debug_annotation.proto
 // source: perfetto/trace/track_event/log_message.proto
 // source: perfetto/trace/track_event/process_descriptor.proto
+// source: perfetto/trace/track_event/range_of_interest.proto
 // source: perfetto/trace/track_event/source_location.proto
 // source: perfetto/trace/track_event/state_descriptor.proto
 // source: perfetto/trace/track_event/thread_descriptor.proto
@@ -15097,6 +15099,10 @@ pub mod perfetto {
                 pub const NSPID_FIELD_NUMBER: u32 = 6;
                 /// The field number of `process_start_from_boot`.
                 pub const PROCESS_START_FROM_BOOT_FIELD_NUMBER: u32 = 7;
+                /// The field number of `is_kthread`.
+                pub const IS_KTHREAD_FIELD_NUMBER: u32 = 8;
+                /// The field number of `cmdline_is_comm`.
+                pub const CMDLINE_IS_COMM_FIELD_NUMBER: u32 = 9;
 
                 /// The message being written, for what the setters do not cover (e.g. fields
                 /// already encoded).
@@ -15172,6 +15178,23 @@ pub mod perfetto {
                 pub fn set_process_start_from_boot(&mut self, v: u64) {
                     self.0.append_uint64(7, v);
                 }
+
+                /// Whether the process is a kernel thread (from /proc/\<pid\>/stat's flags).
+                ///
+                /// Writes `optional bool is_kthread = 8`.
+                #[inline(always)]
+                pub fn set_is_kthread(&mut self, v: bool) {
+                    self.0.append_bool(8, v);
+                }
+
+                /// cmdline holds the process's comm (a kernel thread has no argv), which
+                /// then also names its main thread.
+                ///
+                /// Writes `optional bool cmdline_is_comm = 9`.
+                #[inline(always)]
+                pub fn set_cmdline_is_comm(&mut self, v: bool) {
+                    self.0.append_bool(9, v);
+                }
             }
 
             /// A zero-copy view of an encoded `perfetto.protos.ProcessTree.Process`: its fields are
@@ -15183,7 +15206,7 @@ pub mod perfetto {
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct ProcessView<'a> {
-                d: ::protozero::TypedDecoder<'a, 7>,
+                d: ::protozero::TypedDecoder<'a, 9>,
             }
 
             impl<'a> ProcessView<'a> {
@@ -15206,7 +15229,7 @@ pub mod perfetto {
                 #[inline]
                 fn slot_of(id: u32) -> ::core::option::Option<usize> {
                     match id {
-                        1..=7 => ::core::option::Option::Some(id as usize - 1),
+                        1..=9 => ::core::option::Option::Some(id as usize - 1),
                         _ => ::core::option::Option::None,
                     }
                 }
@@ -15292,6 +15315,35 @@ pub mod perfetto {
                 #[inline]
                 pub fn has_process_start_from_boot(&self) -> bool {
                     ::protozero::gen_support::has_varint(&self.d, 6)
+                }
+
+                /// Whether the process is a kernel thread (from /proc/\<pid\>/stat's flags).
+                ///
+                /// The last occurrence, or the default, of `optional bool is_kthread = 8`.
+                #[inline]
+                pub fn is_kthread(&self) -> bool {
+                    ::protozero::gen_support::bool(&self.d, 7, false)
+                }
+
+                /// Whether `is_kthread` (field 8) occurs with the right wire type.
+                #[inline]
+                pub fn has_is_kthread(&self) -> bool {
+                    ::protozero::gen_support::has_varint(&self.d, 7)
+                }
+
+                /// cmdline holds the process's comm (a kernel thread has no argv), which
+                /// then also names its main thread.
+                ///
+                /// The last occurrence, or the default, of `optional bool cmdline_is_comm = 9`.
+                #[inline]
+                pub fn cmdline_is_comm(&self) -> bool {
+                    ::protozero::gen_support::bool(&self.d, 8, false)
+                }
+
+                /// Whether `cmdline_is_comm` (field 9) occurs with the right wire type.
+                #[inline]
+                pub fn has_cmdline_is_comm(&self) -> bool {
+                    ::protozero::gen_support::has_varint(&self.d, 8)
                 }
             }
         }
@@ -18175,6 +18227,8 @@ pub mod perfetto {
             pub const TRACE_STATS_FIELD_NUMBER: u32 = 35;
             /// The field number of `service_event`.
             pub const SERVICE_EVENT_FIELD_NUMBER: u32 = 69;
+            /// The field number of `track_event_range_of_interest`.
+            pub const TRACK_EVENT_RANGE_OF_INTEREST_FIELD_NUMBER: u32 = 90;
             /// The field number of `process_descriptor`.
             pub const PROCESS_DESCRIPTOR_FIELD_NUMBER: u32 = 43;
             /// The field number of `thread_descriptor`.
@@ -18345,6 +18399,19 @@ pub mod perfetto {
             #[inline(always)]
             pub fn set_service_event(&mut self) -> TracingServiceEvent<'_> {
                 ::protozero::MessageWriter::from_message(self.0.begin_nested(69))
+            }
+
+            /// Begins `perfetto.protos.TrackEventRangeOfInterest track_event_range_of_interest =
+            /// 90`.
+            ///
+            /// A member of oneof `data`: write at most one member (a protobuf parser keeps the last
+            /// one written); the view reads each member on its own.
+            ///
+            /// Fill in the returned writer; it ends (and its size is written) when it is dropped,
+            /// before this message can be written again.
+            #[inline(always)]
+            pub fn set_track_event_range_of_interest(&mut self) -> TrackEventRangeOfInterest<'_> {
+                ::protozero::MessageWriter::from_message(self.0.begin_nested(90))
             }
 
             /// Legacy per-sequence descriptors; new writers use TrackDescriptor.
@@ -18545,7 +18612,7 @@ pub mod perfetto {
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct TracePacketView<'a> {
-            d: ::protozero::TypedDecoder<'a, 27>,
+            d: ::protozero::TypedDecoder<'a, 28>,
         }
 
         impl<'a> TracePacketView<'a> {
@@ -18579,20 +18646,21 @@ pub mod perfetto {
                     33 => ::core::option::Option::Some(8),
                     35 => ::core::option::Option::Some(9),
                     69 => ::core::option::Option::Some(10),
-                    43..=44 => ::core::option::Option::Some(id as usize - 32),
-                    36 => ::core::option::Option::Some(13),
-                    50 => ::core::option::Option::Some(14),
-                    133 => ::core::option::Option::Some(15),
-                    900 => ::core::option::Option::Some(16),
-                    3 => ::core::option::Option::Some(17),
-                    10 => ::core::option::Option::Some(18),
-                    79 => ::core::option::Option::Some(19),
-                    12..=13 => ::core::option::Option::Some(id as usize + 8),
-                    41 => ::core::option::Option::Some(22),
-                    59 => ::core::option::Option::Some(23),
-                    42 => ::core::option::Option::Some(24),
-                    87 => ::core::option::Option::Some(25),
-                    98 => ::core::option::Option::Some(26),
+                    90 => ::core::option::Option::Some(11),
+                    43..=44 => ::core::option::Option::Some(id as usize - 31),
+                    36 => ::core::option::Option::Some(14),
+                    50 => ::core::option::Option::Some(15),
+                    133 => ::core::option::Option::Some(16),
+                    900 => ::core::option::Option::Some(17),
+                    3 => ::core::option::Option::Some(18),
+                    10 => ::core::option::Option::Some(19),
+                    79 => ::core::option::Option::Some(20),
+                    12..=13 => ::core::option::Option::Some(id as usize + 9),
+                    41 => ::core::option::Option::Some(23),
+                    59 => ::core::option::Option::Some(24),
+                    42 => ::core::option::Option::Some(25),
+                    87 => ::core::option::Option::Some(26),
+                    98 => ::core::option::Option::Some(27),
                     _ => ::core::option::Option::None,
                 }
             }
@@ -18813,6 +18881,26 @@ pub mod perfetto {
                 ::protozero::gen_support::has_len(&self.d, 10)
             }
 
+            /// The last occurrence (an empty message when absent) of
+            /// `perfetto.protos.TrackEventRangeOfInterest track_event_range_of_interest = 90`.
+            ///
+            /// A member of oneof `data`: write at most one member (a protobuf parser keeps the last
+            /// one written); the view reads each member on its own.
+            ///
+            /// # Errors
+            ///
+            /// The first malformation if the nested message is not well-formed.
+            #[inline]
+            pub fn track_event_range_of_interest(&self) -> ::core::result::Result<TrackEventRangeOfInterestView<'a>, ::protozero::DecodeError> {
+                TrackEventRangeOfInterestView::decode(::protozero::gen_support::bytes(&self.d, 11, b""))
+            }
+
+            /// Whether `track_event_range_of_interest` (field 90) occurs with the right wire type.
+            #[inline]
+            pub fn has_track_event_range_of_interest(&self) -> bool {
+                ::protozero::gen_support::has_len(&self.d, 11)
+            }
+
             /// Legacy per-sequence descriptors; new writers use TrackDescriptor.
             ///
             /// The last occurrence (an empty message when absent) of
@@ -18826,13 +18914,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn process_descriptor(&self) -> ::core::result::Result<ProcessDescriptorView<'a>, ::protozero::DecodeError> {
-                ProcessDescriptorView::decode(::protozero::gen_support::bytes(&self.d, 11, b""))
+                ProcessDescriptorView::decode(::protozero::gen_support::bytes(&self.d, 12, b""))
             }
 
             /// Whether `process_descriptor` (field 43) occurs with the right wire type.
             #[inline]
             pub fn has_process_descriptor(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 11)
+                ::protozero::gen_support::has_len(&self.d, 12)
             }
 
             /// The last occurrence (an empty message when absent) of
@@ -18846,13 +18934,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn thread_descriptor(&self) -> ::core::result::Result<ThreadDescriptorView<'a>, ::protozero::DecodeError> {
-                ThreadDescriptorView::decode(::protozero::gen_support::bytes(&self.d, 12, b""))
+                ThreadDescriptorView::decode(::protozero::gen_support::bytes(&self.d, 13, b""))
             }
 
             /// Whether `thread_descriptor` (field 44) occurs with the right wire type.
             #[inline]
             pub fn has_thread_descriptor(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 12)
+                ::protozero::gen_support::has_len(&self.d, 13)
             }
 
             /// Written by the service every ~10 s: the 16 bytes of the UUID
@@ -18865,13 +18953,13 @@ pub mod perfetto {
             /// one written); the view reads each member on its own.
             #[inline]
             pub fn synchronization_marker(&self) -> &'a [u8] {
-                ::protozero::gen_support::bytes(&self.d, 13, b"")
+                ::protozero::gen_support::bytes(&self.d, 14, b"")
             }
 
             /// Whether `synchronization_marker` (field 36) occurs with the right wire type.
             #[inline]
             pub fn has_synchronization_marker(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 13)
+                ::protozero::gen_support::has_len(&self.d, 14)
             }
 
             /// Zero or more serialized TracePacket records (as in Trace), compressed
@@ -18883,13 +18971,13 @@ pub mod perfetto {
             /// one written); the view reads each member on its own.
             #[inline]
             pub fn compressed_packets(&self) -> &'a [u8] {
-                ::protozero::gen_support::bytes(&self.d, 14, b"")
+                ::protozero::gen_support::bytes(&self.d, 15, b"")
             }
 
             /// Whether `compressed_packets` (field 50) occurs with the right wire type.
             #[inline]
             pub fn has_compressed_packets(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 14)
+                ::protozero::gen_support::has_len(&self.d, 15)
             }
 
             /// Same as compressed_packets, compressed with zstd.
@@ -18900,13 +18988,13 @@ pub mod perfetto {
             /// one written); the view reads each member on its own.
             #[inline]
             pub fn zstd_compressed_packets(&self) -> &'a [u8] {
-                ::protozero::gen_support::bytes(&self.d, 15, b"")
+                ::protozero::gen_support::bytes(&self.d, 16, b"")
             }
 
             /// Whether `zstd_compressed_packets` (field 133) occurs with the right wire type.
             #[inline]
             pub fn has_zstd_compressed_packets(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 15)
+                ::protozero::gen_support::has_len(&self.d, 16)
             }
 
             /// Test payload.
@@ -18922,13 +19010,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn for_testing(&self) -> ::core::result::Result<TestEventView<'a>, ::protozero::DecodeError> {
-                TestEventView::decode(::protozero::gen_support::bytes(&self.d, 16, b""))
+                TestEventView::decode(::protozero::gen_support::bytes(&self.d, 17, b""))
             }
 
             /// Whether `for_testing` (field 900) occurs with the right wire type.
             #[inline]
             pub fn has_for_testing(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 16)
+                ::protozero::gen_support::has_len(&self.d, 17)
             }
 
             /// The last occurrence, or the default, of `int32 trusted_uid = 3`.
@@ -18937,13 +19025,13 @@ pub mod perfetto {
             /// parser keeps the last one written); the view reads each member on its own.
             #[inline]
             pub fn trusted_uid(&self) -> i32 {
-                ::protozero::gen_support::int32(&self.d, 17, 0)
+                ::protozero::gen_support::int32(&self.d, 18, 0)
             }
 
             /// Whether `trusted_uid` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_trusted_uid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 17)
+                ::protozero::gen_support::has_varint(&self.d, 18)
             }
 
             /// The last occurrence, or the default, of `uint32 trusted_packet_sequence_id = 10`.
@@ -18952,13 +19040,13 @@ pub mod perfetto {
             /// protobuf parser keeps the last one written); the view reads each member on its own.
             #[inline]
             pub fn trusted_packet_sequence_id(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 18, 0)
+                ::protozero::gen_support::uint32(&self.d, 19, 0)
             }
 
             /// Whether `trusted_packet_sequence_id` (field 10) occurs with the right wire type.
             #[inline]
             pub fn has_trusted_packet_sequence_id(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 18)
+                ::protozero::gen_support::has_varint(&self.d, 19)
             }
 
             /// Written by the service: pid of the producer.
@@ -18966,13 +19054,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional int32 trusted_pid = 79`.
             #[inline]
             pub fn trusted_pid(&self) -> i32 {
-                ::protozero::gen_support::int32(&self.d, 19, 0)
+                ::protozero::gen_support::int32(&self.d, 20, 0)
             }
 
             /// Whether `trusted_pid` (field 79) occurs with the right wire type.
             #[inline]
             pub fn has_trusted_pid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 19)
+                ::protozero::gen_support::has_varint(&self.d, 20)
             }
 
             /// New interning entries for this sequence, valid until the next
@@ -18986,25 +19074,25 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn interned_data(&self) -> ::core::result::Result<InternedDataView<'a>, ::protozero::DecodeError> {
-                InternedDataView::decode(::protozero::gen_support::bytes(&self.d, 20, b""))
+                InternedDataView::decode(::protozero::gen_support::bytes(&self.d, 21, b""))
             }
 
             /// Whether `interned_data` (field 12) occurs with the right wire type.
             #[inline]
             pub fn has_interned_data(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 20)
+                ::protozero::gen_support::has_len(&self.d, 21)
             }
 
             /// The last occurrence, or the default, of `optional uint32 sequence_flags = 13`.
             #[inline]
             pub fn sequence_flags(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 21, 0)
+                ::protozero::gen_support::uint32(&self.d, 22, 0)
             }
 
             /// Whether `sequence_flags` (field 13) occurs with the right wire type.
             #[inline]
             pub fn has_sequence_flags(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 21)
+                ::protozero::gen_support::has_varint(&self.d, 22)
             }
 
             /// Deprecated form of SEQ_INCREMENTAL_STATE_CLEARED.
@@ -19013,13 +19101,13 @@ pub mod perfetto {
             /// 41`.
             #[inline]
             pub fn incremental_state_cleared(&self) -> bool {
-                ::protozero::gen_support::bool(&self.d, 22, false)
+                ::protozero::gen_support::bool(&self.d, 23, false)
             }
 
             /// Whether `incremental_state_cleared` (field 41) occurs with the right wire type.
             #[inline]
             pub fn has_incremental_state_cleared(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 22)
+                ::protozero::gen_support::has_varint(&self.d, 23)
             }
 
             /// Defaults for later packets of this sequence; re-emitted after every
@@ -19033,13 +19121,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn trace_packet_defaults(&self) -> ::core::result::Result<TracePacketDefaultsView<'a>, ::protozero::DecodeError> {
-                TracePacketDefaultsView::decode(::protozero::gen_support::bytes(&self.d, 23, b""))
+                TracePacketDefaultsView::decode(::protozero::gen_support::bytes(&self.d, 24, b""))
             }
 
             /// Whether `trace_packet_defaults` (field 59) occurs with the right wire type.
             #[inline]
             pub fn has_trace_packet_defaults(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 23)
+                ::protozero::gen_support::has_len(&self.d, 24)
             }
 
             /// Non-zero if packets of this sequence were lost right before this one
@@ -19051,13 +19139,13 @@ pub mod perfetto {
             /// 42`.
             #[inline]
             pub fn previous_packet_dropped(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 24, 0)
+                ::protozero::gen_support::uint32(&self.d, 25, 0)
             }
 
             /// Whether `previous_packet_dropped` (field 42) occurs with the right wire type.
             #[inline]
             pub fn has_previous_packet_dropped(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 24)
+                ::protozero::gen_support::has_varint(&self.d, 25)
             }
 
             /// Set by the writer on the very first packet of a sequence, so a reader
@@ -19067,13 +19155,13 @@ pub mod perfetto {
             /// 87`.
             #[inline]
             pub fn first_packet_on_sequence(&self) -> bool {
-                ::protozero::gen_support::bool(&self.d, 25, false)
+                ::protozero::gen_support::bool(&self.d, 26, false)
             }
 
             /// Whether `first_packet_on_sequence` (field 87) occurs with the right wire type.
             #[inline]
             pub fn has_first_packet_on_sequence(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 25)
+                ::protozero::gen_support::has_varint(&self.d, 26)
             }
 
             /// Written by the service: id of the machine the producer runs on
@@ -19082,13 +19170,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint32 machine_id = 98`.
             #[inline]
             pub fn machine_id(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 26, 0)
+                ::protozero::gen_support::uint32(&self.d, 27, 0)
             }
 
             /// Whether `machine_id` (field 98) occurs with the right wire type.
             #[inline]
             pub fn has_machine_id(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 26)
+                ::protozero::gen_support::has_varint(&self.d, 27)
             }
         }
 
@@ -19501,6 +19589,188 @@ pub mod perfetto {
             #[inline]
             pub fn has_lsb(&self) -> bool {
                 ::protozero::gen_support::has_varint(&self.d, 1)
+            }
+        }
+
+        /// Chrome's details of a process track. Tachyon writes none; the processor
+        /// reads host_app_package_name (the `chrome.host_app_package_name` process arg).
+        ///
+        /// Writer of `perfetto.protos.ChromeProcessDescriptor`: each setter appends one field to
+        /// the message being written.
+        #[derive(Debug)]
+        pub struct ChromeProcessDescriptor<'w>(::protozero::Message<'w>);
+
+        impl<'w> ::protozero::MessageWriter<'w> for ChromeProcessDescriptor<'w> {
+            #[inline(always)]
+            fn from_message(msg: ::protozero::Message<'w>) -> Self {
+                Self(msg)
+            }
+
+            #[inline(always)]
+            fn as_message(&mut self) -> &mut ::protozero::Message<'w> {
+                &mut self.0
+            }
+        }
+
+        impl<'w> ChromeProcessDescriptor<'w> {
+            /// The field number of `process_type`.
+            pub const PROCESS_TYPE_FIELD_NUMBER: u32 = 1;
+            /// The field number of `process_priority`.
+            pub const PROCESS_PRIORITY_FIELD_NUMBER: u32 = 2;
+            /// The field number of `legacy_sort_index`.
+            pub const LEGACY_SORT_INDEX_FIELD_NUMBER: u32 = 3;
+            /// The field number of `host_app_package_name`.
+            pub const HOST_APP_PACKAGE_NAME_FIELD_NUMBER: u32 = 4;
+            /// The field number of `crash_trace_id`.
+            pub const CRASH_TRACE_ID_FIELD_NUMBER: u32 = 5;
+
+            /// The message being written, for what the setters do not cover (e.g. fields already
+            /// encoded).
+            #[inline(always)]
+            pub fn message(&mut self) -> &mut ::protozero::Message<'w> {
+                &mut self.0
+            }
+
+            /// Writes `optional int32 process_type = 1`.
+            #[inline(always)]
+            pub fn set_process_type(&mut self, v: i32) {
+                self.0.append_int32(1, v);
+            }
+
+            /// Writes `optional int32 process_priority = 2`.
+            #[inline(always)]
+            pub fn set_process_priority(&mut self, v: i32) {
+                self.0.append_int32(2, v);
+            }
+
+            /// Writes `optional int32 legacy_sort_index = 3`.
+            #[inline(always)]
+            pub fn set_legacy_sort_index(&mut self, v: i32) {
+                self.0.append_int32(3, v);
+            }
+
+            /// Writes `optional string host_app_package_name = 4`.
+            #[inline(always)]
+            pub fn set_host_app_package_name(&mut self, v: &str) {
+                self.0.append_string(4, v);
+            }
+
+            /// Writes `optional uint64 crash_trace_id = 5`.
+            #[inline(always)]
+            pub fn set_crash_trace_id(&mut self, v: u64) {
+                self.0.append_uint64(5, v);
+            }
+        }
+
+        /// Chrome's details of a process track. Tachyon writes none; the processor
+        /// reads host_app_package_name (the `chrome.host_app_package_name` process arg).
+        ///
+        /// A zero-copy view of an encoded `perfetto.protos.ChromeProcessDescriptor`: its fields are
+        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
+        /// never allocate.
+        ///
+        /// A singular field reads its last occurrence (the default when absent); repeated scalars
+        /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
+        /// the declared type is skipped like an unknown field.
+        #[derive(Clone, Debug)]
+        pub struct ChromeProcessDescriptorView<'a> {
+            d: ::protozero::TypedDecoder<'a, 5>,
+        }
+
+        impl<'a> ChromeProcessDescriptorView<'a> {
+            /// Indexes the fields of `bytes`, skipping unknown ones.
+            ///
+            /// # Errors
+            ///
+            /// The first malformation if `bytes` is not a well-formed protobuf message.
+            #[inline]
+            pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
+                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+            }
+
+            /// The encoded message this view reads.
+            #[inline]
+            pub fn bytes(&self) -> &'a [u8] {
+                self.d.bytes()
+            }
+
+            #[inline]
+            fn slot_of(id: u32) -> ::core::option::Option<usize> {
+                match id {
+                    1..=5 => ::core::option::Option::Some(id as usize - 1),
+                    _ => ::core::option::Option::None,
+                }
+            }
+
+            /// The last occurrence, or the default, of `optional int32 process_type = 1`.
+            #[inline]
+            pub fn process_type(&self) -> i32 {
+                ::protozero::gen_support::int32(&self.d, 0, 0)
+            }
+
+            /// Whether `process_type` (field 1) occurs with the right wire type.
+            #[inline]
+            pub fn has_process_type(&self) -> bool {
+                ::protozero::gen_support::has_varint(&self.d, 0)
+            }
+
+            /// The last occurrence, or the default, of `optional int32 process_priority = 2`.
+            #[inline]
+            pub fn process_priority(&self) -> i32 {
+                ::protozero::gen_support::int32(&self.d, 1, 0)
+            }
+
+            /// Whether `process_priority` (field 2) occurs with the right wire type.
+            #[inline]
+            pub fn has_process_priority(&self) -> bool {
+                ::protozero::gen_support::has_varint(&self.d, 1)
+            }
+
+            /// The last occurrence, or the default, of `optional int32 legacy_sort_index = 3`.
+            #[inline]
+            pub fn legacy_sort_index(&self) -> i32 {
+                ::protozero::gen_support::int32(&self.d, 2, 0)
+            }
+
+            /// Whether `legacy_sort_index` (field 3) occurs with the right wire type.
+            #[inline]
+            pub fn has_legacy_sort_index(&self) -> bool {
+                ::protozero::gen_support::has_varint(&self.d, 2)
+            }
+
+            /// The last occurrence, or the default, of `optional string host_app_package_name = 4`.
+            ///
+            /// # Errors
+            ///
+            /// `InvalidUtf8` if the string is not UTF-8 (see
+            /// [`Self::host_app_package_name_bytes`]).
+            #[inline]
+            pub fn host_app_package_name(&self) -> ::core::result::Result<&'a str, ::protozero::DecodeError> {
+                ::protozero::gen_support::string(&self.d, 3, "")
+            }
+
+            /// `host_app_package_name` as bytes, not checked to be UTF-8.
+            #[inline]
+            pub fn host_app_package_name_bytes(&self) -> &'a [u8] {
+                ::protozero::gen_support::bytes(&self.d, 3, b"")
+            }
+
+            /// Whether `host_app_package_name` (field 4) occurs with the right wire type.
+            #[inline]
+            pub fn has_host_app_package_name(&self) -> bool {
+                ::protozero::gen_support::has_len(&self.d, 3)
+            }
+
+            /// The last occurrence, or the default, of `optional uint64 crash_trace_id = 5`.
+            #[inline]
+            pub fn crash_trace_id(&self) -> u64 {
+                ::protozero::gen_support::uint64(&self.d, 4, 0)
+            }
+
+            /// Whether `crash_trace_id` (field 5) occurs with the right wire type.
+            #[inline]
+            pub fn has_crash_trace_id(&self) -> bool {
+                ::protozero::gen_support::has_varint(&self.d, 4)
             }
         }
 
@@ -21709,6 +21979,99 @@ pub mod perfetto {
             }
         }
 
+        /// The start of the part of the trace a producer says is interesting (a ring
+        /// buffer's oldest complete data): with cropping enabled, the processor drops
+        /// TrackEvents before it.
+        ///
+        /// Writer of `perfetto.protos.TrackEventRangeOfInterest`: each setter appends one field to
+        /// the message being written.
+        #[derive(Debug)]
+        pub struct TrackEventRangeOfInterest<'w>(::protozero::Message<'w>);
+
+        impl<'w> ::protozero::MessageWriter<'w> for TrackEventRangeOfInterest<'w> {
+            #[inline(always)]
+            fn from_message(msg: ::protozero::Message<'w>) -> Self {
+                Self(msg)
+            }
+
+            #[inline(always)]
+            fn as_message(&mut self) -> &mut ::protozero::Message<'w> {
+                &mut self.0
+            }
+        }
+
+        impl<'w> TrackEventRangeOfInterest<'w> {
+            /// The field number of `start_us`.
+            pub const START_US_FIELD_NUMBER: u32 = 1;
+
+            /// The message being written, for what the setters do not cover (e.g. fields already
+            /// encoded).
+            #[inline(always)]
+            pub fn message(&mut self) -> &mut ::protozero::Message<'w> {
+                &mut self.0
+            }
+
+            /// Writes `optional int64 start_us = 1`.
+            #[inline(always)]
+            pub fn set_start_us(&mut self, v: i64) {
+                self.0.append_int64(1, v);
+            }
+        }
+
+        /// The start of the part of the trace a producer says is interesting (a ring
+        /// buffer's oldest complete data): with cropping enabled, the processor drops
+        /// TrackEvents before it.
+        ///
+        /// A zero-copy view of an encoded `perfetto.protos.TrackEventRangeOfInterest`: its fields
+        /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
+        /// which never allocate.
+        ///
+        /// A singular field reads its last occurrence (the default when absent); repeated scalars
+        /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
+        /// the declared type is skipped like an unknown field.
+        #[derive(Clone, Debug)]
+        pub struct TrackEventRangeOfInterestView<'a> {
+            d: ::protozero::TypedDecoder<'a, 1>,
+        }
+
+        impl<'a> TrackEventRangeOfInterestView<'a> {
+            /// Indexes the fields of `bytes`, skipping unknown ones.
+            ///
+            /// # Errors
+            ///
+            /// The first malformation if `bytes` is not a well-formed protobuf message.
+            #[inline]
+            pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
+                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+            }
+
+            /// The encoded message this view reads.
+            #[inline]
+            pub fn bytes(&self) -> &'a [u8] {
+                self.d.bytes()
+            }
+
+            #[inline]
+            fn slot_of(id: u32) -> ::core::option::Option<usize> {
+                match id {
+                    1 => ::core::option::Option::Some(0),
+                    _ => ::core::option::Option::None,
+                }
+            }
+
+            /// The last occurrence, or the default, of `optional int64 start_us = 1`.
+            #[inline]
+            pub fn start_us(&self) -> i64 {
+                ::protozero::gen_support::int64(&self.d, 0, 0)
+            }
+
+            /// Whether `start_us` (field 1) occurs with the right wire type.
+            #[inline]
+            pub fn has_start_us(&self) -> bool {
+                ::protozero::gen_support::has_varint(&self.d, 0)
+            }
+        }
+
         /// A source code location, sent inline or interned
         /// (InternedData.source_locations). Tachyon's zone macros intern file,
         /// function and line once per sequence and refer to them by iid.
@@ -22337,7 +22700,7 @@ pub mod perfetto {
         /// before the first event on it, and re-emits them after every
         /// incremental-state clear so ring-buffer traces keep them.
         ///
-        /// Not modelled (numbers taken upstream): chrome_process 6, chrome_thread 7.
+        /// Not modelled (numbers taken upstream): chrome_thread 7.
         ///
         /// Writer of `perfetto.protos.TrackDescriptor`: each setter appends one field to the
         /// message being written.
@@ -22389,6 +22752,12 @@ pub mod perfetto {
             pub const SIBLING_MERGE_KEY_FIELD_NUMBER: u32 = 16;
             /// The field number of `sibling_merge_key_int`.
             pub const SIBLING_MERGE_KEY_INT_FIELD_NUMBER: u32 = 17;
+            /// The field number of `chrome_process`.
+            pub const CHROME_PROCESS_FIELD_NUMBER: u32 = 6;
+            /// The field number of `process_ordering`.
+            pub const PROCESS_ORDERING_FIELD_NUMBER: u32 = 19;
+            /// The field number of `thread_ordering`.
+            pub const THREAD_ORDERING_FIELD_NUMBER: u32 = 20;
 
             /// The message being written, for what the setters do not cover (e.g. fields already
             /// encoded).
@@ -22559,6 +22928,45 @@ pub mod perfetto {
             pub fn set_sibling_merge_key_int(&mut self, v: u64) {
                 self.0.append_uint64(17, v);
             }
+
+            /// Chrome's details of a process track.
+            ///
+            /// Begins `optional perfetto.protos.ChromeProcessDescriptor chrome_process = 6`.
+            ///
+            /// Fill in the returned writer; it ends (and its size is written) when it is dropped,
+            /// before this message can be written again.
+            #[inline(always)]
+            pub fn set_chrome_process(&mut self) -> ChromeProcessDescriptor<'_> {
+                ::protozero::MessageWriter::from_message(self.0.begin_nested(6))
+            }
+
+            /// Writes `optional perfetto.protos.TrackDescriptor.ProcessOrdering process_ordering =
+            /// 19`.
+            #[inline(always)]
+            pub fn set_process_ordering(&mut self, v: track_descriptor::ProcessOrdering) {
+                self.0.append_enum(19, v.as_i32());
+            }
+
+            /// Like [`Self::set_process_ordering`], with a raw value (which need not be one the
+            /// enum declares).
+            #[inline(always)]
+            pub fn set_process_ordering_raw(&mut self, v: i32) {
+                self.0.append_enum(19, v);
+            }
+
+            /// Writes `optional perfetto.protos.TrackDescriptor.ThreadOrdering thread_ordering =
+            /// 20`.
+            #[inline(always)]
+            pub fn set_thread_ordering(&mut self, v: track_descriptor::ThreadOrdering) {
+                self.0.append_enum(20, v.as_i32());
+            }
+
+            /// Like [`Self::set_thread_ordering`], with a raw value (which need not be one the enum
+            /// declares).
+            #[inline(always)]
+            pub fn set_thread_ordering_raw(&mut self, v: i32) {
+                self.0.append_enum(20, v);
+            }
         }
 
         /// Defines a track that TrackEvents refer to by uuid: a process, a thread, an
@@ -22566,7 +22974,7 @@ pub mod perfetto {
         /// before the first event on it, and re-emits them after every
         /// incremental-state clear so ring-buffer traces keep them.
         ///
-        /// Not modelled (numbers taken upstream): chrome_process 6, chrome_thread 7.
+        /// Not modelled (numbers taken upstream): chrome_thread 7.
         ///
         /// A zero-copy view of an encoded `perfetto.protos.TrackDescriptor`: its fields are indexed
         /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
@@ -22577,7 +22985,7 @@ pub mod perfetto {
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct TrackDescriptorView<'a> {
-            d: ::protozero::TypedDecoder<'a, 16>,
+            d: ::protozero::TypedDecoder<'a, 19>,
         }
 
         impl<'a> TrackDescriptorView<'a> {
@@ -22611,6 +23019,8 @@ pub mod perfetto {
                     9 => ::core::option::Option::Some(10),
                     11..=12 => ::core::option::Option::Some(id as usize),
                     15..=17 => ::core::option::Option::Some(id as usize - 2),
+                    6 => ::core::option::Option::Some(16),
+                    19..=20 => ::core::option::Option::Some(id as usize - 2),
                     _ => ::core::option::Option::None,
                 }
             }
@@ -22936,6 +23346,67 @@ pub mod perfetto {
             pub fn has_sibling_merge_key_int(&self) -> bool {
                 ::protozero::gen_support::has_varint(&self.d, 15)
             }
+
+            /// Chrome's details of a process track.
+            ///
+            /// The last occurrence (an empty message when absent) of `optional
+            /// perfetto.protos.ChromeProcessDescriptor chrome_process = 6`.
+            ///
+            /// # Errors
+            ///
+            /// The first malformation if the nested message is not well-formed.
+            #[inline]
+            pub fn chrome_process(&self) -> ::core::result::Result<ChromeProcessDescriptorView<'a>, ::protozero::DecodeError> {
+                ChromeProcessDescriptorView::decode(::protozero::gen_support::bytes(&self.d, 16, b""))
+            }
+
+            /// Whether `chrome_process` (field 6) occurs with the right wire type.
+            #[inline]
+            pub fn has_chrome_process(&self) -> bool {
+                ::protozero::gen_support::has_len(&self.d, 16)
+            }
+
+            /// The last occurrence, or the default, of `optional
+            /// perfetto.protos.TrackDescriptor.ProcessOrdering process_ordering = 19`.
+            ///
+            /// `None` for a value the enum does not declare: see [`Self::process_ordering_raw`].
+            #[inline]
+            pub fn process_ordering(&self) -> ::core::option::Option<track_descriptor::ProcessOrdering> {
+                track_descriptor::ProcessOrdering::from_i32(self.process_ordering_raw())
+            }
+
+            /// `process_ordering` as a raw value (also one the enum does not declare).
+            #[inline]
+            pub fn process_ordering_raw(&self) -> i32 {
+                ::protozero::gen_support::int32(&self.d, 17, 0)
+            }
+
+            /// Whether `process_ordering` (field 19) occurs with the right wire type.
+            #[inline]
+            pub fn has_process_ordering(&self) -> bool {
+                ::protozero::gen_support::has_varint(&self.d, 17)
+            }
+
+            /// The last occurrence, or the default, of `optional
+            /// perfetto.protos.TrackDescriptor.ThreadOrdering thread_ordering = 20`.
+            ///
+            /// `None` for a value the enum does not declare: see [`Self::thread_ordering_raw`].
+            #[inline]
+            pub fn thread_ordering(&self) -> ::core::option::Option<track_descriptor::ThreadOrdering> {
+                track_descriptor::ThreadOrdering::from_i32(self.thread_ordering_raw())
+            }
+
+            /// `thread_ordering` as a raw value (also one the enum does not declare).
+            #[inline]
+            pub fn thread_ordering_raw(&self) -> i32 {
+                ::protozero::gen_support::int32(&self.d, 18, 0)
+            }
+
+            /// Whether `thread_ordering` (field 20) occurs with the right wire type.
+            #[inline]
+            pub fn has_thread_ordering(&self) -> bool {
+                ::protozero::gen_support::has_varint(&self.d, 18)
+            }
         }
 
         /// Nested messages and enums of `perfetto.protos.TrackDescriptor`.
@@ -23063,6 +23534,97 @@ pub mod perfetto {
                         "SIBLING_MERGE_BEHAVIOR_BY_TRACK_NAME" => ::core::option::Option::Some(Self::ByTrackName),
                         "SIBLING_MERGE_BEHAVIOR_NONE" => ::core::option::Option::Some(Self::None),
                         "SIBLING_MERGE_BEHAVIOR_BY_SIBLING_MERGE_KEY" => ::core::option::Option::Some(Self::BySiblingMergeKey),
+                        _ => ::core::option::Option::None,
+                    }
+                }
+            }
+
+            /// On the root track (uuid 0): whether processes (threads) are ordered by
+            /// their tracks' sibling_order_rank (EXPLICIT) rather than by the UI's default.
+            ///
+            /// The enum `perfetto.protos.TrackDescriptor.ProcessOrdering`.
+            #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+            #[repr(i32)]
+            #[allow(clippy::enum_variant_names)]
+            pub enum ProcessOrdering {
+                /// `PROCESS_ORDERING_UNSPECIFIED = 0`
+                Unspecified = 0,
+                /// `PROCESS_ORDERING_EXPLICIT = 1`
+                Explicit = 1,
+            }
+
+            impl ProcessOrdering {
+                /// The variant with value `v`, if the enum declares one.
+                pub const fn from_i32(v: i32) -> ::core::option::Option<Self> {
+                    match v {
+                        0 => ::core::option::Option::Some(Self::Unspecified),
+                        1 => ::core::option::Option::Some(Self::Explicit),
+                        _ => ::core::option::Option::None,
+                    }
+                }
+
+                /// The value.
+                pub const fn as_i32(self) -> i32 {
+                    self as i32
+                }
+
+                /// The value's name in the `.proto` file.
+                pub const fn as_str_name(self) -> &'static str {
+                    match self {
+                        Self::Unspecified => "PROCESS_ORDERING_UNSPECIFIED",
+                        Self::Explicit => "PROCESS_ORDERING_EXPLICIT",
+                    }
+                }
+
+                /// The value named `name` in the `.proto` file (aliases included).
+                pub fn from_str_name(name: &str) -> ::core::option::Option<Self> {
+                    match name {
+                        "PROCESS_ORDERING_UNSPECIFIED" => ::core::option::Option::Some(Self::Unspecified),
+                        "PROCESS_ORDERING_EXPLICIT" => ::core::option::Option::Some(Self::Explicit),
+                        _ => ::core::option::Option::None,
+                    }
+                }
+            }
+
+            /// The enum `perfetto.protos.TrackDescriptor.ThreadOrdering`.
+            #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+            #[repr(i32)]
+            #[allow(clippy::enum_variant_names)]
+            pub enum ThreadOrdering {
+                /// `THREAD_ORDERING_UNSPECIFIED = 0`
+                Unspecified = 0,
+                /// `THREAD_ORDERING_EXPLICIT = 1`
+                Explicit = 1,
+            }
+
+            impl ThreadOrdering {
+                /// The variant with value `v`, if the enum declares one.
+                pub const fn from_i32(v: i32) -> ::core::option::Option<Self> {
+                    match v {
+                        0 => ::core::option::Option::Some(Self::Unspecified),
+                        1 => ::core::option::Option::Some(Self::Explicit),
+                        _ => ::core::option::Option::None,
+                    }
+                }
+
+                /// The value.
+                pub const fn as_i32(self) -> i32 {
+                    self as i32
+                }
+
+                /// The value's name in the `.proto` file.
+                pub const fn as_str_name(self) -> &'static str {
+                    match self {
+                        Self::Unspecified => "THREAD_ORDERING_UNSPECIFIED",
+                        Self::Explicit => "THREAD_ORDERING_EXPLICIT",
+                    }
+                }
+
+                /// The value named `name` in the `.proto` file (aliases included).
+                pub fn from_str_name(name: &str) -> ::core::option::Option<Self> {
+                    match name {
+                        "THREAD_ORDERING_UNSPECIFIED" => ::core::option::Option::Some(Self::Unspecified),
+                        "THREAD_ORDERING_EXPLICIT" => ::core::option::Option::Some(Self::Explicit),
                         _ => ::core::option::Option::None,
                     }
                 }

@@ -190,10 +190,29 @@ impl Drop for Owner {
             // The last events, then the writer flushes as it drops.
             let mut st = slot.lock();
             st.drain(ThreadState::replay);
-            st.writer = None;
+            st.release_writer();
         }
         slots().retain(|s| !Arc::ptr_eq(s, &slot));
     }
+}
+
+/// The latest timestamp of each released writer's sequence, by (arbiter id, writer id): the
+/// floor of the next owner of the id, which continues the sequence.
+static SEQUENCE_FLOORS: Mutex<Option<HashMap<(u64, u16), u64>>> = Mutex::new(None);
+
+fn record_sequence_floor(arbiter: u64, writer: u16, ts: u64) {
+    let mut floors = SEQUENCE_FLOORS.lock().unwrap_or_else(|e| e.into_inner());
+    floors
+        .get_or_insert_with(HashMap::new)
+        .insert((arbiter, writer), ts);
+}
+
+fn take_sequence_floor(arbiter: u64, writer: u16) -> u64 {
+    let mut floors = SEQUENCE_FLOORS.lock().unwrap_or_else(|e| e.into_inner());
+    floors
+        .as_mut()
+        .and_then(|m| m.remove(&(arbiter, writer)))
+        .unwrap_or(0)
 }
 
 /// Puts the slot back in [`SLOT`] when a `with_state` call ends (also when it unwinds).
@@ -699,7 +718,7 @@ impl ThreadState {
         let session = session_of(epoch);
         if session != session_of(self.epoch) {
             // A new session (or none): the old writer flushes as it drops.
-            self.writer = None;
+            self.release_writer();
             self.epoch = epoch;
             if session == 0 {
                 return false;
@@ -716,20 +735,25 @@ impl ThreadState {
             if self.writer.is_none() {
                 return false;
             }
-            // The generation starts now, not at `ts` (read before the writer existed): a writer
-            // id released by an exiting thread is handed out again and continues that thread's
-            // packet sequence, and this thread may have read `ts` before the other one wrote
-            // its last packets. Starting at `ts` put a clock snapshot older than the previous
-            // owner's on the sequence, which readers reject (Perfetto: `invalid_clock_snapshots`,
-            // and a trace clock marked non-monotonic can no longer be converted). The event
-            // itself, older than the generation, is written with an absolute timestamp.
-            return self.restart(epoch, ts.max(clock::now()));
+            // The generation starts at the event's time (the oldest event of the queue being
+            // replayed), so every event after it on the sequence is in order; but not before
+            // the latest packet of the sequence's previous owner: a writer id released by an
+            // exiting thread is handed out again and continues that thread's packet sequence,
+            // and a clock snapshot older than the previous owner's is rejected by readers
+            // (Perfetto: `invalid_clock_snapshots`). An event older than that floor (read
+            // before the other thread's last packets) is stamped at it (`write_timed`).
+            let floor = self
+                .writer
+                .as_ref()
+                .map_or(0, |w| take_sequence_floor(w.arbiter().id(), w.writer_id()));
+            self.last_ts = floor;
+            return self.restart(epoch, ts.max(floor));
         }
         let Some(writer) = self.writer.as_mut() else {
             return false;
         };
         if writer.arbiter().is_closed() {
-            self.writer = None;
+            self.release_writer();
             return false;
         }
         // A packet lost since the generation was set up (or no generation on this writer yet):
@@ -807,6 +831,8 @@ impl ThreadState {
     /// was lost (the writer is dropping then, and the rest is not written).
     #[cold]
     fn start_generation(&mut self, ts: u64) -> bool {
+        // In order with what the sequence holds already.
+        let ts = ts.max(self.last_ts);
         let Some(writer) = self.writer.as_ref() else {
             return false;
         };
@@ -950,15 +976,20 @@ impl ThreadState {
     }
 
     /// A packet through the generated writers at `ts`: the timestamp as a delta on the
-    /// incremental clock when time moves forward, else absolute on the trace clock (never a
-    /// wrapped delta), and `SEQ_NEEDS_INCREMENTAL_STATE`; `f` writes the rest.
+    /// incremental clock, or absolute on the trace clock without incremental timestamps, and
+    /// `SEQ_NEEDS_INCREMENTAL_STATE`; `f` writes the rest.
+    ///
+    /// Never before the sequence's latest packet: a sequence's timestamps only move forward.
+    /// An event older than that (read before its generation started, which happens only when
+    /// the sequence's previous owner wrote later packets: see `sync`) is stamped at it.
     fn write_timed(&mut self, ts: u64, f: impl FnOnce(&mut TracePacket<'_>)) {
         let Some(w) = self.writer.as_mut() else {
             return;
         };
-        let (last, forward) = (self.last_ts, self.incremental && ts >= self.last_ts);
+        let (last, incremental) = (self.last_ts, self.incremental);
+        let ts = ts.max(last);
         w.write_packet(|p| {
-            if forward {
+            if incremental {
                 p.set_timestamp(ts - last);
             } else {
                 p.set_timestamp(ts);
@@ -967,8 +998,14 @@ impl ThreadState {
             p.set_sequence_flags(SEQ_NEEDS_INCREMENTAL_STATE);
             f(p);
         });
-        if forward {
-            self.last_ts = ts;
+        self.last_ts = ts;
+    }
+
+    /// Drops the writer (it flushes), leaving the latest timestamp of its sequence for the
+    /// next owner of its id (`sync`).
+    fn release_writer(&mut self) {
+        if let Some(w) = self.writer.take() {
+            record_sequence_floor(w.arbiter().id(), w.writer_id(), self.last_ts);
         }
     }
 

@@ -164,7 +164,9 @@ pub(crate) fn lock_contended(
     flow_in: Option<u64>,
 ) -> u32 {
     with_state(|st| {
-        if !st.sync(obtained) {
+        // At the wait's start: a generation that starts here (the thread's first event in the
+        // session) must not be later than the wait's begin, which timed packets never precede.
+        if !st.sync(waited_from) {
             return 0;
         }
         st.lock_wait(index, waited_from, obtained, flow_in);

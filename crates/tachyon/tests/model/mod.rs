@@ -146,6 +146,8 @@ pub struct Model {
     pub buffer_stats: Option<BufferStats>,
     /// Problems that are not tied to one event (malformed packets).
     pub errors: Vec<String>,
+    /// Every timestamped packet, in file order: (sequence, resolved timestamp, its clock).
+    pub packet_times: Vec<(u32, u64, u32)>,
     /// `MODEL_DUMP` set: print a line per packet (to debug a failing test).
     dump: bool,
 }
@@ -412,6 +414,9 @@ impl Model {
         } else {
             (0, 0)
         };
+        if p.has_timestamp() {
+            self.packet_times.push((seq_id, ts, clock));
+        }
         if p.has_track_descriptor() {
             let d = p.track_descriptor().unwrap();
             let process = d.process().ok().map(|pd| {
