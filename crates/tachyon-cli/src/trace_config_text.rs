@@ -12,16 +12,16 @@
 //! duration_ms: 10000
 //! ```
 //!
-//! The schema is not a list kept here: `build.rs` compiles tachyon-protos' `.proto` files into a
-//! descriptor set that is embedded below, and prost-reflect parses against it. So exactly the
-//! fields Tachyon's schema declares are accepted, and a field added to a `.proto` file is accepted
-//! on the next build. Anything else (an unknown or misspelt field, a value of the wrong type, an
-//! unknown enum value, a field set twice) is an error that names the file, line and column and
-//! shows the line with a caret under the culprit.
+//! The schema is not a list kept here: `build.rs` compiles Perfetto's whole TraceConfig schema
+//! (the CLI's `schema/`, a copy of Perfetto's config protos) into a descriptor set that is
+//! embedded below, and prost-reflect parses against it. So every field of Perfetto's schema is
+//! accepted: Perfetto's own configs (ftrace, heapprofd, perf_event, GPU counters, ...) load.
+//! Anything else (an unknown or misspelt field, a value of the wrong type, an unknown enum value,
+//! a field set twice) is an error that names the file, line and column and shows the line with a
+//! caret under the culprit.
 //!
-//! The schema declares more than Tachyon acts on (so that Perfetto's own configs load): such a
-//! field is accepted, and [`parse_trace_config_and_ignored`] names each one set, with its line,
-//! for a warning.
+//! The schema declares far more than Tachyon acts on: such a field is accepted, and
+//! [`parse_trace_config_and_ignored`] names each one set, with its line, for a warning.
 
 use std::fmt;
 use std::sync::OnceLock;
@@ -95,6 +95,7 @@ const ACTED_ON: &[&str] = &[
     "flush_timeout_ms",
     "data_source_stop_timeout_ms",
     "incremental_state_config.clear_period_ms",
+    "compression_type",
 ];
 
 fn acted_on(path: &str) -> bool {
@@ -512,19 +513,34 @@ builtin_data_sources { primary_trace_clock: BUILTIN_CLOCK_MONOTONIC }
 
     #[test]
     fn field_tachyon_does_not_model_lists_the_known_ones() {
-        // A Perfetto data source config Tachyon's schema does not have: no misleading
-        // suggestion, the message's fields instead.
-        let e = err("data_sources {\n  config {\n    ftrace_config { }\n  }\n}\n");
+        // A field of no schema at all: no misleading suggestion, the message's fields instead
+        // (Perfetto's whole DataSourceConfig).
+        let e = err("data_sources {\n  config {\n    zzqx_config { }\n  }\n}\n");
         assert_eq!((e.line, e.column), (3, 5));
         assert!(
             e.message.starts_with(
-                "unknown field `ftrace_config` in perfetto.protos.DataSourceConfig (its fields \
+                "unknown field `zzqx_config` in perfetto.protos.DataSourceConfig (its fields \
                  are: name, target_buffer,"
             ),
             "{}",
             e.message
         );
         assert!(e.message.contains("track_event_config"), "{}", e.message);
+        assert!(e.message.contains("ftrace_config"), "{}", e.message);
+    }
+
+    /// Perfetto's data source configs Tachyon has no producer for parse (the whole schema is
+    /// known) and are named as ignored, field by field.
+    #[test]
+    fn perfetto_data_source_configs_parse_and_are_named_as_ignored() {
+        let text = "data_sources {\n  config {\n    name: \"linux.ftrace\"\n    ftrace_config {\n      ftrace_events: \"sched/sched_switch\"\n      buffer_size_kb: 64\n    }\n  }\n}\n";
+        assert_eq!(
+            ignored_fields(text, "f.cfg"),
+            [
+                "f.cfg:5: data_sources.config.ftrace_config.ftrace_events",
+                "f.cfg:6: data_sources.config.ftrace_config.buffer_size_kb",
+            ]
+        );
     }
 
     #[test]
@@ -634,6 +650,7 @@ data_sources {
 data_sources { config { name: \"linux.sys_stats\" target_buffer_name: \"main\" } }
 compression_type: COMPRESSION_TYPE_DEFLATE
 duration_ms: 1000
+enable_extra_guardrails: true
 incremental_state_config { clear_period_ms: 500 }
 ";
         parse_trace_config(text, "t.pbtxt").unwrap();
@@ -641,7 +658,7 @@ incremental_state_config { clear_period_ms: 500 }
             ignored_fields(text, "t.pbtxt"),
             [
                 "t.pbtxt:4: data_sources.config.target_buffer_name",
-                "t.pbtxt:8: compression_type",
+                "t.pbtxt:10: enable_extra_guardrails",
             ]
         );
         // What Tachyon supports raises nothing: the sample configs.

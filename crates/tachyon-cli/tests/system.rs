@@ -488,6 +488,7 @@ fn child() {
         "killed" => child_killed(),
         "stream" => child_stream(),
         "malicious" => child_malicious(),
+        "stress" => child_stress(),
         other => panic!("unknown role {other}"),
     }
 }
@@ -526,6 +527,37 @@ fn child_workers() {
     }
 }
 
+/// The stress test's child: one thread writes `ZONES` zones and an instant as fast as it can
+/// into a small SMB with the `Drop` policy (so the SMB overflows and events are lost, counted),
+/// then the SDK shuts down and the child says how many the writers dropped.
+fn child_stress() {
+    let zones: u32 = var(ZONES).parse().unwrap();
+    tachyon::set_process_name("stress");
+    tachyon::start(tachyon::Config {
+        producer_socket: Some(var(SOCKET).into()),
+        smb_size: 64 << 10,
+        on_full: tachyon::BufferExhaustedPolicy::Drop,
+        ..tachyon::Config::default()
+    })
+    .expect("connect to the daemon");
+    std::thread::Builder::new()
+        .name("stress".into())
+        .spawn(move || {
+            for _ in 0..zones {
+                let _z = tachyon::zone!("stress", "z");
+            }
+            tachyon::instant!("stress", "done", zones = zones);
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+    let report = tachyon::shutdown()
+        .expect("shutdown")
+        .expect("a session was running");
+    assert!(!report.system.as_ref().expect("system mode").daemon_lost);
+    say(&format!("DROPPED {}", report.writers.packets_dropped));
+}
+
 /// Writes its events, says `READY`, and blocks until the test kills it.
 fn child_killed() {
     tachyon::set_process_name("killed");
@@ -539,7 +571,11 @@ fn child_killed() {
                 for k in 0..zones {
                     let _z = tachyon::zone!("test", "work", i = k);
                 }
-                tachyon::instant!("test", "done");
+                // With an argument, the instant is encoded on this thread, after the events
+                // still in its queue (a zone's end is queued): when it returns, every event is
+                // a packet in the writer's chunk. An event still queued at a SIGKILL was never
+                // a packet; that is not what this test is about.
+                tachyon::instant!("test", "done", zones = zones);
                 tx.send(()).unwrap();
                 // Keep the writer (and its chunk being written) until SIGKILL.
                 loop {
@@ -859,9 +895,27 @@ fn three_producer_processes_of_four_threads_make_one_complete_trace() {
 
 /// A producer SIGKILLed mid-trace: every packet it had finished is in the trace, those in
 /// committed chunks and those only in the chunks it was writing (scraped by the daemon).
+///
+/// `TACHYON_SYSTEM_TEST_KILL_AT_ONCE=1` kills it as soon as it has written (the daemon may then
+/// have nothing but what it scrapes); `TACHYON_SYSTEM_TEST_KILL_REPEAT=N` runs it N times
+/// in a row, each with its own daemon (CI runs it 50 times killed at once).
 #[test]
 fn a_producer_killed_mid_trace_loses_nothing_it_had_written() {
-    let dir = sys_dir("killed");
+    let at_once = std::env::var("TACHYON_SYSTEM_TEST_KILL_AT_ONCE").is_ok_and(|v| v == "1");
+    let repeat: u32 = std::env::var("TACHYON_SYSTEM_TEST_KILL_REPEAT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    for round in 0..repeat {
+        kill_a_producer_mid_trace(round, at_once);
+    }
+}
+
+fn kill_a_producer_mid_trace(round: u32, at_once: bool) {
+    let dir = match round {
+        0 => sys_dir("killed"),
+        _ => sys_dir(&format!("killed-{round}")),
+    };
     let traced = Traced::start(&dir);
     let mut c = traced.consumer();
     c.enable_tracing(&trace_config(8 * 1024, None), None)
@@ -869,9 +923,10 @@ fn a_producer_killed_mid_trace_loses_nothing_it_had_written() {
     let vars = [(SOCKET, traced.producer.display().to_string())];
     let mut victim = Proc::spawn("killed producer", child_command("killed", &vars));
     victim.expect_line("READY");
-    // Some of it is committed already (the big thread filled many chunks).
+    // Unless killed at once, some of it is committed already (the big thread filled many
+    // chunks).
     let deadline = Instant::now() + TIMEOUT;
-    while chunks_written(&c.trace_stats().unwrap()) == 0 {
+    while !at_once && chunks_written(&c.trace_stats().unwrap()) == 0 {
         assert!(
             Instant::now() < deadline,
             "no chunk was committed\n{}",
@@ -886,18 +941,91 @@ fn a_producer_killed_mid_trace_loses_nothing_it_had_written() {
     let trace = stop_and_read(&mut c);
     std::fs::write(dir.join("trace.pftrace"), &trace).unwrap();
     let tp = load(&trace);
+    let what = format!("round {round} (trace in {})", dir.display());
     assert_eq!(
         slices_on(&tp, pid, "big", "work"),
-        (i64::from(KILLED_BIG_ZONES), 0)
+        (i64::from(KILLED_BIG_ZONES), 0),
+        "{what}"
     );
-    assert_eq!(slices_on(&tp, pid, "big", "done"), (1, 0));
+    assert_eq!(slices_on(&tp, pid, "big", "done"), (1, 0), "{what}");
     // Never committed: only the daemon's scrape of the dead producer's SMB has these.
     assert_eq!(
         slices_on(&tp, pid, "small", "work"),
-        (i64::from(KILLED_SMALL_ZONES), 0)
+        (i64::from(KILLED_SMALL_ZONES), 0),
+        "{what}"
     );
-    assert_eq!(slices_on(&tp, pid, "small", "done"), (1, 0));
+    assert_eq!(slices_on(&tp, pid, "small", "done"), (1, 0), "{what}");
     assert_no_loss(&trace, &tp);
+    drop(traced);
+}
+
+/// Zones each stress producer writes (two events each).
+const STRESS_ZONES: u32 = 100_000;
+
+/// Four producers writing at full speed into small SMBs at once: exact accounting end to end.
+/// For each producer, the events in the trace plus the events its writers say they dropped
+/// are exactly the events it wrote (the daemon loses none: its buffer holds everything), and
+/// the drops the writers reported in the trace (`tachyon_packets_dropped`, which `tachyon
+/// stats` sums per sequence) are never more than that.
+#[test]
+fn four_producers_at_full_speed_are_accounted_for_exactly() {
+    let dir = sys_dir("stress");
+    let traced = Traced::start(&dir);
+    let mut c = traced.consumer();
+    c.enable_tracing(&trace_config(256 * 1024, None), None)
+        .expect("EnableTracing");
+    let vars = [
+        (SOCKET, traced.producer.display().to_string()),
+        (ZONES, STRESS_ZONES.to_string()),
+    ];
+    let mut producers: Vec<Proc> = (0..4)
+        .map(|i| {
+            Proc::spawn(
+                &format!("stress producer {i}"),
+                child_command("stress", &vars),
+            )
+        })
+        .collect();
+    let mut dropped = std::collections::HashMap::new();
+    for p in &mut producers {
+        let line = p.expect_line("DROPPED ");
+        let n: u64 = line["DROPPED ".len()..].trim().parse().unwrap();
+        dropped.insert(p.pid(), n);
+        p.finish();
+    }
+    let trace = stop_and_read(&mut c);
+    std::fs::write(dir.join("trace.pftrace"), &trace).unwrap();
+    // Per pid: track events in the trace, and the drops the writers reported in it.
+    let mut events: std::collections::HashMap<u32, (u64, u64)> = Default::default();
+    let mut d = protozero::ProtoDecoder::new(&trace);
+    while let Some(f) = d.read_field().expect("a well-formed Trace") {
+        let p = f.as_message();
+        let pid = p.find_last_field(79).map_or(0, |f| f.as_u32());
+        let e = events.entry(pid).or_default();
+        e.0 += u64::from(p.find_field(11).is_some());
+        e.1 += p.find_field(1900).map_or(0, |f| f.as_u64());
+    }
+    let written = 2 * u64::from(STRESS_ZONES) + 1;
+    eprintln!("events written per producer: {written}; dropped by pid: {dropped:?}; in the trace (events, reported dropped) by pid: {events:?}");
+    for (pid, lost) in &dropped {
+        let (read, reported) = events.get(pid).copied().unwrap_or_default();
+        assert_eq!(
+            read + lost,
+            written,
+            "pid {pid}: {read} events in the trace, {lost} dropped by its writers"
+        );
+        assert!(reported <= *lost, "pid {pid}: {reported} reported, {lost}");
+    }
+    // Nothing lost in the daemon: its only losses are the writers' own.
+    let tp = load(&trace);
+    for name in [
+        "traced_buf_chunks_overwritten",
+        "traced_buf_chunks_discarded",
+        "traced_buf_abi_violations",
+        "traced_buf_patches_failed",
+    ] {
+        assert_eq!(stat(&tp, name), 0, "{name}");
+    }
     drop(traced);
 }
 

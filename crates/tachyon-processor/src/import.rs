@@ -227,6 +227,8 @@ struct Sequence {
     legacy_thread_instructions: Option<i64>,
     // Loss accounting, attributed to buffers at the end via TraceStats.writer_stats.
     dropped: i64,
+    /// Packets the writer says it dropped (Tachyon's `tachyon_packets_dropped`).
+    writer_dropped: i64,
     loss_causes: [i64; 8],
     needs_total: u64,
     needs_skipped: u64,
@@ -424,6 +426,11 @@ impl Importer {
                 }
             }
             Entry::Occupied(_) => {}
+        }
+        let writer_dropped = p.tachyon_packets_dropped();
+        if writer_dropped != 0 && has_seq {
+            let seq = self.seq(seq_id);
+            seq.writer_dropped = seq.writer_dropped.saturating_add_unsigned(writer_dropped);
         }
         if p.first_packet_on_sequence() {
             self.first_packet_seqs.insert(seq_id, ());
@@ -1810,6 +1817,16 @@ impl Importer {
         self.apply_batch(&mut rest);
         self.finish_parse();
 
+        // How many packets each writer says it dropped, per sequence (whatever its buffer).
+        for (&seq_id, seq) in &self.seqs {
+            if seq.writer_dropped != 0 {
+                self.st.stats.add_indexed(
+                    Stat::sequence_writer_packets_dropped,
+                    seq_id as i64,
+                    seq.writer_dropped,
+                );
+            }
+        }
         // In a streamed trace (write_into_file, drained at least daily; a longer period means
         // the user wants ring-buffer behaviour, as in Perfetto) overwritten bytes never
         // reached the file: data loss.
@@ -1843,6 +1860,13 @@ impl Importer {
             }
             let s = &mut self.st.stats;
             s.add_indexed(Stat::traced_buf_sequence_packet_loss, b, seq.dropped);
+            if seq.writer_dropped != 0 {
+                s.add_indexed(
+                    Stat::traced_buf_writer_packets_dropped,
+                    b,
+                    seq.writer_dropped,
+                );
+            }
             let all_dropped = seq.needs_skipped > 0 && seq.needs_skipped == seq.needs_total;
             s.add_indexed(
                 Stat::traced_buf_incremental_sequences_dropped,

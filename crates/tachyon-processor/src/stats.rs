@@ -222,6 +222,11 @@ stats! {
     traced_buf_data_loss_overwrite: Indexed, DataLoss, Trace, "Losses attributed to the ring buffer overwriting unread chunks.";
     traced_buf_data_loss_writer_abort: Indexed, DataLoss, Trace, "Losses attributed to a writer abandoning a fragmented packet.";
     traced_buf_data_loss_smb_full: Indexed, DataLoss, Trace, "Losses the producer attributed to its shared memory buffer being full.";
+    // --- Tachyon's own (not Perfetto's): how many, beside the flags above ---
+    traced_buf_writer_packets_dropped: Indexed, DataLoss, Trace,
+        "Packets the writers of this buffer's sequences dropped while their shared memory buffer was full, as the writers counted them (TracePacket.tachyon_packets_dropped).";
+    sequence_writer_packets_dropped: Indexed, DataLoss, Trace,
+        "Packets the writer of a sequence (idx: trusted_packet_sequence_id) dropped while its shared memory buffer was full, as it counted them (TracePacket.tachyon_packets_dropped).";
 }
 
 impl Stat {

@@ -6,11 +6,16 @@
 //! - `buffer/write/many_writers`: 1000 sequences, round robin.
 //! - `buffer/read`: read every packet back out of a full buffer (reassembly included).
 //!
-//! Run: `cargo bench -p tachyon-service --bench buffer`.
+//! Times are the bench thread's CPU time (`support/cpu_time.rs`; `TACHYON_BENCH_WALL=1` for
+//! wall time). Run: `cargo bench -p tachyon-service --bench buffer`.
 
 use std::hint::black_box;
 
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+#[path = "support/cpu_time.rs"]
+mod cpu_time;
+
+use criterion::measurement::{Measurement, WallTime};
+use criterion::{Criterion, Throughput};
 use tachyon_service::{ChunkToCopy, FillPolicy, TraceBuffer};
 
 const CHUNK: usize = 4096 - 8; // a Div1 chunk of a 4 KiB page: payload after the header
@@ -70,7 +75,7 @@ fn write_chunks(buf: &mut TraceBuffer, t: &[(Vec<u8>, u16)], writers: u16, chunk
     }
 }
 
-fn bench(c: &mut Criterion) {
+fn bench<M: Measurement>(c: &mut Criterion<M>) {
     let t = templates();
     let per_iter = 1024; // chunks per iteration: 4 MiB
     let bytes = (per_iter * CHUNK) as u64;
@@ -156,5 +161,15 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench);
-criterion_main!(benches);
+fn main() {
+    if cpu_time::wall() {
+        bench(&mut Criterion::<WallTime>::default().configure_from_args());
+    } else {
+        bench(
+            &mut Criterion::default()
+                .with_measurement(cpu_time::CpuTime)
+                .configure_from_args(),
+        );
+    }
+    Criterion::default().configure_from_args().final_summary();
+}

@@ -22,6 +22,7 @@
 #![deny(missing_docs)]
 
 mod commit;
+mod compress;
 mod fast_hash;
 mod inprocess;
 mod readout;
@@ -36,9 +37,9 @@ pub use readout::{
     RESERVED_PACKET_FIELDS, SERVICE_SEQUENCE_ID,
 };
 pub use session::{
-    BufferSpec, ConfigError, DataSourceSpec, ProducerFilter, ServiceCore, ServiceWideStats,
-    SessionConfig, SessionStats, DEFAULT_DATA_SOURCE_STOP_TIMEOUT, DEFAULT_FILE_WRITE_PERIOD,
-    DEFAULT_FLUSH_TIMEOUT, MIN_FILE_WRITE_PERIOD,
+    BufferSpec, Compression, ConfigError, DataSourceSpec, ProducerFilter, ServiceCore,
+    ServiceWideStats, SessionConfig, SessionStats, DEFAULT_DATA_SOURCE_STOP_TIMEOUT,
+    DEFAULT_FILE_WRITE_PERIOD, DEFAULT_FLUSH_TIMEOUT, MIN_FILE_WRITE_PERIOD,
 };
 pub use stats::{BufferStats, LossCounters};
 /// A patch for [`TraceBuffer::try_patch_chunk`] (the shared ABI vocabulary).

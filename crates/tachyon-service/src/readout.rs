@@ -47,12 +47,101 @@ pub enum InvalidPacket {
     ReservedField(u32),
 }
 
+/// [`RESERVED_PACKET_FIELDS`] as a bitmap over ids 0..192 (all of them are below 134).
+const RESERVED_BITMAP: [u64; 3] = {
+    let mut bits = [0u64; 3];
+    let mut i = 0;
+    while i < RESERVED_PACKET_FIELDS.len() {
+        let id = RESERVED_PACKET_FIELDS[i] as usize;
+        bits[id / 64] |= 1 << (id % 64);
+        i += 1;
+    }
+    bits
+};
+
+fn is_reserved(id: u64) -> bool {
+    id < 192 && RESERVED_BITMAP[id as usize / 64] & (1 << (id % 64)) != 0
+}
+
+/// Reads a varint of at most `max` bytes at `*at`; `None` if it is longer or cut short.
+#[inline(always)]
+fn varint(bytes: &[u8], at: &mut usize, max: usize) -> Option<u64> {
+    let mut v = 0u64;
+    for i in 0..max {
+        let b = *bytes.get(*at + i)?;
+        v |= u64::from(b & 0x7f) << (7 * i);
+        if b < 0x80 {
+            *at += i + 1;
+            return Some(v);
+        }
+    }
+    None
+}
+
+/// The common case of [`validate_packet`] in one pass over the bytes, without a decoder: every
+/// field has an id in 1..2^24 and wire type 0, 1, 2 or 5, and fits. `None` for anything else
+/// (the full check then decides, so both agree on every input; a property test checks it).
+#[inline]
+fn validate_fast(packet: &[u8]) -> Option<Result<u32, InvalidPacket>> {
+    let mut dropped = 0;
+    let mut at = 0;
+    while let Some(&first) = packet.get(at) {
+        // One-byte tags and values are the usual case (ids below 16, small varints).
+        let tag = if first < 0x80 {
+            at += 1;
+            u64::from(first)
+        } else {
+            varint(packet, &mut at, 5)?
+        };
+        let id = tag >> 3;
+        if id == 0 || id >= 1 << 24 {
+            return None;
+        }
+        match tag & 7 {
+            0 => {
+                let v = match packet.get(at) {
+                    Some(&b) if b < 0x80 => {
+                        at += 1;
+                        u64::from(b)
+                    }
+                    _ => varint(packet, &mut at, 10)?,
+                };
+                if id == u64::from(PREVIOUS_PACKET_DROPPED) {
+                    dropped = v as u32;
+                }
+            }
+            1 => at = at.checked_add(8).filter(|&e| e <= packet.len())?,
+            2 => {
+                let len = varint(packet, &mut at, 5)?;
+                at = at
+                    .checked_add(usize::try_from(len).ok()?)
+                    .filter(|&e| e <= packet.len())?;
+            }
+            5 => at = at.checked_add(4).filter(|&e| e <= packet.len())?,
+            _ => return None,
+        }
+        // After the value, as the decoder (a field cut short is malformed first).
+        if is_reserved(id) {
+            return Some(Err(InvalidPacket::ReservedField(id as u32)));
+        }
+    }
+    Some(Ok(dropped))
+}
+
 /// Checks a packet against the rules above; on success returns the `previous_packet_dropped`
 /// value the producer itself wrote (0 if none), so the service can merge its own bits in.
 pub fn validate_packet(packet: &[u8]) -> Result<u32, InvalidPacket> {
     if packet.len() > MAX_PACKET_SIZE {
         return Err(InvalidPacket::Malformed);
     }
+    match validate_fast(packet) {
+        Some(r) => r,
+        None => validate_full(packet),
+    }
+}
+
+/// [`validate_packet`] through the general decoder.
+fn validate_full(packet: &[u8]) -> Result<u32, InvalidPacket> {
     let mut dropped = 0;
     let mut decoder = ProtoDecoder::new(packet);
     loop {
@@ -76,12 +165,24 @@ pub fn validate_packet(packet: &[u8]) -> Result<u32, InvalidPacket> {
     Ok(dropped)
 }
 
+/// The trusted fields of one sequence, encoded once (they are the same on all its packets).
+#[derive(Clone, Copy, Debug)]
+struct Trailer {
+    key: (ProducerId, WriterId),
+    identity: ProducerIdentity,
+    /// `trusted_uid`, `trusted_packet_sequence_id`, `trusted_pid`: at most 32 bytes.
+    bytes: [u8; 32],
+    len: u8,
+}
+
 /// Writes validated packets with their trusted fields as `Trace.packet` records.
 #[derive(Debug)]
 pub struct PacketWriter {
     sequence_ids: IdMap<(ProducerId, WriterId), u32>,
     next_sequence_id: u32,
     scratch: Vec<u8>,
+    /// The last sequence's trusted fields: packets come out of a buffer sequence by sequence.
+    trailer: Option<Trailer>,
     invalid_packets: u64,
     packets_written: u64,
 }
@@ -92,6 +193,7 @@ impl Default for PacketWriter {
             sequence_ids: IdMap::default(),
             next_sequence_id: SERVICE_SEQUENCE_ID + 1,
             scratch: Vec::new(),
+            trailer: None,
             invalid_packets: 0,
             packets_written: 0,
         }
@@ -133,8 +235,48 @@ impl PacketWriter {
             })
     }
 
+    /// The encoded trusted fields of a sequence (cached for the last one asked for).
+    #[inline]
+    fn trailer(&mut self, key: (ProducerId, WriterId), identity: ProducerIdentity) -> &Trailer {
+        if self
+            .trailer
+            .as_ref()
+            .is_some_and(|t| t.key == key && t.identity == identity)
+        {
+            return self.trailer.as_ref().expect("checked");
+        }
+        self.new_trailer(key, identity)
+    }
+
+    #[cold]
+    fn new_trailer(&mut self, key: (ProducerId, WriterId), identity: ProducerIdentity) -> &Trailer {
+        let seq = self.sequence_id(key.0, key.1);
+        let mut t = Trailer {
+            key,
+            identity,
+            bytes: [0; 32],
+            len: 0,
+        };
+        let mut trusted = protozero::StaticBuffered::new(&mut t.bytes);
+        {
+            let mut p: TracePacket<'_> = trusted.root();
+            p.set_trusted_uid(identity.uid);
+            p.set_trusted_packet_sequence_id(seq);
+            p.set_trusted_pid(identity.pid);
+        }
+        let len = trusted
+            .finish()
+            .expect("32 bytes hold two sign-extended int32s and a uint32")
+            .len();
+        t.len = len as u8;
+        self.trailer.insert(t)
+    }
+
     /// Validates one packet read out of a buffer and appends it to `out` as a `Trace.packet`
     /// record with the trusted fields. Returns false (and counts it) if it was rejected.
+    ///
+    /// The producer's bytes are copied as they are (checked, never re-encoded) and the trusted
+    /// fields appended after them, encoded once per sequence.
     pub fn write_packet(
         &mut self,
         info: PacketInfo,
@@ -142,29 +284,50 @@ impl PacketWriter {
         producer: ProducerIdentity,
         out: &mut Vec<u8>,
     ) -> bool {
+        // A packet in one fragment (nearly all of them) is checked where it lies.
+        if let [one] = fragments {
+            return self.write_one(info, one, producer, out);
+        }
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
         for f in fragments {
             scratch.extend_from_slice(f);
         }
-        let ok = match validate_packet(&scratch) {
+        let ok = self.write_one(info, &scratch, producer, out);
+        self.scratch = scratch;
+        ok
+    }
+
+    /// [`write_packet`](Self::write_packet) for a packet in one piece.
+    #[inline]
+    fn write_one(
+        &mut self,
+        info: PacketInfo,
+        packet: &[u8],
+        producer: ProducerIdentity,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        match validate_packet(packet) {
             Ok(own_dropped) => {
-                let seq = self.sequence_id(info.producer, info.writer);
+                let trailer = self.trailer((info.producer, info.writer), producer);
+                let trailer = &trailer.bytes[..trailer.len as usize];
                 let dropped = own_dropped | info.previous_packet_dropped;
-                // At most 36 bytes: two sign-extended int32s, a uint32 and the loss bits.
-                let mut storage = [0u8; 40];
-                let mut trusted = protozero::StaticBuffered::new(&mut storage);
-                {
-                    let mut p: TracePacket<'_> = trusted.root();
-                    p.set_trusted_uid(producer.uid);
-                    p.set_trusted_packet_sequence_id(seq);
-                    p.set_trusted_pid(producer.pid);
-                    if dropped != 0 {
-                        p.set_previous_packet_dropped(dropped);
+                if dropped == 0 {
+                    if packet.len() <= SMALL && trailer.len() <= SMALL {
+                        write_small_record(out, packet, trailer);
+                    } else {
+                        write_record(out, &[packet, trailer]);
                     }
+                } else {
+                    // After the producer's own (the last occurrence of a field wins).
+                    let mut storage = [0u8; 8];
+                    let mut extra = protozero::StaticBuffered::new(&mut storage);
+                    extra
+                        .root::<TracePacket<'_>>()
+                        .set_previous_packet_dropped(dropped);
+                    let extra = extra.finish().expect("8 bytes hold a uint32 field");
+                    write_record(out, &[packet, trailer, extra]);
                 }
-                let trusted = trusted.finish().expect("40 bytes hold the trusted fields");
-                write_record(out, &[&scratch, trusted]);
                 self.packets_written += 1;
                 true
             }
@@ -172,19 +335,57 @@ impl PacketWriter {
                 self.invalid_packets += 1;
                 false
             }
-        };
-        self.scratch = scratch;
-        ok
+        }
     }
 }
 
+/// Packets (and trailers) up to this size take [`write_small_record`].
+const SMALL: usize = 32;
+
+/// Copies `src` (at most 32 bytes) to the start of `dst` with at most two fixed-size copies,
+/// overlapping in the middle (a call to `memcpy` per part costs more than the bytes for a packet
+/// of ten bytes).
+#[inline(always)]
+fn copy_small(dst: &mut [u8], src: &[u8]) {
+    let n = src.len();
+    if n >= 16 {
+        dst[..16].copy_from_slice(&src[..16]);
+        dst[n - 16..n].copy_from_slice(&src[n - 16..]);
+    } else if n >= 8 {
+        dst[..8].copy_from_slice(&src[..8]);
+        dst[n - 8..n].copy_from_slice(&src[n - 8..]);
+    } else if n >= 4 {
+        dst[..4].copy_from_slice(&src[..4]);
+        dst[n - 4..n].copy_from_slice(&src[n - 4..]);
+    } else {
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d = *s;
+        }
+    }
+}
+
+/// [`write_record`] for a packet and a trailer of at most [`SMALL`] bytes each: the record is
+/// put together on the stack and appended with one copy.
+#[inline]
+fn write_small_record(out: &mut Vec<u8>, packet: &[u8], trailer: &[u8]) {
+    let len = packet.len() + trailer.len();
+    let mut rec = [0u8; 2 + 2 * SMALL];
+    rec[0] = 0x0a;
+    rec[1] = len as u8; // below 128: a one-byte varint
+    copy_small(&mut rec[2..], packet);
+    copy_small(&mut rec[2 + packet.len()..], trailer);
+    out.extend_from_slice(&rec[..2 + len]);
+}
+
 /// Appends a `Trace.packet` record (field 1, length-delimited) made of `parts` to `out`.
+#[inline]
 pub fn write_record(out: &mut Vec<u8>, parts: &[&[u8]]) {
     let len: usize = parts.iter().map(|p| p.len()).sum();
-    out.push(0x0a);
-    let mut buf = [0u8; 10];
-    let n = protozero::wire::encode_varint(len as u64, &mut buf);
-    out.extend_from_slice(&buf[..n]);
+    out.reserve(len + 11);
+    let mut head = [0u8; 11];
+    head[0] = 0x0a;
+    let n = protozero::wire::encode_varint(len as u64, &mut head[1..]);
+    out.extend_from_slice(&head[..1 + n]);
     for p in parts {
         out.extend_from_slice(p);
     }
@@ -199,6 +400,41 @@ mod tests {
             producer: 1,
             writer: 7,
             previous_packet_dropped: 0,
+        }
+    }
+
+    proptest::proptest! {
+        /// The one-pass check says what the decoder-based one says, whenever it decides.
+        #[test]
+        fn the_fast_check_agrees_with_the_full_one(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+        ) {
+            if let Some(fast) = validate_fast(&bytes) {
+                proptest::prop_assert_eq!(fast, validate_full(&bytes));
+            }
+        }
+
+        /// Well-formed packets (the usual case) are decided by the fast check.
+        #[test]
+        fn the_fast_check_decides_well_formed_packets(
+            fields in proptest::collection::vec((1u32..200, 0u8..4, 0u64..1 << 40), 0..12),
+        ) {
+            let mut buf = protozero::HeapBuffered::new();
+            {
+                let mut m = buf.root_message();
+                for &(id, kind, v) in &fields {
+                    match kind {
+                        0 => m.append_uint64(id, v),
+                        1 => m.append_fixed64(id, v),
+                        2 => m.append_bytes(id, &v.to_le_bytes()[..(v % 8) as usize]),
+                        _ => m.append_fixed32(id, v as u32),
+                    }
+                }
+            }
+            let bytes = buf.serialize().unwrap();
+            let fast = validate_fast(&bytes);
+            proptest::prop_assert!(fast.is_some());
+            proptest::prop_assert_eq!(fast.unwrap(), validate_full(&bytes));
         }
     }
 

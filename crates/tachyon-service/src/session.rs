@@ -68,14 +68,19 @@ impl DataSourceSpec {
 /// A data source's `producer_name_filter` (exact names) and `producer_name_regex_filter`
 /// (patterns, compiled once when the config is read, matched against the whole name as
 /// Perfetto's `std::regex_match`). Either list may match; both empty accept every producer.
+///
+/// Patterns need the `producer-regex` feature (on by default; the daemon has it). Without it a
+/// config with patterns is refused with an error saying so, never matched loosely.
 #[derive(Clone, Debug, Default)]
 pub struct ProducerFilter {
     names: Vec<String>,
+    #[cfg(feature = "producer-regex")]
     patterns: Vec<regex::Regex>,
 }
 
 impl ProducerFilter {
     /// A filter from the config's lists; an error names the pattern that does not compile.
+    #[cfg(feature = "producer-regex")]
     pub fn new(names: Vec<String>, patterns: &[&str]) -> Result<Self, String> {
         let patterns = patterns
             .iter()
@@ -89,15 +94,35 @@ impl ProducerFilter {
         Ok(ProducerFilter { names, patterns })
     }
 
+    /// A filter from the config's lists; patterns need the `producer-regex` feature.
+    #[cfg(not(feature = "producer-regex"))]
+    pub fn new(names: Vec<String>, patterns: &[&str]) -> Result<Self, String> {
+        match patterns.first() {
+            Some(p) => Err(format!(
+                "producer_name_regex_filter {p:?}: this build has no regex engine (tachyon-service's \
+                 `producer-regex` feature is off)"
+            )),
+            None => Ok(ProducerFilter { names }),
+        }
+    }
+
     /// Whether a producer called `name` runs the data source.
+    #[cfg(feature = "producer-regex")]
     pub fn accepts(&self, name: &str) -> bool {
         (self.names.is_empty() && self.patterns.is_empty())
             || self.names.iter().any(|n| n == name)
             || self.patterns.iter().any(|re| re.is_match(name))
     }
+
+    /// Whether a producer called `name` runs the data source.
+    #[cfg(not(feature = "producer-regex"))]
+    pub fn accepts(&self, name: &str) -> bool {
+        self.names.is_empty() || self.names.iter().any(|n| n == name)
+    }
 }
 
 impl PartialEq for ProducerFilter {
+    #[cfg(feature = "producer-regex")]
     fn eq(&self, other: &Self) -> bool {
         self.names == other.names
             && self
@@ -105,6 +130,11 @@ impl PartialEq for ProducerFilter {
                 .iter()
                 .map(regex::Regex::as_str)
                 .eq(other.patterns.iter().map(regex::Regex::as_str))
+    }
+
+    #[cfg(not(feature = "producer-regex"))]
+    fn eq(&self, other: &Self) -> bool {
+        self.names == other.names
     }
 }
 
@@ -137,6 +167,8 @@ pub struct SessionConfig {
     /// Ask producers to clear incremental state this often
     /// (`incremental_state_config.clear_period_ms`).
     pub incremental_state_clear_period: Option<Duration>,
+    /// How the read-out is compressed (`compression_type`).
+    pub compression: Compression,
     /// The encoded `TraceConfig` this was read from ([`SessionConfig::from_trace_config`]),
     /// written into the trace as its `trace_config` packet; empty for a config built in code,
     /// whose packet is then encoded from the fields above ([`SessionConfig::to_trace_config`]).
@@ -161,9 +193,21 @@ impl Default for SessionConfig {
             output_path: None,
             max_file_size_bytes: None,
             incremental_state_clear_period: None,
+            compression: Compression::None,
             trace_config: Vec::new(),
         }
     }
+}
+
+/// How a session compresses its output (Perfetto's `TraceConfig.compression_type`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Compression {
+    /// Plain `Trace.packet` records.
+    #[default]
+    None,
+    /// `COMPRESSION_TYPE_DEFLATE`: batches of records in `compressed_packets` (zlib), see
+    /// `compress.rs`. The final `TraceStats` packet stays plain.
+    Deflate,
 }
 
 /// A `TraceConfig` the session cannot run.
@@ -264,6 +308,10 @@ impl SessionConfig {
             output_path,
             max_file_size_bytes: (cfg.max_file_size_bytes() > 0).then(|| cfg.max_file_size_bytes()),
             incremental_state_clear_period: clear,
+            compression: match cfg.compression_type() {
+                Some(trace_config::CompressionType::Deflate) => Compression::Deflate,
+                _ => Compression::None,
+            },
             trace_config: bytes.to_vec(),
         })
     }
@@ -314,6 +362,9 @@ impl SessionConfig {
             if let Some(d) = self.incremental_state_clear_period {
                 c.set_incremental_state_config().set_clear_period_ms(ms(d));
             }
+            if self.compression == Compression::Deflate {
+                c.set_compression_type(trace_config::CompressionType::Deflate);
+            }
         }
         buf.serialize().expect("heap buffers do not fail")
     }
@@ -336,6 +387,9 @@ pub struct SessionStats {
     pub bytes_written: u64,
     /// Records not written because the file reached `max_file_size_bytes`.
     pub records_dropped_file_full: u64,
+    /// With [`Compression::Deflate`]: bytes of records that went into compressed packets (what
+    /// `bytes_written` would have been for them without compression).
+    pub bytes_before_compression: u64,
 }
 
 /// Service-wide figures a multi-session service (the daemon) reports in every session's
@@ -582,11 +636,18 @@ impl ServiceCore {
             staged,
             ..
         } = self;
-        let identity_of = |producer| {
-            identities
-                .get(&producer)
-                .copied()
-                .unwrap_or(ProducerIdentity { pid: 0, uid: 0 })
+        // Packets come sequence by sequence: the last producer's identity is the next one's.
+        let mut cached: Option<(ProducerId, ProducerIdentity)> = None;
+        let mut identity_of = |producer| match cached {
+            Some((p, identity)) if p == producer => identity,
+            _ => {
+                let identity = identities
+                    .get(&producer)
+                    .copied()
+                    .unwrap_or(ProducerIdentity { pid: 0, uid: 0 });
+                cached = Some((producer, identity));
+                identity
+            }
         };
         for buf in buffers.iter_mut() {
             buf.read_packets(last, |info, fragments| {
@@ -604,6 +665,11 @@ impl ServiceCore {
     fn flush_staged(&mut self) -> io::Result<()> {
         if self.staged.is_empty() {
             return Ok(());
+        }
+        if self.config.compression == Compression::Deflate {
+            let plain = std::mem::take(&mut self.staged);
+            crate::compress::deflate_records(&plain, &mut self.staged);
+            self.stats.bytes_before_compression += plain.len() as u64;
         }
         let mut take = self.staged.len();
         if let Some(max) = self.config.max_file_size_bytes {

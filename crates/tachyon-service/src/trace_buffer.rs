@@ -154,6 +154,11 @@ struct Record {
     /// Copied by a scrape, and no commit of it came since: the chunks before it may still
     /// have commits on the way (see [`TraceBuffer::copy_scraped_chunk`]).
     scraped: bool,
+    /// The last readable fragment is an empty filler (see [`ends_with_filler`]), worked out
+    /// when the chunk's bytes arrive or change, while they are in cache: counting an evicted
+    /// chunk's packets then reads none of its bytes (a cache miss per fragment header in a
+    /// full ring otherwise, which cost more than copying the chunk).
+    last_is_filler: bool,
 }
 
 impl Record {
@@ -178,9 +183,8 @@ impl Record {
         (self.complete || f == FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK) && self.flags & f != 0
     }
 
-    /// Packets that start in this chunk and have not been read (or counted) yet. `ring` is the
-    /// buffer's ring, which still holds the chunk's bytes.
-    fn unread_packet_starts(&self, ring: &[u8]) -> u64 {
+    /// Packets that start in this chunk and have not been read (or counted) yet.
+    fn unread_packet_starts(&self) -> u64 {
         let n = self.readable_fragments();
         if self.fragments_read >= n {
             return 0;
@@ -189,11 +193,19 @@ impl Record {
         if self.fragments_read == 0 && self.flag(FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK) {
             starts -= 1;
         }
-        let payload = &ring[self.offset..self.offset + self.payload_len];
-        if starts > 0 && ends_with_filler(payload, self.read_offset, self.fragments_read, n) {
+        // The fragments before `fragments_read` parsed when they were read (a sentinel or a
+        // bad header ends the reading of a chunk), so the filler test over the whole chunk
+        // says the same as one over the unread rest.
+        if starts > 0 && self.last_is_filler {
             starts -= 1;
         }
         starts
+    }
+
+    /// Works out [`last_is_filler`](Self::last_is_filler) from the chunk's bytes.
+    fn update_filler(&mut self, ring: &[u8]) {
+        let payload = &ring[self.offset..self.offset + self.payload_len];
+        self.last_is_filler = ends_with_filler(payload, 0, 0, self.readable_fragments());
     }
 }
 
@@ -405,8 +417,10 @@ impl TraceBuffer {
             live: true,
             pinned: false,
             scraped,
+            last_is_filler: false,
         };
         let mut rec = rec;
+        rec.last_is_filler = ends_with_filler(chunk.payload, 0, 0, rec.readable_fragments());
         if accounted > 0 {
             // Skip the fragments a scraped copy of this chunk already accounted for.
             match skip_fragments(chunk.payload, accounted) {
@@ -504,6 +518,7 @@ impl TraceBuffer {
         rec.flags = chunk.flags;
         rec.complete = chunk.complete;
         self.ring[offset..offset + len].copy_from_slice(chunk.payload);
+        rec.update_filler(&self.ring);
         self.stats.chunks_rewritten += 1;
     }
 
@@ -543,6 +558,8 @@ impl TraceBuffer {
         if !has_more_patches {
             rec.flags &= !CHUNK_NEEDS_PATCHING;
         }
+        // A patch may (wrongly, but a producer can) touch a fragment header.
+        rec.update_filler(&self.ring);
         ok
     }
 
@@ -624,7 +641,7 @@ impl TraceBuffer {
             }
             self.stats.chunks_overwritten += 1;
             self.stats.bytes_overwritten += size as u64;
-            self.losses.overwritten += rec.unread_packet_starts(&self.ring);
+            self.losses.overwritten += rec.unread_packet_starts();
             // A continuation fragment at the front of this chunk belonged to the pending
             // packet, if any; it is now lost too.
             if rec.fragments_read == 0
@@ -784,7 +801,7 @@ impl TraceBuffer {
     /// pending packet if the chunk would have continued it.
     fn drop_rest_of_chunk(&mut self, idx: RecIdx, reason: u32) {
         let rec = self.slab[idx].as_mut().expect("indexed records exist");
-        let starts = rec.unread_packet_starts(&self.ring);
+        let starts = rec.unread_packet_starts();
         let continues = rec.fragments_read == 0 && rec.flag(FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK);
         rec.fragments_read = rec.readable_fragments();
         rec.read_offset = rec.payload_len;
@@ -799,6 +816,7 @@ impl TraceBuffer {
 
     fn read_chunk(&mut self, idx: RecIdx, sink: &mut impl FnMut(PacketInfo, &[&[u8]])) {
         loop {
+            self.read_whole_packets(idx, sink);
             let rec = self.slab[idx].as_ref().expect("indexed records exist");
             let n = rec.readable_fragments();
             if rec.fragments_read >= n {
@@ -922,6 +940,65 @@ impl TraceBuffer {
             self.stats.bytes_read += total as u64;
             sink(info, &slices);
         }
+    }
+}
+
+impl TraceBuffer {
+    /// The common case of [`read_chunk`](Self::read_chunk), in one tight loop: the run of
+    /// packets in one fragment each, from the chunk's next fragment up to (not including) the
+    /// first one that needs more thought: a continuation, a fragment patches may touch, a
+    /// sentinel or a bad header, or anything while a packet spanning chunks is pending. It does
+    /// exactly what `read_chunk`'s loop does for those fragments, with the sequence and the
+    /// chunk looked up once instead of per packet; `read_chunk` handles what it stops at.
+    fn read_whole_packets(&mut self, idx: RecIdx, sink: &mut impl FnMut(PacketInfo, &[&[u8]])) {
+        let TraceBuffer {
+            ring,
+            slab,
+            sequences,
+            stats,
+            ..
+        } = self;
+        let rec = slab[idx].as_mut().expect("indexed records exist");
+        let key = rec.seq;
+        let seq = sequences
+            .get_mut(&key)
+            .expect("records belong to sequences");
+        if seq.pending.is_some()
+            || (rec.fragments_read == 0 && rec.flag(FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK))
+        {
+            return;
+        }
+        let mut end = rec.readable_fragments();
+        if end == rec.num_fragments
+            && (rec.flag(LAST_PACKET_CONTINUES_ON_NEXT_CHUNK) || rec.flag(CHUNK_NEEDS_PATCHING))
+        {
+            end -= 1;
+        }
+        let payload = &ring[rec.offset..rec.offset + rec.payload_len];
+        let mut read = rec.fragments_read;
+        let mut offset = rec.read_offset;
+        let mut bytes = 0u64;
+        while read < end {
+            let Some((len, header)) = parse_fragment_header(&payload[offset..]) else {
+                break;
+            };
+            let start = offset + header;
+            if len == PACKET_SIZE_DROP_PACKET || len as usize > payload.len() - start {
+                break;
+            }
+            let len = len as usize;
+            read += 1;
+            offset = start + len;
+            if len == 0 {
+                // A filler, not a packet (see `read_chunk`).
+                continue;
+            }
+            bytes += len as u64;
+            sink(take_packet_info(seq, key), &[&payload[start..offset]]);
+        }
+        rec.fragments_read = read;
+        rec.read_offset = offset;
+        stats.bytes_read += bytes;
     }
 }
 

@@ -38,7 +38,7 @@ const MIN_POLL_PERIOD: Duration = Duration::from_millis(10);
 pub(crate) const PRODUCER_NAME: &str = "tachyon.traced_probes";
 
 /// Whether `name` is a data source the daemon provides itself.
-pub(crate) fn is_builtin(name: &str) -> bool {
+pub fn is_builtin(name: &str) -> bool {
     name == tachyon_probes::PROCESS_STATS || name == tachyon_probes::SYS_STATS
 }
 

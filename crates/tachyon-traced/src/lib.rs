@@ -51,6 +51,7 @@ mod daemon;
 mod service;
 mod wire;
 
+pub use builtin::is_builtin as is_builtin_data_source;
 pub use client::{Consumer, SessionEnd};
 pub use config::{limits, DaemonConfig};
 pub use daemon::{Daemon, DaemonHandle, DaemonStats};

@@ -105,6 +105,46 @@ fn a_stop_nobody_acknowledges_waits_for_the_stop_timeout() {
     }
 }
 
+/// A producer whose session was freed while a chunk of it sat uncommitted in its SMB, and
+/// which then joins a new session: that chunk belongs to the freed session, so neither a scrape
+/// nor the producer's disconnect puts it in the new one (regression: the daemon attributed
+/// unregistered writers to the producer's only session, and the trace of the next session held
+/// the old packet beside the new one, e.g. timestamps `[5, 5]`).
+#[test]
+fn a_chunk_left_from_a_freed_session_is_not_scraped_into_the_next() {
+    let (_dir, daemon) = daemon("left-over-chunk");
+    let mut old = FakeProducer::connect(daemon.producer_socket(), Behaviour::default());
+    let mut first = Consumer::connect(daemon.consumer_socket()).unwrap();
+    first
+        .enable_tracing(&Config::simple(256, "test.source").encode(), None)
+        .unwrap();
+    old.wait_start();
+    old.write_chunk(1, &[packet(5, 0)], true);
+    // The consumer hangs up: the session is freed with the chunk still in the SMB.
+    drop(first);
+    wait_until("the first session to be freed", || {
+        daemon.stats().sessions_active == 0
+    });
+    let mut new = FakeProducer::connect(daemon.producer_socket(), Behaviour::default());
+    let mut consumer = Consumer::connect(daemon.consumer_socket()).unwrap();
+    consumer
+        .enable_tracing(&Config::simple(256, "test.source").encode(), None)
+        .unwrap();
+    old.wait_start();
+    new.wait_start();
+    new.write_chunk(1, &[packet(6, 0)], true);
+    assert!(consumer.flush(Duration::from_secs(10)).unwrap());
+    old.disconnect();
+    wait_until("the old producer to be gone", || {
+        daemon.stats().producers_connected == 1
+    });
+    consumer.disable_tracing().unwrap();
+    consumer.wait_for_end(Some(TIMEOUT)).unwrap().unwrap();
+    let mut trace = Vec::new();
+    consumer.read_buffers(&mut trace).unwrap();
+    assert_eq!(timestamps(&trace), [6]);
+}
+
 #[test]
 fn a_producer_that_hangs_up_is_scraped_first() {
     let (_dir, daemon) = daemon("disconnect-scrape");

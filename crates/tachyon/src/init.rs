@@ -36,6 +36,7 @@
 //! | `TACHYON_CLEAR_PERIOD_MS` | incremental-state clear period | none |
 //! | `TACHYON_FLUSH_PERIOD_MS` | periodic flush | none |
 //! | `TACHYON_STREAM` | `1`: stream into the file while tracing | off |
+//! | `TACHYON_COMPRESS` | `1`: DEFLATE the trace (`compressed_packets`, as Perfetto's `compression_type: COMPRESSION_TYPE_DEFLATE`) | off |
 //! | `TACHYON_DISABLE` | `1`: [`init`] does nothing | off |
 //! | `TACHYON_CLOCK` | `boottime`: no TSC (see [`clock`](crate::clock)) | TSC |
 //! | `TACHYON_CPU_USAGE` | `1`: CPU usage plots every 100 ms ([`Config::cpu_usage`]) | off |
@@ -47,7 +48,7 @@ use std::path::PathBuf;
 use std::sync::{Mutex, Once};
 use std::time::Duration;
 
-use tachyon_service::{BufferSpec, DataSourceSpec, FillPolicy, SessionConfig};
+use tachyon_service::{BufferSpec, Compression, DataSourceSpec, FillPolicy, SessionConfig};
 
 use crate::backend::PageSize;
 use crate::session::{InProcessSession, SessionOptions};
@@ -78,6 +79,9 @@ pub struct Config {
     pub flush_period: Option<Duration>,
     /// Stream into `output` while tracing (`write_into_file`).
     pub stream: bool,
+    /// Compress the trace (`compression_type: COMPRESSION_TYPE_DEFLATE`; in-process only: in
+    /// system mode the daemon's trace config decides).
+    pub compress: bool,
     /// Timestamps as deltas on the sequence-scoped incremental clock (1–3 bytes per packet);
     /// `false` writes absolute trace-clock timestamps.
     pub incremental_timestamps: bool,
@@ -107,6 +111,7 @@ impl Default for Config {
             clear_period: None,
             flush_period: None,
             stream: false,
+            compress: false,
             incremental_timestamps: true,
             stop_timeout: Duration::from_millis(500),
             producer_socket: None,
@@ -225,6 +230,9 @@ impl Config {
         if let Some(v) = var("TACHYON_STREAM") {
             c.stream = parse_flag("TACHYON_STREAM", &v)?;
         }
+        if let Some(v) = var("TACHYON_COMPRESS") {
+            c.compress = parse_flag("TACHYON_COMPRESS", &v)?;
+        }
         Ok(c)
     }
 
@@ -240,6 +248,11 @@ impl Config {
             write_into_file: self.stream && self.output.is_some(),
             output_path: self.output.clone(),
             incremental_state_clear_period: self.clear_period,
+            compression: if self.compress {
+                Compression::Deflate
+            } else {
+                Compression::None
+            },
             ..SessionConfig::default()
         }
     }

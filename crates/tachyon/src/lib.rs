@@ -1,8 +1,43 @@
-//! Tachyon's client SDK: what an instrumented process links to record Perfetto traces.
+//! Tachyon's client SDK: what an instrumented process links to record Perfetto traces (open
+//! them in [ui.perfetto.dev](https://ui.perfetto.dev), query them with `tachyon query`).
 //!
-//! This release holds the trace clock ([`clock`]), the instrumentation macros and the session
-//! entry points ([`start`], [`init`], [`shutdown`]); the low-level writer API (arbiter, trace
-//! writers, commit sinks, sessions) is in [`backend`].
+//! What a program does first: start a session, record zones and counters, shut down.
+//!
+//! ```
+//! // `tachyon::init()` starts from the environment instead: TACHYON_OUT (the file, default
+//! // `trace.pftrace`), TACHYON_CATEGORIES, ..., or system mode when a `tachyon traced` daemon
+//! // listens (`tachyon record -- ./my-program` sets that up). Here, a trace kept in memory.
+//! tachyon::start(tachyon::Config::in_memory())?;
+//!
+//! fn parse(input: &str) -> usize {
+//!     let _zone = tachyon::zone!("parse", bytes = input.len()); // a slice until the guard drops
+//!     input.split_whitespace().count()
+//! }
+//! for (i, line) in ["a b c", "d e"].iter().enumerate() {
+//!     let _frame = tachyon::zone!("io", "line", index = i); // category "io"
+//!     let words = parse(line);
+//!     tachyon::counter!("words", words); // a counter track
+//!     tachyon::instant!("line done");
+//! }
+//!
+//! let report = tachyon::shutdown()?.expect("a session was running");
+//! assert_eq!(report.writers.packets_dropped, 0);
+//! assert!(!report.trace.is_empty()); // with `Config::from_env()` or `init()`: written to a file
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! - Instrumentation: [`zone!`], [`instant!`], [`counter!`], [`begin!`] / [`instant_on!`] on a
+//!   [`Track`], [`Flow`]s between events, [`set_thread_name`]. A disabled callsite costs one
+//!   relaxed load; with the cargo feature `enabled` off (`default-features = false`, as libraries
+//!   should depend on Tachyon) every macro compiles to nothing.
+//! - Sessions: [`start`] with a [`Config`], [`init`] from the environment (with an exit hook that
+//!   writes the trace), [`shutdown`] for the [`Report`].
+//! - Cargo features: `enabled` (default: the macros record), `macros` (`#[tachyon::instrument]`,
+//!   brings the proc-macro stack). Without them the dependency tree is Tachyon's own crates and
+//!   `rustix`.
+//! - For other instrumentation libraries (the `tracing` Layer in `tracing-tachyon`):
+//!   [`integration`]. For those who build backends: the writer API (arbiter, trace writers, commit
+//!   sinks, sessions) in [`backend`]; the trace clock in [`clock`].
 //!
 //! The service side (copying committed chunks into central buffers, reading packets out) is
 //! `tachyon-service`. It runs as a thread of this process, or in a `tachyon traced` daemon that
@@ -22,9 +57,12 @@ mod track_event;
 mod writer;
 
 pub use init::{init, is_active, shutdown, start, Backend, Config, ConfigError, Report};
-/// The function attribute: a [`zone!`] around every call of the function.
+/// The function attribute: a [`zone!`] around every call of the function (cargo feature
+/// `macros`).
+#[cfg(feature = "macros")]
 pub use tachyon_macros::instrument;
 pub use tachyon_service::FillPolicy;
+pub use track_event::integration;
 #[doc(hidden)]
 pub use track_event::message as __message;
 pub use track_event::message::MAX_MESSAGE_LEN;

@@ -22,6 +22,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use model::{Arg, Kind, Model, SEQ_INCREMENTAL_STATE_CLEARED};
 use tachyon::{BufferExhaustedPolicy, Config, FillPolicy};
+use tachyon_processor::{Options, TraceProcessor, Value};
 use tachyon_protos::TraceView;
 
 /// `TracePacket.DataLossReason.DATA_LOSS_SMB_FULL`: set by the writer only.
@@ -167,6 +168,37 @@ fn run(incremental_timestamps: bool) {
         stats.drop_episodes == marks || stats.drop_episodes == marks + 1,
         "{marks} marks, {stats:?}"
     );
+
+    // How many were lost reaches the trace, not only that some were: each mark carries the
+    // number of packets dropped since the last one (`tachyon_packets_dropped`), so together
+    // they are the writer's count, all of it when the last episode ended.
+    let reported: u64 = TraceView::decode(&report.trace)
+        .unwrap()
+        .packet()
+        .map(|p| p.unwrap())
+        .filter(|p| p.trusted_packet_sequence_id() == seq)
+        .map(|p| p.tachyon_packets_dropped())
+        .sum();
+    if stats.drop_episodes == marks {
+        assert_eq!(reported, stats.packets_dropped, "{stats:?}");
+    } else {
+        assert!(
+            reported > 0 && reported < stats.packets_dropped,
+            "{reported} reported, {stats:?}"
+        );
+    }
+    // … and `tachyon stats` shows it per sequence and per buffer.
+    let tp = TraceProcessor::from_bytes(&report.trace, &Options::default()).unwrap();
+    let per = |name: &str| {
+        tp.query(&format!(
+            "SELECT idx, value FROM stats WHERE name = '{name}' ORDER BY idx"
+        ))
+        .unwrap()
+        .rows
+    };
+    let expected = |idx: i64| vec![vec![Value::Integer(idx), Value::Integer(reported as i64)]];
+    assert_eq!(per("sequence_writer_packets_dropped"), expected(seq as i64));
+    assert_eq!(per("traced_buf_writer_packets_dropped"), expected(0));
 }
 
 #[test]

@@ -128,6 +128,7 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
     }
     // The daemon checks it too; checked here, a bad config is reported before anything starts.
     let session = tachyon_service::SessionConfig::from_trace_config(&config)?;
+    warn_unoffered(&session);
     let write_into_file = session.write_into_file;
     let limit = args.time.or(session.duration);
 
@@ -249,6 +250,33 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         args.out.display()
     );
     Ok(program_status.map_or(ExitCode::SUCCESS, exit_code))
+}
+
+/// The data source that SDK programs register (`tachyon::init`, `tachyon::start` in system
+/// mode).
+const SDK_DATA_SOURCE: &str = "track_event";
+
+/// Names each data source of the config that no Tachyon producer offers (Perfetto's `linux.ftrace`,
+/// `android.heapprofd`, ...). The daemon, as `traced` does, starts a data source only in producers
+/// that registered it, so these record nothing (unless a producer registering that name connects
+/// during the session); the rest of the config records as asked.
+fn warn_unoffered(session: &tachyon_service::SessionConfig) {
+    let mut named: Vec<&str> = Vec::new();
+    for ds in &session.data_sources {
+        let name = ds.name.as_str();
+        if name == SDK_DATA_SOURCE
+            || tachyon_traced::is_builtin_data_source(name)
+            || named.contains(&name)
+        {
+            continue;
+        }
+        named.push(name);
+        eprintln!(
+            "tachyon record: warning: data source \"{name}\": no Tachyon producer offers it, so \
+             it records nothing (the daemon offers linux.process_stats and linux.sys_stats, \
+             programs built with Tachyon offer {SDK_DATA_SOURCE})"
+        );
+    }
 }
 
 /// The exit code that passes a program's status on, as a shell does: its code, or 128 plus

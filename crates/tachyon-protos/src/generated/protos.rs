@@ -18185,7 +18185,8 @@ pub mod perfetto {
         /// Not modelled: every other member of the `data` oneof (ftrace, Android,
         /// Chrome, GPU, profiling packets, ...), whose numbers stay taken. Perfetto
         /// also declares extension ranges (1000-1999 and several single numbers);
-        /// Tachyon uses no extensions, so none are declared here.
+        /// Tachyon declares none, and uses one number of the range itself
+        /// (tachyon_packets_dropped, below).
         ///
         /// Writer of `perfetto.protos.TracePacket`: each setter appends one field to the message
         /// being written.
@@ -18261,6 +18262,8 @@ pub mod perfetto {
             pub const FIRST_PACKET_ON_SEQUENCE_FIELD_NUMBER: u32 = 87;
             /// The field number of `machine_id`.
             pub const MACHINE_ID_FIELD_NUMBER: u32 = 98;
+            /// The field number of `tachyon_packets_dropped`.
+            pub const TACHYON_PACKETS_DROPPED_FIELD_NUMBER: u32 = 1900;
 
             /// The message being written, for what the setters do not cover (e.g. fields already
             /// encoded).
@@ -18582,6 +18585,20 @@ pub mod perfetto {
             pub fn set_machine_id(&mut self, v: u32) {
                 self.0.append_uint32(98, v);
             }
+
+            /// Tachyon's extension (a number in Perfetto's TracePacket extension range,
+            /// 1000-1999; Perfetto's tools skip it): written by a Tachyon trace writer
+            /// on the packet that carries previous_packet_dropped after its shared
+            /// memory buffer was full, the number of packets it dropped since the last
+            /// packet that reached the buffer, as the writer counted them (so a claim of
+            /// the producer, like previous_packet_dropped). Tachyon's trace processor
+            /// sums it per sequence and per buffer (`tachyon stats`).
+            ///
+            /// Writes `optional uint64 tachyon_packets_dropped = 1900`.
+            #[inline(always)]
+            pub fn set_tachyon_packets_dropped(&mut self, v: u64) {
+                self.0.append_uint64(1900, v);
+            }
         }
 
         /// The unit of a trace. Every Tachyon writer emits a sequence of these (one
@@ -18601,7 +18618,8 @@ pub mod perfetto {
         /// Not modelled: every other member of the `data` oneof (ftrace, Android,
         /// Chrome, GPU, profiling packets, ...), whose numbers stay taken. Perfetto
         /// also declares extension ranges (1000-1999 and several single numbers);
-        /// Tachyon uses no extensions, so none are declared here.
+        /// Tachyon declares none, and uses one number of the range itself
+        /// (tachyon_packets_dropped, below).
         ///
         /// A zero-copy view of an encoded `perfetto.protos.TracePacket`: its fields are indexed
         /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
@@ -18612,7 +18630,7 @@ pub mod perfetto {
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct TracePacketView<'a> {
-            d: ::protozero::TypedDecoder<'a, 28>,
+            d: ::protozero::TypedDecoder<'a, 29>,
         }
 
         impl<'a> TracePacketView<'a> {
@@ -18661,6 +18679,7 @@ pub mod perfetto {
                     42 => ::core::option::Option::Some(25),
                     87 => ::core::option::Option::Some(26),
                     98 => ::core::option::Option::Some(27),
+                    1900 => ::core::option::Option::Some(28),
                     _ => ::core::option::Option::None,
                 }
             }
@@ -19177,6 +19196,27 @@ pub mod perfetto {
             #[inline]
             pub fn has_machine_id(&self) -> bool {
                 ::protozero::gen_support::has_varint(&self.d, 27)
+            }
+
+            /// Tachyon's extension (a number in Perfetto's TracePacket extension range,
+            /// 1000-1999; Perfetto's tools skip it): written by a Tachyon trace writer
+            /// on the packet that carries previous_packet_dropped after its shared
+            /// memory buffer was full, the number of packets it dropped since the last
+            /// packet that reached the buffer, as the writer counted them (so a claim of
+            /// the producer, like previous_packet_dropped). Tachyon's trace processor
+            /// sums it per sequence and per buffer (`tachyon stats`).
+            ///
+            /// The last occurrence, or the default, of `optional uint64 tachyon_packets_dropped =
+            /// 1900`.
+            #[inline]
+            pub fn tachyon_packets_dropped(&self) -> u64 {
+                ::protozero::gen_support::uint64(&self.d, 28, 0)
+            }
+
+            /// Whether `tachyon_packets_dropped` (field 1900) occurs with the right wire type.
+            #[inline]
+            pub fn has_tachyon_packets_dropped(&self) -> bool {
+                ::protozero::gen_support::has_varint(&self.d, 28)
             }
         }
 

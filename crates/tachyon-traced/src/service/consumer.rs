@@ -5,7 +5,8 @@
 //! config is bounded before anything is allocated for it.
 
 use std::os::fd::OwnedFd;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Sender};
 use std::sync::Arc;
 
 use tachyon_ipc::conn::FrameSender;
@@ -19,10 +20,30 @@ use crate::wire;
 /// The service id of `ConsumerPort` on the consumer socket.
 const SERVICE_ID: u32 = 1;
 
+/// Bytes of replies a consumer may leave unread before `ReadBuffers` stops taking data out of
+/// its session's buffers for it: what a slow consumer has not read yet waits in the central
+/// buffer (where an overwrite is counted) rather than in daemon memory without bound.
+const CONSUMER_BACKLOG_LIMIT: usize = 64 << 20;
+
+/// What the service thread and a consumer's sender thread share.
+#[derive(Debug, Default)]
+struct Backlog {
+    /// Bytes queued and not written to the socket yet.
+    bytes: AtomicUsize,
+    /// A write timed out: the consumer did not read (the socket is shut down after it).
+    timed_out: AtomicBool,
+}
+
 /// One consumer connection.
 #[derive(Debug)]
 pub(super) struct Consumer {
     tx: FrameSender,
+    /// Frames for the consumer's sender thread (`tachyon-consumer-tx`), which writes them in
+    /// order: the service thread never waits for a consumer to read (a `ReadBuffers` reply can
+    /// be tens of MiB), so producers' commits keep flowing meanwhile.
+    out: Option<Sender<Vec<u8>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    backlog: Arc<Backlog>,
     pub(super) shared: Arc<ConnShared>,
     bound: bool,
     /// Its session, from `EnableTracing` until `FreeBuffers`.
@@ -31,18 +52,80 @@ pub(super) struct Consumer {
 
 impl Consumer {
     pub(super) fn new(tx: FrameSender, shared: Arc<ConnShared>) -> Self {
+        let backlog = Arc::new(Backlog::default());
+        let (out, frames) = mpsc::channel::<Vec<u8>>();
+        let writer = tx.clone();
+        let b = Arc::clone(&backlog);
+        let spawned = std::thread::Builder::new()
+            .name("tachyon-consumer-tx".into())
+            .spawn(move || {
+                for frame in frames {
+                    let sent = writer.send(&frame, None);
+                    b.bytes.fetch_sub(frame.len(), Ordering::AcqRel);
+                    if let Err(e) = sent {
+                        if e.kind() == std::io::ErrorKind::TimedOut {
+                            b.timed_out.store(true, Ordering::Release);
+                        }
+                        break;
+                    }
+                }
+                // Failed, or closed by the service once everything queued was written: the
+                // reader then sees the end of the stream (and the service forgets the
+                // connection if it has not already).
+                writer.shutdown();
+            });
+        let (out, thread) = match spawned {
+            Ok(t) => (Some(out), Some(t)),
+            // Without a thread, sends fail and the connection is dropped.
+            Err(_) => (None, None),
+        };
         Consumer {
             tx,
+            out,
+            thread,
+            backlog,
             shared,
             bound: false,
             session: None,
         }
     }
 
-    /// Closes the socket and stops the reader.
-    pub(super) fn close(&self) {
+    /// Queues a frame for the sender thread; false if it is gone (the connection failed).
+    fn send(&self, frame: &[u8]) -> bool {
+        let Some(out) = &self.out else {
+            return false;
+        };
+        self.backlog.bytes.fetch_add(frame.len(), Ordering::AcqRel);
+        out.send(frame.to_vec()).is_ok()
+    }
+
+    /// Whether the consumer left so much unread that `ReadBuffers` should wait.
+    fn backlogged(&self) -> bool {
+        self.backlog.bytes.load(Ordering::Acquire) > CONSUMER_BACKLOG_LIMIT
+    }
+
+    /// Whether its connection ended because it did not read within the write timeout.
+    pub(super) fn timed_out(&self) -> bool {
+        self.backlog.timed_out.load(Ordering::Acquire)
+    }
+
+    /// Closes the connection: the sender thread writes what is queued (each write bounded by
+    /// the write timeout), then shuts the socket down, which stops the reader.
+    pub(super) fn close(&mut self) {
         self.shared.closed.store(true, Ordering::Release);
-        self.tx.shutdown();
+        self.out = None;
+        if self.thread.is_none() {
+            self.tx.shutdown();
+        }
+    }
+
+    /// [`close`](Self::close), then waits until what was queued is written (daemon shutdown:
+    /// the last replies, e.g. an error for a session the shutdown ended, reach the consumer).
+    pub(super) fn close_and_wait(mut self) {
+        self.close();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }
 
@@ -170,6 +253,13 @@ impl Service {
             self.send_to_consumer(conn, &method_reply(request_id, false, false, &[]));
             return;
         };
+        let backlogged = self.consumers.get(&conn).is_some_and(Consumer::backlogged);
+        if backlogged {
+            // What it has not read yet is enough: the rest stays in the buffers for its next
+            // read (an empty answer now, so it comes back).
+            self.send_to_consumer(conn, &method_reply(request_id, true, false, &[]));
+            return;
+        }
         if s.state != State::Ended {
             s.core.set_service_wide_stats(wide);
             if let Err(e) = s.core.drain(false) {
@@ -198,12 +288,11 @@ impl Service {
         let Some(c) = self.consumers.get(&conn) else {
             return false;
         };
-        match c.tx.send(frame, None) {
-            Ok(()) => true,
-            Err(e) => {
-                self.send_failed(conn, &e);
-                false
-            }
+        if c.send(frame) {
+            return true;
         }
+        let e = std::io::Error::from(std::io::ErrorKind::BrokenPipe);
+        self.send_failed(conn, &e);
+        false
     }
 }

@@ -285,7 +285,10 @@ impl Service {
             self.stats.producers_connected -= 1;
             self.stats.data_sources_registered -= p.data_sources.len() as u32;
             self.detach_producer(conn, &p);
-        } else if let Some(c) = self.consumers.remove(&conn) {
+        } else if let Some(mut c) = self.consumers.remove(&conn) {
+            if c.timed_out() {
+                self.stats.slow_peers_disconnected += 1;
+            }
             c.close();
             self.stats.consumers_connected -= 1;
             if let Some(sid) = c.session {
@@ -402,7 +405,7 @@ impl Service {
             p.close();
         }
         for (_, c) in self.consumers.drain() {
-            c.close();
+            c.close_and_wait();
         }
         self.stats.producers_connected = 0;
         self.stats.consumers_connected = 0;

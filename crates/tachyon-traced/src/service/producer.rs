@@ -69,9 +69,12 @@ pub(super) struct Producer {
     /// Writer id → global target buffer, from `RegisterTraceWriter` (for scraping writers that
     /// never committed). At most one entry per writer id (32767).
     pub(super) writer_buffers: HashMap<u16, u16>,
-    /// Was ever a member of two sessions at once: a writer that never committed and was never
-    /// registered cannot be attributed to a session any more, so it is not scraped.
-    pub(super) shared_between_sessions: bool,
+    /// Its SMB may hold chunks of more than one session: it was a member of two sessions at
+    /// once, or it joined a session while its SMB still held chunks (left by an earlier
+    /// session, say one freed before the producer committed them). A writer that never
+    /// committed and was never registered cannot be attributed to a session any more, so it
+    /// is not scraped.
+    pub(super) ambiguous_writers: bool,
     /// The `GetAsyncCommand` request the commands answer.
     command_stream: Option<u64>,
     /// Commands waiting for the stream to open.
@@ -95,7 +98,7 @@ impl Producer {
             scraping: true,
             data_sources: Vec::new(),
             writer_buffers: HashMap::new(),
-            shared_between_sessions: false,
+            ambiguous_writers: false,
             command_stream: None,
             queued: VecDeque::new(),
         }
@@ -111,6 +114,20 @@ impl Producer {
     pub(super) fn service_view(&self) -> Option<ServiceView<'_>> {
         let (_, page) = self.smb_spec?;
         self.smb.as_ref()?.service_view(page).ok()
+    }
+
+    /// Whether its SMB holds a chunk a writer took (being written, or complete and not yet
+    /// read): what a scrape would copy.
+    pub(super) fn smb_holds_chunks(&self) -> bool {
+        let Some(view) = self.service_view() else {
+            return false;
+        };
+        (0..view.num_pages()).any(|page| {
+            view.page_layout(page).is_ok_and(|layout| {
+                (0..layout.num_chunks())
+                    .any(|chunk| !matches!(view.scrape_chunk(page, chunk), Ok(None)))
+            })
+        })
     }
 
     pub(super) fn descriptor(&self, name: &str) -> Option<&Descriptor> {

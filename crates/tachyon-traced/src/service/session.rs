@@ -18,8 +18,9 @@
 //!
 //! Scraping a producer that writes to several sessions is ambiguous for writers that never
 //! committed (a chunk header does not name its buffer): such chunks are left alone (see
-//! [`ServiceCore::scrape_with`]); a producer in one session has them scraped into the target
-//! buffer of its data source.
+//! [`ServiceCore::scrape_with`]); a producer in one session, whose SMB held no chunk when it
+//! joined (none left from an earlier session), has them scraped into the target buffer of its
+//! data source.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs::File;
@@ -406,7 +407,9 @@ impl Service {
                 if !session.members.contains_key(&who) {
                     let member = session.core.add_producer(identity);
                     session.members.insert(who, member);
-                    p.shared_between_sessions |= elsewhere;
+                    // Chunks already in its SMB are another session's: its writers that
+                    // never commit cannot be told apart from them.
+                    p.ambiguous_writers |= elsewhere || p.smb_holds_chunks();
                 }
                 session.instances.push(instance);
                 *next_instance += 1;
@@ -827,8 +830,9 @@ impl Service {
 }
 
 /// Scrapes producer `conn`'s SMB into session `sid` (as its member `pid`). A writer that never
-/// committed goes where `RegisterTraceWriter` said, or, for a producer that never served two
-/// sessions at once, to the buffer of its data source in this session; else it is left alone.
+/// committed goes where `RegisterTraceWriter` said, or, for a producer whose SMB never held two
+/// sessions' chunks (`Producer::ambiguous_writers`), to the buffer of its data source in this
+/// session; else it is left alone.
 fn scrape_into(
     sessions: &mut BTreeMap<SessionId, Session>,
     buffer_map: &HashMap<u16, (SessionId, u16)>,
@@ -847,7 +851,7 @@ fn scrape_into(
     let Some(session) = sessions.get_mut(&sid) else {
         return;
     };
-    let fallback = if p.shared_between_sessions {
+    let fallback = if p.ambiguous_writers {
         None
     } else {
         session

@@ -37,6 +37,7 @@ mod categories;
 mod encode;
 pub mod frame;
 pub(crate) mod global;
+pub mod integration;
 mod macros;
 pub mod message;
 mod plot;

@@ -1226,6 +1226,17 @@ impl EventContext<'_, '_> {
         self.next_arg += 1;
     }
 
+    /// The argument at `index` in the callsite's argument names (for callers whose values come
+    /// in any order or with gaps, such as `tracing`'s fields); an index past them is ignored.
+    #[inline]
+    pub fn arg_at<V: super::ArgValue + ?Sized>(&mut self, index: usize, value: &V) {
+        if (index as u64) < self.arg_count {
+            let mut a = self.event.add_debug_annotations();
+            a.set_name_iid(self.arg_base + index as u64);
+            value.write_arg(&mut a);
+        }
+    }
+
     /// Links this event to the flow (`flow_ids`): the flow's arrow runs through it.
     #[inline]
     pub fn flow(&mut self, flow: super::Flow) {

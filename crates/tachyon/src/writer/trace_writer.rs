@@ -235,6 +235,8 @@ struct ChunkDelegate {
     policy: BufferExhaustedPolicy,
     scratch: Scratch,
     patches: PatchList,
+    /// `stats.packets_dropped` when a packet last reported drops (`tachyon_packets_dropped`).
+    dropped_reported: u64,
 }
 
 // SAFETY: the raw pointers point into memory this delegate owns exclusively: the chunk it holds
@@ -939,6 +941,7 @@ impl TraceWriter {
             scratch,
             patches: PatchList::new(),
             stats: WriterStats::default(),
+            dropped_reported: 0,
             arbiter,
         };
         // SAFETY: `start` is an empty range (no byte to write) at the start of the delegate's
@@ -1286,12 +1289,21 @@ impl TraceWriter {
         if dropped {
             core.flags.set(Flags::REPORT_DROP, false);
         }
+        // How many: every packet dropped since the last report (the service only sees that
+        // some were, a sentinel per episode at most).
+        let lost = core.stats.packets_dropped - core.dropped_reported;
+        if dropped {
+            core.dropped_reported = core.stats.packets_dropped;
+        }
         let mut packet = TracePacket::from_message(self.stream.root_message());
         if first {
             packet.set_first_packet_on_sequence(true);
         }
         if dropped {
             packet.set_previous_packet_dropped(PREVIOUS_PACKET_DROPPED_SMB_FULL);
+            if lost > 0 {
+                packet.set_tachyon_packets_dropped(lost);
+            }
         }
     }
 

@@ -31,6 +31,8 @@ pub const SEED_FIELD: u32 = 5000;
 const PREVIOUS_PACKET_DROPPED: u32 = 42;
 const FIRST_PACKET_ON_SEQUENCE: u32 = 87;
 const TIMESTAMP: u32 = 8;
+/// `tachyon_packets_dropped`: how many, on the packet after drops.
+const TACHYON_PACKETS_DROPPED: u32 = 1900;
 
 // === packet contents ===
 
@@ -196,8 +198,13 @@ pub fn check_packet(
             dropped, PREVIOUS_PACKET_DROPPED_SMB_FULL,
             "packet {seq} after drops"
         );
+        assert!(
+            view.tachyon_packets_dropped() > 0,
+            "packet {seq} after drops says how many"
+        );
     } else {
         assert_eq!(dropped, 0, "packet {seq}: no drop before it");
+        assert_eq!(view.tachyon_packets_dropped(), 0, "packet {seq}");
     }
     // The marks come first, then timestamp, seed and the generated fields.
     let mut d = ProtoDecoder::new(bytes);
@@ -205,7 +212,7 @@ pub fn check_packet(
     for field in d.by_ref() {
         let field = field.expect("well-formed");
         match field.id() {
-            FIRST_PACKET_ON_SEQUENCE | PREVIOUS_PACKET_DROPPED => {}
+            FIRST_PACKET_ON_SEQUENCE | PREVIOUS_PACKET_DROPPED | TACHYON_PACKETS_DROPPED => {}
             TIMESTAMP => {}
             SEED_FIELD => break,
             other => panic!("packet {seq}: unexpected field {other} before the seed"),
