@@ -103,6 +103,8 @@ pub(crate) enum EventKind {
     SystemCounter,
     /// A CPU sample; `data` indexes the pending samples of `crate::profile`.
     PerfSample,
+    /// A log message (`android_logs`, `logs.rs`); `data` indexes `Importer::arena_logs`.
+    Log,
     /// Flow events (`data` is the flow id), each bound to the slice open on its track: a flow
     /// starts there (`FlowOut`: legacy phase `s`, `bind_id` with `FLOW_OUT`), passes through
     /// (`FlowStep`: phase `t`, `FLOW_INOUT`), arrives and stays open (`FlowIn`: `FLOW_IN`),
@@ -217,6 +219,7 @@ struct Sequence {
     annotation_names: FxHashMap<u64, StrId>,
     annotation_strings: FxHashMap<u64, StrId>,
     source_locations: FxHashMap<u64, (StrId, StrId, u32)>,
+    log_bodies: FxHashMap<u64, StrId>,
     counter_values: FxHashMap<u64, f64>,
     /// The (pid, tid) of the sequence's legacy ThreadDescriptor.
     legacy_thread: Option<(Option<i64>, i64)>,
@@ -245,6 +248,7 @@ impl Sequence {
         self.annotation_names.clear();
         self.annotation_strings.clear();
         self.source_locations.clear();
+        self.log_bodies.clear();
         self.counter_values.clear();
         self.profile.clear();
     }
@@ -267,6 +271,7 @@ pub(crate) struct Importer {
     pub(crate) sorter: Sorter,
     pub(crate) arena_args: Vec<PendingArg>,
     pub(crate) arena_flows: Vec<u64>,
+    pub(crate) arena_logs: Vec<crate::logs::PendingLog>,
     pub(crate) aux: Vec<Aux>,
     /// Targets of legacy events: (pid, tid, scope), scope one of `LEGACY_SCOPE_*`.
     pub(crate) legacy_threads: Vec<(Option<i64>, i64, u8)>,
@@ -309,6 +314,7 @@ impl Importer {
             sorter: Sorter::new(sort),
             arena_args: Vec::new(),
             arena_flows: Vec::new(),
+            arena_logs: Vec::new(),
             aux: Vec::new(),
             legacy_threads: Vec::new(),
             legacy_thread_ids: FxHashMap::default(),
@@ -763,8 +769,14 @@ impl Importer {
             let func = self.st.strings.intern_bytes(e.function_name_bytes());
             locs.push((e.iid(), (file, func, e.line_number())));
         }
+        let mut bodies = Vec::new();
+        for e in d.log_message_body() {
+            let e = e.map_err(drop)?;
+            bodies.push((e.iid(), self.st.strings.intern_bytes(e.body_bytes())));
+        }
         let seq = self.seqs.get_mut(&seq_id).expect("sequence exists");
         crate::profile::ingest_interned(&mut seq.profile, &d, &mut self.st.strings)?;
+        seq.log_bodies.extend(bodies);
         seq.names.extend(names);
         seq.categories.extend(cats);
         seq.annotation_names.extend(ann);
@@ -1435,7 +1447,7 @@ impl Importer {
                     data = u64::from(c) + 1;
                 }
             }
-            out.push(Event {
+            let event = Event {
                 ts,
                 track,
                 data,
@@ -1448,12 +1460,24 @@ impl Importer {
                 nterm,
                 kind,
                 legacy_thread,
-            });
+            };
+            out.push(event);
             if let Some((flow_kind, id)) = bound_flow {
                 // After its slice (the sort is stable), so the slice encloses it.
                 let mut flow = Event::bare(flow_kind, ts, track, id);
                 flow.legacy_thread = legacy_thread;
                 out.push(flow);
+            }
+            if ev.has_log_message() {
+                // As Perfetto: an unresolved body or location is an interning miss and a
+                // parser error, and no row.
+                match self.log_message(seq_id, ev) {
+                    Some(log) => self.push_log(&event, log, out),
+                    None => {
+                        interned_misses += 1;
+                        self.st.stats.inc(Stat::track_event_parser_errors);
+                    }
+                }
             }
         }
         if interned_misses > 0 {
@@ -1461,6 +1485,36 @@ impl Importer {
                 .stats
                 .add(Stat::interned_data_tokenizer_errors, interned_misses);
         }
+    }
+
+    /// A track event's `log_message`: its priority, `file:line` tag and body; `None` when its
+    /// body or source location is not interned on the sequence.
+    fn log_message(
+        &mut self,
+        seq_id: u32,
+        ev: &TrackEventView<'_>,
+    ) -> Option<crate::logs::PendingLog> {
+        let m = ev.log_message().ok()?;
+        let seq = &self.seqs[&seq_id];
+        let msg = *seq.log_bodies.get(&m.body_iid())?;
+        let loc = if m.has_source_location_iid() {
+            Some(*seq.source_locations.get(&m.source_location_iid())?)
+        } else {
+            None
+        };
+        let tag = match loc {
+            Some((file, _, line)) => {
+                let t = format!("{}:{line}", self.st.strings.get(file));
+                self.st.strings.intern(&t)
+            }
+            None => NONE,
+        };
+        let prio = if m.has_prio() {
+            m.prio_raw().clamp(0, 7) as u32
+        } else {
+            crate::logs::PRIO_INFO
+        };
+        Some(crate::logs::PendingLog { prio, tag, msg })
     }
 
     fn extra_counters(

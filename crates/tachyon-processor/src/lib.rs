@@ -52,8 +52,11 @@
 mod clock;
 mod db;
 mod error;
+mod frames;
 mod heap;
 mod import;
+mod locks;
+mod logs;
 mod parse;
 mod processor;
 mod profile;
@@ -66,7 +69,10 @@ mod system;
 mod zones;
 
 pub use error::Error;
+pub use frames::FrameStats;
 pub use heap::{HeapReport, HeapSite};
+pub use locks::LockStats;
+pub use logs::{priority_name, MessageStats};
 pub use processor::{
     is_complete_statement, Options, Progress, QueryResult, SortMode, StatRow, TraceProcessor, Value,
 };

@@ -133,6 +133,10 @@ impl Importer {
             EventKind::PerfSample => {
                 crate::profile::apply_perf_sample(&mut self.st, ev.ts, ev.data)
             }
+            EventKind::Log => {
+                let track = self.event_track(ev, NONE);
+                self.apply_log(ev, track);
+            }
             EventKind::Counter => {
                 if let Some(track) = self.event_track(ev, NONE) {
                     self.st.counters.push(crate::storage::CounterRow {
@@ -433,6 +437,7 @@ impl Importer {
         // The arenas were only needed until every event was parsed.
         self.arena_args = Vec::new();
         self.arena_flows = Vec::new();
+        self.arena_logs = Vec::new();
     }
 
     // === Tracks ===

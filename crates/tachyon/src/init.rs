@@ -52,6 +52,7 @@
 //! | `TACHYON_CALLSTACK` | call-stack depth on every zone and instant (0–64) | 0 (off) |
 //! | `TACHYON_SAMPLING_HZ` | CPU samples per second, with stacks (in-process) | 0 (off) |
 //! | `TACHYON_SYMBOLIZE` | `0`: no symbolization at the end (feature `symbolize`) | on |
+//! | `TACHYON_CPU_USAGE` | `1`: CPU usage plots every 100 ms ([`Config::cpu_usage`]) | off |
 //!
 //! Setting any of the live-capture variables selects the capture backend (see
 //! [`Config::listen`]); it wins over system mode.
@@ -135,6 +136,10 @@ pub struct Config {
     /// recorded (function, file, line) from this process's binaries and append the symbols to
     /// the trace (`TACHYON_SYMBOLIZE=0`: leave that to `tachyon symbolize`). On by default.
     pub symbolize: bool,
+    /// Tracy's CPU usage plots: the process's and the whole system's CPU use, sampled from
+    /// `/proc` every 100 ms by a `tachyon-cpu` thread (its own packet sequence) while the
+    /// session runs (`TACHYON_CPU_USAGE`).
+    pub cpu_usage: bool,
 }
 
 impl Default for Config {
@@ -162,6 +167,7 @@ impl Default for Config {
             callstack_depth: 0,
             sampling_hz: 0,
             symbolize: true,
+            cpu_usage: false,
         }
     }
 }
@@ -290,6 +296,9 @@ impl Config {
         }
         if let Some(v) = var("TACHYON_SYMBOLIZE") {
             c.symbolize = parse_flag("TACHYON_SYMBOLIZE", &v)?;
+        }
+        if let Some(v) = var("TACHYON_CPU_USAGE") {
+            c.cpu_usage = parse_flag("TACHYON_CPU_USAGE", &v)?;
         }
         if let Some(v) = var("TACHYON_STREAM") {
             c.stream = parse_flag("TACHYON_STREAM", &v)?;
@@ -660,6 +669,8 @@ fn start_inner(config: Config, at_exit: bool) -> io::Result<()> {
         Backend::Capture(server) => Some(server.waiter()),
         _ => None,
     };
+    // The CPU usage plots and the program's information (`cpu_usage.rs`).
+    crate::cpu_usage::session_started(config.cpu_usage);
     *slot = Some(Active {
         backend,
         output: config.output.clone(),

@@ -51,12 +51,16 @@
 
 pub mod alloc;
 pub mod backend;
-mod capture;
 pub mod callstack;
+mod capture;
 pub mod clock;
+mod cpu_usage;
 mod init;
+#[cfg(feature = "log-bridge")]
+pub mod log_bridge;
 pub mod sampling;
 mod session;
+pub mod sync;
 mod system;
 mod track_event;
 mod writer;
@@ -68,11 +72,15 @@ pub use init::{init, is_active, shutdown, start, Backend, Config, ConfigError, R
 pub use tachyon_macros::instrument;
 pub use tachyon_service::FillPolicy;
 pub use track_event::integration;
+#[doc(hidden)]
+pub use track_event::message as __message;
+pub use track_event::message::MAX_MESSAGE_LEN;
 pub use track_event::{
     __rt, set_process_name, set_thread_name, ArgValue, Callsite, CallsiteKind, CategoryFilter,
     CounterSample, CounterTrack, CounterValue, Enabled, EventContext, Flow, Track, TrackSlice,
     Unit, ZoneGuard, COMPILED_IN,
 };
+pub use track_event::{frame, set_thread_name_with_hint, Level, Plot, PlotKind};
 
 // Types that appear in `Config` and `Report`; the rest of the writer API is in `backend`.
 pub use backend::{ArbiterStats, BufferExhaustedPolicy, SystemReport};

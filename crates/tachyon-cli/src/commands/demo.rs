@@ -44,6 +44,8 @@ fn parse_seconds(s: &str) -> Result<f64, String> {
 pub(crate) fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let config = tachyon::Config {
         output: Some(args.out.clone()),
+        // Tracy's CPU usage plots (issue 16).
+        cpu_usage: true,
         // The message names the variable; ConfigError's Display would add a second "tachyon:".
         ..tachyon::Config::from_env().map_err(|e| e.0)?
     };

@@ -5,10 +5,16 @@ use std::path::PathBuf;
 use tachyon_processor::{QueryResult, Value, ZoneStats};
 
 use crate::load::{load, Sort};
+
+/// Locks, frames, messages, program info (`stats/tracy.rs`).
+mod tracy;
 use crate::output::{render, Format};
 
 /// Per zone name: count, total, self, mean, min, median, p99 and max time, sorted by total;
-/// then every data_loss or error in the `stats` table, or "no data lost".
+/// then, when the trace has them, the program's information, locks (acquisitions, contention,
+/// waits, holds, the threads that waited most), frames (count, frame times, FPS) and messages
+/// (per level, the warnings and errors); then every data_loss or error in the `stats` table,
+/// or "no data lost".
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
     /// The trace file (Perfetto protobuf, optionally gzip-compressed).
@@ -39,6 +45,7 @@ pub(crate) fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         crate::commands::profile::print_samples(&tp)?;
         println!();
     }
+    tracy::print(&tp)?;
     let loss = tp.data_loss()?;
     if loss.is_empty() {
         println!("Data loss: no data lost");

@@ -28,6 +28,7 @@
 // source: perfetto/trace/track_event/chrome_process_descriptor.proto
 // source: perfetto/trace/track_event/counter_descriptor.proto
 // source: perfetto/trace/track_event/debug_annotation.proto
+// source: perfetto/trace/track_event/log_message.proto
 // source: perfetto/trace/track_event/process_descriptor.proto
 // source: perfetto/trace/track_event/range_of_interest.proto
 // source: perfetto/trace/track_event/source_location.proto
@@ -13247,9 +13248,8 @@ pub mod perfetto {
         /// it by iid. Each field is its own index; iids are non-zero and valid only
         /// on one sequence until the next SEQ_INCREMENTAL_STATE_CLEARED packet.
         ///
-        /// Not modelled (numbers taken upstream, do not reuse): log_message_body 20,
-        /// vulkan_memory_keys 22, graphics_contexts 23, gpu_specifications 24,
-        /// histogram_names 25, kernel_symbols 26, packet_context 30, the V8 entries
+        /// Not modelled (numbers taken upstream, do not reuse): vulkan_memory_keys 22,
+        /// graphics_contexts 23, gpu_specifications 24, histogram_names 25, kernel_symbols 26, packet_context 30, the V8 entries
         /// 31..35, protolog 36..37, viewcapture 38..41, app_wakelock_info 42,
         /// android_job_name 44.
         ///
@@ -13283,6 +13283,8 @@ pub mod perfetto {
             pub const SOURCE_LOCATIONS_FIELD_NUMBER: u32 = 4;
             /// The field number of `unsymbolized_source_locations`.
             pub const UNSYMBOLIZED_SOURCE_LOCATIONS_FIELD_NUMBER: u32 = 28;
+            /// The field number of `log_message_body`.
+            pub const LOG_MESSAGE_BODY_FIELD_NUMBER: u32 = 20;
             /// The field number of `debug_annotation_string_values`.
             pub const DEBUG_ANNOTATION_STRING_VALUES_FIELD_NUMBER: u32 = 29;
             /// The field number of `correlation_id_str`.
@@ -13375,6 +13377,18 @@ pub mod perfetto {
             #[inline(always)]
             pub fn add_unsymbolized_source_locations(&mut self) -> UnsymbolizedSourceLocation<'_> {
                 ::protozero::MessageWriter::from_message(self.0.begin_nested(28))
+            }
+
+            /// LogMessage.body_iid.
+            ///
+            /// Begins one element of `repeated perfetto.protos.LogMessageBody log_message_body =
+            /// 20`.
+            ///
+            /// Fill in the returned writer; it ends (and its size is written) when it is dropped,
+            /// before this message can be written again.
+            #[inline(always)]
+            pub fn add_log_message_body(&mut self) -> LogMessageBody<'_> {
+                ::protozero::MessageWriter::from_message(self.0.begin_nested(20))
             }
 
             /// DebugAnnotation.string_value_iid.
@@ -13485,9 +13499,8 @@ pub mod perfetto {
         /// it by iid. Each field is its own index; iids are non-zero and valid only
         /// on one sequence until the next SEQ_INCREMENTAL_STATE_CLEARED packet.
         ///
-        /// Not modelled (numbers taken upstream, do not reuse): log_message_body 20,
-        /// vulkan_memory_keys 22, graphics_contexts 23, gpu_specifications 24,
-        /// histogram_names 25, kernel_symbols 26, packet_context 30, the V8 entries
+        /// Not modelled (numbers taken upstream, do not reuse): vulkan_memory_keys 22,
+        /// graphics_contexts 23, gpu_specifications 24, histogram_names 25, kernel_symbols 26, packet_context 30, the V8 entries
         /// 31..35, protolog 36..37, viewcapture 38..41, app_wakelock_info 42,
         /// android_job_name 44.
         ///
@@ -13500,7 +13513,7 @@ pub mod perfetto {
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct InternedDataView<'a> {
-            d: ::protozero::TypedDecoder<'a, 15>,
+            d: ::protozero::TypedDecoder<'a, 16>,
         }
 
         impl<'a> InternedDataView<'a> {
@@ -13526,12 +13539,14 @@ pub mod perfetto {
                     1..=3 => ::core::option::Option::Some(id as usize - 1),
                     27 => ::core::option::Option::Some(3),
                     4 => ::core::option::Option::Some(4),
-                    28..=29 => ::core::option::Option::Some(id as usize - 23),
-                    43 => ::core::option::Option::Some(7),
-                    16..=18 => ::core::option::Option::Some(id as usize - 8),
-                    5 => ::core::option::Option::Some(11),
-                    19 => ::core::option::Option::Some(12),
-                    6..=7 => ::core::option::Option::Some(id as usize + 7),
+                    28 => ::core::option::Option::Some(5),
+                    20 => ::core::option::Option::Some(6),
+                    29 => ::core::option::Option::Some(7),
+                    43 => ::core::option::Option::Some(8),
+                    16..=18 => ::core::option::Option::Some(id as usize - 7),
+                    5 => ::core::option::Option::Some(12),
+                    19 => ::core::option::Option::Some(13),
+                    6..=7 => ::core::option::Option::Some(id as usize + 8),
                     _ => ::core::option::Option::None,
                 }
             }
@@ -13585,13 +13600,21 @@ pub mod perfetto {
                 ::protozero::gen_support::repeated_bytes(&self.d, 5).map(UnsymbolizedSourceLocationView::decode)
             }
 
+            /// LogMessage.body_iid.
+            ///
+            /// The elements of `repeated perfetto.protos.LogMessageBody log_message_body = 20`.
+            #[inline]
+            pub fn log_message_body(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<LogMessageBodyView<'a>, ::protozero::DecodeError>> + use<'a> {
+                ::protozero::gen_support::repeated_bytes(&self.d, 6).map(LogMessageBodyView::decode)
+            }
+
             /// DebugAnnotation.string_value_iid.
             ///
             /// The elements of `repeated perfetto.protos.InternedString
             /// debug_annotation_string_values = 29`.
             #[inline]
             pub fn debug_annotation_string_values(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<InternedStringView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 6).map(InternedStringView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 7).map(InternedStringView::decode)
             }
 
             /// TrackEvent.correlation_id_str_iid.
@@ -13599,7 +13622,7 @@ pub mod perfetto {
             /// The elements of `repeated perfetto.protos.InternedString correlation_id_str = 43`.
             #[inline]
             pub fn correlation_id_str(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<InternedStringView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 7).map(InternedStringView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 8).map(InternedStringView::decode)
             }
 
             /// Build ids of executables (Mapping.build_id).
@@ -13607,7 +13630,7 @@ pub mod perfetto {
             /// The elements of `repeated perfetto.protos.InternedString build_ids = 16`.
             #[inline]
             pub fn build_ids(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<InternedStringView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 8).map(InternedStringView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 9).map(InternedStringView::decode)
             }
 
             /// Path components of executables (Mapping.path_string_ids).
@@ -13615,7 +13638,7 @@ pub mod perfetto {
             /// The elements of `repeated perfetto.protos.InternedString mapping_paths = 17`.
             #[inline]
             pub fn mapping_paths(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<InternedStringView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 9).map(InternedStringView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 10).map(InternedStringView::decode)
             }
 
             /// Source file paths (Frame.source_path_iid).
@@ -13623,7 +13646,7 @@ pub mod perfetto {
             /// The elements of `repeated perfetto.protos.InternedString source_paths = 18`.
             #[inline]
             pub fn source_paths(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<InternedStringView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 10).map(InternedStringView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 11).map(InternedStringView::decode)
             }
 
             /// Function names (Frame.function_name_id).
@@ -13631,7 +13654,7 @@ pub mod perfetto {
             /// The elements of `repeated perfetto.protos.InternedString function_names = 5`.
             #[inline]
             pub fn function_names(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<InternedStringView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 11).map(InternedStringView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 12).map(InternedStringView::decode)
             }
 
             /// Executable mappings (Frame.mapping_id).
@@ -13639,7 +13662,7 @@ pub mod perfetto {
             /// The elements of `repeated perfetto.protos.Mapping mappings = 19`.
             #[inline]
             pub fn mappings(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<MappingView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 12).map(MappingView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 13).map(MappingView::decode)
             }
 
             /// Frames (Callstack.frame_ids).
@@ -13647,7 +13670,7 @@ pub mod perfetto {
             /// The elements of `repeated perfetto.protos.Frame frames = 6`.
             #[inline]
             pub fn frames(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<FrameView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 13).map(FrameView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 14).map(FrameView::decode)
             }
 
             /// Call stacks (TrackEvent.callstack_iid).
@@ -13655,7 +13678,7 @@ pub mod perfetto {
             /// The elements of `repeated perfetto.protos.Callstack callstacks = 7`.
             #[inline]
             pub fn callstacks(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<CallstackView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 14).map(CallstackView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 15).map(CallstackView::decode)
             }
         }
 
@@ -23832,6 +23855,364 @@ pub mod perfetto {
             }
         }
 
+        /// A log message carried by a TrackEvent (TrackEvent.log_message) on a thread's
+        /// track. Tachyon's message! macros intern the source location with the
+        /// callsite and the body once per static text (a formatted text gets a fresh
+        /// body iid each time). Perfetto's trace processor turns it into a row of
+        /// android_logs (tag "file:line", prio as below).
+        ///
+        /// Writer of `perfetto.protos.LogMessage`: each setter appends one field to the message
+        /// being written.
+        #[derive(Debug)]
+        pub struct LogMessage<'w>(::protozero::Message<'w>);
+
+        impl<'w> ::protozero::MessageWriter<'w> for LogMessage<'w> {
+            #[inline(always)]
+            fn from_message(msg: ::protozero::Message<'w>) -> Self {
+                Self(msg)
+            }
+
+            #[inline(always)]
+            fn as_message(&mut self) -> &mut ::protozero::Message<'w> {
+                &mut self.0
+            }
+        }
+
+        impl<'w> LogMessage<'w> {
+            /// The field number of `source_location_iid`.
+            pub const SOURCE_LOCATION_IID_FIELD_NUMBER: u32 = 1;
+            /// The field number of `body_iid`.
+            pub const BODY_IID_FIELD_NUMBER: u32 = 2;
+            /// The field number of `prio`.
+            pub const PRIO_FIELD_NUMBER: u32 = 3;
+
+            /// The message being written, for what the setters do not cover (e.g. fields already
+            /// encoded).
+            #[inline(always)]
+            pub fn message(&mut self) -> &mut ::protozero::Message<'w> {
+                &mut self.0
+            }
+
+            /// Interned SourceLocation (InternedData.source_locations).
+            ///
+            /// Writes `optional uint64 source_location_iid = 1`.
+            #[inline(always)]
+            pub fn set_source_location_iid(&mut self, v: u64) {
+                self.0.append_uint64(1, v);
+            }
+
+            /// Interned LogMessageBody (InternedData.log_message_body).
+            ///
+            /// Writes `optional uint64 body_iid = 2`.
+            #[inline(always)]
+            pub fn set_body_iid(&mut self, v: u64) {
+                self.0.append_uint64(2, v);
+            }
+
+            /// Writes `optional perfetto.protos.LogMessage.Priority prio = 3`.
+            #[inline(always)]
+            pub fn set_prio(&mut self, v: log_message::Priority) {
+                self.0.append_enum(3, v.as_i32());
+            }
+
+            /// Like [`Self::set_prio`], with a raw value (which need not be one the enum declares).
+            #[inline(always)]
+            pub fn set_prio_raw(&mut self, v: i32) {
+                self.0.append_enum(3, v);
+            }
+        }
+
+        /// A log message carried by a TrackEvent (TrackEvent.log_message) on a thread's
+        /// track. Tachyon's message! macros intern the source location with the
+        /// callsite and the body once per static text (a formatted text gets a fresh
+        /// body iid each time). Perfetto's trace processor turns it into a row of
+        /// android_logs (tag "file:line", prio as below).
+        ///
+        /// A zero-copy view of an encoded `perfetto.protos.LogMessage`: its fields are indexed once
+        /// by [`Self::decode`] and read from the borrowed bytes by the getters, which never
+        /// allocate.
+        ///
+        /// A singular field reads its last occurrence (the default when absent); repeated scalars
+        /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
+        /// the declared type is skipped like an unknown field.
+        #[derive(Clone, Debug)]
+        pub struct LogMessageView<'a> {
+            d: ::protozero::TypedDecoder<'a, 3>,
+        }
+
+        impl<'a> LogMessageView<'a> {
+            /// Indexes the fields of `bytes`, skipping unknown ones.
+            ///
+            /// # Errors
+            ///
+            /// The first malformation if `bytes` is not a well-formed protobuf message.
+            #[inline]
+            pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
+                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+            }
+
+            /// The encoded message this view reads.
+            #[inline]
+            pub fn bytes(&self) -> &'a [u8] {
+                self.d.bytes()
+            }
+
+            #[inline]
+            fn slot_of(id: u32) -> ::core::option::Option<usize> {
+                match id {
+                    1..=3 => ::core::option::Option::Some(id as usize - 1),
+                    _ => ::core::option::Option::None,
+                }
+            }
+
+            /// Interned SourceLocation (InternedData.source_locations).
+            ///
+            /// The last occurrence, or the default, of `optional uint64 source_location_iid = 1`.
+            #[inline]
+            pub fn source_location_iid(&self) -> u64 {
+                ::protozero::gen_support::uint64(&self.d, 0, 0)
+            }
+
+            /// Whether `source_location_iid` (field 1) occurs with the right wire type.
+            #[inline]
+            pub fn has_source_location_iid(&self) -> bool {
+                ::protozero::gen_support::has_varint(&self.d, 0)
+            }
+
+            /// Interned LogMessageBody (InternedData.log_message_body).
+            ///
+            /// The last occurrence, or the default, of `optional uint64 body_iid = 2`.
+            #[inline]
+            pub fn body_iid(&self) -> u64 {
+                ::protozero::gen_support::uint64(&self.d, 1, 0)
+            }
+
+            /// Whether `body_iid` (field 2) occurs with the right wire type.
+            #[inline]
+            pub fn has_body_iid(&self) -> bool {
+                ::protozero::gen_support::has_varint(&self.d, 1)
+            }
+
+            /// The last occurrence, or the default, of `optional
+            /// perfetto.protos.LogMessage.Priority prio = 3`.
+            ///
+            /// `None` for a value the enum does not declare: see [`Self::prio_raw`].
+            #[inline]
+            pub fn prio(&self) -> ::core::option::Option<log_message::Priority> {
+                log_message::Priority::from_i32(self.prio_raw())
+            }
+
+            /// `prio` as a raw value (also one the enum does not declare).
+            #[inline]
+            pub fn prio_raw(&self) -> i32 {
+                ::protozero::gen_support::int32(&self.d, 2, 0)
+            }
+
+            /// Whether `prio` (field 3) occurs with the right wire type.
+            #[inline]
+            pub fn has_prio(&self) -> bool {
+                ::protozero::gen_support::has_varint(&self.d, 2)
+            }
+        }
+
+        /// Nested messages and enums of `perfetto.protos.LogMessage`.
+        pub mod log_message {
+            /// Same values as Android's log priorities.
+            ///
+            /// The enum `perfetto.protos.LogMessage.Priority`.
+            #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+            #[repr(i32)]
+            #[allow(clippy::enum_variant_names)]
+            pub enum Priority {
+                /// `PRIO_UNSPECIFIED = 0`
+                PrioUnspecified = 0,
+                /// `PRIO_UNUSED = 1`
+                PrioUnused = 1,
+                /// `PRIO_VERBOSE = 2`
+                PrioVerbose = 2,
+                /// `PRIO_DEBUG = 3`
+                PrioDebug = 3,
+                /// `PRIO_INFO = 4`
+                PrioInfo = 4,
+                /// `PRIO_WARN = 5`
+                PrioWarn = 5,
+                /// `PRIO_ERROR = 6`
+                PrioError = 6,
+                /// `PRIO_FATAL = 7`
+                PrioFatal = 7,
+            }
+
+            impl Priority {
+                /// The variant with value `v`, if the enum declares one.
+                pub const fn from_i32(v: i32) -> ::core::option::Option<Self> {
+                    match v {
+                        0 => ::core::option::Option::Some(Self::PrioUnspecified),
+                        1 => ::core::option::Option::Some(Self::PrioUnused),
+                        2 => ::core::option::Option::Some(Self::PrioVerbose),
+                        3 => ::core::option::Option::Some(Self::PrioDebug),
+                        4 => ::core::option::Option::Some(Self::PrioInfo),
+                        5 => ::core::option::Option::Some(Self::PrioWarn),
+                        6 => ::core::option::Option::Some(Self::PrioError),
+                        7 => ::core::option::Option::Some(Self::PrioFatal),
+                        _ => ::core::option::Option::None,
+                    }
+                }
+
+                /// The value.
+                pub const fn as_i32(self) -> i32 {
+                    self as i32
+                }
+
+                /// The value's name in the `.proto` file.
+                pub const fn as_str_name(self) -> &'static str {
+                    match self {
+                        Self::PrioUnspecified => "PRIO_UNSPECIFIED",
+                        Self::PrioUnused => "PRIO_UNUSED",
+                        Self::PrioVerbose => "PRIO_VERBOSE",
+                        Self::PrioDebug => "PRIO_DEBUG",
+                        Self::PrioInfo => "PRIO_INFO",
+                        Self::PrioWarn => "PRIO_WARN",
+                        Self::PrioError => "PRIO_ERROR",
+                        Self::PrioFatal => "PRIO_FATAL",
+                    }
+                }
+
+                /// The value named `name` in the `.proto` file (aliases included).
+                pub fn from_str_name(name: &str) -> ::core::option::Option<Self> {
+                    match name {
+                        "PRIO_UNSPECIFIED" => ::core::option::Option::Some(Self::PrioUnspecified),
+                        "PRIO_UNUSED" => ::core::option::Option::Some(Self::PrioUnused),
+                        "PRIO_VERBOSE" => ::core::option::Option::Some(Self::PrioVerbose),
+                        "PRIO_DEBUG" => ::core::option::Option::Some(Self::PrioDebug),
+                        "PRIO_INFO" => ::core::option::Option::Some(Self::PrioInfo),
+                        "PRIO_WARN" => ::core::option::Option::Some(Self::PrioWarn),
+                        "PRIO_ERROR" => ::core::option::Option::Some(Self::PrioError),
+                        "PRIO_FATAL" => ::core::option::Option::Some(Self::PrioFatal),
+                        _ => ::core::option::Option::None,
+                    }
+                }
+            }
+        }
+
+        /// The text of a log message, interned (InternedData.log_message_body).
+        ///
+        /// Writer of `perfetto.protos.LogMessageBody`: each setter appends one field to the message
+        /// being written.
+        #[derive(Debug)]
+        pub struct LogMessageBody<'w>(::protozero::Message<'w>);
+
+        impl<'w> ::protozero::MessageWriter<'w> for LogMessageBody<'w> {
+            #[inline(always)]
+            fn from_message(msg: ::protozero::Message<'w>) -> Self {
+                Self(msg)
+            }
+
+            #[inline(always)]
+            fn as_message(&mut self) -> &mut ::protozero::Message<'w> {
+                &mut self.0
+            }
+        }
+
+        impl<'w> LogMessageBody<'w> {
+            /// The field number of `iid`.
+            pub const IID_FIELD_NUMBER: u32 = 1;
+            /// The field number of `body`.
+            pub const BODY_FIELD_NUMBER: u32 = 2;
+
+            /// The message being written, for what the setters do not cover (e.g. fields already
+            /// encoded).
+            #[inline(always)]
+            pub fn message(&mut self) -> &mut ::protozero::Message<'w> {
+                &mut self.0
+            }
+
+            /// Writes `optional uint64 iid = 1`.
+            #[inline(always)]
+            pub fn set_iid(&mut self, v: u64) {
+                self.0.append_uint64(1, v);
+            }
+
+            /// Writes `optional string body = 2`.
+            #[inline(always)]
+            pub fn set_body(&mut self, v: &str) {
+                self.0.append_string(2, v);
+            }
+        }
+
+        /// The text of a log message, interned (InternedData.log_message_body).
+        ///
+        /// A zero-copy view of an encoded `perfetto.protos.LogMessageBody`: its fields are indexed
+        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
+        /// allocate.
+        ///
+        /// A singular field reads its last occurrence (the default when absent); repeated scalars
+        /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
+        /// the declared type is skipped like an unknown field.
+        #[derive(Clone, Debug)]
+        pub struct LogMessageBodyView<'a> {
+            d: ::protozero::TypedDecoder<'a, 2>,
+        }
+
+        impl<'a> LogMessageBodyView<'a> {
+            /// Indexes the fields of `bytes`, skipping unknown ones.
+            ///
+            /// # Errors
+            ///
+            /// The first malformation if `bytes` is not a well-formed protobuf message.
+            #[inline]
+            pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
+                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+            }
+
+            /// The encoded message this view reads.
+            #[inline]
+            pub fn bytes(&self) -> &'a [u8] {
+                self.d.bytes()
+            }
+
+            #[inline]
+            fn slot_of(id: u32) -> ::core::option::Option<usize> {
+                match id {
+                    1..=2 => ::core::option::Option::Some(id as usize - 1),
+                    _ => ::core::option::Option::None,
+                }
+            }
+
+            /// The last occurrence, or the default, of `optional uint64 iid = 1`.
+            #[inline]
+            pub fn iid(&self) -> u64 {
+                ::protozero::gen_support::uint64(&self.d, 0, 0)
+            }
+
+            /// Whether `iid` (field 1) occurs with the right wire type.
+            #[inline]
+            pub fn has_iid(&self) -> bool {
+                ::protozero::gen_support::has_varint(&self.d, 0)
+            }
+
+            /// The last occurrence, or the default, of `optional string body = 2`.
+            ///
+            /// # Errors
+            ///
+            /// `InvalidUtf8` if the string is not UTF-8 (see [`Self::body_bytes`]).
+            #[inline]
+            pub fn body(&self) -> ::core::result::Result<&'a str, ::protozero::DecodeError> {
+                ::protozero::gen_support::string(&self.d, 1, "")
+            }
+
+            /// `body` as bytes, not checked to be UTF-8.
+            #[inline]
+            pub fn body_bytes(&self) -> &'a [u8] {
+                ::protozero::gen_support::bytes(&self.d, 1, b"")
+            }
+
+            /// Whether `body` (field 2) occurs with the right wire type.
+            #[inline]
+            pub fn has_body(&self) -> bool {
+                ::protozero::gen_support::has_len(&self.d, 1)
+            }
+        }
+
         /// Attributes of a process. Tachyon puts it in the TrackDescriptor of each
         /// process's track (and, for old readers, may emit it as a legacy packet).
         ///
@@ -25838,7 +26219,7 @@ pub mod perfetto {
         /// of both are merged on import. There are deliberately no COMPLETE events.
         ///
         /// Not modelled (numbers taken upstream, do not reuse): the typed Chrome /
-        /// Android arguments task_execution 5, log_message 21, cc_scheduler_state 24,
+        /// Android arguments task_execution 5, cc_scheduler_state 24,
         /// chrome_user_event 25, chrome_keyed_service 26, chrome_legacy_ipc 27,
         /// chrome_histogram_sample 28, chrome_latency_info 29,
         /// chrome_frame_reporter 32, chrome_message_pump 35, chrome_mojo_event_info
@@ -25913,6 +26294,8 @@ pub mod perfetto {
             pub const SOURCE_LOCATION_FIELD_NUMBER: u32 = 33;
             /// The field number of `source_location_iid`.
             pub const SOURCE_LOCATION_IID_FIELD_NUMBER: u32 = 34;
+            /// The field number of `log_message`.
+            pub const LOG_MESSAGE_FIELD_NUMBER: u32 = 21;
             /// The field number of `timestamp_delta_us`.
             pub const TIMESTAMP_DELTA_US_FIELD_NUMBER: u32 = 1;
             /// The field number of `timestamp_absolute_us`.
@@ -26223,6 +26606,18 @@ pub mod perfetto {
                 self.0.append_uint64(34, v);
             }
 
+            /// A log message (Tachyon's message! macros): the event is an instant on
+            /// the thread's track.
+            ///
+            /// Begins `optional perfetto.protos.LogMessage log_message = 21`.
+            ///
+            /// Fill in the returned writer; it ends (and its size is written) when it is dropped,
+            /// before this message can be written again.
+            #[inline(always)]
+            pub fn set_log_message(&mut self) -> LogMessage<'_> {
+                ::protozero::MessageWriter::from_message(self.0.begin_nested(21))
+            }
+
             /// Delta from the previous event (or ThreadDescriptor reference).
             ///
             /// Writes `int64 timestamp_delta_us = 1`.
@@ -26296,7 +26691,7 @@ pub mod perfetto {
         /// of both are merged on import. There are deliberately no COMPLETE events.
         ///
         /// Not modelled (numbers taken upstream, do not reuse): the typed Chrome /
-        /// Android arguments task_execution 5, log_message 21, cc_scheduler_state 24,
+        /// Android arguments task_execution 5, cc_scheduler_state 24,
         /// chrome_user_event 25, chrome_keyed_service 26, chrome_legacy_ipc 27,
         /// chrome_histogram_sample 28, chrome_latency_info 29,
         /// chrome_frame_reporter 32, chrome_message_pump 35, chrome_mojo_event_info
@@ -26314,7 +26709,7 @@ pub mod perfetto {
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct TrackEventView<'a> {
-            d: ::protozero::TypedDecoder<'a, 31>,
+            d: ::protozero::TypedDecoder<'a, 32>,
         }
 
         impl<'a> TrackEventView<'a> {
@@ -26355,13 +26750,14 @@ pub mod perfetto {
                     52..=56 => ::core::option::Option::Some(id as usize - 36),
                     4 => ::core::option::Option::Some(21),
                     33..=34 => ::core::option::Option::Some(id as usize - 11),
-                    1 => ::core::option::Option::Some(24),
-                    16 => ::core::option::Option::Some(25),
-                    2 => ::core::option::Option::Some(26),
-                    17 => ::core::option::Option::Some(27),
-                    8 => ::core::option::Option::Some(28),
-                    20 => ::core::option::Option::Some(29),
-                    6 => ::core::option::Option::Some(30),
+                    21 => ::core::option::Option::Some(24),
+                    1 => ::core::option::Option::Some(25),
+                    16 => ::core::option::Option::Some(26),
+                    2 => ::core::option::Option::Some(27),
+                    17 => ::core::option::Option::Some(28),
+                    8 => ::core::option::Option::Some(29),
+                    20 => ::core::option::Option::Some(30),
+                    6 => ::core::option::Option::Some(31),
                     _ => ::core::option::Option::None,
                 }
             }
@@ -26684,6 +27080,26 @@ pub mod perfetto {
                 ::protozero::gen_support::has_varint(&self.d, 23)
             }
 
+            /// A log message (Tachyon's message! macros): the event is an instant on
+            /// the thread's track.
+            ///
+            /// The last occurrence (an empty message when absent) of `optional
+            /// perfetto.protos.LogMessage log_message = 21`.
+            ///
+            /// # Errors
+            ///
+            /// The first malformation if the nested message is not well-formed.
+            #[inline]
+            pub fn log_message(&self) -> ::core::result::Result<LogMessageView<'a>, ::protozero::DecodeError> {
+                LogMessageView::decode(::protozero::gen_support::bytes(&self.d, 24, b""))
+            }
+
+            /// Whether `log_message` (field 21) occurs with the right wire type.
+            #[inline]
+            pub fn has_log_message(&self) -> bool {
+                ::protozero::gen_support::has_len(&self.d, 24)
+            }
+
             /// Delta from the previous event (or ThreadDescriptor reference).
             ///
             /// The last occurrence, or the default, of `int64 timestamp_delta_us = 1`.
@@ -26692,13 +27108,13 @@ pub mod perfetto {
             /// last one written); the view reads each member on its own.
             #[inline]
             pub fn timestamp_delta_us(&self) -> i64 {
-                ::protozero::gen_support::int64(&self.d, 24, 0)
+                ::protozero::gen_support::int64(&self.d, 25, 0)
             }
 
             /// Whether `timestamp_delta_us` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_timestamp_delta_us(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 24)
+                ::protozero::gen_support::has_varint(&self.d, 25)
             }
 
             /// The last occurrence, or the default, of `int64 timestamp_absolute_us = 16`.
@@ -26707,13 +27123,13 @@ pub mod perfetto {
             /// last one written); the view reads each member on its own.
             #[inline]
             pub fn timestamp_absolute_us(&self) -> i64 {
-                ::protozero::gen_support::int64(&self.d, 25, 0)
+                ::protozero::gen_support::int64(&self.d, 26, 0)
             }
 
             /// Whether `timestamp_absolute_us` (field 16) occurs with the right wire type.
             #[inline]
             pub fn has_timestamp_absolute_us(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 25)
+                ::protozero::gen_support::has_varint(&self.d, 26)
             }
 
             /// The last occurrence, or the default, of `int64 thread_time_delta_us = 2`.
@@ -26722,13 +27138,13 @@ pub mod perfetto {
             /// the last one written); the view reads each member on its own.
             #[inline]
             pub fn thread_time_delta_us(&self) -> i64 {
-                ::protozero::gen_support::int64(&self.d, 26, 0)
+                ::protozero::gen_support::int64(&self.d, 27, 0)
             }
 
             /// Whether `thread_time_delta_us` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_thread_time_delta_us(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 26)
+                ::protozero::gen_support::has_varint(&self.d, 27)
             }
 
             /// The last occurrence, or the default, of `int64 thread_time_absolute_us = 17`.
@@ -26737,13 +27153,13 @@ pub mod perfetto {
             /// the last one written); the view reads each member on its own.
             #[inline]
             pub fn thread_time_absolute_us(&self) -> i64 {
-                ::protozero::gen_support::int64(&self.d, 27, 0)
+                ::protozero::gen_support::int64(&self.d, 28, 0)
             }
 
             /// Whether `thread_time_absolute_us` (field 17) occurs with the right wire type.
             #[inline]
             pub fn has_thread_time_absolute_us(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 27)
+                ::protozero::gen_support::has_varint(&self.d, 28)
             }
 
             /// The last occurrence, or the default, of `int64 thread_instruction_count_delta = 8`.
@@ -26752,13 +27168,13 @@ pub mod perfetto {
             /// parser keeps the last one written); the view reads each member on its own.
             #[inline]
             pub fn thread_instruction_count_delta(&self) -> i64 {
-                ::protozero::gen_support::int64(&self.d, 28, 0)
+                ::protozero::gen_support::int64(&self.d, 29, 0)
             }
 
             /// Whether `thread_instruction_count_delta` (field 8) occurs with the right wire type.
             #[inline]
             pub fn has_thread_instruction_count_delta(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 28)
+                ::protozero::gen_support::has_varint(&self.d, 29)
             }
 
             /// The last occurrence, or the default, of `int64 thread_instruction_count_absolute =
@@ -26768,14 +27184,14 @@ pub mod perfetto {
             /// parser keeps the last one written); the view reads each member on its own.
             #[inline]
             pub fn thread_instruction_count_absolute(&self) -> i64 {
-                ::protozero::gen_support::int64(&self.d, 29, 0)
+                ::protozero::gen_support::int64(&self.d, 30, 0)
             }
 
             /// Whether `thread_instruction_count_absolute` (field 20) occurs with the right wire
             /// type.
             #[inline]
             pub fn has_thread_instruction_count_absolute(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 29)
+                ::protozero::gen_support::has_varint(&self.d, 30)
             }
 
             /// The last occurrence (an empty message when absent) of `optional
@@ -26786,13 +27202,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn legacy_event(&self) -> ::core::result::Result<track_event::LegacyEventView<'a>, ::protozero::DecodeError> {
-                track_event::LegacyEventView::decode(::protozero::gen_support::bytes(&self.d, 30, b""))
+                track_event::LegacyEventView::decode(::protozero::gen_support::bytes(&self.d, 31, b""))
             }
 
             /// Whether `legacy_event` (field 6) occurs with the right wire type.
             #[inline]
             pub fn has_legacy_event(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 30)
+                ::protozero::gen_support::has_len(&self.d, 31)
             }
         }
 

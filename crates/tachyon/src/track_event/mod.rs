@@ -35,11 +35,15 @@
 mod callsite;
 mod categories;
 mod encode;
+pub mod frame;
 pub(crate) mod global;
 pub mod integration;
 mod macros;
+pub mod message;
+mod plot;
 mod queue;
 pub(crate) mod state;
+mod zone_data;
 
 use std::borrow::Cow;
 use std::marker::PhantomData;
@@ -50,6 +54,8 @@ pub use callsite::{Callsite, CallsiteKind, Enabled, Unit};
 pub use categories::CategoryFilter;
 pub use encode::CounterSample;
 pub use global::set_process_name;
+pub use message::Level;
+pub use plot::{Plot, PlotKind};
 pub use state::EventContext;
 
 use state::{with_state, TrackRef};
@@ -178,6 +184,9 @@ impl CounterValue for usize {
 pub struct ZoneGuard {
     /// The session the begin went to (0: none, nothing to end).
     session: u32,
+    /// 0, or the key of the arguments the zone's end carries (text, value, color:
+    /// `zone_data.rs`).
+    data: std::cell::Cell<u32>,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -187,6 +196,7 @@ impl ZoneGuard {
     pub const fn disabled() -> Self {
         ZoneGuard {
             session: 0,
+            data: std::cell::Cell::new(0),
             _not_send: PhantomData,
         }
     }
@@ -205,7 +215,11 @@ impl Drop for ZoneGuard {
     #[inline(always)]
     fn drop(&mut self) {
         if self.session != 0 {
-            __rt::zone_end(self.session & !ZONE_PUSHED);
+            let session = self.session & !ZONE_PUSHED;
+            match self.data.get() {
+                0 => __rt::zone_end(session),
+                key => zone_data::end_with_data(session, key),
+            }
             if self.session & ZONE_PUSHED != 0 {
                 crate::alloc::zone_pop();
             }
@@ -392,6 +406,16 @@ pub fn set_thread_name(name: &str) {
     with_state(|st| st.set_thread_name(name));
 }
 
+/// Names this thread and gives it a group hint (Tracy's `SetThreadNameWithHint`): the thread's
+/// track carries `sibling_order_rank = group`, so threads of one group sort together.
+pub fn set_thread_name_with_hint(name: &str, group: i32) {
+    let name = crate::sync::clip(name, crate::sync::MAX_NAME_LEN);
+    with_state(|st| {
+        st.set_thread_group(group);
+        st.set_thread_name(&name);
+    });
+}
+
 /// What the macros expand to. Not a stable interface.
 #[doc(hidden)]
 pub mod __rt {
@@ -405,6 +429,7 @@ pub mod __rt {
                 debug_assert_eq!(en.id, cs.id());
                 memory_zone(cs, state::named_event::<{ encode::TYPE_SLICE_BEGIN }>(cs))
             },
+            data: std::cell::Cell::new(0),
             _not_send: PhantomData,
         }
     }
@@ -433,6 +458,7 @@ pub mod __rt {
         });
         ZoneGuard {
             session: memory_zone(cs, session.unwrap_or(0)),
+            data: std::cell::Cell::new(0),
             _not_send: PhantomData,
         }
     }
@@ -562,7 +588,8 @@ pub mod __rt {
             st.session()
         });
         ZoneGuard {
-            session: session.unwrap_or(0),
+            session: memory_zone(cs, session.unwrap_or(0)),
+            data: std::cell::Cell::new(0),
             _not_send: PhantomData,
         }
     }

@@ -47,6 +47,9 @@ use crate::callstack::CallstackInterner;
 use crate::clock::{self, Clock, Snapshot, TRACE_CLOCK_ID};
 use crate::writer::TraceWriter;
 
+#[path = "state_ext.rs"]
+pub(crate) mod ext;
+
 /// The sequence-scoped incremental clock (as Perfetto's SDK).
 pub(crate) const INCREMENTAL_CLOCK_ID: u32 = 64;
 
@@ -117,6 +120,13 @@ pub(crate) struct ThreadState {
     tid: i64,
     track_uuid: u64,
     thread_name: Option<String>,
+    /// The thread's rank among the process's threads (a group hint, `ext.rs`).
+    group_rank: Option<i32>,
+    /// Interning ids `ext.rs` gave its names, categories and argument names: (iid, generation).
+    ext_keys: HashMap<Box<str>, (u64, u32)>,
+    /// Lock events' pre-encoded packets, by lock index and operation (`ext.rs`): (generation,
+    /// block).
+    ext_templates: HashMap<u64, (u32, encode::Block), ext::IdHash>,
     writer: Option<TraceWriter>,
     /// Call stacks interned on this sequence, valid for `callstacks_generation`.
     callstacks: CallstackInterner,
@@ -490,6 +500,9 @@ impl ThreadState {
             thread_name: std::thread::current().name().map(str::to_owned),
             callstacks: CallstackInterner::new(),
             callstacks_generation: 0,
+            group_rank: None,
+            ext_keys: HashMap::new(),
+            ext_templates: HashMap::default(),
         }
     }
 
@@ -579,6 +592,11 @@ impl ThreadState {
     fn replay_now(&mut self, record: Record) {
         let ts = self.clock.ticks_to_ns(record.ticks);
         let ty = (record.word.addr() & 3) as u8;
+        if ty == 0 {
+            // A lock hold's begin or end (`ext.rs`).
+            self.replay_lock(record.word.addr() as u64, ts);
+            return;
+        }
         if ty == TYPE_SLICE_END {
             let session = (record.word.addr() >> 2) as u32;
             if !self.slice_end_fast(session, ts) {
@@ -931,8 +949,12 @@ impl ThreadState {
     fn write_thread_descriptor(&mut self, ts: u64) {
         let (uuid, pid, tid) = (self.track_uuid, global::process().pid, self.tid);
         let name = self.thread_name.take();
+        let rank = self.group_rank;
         self.write_descriptor(ts, |d| {
             d.set_uuid(uuid);
+            if let Some(r) = rank {
+                d.set_sibling_order_rank(r);
+            }
             let mut t = d.set_thread();
             t.set_pid(pid);
             t.set_tid(tid);
@@ -947,6 +969,8 @@ impl ThreadState {
     /// start after a loss writes it anyway).
     pub(crate) fn set_thread_name(&mut self, name: &str) {
         self.thread_name = Some(name.to_owned());
+        // Lock holds are named after the thread: their pre-encoded packets are stale now.
+        self.ext_templates.clear();
         if self.writer.is_some() && self.epoch == EPOCH.load(Ordering::Relaxed) {
             let ts = clock::now();
             // Not while dropping: the generation start that ends the episode writes the name.
