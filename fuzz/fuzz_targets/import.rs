@@ -16,5 +16,8 @@ fuzz_target!(|data: &[u8]| {
         tp.query("SELECT count(*), total(dur) FROM slice").expect("slice is queryable");
         tp.query("SELECT extract_arg(arg_set_id, 'debug.x') FROM slice").expect("extract_arg works");
         let _ = tp.zone_stats().expect("zone stats");
+        // Call stacks and samples: the views over the stack tables must not fail or loop.
+        let _ = tachyon_processor::profiles::cpu_profile(&tp).expect("cpu profile");
+        let _ = tachyon_processor::profiles::zone_callstacks(&tp).expect("zone callstacks");
     }
 });

@@ -11,16 +11,26 @@
 //! slice is begun by the producer and ends on whichever worker finishes the batch's last job;
 //! std thread names, [`tachyon::set_thread_name`] and [`tachyon::set_process_name`].
 //!
+//! Tracy's other instruments too: the workers share two [`tachyon::sync::Mutex`]es (the job
+//! queue's receiver, held while waiting for a job, so the others wait for it; and the results
+//! log, which the GC also takes) and read a [`tachyon::sync::RwLock`]; the producer marks a
+//! frame per batch (`frame_mark!`) and its "read input" as a discontinuous frame set; log
+//! messages at trace, debug, info and warn levels; a [`Plot`] of finished jobs (a delta
+//! counter); zone text and values on each job; the program's information (`app_info!`); the
+//! workers' thread names carry a group hint; the metrics thread reports through the `log`
+//! crate, whose records the SDK's `log_bridge` records as messages.
+//!
 //! The caller starts and stops the tracing session; this module only records into it.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use tachyon::{CounterTrack, Flow, Track, TrackSlice, Unit};
+use tachyon::sync::{Mutex, RwLock};
+use tachyon::{CounterTrack, Flow, Plot, PlotKind, Track, TrackSlice, Unit};
 
 /// What to run.
 #[derive(Clone, Copy, Debug)]
@@ -120,15 +130,28 @@ struct Shared {
     gc_runs: AtomicU64,
     /// Every job's checksum; the GC thread sorts, dedupes and trims it.
     results: Mutex<Vec<u64>>,
+    /// The workers' cache size, read per job (the producer changes it now and then).
+    cache_capacity: RwLock<usize>,
     workers_done: AtomicBool,
 }
 
 /// Runs the workload on `settings.threads + 2` threads and waits for all of them.
 pub(crate) fn run(settings: Settings) -> Result<Summary, Box<dyn std::error::Error>> {
     let start = Instant::now();
-    let shared = Arc::new(Shared::default());
+    // `log` records land in the trace too (an error only if another logger is installed).
+    let _ = tachyon::log_bridge::init();
+    tachyon::app_info!(
+        "tachyon demo: {} workers, {:?} of jobs",
+        settings.threads,
+        settings.duration
+    );
+    let shared = Arc::new(Shared {
+        results: Mutex::new_named("results log", Vec::new()),
+        cache_capacity: RwLock::new_named("cache capacity", CACHE_CAPACITY),
+        ..Shared::default()
+    });
     let (tx, rx) = mpsc::sync_channel::<Job>(QUEUE_CAPACITY);
-    let rx = Arc::new(Mutex::new(rx));
+    let rx = Arc::new(Mutex::new_named("job queue", rx));
 
     let workers = {
         let _zone = tachyon::zone!("spawn threads", workers = settings.threads);
@@ -188,8 +211,24 @@ pub(crate) fn run(settings: Settings) -> Result<Summary, Box<dyn std::error::Err
 fn producer(tx: SyncSender<Job>, deadline: Instant, workers: usize, shared: &Shared) {
     let mut rng = Rng::new(0x7ac4_9011);
     let mut next_id = 0u64;
+    tachyon::info!("producer: making jobs for {workers} workers");
     while Instant::now() < deadline {
+        // A frame per batch: the frames track shows the producer's pace.
+        tachyon::frame_mark!();
         let batch_id = shared.batches.fetch_add(1, Ordering::Relaxed);
+        tachyon::trace!("batch {batch_id}");
+        if batch_id % 16 == 15 {
+            // A new cache size for the workers (exclusive hold of the RwLock).
+            let mut cap = shared
+                .cache_capacity
+                .write()
+                .unwrap_or_else(|e| e.into_inner());
+            *cap = if *cap == CACHE_CAPACITY {
+                CACHE_CAPACITY / 2
+            } else {
+                CACHE_CAPACITY
+            };
+        }
         let track = Track::new_async(format!("batch {batch_id}"));
         let slice = tachyon::begin!(&track, "batch", batch = batch_id, jobs = BATCH);
         let batch = Arc::new(Batch {
@@ -223,7 +262,11 @@ fn producer(tx: SyncSender<Job>, deadline: Instant, workers: usize, shared: &Sha
                 bytes = size,
                 huge = huge,
             );
+            if huge {
+                tachyon::warn!("job {id}: {size} bytes, eight times the usual");
+            }
             let data = {
+                let _frame = tachyon::frame!("read input");
                 let _zone = tachyon::zone!("io", "read input", bytes = size);
                 generate_input(kind, seed, size)
             };
@@ -249,7 +292,9 @@ fn producer(tx: SyncSender<Job>, deadline: Instant, workers: usize, shared: &Sha
             thread::sleep(Duration::from_millis(1));
         }
     }
+    tachyon::frame_mark!();
     tachyon::instant!("producer done", jobs = next_id);
+    tachyon::info!("producer done: {next_id} jobs");
 }
 
 /// Text-like input: words from a small vocabulary (so it compresses), joined by the kind's
@@ -288,7 +333,10 @@ fn generate_input(kind: Kind, seed: u64, size: usize) -> Vec<u8> {
 // === The workers ===
 
 fn worker(index: usize, rx: &Mutex<Receiver<Job>>, shared: &Shared) {
+    // Workers sort together on the trace (a group hint).
+    tachyon::set_thread_name_with_hint(&format!("worker-{index}"), 1);
     let jobs_done = CounterTrack::new(format!("jobs done (worker-{index})"), Unit::Count);
+    let finished = Plot::incremental("jobs finished", PlotKind::Number);
     let mut cache: HashMap<u64, (u64, usize)> = HashMap::new();
     let mut mean_ns = 0f64;
     let mut done = 0u64;
@@ -297,9 +345,9 @@ fn worker(index: usize, rx: &Mutex<Receiver<Job>>, shared: &Shared) {
         // mutex.
         let job = match rx.lock() {
             Ok(rx) => rx.recv(),
-            Err(_) => return,
+            Err(_) => break,
         };
-        let Ok(job) = job else { return };
+        let Ok(job) = job else { break };
         let depth = shared.queue_depth.fetch_sub(1, Ordering::Relaxed) - 1;
         tachyon::counter!("queue depth", depth, Unit::Count);
 
@@ -309,6 +357,7 @@ fn worker(index: usize, rx: &Mutex<Receiver<Job>>, shared: &Shared) {
 
         done += 1;
         jobs_done.set(done);
+        finished.add(1);
         let total_in = shared
             .bytes_in
             .fetch_add(job.data.len() as u64, Ordering::Relaxed)
@@ -350,12 +399,13 @@ fn worker(index: usize, rx: &Mutex<Receiver<Job>>, shared: &Shared) {
         }
         // Dropping the job drops its `Arc<Batch>`: the last one ends the batch's slice here.
     }
+    tachyon::debug!("worker-{index} done after {done} jobs");
 }
 
 /// One job: parse, look the input up in the cache, and on a miss transform and compress it.
 /// Returns (checksum, compressed size).
 fn process(job: &Job, cache: &mut HashMap<u64, (u64, usize)>, shared: &Shared) -> (u64, usize) {
-    let _job = tachyon::zone!(
+    let job_zone = tachyon::zone!(
         "compute",
         "job",
         terminating_flow: job.flow,
@@ -365,6 +415,8 @@ fn process(job: &Job, cache: &mut HashMap<u64, (u64, usize)>, shared: &Shared) -
         priority = job.priority,
         repeat = job.seed <= POPULAR_SEEDS,
     );
+    // Per-instance data, known only as the job goes: shown as the slice's arguments.
+    job_zone.value(job.id);
     let (tokens, input_hash) = {
         let _zone = tachyon::zone!("compute", "parse", bytes = job.data.len());
         parse(&job.data, job.kind.separator())
@@ -382,8 +434,11 @@ fn process(job: &Job, cache: &mut HashMap<u64, (u64, usize)>, shared: &Shared) -
         Unit::Named("%")
     );
     if let Some(result) = hit {
+        job_zone.text("cache hit");
+        job_zone.color(0x20c020);
         return result;
     }
+    job_zone.text("cache miss");
 
     let digest = {
         // A name made at run time (one per kind): interned like a static one.
@@ -405,9 +460,14 @@ fn process(job: &Job, cache: &mut HashMap<u64, (u64, usize)>, shared: &Shared) -
     };
     let result = (u64::from(checksum) ^ digest, compressed.len());
 
-    if cache.len() >= CACHE_CAPACITY {
+    let capacity = *shared
+        .cache_capacity
+        .read()
+        .unwrap_or_else(|e| e.into_inner());
+    if cache.len() >= capacity {
         shared.cache_flushes.fetch_add(1, Ordering::Relaxed);
         tachyon::instant!("cache flush", entries = cache.len(), job_id = job.id);
+        tachyon::debug!("cache flush: {} entries", cache.len());
         cache.clear();
     }
     cache.insert(input_hash, result);
@@ -524,6 +584,7 @@ fn metrics(shared: &Shared) {
         last = (now, jobs);
         if tick % 4 == 0 {
             collect(&gc, shared);
+            log::info!("metrics: {jobs} jobs done, {rate:.0} jobs/s");
         }
     }
     collect(&gc, shared);

@@ -62,6 +62,7 @@ enum Command {
     Traced(commands::traced::Args),
     Export(commands::export::Args),
     Capture(commands::capture::Args),
+    Symbolize(commands::symbolize::Args),
 }
 
 /// 128 + SIGPIPE: the status of a Unix tool ended by a closed pipe.
@@ -113,6 +114,7 @@ fn main() -> ExitCode {
         Command::Traced(args) => done(commands::traced::run(args)),
         Command::Export(args) => done(commands::export::run(args)),
         Command::Capture(args) => done(commands::capture::run(args)),
+        Command::Symbolize(args) => done(commands::symbolize::run(args)),
     };
     match result {
         Ok(code) => code,

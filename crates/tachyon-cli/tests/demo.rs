@@ -204,16 +204,52 @@ fn demo_writes_a_trace_with_every_kind_of_event() {
         "allocations attributed to the job zone"
     );
 
-    // Flows from the producer's enqueue to the workers' job.
+    // Flows from the producer's enqueue to the workers' job (and, for the locks, from a hold
+    // to the wait of the thread that got the lock next).
     assert!(int(&tp, "SELECT count(*) FROM flow") > 0);
     assert_eq!(
         int(
             &tp,
             "SELECT count(*) FROM flow f JOIN slice o ON o.id = f.slice_out \
-             JOIN slice i ON i.id = f.slice_in WHERE o.name != 'enqueue' OR i.name != 'job'"
+             JOIN slice i ON i.id = f.slice_in WHERE (o.name != 'enqueue' OR i.name != 'job') \
+             AND NOT (o.category = 'tachyon.lock' AND i.name LIKE 'wait for %')"
         ),
         0,
-        "every flow goes from enqueue to job"
+        "every flow goes from enqueue to job, or from a lock hold to a wait"
+    );
+
+    // Tracy's other instruments: locks (the job queue is contended by design), frames, log
+    // messages at several levels, zone values, the program's information.
+    let locks = tp.lock_stats().unwrap();
+    for name in ["job queue", "results log", "cache capacity"] {
+        assert!(
+            locks.iter().any(|l| l.name == name && l.acquisitions > 0),
+            "{name} in {locks:?}"
+        );
+    }
+    let queue = locks.iter().find(|l| l.name == "job queue").unwrap();
+    assert!(queue.contended > 0, "{queue:?}");
+    assert!(locks
+        .iter()
+        .any(|l| l.name == "cache capacity" && l.shared > 0));
+    let frames = tp.frame_stats().unwrap();
+    assert!(
+        frames.iter().any(|f| f.name == "Frame" && f.count > 0),
+        "{frames:?}"
+    );
+    assert!(frames.iter().any(|f| f.name == "read input" && f.count > 0));
+    let msgs = tp.message_stats().unwrap();
+    assert!(msgs.by_priority.len() >= 3, "{msgs:?}");
+    assert!(
+        msgs.app_info.iter().any(|a| a.contains("2 workers")),
+        "{msgs:?}"
+    );
+    assert!(
+        int(
+            &tp,
+            "SELECT count(*) FROM slice s JOIN args a USING (arg_set_id) \
+             WHERE s.name = 'job' AND a.key = 'debug.value'"
+        ) > 0
     );
 
     // The named GC track and the batches' async tracks.
@@ -231,4 +267,57 @@ fn demo_writes_a_trace_with_every_kind_of_event() {
              WHERE t.name LIKE 'batch %' AND s.name = 'batch' AND s.dur > 0"
         ) > 0
     );
+}
+
+/// `tachyon stats` on a demo trace: the sections for Tracy's other views, with the numbers the
+/// processor computes.
+#[test]
+fn stats_show_app_info_locks_frames_and_messages() {
+    let (trace, _) = demo("demo_stats_sections");
+    let dir = trace.parent().unwrap().to_path_buf();
+    let out = run(
+        Path::new(env!("CARGO_BIN_EXE_tachyon")),
+        &["stats", trace.to_str().unwrap()],
+        &dir,
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let tp = TraceProcessor::open(&trace, &Options::default()).unwrap();
+    let section = |title: &str| {
+        let start = text
+            .find(title)
+            .unwrap_or_else(|| panic!("no {title:?} section:\n{text}"));
+        text[start..].split("\n\n").next().unwrap().to_owned()
+    };
+    assert!(
+        section("App info").contains("tachyon demo: 2 workers"),
+        "{text}"
+    );
+    let locks = section("Locks (");
+    for l in tp.lock_stats().unwrap() {
+        let row = locks
+            .lines()
+            .find(|r| r.starts_with(&l.name))
+            .unwrap_or_else(|| panic!("no row for {}:\n{locks}", l.name));
+        assert!(
+            row.contains(&format!(" {} ", l.acquisitions)),
+            "{row} vs {l:?}"
+        );
+    }
+    let frames = section("Frames (");
+    let f = tp.frame_stats().unwrap();
+    let main = f.iter().find(|f| f.name == "Frame").unwrap();
+    let row = frames.lines().find(|r| r.starts_with("Frame ")).unwrap();
+    assert!(
+        row.contains(&format!(" {} ", main.count)),
+        "{row} vs {main:?}"
+    );
+    let msgs = tp.message_stats().unwrap();
+    assert!(
+        section("Messages (").starts_with(&format!("Messages ({}:", msgs.total)),
+        "{text}"
+    );
+    // Lock and frame slices stay out of the zone table.
+    let zones = section("Zones (");
+    assert!(!zones.contains("wait for "), "{zones}");
+    assert!(!zones.contains("\nFrame "), "{zones}");
 }

@@ -274,6 +274,7 @@ pub(crate) fn load(conn: &Connection, mut st: Storage) -> rusqlite::Result<()> {
     }
     crate::profile::load(&tx, &st)?;
     crate::heap::load(&tx, &st)?;
+    crate::logs::load(&tx, &st)?;
     tx.execute_batch("CREATE INDEX __args_set ON __intrinsic_args(arg_set_id);")?;
     tx.commit()?;
 

@@ -101,6 +101,10 @@ pub(crate) enum EventKind {
     /// A `SysStats` counter value: `track` indexes the system tracks of
     /// [`crate::system::SystemState`], `data` is the `f64` bits.
     SystemCounter,
+    /// A CPU sample; `data` indexes the pending samples of `crate::profile`.
+    PerfSample,
+    /// A log message (`android_logs`, `logs.rs`); `data` indexes `Importer::arena_logs`.
+    Log,
     /// Flow events (`data` is the flow id), each bound to the slice open on its track: a flow
     /// starts there (`FlowOut`: legacy phase `s`, `bind_id` with `FLOW_OUT`), passes through
     /// (`FlowStep`: phase `t`, `FLOW_INOUT`), arrives and stays open (`FlowIn`: `FLOW_IN`),
@@ -215,6 +219,7 @@ struct Sequence {
     annotation_names: FxHashMap<u64, StrId>,
     annotation_strings: FxHashMap<u64, StrId>,
     source_locations: FxHashMap<u64, (StrId, StrId, u32)>,
+    log_bodies: FxHashMap<u64, StrId>,
     counter_values: FxHashMap<u64, f64>,
     /// The (pid, tid) of the sequence's legacy ThreadDescriptor.
     legacy_thread: Option<(Option<i64>, i64)>,
@@ -229,6 +234,8 @@ struct Sequence {
     loss_causes: [i64; 8],
     needs_total: u64,
     needs_skipped: u64,
+    /// Interned call stacks (`profile.rs`).
+    profile: crate::profile::SeqProfile,
 }
 
 impl Sequence {
@@ -241,7 +248,9 @@ impl Sequence {
         self.annotation_names.clear();
         self.annotation_strings.clear();
         self.source_locations.clear();
+        self.log_bodies.clear();
         self.counter_values.clear();
+        self.profile.clear();
     }
 }
 
@@ -262,6 +271,7 @@ pub(crate) struct Importer {
     pub(crate) sorter: Sorter,
     pub(crate) arena_args: Vec<PendingArg>,
     pub(crate) arena_flows: Vec<u64>,
+    pub(crate) arena_logs: Vec<crate::logs::PendingLog>,
     pub(crate) aux: Vec<Aux>,
     /// Targets of legacy events: (pid, tid, scope), scope one of `LEGACY_SCOPE_*`.
     pub(crate) legacy_threads: Vec<(Option<i64>, i64, u8)>,
@@ -304,6 +314,7 @@ impl Importer {
             sorter: Sorter::new(sort),
             arena_args: Vec::new(),
             arena_flows: Vec::new(),
+            arena_logs: Vec::new(),
             aux: Vec::new(),
             legacy_threads: Vec::new(),
             legacy_thread_ids: FxHashMap::default(),
@@ -619,6 +630,22 @@ impl Importer {
             };
             crate::heap::profile_packet(&mut self.st, seq_id, ts, p, &mut to_trace)?;
         }
+        if p.has_perf_sample() && has_seq {
+            let s = p.perf_sample().map_err(drop)?;
+            let seq = self.seqs.get_mut(&seq_id).expect("sequence exists");
+            if let Some(idx) =
+                crate::profile::tokenize_perf_sample(&mut seq.profile, &mut self.st, &s)
+            {
+                let mut out = std::mem::take(&mut self.scratch);
+                out.push(Event::bare(EventKind::PerfSample, 0, 0, idx));
+                self.emit_timed(&time, &mut out);
+                self.scratch = out;
+            }
+        }
+        if p.has_module_symbols() {
+            let m = p.module_symbols().map_err(drop)?;
+            crate::profile::queue_module_symbols(&mut self.st, &m)?;
+        }
         if p.has_track_event() {
             return self.track_event(seq_id, has_seq, p, time);
         }
@@ -742,7 +769,14 @@ impl Importer {
             let func = self.st.strings.intern_bytes(e.function_name_bytes());
             locs.push((e.iid(), (file, func, e.line_number())));
         }
-        let seq = self.seq(seq_id);
+        let mut bodies = Vec::new();
+        for e in d.log_message_body() {
+            let e = e.map_err(drop)?;
+            bodies.push((e.iid(), self.st.strings.intern_bytes(e.body_bytes())));
+        }
+        let seq = self.seqs.get_mut(&seq_id).expect("sequence exists");
+        crate::profile::ingest_interned(&mut seq.profile, &d, &mut self.st.strings)?;
+        seq.log_bodies.extend(bodies);
         seq.names.extend(names);
         seq.categories.extend(cats);
         seq.annotation_names.extend(ann);
@@ -1394,7 +1428,26 @@ impl Importer {
             if dropped > 0 {
                 self.st.stats.add(Stat::flow_ids_dropped, dropped as i64);
             }
-            out.push(Event {
+            if matches!(
+                kind,
+                EventKind::SliceBegin | EventKind::SliceEnd | EventKind::Instant
+            ) {
+                // The callsite, + 1 (0: none), for `__intrinsic_track_event_callstacks`.
+                // The event's process, if its track has one: its mappings are that process's
+                // (Perfetto resolves track event stacks with the track's upid).
+                let pid = if legacy_thread {
+                    self.legacy_threads.get(track as usize).and_then(|t| t.0)
+                } else {
+                    self.reservations.get(&track).and_then(|r| r.pid)
+                };
+                let seq = self.seqs.get_mut(&seq_id).expect("sequence exists");
+                if let Some(c) =
+                    crate::profile::track_event_callsite(&mut seq.profile, &mut self.st, pid, ev)
+                {
+                    data = u64::from(c) + 1;
+                }
+            }
+            let event = Event {
                 ts,
                 track,
                 data,
@@ -1407,12 +1460,24 @@ impl Importer {
                 nterm,
                 kind,
                 legacy_thread,
-            });
+            };
+            out.push(event);
             if let Some((flow_kind, id)) = bound_flow {
                 // After its slice (the sort is stable), so the slice encloses it.
                 let mut flow = Event::bare(flow_kind, ts, track, id);
                 flow.legacy_thread = legacy_thread;
                 out.push(flow);
+            }
+            if ev.has_log_message() {
+                // As Perfetto: an unresolved body or location is an interning miss and a
+                // parser error, and no row.
+                match self.log_message(seq_id, ev) {
+                    Some(log) => self.push_log(&event, log, out),
+                    None => {
+                        interned_misses += 1;
+                        self.st.stats.inc(Stat::track_event_parser_errors);
+                    }
+                }
             }
         }
         if interned_misses > 0 {
@@ -1420,6 +1485,36 @@ impl Importer {
                 .stats
                 .add(Stat::interned_data_tokenizer_errors, interned_misses);
         }
+    }
+
+    /// A track event's `log_message`: its priority, `file:line` tag and body; `None` when its
+    /// body or source location is not interned on the sequence.
+    fn log_message(
+        &mut self,
+        seq_id: u32,
+        ev: &TrackEventView<'_>,
+    ) -> Option<crate::logs::PendingLog> {
+        let m = ev.log_message().ok()?;
+        let seq = &self.seqs[&seq_id];
+        let msg = *seq.log_bodies.get(&m.body_iid())?;
+        let loc = if m.has_source_location_iid() {
+            Some(*seq.source_locations.get(&m.source_location_iid())?)
+        } else {
+            None
+        };
+        let tag = match loc {
+            Some((file, _, line)) => {
+                let t = format!("{}:{line}", self.st.strings.get(file));
+                self.st.strings.intern(&t)
+            }
+            None => NONE,
+        };
+        let prio = if m.has_prio() {
+            m.prio_raw().clamp(0, 7) as u32
+        } else {
+            crate::logs::PRIO_INFO
+        };
+        Some(crate::logs::PendingLog { prio, tag, msg })
     }
 
     fn extra_counters(
@@ -1777,6 +1872,7 @@ impl Importer {
         let mut rest = self.sorter.drain_all();
         self.apply_batch(&mut rest);
         self.finish_parse();
+        crate::profile::finish(&mut self.st);
         crate::heap::finish(&mut self.st);
 
         // How many packets each writer says it dropped, per sequence (whatever its buffer).

@@ -53,11 +53,15 @@ mod clock;
 mod crashes;
 mod db;
 mod error;
+mod frames;
 mod heap;
 mod import;
+mod locks;
+mod logs;
 mod parse;
 mod processor;
 mod profile;
+pub mod profiles;
 mod sort;
 mod stats;
 mod storage;
@@ -67,7 +71,10 @@ mod zones;
 
 pub use crashes::{Crash, CRASH_CATEGORY};
 pub use error::Error;
+pub use frames::FrameStats;
 pub use heap::{HeapReport, HeapSite};
+pub use locks::LockStats;
+pub use logs::{priority_name, MessageStats};
 pub use processor::{
     is_complete_statement, Options, Progress, QueryResult, SortMode, StatRow, TraceProcessor, Value,
 };

@@ -18,6 +18,7 @@
 //! per uuid.
 
 use crate::import::{Event, EventKind, Importer, LEGACY_SCOPE_GLOBAL, LEGACY_SCOPE_PROCESS};
+use crate::profile::TrackEventCallstackRow;
 use crate::stats::Stat;
 use crate::storage::{name_priority, ArgValue, EventType, SliceRow, TrackRow, NONE};
 use crate::strings::{FxHashMap, StrId};
@@ -129,6 +130,13 @@ impl Importer {
                 self.apply_tree_thread(&a);
             }
             EventKind::SystemCounter => self.apply_system_counter(ev),
+            EventKind::PerfSample => {
+                crate::profile::apply_perf_sample(&mut self.st, ev.ts, ev.data)
+            }
+            EventKind::Log => {
+                let track = self.event_track(ev, NONE);
+                self.apply_log(ev, track);
+            }
             EventKind::Counter => {
                 if let Some(track) = self.event_track(ev, NONE) {
                     self.st.counters.push(crate::storage::CounterRow {
@@ -178,6 +186,17 @@ impl Importer {
                     parent,
                     arg_set,
                 });
+                if ev.kind != EventKind::Complete && ev.data != 0 {
+                    self.st
+                        .profile
+                        .track_event_callstacks
+                        .push(TrackEventCallstackRow {
+                            slice: id,
+                            track,
+                            callsite: (ev.data - 1) as u32,
+                            end_callsite: NONE,
+                        });
+                }
                 self.flows_for(id, ev);
                 if let Some(ids) = self.parse.flows_to_next.remove(&track) {
                     for flow in ids {
@@ -209,6 +228,17 @@ impl Importer {
                 row.arg_set = arg_set;
                 if row.dur == 0 {
                     self.st.zero_length_zones.push(id);
+                }
+                if ev.data != 0 {
+                    self.st
+                        .profile
+                        .track_event_callstacks
+                        .push(TrackEventCallstackRow {
+                            slice: id,
+                            track,
+                            callsite: NONE,
+                            end_callsite: (ev.data - 1) as u32,
+                        });
                 }
                 self.flows_for(id, ev);
             }
@@ -407,6 +437,7 @@ impl Importer {
         // The arenas were only needed until every event was parsed.
         self.arena_args = Vec::new();
         self.arena_flows = Vec::new();
+        self.arena_logs = Vec::new();
     }
 
     // === Tracks ===

@@ -196,6 +196,10 @@ stats! {
     heapprofd_non_finalized_profile: Single, Error, Trace,
         "Heap profile dumps whose last packet (continued unset) never came; their samples are not imported.";
     heapprofd_last_profile_timestamp: Indexed, Info, Trace, "Time of the last heap profile dump of a process, per pid.";
+    perf_samples_skipped: Single, Error, Trace,
+        "CPU samples the profiler could not read or unwind.";
+    perf_cpu_lost_records: Indexed, DataLoss, Trace,
+        "Records the kernel lost in a CPU's perf ring buffer (the reader was too slow).";
     // --- The tracing service's own statistics (TraceStats) ---
     traced_producers_connected: Single, Info, Trace, "Producers connected to the service.";
     traced_producers_seen: Single, Info, Trace, "Producers the service has seen since it started.";

@@ -161,6 +161,8 @@ pub(crate) struct Storage {
     pub(crate) profile: crate::profile::StackProfile,
     /// Heap profiles (`heap.rs`).
     pub(crate) heap: crate::heap::HeapStore,
+    /// `android_logs` (`logs.rs`).
+    pub(crate) android_logs: Vec<crate::logs::LogRow>,
     /// Slices that began and ended on the same nanosecond (`dur = 0` like an instant, but a
     /// zone: `tachyon stats` counts them).
     pub(crate) zero_length_zones: Vec<u32>,
@@ -186,6 +188,7 @@ impl Default for Storage {
             args: Vec::new(),
             profile: Default::default(),
             heap: Default::default(),
+            android_logs: Vec::new(),
             zero_length_zones: Vec::new(),
             next_arg_set: 0,
             tid_to_utid: FxHashMap::default(),

@@ -9,8 +9,10 @@ use crate::Error;
 ///
 /// Every slice that began and ended is a zone, including those whose begin and end fell on the
 /// same nanosecond (`dur = 0`); instants and slices that never ended (`dur = -1`) are not zones
-/// and are left out. Sums saturate at `i64::MAX` (a hostile trace may hold durations whose sum
-/// does not fit). Self time is the duration minus the time spent in direct children, as in Tracy.
+/// and are left out, and so are lock holds and waits and frames (categories `tachyon.lock` and
+/// `tachyon.frame`: their own sections, `locks.rs` and `frames.rs`). Sums saturate at
+/// `i64::MAX` (a hostile trace may hold durations whose sum does not fit). Self time is the
+/// duration minus the time spent in direct children, as in Tracy.
 /// Percentiles use the nearest-rank method.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ZoneStats {
@@ -36,8 +38,9 @@ pub struct ZoneStats {
 
 pub(crate) fn compute(conn: &Connection) -> Result<Vec<ZoneStats>, Error> {
     let mut st = conn.prepare(
-        "SELECT id, parent_id, name, dur FROM slice WHERE dur > 0 \
-         OR (dur = 0 AND id IN (SELECT slice_id FROM __intrinsic_zero_length_zone))",
+        "SELECT id, parent_id, name, dur FROM slice WHERE (dur > 0 \
+         OR (dur = 0 AND id IN (SELECT slice_id FROM __intrinsic_zero_length_zone))) \
+         AND (category IS NULL OR category NOT IN ('tachyon.lock', 'tachyon.frame'))",
     )?;
     let mut zones: Vec<(i64, Option<i64>, Option<String>, i64)> = Vec::new();
     let mut rows = st.query([])?;

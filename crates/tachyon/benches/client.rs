@@ -6,6 +6,15 @@
 //! - `client/zone/disabled`: the same macro whose category the session disabled.
 //! - `client/instant`: `instant!("name")`.
 //! - `client/counter`: `counter!("name", i)`.
+//! - `client/lock/uncontended`: lock + unlock of a `tachyon::sync::Mutex` no other thread
+//!   wants (the hold's begin and end queued like a zone's), beside
+//!   `client/baseline/std_mutex`, the same on `std::sync::Mutex`. Goal: ≤ 1.5×
+//!   `client/zone/enabled`.
+//! - `client/frame_mark`: `frame_mark!()` (ends a frame and begins the next on the frames
+//!   track: two packets through the thread's state).
+//! - `client/message/static`: `message!("text")` (an instant with a `log_message` whose body is
+//!   interned).
+//! - `client/plot`: `Plot::set` on a number plot.
 //! - `client/baseline/two_timestamps`: two raw reads of the trace clock's counter (`rdtsc` on
 //!   x86-64): what a zone's begin and end cost in clock reads alone. The goal is a zone at
 //!   ≤ 1.2× this.
@@ -33,6 +42,12 @@
 //! quartiles of the per-round ratio, and the helper threads' CPU per event over the rounds.
 //! Load that comes and goes hits both halves of a round alike, which criterion's separate runs
 //! cannot promise.
+//!
+//! With `TACHYON_CLIENT_LOCK_RATIO=N` the same for the lock goal: N rounds, each timing 2 000
+//! uncontended lock + unlock of a `tachyon::sync::Mutex`, 2 000 enabled zones and 2 000
+//! lock + unlock of a `std::sync::Mutex` back to back; prints the medians and the per-round
+//! ratios lock / zone and lock / std; first, the helper threads' CPU per lock record (200 000
+//! holds: what encoding a queued hold costs the drainer).
 
 use std::hint::black_box;
 use std::sync::{Arc, Barrier};
@@ -73,6 +88,31 @@ fn bench(c: &mut Criterion) {
         b.iter(|| {
             i = i.wrapping_add(1);
             tachyon::counter!("bench counter", black_box(i));
+        })
+    });
+
+    let lock = tachyon::sync::Mutex::new_named("bench lock", 0u64);
+    g.bench_function("lock/uncontended", |b| {
+        b.iter(|| {
+            *black_box(&lock).lock().unwrap() += 1;
+        })
+    });
+    let std_lock = std::sync::Mutex::new(0u64);
+    g.bench_function("baseline/std_mutex", |b| {
+        b.iter(|| {
+            *black_box(&std_lock).lock().unwrap() += 1;
+        })
+    });
+    g.bench_function("frame_mark", |b| b.iter(|| tachyon::frame_mark!()));
+    g.bench_function("message/static", |b| {
+        b.iter(|| tachyon::message!("bench message"))
+    });
+    let plot = tachyon::Plot::new("bench plot", tachyon::PlotKind::Number);
+    let mut p = 0u32;
+    g.bench_function("plot", |b| {
+        b.iter(|| {
+            p = p.wrapping_add(1);
+            plot.set(black_box(p));
         })
     });
 
@@ -264,6 +304,71 @@ fn ratio(rounds: usize) {
     );
 }
 
+/// `n` uncontended lock + unlock of `lock`.
+#[inline(never)]
+fn locks(lock: &tachyon::sync::Mutex<u64>, n: u64) {
+    for _ in 0..n {
+        *black_box(lock).lock().unwrap() += 1;
+    }
+}
+
+/// `n` lock + unlock of a std mutex.
+#[inline(never)]
+fn std_locks(lock: &std::sync::Mutex<u64>, n: u64) {
+    for _ in 0..n {
+        *black_box(lock).lock().unwrap() += 1;
+    }
+}
+
+/// `TACHYON_CLIENT_LOCK_RATIO` (module docs).
+fn lock_ratio(rounds: usize) {
+    const ITERS: u64 = 2_000;
+    start_session();
+    let lock = tachyon::sync::Mutex::new_named("bench lock", 0u64);
+    let std_lock = std::sync::Mutex::new(0u64);
+    locks(&lock, ITERS);
+    zones(ITERS);
+    std::thread::sleep(Duration::from_millis(50));
+    // The drainer's CPU for lock records alone: 200 000 holds, then time to encode them.
+    let before = helpers_cpu_ns();
+    locks(&lock, 100 * ITERS);
+    std::thread::sleep(Duration::from_millis(200));
+    report_helpers_cpu(before, helpers_cpu_ns(), 200 * ITERS);
+    let per = |t: Instant| t.elapsed().as_secs_f64() * 1e9 / ITERS as f64;
+    let (mut l, mut z, mut s, mut lz, mut ls) = (vec![], vec![], vec![], vec![], vec![]);
+    for _ in 0..rounds {
+        let t = Instant::now();
+        locks(&lock, ITERS);
+        let a = per(t);
+        let t = Instant::now();
+        zones(ITERS);
+        let b = per(t);
+        let t = Instant::now();
+        std_locks(&std_lock, ITERS);
+        let c = per(t);
+        l.push(a);
+        z.push(b);
+        s.push(c);
+        lz.push(a / b);
+        ls.push(a / c);
+    }
+    let report = tachyon::shutdown().unwrap().unwrap();
+    let med = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        (v[v.len() / 2], v[v.len() / 4], v[(3 * v.len()) / 4])
+    };
+    let (l, z, s) = (med(l).0, med(z).0, med(s).0);
+    let (lz, ls) = (med(lz), med(ls));
+    println!(
+        "lock/uncontended median {l:.2} ns, zone/enabled median {z:.2} ns, std_mutex median {s:.2} ns"
+    );
+    println!(
+        "per round: lock/zone median {:.3} (quartiles {:.3}..{:.3}); lock/std median {:.3} \
+         (quartiles {:.3}..{:.3}); {rounds} rounds, {} packets dropped",
+        lz.0, lz.1, lz.2, ls.0, ls.1, ls.2, report.writers.packets_dropped
+    );
+}
+
 criterion_group!(benches, bench);
 
 fn main() {
@@ -282,6 +387,13 @@ fn main() {
         .and_then(|v| v.parse().ok())
     {
         ratio(n);
+        return;
+    }
+    if let Some(n) = std::env::var("TACHYON_CLIENT_LOCK_RATIO")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        lock_ratio(n);
         return;
     }
     benches();

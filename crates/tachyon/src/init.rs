@@ -48,11 +48,15 @@
 //! | `TACHYON_CAPTURE_TOKEN` | live capture: the secret a capture must present | none |
 //! | `TACHYON_ON_DEMAND` | `1`: live capture records only while a capture is attached | off |
 //! | `TACHYON_WAIT_FOR_CAPTURE` | live capture: seconds to wait at start for a capture | no wait |
+//! | `TACHYON_MEMORY` | with [`alloc::Tracked`](crate::alloc::Tracked) installed: `off`, `exact`, `sampled:BYTES` | `exact` |
+//! | `TACHYON_MEMORY_DUMP_MS` | a heap profile this often (and always one at the end) | at the end only |
+//! | `TACHYON_CALLSTACK` | call-stack depth on every zone and instant (0–64) | 0 (off) |
+//! | `TACHYON_SAMPLING_HZ` | CPU samples per second, with stacks (in-process) | 0 (off) |
+//! | `TACHYON_SYMBOLIZE` | `0`: no symbolization at the end (feature `symbolize`) | on |
+//! | `TACHYON_CPU_USAGE` | `1`: CPU usage plots every 100 ms ([`Config::cpu_usage`]) | off |
 //!
 //! Setting any of the live-capture variables selects the capture backend (see
 //! [`Config::listen`]); it wins over system mode.
-//! | `TACHYON_MEMORY` | with [`alloc::Tracked`](crate::alloc::Tracked) installed: `off`, `exact`, `sampled:BYTES` | `exact` |
-//! | `TACHYON_MEMORY_DUMP_MS` | a heap profile this often (and always one at the end) | at the end only |
 //!
 //! A value that does not parse is an error naming the variable, never a silent default.
 
@@ -122,6 +126,21 @@ pub struct Config {
     /// Memory profiling, when [`alloc::Tracked`](crate::alloc::Tracked) is the global
     /// allocator (in-process sessions).
     pub memory: crate::alloc::MemoryConfig,
+    /// Frames of call stack on every zone and instant (`TACHYON_CALLSTACK`, at most 64; 0:
+    /// only on events that ask with `callstack`). See [`callstack`](crate::callstack).
+    pub callstack_depth: usize,
+    /// CPU samples per second of CPU time per thread, with their call stacks
+    /// (`TACHYON_SAMPLING_HZ`; 0: off). In-process sessions only. See
+    /// [`sampling`](crate::sampling).
+    pub sampling_hz: u32,
+    /// With the cargo feature `symbolize`: when the session ends, resolve the call stacks it
+    /// recorded (function, file, line) from this process's binaries and append the symbols to
+    /// the trace (`TACHYON_SYMBOLIZE=0`: leave that to `tachyon symbolize`). On by default.
+    pub symbolize: bool,
+    /// Tracy's CPU usage plots: the process's and the whole system's CPU use, sampled from
+    /// `/proc` every 100 ms by a `tachyon-cpu` thread (its own packet sequence) while the
+    /// session runs (`TACHYON_CPU_USAGE`).
+    pub cpu_usage: bool,
 }
 
 impl Default for Config {
@@ -146,6 +165,10 @@ impl Default for Config {
             on_demand: false,
             wait_for_capture: None,
             memory: crate::alloc::MemoryConfig::default(),
+            callstack_depth: 0,
+            sampling_hz: 0,
+            symbolize: true,
+            cpu_usage: false,
         }
     }
 }
@@ -253,6 +276,30 @@ impl Config {
         }
         if let Some(v) = var("TACHYON_FLUSH_PERIOD_MS") {
             c.flush_period = Some(parse_ms("TACHYON_FLUSH_PERIOD_MS", &v)?);
+        }
+        if let Some(v) = var("TACHYON_CALLSTACK") {
+            c.callstack_depth = match v.trim().parse::<usize>() {
+                Ok(d) if d <= crate::callstack::MAX_DEPTH => d,
+                _ => {
+                    return Err(ConfigError(format!(
+                        "TACHYON_CALLSTACK={v:?}: expected a depth from 0 to {}",
+                        crate::callstack::MAX_DEPTH
+                    )))
+                }
+            };
+        }
+        if let Some(v) = var("TACHYON_SAMPLING_HZ") {
+            c.sampling_hz = v.trim().parse().map_err(|_| {
+                ConfigError(format!(
+                    "TACHYON_SAMPLING_HZ={v:?}: expected samples per second (0: off)"
+                ))
+            })?;
+        }
+        if let Some(v) = var("TACHYON_SYMBOLIZE") {
+            c.symbolize = parse_flag("TACHYON_SYMBOLIZE", &v)?;
+        }
+        if let Some(v) = var("TACHYON_CPU_USAGE") {
+            c.cpu_usage = parse_flag("TACHYON_CPU_USAGE", &v)?;
         }
         if let Some(v) = var("TACHYON_STREAM") {
             c.stream = parse_flag("TACHYON_STREAM", &v)?;
@@ -458,6 +505,8 @@ struct Active {
     output: Option<PathBuf>,
     /// Started by [`init`]: write the trace at process exit.
     at_exit: bool,
+    /// Symbolize the call stacks when the session ends ([`Config::symbolize`]).
+    symbolize: bool,
 }
 
 static ACTIVE: Mutex<Option<Active>> = Mutex::new(None);
@@ -610,15 +659,24 @@ fn start_inner(config: Config, at_exit: bool) -> io::Result<()> {
         };
         global::install(handle, config.categories.clone());
         crate::alloc::start_session(&config.memory);
+        crate::callstack::set_default_depth(config.callstack_depth);
+        if config.sampling_hz != 0 {
+            if let Err(e) = crate::sampling::start(config.sampling_hz) {
+                eprintln!("tachyon: {e}; tracing goes on without CPU samples");
+            }
+        }
     }
     let waiter = match &backend {
         Backend::Capture(server) => Some(server.waiter()),
         _ => None,
     };
+    // The CPU usage plots and the program's information (`cpu_usage.rs`).
+    crate::cpu_usage::session_started(config.cpu_usage);
     *slot = Some(Active {
         backend,
         output: config.output.clone(),
         at_exit,
+        symbolize: config.symbolize,
     });
     if at_exit {
         register_at_exit();
@@ -720,6 +778,9 @@ pub fn shutdown() -> io::Result<Option<Report>> {
     // thread busy with an event then drops its writer at its next one, as before the queues.
     // Memory tracking writes its last counters and heap profile into the session first.
     let memory = crate::alloc::stop_session();
+    // The sampler writes its last samples while the session still takes them.
+    let _ = crate::sampling::stop();
+    crate::callstack::set_default_depth(0);
     state::drain_all(Drain::FlushAll);
     global::end_session();
     state::release_thread_writer();
@@ -727,7 +788,10 @@ pub fn shutdown() -> io::Result<Option<Report>> {
     let stop = session.stop();
     global::disable_callsites();
     drop(slot);
-    let stop = stop?;
+    let mut stop = stop?;
+    if active.symbolize {
+        crate::callstack::symbolize_at_end(active.output.as_deref(), &mut stop.trace);
+    }
     let bytes = match &active.output {
         Some(p) => std::fs::metadata(p).map(|m| m.len()).unwrap_or(0),
         None => stop.trace.len() as u64,

@@ -32,9 +32,12 @@
 //!   should depend on Tachyon) every macro compiles to nothing.
 //! - Sessions: [`start`] with a [`Config`], [`init`] from the environment (with an exit hook that
 //!   writes the trace), [`shutdown`] for the [`Report`].
-//! - Cargo features: `enabled` (default: the macros record), `macros` (`#[tachyon::instrument]`,
-//!   brings the proc-macro stack). Without them the dependency tree is Tachyon's own crates and
-//!   `rustix`.
+//! - Call stacks: `zone!(.., callstack)`, `TACHYON_CALLSTACK`, capture and interning in
+//!   [`callstack`]; CPU sampling (`Config::sampling_hz`) in [`sampling`].
+//! - Cargo features: `enabled` (default: the macros record), `dwarf-unwind` (default: call
+//!   stacks unwound with `framehop` over `.eh_frame`), `macros` (`#[tachyon::instrument]`,
+//!   brings the proc-macro stack), `symbolize` (symbols appended when a session ends; brings
+//!   `addr2line`). Without them the dependency tree is Tachyon's own crates and `rustix`.
 //! - For other instrumentation libraries (the `tracing` Layer in `tracing-tachyon`):
 //!   [`integration`]. For those who build backends: the writer API (arbiter, trace writers, commit
 //!   sinks, sessions) in [`backend`]; the trace clock in [`clock`].
@@ -51,11 +54,17 @@
 
 pub mod alloc;
 pub mod backend;
+pub mod callstack;
 mod capture;
 pub mod clock;
+mod cpu_usage;
 pub mod crash;
 mod init;
+#[cfg(feature = "log-bridge")]
+pub mod log_bridge;
+pub mod sampling;
 mod session;
+pub mod sync;
 mod system;
 mod track_event;
 mod writer;
@@ -67,11 +76,15 @@ pub use init::{init, is_active, shutdown, start, Backend, Config, ConfigError, R
 pub use tachyon_macros::instrument;
 pub use tachyon_service::FillPolicy;
 pub use track_event::integration;
+#[doc(hidden)]
+pub use track_event::message as __message;
+pub use track_event::message::MAX_MESSAGE_LEN;
 pub use track_event::{
     __rt, set_process_name, set_thread_name, ArgValue, Callsite, CallsiteKind, CategoryFilter,
     CounterSample, CounterTrack, CounterValue, Enabled, EventContext, Flow, Track, TrackSlice,
     Unit, ZoneGuard, COMPILED_IN,
 };
+pub use track_event::{frame, set_thread_name_with_hint, Level, Plot, PlotKind};
 
 // Types that appear in `Config` and `Report`; the rest of the writer API is in `backend`.
 pub use backend::{ArbiterStats, BufferExhaustedPolicy, SystemReport};

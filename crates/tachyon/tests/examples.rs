@@ -22,7 +22,15 @@ fn count(tp: &TraceProcessor, sql: &str) -> i64 {
 
 #[test]
 fn examples_run_and_write_clean_traces() {
-    for name in ["quickstart", "counters", "flows", "threads", "memory"] {
+    for name in [
+        "quickstart",
+        "counters",
+        "flows",
+        "threads",
+        "memory",
+        "callstacks",
+        "instrumentation",
+    ] {
         let exe = examples_dir().join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
         assert!(exe.is_file(), "{} is not built", exe.display());
         let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("example_{name}"));

@@ -44,11 +44,14 @@ fn parse_seconds(s: &str) -> Result<f64, String> {
 pub(crate) fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let config = tachyon::Config {
         output: Some(args.out.clone()),
+        // Tracy's CPU usage plots (issue 16).
+        cpu_usage: true,
         // The message names the variable; ConfigError's Display would add a second "tachyon:".
         ..tachyon::Config::from_env().map_err(|e| e.0)?
     };
     let out = args.out.display();
     let daemon = config.producer_socket.clone();
+    let stacks = config.symbolize && (config.callstack_depth > 0 || config.sampling_hz > 0);
     tachyon::set_process_name("tachyon-demo");
     tachyon::start(config).map_err(|e| match &daemon {
         Some(socket) => format!(
@@ -85,6 +88,20 @@ pub(crate) fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
 
     let path = report.path.as_deref().unwrap_or(&args.out);
     let abs = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    if stacks {
+        // Tracy's lazy symbolization: the addresses the session recorded, resolved once each
+        // now that it has ended, from this very binary and its libraries.
+        match tachyon_symbolize::symbolize_in_place(path, &tachyon_symbolize::Options::default()) {
+            Ok(s) => {
+                let (n, of) = s
+                    .modules
+                    .iter()
+                    .fold((0, 0), |(n, of), m| (n + m.symbolized, of + m.addresses));
+                println!("call stacks: {n} of {of} addresses symbolized");
+            }
+            Err(e) => eprintln!("tachyon: symbolizing the call stacks failed: {e}"),
+        }
+    }
     let tp = load(path, Sort::Full)?;
     let counts = event_counts(&tp)?;
     let loss = tp.data_loss()?;

@@ -5,11 +5,17 @@ use std::path::PathBuf;
 use tachyon_processor::{QueryResult, Value, ZoneStats};
 
 use crate::load::{load, Sort};
+
+/// Locks, frames, messages, program info (`stats/tracy.rs`).
+mod tracy;
 use crate::output::{render, Format};
 
 /// The crashes the trace records first (thread, signal or panic message, call stack); then per
 /// zone name: count, total, self, mean, min, median, p99 and max time, sorted by total;
-/// then every data_loss or error in the `stats` table, or "no data lost".
+/// then, when the trace has them, the program's information, locks (acquisitions, contention,
+/// waits, holds, the threads that waited most), frames (count, frame times, FPS) and messages
+/// (per level, the warnings and errors); then every data_loss or error in the `stats` table,
+/// or "no data lost".
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
     /// The trace file (Perfetto protobuf, optionally gzip-compressed).
@@ -17,6 +23,12 @@ pub(crate) struct Args {
     /// How events are sorted before import.
     #[arg(long, value_enum, default_value_t = Sort::Full)]
     sort: Sort,
+    /// Also print the CPU profile of the trace's samples, top-down and bottom-up.
+    #[arg(long)]
+    samples: bool,
+    /// Also print zones grouped by the call stack they began in.
+    #[arg(long)]
+    callstacks: bool,
 }
 
 pub(crate) fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
@@ -27,6 +39,15 @@ pub(crate) fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     print!("{}", render(&zone_table(&zones), Format::Table));
     println!();
     super::memory_stats::print(&tp)?;
+    if args.callstacks {
+        crate::commands::profile::print_callstacks(&tp)?;
+        println!();
+    }
+    if args.samples {
+        crate::commands::profile::print_samples(&tp)?;
+        println!();
+    }
+    tracy::print(&tp)?;
     let loss = tp.data_loss()?;
     if loss.is_empty() {
         println!("Data loss: no data lost");

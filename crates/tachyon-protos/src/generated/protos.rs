@@ -15,6 +15,7 @@
 // source: perfetto/trace/clock_snapshot.proto
 // source: perfetto/trace/interned_data/interned_data.proto
 // source: perfetto/trace/perfetto/tracing_service_event.proto
+// source: perfetto/trace/profiling/perf_sample.proto
 // source: perfetto/trace/profiling/profile_common.proto
 // source: perfetto/trace/profiling/profile_packet.proto
 // source: perfetto/trace/ps/process_tree.proto
@@ -27,6 +28,7 @@
 // source: perfetto/trace/track_event/chrome_process_descriptor.proto
 // source: perfetto/trace/track_event/counter_descriptor.proto
 // source: perfetto/trace/track_event/debug_annotation.proto
+// source: perfetto/trace/track_event/log_message.proto
 // source: perfetto/trace/track_event/process_descriptor.proto
 // source: perfetto/trace/track_event/range_of_interest.proto
 // source: perfetto/trace/track_event/source_location.proto
@@ -13246,9 +13248,8 @@ pub mod perfetto {
         /// it by iid. Each field is its own index; iids are non-zero and valid only
         /// on one sequence until the next SEQ_INCREMENTAL_STATE_CLEARED packet.
         ///
-        /// Not modelled (numbers taken upstream, do not reuse): log_message_body 20,
-        /// vulkan_memory_keys 22, graphics_contexts 23, gpu_specifications 24,
-        /// histogram_names 25, kernel_symbols 26, packet_context 30, the V8 entries
+        /// Not modelled (numbers taken upstream, do not reuse): vulkan_memory_keys 22,
+        /// graphics_contexts 23, gpu_specifications 24, histogram_names 25, kernel_symbols 26, packet_context 30, the V8 entries
         /// 31..35, protolog 36..37, viewcapture 38..41, app_wakelock_info 42,
         /// android_job_name 44.
         ///
@@ -13282,6 +13283,8 @@ pub mod perfetto {
             pub const SOURCE_LOCATIONS_FIELD_NUMBER: u32 = 4;
             /// The field number of `unsymbolized_source_locations`.
             pub const UNSYMBOLIZED_SOURCE_LOCATIONS_FIELD_NUMBER: u32 = 28;
+            /// The field number of `log_message_body`.
+            pub const LOG_MESSAGE_BODY_FIELD_NUMBER: u32 = 20;
             /// The field number of `debug_annotation_string_values`.
             pub const DEBUG_ANNOTATION_STRING_VALUES_FIELD_NUMBER: u32 = 29;
             /// The field number of `correlation_id_str`.
@@ -13374,6 +13377,18 @@ pub mod perfetto {
             #[inline(always)]
             pub fn add_unsymbolized_source_locations(&mut self) -> UnsymbolizedSourceLocation<'_> {
                 ::protozero::MessageWriter::from_message(self.0.begin_nested(28))
+            }
+
+            /// LogMessage.body_iid.
+            ///
+            /// Begins one element of `repeated perfetto.protos.LogMessageBody log_message_body =
+            /// 20`.
+            ///
+            /// Fill in the returned writer; it ends (and its size is written) when it is dropped,
+            /// before this message can be written again.
+            #[inline(always)]
+            pub fn add_log_message_body(&mut self) -> LogMessageBody<'_> {
+                ::protozero::MessageWriter::from_message(self.0.begin_nested(20))
             }
 
             /// DebugAnnotation.string_value_iid.
@@ -13484,9 +13499,8 @@ pub mod perfetto {
         /// it by iid. Each field is its own index; iids are non-zero and valid only
         /// on one sequence until the next SEQ_INCREMENTAL_STATE_CLEARED packet.
         ///
-        /// Not modelled (numbers taken upstream, do not reuse): log_message_body 20,
-        /// vulkan_memory_keys 22, graphics_contexts 23, gpu_specifications 24,
-        /// histogram_names 25, kernel_symbols 26, packet_context 30, the V8 entries
+        /// Not modelled (numbers taken upstream, do not reuse): vulkan_memory_keys 22,
+        /// graphics_contexts 23, gpu_specifications 24, histogram_names 25, kernel_symbols 26, packet_context 30, the V8 entries
         /// 31..35, protolog 36..37, viewcapture 38..41, app_wakelock_info 42,
         /// android_job_name 44.
         ///
@@ -13499,7 +13513,7 @@ pub mod perfetto {
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct InternedDataView<'a> {
-            d: ::protozero::TypedDecoder<'a, 15>,
+            d: ::protozero::TypedDecoder<'a, 16>,
         }
 
         impl<'a> InternedDataView<'a> {
@@ -13525,12 +13539,14 @@ pub mod perfetto {
                     1..=3 => ::core::option::Option::Some(id as usize - 1),
                     27 => ::core::option::Option::Some(3),
                     4 => ::core::option::Option::Some(4),
-                    28..=29 => ::core::option::Option::Some(id as usize - 23),
-                    43 => ::core::option::Option::Some(7),
-                    16..=18 => ::core::option::Option::Some(id as usize - 8),
-                    5 => ::core::option::Option::Some(11),
-                    19 => ::core::option::Option::Some(12),
-                    6..=7 => ::core::option::Option::Some(id as usize + 7),
+                    28 => ::core::option::Option::Some(5),
+                    20 => ::core::option::Option::Some(6),
+                    29 => ::core::option::Option::Some(7),
+                    43 => ::core::option::Option::Some(8),
+                    16..=18 => ::core::option::Option::Some(id as usize - 7),
+                    5 => ::core::option::Option::Some(12),
+                    19 => ::core::option::Option::Some(13),
+                    6..=7 => ::core::option::Option::Some(id as usize + 8),
                     _ => ::core::option::Option::None,
                 }
             }
@@ -13584,13 +13600,21 @@ pub mod perfetto {
                 ::protozero::gen_support::repeated_bytes(&self.d, 5).map(UnsymbolizedSourceLocationView::decode)
             }
 
+            /// LogMessage.body_iid.
+            ///
+            /// The elements of `repeated perfetto.protos.LogMessageBody log_message_body = 20`.
+            #[inline]
+            pub fn log_message_body(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<LogMessageBodyView<'a>, ::protozero::DecodeError>> + use<'a> {
+                ::protozero::gen_support::repeated_bytes(&self.d, 6).map(LogMessageBodyView::decode)
+            }
+
             /// DebugAnnotation.string_value_iid.
             ///
             /// The elements of `repeated perfetto.protos.InternedString
             /// debug_annotation_string_values = 29`.
             #[inline]
             pub fn debug_annotation_string_values(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<InternedStringView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 6).map(InternedStringView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 7).map(InternedStringView::decode)
             }
 
             /// TrackEvent.correlation_id_str_iid.
@@ -13598,7 +13622,7 @@ pub mod perfetto {
             /// The elements of `repeated perfetto.protos.InternedString correlation_id_str = 43`.
             #[inline]
             pub fn correlation_id_str(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<InternedStringView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 7).map(InternedStringView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 8).map(InternedStringView::decode)
             }
 
             /// Build ids of executables (Mapping.build_id).
@@ -13606,7 +13630,7 @@ pub mod perfetto {
             /// The elements of `repeated perfetto.protos.InternedString build_ids = 16`.
             #[inline]
             pub fn build_ids(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<InternedStringView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 8).map(InternedStringView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 9).map(InternedStringView::decode)
             }
 
             /// Path components of executables (Mapping.path_string_ids).
@@ -13614,7 +13638,7 @@ pub mod perfetto {
             /// The elements of `repeated perfetto.protos.InternedString mapping_paths = 17`.
             #[inline]
             pub fn mapping_paths(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<InternedStringView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 9).map(InternedStringView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 10).map(InternedStringView::decode)
             }
 
             /// Source file paths (Frame.source_path_iid).
@@ -13622,7 +13646,7 @@ pub mod perfetto {
             /// The elements of `repeated perfetto.protos.InternedString source_paths = 18`.
             #[inline]
             pub fn source_paths(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<InternedStringView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 10).map(InternedStringView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 11).map(InternedStringView::decode)
             }
 
             /// Function names (Frame.function_name_id).
@@ -13630,7 +13654,7 @@ pub mod perfetto {
             /// The elements of `repeated perfetto.protos.InternedString function_names = 5`.
             #[inline]
             pub fn function_names(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<InternedStringView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 11).map(InternedStringView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 12).map(InternedStringView::decode)
             }
 
             /// Executable mappings (Frame.mapping_id).
@@ -13638,7 +13662,7 @@ pub mod perfetto {
             /// The elements of `repeated perfetto.protos.Mapping mappings = 19`.
             #[inline]
             pub fn mappings(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<MappingView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 12).map(MappingView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 13).map(MappingView::decode)
             }
 
             /// Frames (Callstack.frame_ids).
@@ -13646,7 +13670,7 @@ pub mod perfetto {
             /// The elements of `repeated perfetto.protos.Frame frames = 6`.
             #[inline]
             pub fn frames(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<FrameView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 13).map(FrameView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 14).map(FrameView::decode)
             }
 
             /// Call stacks (TrackEvent.callstack_iid).
@@ -13654,7 +13678,7 @@ pub mod perfetto {
             /// The elements of `repeated perfetto.protos.Callstack callstacks = 7`.
             #[inline]
             pub fn callstacks(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<CallstackView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 14).map(CallstackView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 15).map(CallstackView::decode)
             }
         }
 
@@ -13890,6 +13914,635 @@ pub mod perfetto {
             #[inline]
             pub fn has_tracing_disabled(&self) -> bool {
                 ::protozero::gen_support::has_varint(&self.d, 4)
+            }
+        }
+
+        /// Writer of `perfetto.protos.Profiling`: each setter appends one field to the message
+        /// being written.
+        #[derive(Debug)]
+        pub struct Profiling<'w>(::protozero::Message<'w>);
+
+        impl<'w> ::protozero::MessageWriter<'w> for Profiling<'w> {
+            #[inline(always)]
+            fn from_message(msg: ::protozero::Message<'w>) -> Self {
+                Self(msg)
+            }
+
+            #[inline(always)]
+            fn as_message(&mut self) -> &mut ::protozero::Message<'w> {
+                &mut self.0
+            }
+        }
+
+        impl<'w> Profiling<'w> {
+            /// The message being written, for what the setters do not cover (e.g. fields already
+            /// encoded).
+            #[inline(always)]
+            pub fn message(&mut self) -> &mut ::protozero::Message<'w> {
+                &mut self.0
+            }
+        }
+
+        /// A zero-copy view of an encoded `perfetto.protos.Profiling`: its fields are indexed once
+        /// by [`Self::decode`] and read from the borrowed bytes by the getters, which never
+        /// allocate.
+        ///
+        /// A singular field reads its last occurrence (the default when absent); repeated scalars
+        /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
+        /// the declared type is skipped like an unknown field.
+        #[derive(Clone, Debug)]
+        pub struct ProfilingView<'a> {
+            d: ::protozero::TypedDecoder<'a, 0>,
+        }
+
+        impl<'a> ProfilingView<'a> {
+            /// Indexes the fields of `bytes`, skipping unknown ones.
+            ///
+            /// # Errors
+            ///
+            /// The first malformation if `bytes` is not a well-formed protobuf message.
+            #[inline]
+            pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
+                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+            }
+
+            /// The encoded message this view reads.
+            #[inline]
+            pub fn bytes(&self) -> &'a [u8] {
+                self.d.bytes()
+            }
+
+            #[inline]
+            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
+                ::core::option::Option::None
+            }
+        }
+
+        /// Nested messages and enums of `perfetto.protos.Profiling`.
+        pub mod profiling {
+            /// The enum `perfetto.protos.Profiling.CpuMode`.
+            #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+            #[repr(i32)]
+            #[allow(clippy::enum_variant_names)]
+            pub enum CpuMode {
+                /// `MODE_UNKNOWN = 0`
+                ModeUnknown = 0,
+                /// `MODE_KERNEL = 1`
+                ModeKernel = 1,
+                /// `MODE_USER = 2`
+                ModeUser = 2,
+                /// `MODE_HYPERVISOR = 3`
+                ModeHypervisor = 3,
+                /// `MODE_GUEST_KERNEL = 4`
+                ModeGuestKernel = 4,
+                /// `MODE_GUEST_USER = 5`
+                ModeGuestUser = 5,
+            }
+
+            impl CpuMode {
+                /// The variant with value `v`, if the enum declares one.
+                pub const fn from_i32(v: i32) -> ::core::option::Option<Self> {
+                    match v {
+                        0 => ::core::option::Option::Some(Self::ModeUnknown),
+                        1 => ::core::option::Option::Some(Self::ModeKernel),
+                        2 => ::core::option::Option::Some(Self::ModeUser),
+                        3 => ::core::option::Option::Some(Self::ModeHypervisor),
+                        4 => ::core::option::Option::Some(Self::ModeGuestKernel),
+                        5 => ::core::option::Option::Some(Self::ModeGuestUser),
+                        _ => ::core::option::Option::None,
+                    }
+                }
+
+                /// The value.
+                pub const fn as_i32(self) -> i32 {
+                    self as i32
+                }
+
+                /// The value's name in the `.proto` file.
+                pub const fn as_str_name(self) -> &'static str {
+                    match self {
+                        Self::ModeUnknown => "MODE_UNKNOWN",
+                        Self::ModeKernel => "MODE_KERNEL",
+                        Self::ModeUser => "MODE_USER",
+                        Self::ModeHypervisor => "MODE_HYPERVISOR",
+                        Self::ModeGuestKernel => "MODE_GUEST_KERNEL",
+                        Self::ModeGuestUser => "MODE_GUEST_USER",
+                    }
+                }
+
+                /// The value named `name` in the `.proto` file (aliases included).
+                pub fn from_str_name(name: &str) -> ::core::option::Option<Self> {
+                    match name {
+                        "MODE_UNKNOWN" => ::core::option::Option::Some(Self::ModeUnknown),
+                        "MODE_KERNEL" => ::core::option::Option::Some(Self::ModeKernel),
+                        "MODE_USER" => ::core::option::Option::Some(Self::ModeUser),
+                        "MODE_HYPERVISOR" => ::core::option::Option::Some(Self::ModeHypervisor),
+                        "MODE_GUEST_KERNEL" => ::core::option::Option::Some(Self::ModeGuestKernel),
+                        "MODE_GUEST_USER" => ::core::option::Option::Some(Self::ModeGuestUser),
+                        _ => ::core::option::Option::None,
+                    }
+                }
+            }
+
+            /// The enum `perfetto.protos.Profiling.StackUnwindError`.
+            #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+            #[repr(i32)]
+            #[allow(clippy::enum_variant_names)]
+            pub enum StackUnwindError {
+                /// `UNWIND_ERROR_UNKNOWN = 0`
+                UnwindErrorUnknown = 0,
+                /// `UNWIND_ERROR_NONE = 1`
+                UnwindErrorNone = 1,
+                /// `UNWIND_ERROR_MEMORY_INVALID = 2`
+                UnwindErrorMemoryInvalid = 2,
+                /// `UNWIND_ERROR_UNWIND_INFO = 3`
+                UnwindErrorUnwindInfo = 3,
+                /// `UNWIND_ERROR_UNSUPPORTED = 4`
+                UnwindErrorUnsupported = 4,
+                /// `UNWIND_ERROR_INVALID_MAP = 5`
+                UnwindErrorInvalidMap = 5,
+                /// `UNWIND_ERROR_MAX_FRAMES_EXCEEDED = 6`
+                UnwindErrorMaxFramesExceeded = 6,
+                /// `UNWIND_ERROR_REPEATED_FRAME = 7`
+                UnwindErrorRepeatedFrame = 7,
+                /// `UNWIND_ERROR_INVALID_ELF = 8`
+                UnwindErrorInvalidElf = 8,
+                /// `UNWIND_ERROR_SYSTEM_CALL = 9`
+                UnwindErrorSystemCall = 9,
+                /// `UNWIND_ERROR_THREAD_TIMEOUT = 10`
+                UnwindErrorThreadTimeout = 10,
+                /// `UNWIND_ERROR_THREAD_DOES_NOT_EXIST = 11`
+                UnwindErrorThreadDoesNotExist = 11,
+                /// `UNWIND_ERROR_BAD_ARCH = 12`
+                UnwindErrorBadArch = 12,
+                /// `UNWIND_ERROR_MAPS_PARSE = 13`
+                UnwindErrorMapsParse = 13,
+                /// `UNWIND_ERROR_INVALID_PARAMETER = 14`
+                UnwindErrorInvalidParameter = 14,
+                /// `UNWIND_ERROR_PTRACE_CALL = 15`
+                UnwindErrorPtraceCall = 15,
+            }
+
+            impl StackUnwindError {
+                /// The variant with value `v`, if the enum declares one.
+                pub const fn from_i32(v: i32) -> ::core::option::Option<Self> {
+                    match v {
+                        0 => ::core::option::Option::Some(Self::UnwindErrorUnknown),
+                        1 => ::core::option::Option::Some(Self::UnwindErrorNone),
+                        2 => ::core::option::Option::Some(Self::UnwindErrorMemoryInvalid),
+                        3 => ::core::option::Option::Some(Self::UnwindErrorUnwindInfo),
+                        4 => ::core::option::Option::Some(Self::UnwindErrorUnsupported),
+                        5 => ::core::option::Option::Some(Self::UnwindErrorInvalidMap),
+                        6 => ::core::option::Option::Some(Self::UnwindErrorMaxFramesExceeded),
+                        7 => ::core::option::Option::Some(Self::UnwindErrorRepeatedFrame),
+                        8 => ::core::option::Option::Some(Self::UnwindErrorInvalidElf),
+                        9 => ::core::option::Option::Some(Self::UnwindErrorSystemCall),
+                        10 => ::core::option::Option::Some(Self::UnwindErrorThreadTimeout),
+                        11 => ::core::option::Option::Some(Self::UnwindErrorThreadDoesNotExist),
+                        12 => ::core::option::Option::Some(Self::UnwindErrorBadArch),
+                        13 => ::core::option::Option::Some(Self::UnwindErrorMapsParse),
+                        14 => ::core::option::Option::Some(Self::UnwindErrorInvalidParameter),
+                        15 => ::core::option::Option::Some(Self::UnwindErrorPtraceCall),
+                        _ => ::core::option::Option::None,
+                    }
+                }
+
+                /// The value.
+                pub const fn as_i32(self) -> i32 {
+                    self as i32
+                }
+
+                /// The value's name in the `.proto` file.
+                pub const fn as_str_name(self) -> &'static str {
+                    match self {
+                        Self::UnwindErrorUnknown => "UNWIND_ERROR_UNKNOWN",
+                        Self::UnwindErrorNone => "UNWIND_ERROR_NONE",
+                        Self::UnwindErrorMemoryInvalid => "UNWIND_ERROR_MEMORY_INVALID",
+                        Self::UnwindErrorUnwindInfo => "UNWIND_ERROR_UNWIND_INFO",
+                        Self::UnwindErrorUnsupported => "UNWIND_ERROR_UNSUPPORTED",
+                        Self::UnwindErrorInvalidMap => "UNWIND_ERROR_INVALID_MAP",
+                        Self::UnwindErrorMaxFramesExceeded => "UNWIND_ERROR_MAX_FRAMES_EXCEEDED",
+                        Self::UnwindErrorRepeatedFrame => "UNWIND_ERROR_REPEATED_FRAME",
+                        Self::UnwindErrorInvalidElf => "UNWIND_ERROR_INVALID_ELF",
+                        Self::UnwindErrorSystemCall => "UNWIND_ERROR_SYSTEM_CALL",
+                        Self::UnwindErrorThreadTimeout => "UNWIND_ERROR_THREAD_TIMEOUT",
+                        Self::UnwindErrorThreadDoesNotExist => "UNWIND_ERROR_THREAD_DOES_NOT_EXIST",
+                        Self::UnwindErrorBadArch => "UNWIND_ERROR_BAD_ARCH",
+                        Self::UnwindErrorMapsParse => "UNWIND_ERROR_MAPS_PARSE",
+                        Self::UnwindErrorInvalidParameter => "UNWIND_ERROR_INVALID_PARAMETER",
+                        Self::UnwindErrorPtraceCall => "UNWIND_ERROR_PTRACE_CALL",
+                    }
+                }
+
+                /// The value named `name` in the `.proto` file (aliases included).
+                pub fn from_str_name(name: &str) -> ::core::option::Option<Self> {
+                    match name {
+                        "UNWIND_ERROR_UNKNOWN" => ::core::option::Option::Some(Self::UnwindErrorUnknown),
+                        "UNWIND_ERROR_NONE" => ::core::option::Option::Some(Self::UnwindErrorNone),
+                        "UNWIND_ERROR_MEMORY_INVALID" => ::core::option::Option::Some(Self::UnwindErrorMemoryInvalid),
+                        "UNWIND_ERROR_UNWIND_INFO" => ::core::option::Option::Some(Self::UnwindErrorUnwindInfo),
+                        "UNWIND_ERROR_UNSUPPORTED" => ::core::option::Option::Some(Self::UnwindErrorUnsupported),
+                        "UNWIND_ERROR_INVALID_MAP" => ::core::option::Option::Some(Self::UnwindErrorInvalidMap),
+                        "UNWIND_ERROR_MAX_FRAMES_EXCEEDED" => ::core::option::Option::Some(Self::UnwindErrorMaxFramesExceeded),
+                        "UNWIND_ERROR_REPEATED_FRAME" => ::core::option::Option::Some(Self::UnwindErrorRepeatedFrame),
+                        "UNWIND_ERROR_INVALID_ELF" => ::core::option::Option::Some(Self::UnwindErrorInvalidElf),
+                        "UNWIND_ERROR_SYSTEM_CALL" => ::core::option::Option::Some(Self::UnwindErrorSystemCall),
+                        "UNWIND_ERROR_THREAD_TIMEOUT" => ::core::option::Option::Some(Self::UnwindErrorThreadTimeout),
+                        "UNWIND_ERROR_THREAD_DOES_NOT_EXIST" => ::core::option::Option::Some(Self::UnwindErrorThreadDoesNotExist),
+                        "UNWIND_ERROR_BAD_ARCH" => ::core::option::Option::Some(Self::UnwindErrorBadArch),
+                        "UNWIND_ERROR_MAPS_PARSE" => ::core::option::Option::Some(Self::UnwindErrorMapsParse),
+                        "UNWIND_ERROR_INVALID_PARAMETER" => ::core::option::Option::Some(Self::UnwindErrorInvalidParameter),
+                        "UNWIND_ERROR_PTRACE_CALL" => ::core::option::Option::Some(Self::UnwindErrorPtraceCall),
+                        _ => ::core::option::Option::None,
+                    }
+                }
+            }
+        }
+
+        /// One sample of a CPU profiler (perf_event_open): the thread, the CPU, the
+        /// interned call stack (InternedData.callstacks of the packet's sequence).
+        /// The packet's timestamp is the sample's time.
+        ///
+        /// Writer of `perfetto.protos.PerfSample`: each setter appends one field to the message
+        /// being written.
+        #[derive(Debug)]
+        pub struct PerfSample<'w>(::protozero::Message<'w>);
+
+        impl<'w> ::protozero::MessageWriter<'w> for PerfSample<'w> {
+            #[inline(always)]
+            fn from_message(msg: ::protozero::Message<'w>) -> Self {
+                Self(msg)
+            }
+
+            #[inline(always)]
+            fn as_message(&mut self) -> &mut ::protozero::Message<'w> {
+                &mut self.0
+            }
+        }
+
+        impl<'w> PerfSample<'w> {
+            /// The field number of `cpu`.
+            pub const CPU_FIELD_NUMBER: u32 = 1;
+            /// The field number of `pid`.
+            pub const PID_FIELD_NUMBER: u32 = 2;
+            /// The field number of `tid`.
+            pub const TID_FIELD_NUMBER: u32 = 3;
+            /// The field number of `cpu_mode`.
+            pub const CPU_MODE_FIELD_NUMBER: u32 = 5;
+            /// The field number of `timebase_count`.
+            pub const TIMEBASE_COUNT_FIELD_NUMBER: u32 = 6;
+            /// The field number of `callstack_iid`.
+            pub const CALLSTACK_IID_FIELD_NUMBER: u32 = 4;
+            /// The field number of `unwind_error`.
+            pub const UNWIND_ERROR_FIELD_NUMBER: u32 = 16;
+            /// The field number of `kernel_records_lost`.
+            pub const KERNEL_RECORDS_LOST_FIELD_NUMBER: u32 = 17;
+            /// The field number of `sample_skipped_reason`.
+            pub const SAMPLE_SKIPPED_REASON_FIELD_NUMBER: u32 = 18;
+
+            /// The message being written, for what the setters do not cover (e.g. fields already
+            /// encoded).
+            #[inline(always)]
+            pub fn message(&mut self) -> &mut ::protozero::Message<'w> {
+                &mut self.0
+            }
+
+            /// Writes `optional uint32 cpu = 1`.
+            #[inline(always)]
+            pub fn set_cpu(&mut self, v: u32) {
+                self.0.append_uint32(1, v);
+            }
+
+            /// Writes `optional uint32 pid = 2`.
+            #[inline(always)]
+            pub fn set_pid(&mut self, v: u32) {
+                self.0.append_uint32(2, v);
+            }
+
+            /// Writes `optional uint32 tid = 3`.
+            #[inline(always)]
+            pub fn set_tid(&mut self, v: u32) {
+                self.0.append_uint32(3, v);
+            }
+
+            /// Writes `optional perfetto.protos.Profiling.CpuMode cpu_mode = 5`.
+            #[inline(always)]
+            pub fn set_cpu_mode(&mut self, v: profiling::CpuMode) {
+                self.0.append_enum(5, v.as_i32());
+            }
+
+            /// Like [`Self::set_cpu_mode`], with a raw value (which need not be one the enum
+            /// declares).
+            #[inline(always)]
+            pub fn set_cpu_mode_raw(&mut self, v: i32) {
+                self.0.append_enum(5, v);
+            }
+
+            /// Value of the sampling event (e.g. ns of CPU time for a cpu-clock timer).
+            ///
+            /// Writes `optional uint64 timebase_count = 6`.
+            #[inline(always)]
+            pub fn set_timebase_count(&mut self, v: u64) {
+                self.0.append_uint64(6, v);
+            }
+
+            /// Writes `optional uint64 callstack_iid = 4`.
+            #[inline(always)]
+            pub fn set_callstack_iid(&mut self, v: u64) {
+                self.0.append_uint64(4, v);
+            }
+
+            /// Writes `perfetto.protos.Profiling.StackUnwindError unwind_error = 16`.
+            ///
+            /// A member of oneof `optional_unwind_error`: write at most one member (a protobuf
+            /// parser keeps the last one written); the view reads each member on its own.
+            #[inline(always)]
+            pub fn set_unwind_error(&mut self, v: profiling::StackUnwindError) {
+                self.0.append_enum(16, v.as_i32());
+            }
+
+            /// Like [`Self::set_unwind_error`], with a raw value (which need not be one the enum
+            /// declares).
+            #[inline(always)]
+            pub fn set_unwind_error_raw(&mut self, v: i32) {
+                self.0.append_enum(16, v);
+            }
+
+            /// Not a sample: records the kernel lost in this CPU's ring buffer.
+            ///
+            /// Writes `optional uint64 kernel_records_lost = 17`.
+            #[inline(always)]
+            pub fn set_kernel_records_lost(&mut self, v: u64) {
+                self.0.append_uint64(17, v);
+            }
+
+            /// Writes `perfetto.protos.PerfSample.SampleSkipReason sample_skipped_reason = 18`.
+            ///
+            /// A member of oneof `optional_sample_skipped_reason`: write at most one member (a
+            /// protobuf parser keeps the last one written); the view reads each member on its own.
+            #[inline(always)]
+            pub fn set_sample_skipped_reason(&mut self, v: perf_sample::SampleSkipReason) {
+                self.0.append_enum(18, v.as_i32());
+            }
+
+            /// Like [`Self::set_sample_skipped_reason`], with a raw value (which need not be one
+            /// the enum declares).
+            #[inline(always)]
+            pub fn set_sample_skipped_reason_raw(&mut self, v: i32) {
+                self.0.append_enum(18, v);
+            }
+        }
+
+        /// One sample of a CPU profiler (perf_event_open): the thread, the CPU, the
+        /// interned call stack (InternedData.callstacks of the packet's sequence).
+        /// The packet's timestamp is the sample's time.
+        ///
+        /// A zero-copy view of an encoded `perfetto.protos.PerfSample`: its fields are indexed once
+        /// by [`Self::decode`] and read from the borrowed bytes by the getters, which never
+        /// allocate.
+        ///
+        /// A singular field reads its last occurrence (the default when absent); repeated scalars
+        /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
+        /// the declared type is skipped like an unknown field.
+        #[derive(Clone, Debug)]
+        pub struct PerfSampleView<'a> {
+            d: ::protozero::TypedDecoder<'a, 9>,
+        }
+
+        impl<'a> PerfSampleView<'a> {
+            /// Indexes the fields of `bytes`, skipping unknown ones.
+            ///
+            /// # Errors
+            ///
+            /// The first malformation if `bytes` is not a well-formed protobuf message.
+            #[inline]
+            pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
+                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+            }
+
+            /// The encoded message this view reads.
+            #[inline]
+            pub fn bytes(&self) -> &'a [u8] {
+                self.d.bytes()
+            }
+
+            #[inline]
+            fn slot_of(id: u32) -> ::core::option::Option<usize> {
+                match id {
+                    1..=3 => ::core::option::Option::Some(id as usize - 1),
+                    5..=6 => ::core::option::Option::Some(id as usize - 2),
+                    4 => ::core::option::Option::Some(5),
+                    16..=18 => ::core::option::Option::Some(id as usize - 10),
+                    _ => ::core::option::Option::None,
+                }
+            }
+
+            /// The last occurrence, or the default, of `optional uint32 cpu = 1`.
+            #[inline]
+            pub fn cpu(&self) -> u32 {
+                ::protozero::gen_support::uint32(&self.d, 0, 0)
+            }
+
+            /// Whether `cpu` (field 1) occurs with the right wire type.
+            #[inline]
+            pub fn has_cpu(&self) -> bool {
+                ::protozero::gen_support::has_varint(&self.d, 0)
+            }
+
+            /// The last occurrence, or the default, of `optional uint32 pid = 2`.
+            #[inline]
+            pub fn pid(&self) -> u32 {
+                ::protozero::gen_support::uint32(&self.d, 1, 0)
+            }
+
+            /// Whether `pid` (field 2) occurs with the right wire type.
+            #[inline]
+            pub fn has_pid(&self) -> bool {
+                ::protozero::gen_support::has_varint(&self.d, 1)
+            }
+
+            /// The last occurrence, or the default, of `optional uint32 tid = 3`.
+            #[inline]
+            pub fn tid(&self) -> u32 {
+                ::protozero::gen_support::uint32(&self.d, 2, 0)
+            }
+
+            /// Whether `tid` (field 3) occurs with the right wire type.
+            #[inline]
+            pub fn has_tid(&self) -> bool {
+                ::protozero::gen_support::has_varint(&self.d, 2)
+            }
+
+            /// The last occurrence, or the default, of `optional perfetto.protos.Profiling.CpuMode
+            /// cpu_mode = 5`.
+            ///
+            /// `None` for a value the enum does not declare: see [`Self::cpu_mode_raw`].
+            #[inline]
+            pub fn cpu_mode(&self) -> ::core::option::Option<profiling::CpuMode> {
+                profiling::CpuMode::from_i32(self.cpu_mode_raw())
+            }
+
+            /// `cpu_mode` as a raw value (also one the enum does not declare).
+            #[inline]
+            pub fn cpu_mode_raw(&self) -> i32 {
+                ::protozero::gen_support::int32(&self.d, 3, 0)
+            }
+
+            /// Whether `cpu_mode` (field 5) occurs with the right wire type.
+            #[inline]
+            pub fn has_cpu_mode(&self) -> bool {
+                ::protozero::gen_support::has_varint(&self.d, 3)
+            }
+
+            /// Value of the sampling event (e.g. ns of CPU time for a cpu-clock timer).
+            ///
+            /// The last occurrence, or the default, of `optional uint64 timebase_count = 6`.
+            #[inline]
+            pub fn timebase_count(&self) -> u64 {
+                ::protozero::gen_support::uint64(&self.d, 4, 0)
+            }
+
+            /// Whether `timebase_count` (field 6) occurs with the right wire type.
+            #[inline]
+            pub fn has_timebase_count(&self) -> bool {
+                ::protozero::gen_support::has_varint(&self.d, 4)
+            }
+
+            /// The last occurrence, or the default, of `optional uint64 callstack_iid = 4`.
+            #[inline]
+            pub fn callstack_iid(&self) -> u64 {
+                ::protozero::gen_support::uint64(&self.d, 5, 0)
+            }
+
+            /// Whether `callstack_iid` (field 4) occurs with the right wire type.
+            #[inline]
+            pub fn has_callstack_iid(&self) -> bool {
+                ::protozero::gen_support::has_varint(&self.d, 5)
+            }
+
+            /// The last occurrence, or the default, of `perfetto.protos.Profiling.StackUnwindError
+            /// unwind_error = 16`.
+            ///
+            /// A member of oneof `optional_unwind_error`: write at most one member (a protobuf
+            /// parser keeps the last one written); the view reads each member on its own.
+            ///
+            /// `None` for a value the enum does not declare: see [`Self::unwind_error_raw`].
+            #[inline]
+            pub fn unwind_error(&self) -> ::core::option::Option<profiling::StackUnwindError> {
+                profiling::StackUnwindError::from_i32(self.unwind_error_raw())
+            }
+
+            /// `unwind_error` as a raw value (also one the enum does not declare).
+            #[inline]
+            pub fn unwind_error_raw(&self) -> i32 {
+                ::protozero::gen_support::int32(&self.d, 6, 0)
+            }
+
+            /// Whether `unwind_error` (field 16) occurs with the right wire type.
+            #[inline]
+            pub fn has_unwind_error(&self) -> bool {
+                ::protozero::gen_support::has_varint(&self.d, 6)
+            }
+
+            /// Not a sample: records the kernel lost in this CPU's ring buffer.
+            ///
+            /// The last occurrence, or the default, of `optional uint64 kernel_records_lost = 17`.
+            #[inline]
+            pub fn kernel_records_lost(&self) -> u64 {
+                ::protozero::gen_support::uint64(&self.d, 7, 0)
+            }
+
+            /// Whether `kernel_records_lost` (field 17) occurs with the right wire type.
+            #[inline]
+            pub fn has_kernel_records_lost(&self) -> bool {
+                ::protozero::gen_support::has_varint(&self.d, 7)
+            }
+
+            /// The last occurrence, or the default, of `perfetto.protos.PerfSample.SampleSkipReason
+            /// sample_skipped_reason = 18`.
+            ///
+            /// A member of oneof `optional_sample_skipped_reason`: write at most one member (a
+            /// protobuf parser keeps the last one written); the view reads each member on its own.
+            ///
+            /// `None` for a value the enum does not declare: see
+            /// [`Self::sample_skipped_reason_raw`].
+            #[inline]
+            pub fn sample_skipped_reason(&self) -> ::core::option::Option<perf_sample::SampleSkipReason> {
+                perf_sample::SampleSkipReason::from_i32(self.sample_skipped_reason_raw())
+            }
+
+            /// `sample_skipped_reason` as a raw value (also one the enum does not declare).
+            #[inline]
+            pub fn sample_skipped_reason_raw(&self) -> i32 {
+                ::protozero::gen_support::int32(&self.d, 8, 0)
+            }
+
+            /// Whether `sample_skipped_reason` (field 18) occurs with the right wire type.
+            #[inline]
+            pub fn has_sample_skipped_reason(&self) -> bool {
+                ::protozero::gen_support::has_varint(&self.d, 8)
+            }
+        }
+
+        /// Nested messages and enums of `perfetto.protos.PerfSample`.
+        pub mod perf_sample {
+            /// The enum `perfetto.protos.PerfSample.SampleSkipReason`.
+            #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+            #[repr(i32)]
+            #[allow(clippy::enum_variant_names)]
+            pub enum SampleSkipReason {
+                /// `PROFILER_SKIP_UNKNOWN = 0`
+                ProfilerSkipUnknown = 0,
+                /// `PROFILER_SKIP_READ_STAGE = 1`
+                ProfilerSkipReadStage = 1,
+                /// `PROFILER_SKIP_UNWIND_STAGE = 2`
+                ProfilerSkipUnwindStage = 2,
+                /// `PROFILER_SKIP_UNWIND_ENQUEUE = 3`
+                ProfilerSkipUnwindEnqueue = 3,
+                /// `PROFILER_SKIP_NOT_IN_SCOPE = 4`
+                ProfilerSkipNotInScope = 4,
+            }
+
+            impl SampleSkipReason {
+                /// The variant with value `v`, if the enum declares one.
+                pub const fn from_i32(v: i32) -> ::core::option::Option<Self> {
+                    match v {
+                        0 => ::core::option::Option::Some(Self::ProfilerSkipUnknown),
+                        1 => ::core::option::Option::Some(Self::ProfilerSkipReadStage),
+                        2 => ::core::option::Option::Some(Self::ProfilerSkipUnwindStage),
+                        3 => ::core::option::Option::Some(Self::ProfilerSkipUnwindEnqueue),
+                        4 => ::core::option::Option::Some(Self::ProfilerSkipNotInScope),
+                        _ => ::core::option::Option::None,
+                    }
+                }
+
+                /// The value.
+                pub const fn as_i32(self) -> i32 {
+                    self as i32
+                }
+
+                /// The value's name in the `.proto` file.
+                pub const fn as_str_name(self) -> &'static str {
+                    match self {
+                        Self::ProfilerSkipUnknown => "PROFILER_SKIP_UNKNOWN",
+                        Self::ProfilerSkipReadStage => "PROFILER_SKIP_READ_STAGE",
+                        Self::ProfilerSkipUnwindStage => "PROFILER_SKIP_UNWIND_STAGE",
+                        Self::ProfilerSkipUnwindEnqueue => "PROFILER_SKIP_UNWIND_ENQUEUE",
+                        Self::ProfilerSkipNotInScope => "PROFILER_SKIP_NOT_IN_SCOPE",
+                    }
+                }
+
+                /// The value named `name` in the `.proto` file (aliases included).
+                pub fn from_str_name(name: &str) -> ::core::option::Option<Self> {
+                    match name {
+                        "PROFILER_SKIP_UNKNOWN" => ::core::option::Option::Some(Self::ProfilerSkipUnknown),
+                        "PROFILER_SKIP_READ_STAGE" => ::core::option::Option::Some(Self::ProfilerSkipReadStage),
+                        "PROFILER_SKIP_UNWIND_STAGE" => ::core::option::Option::Some(Self::ProfilerSkipUnwindStage),
+                        "PROFILER_SKIP_UNWIND_ENQUEUE" => ::core::option::Option::Some(Self::ProfilerSkipUnwindEnqueue),
+                        "PROFILER_SKIP_NOT_IN_SCOPE" => ::core::option::Option::Some(Self::ProfilerSkipNotInScope),
+                        _ => ::core::option::Option::None,
+                    }
+                }
             }
         }
 
@@ -14725,6 +15378,404 @@ pub mod perfetto {
             #[inline]
             pub fn frame_ids(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
                 ::protozero::gen_support::repeated_uint64(&self.d, 1)
+            }
+        }
+
+        /// One source line of a symbolized address.
+        ///
+        /// Writer of `perfetto.protos.Line`: each setter appends one field to the message being
+        /// written.
+        #[derive(Debug)]
+        pub struct Line<'w>(::protozero::Message<'w>);
+
+        impl<'w> ::protozero::MessageWriter<'w> for Line<'w> {
+            #[inline(always)]
+            fn from_message(msg: ::protozero::Message<'w>) -> Self {
+                Self(msg)
+            }
+
+            #[inline(always)]
+            fn as_message(&mut self) -> &mut ::protozero::Message<'w> {
+                &mut self.0
+            }
+        }
+
+        impl<'w> Line<'w> {
+            /// The field number of `function_name`.
+            pub const FUNCTION_NAME_FIELD_NUMBER: u32 = 1;
+            /// The field number of `source_file_name`.
+            pub const SOURCE_FILE_NAME_FIELD_NUMBER: u32 = 2;
+            /// The field number of `line_number`.
+            pub const LINE_NUMBER_FIELD_NUMBER: u32 = 3;
+
+            /// The message being written, for what the setters do not cover (e.g. fields already
+            /// encoded).
+            #[inline(always)]
+            pub fn message(&mut self) -> &mut ::protozero::Message<'w> {
+                &mut self.0
+            }
+
+            /// Writes `optional string function_name = 1`.
+            #[inline(always)]
+            pub fn set_function_name(&mut self, v: &str) {
+                self.0.append_string(1, v);
+            }
+
+            /// Writes `optional string source_file_name = 2`.
+            #[inline(always)]
+            pub fn set_source_file_name(&mut self, v: &str) {
+                self.0.append_string(2, v);
+            }
+
+            /// Writes `optional uint32 line_number = 3`.
+            #[inline(always)]
+            pub fn set_line_number(&mut self, v: u32) {
+                self.0.append_uint32(3, v);
+            }
+        }
+
+        /// One source line of a symbolized address.
+        ///
+        /// A zero-copy view of an encoded `perfetto.protos.Line`: its fields are indexed once by
+        /// [`Self::decode`] and read from the borrowed bytes by the getters, which never allocate.
+        ///
+        /// A singular field reads its last occurrence (the default when absent); repeated scalars
+        /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
+        /// the declared type is skipped like an unknown field.
+        #[derive(Clone, Debug)]
+        pub struct LineView<'a> {
+            d: ::protozero::TypedDecoder<'a, 3>,
+        }
+
+        impl<'a> LineView<'a> {
+            /// Indexes the fields of `bytes`, skipping unknown ones.
+            ///
+            /// # Errors
+            ///
+            /// The first malformation if `bytes` is not a well-formed protobuf message.
+            #[inline]
+            pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
+                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+            }
+
+            /// The encoded message this view reads.
+            #[inline]
+            pub fn bytes(&self) -> &'a [u8] {
+                self.d.bytes()
+            }
+
+            #[inline]
+            fn slot_of(id: u32) -> ::core::option::Option<usize> {
+                match id {
+                    1..=3 => ::core::option::Option::Some(id as usize - 1),
+                    _ => ::core::option::Option::None,
+                }
+            }
+
+            /// The last occurrence, or the default, of `optional string function_name = 1`.
+            ///
+            /// # Errors
+            ///
+            /// `InvalidUtf8` if the string is not UTF-8 (see [`Self::function_name_bytes`]).
+            #[inline]
+            pub fn function_name(&self) -> ::core::result::Result<&'a str, ::protozero::DecodeError> {
+                ::protozero::gen_support::string(&self.d, 0, "")
+            }
+
+            /// `function_name` as bytes, not checked to be UTF-8.
+            #[inline]
+            pub fn function_name_bytes(&self) -> &'a [u8] {
+                ::protozero::gen_support::bytes(&self.d, 0, b"")
+            }
+
+            /// Whether `function_name` (field 1) occurs with the right wire type.
+            #[inline]
+            pub fn has_function_name(&self) -> bool {
+                ::protozero::gen_support::has_len(&self.d, 0)
+            }
+
+            /// The last occurrence, or the default, of `optional string source_file_name = 2`.
+            ///
+            /// # Errors
+            ///
+            /// `InvalidUtf8` if the string is not UTF-8 (see [`Self::source_file_name_bytes`]).
+            #[inline]
+            pub fn source_file_name(&self) -> ::core::result::Result<&'a str, ::protozero::DecodeError> {
+                ::protozero::gen_support::string(&self.d, 1, "")
+            }
+
+            /// `source_file_name` as bytes, not checked to be UTF-8.
+            #[inline]
+            pub fn source_file_name_bytes(&self) -> &'a [u8] {
+                ::protozero::gen_support::bytes(&self.d, 1, b"")
+            }
+
+            /// Whether `source_file_name` (field 2) occurs with the right wire type.
+            #[inline]
+            pub fn has_source_file_name(&self) -> bool {
+                ::protozero::gen_support::has_len(&self.d, 1)
+            }
+
+            /// The last occurrence, or the default, of `optional uint32 line_number = 3`.
+            #[inline]
+            pub fn line_number(&self) -> u32 {
+                ::protozero::gen_support::uint32(&self.d, 2, 0)
+            }
+
+            /// Whether `line_number` (field 3) occurs with the right wire type.
+            #[inline]
+            pub fn has_line_number(&self) -> bool {
+                ::protozero::gen_support::has_varint(&self.d, 2)
+            }
+        }
+
+        /// The symbols of one address (Frame.rel_pc) of a module: the outermost
+        /// function first, then the functions inlined into it, innermost last.
+        ///
+        /// Writer of `perfetto.protos.AddressSymbols`: each setter appends one field to the message
+        /// being written.
+        #[derive(Debug)]
+        pub struct AddressSymbols<'w>(::protozero::Message<'w>);
+
+        impl<'w> ::protozero::MessageWriter<'w> for AddressSymbols<'w> {
+            #[inline(always)]
+            fn from_message(msg: ::protozero::Message<'w>) -> Self {
+                Self(msg)
+            }
+
+            #[inline(always)]
+            fn as_message(&mut self) -> &mut ::protozero::Message<'w> {
+                &mut self.0
+            }
+        }
+
+        impl<'w> AddressSymbols<'w> {
+            /// The field number of `address`.
+            pub const ADDRESS_FIELD_NUMBER: u32 = 1;
+            /// The field number of `lines`.
+            pub const LINES_FIELD_NUMBER: u32 = 2;
+
+            /// The message being written, for what the setters do not cover (e.g. fields already
+            /// encoded).
+            #[inline(always)]
+            pub fn message(&mut self) -> &mut ::protozero::Message<'w> {
+                &mut self.0
+            }
+
+            /// Writes `optional uint64 address = 1`.
+            #[inline(always)]
+            pub fn set_address(&mut self, v: u64) {
+                self.0.append_uint64(1, v);
+            }
+
+            /// Begins one element of `repeated perfetto.protos.Line lines = 2`.
+            ///
+            /// Fill in the returned writer; it ends (and its size is written) when it is dropped,
+            /// before this message can be written again.
+            #[inline(always)]
+            pub fn add_lines(&mut self) -> Line<'_> {
+                ::protozero::MessageWriter::from_message(self.0.begin_nested(2))
+            }
+        }
+
+        /// The symbols of one address (Frame.rel_pc) of a module: the outermost
+        /// function first, then the functions inlined into it, innermost last.
+        ///
+        /// A zero-copy view of an encoded `perfetto.protos.AddressSymbols`: its fields are indexed
+        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
+        /// allocate.
+        ///
+        /// A singular field reads its last occurrence (the default when absent); repeated scalars
+        /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
+        /// the declared type is skipped like an unknown field.
+        #[derive(Clone, Debug)]
+        pub struct AddressSymbolsView<'a> {
+            d: ::protozero::TypedDecoder<'a, 2>,
+        }
+
+        impl<'a> AddressSymbolsView<'a> {
+            /// Indexes the fields of `bytes`, skipping unknown ones.
+            ///
+            /// # Errors
+            ///
+            /// The first malformation if `bytes` is not a well-formed protobuf message.
+            #[inline]
+            pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
+                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+            }
+
+            /// The encoded message this view reads.
+            #[inline]
+            pub fn bytes(&self) -> &'a [u8] {
+                self.d.bytes()
+            }
+
+            #[inline]
+            fn slot_of(id: u32) -> ::core::option::Option<usize> {
+                match id {
+                    1..=2 => ::core::option::Option::Some(id as usize - 1),
+                    _ => ::core::option::Option::None,
+                }
+            }
+
+            /// The last occurrence, or the default, of `optional uint64 address = 1`.
+            #[inline]
+            pub fn address(&self) -> u64 {
+                ::protozero::gen_support::uint64(&self.d, 0, 0)
+            }
+
+            /// Whether `address` (field 1) occurs with the right wire type.
+            #[inline]
+            pub fn has_address(&self) -> bool {
+                ::protozero::gen_support::has_varint(&self.d, 0)
+            }
+
+            /// The elements of `repeated perfetto.protos.Line lines = 2`.
+            #[inline]
+            pub fn lines(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<LineView<'a>, ::protozero::DecodeError>> + use<'a> {
+                ::protozero::gen_support::repeated_bytes(&self.d, 1).map(LineView::decode)
+            }
+        }
+
+        /// Symbols of one binary, matched to the trace's mappings by path and build id.
+        ///
+        /// Writer of `perfetto.protos.ModuleSymbols`: each setter appends one field to the message
+        /// being written.
+        #[derive(Debug)]
+        pub struct ModuleSymbols<'w>(::protozero::Message<'w>);
+
+        impl<'w> ::protozero::MessageWriter<'w> for ModuleSymbols<'w> {
+            #[inline(always)]
+            fn from_message(msg: ::protozero::Message<'w>) -> Self {
+                Self(msg)
+            }
+
+            #[inline(always)]
+            fn as_message(&mut self) -> &mut ::protozero::Message<'w> {
+                &mut self.0
+            }
+        }
+
+        impl<'w> ModuleSymbols<'w> {
+            /// The field number of `path`.
+            pub const PATH_FIELD_NUMBER: u32 = 1;
+            /// The field number of `build_id`.
+            pub const BUILD_ID_FIELD_NUMBER: u32 = 2;
+            /// The field number of `address_symbols`.
+            pub const ADDRESS_SYMBOLS_FIELD_NUMBER: u32 = 3;
+
+            /// The message being written, for what the setters do not cover (e.g. fields already
+            /// encoded).
+            #[inline(always)]
+            pub fn message(&mut self) -> &mut ::protozero::Message<'w> {
+                &mut self.0
+            }
+
+            /// Writes `optional string path = 1`.
+            #[inline(always)]
+            pub fn set_path(&mut self, v: &str) {
+                self.0.append_string(1, v);
+            }
+
+            /// The raw build id bytes (Perfetto declares it `string` and stores raw
+            /// bytes in it; `bytes` has the same encoding and admits non-UTF-8).
+            ///
+            /// Writes `optional bytes build_id = 2`.
+            #[inline(always)]
+            pub fn set_build_id(&mut self, v: &[u8]) {
+                self.0.append_bytes(2, v);
+            }
+
+            /// Begins one element of `repeated perfetto.protos.AddressSymbols address_symbols = 3`.
+            ///
+            /// Fill in the returned writer; it ends (and its size is written) when it is dropped,
+            /// before this message can be written again.
+            #[inline(always)]
+            pub fn add_address_symbols(&mut self) -> AddressSymbols<'_> {
+                ::protozero::MessageWriter::from_message(self.0.begin_nested(3))
+            }
+        }
+
+        /// Symbols of one binary, matched to the trace's mappings by path and build id.
+        ///
+        /// A zero-copy view of an encoded `perfetto.protos.ModuleSymbols`: its fields are indexed
+        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
+        /// allocate.
+        ///
+        /// A singular field reads its last occurrence (the default when absent); repeated scalars
+        /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
+        /// the declared type is skipped like an unknown field.
+        #[derive(Clone, Debug)]
+        pub struct ModuleSymbolsView<'a> {
+            d: ::protozero::TypedDecoder<'a, 3>,
+        }
+
+        impl<'a> ModuleSymbolsView<'a> {
+            /// Indexes the fields of `bytes`, skipping unknown ones.
+            ///
+            /// # Errors
+            ///
+            /// The first malformation if `bytes` is not a well-formed protobuf message.
+            #[inline]
+            pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
+                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+            }
+
+            /// The encoded message this view reads.
+            #[inline]
+            pub fn bytes(&self) -> &'a [u8] {
+                self.d.bytes()
+            }
+
+            #[inline]
+            fn slot_of(id: u32) -> ::core::option::Option<usize> {
+                match id {
+                    1..=3 => ::core::option::Option::Some(id as usize - 1),
+                    _ => ::core::option::Option::None,
+                }
+            }
+
+            /// The last occurrence, or the default, of `optional string path = 1`.
+            ///
+            /// # Errors
+            ///
+            /// `InvalidUtf8` if the string is not UTF-8 (see [`Self::path_bytes`]).
+            #[inline]
+            pub fn path(&self) -> ::core::result::Result<&'a str, ::protozero::DecodeError> {
+                ::protozero::gen_support::string(&self.d, 0, "")
+            }
+
+            /// `path` as bytes, not checked to be UTF-8.
+            #[inline]
+            pub fn path_bytes(&self) -> &'a [u8] {
+                ::protozero::gen_support::bytes(&self.d, 0, b"")
+            }
+
+            /// Whether `path` (field 1) occurs with the right wire type.
+            #[inline]
+            pub fn has_path(&self) -> bool {
+                ::protozero::gen_support::has_len(&self.d, 0)
+            }
+
+            /// The raw build id bytes (Perfetto declares it `string` and stores raw
+            /// bytes in it; `bytes` has the same encoding and admits non-UTF-8).
+            ///
+            /// The last occurrence, or the default, of `optional bytes build_id = 2`.
+            #[inline]
+            pub fn build_id(&self) -> &'a [u8] {
+                ::protozero::gen_support::bytes(&self.d, 1, b"")
+            }
+
+            /// Whether `build_id` (field 2) occurs with the right wire type.
+            #[inline]
+            pub fn has_build_id(&self) -> bool {
+                ::protozero::gen_support::has_len(&self.d, 1)
+            }
+
+            /// The elements of `repeated perfetto.protos.AddressSymbols address_symbols = 3`.
+            #[inline]
+            pub fn address_symbols(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<AddressSymbolsView<'a>, ::protozero::DecodeError>> + use<'a> {
+                ::protozero::gen_support::repeated_bytes(&self.d, 2).map(AddressSymbolsView::decode)
             }
         }
 
@@ -19615,6 +20666,10 @@ pub mod perfetto {
             pub const COMPRESSED_PACKETS_FIELD_NUMBER: u32 = 50;
             /// The field number of `zstd_compressed_packets`.
             pub const ZSTD_COMPRESSED_PACKETS_FIELD_NUMBER: u32 = 133;
+            /// The field number of `perf_sample`.
+            pub const PERF_SAMPLE_FIELD_NUMBER: u32 = 66;
+            /// The field number of `module_symbols`.
+            pub const MODULE_SYMBOLS_FIELD_NUMBER: u32 = 61;
             /// The field number of `for_testing`.
             pub const FOR_TESTING_FIELD_NUMBER: u32 = 900;
             /// The field number of `trusted_uid`.
@@ -19868,6 +20923,34 @@ pub mod perfetto {
                 self.0.append_bytes(133, v);
             }
 
+            /// CPU samples (the SDK's sampler, `linux.perf`).
+            ///
+            /// Begins `perfetto.protos.PerfSample perf_sample = 66`.
+            ///
+            /// A member of oneof `data`: write at most one member (a protobuf parser keeps the last
+            /// one written); the view reads each member on its own.
+            ///
+            /// Fill in the returned writer; it ends (and its size is written) when it is dropped,
+            /// before this message can be written again.
+            #[inline(always)]
+            pub fn set_perf_sample(&mut self) -> PerfSample<'_> {
+                ::protozero::MessageWriter::from_message(self.0.begin_nested(66))
+            }
+
+            /// Symbols for the frames of the trace's mappings (symbolization).
+            ///
+            /// Begins `perfetto.protos.ModuleSymbols module_symbols = 61`.
+            ///
+            /// A member of oneof `data`: write at most one member (a protobuf parser keeps the last
+            /// one written); the view reads each member on its own.
+            ///
+            /// Fill in the returned writer; it ends (and its size is written) when it is dropped,
+            /// before this message can be written again.
+            #[inline(always)]
+            pub fn set_module_symbols(&mut self) -> ModuleSymbols<'_> {
+                ::protozero::MessageWriter::from_message(self.0.begin_nested(61))
+            }
+
             /// Test payload.
             ///
             /// Begins `perfetto.protos.TestEvent for_testing = 900`.
@@ -20019,7 +21102,7 @@ pub mod perfetto {
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct TracePacketView<'a> {
-            d: ::protozero::TypedDecoder<'a, 30>,
+            d: ::protozero::TypedDecoder<'a, 32>,
         }
 
         impl<'a> TracePacketView<'a> {
@@ -20059,17 +21142,19 @@ pub mod perfetto {
                     36 => ::core::option::Option::Some(15),
                     50 => ::core::option::Option::Some(16),
                     133 => ::core::option::Option::Some(17),
-                    900 => ::core::option::Option::Some(18),
-                    3 => ::core::option::Option::Some(19),
-                    10 => ::core::option::Option::Some(20),
-                    79 => ::core::option::Option::Some(21),
-                    12..=13 => ::core::option::Option::Some(id as usize + 10),
-                    41 => ::core::option::Option::Some(24),
-                    59 => ::core::option::Option::Some(25),
-                    42 => ::core::option::Option::Some(26),
-                    87 => ::core::option::Option::Some(27),
-                    98 => ::core::option::Option::Some(28),
-                    1900 => ::core::option::Option::Some(29),
+                    66 => ::core::option::Option::Some(18),
+                    61 => ::core::option::Option::Some(19),
+                    900 => ::core::option::Option::Some(20),
+                    3 => ::core::option::Option::Some(21),
+                    10 => ::core::option::Option::Some(22),
+                    79 => ::core::option::Option::Some(23),
+                    12..=13 => ::core::option::Option::Some(id as usize + 12),
+                    41 => ::core::option::Option::Some(26),
+                    59 => ::core::option::Option::Some(27),
+                    42 => ::core::option::Option::Some(28),
+                    87 => ::core::option::Option::Some(29),
+                    98 => ::core::option::Option::Some(30),
+                    1900 => ::core::option::Option::Some(31),
                     _ => ::core::option::Option::None,
                 }
             }
@@ -20428,6 +21513,50 @@ pub mod perfetto {
                 ::protozero::gen_support::has_len(&self.d, 17)
             }
 
+            /// CPU samples (the SDK's sampler, `linux.perf`).
+            ///
+            /// The last occurrence (an empty message when absent) of `perfetto.protos.PerfSample
+            /// perf_sample = 66`.
+            ///
+            /// A member of oneof `data`: write at most one member (a protobuf parser keeps the last
+            /// one written); the view reads each member on its own.
+            ///
+            /// # Errors
+            ///
+            /// The first malformation if the nested message is not well-formed.
+            #[inline]
+            pub fn perf_sample(&self) -> ::core::result::Result<PerfSampleView<'a>, ::protozero::DecodeError> {
+                PerfSampleView::decode(::protozero::gen_support::bytes(&self.d, 18, b""))
+            }
+
+            /// Whether `perf_sample` (field 66) occurs with the right wire type.
+            #[inline]
+            pub fn has_perf_sample(&self) -> bool {
+                ::protozero::gen_support::has_len(&self.d, 18)
+            }
+
+            /// Symbols for the frames of the trace's mappings (symbolization).
+            ///
+            /// The last occurrence (an empty message when absent) of `perfetto.protos.ModuleSymbols
+            /// module_symbols = 61`.
+            ///
+            /// A member of oneof `data`: write at most one member (a protobuf parser keeps the last
+            /// one written); the view reads each member on its own.
+            ///
+            /// # Errors
+            ///
+            /// The first malformation if the nested message is not well-formed.
+            #[inline]
+            pub fn module_symbols(&self) -> ::core::result::Result<ModuleSymbolsView<'a>, ::protozero::DecodeError> {
+                ModuleSymbolsView::decode(::protozero::gen_support::bytes(&self.d, 19, b""))
+            }
+
+            /// Whether `module_symbols` (field 61) occurs with the right wire type.
+            #[inline]
+            pub fn has_module_symbols(&self) -> bool {
+                ::protozero::gen_support::has_len(&self.d, 19)
+            }
+
             /// Test payload.
             ///
             /// The last occurrence (an empty message when absent) of `perfetto.protos.TestEvent
@@ -20441,13 +21570,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn for_testing(&self) -> ::core::result::Result<TestEventView<'a>, ::protozero::DecodeError> {
-                TestEventView::decode(::protozero::gen_support::bytes(&self.d, 18, b""))
+                TestEventView::decode(::protozero::gen_support::bytes(&self.d, 20, b""))
             }
 
             /// Whether `for_testing` (field 900) occurs with the right wire type.
             #[inline]
             pub fn has_for_testing(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 18)
+                ::protozero::gen_support::has_len(&self.d, 20)
             }
 
             /// The last occurrence, or the default, of `int32 trusted_uid = 3`.
@@ -20456,13 +21585,13 @@ pub mod perfetto {
             /// parser keeps the last one written); the view reads each member on its own.
             #[inline]
             pub fn trusted_uid(&self) -> i32 {
-                ::protozero::gen_support::int32(&self.d, 19, 0)
+                ::protozero::gen_support::int32(&self.d, 21, 0)
             }
 
             /// Whether `trusted_uid` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_trusted_uid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 19)
+                ::protozero::gen_support::has_varint(&self.d, 21)
             }
 
             /// The last occurrence, or the default, of `uint32 trusted_packet_sequence_id = 10`.
@@ -20471,13 +21600,13 @@ pub mod perfetto {
             /// protobuf parser keeps the last one written); the view reads each member on its own.
             #[inline]
             pub fn trusted_packet_sequence_id(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 20, 0)
+                ::protozero::gen_support::uint32(&self.d, 22, 0)
             }
 
             /// Whether `trusted_packet_sequence_id` (field 10) occurs with the right wire type.
             #[inline]
             pub fn has_trusted_packet_sequence_id(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 20)
+                ::protozero::gen_support::has_varint(&self.d, 22)
             }
 
             /// Written by the service: pid of the producer.
@@ -20485,13 +21614,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional int32 trusted_pid = 79`.
             #[inline]
             pub fn trusted_pid(&self) -> i32 {
-                ::protozero::gen_support::int32(&self.d, 21, 0)
+                ::protozero::gen_support::int32(&self.d, 23, 0)
             }
 
             /// Whether `trusted_pid` (field 79) occurs with the right wire type.
             #[inline]
             pub fn has_trusted_pid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 21)
+                ::protozero::gen_support::has_varint(&self.d, 23)
             }
 
             /// New interning entries for this sequence, valid until the next
@@ -20505,25 +21634,25 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn interned_data(&self) -> ::core::result::Result<InternedDataView<'a>, ::protozero::DecodeError> {
-                InternedDataView::decode(::protozero::gen_support::bytes(&self.d, 22, b""))
+                InternedDataView::decode(::protozero::gen_support::bytes(&self.d, 24, b""))
             }
 
             /// Whether `interned_data` (field 12) occurs with the right wire type.
             #[inline]
             pub fn has_interned_data(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 22)
+                ::protozero::gen_support::has_len(&self.d, 24)
             }
 
             /// The last occurrence, or the default, of `optional uint32 sequence_flags = 13`.
             #[inline]
             pub fn sequence_flags(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 23, 0)
+                ::protozero::gen_support::uint32(&self.d, 25, 0)
             }
 
             /// Whether `sequence_flags` (field 13) occurs with the right wire type.
             #[inline]
             pub fn has_sequence_flags(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 23)
+                ::protozero::gen_support::has_varint(&self.d, 25)
             }
 
             /// Deprecated form of SEQ_INCREMENTAL_STATE_CLEARED.
@@ -20532,13 +21661,13 @@ pub mod perfetto {
             /// 41`.
             #[inline]
             pub fn incremental_state_cleared(&self) -> bool {
-                ::protozero::gen_support::bool(&self.d, 24, false)
+                ::protozero::gen_support::bool(&self.d, 26, false)
             }
 
             /// Whether `incremental_state_cleared` (field 41) occurs with the right wire type.
             #[inline]
             pub fn has_incremental_state_cleared(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 24)
+                ::protozero::gen_support::has_varint(&self.d, 26)
             }
 
             /// Defaults for later packets of this sequence; re-emitted after every
@@ -20552,13 +21681,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn trace_packet_defaults(&self) -> ::core::result::Result<TracePacketDefaultsView<'a>, ::protozero::DecodeError> {
-                TracePacketDefaultsView::decode(::protozero::gen_support::bytes(&self.d, 25, b""))
+                TracePacketDefaultsView::decode(::protozero::gen_support::bytes(&self.d, 27, b""))
             }
 
             /// Whether `trace_packet_defaults` (field 59) occurs with the right wire type.
             #[inline]
             pub fn has_trace_packet_defaults(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 25)
+                ::protozero::gen_support::has_len(&self.d, 27)
             }
 
             /// Non-zero if packets of this sequence were lost right before this one
@@ -20570,13 +21699,13 @@ pub mod perfetto {
             /// 42`.
             #[inline]
             pub fn previous_packet_dropped(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 26, 0)
+                ::protozero::gen_support::uint32(&self.d, 28, 0)
             }
 
             /// Whether `previous_packet_dropped` (field 42) occurs with the right wire type.
             #[inline]
             pub fn has_previous_packet_dropped(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 26)
+                ::protozero::gen_support::has_varint(&self.d, 28)
             }
 
             /// Set by the writer on the very first packet of a sequence, so a reader
@@ -20586,13 +21715,13 @@ pub mod perfetto {
             /// 87`.
             #[inline]
             pub fn first_packet_on_sequence(&self) -> bool {
-                ::protozero::gen_support::bool(&self.d, 27, false)
+                ::protozero::gen_support::bool(&self.d, 29, false)
             }
 
             /// Whether `first_packet_on_sequence` (field 87) occurs with the right wire type.
             #[inline]
             pub fn has_first_packet_on_sequence(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 27)
+                ::protozero::gen_support::has_varint(&self.d, 29)
             }
 
             /// Written by the service: id of the machine the producer runs on
@@ -20601,13 +21730,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint32 machine_id = 98`.
             #[inline]
             pub fn machine_id(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 28, 0)
+                ::protozero::gen_support::uint32(&self.d, 30, 0)
             }
 
             /// Whether `machine_id` (field 98) occurs with the right wire type.
             #[inline]
             pub fn has_machine_id(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 28)
+                ::protozero::gen_support::has_varint(&self.d, 30)
             }
 
             /// Tachyon's extension (a number in Perfetto's TracePacket extension range,
@@ -20622,13 +21751,13 @@ pub mod perfetto {
             /// 1900`.
             #[inline]
             pub fn tachyon_packets_dropped(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 29, 0)
+                ::protozero::gen_support::uint64(&self.d, 31, 0)
             }
 
             /// Whether `tachyon_packets_dropped` (field 1900) occurs with the right wire type.
             #[inline]
             pub fn has_tachyon_packets_dropped(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 29)
+                ::protozero::gen_support::has_varint(&self.d, 31)
             }
         }
 
@@ -22726,6 +23855,364 @@ pub mod perfetto {
             }
         }
 
+        /// A log message carried by a TrackEvent (TrackEvent.log_message) on a thread's
+        /// track. Tachyon's message! macros intern the source location with the
+        /// callsite and the body once per static text (a formatted text gets a fresh
+        /// body iid each time). Perfetto's trace processor turns it into a row of
+        /// android_logs (tag "file:line", prio as below).
+        ///
+        /// Writer of `perfetto.protos.LogMessage`: each setter appends one field to the message
+        /// being written.
+        #[derive(Debug)]
+        pub struct LogMessage<'w>(::protozero::Message<'w>);
+
+        impl<'w> ::protozero::MessageWriter<'w> for LogMessage<'w> {
+            #[inline(always)]
+            fn from_message(msg: ::protozero::Message<'w>) -> Self {
+                Self(msg)
+            }
+
+            #[inline(always)]
+            fn as_message(&mut self) -> &mut ::protozero::Message<'w> {
+                &mut self.0
+            }
+        }
+
+        impl<'w> LogMessage<'w> {
+            /// The field number of `source_location_iid`.
+            pub const SOURCE_LOCATION_IID_FIELD_NUMBER: u32 = 1;
+            /// The field number of `body_iid`.
+            pub const BODY_IID_FIELD_NUMBER: u32 = 2;
+            /// The field number of `prio`.
+            pub const PRIO_FIELD_NUMBER: u32 = 3;
+
+            /// The message being written, for what the setters do not cover (e.g. fields already
+            /// encoded).
+            #[inline(always)]
+            pub fn message(&mut self) -> &mut ::protozero::Message<'w> {
+                &mut self.0
+            }
+
+            /// Interned SourceLocation (InternedData.source_locations).
+            ///
+            /// Writes `optional uint64 source_location_iid = 1`.
+            #[inline(always)]
+            pub fn set_source_location_iid(&mut self, v: u64) {
+                self.0.append_uint64(1, v);
+            }
+
+            /// Interned LogMessageBody (InternedData.log_message_body).
+            ///
+            /// Writes `optional uint64 body_iid = 2`.
+            #[inline(always)]
+            pub fn set_body_iid(&mut self, v: u64) {
+                self.0.append_uint64(2, v);
+            }
+
+            /// Writes `optional perfetto.protos.LogMessage.Priority prio = 3`.
+            #[inline(always)]
+            pub fn set_prio(&mut self, v: log_message::Priority) {
+                self.0.append_enum(3, v.as_i32());
+            }
+
+            /// Like [`Self::set_prio`], with a raw value (which need not be one the enum declares).
+            #[inline(always)]
+            pub fn set_prio_raw(&mut self, v: i32) {
+                self.0.append_enum(3, v);
+            }
+        }
+
+        /// A log message carried by a TrackEvent (TrackEvent.log_message) on a thread's
+        /// track. Tachyon's message! macros intern the source location with the
+        /// callsite and the body once per static text (a formatted text gets a fresh
+        /// body iid each time). Perfetto's trace processor turns it into a row of
+        /// android_logs (tag "file:line", prio as below).
+        ///
+        /// A zero-copy view of an encoded `perfetto.protos.LogMessage`: its fields are indexed once
+        /// by [`Self::decode`] and read from the borrowed bytes by the getters, which never
+        /// allocate.
+        ///
+        /// A singular field reads its last occurrence (the default when absent); repeated scalars
+        /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
+        /// the declared type is skipped like an unknown field.
+        #[derive(Clone, Debug)]
+        pub struct LogMessageView<'a> {
+            d: ::protozero::TypedDecoder<'a, 3>,
+        }
+
+        impl<'a> LogMessageView<'a> {
+            /// Indexes the fields of `bytes`, skipping unknown ones.
+            ///
+            /// # Errors
+            ///
+            /// The first malformation if `bytes` is not a well-formed protobuf message.
+            #[inline]
+            pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
+                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+            }
+
+            /// The encoded message this view reads.
+            #[inline]
+            pub fn bytes(&self) -> &'a [u8] {
+                self.d.bytes()
+            }
+
+            #[inline]
+            fn slot_of(id: u32) -> ::core::option::Option<usize> {
+                match id {
+                    1..=3 => ::core::option::Option::Some(id as usize - 1),
+                    _ => ::core::option::Option::None,
+                }
+            }
+
+            /// Interned SourceLocation (InternedData.source_locations).
+            ///
+            /// The last occurrence, or the default, of `optional uint64 source_location_iid = 1`.
+            #[inline]
+            pub fn source_location_iid(&self) -> u64 {
+                ::protozero::gen_support::uint64(&self.d, 0, 0)
+            }
+
+            /// Whether `source_location_iid` (field 1) occurs with the right wire type.
+            #[inline]
+            pub fn has_source_location_iid(&self) -> bool {
+                ::protozero::gen_support::has_varint(&self.d, 0)
+            }
+
+            /// Interned LogMessageBody (InternedData.log_message_body).
+            ///
+            /// The last occurrence, or the default, of `optional uint64 body_iid = 2`.
+            #[inline]
+            pub fn body_iid(&self) -> u64 {
+                ::protozero::gen_support::uint64(&self.d, 1, 0)
+            }
+
+            /// Whether `body_iid` (field 2) occurs with the right wire type.
+            #[inline]
+            pub fn has_body_iid(&self) -> bool {
+                ::protozero::gen_support::has_varint(&self.d, 1)
+            }
+
+            /// The last occurrence, or the default, of `optional
+            /// perfetto.protos.LogMessage.Priority prio = 3`.
+            ///
+            /// `None` for a value the enum does not declare: see [`Self::prio_raw`].
+            #[inline]
+            pub fn prio(&self) -> ::core::option::Option<log_message::Priority> {
+                log_message::Priority::from_i32(self.prio_raw())
+            }
+
+            /// `prio` as a raw value (also one the enum does not declare).
+            #[inline]
+            pub fn prio_raw(&self) -> i32 {
+                ::protozero::gen_support::int32(&self.d, 2, 0)
+            }
+
+            /// Whether `prio` (field 3) occurs with the right wire type.
+            #[inline]
+            pub fn has_prio(&self) -> bool {
+                ::protozero::gen_support::has_varint(&self.d, 2)
+            }
+        }
+
+        /// Nested messages and enums of `perfetto.protos.LogMessage`.
+        pub mod log_message {
+            /// Same values as Android's log priorities.
+            ///
+            /// The enum `perfetto.protos.LogMessage.Priority`.
+            #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+            #[repr(i32)]
+            #[allow(clippy::enum_variant_names)]
+            pub enum Priority {
+                /// `PRIO_UNSPECIFIED = 0`
+                PrioUnspecified = 0,
+                /// `PRIO_UNUSED = 1`
+                PrioUnused = 1,
+                /// `PRIO_VERBOSE = 2`
+                PrioVerbose = 2,
+                /// `PRIO_DEBUG = 3`
+                PrioDebug = 3,
+                /// `PRIO_INFO = 4`
+                PrioInfo = 4,
+                /// `PRIO_WARN = 5`
+                PrioWarn = 5,
+                /// `PRIO_ERROR = 6`
+                PrioError = 6,
+                /// `PRIO_FATAL = 7`
+                PrioFatal = 7,
+            }
+
+            impl Priority {
+                /// The variant with value `v`, if the enum declares one.
+                pub const fn from_i32(v: i32) -> ::core::option::Option<Self> {
+                    match v {
+                        0 => ::core::option::Option::Some(Self::PrioUnspecified),
+                        1 => ::core::option::Option::Some(Self::PrioUnused),
+                        2 => ::core::option::Option::Some(Self::PrioVerbose),
+                        3 => ::core::option::Option::Some(Self::PrioDebug),
+                        4 => ::core::option::Option::Some(Self::PrioInfo),
+                        5 => ::core::option::Option::Some(Self::PrioWarn),
+                        6 => ::core::option::Option::Some(Self::PrioError),
+                        7 => ::core::option::Option::Some(Self::PrioFatal),
+                        _ => ::core::option::Option::None,
+                    }
+                }
+
+                /// The value.
+                pub const fn as_i32(self) -> i32 {
+                    self as i32
+                }
+
+                /// The value's name in the `.proto` file.
+                pub const fn as_str_name(self) -> &'static str {
+                    match self {
+                        Self::PrioUnspecified => "PRIO_UNSPECIFIED",
+                        Self::PrioUnused => "PRIO_UNUSED",
+                        Self::PrioVerbose => "PRIO_VERBOSE",
+                        Self::PrioDebug => "PRIO_DEBUG",
+                        Self::PrioInfo => "PRIO_INFO",
+                        Self::PrioWarn => "PRIO_WARN",
+                        Self::PrioError => "PRIO_ERROR",
+                        Self::PrioFatal => "PRIO_FATAL",
+                    }
+                }
+
+                /// The value named `name` in the `.proto` file (aliases included).
+                pub fn from_str_name(name: &str) -> ::core::option::Option<Self> {
+                    match name {
+                        "PRIO_UNSPECIFIED" => ::core::option::Option::Some(Self::PrioUnspecified),
+                        "PRIO_UNUSED" => ::core::option::Option::Some(Self::PrioUnused),
+                        "PRIO_VERBOSE" => ::core::option::Option::Some(Self::PrioVerbose),
+                        "PRIO_DEBUG" => ::core::option::Option::Some(Self::PrioDebug),
+                        "PRIO_INFO" => ::core::option::Option::Some(Self::PrioInfo),
+                        "PRIO_WARN" => ::core::option::Option::Some(Self::PrioWarn),
+                        "PRIO_ERROR" => ::core::option::Option::Some(Self::PrioError),
+                        "PRIO_FATAL" => ::core::option::Option::Some(Self::PrioFatal),
+                        _ => ::core::option::Option::None,
+                    }
+                }
+            }
+        }
+
+        /// The text of a log message, interned (InternedData.log_message_body).
+        ///
+        /// Writer of `perfetto.protos.LogMessageBody`: each setter appends one field to the message
+        /// being written.
+        #[derive(Debug)]
+        pub struct LogMessageBody<'w>(::protozero::Message<'w>);
+
+        impl<'w> ::protozero::MessageWriter<'w> for LogMessageBody<'w> {
+            #[inline(always)]
+            fn from_message(msg: ::protozero::Message<'w>) -> Self {
+                Self(msg)
+            }
+
+            #[inline(always)]
+            fn as_message(&mut self) -> &mut ::protozero::Message<'w> {
+                &mut self.0
+            }
+        }
+
+        impl<'w> LogMessageBody<'w> {
+            /// The field number of `iid`.
+            pub const IID_FIELD_NUMBER: u32 = 1;
+            /// The field number of `body`.
+            pub const BODY_FIELD_NUMBER: u32 = 2;
+
+            /// The message being written, for what the setters do not cover (e.g. fields already
+            /// encoded).
+            #[inline(always)]
+            pub fn message(&mut self) -> &mut ::protozero::Message<'w> {
+                &mut self.0
+            }
+
+            /// Writes `optional uint64 iid = 1`.
+            #[inline(always)]
+            pub fn set_iid(&mut self, v: u64) {
+                self.0.append_uint64(1, v);
+            }
+
+            /// Writes `optional string body = 2`.
+            #[inline(always)]
+            pub fn set_body(&mut self, v: &str) {
+                self.0.append_string(2, v);
+            }
+        }
+
+        /// The text of a log message, interned (InternedData.log_message_body).
+        ///
+        /// A zero-copy view of an encoded `perfetto.protos.LogMessageBody`: its fields are indexed
+        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
+        /// allocate.
+        ///
+        /// A singular field reads its last occurrence (the default when absent); repeated scalars
+        /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
+        /// the declared type is skipped like an unknown field.
+        #[derive(Clone, Debug)]
+        pub struct LogMessageBodyView<'a> {
+            d: ::protozero::TypedDecoder<'a, 2>,
+        }
+
+        impl<'a> LogMessageBodyView<'a> {
+            /// Indexes the fields of `bytes`, skipping unknown ones.
+            ///
+            /// # Errors
+            ///
+            /// The first malformation if `bytes` is not a well-formed protobuf message.
+            #[inline]
+            pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
+                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+            }
+
+            /// The encoded message this view reads.
+            #[inline]
+            pub fn bytes(&self) -> &'a [u8] {
+                self.d.bytes()
+            }
+
+            #[inline]
+            fn slot_of(id: u32) -> ::core::option::Option<usize> {
+                match id {
+                    1..=2 => ::core::option::Option::Some(id as usize - 1),
+                    _ => ::core::option::Option::None,
+                }
+            }
+
+            /// The last occurrence, or the default, of `optional uint64 iid = 1`.
+            #[inline]
+            pub fn iid(&self) -> u64 {
+                ::protozero::gen_support::uint64(&self.d, 0, 0)
+            }
+
+            /// Whether `iid` (field 1) occurs with the right wire type.
+            #[inline]
+            pub fn has_iid(&self) -> bool {
+                ::protozero::gen_support::has_varint(&self.d, 0)
+            }
+
+            /// The last occurrence, or the default, of `optional string body = 2`.
+            ///
+            /// # Errors
+            ///
+            /// `InvalidUtf8` if the string is not UTF-8 (see [`Self::body_bytes`]).
+            #[inline]
+            pub fn body(&self) -> ::core::result::Result<&'a str, ::protozero::DecodeError> {
+                ::protozero::gen_support::string(&self.d, 1, "")
+            }
+
+            /// `body` as bytes, not checked to be UTF-8.
+            #[inline]
+            pub fn body_bytes(&self) -> &'a [u8] {
+                ::protozero::gen_support::bytes(&self.d, 1, b"")
+            }
+
+            /// Whether `body` (field 2) occurs with the right wire type.
+            #[inline]
+            pub fn has_body(&self) -> bool {
+                ::protozero::gen_support::has_len(&self.d, 1)
+            }
+        }
+
         /// Attributes of a process. Tachyon puts it in the TrackDescriptor of each
         /// process's track (and, for old readers, may emit it as a legacy packet).
         ///
@@ -24732,7 +26219,7 @@ pub mod perfetto {
         /// of both are merged on import. There are deliberately no COMPLETE events.
         ///
         /// Not modelled (numbers taken upstream, do not reuse): the typed Chrome /
-        /// Android arguments task_execution 5, log_message 21, cc_scheduler_state 24,
+        /// Android arguments task_execution 5, cc_scheduler_state 24,
         /// chrome_user_event 25, chrome_keyed_service 26, chrome_legacy_ipc 27,
         /// chrome_histogram_sample 28, chrome_latency_info 29,
         /// chrome_frame_reporter 32, chrome_message_pump 35, chrome_mojo_event_info
@@ -24807,6 +26294,8 @@ pub mod perfetto {
             pub const SOURCE_LOCATION_FIELD_NUMBER: u32 = 33;
             /// The field number of `source_location_iid`.
             pub const SOURCE_LOCATION_IID_FIELD_NUMBER: u32 = 34;
+            /// The field number of `log_message`.
+            pub const LOG_MESSAGE_FIELD_NUMBER: u32 = 21;
             /// The field number of `timestamp_delta_us`.
             pub const TIMESTAMP_DELTA_US_FIELD_NUMBER: u32 = 1;
             /// The field number of `timestamp_absolute_us`.
@@ -25117,6 +26606,18 @@ pub mod perfetto {
                 self.0.append_uint64(34, v);
             }
 
+            /// A log message (Tachyon's message! macros): the event is an instant on
+            /// the thread's track.
+            ///
+            /// Begins `optional perfetto.protos.LogMessage log_message = 21`.
+            ///
+            /// Fill in the returned writer; it ends (and its size is written) when it is dropped,
+            /// before this message can be written again.
+            #[inline(always)]
+            pub fn set_log_message(&mut self) -> LogMessage<'_> {
+                ::protozero::MessageWriter::from_message(self.0.begin_nested(21))
+            }
+
             /// Delta from the previous event (or ThreadDescriptor reference).
             ///
             /// Writes `int64 timestamp_delta_us = 1`.
@@ -25190,7 +26691,7 @@ pub mod perfetto {
         /// of both are merged on import. There are deliberately no COMPLETE events.
         ///
         /// Not modelled (numbers taken upstream, do not reuse): the typed Chrome /
-        /// Android arguments task_execution 5, log_message 21, cc_scheduler_state 24,
+        /// Android arguments task_execution 5, cc_scheduler_state 24,
         /// chrome_user_event 25, chrome_keyed_service 26, chrome_legacy_ipc 27,
         /// chrome_histogram_sample 28, chrome_latency_info 29,
         /// chrome_frame_reporter 32, chrome_message_pump 35, chrome_mojo_event_info
@@ -25208,7 +26709,7 @@ pub mod perfetto {
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct TrackEventView<'a> {
-            d: ::protozero::TypedDecoder<'a, 31>,
+            d: ::protozero::TypedDecoder<'a, 32>,
         }
 
         impl<'a> TrackEventView<'a> {
@@ -25249,13 +26750,14 @@ pub mod perfetto {
                     52..=56 => ::core::option::Option::Some(id as usize - 36),
                     4 => ::core::option::Option::Some(21),
                     33..=34 => ::core::option::Option::Some(id as usize - 11),
-                    1 => ::core::option::Option::Some(24),
-                    16 => ::core::option::Option::Some(25),
-                    2 => ::core::option::Option::Some(26),
-                    17 => ::core::option::Option::Some(27),
-                    8 => ::core::option::Option::Some(28),
-                    20 => ::core::option::Option::Some(29),
-                    6 => ::core::option::Option::Some(30),
+                    21 => ::core::option::Option::Some(24),
+                    1 => ::core::option::Option::Some(25),
+                    16 => ::core::option::Option::Some(26),
+                    2 => ::core::option::Option::Some(27),
+                    17 => ::core::option::Option::Some(28),
+                    8 => ::core::option::Option::Some(29),
+                    20 => ::core::option::Option::Some(30),
+                    6 => ::core::option::Option::Some(31),
                     _ => ::core::option::Option::None,
                 }
             }
@@ -25578,6 +27080,26 @@ pub mod perfetto {
                 ::protozero::gen_support::has_varint(&self.d, 23)
             }
 
+            /// A log message (Tachyon's message! macros): the event is an instant on
+            /// the thread's track.
+            ///
+            /// The last occurrence (an empty message when absent) of `optional
+            /// perfetto.protos.LogMessage log_message = 21`.
+            ///
+            /// # Errors
+            ///
+            /// The first malformation if the nested message is not well-formed.
+            #[inline]
+            pub fn log_message(&self) -> ::core::result::Result<LogMessageView<'a>, ::protozero::DecodeError> {
+                LogMessageView::decode(::protozero::gen_support::bytes(&self.d, 24, b""))
+            }
+
+            /// Whether `log_message` (field 21) occurs with the right wire type.
+            #[inline]
+            pub fn has_log_message(&self) -> bool {
+                ::protozero::gen_support::has_len(&self.d, 24)
+            }
+
             /// Delta from the previous event (or ThreadDescriptor reference).
             ///
             /// The last occurrence, or the default, of `int64 timestamp_delta_us = 1`.
@@ -25586,13 +27108,13 @@ pub mod perfetto {
             /// last one written); the view reads each member on its own.
             #[inline]
             pub fn timestamp_delta_us(&self) -> i64 {
-                ::protozero::gen_support::int64(&self.d, 24, 0)
+                ::protozero::gen_support::int64(&self.d, 25, 0)
             }
 
             /// Whether `timestamp_delta_us` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_timestamp_delta_us(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 24)
+                ::protozero::gen_support::has_varint(&self.d, 25)
             }
 
             /// The last occurrence, or the default, of `int64 timestamp_absolute_us = 16`.
@@ -25601,13 +27123,13 @@ pub mod perfetto {
             /// last one written); the view reads each member on its own.
             #[inline]
             pub fn timestamp_absolute_us(&self) -> i64 {
-                ::protozero::gen_support::int64(&self.d, 25, 0)
+                ::protozero::gen_support::int64(&self.d, 26, 0)
             }
 
             /// Whether `timestamp_absolute_us` (field 16) occurs with the right wire type.
             #[inline]
             pub fn has_timestamp_absolute_us(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 25)
+                ::protozero::gen_support::has_varint(&self.d, 26)
             }
 
             /// The last occurrence, or the default, of `int64 thread_time_delta_us = 2`.
@@ -25616,13 +27138,13 @@ pub mod perfetto {
             /// the last one written); the view reads each member on its own.
             #[inline]
             pub fn thread_time_delta_us(&self) -> i64 {
-                ::protozero::gen_support::int64(&self.d, 26, 0)
+                ::protozero::gen_support::int64(&self.d, 27, 0)
             }
 
             /// Whether `thread_time_delta_us` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_thread_time_delta_us(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 26)
+                ::protozero::gen_support::has_varint(&self.d, 27)
             }
 
             /// The last occurrence, or the default, of `int64 thread_time_absolute_us = 17`.
@@ -25631,13 +27153,13 @@ pub mod perfetto {
             /// the last one written); the view reads each member on its own.
             #[inline]
             pub fn thread_time_absolute_us(&self) -> i64 {
-                ::protozero::gen_support::int64(&self.d, 27, 0)
+                ::protozero::gen_support::int64(&self.d, 28, 0)
             }
 
             /// Whether `thread_time_absolute_us` (field 17) occurs with the right wire type.
             #[inline]
             pub fn has_thread_time_absolute_us(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 27)
+                ::protozero::gen_support::has_varint(&self.d, 28)
             }
 
             /// The last occurrence, or the default, of `int64 thread_instruction_count_delta = 8`.
@@ -25646,13 +27168,13 @@ pub mod perfetto {
             /// parser keeps the last one written); the view reads each member on its own.
             #[inline]
             pub fn thread_instruction_count_delta(&self) -> i64 {
-                ::protozero::gen_support::int64(&self.d, 28, 0)
+                ::protozero::gen_support::int64(&self.d, 29, 0)
             }
 
             /// Whether `thread_instruction_count_delta` (field 8) occurs with the right wire type.
             #[inline]
             pub fn has_thread_instruction_count_delta(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 28)
+                ::protozero::gen_support::has_varint(&self.d, 29)
             }
 
             /// The last occurrence, or the default, of `int64 thread_instruction_count_absolute =
@@ -25662,14 +27184,14 @@ pub mod perfetto {
             /// parser keeps the last one written); the view reads each member on its own.
             #[inline]
             pub fn thread_instruction_count_absolute(&self) -> i64 {
-                ::protozero::gen_support::int64(&self.d, 29, 0)
+                ::protozero::gen_support::int64(&self.d, 30, 0)
             }
 
             /// Whether `thread_instruction_count_absolute` (field 20) occurs with the right wire
             /// type.
             #[inline]
             pub fn has_thread_instruction_count_absolute(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 29)
+                ::protozero::gen_support::has_varint(&self.d, 30)
             }
 
             /// The last occurrence (an empty message when absent) of `optional
@@ -25680,13 +27202,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn legacy_event(&self) -> ::core::result::Result<track_event::LegacyEventView<'a>, ::protozero::DecodeError> {
-                track_event::LegacyEventView::decode(::protozero::gen_support::bytes(&self.d, 30, b""))
+                track_event::LegacyEventView::decode(::protozero::gen_support::bytes(&self.d, 31, b""))
             }
 
             /// Whether `legacy_event` (field 6) occurs with the right wire type.
             #[inline]
             pub fn has_legacy_event(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 30)
+                ::protozero::gen_support::has_len(&self.d, 31)
             }
         }
 

@@ -12,8 +12,13 @@
 //!        | "key" = EXPR            an argument whose name is not an identifier
 //!        | flow: EXPR              a `Flow` passing through the event
 //!        | terminating_flow: EXPR  a `Flow` ending at the event
+//!        | callstack               the call stack (`TACHYON_CALLSTACK` frames, else 16)
+//!        | callstack: CONST        the call stack, at most CONST frames (≤ 64)
 //! EVENT := NAME (, ITEM)* ,?
 //! ```
+//!
+//! `callstack` applies to zones and instants (`zone!`, `instant!`, `instant_on!`); `begin!`
+//! ignores it. See [`callstack`](crate::callstack).
 //!
 //! Argument expressions are evaluated only when the callsite is enabled.
 
@@ -127,6 +132,12 @@ macro_rules! __tachyon_items {
     (@$kind:ident $track:tt $cat:tt $name:tt [$($an:expr),*] [$($op:tt)*] terminating_flow: $f:expr $(, $($rest:tt)*)?) => {
         $crate::__tachyon_items!(@$kind $track $cat $name [$($an),*] [$($op)* (terminating_flow, $f)] $($($rest)*)?)
     };
+    (@$kind:ident $track:tt $cat:tt $name:tt [$($an:expr),*] [$($op:tt)*] callstack: $d:expr $(, $($rest:tt)*)?) => {
+        $crate::__tachyon_items!(@$kind $track $cat $name [$($an),*] [$($op)* (callstack, $d)] $($($rest)*)?)
+    };
+    (@$kind:ident $track:tt $cat:tt $name:tt [$($an:expr),*] [$($op:tt)*] callstack $(, $($rest:tt)*)?) => {
+        $crate::__tachyon_items!(@$kind $track $cat $name [$($an),*] [$($op)* (callstack, usize::MAX)] $($($rest)*)?)
+    };
     (@$kind:ident $track:tt $cat:tt $name:tt [$($an:expr),*] [$($op:tt)*] $key:ident = $v:expr $(, $($rest:tt)*)?) => {
         $crate::__tachyon_items!(@$kind $track $cat $name [$($an,)* ::core::stringify!($key)] [$($op)* (arg, &$v)] $($($rest)*)?)
     };
@@ -187,12 +198,25 @@ macro_rules! __tachyon_emit {
         static __TACHYON_CALLSITE: $crate::Callsite = $crate::__tachyon_callsite!($cat $name [$($an),*]);
         if $crate::COMPILED_IN {
             match __TACHYON_CALLSITE.check() {
-                ::core::option::Option::Some(en) => $crate::__rt::zone_begin_with(
-                    &__TACHYON_CALLSITE,
-                    en,
-                    $crate::__tachyon_dyn_name!$name,
-                    |__tachyon_cx: &mut $crate::EventContext<'_, '_>| { $( __tachyon_cx.$m($e); )* },
-                ),
+                ::core::option::Option::Some(en) => {
+                    const __TACHYON_DEPTH: usize = 0 $(+ $crate::__tachyon_depth!($m, $e))*;
+                    if __TACHYON_DEPTH != 0 {
+                        $crate::__rt::zone_begin_stack(
+                            &__TACHYON_CALLSITE,
+                            en,
+                            __TACHYON_DEPTH,
+                            $crate::__tachyon_dyn_name!$name,
+                            |__tachyon_cx: &mut $crate::EventContext<'_, '_>| { $( __tachyon_cx.$m($e); )* },
+                        )
+                    } else {
+                        $crate::__rt::zone_begin_with(
+                            &__TACHYON_CALLSITE,
+                            en,
+                            $crate::__tachyon_dyn_name!$name,
+                            |__tachyon_cx: &mut $crate::EventContext<'_, '_>| { $( __tachyon_cx.$m($e); )* },
+                        )
+                    }
+                }
                 ::core::option::Option::None => $crate::ZoneGuard::disabled(),
             }
         } else {
@@ -203,13 +227,25 @@ macro_rules! __tachyon_emit {
         static __TACHYON_CALLSITE: $crate::Callsite = $crate::__tachyon_callsite!($cat $name [$($an),*]);
         if $crate::COMPILED_IN {
             if let ::core::option::Option::Some(en) = __TACHYON_CALLSITE.check() {
-                $crate::__rt::instant_with(
-                    &__TACHYON_CALLSITE,
-                    en,
-                    ::core::option::Option::None,
-                    $crate::__tachyon_dyn_name!$name,
-                    |__tachyon_cx: &mut $crate::EventContext<'_, '_>| { $( __tachyon_cx.$m($e); )* },
-                );
+                const __TACHYON_DEPTH: usize = 0 $(+ $crate::__tachyon_depth!($m, $e))*;
+                if __TACHYON_DEPTH != 0 {
+                    $crate::__rt::instant_stack(
+                        &__TACHYON_CALLSITE,
+                        en,
+                        __TACHYON_DEPTH,
+                        ::core::option::Option::None,
+                        $crate::__tachyon_dyn_name!$name,
+                        |__tachyon_cx: &mut $crate::EventContext<'_, '_>| { $( __tachyon_cx.$m($e); )* },
+                    );
+                } else {
+                    $crate::__rt::instant_with(
+                        &__TACHYON_CALLSITE,
+                        en,
+                        ::core::option::Option::None,
+                        $crate::__tachyon_dyn_name!$name,
+                        |__tachyon_cx: &mut $crate::EventContext<'_, '_>| { $( __tachyon_cx.$m($e); )* },
+                    );
+                }
             }
         }
     }};
@@ -218,13 +254,25 @@ macro_rules! __tachyon_emit {
         if $crate::COMPILED_IN {
             if let ::core::option::Option::Some(en) = __TACHYON_CALLSITE.check() {
                 let track: &$crate::Track = $track;
-                $crate::__rt::instant_with(
-                    &__TACHYON_CALLSITE,
-                    en,
-                    ::core::option::Option::Some(track),
-                    $crate::__tachyon_dyn_name!$name,
-                    |__tachyon_cx: &mut $crate::EventContext<'_, '_>| { $( __tachyon_cx.$m($e); )* },
-                );
+                const __TACHYON_DEPTH: usize = 0 $(+ $crate::__tachyon_depth!($m, $e))*;
+                if __TACHYON_DEPTH != 0 {
+                    $crate::__rt::instant_stack(
+                        &__TACHYON_CALLSITE,
+                        en,
+                        __TACHYON_DEPTH,
+                        ::core::option::Option::Some(track),
+                        $crate::__tachyon_dyn_name!$name,
+                        |__tachyon_cx: &mut $crate::EventContext<'_, '_>| { $( __tachyon_cx.$m($e); )* },
+                    );
+                } else {
+                    $crate::__rt::instant_with(
+                        &__TACHYON_CALLSITE,
+                        en,
+                        ::core::option::Option::Some(track),
+                        $crate::__tachyon_dyn_name!$name,
+                        |__tachyon_cx: &mut $crate::EventContext<'_, '_>| { $( __tachyon_cx.$m($e); )* },
+                    );
+                }
             }
         }
     }};
@@ -248,6 +296,18 @@ macro_rules! __tachyon_emit {
             $crate::TrackSlice::disabled()
         }
     }};
+}
+
+/// The stack depth an item asks for: a `callstack` item's, 0 for any other.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __tachyon_depth {
+    (callstack, $d:expr) => {
+        $d
+    };
+    ($m:ident, $e:expr) => {
+        0usize
+    };
 }
 
 /// A callsite's static initializer.

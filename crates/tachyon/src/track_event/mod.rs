@@ -35,11 +35,15 @@
 mod callsite;
 mod categories;
 mod encode;
+pub mod frame;
 pub(crate) mod global;
 pub mod integration;
 mod macros;
+pub mod message;
+mod plot;
 mod queue;
 pub(crate) mod state;
+mod zone_data;
 
 use std::borrow::Cow;
 use std::marker::PhantomData;
@@ -50,6 +54,8 @@ pub use callsite::{Callsite, CallsiteKind, Enabled, Unit};
 pub use categories::CategoryFilter;
 pub use encode::CounterSample;
 pub use global::set_process_name;
+pub use message::Level;
+pub use plot::{Plot, PlotKind};
 pub use state::EventContext;
 
 use state::{with_state, TrackRef};
@@ -178,6 +184,9 @@ impl CounterValue for usize {
 pub struct ZoneGuard {
     /// The session the begin went to (0: none, nothing to end).
     session: u32,
+    /// 0, or the key of the arguments the zone's end carries (text, value, color:
+    /// `zone_data.rs`).
+    data: std::cell::Cell<u32>,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -187,6 +196,7 @@ impl ZoneGuard {
     pub const fn disabled() -> Self {
         ZoneGuard {
             session: 0,
+            data: std::cell::Cell::new(0),
             _not_send: PhantomData,
         }
     }
@@ -205,7 +215,11 @@ impl Drop for ZoneGuard {
     #[inline(always)]
     fn drop(&mut self) {
         if self.session != 0 {
-            __rt::zone_end(self.session & !ZONE_PUSHED);
+            let session = self.session & !ZONE_PUSHED;
+            match self.data.get() {
+                0 => __rt::zone_end(session),
+                key => zone_data::end_with_data(session, key),
+            }
             if self.session & ZONE_PUSHED != 0 {
                 crate::alloc::zone_pop();
             }
@@ -392,6 +406,16 @@ pub fn set_thread_name(name: &str) {
     with_state(|st| st.set_thread_name(name));
 }
 
+/// Names this thread and gives it a group hint (Tracy's `SetThreadNameWithHint`): the thread's
+/// track carries `sibling_order_rank = group`, so threads of one group sort together.
+pub fn set_thread_name_with_hint(name: &str, group: i32) {
+    let name = crate::sync::clip(name, crate::sync::MAX_NAME_LEN);
+    with_state(|st| {
+        st.set_thread_group(group);
+        st.set_thread_name(&name);
+    });
+}
+
 /// What the macros expand to. Not a stable interface.
 #[doc(hidden)]
 pub mod __rt {
@@ -405,6 +429,7 @@ pub mod __rt {
                 debug_assert_eq!(en.id, cs.id());
                 memory_zone(cs, state::named_event::<{ encode::TYPE_SLICE_BEGIN }>(cs))
             },
+            data: std::cell::Cell::new(0),
             _not_send: PhantomData,
         }
     }
@@ -414,13 +439,18 @@ pub mod __rt {
         state::slice_end(session);
     }
 
-    #[inline]
+    // Always inlined (also in debug builds): with `TACHYON_CALLSTACK` it calls the `_stack`
+    // form, whose stack must start in the function the event is in.
+    #[inline(always)]
     pub fn zone_begin_with(
         cs: &'static Callsite,
         en: Enabled,
         dyn_name: Option<&str>,
         fill: impl FnOnce(&mut EventContext<'_, '_>),
     ) -> ZoneGuard {
+        if crate::callstack::default_depth() != 0 {
+            return zone_begin_stack(cs, en, 0, dyn_name, fill);
+        }
         let session = with_state(|st| {
             let ts = clock::now();
             st.event(ts, cs, en, encode::TYPE_SLICE_BEGIN, None, dyn_name, fill);
@@ -428,6 +458,7 @@ pub mod __rt {
         });
         ZoneGuard {
             session: memory_zone(cs, session.unwrap_or(0)),
+            data: std::cell::Cell::new(0),
             _not_send: PhantomData,
         }
     }
@@ -438,7 +469,9 @@ pub mod __rt {
         state::named_event::<{ encode::TYPE_INSTANT }>(cs);
     }
 
-    #[inline]
+    // Always inlined (also in debug builds): with `TACHYON_CALLSTACK` it calls the `_stack`
+    // form, whose stack must start in the function the event is in.
+    #[inline(always)]
     pub fn instant_with(
         cs: &'static Callsite,
         en: Enabled,
@@ -446,6 +479,9 @@ pub mod __rt {
         dyn_name: Option<&str>,
         fill: impl FnOnce(&mut EventContext<'_, '_>),
     ) {
+        if crate::callstack::default_depth() != 0 {
+            return instant_stack(cs, en, 0, track, dyn_name, fill);
+        }
         with_state(|st| {
             let ts = clock::now();
             st.event(
@@ -491,6 +527,103 @@ pub mod __rt {
     #[inline(always)]
     pub fn counter(cs: &'static Callsite, en: Enabled, value: CounterSample) {
         with_state(|st| st.counter(cs, en, value));
+    }
+
+    /// The depth an event asking for a stack of `depth` frames gets: [`callstack::MAX_DEPTH`]
+    /// at most; `usize::MAX` (a bare `callstack` item) means the `TACHYON_CALLSTACK` depth, or
+    /// 16 when that is off; 0 means the `TACHYON_CALLSTACK` depth.
+    ///
+    /// [`callstack::MAX_DEPTH`]: crate::callstack::MAX_DEPTH
+    #[inline(always)]
+    fn stack_depth(depth: usize) -> usize {
+        use crate::callstack::{default_depth, MAX_DEPTH};
+        match depth {
+            0 => default_depth(),
+            usize::MAX if default_depth() == 0 => 16,
+            usize::MAX => default_depth(),
+            d => d.min(MAX_DEPTH),
+        }
+    }
+
+    /// Captures the stack of the caller of the `#[inline(never)]` function that calls this
+    /// (`inline(always)`, so it adds no frame) and interns it on this thread's sequence.
+    #[inline(always)]
+    fn stack_iid(depth: usize, ts: u64, st: &mut state::ThreadState, pcs: &[u64]) -> u64 {
+        if depth == 0 {
+            0
+        } else {
+            st.intern_callstack(ts, pcs)
+        }
+    }
+
+    /// A zone whose begin carries the call stack (`zone!(..., callstack)`), `depth` as
+    /// `stack_depth` reads it.
+    #[inline(never)]
+    pub fn zone_begin_stack(
+        cs: &'static Callsite,
+        en: Enabled,
+        depth: usize,
+        dyn_name: Option<&str>,
+        fill: impl FnOnce(&mut EventContext<'_, '_>),
+    ) -> ZoneGuard {
+        let depth = stack_depth(depth);
+        let mut pcs = [0u64; crate::callstack::MAX_DEPTH];
+        // Skips this function's frame: the first is the function the zone is in.
+        let n = crate::callstack::capture(&mut pcs[..depth], 1);
+        let session = with_state(|st| {
+            let ts = clock::now();
+            let iid = stack_iid(depth, ts, st, &pcs[..n]);
+            st.event(
+                ts,
+                cs,
+                en,
+                encode::TYPE_SLICE_BEGIN,
+                None,
+                dyn_name,
+                |cx: &mut EventContext<'_, '_>| {
+                    cx.callstack_iid(iid);
+                    fill(cx);
+                },
+            );
+            st.session()
+        });
+        ZoneGuard {
+            session: memory_zone(cs, session.unwrap_or(0)),
+            data: std::cell::Cell::new(0),
+            _not_send: PhantomData,
+        }
+    }
+
+    /// An instant carrying the call stack (`instant!(..., callstack)`), on `track` or this
+    /// thread's.
+    #[inline(never)]
+    pub fn instant_stack(
+        cs: &'static Callsite,
+        en: Enabled,
+        depth: usize,
+        track: Option<&Track>,
+        dyn_name: Option<&str>,
+        fill: impl FnOnce(&mut EventContext<'_, '_>),
+    ) {
+        let depth = stack_depth(depth);
+        let mut pcs = [0u64; crate::callstack::MAX_DEPTH];
+        let n = crate::callstack::capture(&mut pcs[..depth], 1);
+        with_state(|st| {
+            let ts = clock::now();
+            let iid = stack_iid(depth, ts, st, &pcs[..n]);
+            st.event(
+                ts,
+                cs,
+                en,
+                encode::TYPE_INSTANT,
+                track.map(Track::as_ref),
+                dyn_name,
+                |cx: &mut EventContext<'_, '_>| {
+                    cx.callstack_iid(iid);
+                    fill(cx);
+                },
+            )
+        });
     }
 
     /// `AsRef<str>` for dynamic names of any string type.

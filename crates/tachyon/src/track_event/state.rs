@@ -43,8 +43,12 @@ use super::callsite::{Callsite, CallsiteKind, Enabled, Unit};
 use super::encode::{self, CounterSample, Template, TYPE_SLICE_END};
 use super::global::{self, session_of, EPOCH};
 use super::queue::{self, Holder, Hot, Record, Slot};
+use crate::callstack::CallstackInterner;
 use crate::clock::{self, Clock, Snapshot, TRACE_CLOCK_ID};
 use crate::writer::TraceWriter;
+
+#[path = "state_ext.rs"]
+pub(crate) mod ext;
 
 /// The sequence-scoped incremental clock (as Perfetto's SDK).
 pub(crate) const INCREMENTAL_CLOCK_ID: u32 = 64;
@@ -116,7 +120,17 @@ pub(crate) struct ThreadState {
     tid: i64,
     track_uuid: u64,
     thread_name: Option<String>,
+    /// The thread's rank among the process's threads (a group hint, `ext.rs`).
+    group_rank: Option<i32>,
+    /// Interning ids `ext.rs` gave its names, categories and argument names: (iid, generation).
+    ext_keys: HashMap<Box<str>, (u64, u32)>,
+    /// Lock events' pre-encoded packets, by lock index and operation (`ext.rs`): (generation,
+    /// block).
+    ext_templates: HashMap<u64, (u32, encode::Block), ext::IdHash>,
     writer: Option<TraceWriter>,
+    /// Call stacks interned on this sequence, valid for `callstacks_generation`.
+    callstacks: CallstackInterner,
+    callstacks_generation: u32,
 }
 
 /// One entry of the thread's interning table, by callsite id.
@@ -234,7 +248,11 @@ pub(crate) fn with_state<R>(f: impl FnOnce(&mut ThreadState) -> R) -> Option<R> 
     let r = f(&mut st);
     // The queue opens for the epoch the state is current for, if it has a writer there; the
     // next event that finds `EPOCH` elsewhere comes back here (see `named_event`).
-    let open = st.writer.is_some() && st.epoch == EPOCH.load(Ordering::Relaxed);
+    // Closed while every event takes a call stack (`TACHYON_CALLSTACK`): the hot path's push
+    // then fails and `named_event_cold` captures the stack on this thread.
+    let open = st.writer.is_some()
+        && st.epoch == EPOCH.load(Ordering::Relaxed)
+        && crate::callstack::default_depth() == 0;
     // SAFETY: this thread owns the slot, and took it out of `SLOT`: no other producer
     // reference exists on this thread (the hot paths take it from `SLOT` too).
     let hot = unsafe { &mut slot.producer().hot };
@@ -415,10 +433,24 @@ fn push(word: *const u8) -> Option<u32> {
 #[cold]
 #[inline(never)]
 fn named_event_cold(cs: &'static Callsite, ty: u8) -> u32 {
+    // Every event takes a stack (`TACHYON_CALLSTACK`): taken here, on the thread, skipping
+    // this function's frame (the hot path is inline in the caller).
+    let depth = crate::callstack::default_depth();
+    let mut pcs = [0u64; crate::callstack::MAX_DEPTH];
+    let n = if depth != 0 {
+        crate::callstack::capture(&mut pcs[..depth], 1)
+    } else {
+        0
+    };
     let ts = clock::now();
     let en = Enabled { id: cs.id() };
     with_state(|st| {
-        st.named_event_slow(cs, en, ty, ts);
+        if n == 0 {
+            st.named_event_slow(cs, en, ty, ts);
+        } else {
+            let iid = st.intern_callstack(ts, &pcs[..n]);
+            st.event(ts, cs, en, ty, None, None, |cx| cx.callstack_iid(iid));
+        }
         st.session()
     })
     .unwrap_or(0)
@@ -481,6 +513,11 @@ impl ThreadState {
             tid,
             track_uuid: thread_track_uuid(tid),
             thread_name: std::thread::current().name().map(str::to_owned),
+            callstacks: CallstackInterner::new(),
+            callstacks_generation: 0,
+            group_rank: None,
+            ext_keys: HashMap::new(),
+            ext_templates: HashMap::default(),
         }
     }
 
@@ -570,6 +607,11 @@ impl ThreadState {
     fn replay_now(&mut self, record: Record) {
         let ts = self.clock.ticks_to_ns(record.ticks);
         let ty = (record.word.addr() & 3) as u8;
+        if ty == 0 {
+            // A lock hold's begin or end (`ext.rs`).
+            self.replay_lock(record.word.addr() as u64, ts);
+            return;
+        }
         if ty == TYPE_SLICE_END {
             let session = (record.word.addr() >> 2) as u32;
             if !self.slice_end_fast(session, ts) {
@@ -922,8 +964,12 @@ impl ThreadState {
     fn write_thread_descriptor(&mut self, ts: u64) {
         let (uuid, pid, tid) = (self.track_uuid, global::process().pid, self.tid);
         let name = self.thread_name.take();
+        let rank = self.group_rank;
         self.write_descriptor(ts, |d| {
             d.set_uuid(uuid);
+            if let Some(r) = rank {
+                d.set_sibling_order_rank(r);
+            }
             let mut t = d.set_thread();
             t.set_pid(pid);
             t.set_tid(tid);
@@ -938,6 +984,8 @@ impl ThreadState {
     /// start after a loss writes it anyway).
     pub(crate) fn set_thread_name(&mut self, name: &str) {
         self.thread_name = Some(name.to_owned());
+        // Lock holds are named after the thread: their pre-encoded packets are stale now.
+        self.ext_templates.clear();
         if self.writer.is_some() && self.epoch == EPOCH.load(Ordering::Relaxed) {
             let ts = clock::now();
             // Not while dropping: the generation start that ends the episode writes the name.
@@ -1186,6 +1234,59 @@ impl ThreadState {
     pub(crate) fn session(&self) -> u32 {
         session_of(self.epoch)
     }
+
+    /// Interns the stack `pcs` (innermost first) on this sequence and returns its callstack
+    /// iid; what the sequence has not seen in this generation (mappings, frames, the stack) is
+    /// written first, in a packet of its own at `ts`. 0 when nothing was written (no session,
+    /// or the packet was lost: the next event starts a new generation then).
+    pub(crate) fn intern_callstack(&mut self, ts: u64, pcs: &[u64]) -> u64 {
+        if pcs.is_empty() || !self.sync(ts) {
+            return 0;
+        }
+        if self.callstacks_generation != self.generation {
+            self.callstacks.clear();
+            self.callstacks_generation = self.generation;
+        }
+        let iid = self.callstacks.intern(pcs);
+        if self.callstacks.has_pending() {
+            let dropped = self.writer.as_ref().map(TraceWriter::packets_dropped);
+            let mut table = std::mem::take(&mut self.callstacks);
+            self.write_timed(ts, |p| table.write_pending(&mut p.set_interned_data()));
+            self.callstacks = table;
+            if self.writer.as_ref().map(TraceWriter::packets_dropped) != dropped {
+                self.callstacks.clear();
+                return 0;
+            }
+        }
+        iid
+    }
+
+    /// A CPU sample (`PerfSample`) with its interned stack, at `boottime_ns` on
+    /// `BUILTIN_CLOCK_BOOTTIME` (the perf clock the sampler asks the kernel for).
+    pub(crate) fn perf_sample(&mut self, boottime_ns: u64, sample: &crate::sampling::Sample<'_>) {
+        let ts = clock::now();
+        let iid = self.intern_callstack(ts, sample.pcs);
+        let Some(w) = self.writer.as_mut() else {
+            return;
+        };
+        w.write_packet(|p| {
+            p.set_timestamp(boottime_ns);
+            p.set_timestamp_clock_id(crate::sampling::BOOTTIME_CLOCK_ID);
+            p.set_sequence_flags(SEQ_NEEDS_INCREMENTAL_STATE);
+            let mut s = p.set_perf_sample();
+            s.set_cpu(sample.cpu);
+            s.set_pid(sample.pid);
+            s.set_tid(sample.tid);
+            s.set_cpu_mode_raw(sample.cpu_mode);
+            s.set_timebase_count(sample.period);
+            if iid != 0 {
+                s.set_callstack_iid(iid);
+            }
+            if sample.lost != 0 {
+                s.set_kernel_records_lost(sample.lost);
+            }
+        });
+    }
 }
 
 /// What an event's macro adds to it: arguments (debug annotations with interned names) and
@@ -1238,6 +1339,20 @@ impl EventContext<'_, '_> {
     #[inline]
     pub fn terminating_flow(&mut self, flow: super::Flow) {
         self.event.add_terminating_flow_ids(flow.id());
+    }
+
+    /// A `callstack` item: the stack was captured before the event began (see
+    /// [`zone_begin_stack`](crate::__rt::zone_begin_stack)); nothing to add here.
+    #[doc(hidden)]
+    #[inline(always)]
+    pub fn callstack(&mut self, _depth: usize) {}
+
+    /// The event's call stack, interned on the sequence (`callstack_iid`; 0: none).
+    #[inline]
+    pub(crate) fn callstack_iid(&mut self, iid: u64) {
+        if iid != 0 {
+            self.event.set_callstack_iid(iid);
+        }
     }
 }
 

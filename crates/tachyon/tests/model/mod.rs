@@ -88,9 +88,14 @@ pub struct Event {
     pub counter: Option<CounterValue>,
     /// (file, function, line).
     pub location: Option<(String, String, u32)>,
+    /// A `log_message`: (body, priority, (file, function, line) of its source location).
+    pub log: Option<LogMessage>,
     /// What could not be resolved (interning ids missing from the tables, an undefined clock).
     pub unresolved: Vec<String>,
 }
+
+/// A log message's body, priority and source location (file, function, line).
+pub type LogMessage = (String, i32, Option<(String, String, u32)>);
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Descriptor {
@@ -105,6 +110,10 @@ pub struct Descriptor {
     pub thread: Option<(i32, i64, Option<String>)>,
     /// (unit, unit name) of a counter track.
     pub counter: Option<(Option<i32>, Option<String>)>,
+    /// A counter track's `is_incremental`.
+    pub incremental: bool,
+    /// `sibling_order_rank`.
+    pub rank: Option<i32>,
 }
 
 /// What the trace's `TraceStats` packet says about buffer 0 (the last such packet).
@@ -165,6 +174,7 @@ struct Sequence {
     categories: HashMap<u64, String>,
     arg_names: HashMap<u64, String>,
     locations: HashMap<u64, (String, String, u32)>,
+    log_bodies: HashMap<u64, String>,
     default_clock: Option<u32>,
     default_track: Option<u64>,
     clocks: HashMap<u32, ScopedClock>,
@@ -319,6 +329,10 @@ impl Model {
                 let n = n.unwrap();
                 seq.arg_names.insert(n.iid(), s(n.name()));
             }
+            for b in i.log_message_body() {
+                let b = b.unwrap();
+                seq.log_bodies.insert(b.iid(), s(b.body()));
+            }
             for l in i.source_locations() {
                 let l = l.unwrap();
                 seq.locations.insert(
@@ -433,6 +447,8 @@ impl Model {
                 process: d.has_process().then_some(process).flatten(),
                 thread: d.has_thread().then_some(thread).flatten(),
                 counter: d.has_counter().then_some(counter).flatten(),
+                incremental: d.counter().ok().is_some_and(|c| c.is_incremental()),
+                rank: d.has_sibling_order_rank().then(|| d.sibling_order_rank()),
             });
         }
         if p.has_track_event() {
@@ -522,6 +538,27 @@ impl Model {
             } else {
                 None
             };
+            let log = e
+                .log_message()
+                .ok()
+                .filter(|_| e.has_log_message())
+                .map(|m| {
+                    let body = seq.log_bodies.get(&m.body_iid()).cloned();
+                    if body.is_none() {
+                        unresolved.push(format!("log body iid {}", m.body_iid()));
+                    }
+                    let loc = m
+                        .has_source_location_iid()
+                        .then(|| seq.locations.get(&m.source_location_iid()).cloned())
+                        .flatten();
+                    if m.has_source_location_iid() && loc.is_none() {
+                        unresolved.push(format!(
+                            "log source location iid {}",
+                            m.source_location_iid()
+                        ));
+                    }
+                    (body.unwrap_or_default(), m.prio_raw(), loc)
+                });
             if !p.has_timestamp() {
                 unresolved.push("no timestamp".into());
             }
@@ -539,6 +576,7 @@ impl Model {
                 terminating_flow_ids: e.terminating_flow_ids().map(Result::unwrap).collect(),
                 counter,
                 location,
+                log,
                 unresolved,
             });
         } else if !unresolved.is_empty() {

@@ -1,0 +1,313 @@
+//! Stack walking with `framehop` over the loaded binaries' `.eh_frame` (feature
+//! `dwarf-unwind`, x86-64 Linux): the unwind rules of each address are found once and then
+//! cached per thread, so a repeated stack costs a cache lookup and a stack read per frame, with
+//! no lock and no allocation (`MustNotAllocateDuringUnwind`).
+//!
+//! Used for events on the calling thread ([`walk`]: registers read where it runs, the stack
+//! read between its stack pointer and the top of the thread's stack) and for CPU samples
+//! ([`walk_sample`]: the registers and the copy of the stack the kernel took).
+//!
+//! The unwinder is built from the module list (`modules.rs`) the first time it is needed and
+//! rebuilt when an address is in no known module (a `dlopen` since). Its section data are
+//! slices of the loaded images, which stay mapped while the library is loaded: a library
+//! unloaded with `dlclose` while its frames are being unwound would make them dangle (Tracy
+//! has the same limitation and overrides `dlclose`; we do not).
+
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
+use framehop::{
+    ExplicitModuleSectionInfo, FrameAddress, Module as FhModule, MustNotAllocateDuringUnwind,
+    Unwinder,
+};
+
+use super::modules::{self, Module};
+
+type Data = &'static [u8];
+type Fh = UnwinderX86_64<Data, MustNotAllocateDuringUnwind>;
+type Cache = CacheX86_64<MustNotAllocateDuringUnwind>;
+
+/// The unwinder for the modules loaded when it was built; replaced (and the old one leaked:
+/// a few KiB per `dlopen` that adds code) when a module appears.
+struct State {
+    unwinder: Fh,
+    /// Every executable range it covers.
+    ranges: Vec<(u64, u64)>,
+}
+
+static STATE: AtomicPtr<State> = AtomicPtr::new(std::ptr::null_mut());
+static BUILD: Mutex<()> = Mutex::new(());
+
+fn state() -> &'static State {
+    let p = STATE.load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: a non-null STATE points at a `State` leaked by `rebuild`, never freed.
+        return unsafe { &*p };
+    }
+    rebuild(None)
+}
+
+/// Builds the unwinder again from the current module list, unless another thread did since
+/// `seen` was read.
+#[cold]
+fn rebuild(seen: Option<*mut State>) -> &'static State {
+    let _g = BUILD.lock().unwrap_or_else(|e| e.into_inner());
+    let p = STATE.load(Ordering::Acquire);
+    if !p.is_null() && Some(p) != seen {
+        // SAFETY: as in `state`.
+        return unsafe { &*p };
+    }
+    let map = match seen {
+        Some(_) => modules::rescan(&modules::current()),
+        None => modules::current(),
+    };
+    let mut unwinder = Fh::new();
+    let mut ranges = Vec::new();
+    for m in map.modules() {
+        if let Some(fh) = framehop_module(m) {
+            ranges.push((m.start, m.end));
+            unwinder.add_module(fh);
+        }
+    }
+    let new = Box::into_raw(Box::new(State { unwinder, ranges }));
+    STATE.store(new, Ordering::Release);
+    // SAFETY: just leaked; never freed.
+    unsafe { &*new }
+}
+
+/// The framehop module of one executable segment, with its `.eh_frame_hdr`, `.eh_frame` and
+/// code as slices of the loaded image.
+fn framehop_module(m: &Module) -> Option<FhModule<Data>> {
+    let (hdr_svma, hdr_len) = m.eh_frame_hdr?;
+    let mem = |svma: u64, len: u64| -> Data {
+        // SAFETY: `svma..svma + len` lies inside a PT_LOAD segment of this loaded object
+        // (checked by the callers against its program headers), mapped readable while the
+        // object is loaded.
+        unsafe {
+            std::slice::from_raw_parts(
+                m.base.wrapping_add(svma) as usize as *const u8,
+                len as usize,
+            )
+        }
+    };
+    let in_load = |svma: u64, len: u64| {
+        m.loads
+            .iter()
+            .find(|&&(v, sz)| svma >= v && svma.saturating_add(len) <= v.saturating_add(sz))
+            .map(|&(v, sz)| v + sz)
+    };
+    in_load(hdr_svma, hdr_len)?;
+    let hdr = mem(hdr_svma, hdr_len);
+    let eh_frame_svma = eh_frame_address(hdr, hdr_svma)?;
+    // `.eh_frame` ends at a zero terminator; the unwinder finds entries through the header's
+    // table, so the rest of its segment will do as its extent.
+    let end = in_load(eh_frame_svma, 4)?;
+    let eh_frame = mem(eh_frame_svma, end - eh_frame_svma);
+    let (text_svma, text_len) = m.text_svma;
+    in_load(text_svma, text_len)?;
+    let info = ExplicitModuleSectionInfo {
+        base_svma: 0,
+        text_svma: Some(text_svma..text_svma + text_len),
+        text: Some(mem(text_svma, text_len)),
+        eh_frame_svma: Some(eh_frame_svma..end),
+        eh_frame: Some(eh_frame),
+        eh_frame_hdr_svma: Some(hdr_svma..hdr_svma + hdr_len),
+        eh_frame_hdr: Some(hdr),
+        ..Default::default()
+    };
+    let start = m.base.wrapping_add(text_svma);
+    Some(FhModule::new(
+        m.path.to_string(),
+        start..start + text_len,
+        m.base,
+        info,
+    ))
+}
+
+/// `.eh_frame`'s address from `.eh_frame_hdr` (`eh_frame_ptr`, in the encodings linkers use).
+fn eh_frame_address(hdr: &[u8], hdr_svma: u64) -> Option<u64> {
+    if hdr.len() < 8 || hdr[0] != 1 {
+        return None;
+    }
+    let field = hdr_svma + 4;
+    let b4 = |o: usize| hdr.get(o..o + 4).map(|b| [b[0], b[1], b[2], b[3]]);
+    match hdr[1] {
+        // DW_EH_PE_pcrel | DW_EH_PE_sdata4
+        0x1b => Some(field.wrapping_add(i32::from_le_bytes(b4(4)?) as i64 as u64)),
+        // DW_EH_PE_pcrel | DW_EH_PE_udata4
+        0x13 => Some(field.wrapping_add(u64::from(u32::from_le_bytes(b4(4)?)))),
+        // DW_EH_PE_udata4 / sdata4 (absolute)
+        0x03 => Some(u64::from(u32::from_le_bytes(b4(4)?))),
+        0x0b => Some(i32::from_le_bytes(b4(4)?) as i64 as u64),
+        // DW_EH_PE_absptr / udata8
+        0x00 | 0x04 => Some(u64::from_le_bytes(hdr.get(4..12)?.try_into().ok()?)),
+        _ => None,
+    }
+}
+
+thread_local! {
+    static CACHE: RefCell<Option<Box<Cache>>> = const { RefCell::new(None) };
+    /// The calling thread's stack, (lowest, highest) address; (0, 0) before it is known.
+    static STACK: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+}
+
+/// The registers unwinding starts from: inlined, so they are the caller's (the function that
+/// calls [`capture`](super::capture) is the first frame, at its exact pc, and costs no unwind
+/// step).
+#[inline(always)]
+pub(super) fn regs() -> (u64, u64, u64) {
+    let (ip, sp, bp): (u64, u64, u64);
+    // SAFETY: reads rip, rsp and rbp into registers; touches no memory and no flags.
+    unsafe {
+        std::arch::asm!(
+            "lea {ip}, [rip]",
+            "mov {sp}, rsp",
+            "mov {bp}, rbp",
+            ip = out(reg) ip,
+            sp = out(reg) sp,
+            bp = out(reg) bp,
+            options(nomem, nostack, preserves_flags),
+        );
+    }
+    (ip, sp, bp)
+}
+
+/// Frames of the calling thread from the registers `regs` read, into `out` (the first at its
+/// exact pc, the others return addresses minus one), after skipping `skip`; `None` when this
+/// thread cannot be unwound this way (its stack bounds unknown, a nested call). The frame of
+/// the function that read the registers stays intact above `sp` while this runs.
+#[inline(never)]
+pub(super) fn walk_from(
+    (ip, sp, bp): (u64, u64, u64),
+    out: &mut [u64],
+    skip: usize,
+) -> Option<usize> {
+    let (lo, hi) = stack_bounds()?;
+    if !(lo..hi).contains(&sp) {
+        return None;
+    }
+    let mut read = |addr: u64| -> Result<u64, ()> {
+        if addr >= sp && addr.checked_add(8).is_some_and(|e| e <= hi) && addr % 8 == 0 {
+            // SAFETY: `addr` is 8-aligned and inside this thread's own stack, between the
+            // current stack pointer and its top: mapped and readable.
+            Ok(unsafe { std::ptr::read(addr as *const u64) })
+        } else {
+            Err(())
+        }
+    };
+    run(ip, sp, bp, skip, out, &mut read)
+}
+
+/// Frames of a CPU sample: the registers the kernel saved and `stack`, its copy of the stack
+/// from `sp` up. The first frame is `ip` itself.
+pub(crate) fn walk_sample(ip: u64, sp: u64, bp: u64, stack: &[u8], out: &mut [u64]) -> usize {
+    let mut read = |addr: u64| -> Result<u64, ()> {
+        let off = usize::try_from(addr.checked_sub(sp).ok_or(())?).map_err(|_| ())?;
+        let b = stack.get(off..off.checked_add(8).ok_or(())?).ok_or(())?;
+        Ok(u64::from_ne_bytes(b.try_into().map_err(|_| ())?))
+    };
+    run(ip, sp, bp, 0, out, &mut read).unwrap_or(0)
+}
+
+fn run(
+    ip: u64,
+    sp: u64,
+    bp: u64,
+    mut skip: usize,
+    out: &mut [u64],
+    read: &mut impl FnMut(u64) -> Result<u64, ()>,
+) -> Option<usize> {
+    let mut st = state();
+    if !st.ranges.iter().any(|&(s, e)| (s..e).contains(&ip)) {
+        // A library loaded since? Look again, at most once a second (JIT code and bad
+        // samples are in no module at all).
+        static LAST: AtomicU64 = AtomicU64::new(0);
+        let now = crate::clock::now() / 1_000_000_000;
+        if LAST.swap(now, Ordering::Relaxed) != now {
+            st = rebuild(Some(STATE.load(Ordering::Acquire)));
+        }
+    }
+    CACHE
+        .try_with(|c| {
+            let mut c = c.try_borrow_mut().ok()?;
+            let cache = c.get_or_insert_with(|| Box::new(Cache::new_in()));
+            let regs = UnwindRegsX86_64::new(ip, sp, bp);
+            let mut it = st.unwinder.iter_frames(ip, regs, cache, read);
+            let mut n = 0;
+            // Bounded even if a corrupt stack makes the unwinder go round.
+            for _ in 0..(out.len() + skip + 1).min(1024) {
+                let Ok(Some(frame)) = it.next() else {
+                    break;
+                };
+                if skip > 0 {
+                    skip -= 1;
+                    continue;
+                }
+                if n == out.len() {
+                    break;
+                }
+                out[n] = match frame {
+                    FrameAddress::InstructionPointer(pc) => pc,
+                    FrameAddress::ReturnAddress(_) => frame.address_for_lookup(),
+                };
+                n += 1;
+            }
+            Some(n)
+        })
+        .ok()
+        .flatten()
+}
+
+/// This thread's stack bounds, from pthread (read once per thread).
+fn stack_bounds() -> Option<(u64, u64)> {
+    let b = STACK.try_with(Cell::get).ok()?;
+    if b.1 != 0 {
+        return Some(b);
+    }
+    extern "C" {
+        fn pthread_self() -> usize;
+        fn pthread_getattr_np(thread: usize, attr: *mut u8) -> i32;
+        fn pthread_attr_getstack(attr: *const u8, addr: *mut *mut u8, size: *mut usize) -> i32;
+        fn pthread_attr_destroy(attr: *mut u8) -> i32;
+    }
+    // pthread_attr_t is 56 bytes on x86-64 glibc and musl; 64, 8-aligned, to spare.
+    let mut attr = [0u64; 8];
+    let (mut addr, mut size) = (std::ptr::null_mut(), 0usize);
+    // SAFETY: `attr` is large and aligned enough for a pthread_attr_t, initialized by
+    // pthread_getattr_np before pthread_attr_getstack reads it and destroyed after.
+    let ok = unsafe {
+        let a = attr.as_mut_ptr().cast::<u8>();
+        if pthread_getattr_np(pthread_self(), a) != 0 {
+            return None;
+        }
+        let ok = pthread_attr_getstack(a, &mut addr, &mut size) == 0;
+        pthread_attr_destroy(a);
+        ok
+    };
+    if !ok || addr.is_null() || size == 0 {
+        return None;
+    }
+    let b = (addr as u64, addr as u64 + size as u64);
+    let _ = STACK.try_with(|s| s.set(b));
+    Some(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_encodings_decode() {
+        let mut hdr = vec![1u8, 0x1b, 0x03, 0x3b];
+        hdr.extend_from_slice(&(-0x100i32).to_le_bytes());
+        assert_eq!(eh_frame_address(&hdr, 0x2000), Some(0x2004 - 0x100));
+        hdr[1] = 0x03;
+        hdr[4..8].copy_from_slice(&0x5000u32.to_le_bytes());
+        assert_eq!(eh_frame_address(&hdr, 0x2000), Some(0x5000));
+        hdr[1] = 0xff;
+        assert_eq!(eh_frame_address(&hdr, 0x2000), None);
+        assert_eq!(eh_frame_address(&[1, 0x1b], 0), None);
+    }
+}

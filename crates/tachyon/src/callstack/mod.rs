@@ -1,0 +1,201 @@
+//! Call stacks: capture on the calling thread, interning into Perfetto's `InternedData`.
+//!
+//! [`capture`] walks the calling thread's stack with the platform's DWARF unwinder
+//! (`unwind.rs`) into a buffer the caller owns: no allocation, no lock of ours, depth capped at
+//! [`MAX_DEPTH`]. Events take stacks with `zone!(..., callstack)` / `callstack: N` (and the same
+//! on instants), or on every event with `TACHYON_CALLSTACK=N` ([`Config::callstack_depth`],
+//! Tracy's `TRACY_CALLSTACK`).
+//!
+//! The addresses are written raw: each sequence interns its stacks with a
+//! [`CallstackInterner`] (`Callstack` → `Frame`s → `Mapping`s with path, build id and load
+//! bias from the loader, [`loaded_modules`]), so a repeated stack costs one iid. Function names,
+//! files and lines are resolved later and elsewhere (`tachyon-symbolize`: at the end of the
+//! session or offline with `tachyon symbolize`), never on the traced thread.
+//!
+//! The same two pieces serve anything else that records stacks (allocations, crash reports):
+//!
+//! ```
+//! use tachyon::callstack::{capture, CallstackInterner, MAX_DEPTH};
+//!
+//! let mut frames = [0u64; MAX_DEPTH];
+//! let n = capture(&mut frames[..16], 0);
+//! assert!(n > 0);
+//! let mut interner = CallstackInterner::new();
+//! let iid = interner.intern(&frames[..n]);
+//! assert_eq!(interner.intern(&frames[..n]), iid, "a repeated stack is one id");
+//! ```
+//!
+//! [`Config::callstack_depth`]: crate::Config::callstack_depth
+
+#[cfg(all(feature = "dwarf-unwind", target_arch = "x86_64", target_os = "linux"))]
+pub(crate) mod dwarf;
+mod intern;
+mod modules;
+mod unwind;
+
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+
+pub use intern::CallstackInterner;
+pub use modules::{loaded_modules, module_of, Module};
+
+/// The deepest stack an event records (Tracy caps at 62; deeper requests are cut here).
+pub const MAX_DEPTH: usize = 64;
+
+/// Depth of the stack every event records (0: only events that ask for one).
+static DEFAULT_DEPTH: AtomicU8 = AtomicU8::new(0);
+
+/// A stack was interned since the last [`symbolize_at_end`]: there is something to symbolize.
+static RECORDED: AtomicBool = AtomicBool::new(false);
+
+pub(crate) fn note_recorded() {
+    if !RECORDED.load(Ordering::Relaxed) {
+        RECORDED.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The end of a session that recorded stacks: with the feature `symbolize`, the symbols of its
+/// frames appended to the trace (the file at `path`, else `trace`), resolved from this
+/// process's own binaries (their paths and build ids are the trace's). Without the feature,
+/// nothing (`tachyon symbolize` does it later).
+#[cfg_attr(not(feature = "symbolize"), allow(unused_variables, clippy::ptr_arg))]
+pub(crate) fn symbolize_at_end(path: Option<&std::path::Path>, trace: &mut Vec<u8>) {
+    let recorded = RECORDED.swap(false, Ordering::Relaxed);
+    #[cfg(feature = "symbolize")]
+    if recorded {
+        let opts = tachyon_symbolize::Options::default();
+        let result = match path {
+            Some(p) => tachyon_symbolize::symbolize_in_place(p, &opts).map(drop),
+            None => tachyon_symbolize::symbolize(trace, &opts).map(|s| {
+                trace.extend_from_slice(&s.packets);
+            }),
+        };
+        if let Err(e) = result {
+            eprintln!("tachyon: symbolizing the call stacks failed: {e}");
+        }
+    }
+}
+
+/// Captures the calling thread's stack into `out`, innermost first, starting at the function
+/// that calls `capture` after skipping `skip` frames; at most `out.len()` frames. Returns how
+/// many were written. Addresses point into the call instruction of each frame (return
+/// addresses minus one; with `dwarf-unwind`, the first frame is the caller's exact pc).
+///
+/// Allocation-free and lock-free (the platform unwinder, without `dwarf-unwind`, as far as
+/// glibc ≥ 2.35 finds unwind tables without a lock). Not async-signal-safe. Inlined: it reads
+/// the caller's registers where it is called.
+#[inline(always)]
+pub fn capture(out: &mut [u64], skip: usize) -> usize {
+    let n = out.len().min(MAX_DEPTH);
+    if n == 0 {
+        return 0;
+    }
+    #[cfg(all(feature = "dwarf-unwind", target_arch = "x86_64", target_os = "linux"))]
+    if let Some(got) = dwarf::walk_from(dwarf::regs(), &mut out[..n], skip) {
+        return got;
+    }
+    unwind::walk(&mut out[..n], skip)
+}
+
+/// [`capture`] with the platform unwinder (`_Unwind_Backtrace`) even when the feature
+/// `dwarf-unwind` is on: for comparisons.
+#[inline(never)]
+pub fn capture_with_platform_unwinder(out: &mut [u64], skip: usize) -> usize {
+    let n = out.len().min(MAX_DEPTH);
+    // This function's own frame is skipped too.
+    unwind::walk(&mut out[..n], skip + 1)
+}
+
+/// The depth every event records a stack at (`TACHYON_CALLSTACK`), 0 when off.
+#[inline(always)]
+pub fn default_depth() -> usize {
+    DEFAULT_DEPTH.load(Ordering::Relaxed) as usize
+}
+
+/// Sets the depth every event records a stack at (0: off), capped at [`MAX_DEPTH`].
+pub fn set_default_depth(depth: usize) {
+    DEFAULT_DEPTH.store(depth.min(MAX_DEPTH) as u8, Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[inline(never)]
+    fn leaf(out: &mut [u64]) -> usize {
+        std::hint::black_box(capture(out, 0))
+    }
+
+    #[inline(never)]
+    fn middle(out: &mut [u64]) -> usize {
+        std::hint::black_box(leaf(out))
+    }
+
+    #[test]
+    fn frames_are_in_the_callers_and_capped() {
+        let mut buf = [0u64; MAX_DEPTH];
+        let n = middle(&mut buf);
+        assert!(n >= 3, "{n}");
+        let in_fn = |pc: u64, f: usize| pc > f as u64 && pc < f as u64 + 4096;
+        assert!(in_fn(buf[0], leaf as *const () as usize), "{:#x}", buf[0]);
+        assert!(in_fn(buf[1], middle as *const () as usize), "{:#x}", buf[1]);
+        let mut two = [0u64; 2];
+        assert_eq!(middle(&mut two), 2);
+        assert_eq!(two, buf[..2]);
+        assert_eq!(capture(&mut [], 0), 0);
+    }
+
+    #[cfg(all(feature = "dwarf-unwind", target_arch = "x86_64", target_os = "linux"))]
+    #[test]
+    fn framehop_agrees_with_the_platform_unwinder() {
+        #[inline(never)]
+        fn both() -> (Vec<u64>, Vec<u64>) {
+            let (mut a, mut b) = ([0u64; 32], [0u64; 32]);
+            let n = dwarf::walk_from(dwarf::regs(), &mut a, 0).expect("the stack is known");
+            let m = unwind::walk(&mut b, 0);
+            (a[..n].to_vec(), b[..m].to_vec())
+        }
+        let (fh, platform) = both();
+        assert!(fh.len() >= 3, "{fh:x?}");
+        // Frame 0 is in `both` (an exact pc, a return address); the callers agree.
+        assert_eq!(fh.len(), platform.len(), "{fh:x?} vs {platform:x?}");
+        assert_eq!(fh[1..], platform[1..]);
+        // And on a thread of its own, deeper in the test harness.
+        let (fh, platform) = std::thread::spawn(both).join().unwrap();
+        assert_eq!(fh[1..], platform[1..]);
+    }
+
+    #[test]
+    fn environment_sets_depth_and_rate_and_refuses_garbage() {
+        let from = |k: &'static str, v: &'static str| {
+            crate::Config::from_vars(move |n| (n == k).then(|| v.to_owned()))
+        };
+        assert_eq!(from("TACHYON_CALLSTACK", "8").unwrap().callstack_depth, 8);
+        assert_eq!(from("TACHYON_SAMPLING_HZ", "997").unwrap().sampling_hz, 997);
+        assert!(!from("TACHYON_SYMBOLIZE", "0").unwrap().symbolize);
+        for (k, v) in [
+            ("TACHYON_CALLSTACK", "65"),
+            ("TACHYON_CALLSTACK", "deep"),
+            ("TACHYON_SAMPLING_HZ", "-1"),
+        ] {
+            let e = from(k, v).unwrap_err();
+            assert!(e.0.contains(k), "{e}");
+        }
+    }
+
+    #[test]
+    fn interning_emits_each_thing_once() {
+        let mut buf = [0u64; 16];
+        let n = middle(&mut buf);
+        let mut i = CallstackInterner::new();
+        let a = i.intern(&buf[..n]);
+        assert!(i.has_pending());
+        assert_eq!(i.intern(&buf[..n]), a);
+        let b = i.intern(&buf[1..n]);
+        assert_ne!(a, b);
+        assert_eq!(i.intern(&[]), 0);
+        let c = i.intern(&[8]); // in no binary
+        assert_ne!(c, 0);
+        i.clear();
+        assert!(!i.has_pending());
+    }
+}

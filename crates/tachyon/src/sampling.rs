@@ -1,0 +1,607 @@
+//! CPU sampling of the traced process: `perf_event_open` software CPU-clock timers with the
+//! kernel's user call chains (Tracy's sampling, Perfetto's `traced_perf`), written as Perfetto
+//! `PerfSample` packets with interned call stacks.
+//!
+//! [`Config::sampling_hz`](crate::Config::sampling_hz) (`TACHYON_SAMPLING_HZ`) turns it on.
+//! One event per CPU for each thread the process has when the session starts, with `inherit`,
+//! so threads they create later are sampled too; each event has a 64 KiB ring buffer that a
+//! `tachyon-sampler` thread empties every 10 ms and at the end of the session. The kernel
+//! stamps samples with `CLOCK_BOOTTIME`, the packets say so (`timestamp_clock_id` 6).
+//!
+//! The stacks: with the feature `dwarf-unwind` (default, x86-64), the kernel copies the user
+//! registers and the top 8 KiB of the stack with each sample, and the sampler thread unwinds
+//! that copy with the binaries' `.eh_frame` (`callstack::dwarf`), as `perf --call-graph dwarf`
+//! does; right without frame pointers, cut where the 8 KiB end. Without it, the kernel's own
+//! call chains, which it walks by frame pointers: the first frame (where the thread was
+//! running) is exact, the callers right only for code built with frame pointers
+//! (`-C force-frame-pointers=yes`). All events of one CPU share one ring buffer
+//! (`PERF_EVENT_IOC_SET_OUTPUT`): 256 KiB per CPU, within the unprivileged
+//! `perf_event_mlock_kb` default on two CPUs.
+//!
+//! When the kernel refuses (`kernel.perf_event_paranoid` above 2, a seccomp filter, no
+//! `perf_event_open` at all), [`start`] says why and tracing goes on without samples.
+
+use std::ffi::c_void;
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::callstack::MAX_DEPTH;
+
+/// Perfetto's `BUILTIN_CLOCK_BOOTTIME`.
+pub(crate) const BOOTTIME_CLOCK_ID: u32 = 6;
+
+/// One sample as the sampler hands it to a thread's writer.
+#[derive(Debug)]
+pub(crate) struct Sample<'a> {
+    pub(crate) cpu: u32,
+    pub(crate) pid: u32,
+    pub(crate) tid: u32,
+    /// `Profiling.CpuMode` (the same numbers as perf's `PERF_RECORD_MISC_*` cpu modes).
+    pub(crate) cpu_mode: i32,
+    pub(crate) period: u64,
+    /// Innermost first.
+    pub(crate) pcs: &'a [u64],
+    /// Not a sample: records the kernel lost on this CPU.
+    pub(crate) lost: u64,
+}
+
+/// Why sampling did not start.
+#[derive(Debug)]
+pub struct SamplingError {
+    /// What the kernel said.
+    pub error: io::Error,
+    /// `kernel.perf_event_paranoid`, if readable.
+    pub paranoid: Option<i32>,
+}
+
+impl std::fmt::Display for SamplingError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "perf_event_open refused CPU sampling: {}", self.error)?;
+        match (self.error.raw_os_error(), self.paranoid) {
+            (Some(1 | 13), Some(p)) if p > 2 => write!(
+                f,
+                " (kernel.perf_event_paranoid is {p}; 2 or less lets a process sample itself: \
+                 sysctl kernel.perf_event_paranoid=2)"
+            ),
+            (Some(1 | 13), _) => write!(
+                f,
+                " (a seccomp filter or a container's policy may forbid perf_event_open)"
+            ),
+            (Some(38), _) => write!(f, " (this kernel has no perf events)"),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl std::error::Error for SamplingError {}
+
+/// Samples taken and lost by the running sampler.
+#[derive(Debug, Default)]
+struct Counters {
+    samples: AtomicU64,
+    lost: AtomicU64,
+}
+
+/// A running sampler: its thread and the stop flag.
+struct Running {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<()>,
+    counters: Arc<Counters>,
+}
+
+static RUNNING: Mutex<Option<Running>> = Mutex::new(None);
+
+/// What a stopped sampler did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SamplingReport {
+    /// Samples written.
+    pub samples: u64,
+    /// Samples the kernel dropped (its ring buffer was full).
+    pub lost: u64,
+}
+
+/// Starts sampling this process at `hz` samples per second of CPU time per thread (clamped to
+/// `kernel.perf_event_max_sample_rate`). The samples go to the session that is running.
+pub(crate) fn start(hz: u32) -> Result<(), SamplingError> {
+    let hz = u64::from(hz)
+        .min(max_sample_rate().unwrap_or(u64::MAX))
+        .max(1);
+    let mut running = RUNNING.lock().unwrap_or_else(|e| e.into_inner());
+    if running.is_some() {
+        return Ok(());
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let counters = Arc::new(Counters::default());
+    let (tx, rx) = std::sync::mpsc::channel::<Result<(), SamplingError>>();
+    let (stop2, counters2) = (stop.clone(), counters.clone());
+    let thread = std::thread::Builder::new()
+        .name("tachyon-sampler".into())
+        .spawn(move || {
+            let me = sys::gettid();
+            let events = match open_all(hz, me) {
+                Ok(e) => {
+                    let _ = tx.send(Ok(()));
+                    e
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                    return;
+                }
+            };
+            run(events, &stop2, &counters2);
+        })
+        .map_err(|error| SamplingError {
+            error,
+            paranoid: None,
+        })?;
+    match rx.recv() {
+        Ok(Ok(())) => {
+            *running = Some(Running {
+                stop,
+                thread,
+                counters,
+            });
+            Ok(())
+        }
+        Ok(Err(e)) => {
+            let _ = thread.join();
+            Err(e)
+        }
+        Err(_) => Err(SamplingError {
+            error: io::Error::other("the sampler thread ended"),
+            paranoid: None,
+        }),
+    }
+}
+
+/// Stops the sampler (its last samples are written first); `None` if none ran.
+pub(crate) fn stop() -> Option<SamplingReport> {
+    let running = RUNNING.lock().unwrap_or_else(|e| e.into_inner()).take()?;
+    running.stop.store(true, Ordering::Relaxed);
+    running.thread.thread().unpark();
+    let _ = running.thread.join();
+    Some(SamplingReport {
+        samples: running.counters.samples.load(Ordering::Relaxed),
+        lost: running.counters.lost.load(Ordering::Relaxed),
+    })
+}
+
+fn max_sample_rate() -> Option<u64> {
+    std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+fn paranoid() -> Option<i32> {
+    std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// One event per CPU per thread of the process (but `skip_tid`, the sampler).
+fn open_all(hz: u64, skip_tid: i32) -> Result<Vec<sys::Event>, SamplingError> {
+    let err = |error| SamplingError {
+        error,
+        paranoid: paranoid(),
+    };
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cpus = online_cpus().unwrap_or(cpus);
+    let mut tids: Vec<i32> = std::fs::read_dir("/proc/self/task")
+        .map_err(err)?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|&t| t != skip_tid)
+        .collect();
+    tids.sort_unstable();
+    let mut events: Vec<sys::Event> = Vec::new();
+    // The first event of each CPU has the ring buffer; the others write into it.
+    let mut leaders: Vec<Option<i32>> = vec![None; cpus];
+    for &tid in &tids {
+        for (cpu, leader) in leaders.iter_mut().enumerate() {
+            match sys::Event::open(tid, cpu as i32, hz, *leader) {
+                Ok(e) => {
+                    leader.get_or_insert(e.fd());
+                    events.push(e);
+                }
+                // A thread that exited meanwhile, or a CPU that is offline.
+                Err(e) if matches!(e.raw_os_error(), Some(3 | 19)) => {}
+                Err(e) => return Err(err(e)),
+            }
+        }
+    }
+    if events.is_empty() {
+        return Err(err(io::Error::other("no thread could be sampled")));
+    }
+    Ok(events)
+}
+
+/// The number of CPUs the kernel may run threads on (`/sys/devices/system/cpu/possible`).
+fn online_cpus() -> Option<usize> {
+    let s = std::fs::read_to_string("/sys/devices/system/cpu/possible").ok()?;
+    let last = s.trim().rsplit(['-', ',']).next()?.parse::<usize>().ok()?;
+    Some(last + 1)
+}
+
+fn run(mut events: Vec<sys::Event>, stop: &AtomicBool, counters: &Counters) {
+    let mut record = Vec::with_capacity(16 << 10);
+    let mut pcs = [0u64; MAX_DEPTH];
+    loop {
+        let last = stop.load(Ordering::Relaxed);
+        for e in &mut events {
+            e.drain(&mut record, |rec| {
+                if let Some((s, ts)) = parse(rec, &mut pcs) {
+                    if s.lost != 0 {
+                        counters.lost.fetch_add(s.lost, Ordering::Relaxed);
+                    } else {
+                        counters.samples.fetch_add(1, Ordering::Relaxed);
+                    }
+                    crate::track_event::state::with_state(|st| st.perf_sample(ts, &s));
+                }
+            });
+        }
+        if last {
+            break;
+        }
+        // Often enough that a CPU's buffer (about 30 samples with their stacks) does not
+        // overflow at 1 kHz per busy thread.
+        std::thread::park_timeout(Duration::from_millis(5));
+    }
+}
+
+const PERF_RECORD_LOST: u32 = 2;
+const PERF_RECORD_SAMPLE: u32 = 9;
+const PERF_CONTEXT_MAX: u64 = -4095i64 as u64;
+
+/// Decodes one ring-buffer record (header included) laid out as `sys::SAMPLE_TYPE` says:
+/// ip, pid/tid, time, cpu, period, callchain. Garbage gives `None`, never a panic.
+fn parse<'a>(rec: &[u8], pcs: &'a mut [u64; MAX_DEPTH]) -> Option<(Sample<'a>, u64)> {
+    let u32_at = |o: usize| Some(u32::from_ne_bytes(rec.get(o..o + 4)?.try_into().ok()?));
+    let u64_at = |o: usize| Some(u64::from_ne_bytes(rec.get(o..o + 8)?.try_into().ok()?));
+    let ty = u32_at(0)?;
+    let misc = u16::from_ne_bytes(rec.get(4..6)?.try_into().ok()?);
+    match ty {
+        PERF_RECORD_LOST => {
+            let lost = u64_at(16)?;
+            Some((
+                Sample {
+                    cpu: 0,
+                    pid: 0,
+                    tid: 0,
+                    cpu_mode: 0,
+                    period: 0,
+                    pcs: &[],
+                    lost,
+                },
+                0,
+            ))
+        }
+        PERF_RECORD_SAMPLE => {
+            let ip = u64_at(8)?;
+            let pid = u32_at(16)?;
+            let tid = u32_at(20)?;
+            let time = u64_at(24)?;
+            let cpu = u32_at(32)?;
+            let period = u64_at(40)?;
+            let nr = usize::try_from(u64_at(48)?).ok()?;
+            #[cfg(all(feature = "dwarf-unwind", target_arch = "x86_64", target_os = "linux"))]
+            if let Some(n) = unwind_copy(rec, 56 + 8 * nr.min(4096), ip, pcs) {
+                return Some((
+                    Sample {
+                        cpu,
+                        pid,
+                        tid,
+                        cpu_mode: i32::from(misc & 7),
+                        period,
+                        pcs: &pcs[..n],
+                        lost: 0,
+                    },
+                    time,
+                ));
+            }
+            let mut n = 0;
+            let mut first = true;
+            for i in 0..nr.min(4096) {
+                let pc = u64_at(56 + 8 * i)?;
+                if pc >= PERF_CONTEXT_MAX {
+                    continue; // a context marker (user, kernel)
+                }
+                if n == pcs.len() {
+                    break;
+                }
+                // The first frame is where the thread was; the others are return addresses.
+                pcs[n] = if first { pc } else { pc.wrapping_sub(1) };
+                first = false;
+                n += 1;
+            }
+            if n == 0 && ip != 0 {
+                pcs[0] = ip;
+                n = 1;
+            }
+            Some((
+                Sample {
+                    cpu,
+                    pid,
+                    tid,
+                    cpu_mode: i32::from(misc & 7),
+                    period,
+                    pcs: &pcs[..n],
+                    lost: 0,
+                },
+                time,
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// The registers and stack copy after the call chain (at `off`), unwound: the frames, or None
+/// without them (the kernel could not copy, or the unwinder found nothing).
+#[cfg(all(feature = "dwarf-unwind", target_arch = "x86_64", target_os = "linux"))]
+fn unwind_copy(rec: &[u8], off: usize, ip: u64, pcs: &mut [u64; MAX_DEPTH]) -> Option<usize> {
+    let u64_at = |o: usize| Some(u64::from_ne_bytes(rec.get(o..o + 8)?.try_into().ok()?));
+    let abi = u64_at(off)?;
+    if abi == 0 {
+        return None;
+    }
+    // Registers in bit order: bp (6), sp (7), ip (8).
+    let (bp, sp, rip) = (u64_at(off + 8)?, u64_at(off + 16)?, u64_at(off + 24)?);
+    let size = usize::try_from(u64_at(off + 32)?).ok()?;
+    let data = off + 40;
+    let stack = rec.get(data..data.checked_add(size)?)?;
+    let dyn_size = usize::try_from(u64_at(data + size)?).ok()?;
+    let stack = &stack[..dyn_size.min(size)];
+    let ip = if rip != 0 { rip } else { ip };
+    let n = crate::callstack::dwarf::walk_sample(ip, sp, bp, stack, pcs);
+    (n > 0).then_some(n)
+}
+
+/// The system calls and the ring buffer (the only unsafe code of the sampler).
+mod sys {
+    use super::*;
+
+    const PERF_TYPE_SOFTWARE: u32 = 1;
+    const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
+    /// IP | TID | TIME | CALLCHAIN | CPU | PERIOD (+ REGS_USER | STACK_USER): the layout
+    /// `parse` reads.
+    #[cfg(all(feature = "dwarf-unwind", target_arch = "x86_64", target_os = "linux"))]
+    pub(super) const SAMPLE_TYPE: u64 = 1 | 2 | 4 | 32 | 128 | 256 | (1 << 12) | (1 << 13);
+    #[cfg(not(all(feature = "dwarf-unwind", target_arch = "x86_64", target_os = "linux")))]
+    pub(super) const SAMPLE_TYPE: u64 = 1 | 2 | 4 | 32 | 128 | 256;
+    /// x86-64 perf registers: BP (6), SP (7), IP (8).
+    const REGS_USER: u64 = (1 << 6) | (1 << 7) | (1 << 8);
+    /// Bytes of user stack copied per sample.
+    const STACK_USER: u32 = 8 << 10;
+    const PERF_EVENT_IOC_SET_OUTPUT: u64 = 0x2405;
+    const FLAG_INHERIT: u64 = 1 << 1;
+    const FLAG_EXCLUDE_KERNEL: u64 = 1 << 5;
+    const FLAG_EXCLUDE_HV: u64 = 1 << 6;
+    const FLAG_FREQ: u64 = 1 << 10;
+    const FLAG_EXCLUDE_CALLCHAIN_KERNEL: u64 = 1 << 21;
+    const FLAG_USE_CLOCKID: u64 = 1 << 25;
+    const CLOCK_BOOTTIME: i32 = 7;
+    #[cfg(target_arch = "x86_64")]
+    const SYS_PERF_EVENT_OPEN: i64 = 298;
+    #[cfg(target_arch = "aarch64")]
+    const SYS_PERF_EVENT_OPEN: i64 = 241;
+    #[cfg(target_arch = "x86_64")]
+    const SYS_GETTID: i64 = 186;
+    #[cfg(target_arch = "aarch64")]
+    const SYS_GETTID: i64 = 178;
+    const PAGE: usize = 4096;
+    /// Data pages per CPU: 256 KiB.
+    const DATA_PAGES: usize = 64;
+
+    extern "C" {
+        fn syscall(n: i64, ...) -> i64;
+        fn mmap(
+            addr: *mut c_void,
+            len: usize,
+            prot: i32,
+            flags: i32,
+            fd: i32,
+            off: i64,
+        ) -> *mut c_void;
+        fn munmap(addr: *mut c_void, len: usize) -> i32;
+        fn close(fd: i32) -> i32;
+        fn ioctl(fd: i32, req: u64, ...) -> i32;
+    }
+
+    pub(super) fn gettid() -> i32 {
+        // SAFETY: gettid takes no arguments and cannot fail.
+        unsafe { syscall(SYS_GETTID) as i32 }
+    }
+
+    /// An open perf event and its ring buffer mapping (none when it writes into another
+    /// event's).
+    pub(super) struct Event {
+        fd: i32,
+        base: *mut u8,
+        len: usize,
+    }
+
+    // SAFETY: the mapping and the descriptor belong to the event alone; only the thread that
+    // holds it reads them.
+    unsafe impl Send for Event {}
+
+    impl Event {
+        pub(super) fn fd(&self) -> i32 {
+            self.fd
+        }
+
+        pub(super) fn open(tid: i32, cpu: i32, hz: u64, output: Option<i32>) -> io::Result<Event> {
+            // perf_event_attr, PERF_ATTR_SIZE_VER7 (128 bytes), zeroed then filled by offset.
+            let mut attr = [0u8; 128];
+            let put32 =
+                |a: &mut [u8; 128], o: usize, v: u32| a[o..o + 4].copy_from_slice(&v.to_ne_bytes());
+            let put64 =
+                |a: &mut [u8; 128], o: usize, v: u64| a[o..o + 8].copy_from_slice(&v.to_ne_bytes());
+            put32(&mut attr, 0, PERF_TYPE_SOFTWARE);
+            put32(&mut attr, 4, 128);
+            put64(&mut attr, 8, PERF_COUNT_SW_CPU_CLOCK);
+            put64(&mut attr, 16, hz); // sample_freq (freq = 1)
+            put64(&mut attr, 24, SAMPLE_TYPE);
+            put64(
+                &mut attr,
+                40,
+                FLAG_INHERIT
+                    | FLAG_EXCLUDE_KERNEL
+                    | FLAG_EXCLUDE_HV
+                    | FLAG_FREQ
+                    | FLAG_EXCLUDE_CALLCHAIN_KERNEL
+                    | FLAG_USE_CLOCKID,
+            );
+            put32(&mut attr, 92, CLOCK_BOOTTIME as u32);
+            if SAMPLE_TYPE & (1 << 12) != 0 {
+                put64(&mut attr, 80, REGS_USER);
+                put32(&mut attr, 88, STACK_USER);
+            }
+            // SAFETY: `attr` is a valid perf_event_attr of the size it declares and lives
+            // across the call; the other arguments are plain integers.
+            let fd = unsafe {
+                syscall(
+                    SYS_PERF_EVENT_OPEN,
+                    attr.as_ptr(),
+                    tid as i64,
+                    cpu as i64,
+                    -1i64,
+                    8i64, /* PERF_FLAG_FD_CLOEXEC */
+                )
+            };
+            if fd < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let fd = fd as i32;
+            if let Some(leader) = output {
+                // SAFETY: both descriptors are perf events of this process on the same CPU.
+                if unsafe { ioctl(fd, PERF_EVENT_IOC_SET_OUTPUT, leader) } != 0 {
+                    let e = io::Error::last_os_error();
+                    // SAFETY: `fd` is ours and closed once.
+                    unsafe { close(fd) };
+                    return Err(e);
+                }
+                return Ok(Event {
+                    fd,
+                    base: std::ptr::null_mut(),
+                    len: 0,
+                });
+            }
+            let len = PAGE * (1 + DATA_PAGES);
+            // SAFETY: a fresh shared read-write mapping of the event's ring buffer; the kernel
+            // checks `fd` and `len`.
+            let base = unsafe { mmap(std::ptr::null_mut(), len, 3, 1, fd, 0) };
+            if base as isize == -1 {
+                let e = io::Error::last_os_error();
+                // SAFETY: `fd` is ours and closed once.
+                unsafe { close(fd) };
+                return Err(e);
+            }
+            Ok(Event {
+                fd,
+                base: base.cast(),
+                len,
+            })
+        }
+
+        /// Calls `f` with every record the kernel has written since the last call (a record
+        /// that wraps around the end of the ring is copied into `scratch` first).
+        pub(super) fn drain(&mut self, scratch: &mut Vec<u8>, mut f: impl FnMut(&[u8])) {
+            if self.base.is_null() {
+                return;
+            }
+            // SAFETY: the first page of the mapping is the kernel's `perf_event_mmap_page`;
+            // `data_head` (offset 1024) is written by the kernel, so it is read atomically,
+            // with acquire order to see the records it covers; `data_tail` (1032) is ours.
+            let (head, tail) = unsafe {
+                let head = &*self.base.add(1024).cast::<AtomicU64>();
+                let tail = &*self.base.add(1032).cast::<AtomicU64>();
+                (head, tail)
+            };
+            let size = (PAGE * DATA_PAGES) as u64;
+            let h = head.load(Ordering::Acquire);
+            let mut t = tail.load(Ordering::Relaxed);
+            // SAFETY: the data area is the `size` bytes after the metadata page, inside the
+            // mapping; the kernel does not write the part between tail and head until the
+            // tail moves past it.
+            let data = unsafe { std::slice::from_raw_parts(self.base.add(PAGE), size as usize) };
+            while h.wrapping_sub(t) >= 8 && h.wrapping_sub(t) <= size {
+                let off = (t % size) as usize;
+                scratch.clear();
+                let take = |scratch: &mut Vec<u8>, from: usize, n: usize| {
+                    let first = n.min(data.len() - from);
+                    scratch.extend_from_slice(&data[from..from + first]);
+                    scratch.extend_from_slice(&data[..n - first]);
+                };
+                take(scratch, off, 8);
+                let len = u16::from_ne_bytes([scratch[6], scratch[7]]) as u64;
+                if len < 8 || len > h.wrapping_sub(t) {
+                    t = h; // a torn or corrupt header: skip what is there
+                    break;
+                }
+                scratch.clear();
+                take(scratch, off, len as usize);
+                f(scratch);
+                t = t.wrapping_add(len);
+            }
+            tail.store(t, Ordering::Release);
+        }
+    }
+
+    impl Drop for Event {
+        fn drop(&mut self) {
+            // SAFETY: the mapping (if any) and descriptor were made in `open` and are
+            // released once.
+            unsafe {
+                if !self.base.is_null() {
+                    munmap(self.base.cast(), self.len);
+                }
+                close(self.fd);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_parse_and_garbage_does_not_panic() {
+        let mut rec = Vec::new();
+        rec.extend_from_slice(&PERF_RECORD_SAMPLE.to_ne_bytes());
+        rec.extend_from_slice(&2u16.to_ne_bytes()); // user mode
+        rec.extend_from_slice(&0u16.to_ne_bytes());
+        for v in [0x1000u64, (7u64 << 32) | 5, 123, 1, 1_000_000, 3] {
+            rec.extend_from_slice(&v.to_ne_bytes());
+        }
+        for v in [-512i64 as u64, 0x1000, 0x2001] {
+            rec.extend_from_slice(&v.to_ne_bytes());
+        }
+        let mut pcs = [0u64; MAX_DEPTH];
+        let (s, ts) = parse(&rec, &mut pcs).unwrap();
+        assert_eq!((s.pid, s.tid, s.cpu, s.cpu_mode, ts), (5, 7, 1, 2, 123));
+        assert_eq!(s.pcs, &[0x1000, 0x2000]);
+        for cut in 0..rec.len() {
+            let mut pcs = [0u64; MAX_DEPTH];
+            let _ = parse(&rec[..cut], &mut pcs);
+        }
+        let mut big = rec.clone();
+        big[48..56].copy_from_slice(&u64::MAX.to_ne_bytes());
+        let mut pcs = [0u64; MAX_DEPTH];
+        assert!(parse(&big, &mut pcs).is_none());
+    }
+
+    #[test]
+    fn refusals_explain_themselves() {
+        let e = SamplingError {
+            error: io::Error::from_raw_os_error(13),
+            paranoid: Some(3),
+        };
+        assert!(e.to_string().contains("perf_event_paranoid is 3"), "{e}");
+    }
+}
