@@ -681,8 +681,9 @@ fn start_inner(config: Config, at_exit: bool) -> io::Result<()> {
     if at_exit {
         register_at_exit();
     }
-    // The crash handler saves sessions that have somewhere to save to.
-    if config.output.is_some() || config.producer_socket.is_some() {
+    // The crash handler saves sessions that have somewhere to save to (a live capture's trace
+    // is the capture's).
+    if config.listen.is_none() && (config.output.is_some() || config.producer_socket.is_some()) {
         crate::crash::arm(config.stop_timeout);
     }
     drop(slot);
