@@ -163,12 +163,7 @@ fn assert_same_death(with: &Output, without: ExitStatus) {
 fn null_dereference_saves_the_trace_and_dies_of_sigsegv() {
     let (cmd, dir) = example("segv");
     let out = run(cmd);
-    assert_eq!(
-        out.status.signal(),
-        Some(libc::SIGSEGV),
-        "{}",
-        describe(&out)
-    );
+    assert_died_of(&out, libc::SIGSEGV);
     let tp = open_trace(&dir, &out);
     let c = the_crash(&tp, "main");
     assert_eq!(c.name, "crash: SIGSEGV");
@@ -224,12 +219,7 @@ fn perfettos_trace_processor_shows_the_crash() {
     };
     let (cmd, dir) = example("segv");
     let out = run(cmd);
-    assert_eq!(
-        out.status.signal(),
-        Some(libc::SIGSEGV),
-        "{}",
-        describe(&out)
-    );
+    assert_died_of(&out, libc::SIGSEGV);
     let sql = dir.join("q.sql");
     std::fs::write(
         &sql,
@@ -291,12 +281,7 @@ fn perfettos_trace_processor_shows_the_crash() {
 fn abort_saves_the_trace_and_dies_of_sigabrt() {
     let (cmd, dir) = example("abort");
     let out = run(cmd);
-    assert_eq!(
-        out.status.signal(),
-        Some(libc::SIGABRT),
-        "{}",
-        describe(&out)
-    );
+    assert_died_of(&out, libc::SIGABRT);
     let tp = open_trace(&dir, &out);
     let c = the_crash(&tp, "main");
     assert_eq!(c.signal.as_deref(), Some("SIGABRT"));
@@ -349,12 +334,7 @@ fn a_stack_overflow_is_caught_on_the_alternate_stack_and_std_still_reports_it() 
         "{}",
         describe(&out)
     );
-    assert_eq!(
-        out.status.signal(),
-        Some(libc::SIGABRT),
-        "{}",
-        describe(&out)
-    );
+    assert_died_of(&out, libc::SIGABRT);
     let tp = open_trace(&dir, &out);
     let c = the_crash(&tp, "main");
     assert_eq!(c.name, "crash: stack overflow (SIGSEGV)");
@@ -424,12 +404,7 @@ fn a_crash_on_another_thread_while_others_trace() {
     cmd.env_remove("TACHYON_BUFFER_SIZE");
     cmd.env_remove("TACHYON_SMB_SIZE");
     let out = run(cmd);
-    assert_eq!(
-        out.status.signal(),
-        Some(libc::SIGSEGV),
-        "{}",
-        describe(&out)
-    );
+    assert_died_of(&out, libc::SIGSEGV);
     let tp = open_trace(&dir, &out);
     let c = the_crash(&tp, "crasher");
     assert_eq!(c.address.as_deref(), Some("0x8"));
@@ -457,12 +432,7 @@ fn a_crash_on_another_thread_while_others_trace() {
 fn init_and_streaming_sessions_are_saved_too() {
     let (cmd, dir) = child_of_this_test("init");
     let out = run(cmd);
-    assert_eq!(
-        out.status.signal(),
-        Some(libc::SIGSEGV),
-        "{}",
-        describe(&out)
-    );
+    assert_died_of(&out, libc::SIGSEGV);
     let tp = open_trace(&dir, &out);
     the_crash(&tp, "child");
     assert_eq!(zones(&tp, "child", "before"), 1);
@@ -470,12 +440,7 @@ fn init_and_streaming_sessions_are_saved_too() {
     let (mut cmd, dir) = example("segv");
     cmd.env("TACHYON_STREAM", "1");
     let out = run(cmd);
-    assert_eq!(
-        out.status.signal(),
-        Some(libc::SIGSEGV),
-        "{}",
-        describe(&out)
-    );
+    assert_died_of(&out, libc::SIGSEGV);
     let tp = open_trace(&dir, &out);
     the_crash(&tp, "main");
     assert_eq!(zones(&tp, "worker", "work"), 100);
@@ -486,12 +451,7 @@ fn init_and_streaming_sessions_are_saved_too() {
 fn a_later_session_is_saved_by_the_handler_the_first_installed() {
     let (cmd, dir) = child_of_this_test("second-session");
     let out = run(cmd);
-    assert_eq!(
-        out.status.signal(),
-        Some(libc::SIGSEGV),
-        "{}",
-        describe(&out)
-    );
+    assert_died_of(&out, libc::SIGSEGV);
     let tp = open_trace(&dir, &out);
     the_crash(&tp, "child");
     assert_eq!(zones(&tp, "child", "second"), 1);
@@ -507,12 +467,7 @@ fn a_later_session_is_saved_by_the_handler_the_first_installed() {
 fn a_crash_inside_an_events_argument_still_saves_the_trace() {
     let (cmd, dir) = child_of_this_test("in-argument");
     let out = run(cmd);
-    assert_eq!(
-        out.status.signal(),
-        Some(libc::SIGSEGV),
-        "{}",
-        describe(&out)
-    );
+    assert_died_of(&out, libc::SIGSEGV);
     let tp = open_trace(&dir, &out);
     let crashes = tp.crashes().unwrap();
     assert_eq!(crashes.len(), 1, "{crashes:?}");
@@ -526,12 +481,7 @@ fn a_crash_inside_an_events_argument_still_saves_the_trace() {
 fn two_threads_crashing_at_once_save_one_crash_and_die() {
     let (cmd, dir) = child_of_this_test("two-crashers");
     let out = run(cmd);
-    assert_eq!(
-        out.status.signal(),
-        Some(libc::SIGSEGV),
-        "{}",
-        describe(&out)
-    );
+    assert_died_of(&out, libc::SIGSEGV);
     let tp = open_trace(&dir, &out);
     let crashes = tp.crashes().unwrap();
     assert_eq!(crashes.len(), 1, "{crashes:?}");
@@ -544,14 +494,20 @@ fn two_threads_crashing_at_once_save_one_crash_and_die() {
 
 #[test]
 fn a_signal_handler_installed_before_tachyon_still_runs() {
-    let (cmd, dir) = child_of_this_test("handler-before");
+    a_user_signal_handler_runs("handler-before");
+}
+
+#[test]
+fn a_signal_handler_installed_after_tachyon_runs_and_can_chain_to_it() {
+    a_user_signal_handler_runs("handler-after");
+}
+
+/// The child installs its own SIGSEGV handler (before or after Tachyon's, by `scenario`) and
+/// crashes: the handler runs, the process dies of SIGSEGV, and the trace holds the crash.
+fn a_user_signal_handler_runs(scenario: &str) {
+    let (cmd, dir) = child_of_this_test(scenario);
     let out = run(cmd);
-    assert_eq!(
-        out.status.signal(),
-        Some(libc::SIGSEGV),
-        "{}",
-        describe(&out)
-    );
+    assert_died_of(&out, libc::SIGSEGV);
     assert!(
         text(&out.stderr).contains("user handler ran"),
         "{}",
@@ -561,23 +517,9 @@ fn a_signal_handler_installed_before_tachyon_still_runs() {
     the_crash(&open_trace(&dir, &out), "child");
 }
 
-#[test]
-fn a_signal_handler_installed_after_tachyon_runs_and_can_chain_to_it() {
-    let (cmd, dir) = child_of_this_test("handler-after");
-    let out = run(cmd);
-    assert_eq!(
-        out.status.signal(),
-        Some(libc::SIGSEGV),
-        "{}",
-        describe(&out)
-    );
-    assert!(
-        text(&out.stderr).contains("user handler ran"),
-        "{}",
-        describe(&out)
-    );
-    // libtest runs the child's scenario on a thread named after the test.
-    the_crash(&open_trace(&dir, &out), "child");
+/// The child died of `signal`, as it would have without Tachyon.
+fn assert_died_of(out: &Output, signal: i32) {
+    assert_eq!(out.status.signal(), Some(signal), "{}", describe(out));
 }
 
 #[test]
@@ -651,12 +593,7 @@ fn a_panic_with_panic_abort_saves_the_trace_and_aborts() {
     };
     let dir = scratch("panic_abort");
     let out = run(command(&exe, &dir));
-    assert_eq!(
-        out.status.signal(),
-        Some(libc::SIGABRT),
-        "{}",
-        describe(&out)
-    );
+    assert_died_of(&out, libc::SIGABRT);
     let tp = open_trace(&dir, &out);
     let crashes = tp.crashes().unwrap();
     assert_eq!(crashes.len(), 2, "the panic, then the abort: {crashes:?}");
