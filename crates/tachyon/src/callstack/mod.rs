@@ -130,6 +130,10 @@ mod tests {
         std::hint::black_box(leaf(out))
     }
 
+    #[cfg_attr(
+        miri,
+        ignore = "walks the real stack and the loader's module list, which Miri does not model"
+    )]
     #[test]
     fn frames_are_in_the_callers_and_capped() {
         let mut buf = [0u64; MAX_DEPTH];
@@ -145,6 +149,10 @@ mod tests {
     }
 
     #[cfg(all(feature = "dwarf-unwind", target_arch = "x86_64", target_os = "linux"))]
+    #[cfg_attr(
+        miri,
+        ignore = "walks the real stack and the loader's module list, which Miri does not model"
+    )]
     #[test]
     fn framehop_agrees_with_the_platform_unwinder() {
         #[inline(never)]
@@ -182,6 +190,10 @@ mod tests {
         }
     }
 
+    #[cfg_attr(
+        miri,
+        ignore = "walks the real stack and the loader's module list, which Miri does not model"
+    )]
     #[test]
     fn interning_emits_each_thing_once() {
         let mut buf = [0u64; 16];

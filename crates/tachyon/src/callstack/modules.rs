@@ -288,6 +288,10 @@ mod tests {
         assert_eq!(gnu_build_id(&huge), None);
     }
 
+    #[cfg_attr(
+        miri,
+        ignore = "walks the real stack and the loader's module list, which Miri does not model"
+    )]
     #[test]
     fn this_function_is_in_the_test_binary() {
         let pc = this_function_is_in_the_test_binary as *const () as usize as u64;
