@@ -298,6 +298,8 @@ pub(crate) struct Importer {
     /// Reused for the events of one TrackEvent, so that tokenizing does not allocate.
     scratch: Vec<Event>,
     pub(crate) parse: crate::parse::ParseState,
+    /// Legacy async events (`legacy.rs`).
+    pub(crate) legacy: crate::legacy::LegacyState,
     /// ProcessTree and SysStats (the system probes' packets).
     pub(crate) system: crate::system::SystemState,
 }
@@ -332,6 +334,7 @@ impl Importer {
             key_debug,
             scratch: Vec::new(),
             parse: Default::default(),
+            legacy: Default::default(),
             system: Default::default(),
         }
     }
@@ -1010,6 +1013,11 @@ impl Importer {
             if t.has_thread_name() {
                 thread_name = strings.intern_bytes(t.thread_name_bytes());
             }
+            // As in Perfetto, a thread's descriptor is also its sequence's thread: legacy
+            // events without a track uuid go to that thread (and name it as their emitter).
+            if let Some(seq) = self.seqs.get_mut(&seq_id).filter(|_| seq_id != 0) {
+                seq.legacy_thread = Some((r.pid, t.tid()));
+            }
         }
         if d.has_chrome_process() {
             let c = d.chrome_process().map_err(drop)?;
@@ -1225,7 +1233,13 @@ impl Importer {
         // of the sequence's default track. Legacy instants with a process or global scope go
         // to that process's (or the global) legacy instant track instead.
         let mut legacy_target = None;
-        if uuid == 0 && (legacy.is_some() || seq.legacy_thread.is_some()) {
+        // An explicit track uuid 0 on a typed event means the default track, not a fallback.
+        let explicit_default = ev.has_track_uuid()
+            && ev.has_type()
+            && !legacy
+                .as_ref()
+                .is_some_and(|l| l.has_pid_override() || l.has_tid_override());
+        if uuid == 0 && !explicit_default && (legacy.is_some() || seq.legacy_thread.is_some()) {
             let overridden = legacy.as_ref().and_then(|l| {
                 l.has_tid_override()
                     .then(|| (Some(l.pid_override() as i64), l.tid_override() as i64))
@@ -1270,6 +1284,7 @@ impl Importer {
         // A flow event riding on the slice (legacy `bind_id` with a direction).
         let mut bound_flow = None;
         let mut v1_flow_id = None;
+        let mut async_phase = None;
         if let Some(l) = &legacy {
             if l.has_name_iid() {
                 legacy_name_iid = Some(l.name_iid());
@@ -1292,7 +1307,11 @@ impl Importer {
             kind = match l.phase() as u8 {
                 b'B' => EventKind::SliceBegin,
                 b'E' => EventKind::SliceEnd,
-                b'I' | b'i' | b'n' | b'R' => EventKind::Instant,
+                b'I' | b'i' | b'R' => EventKind::Instant,
+                phase if crate::legacy::is_async_phase(phase) => {
+                    async_phase = Some(phase);
+                    crate::legacy::slice_kind(phase)
+                }
                 b'X' => {
                     data = l.duration_us().saturating_mul(1000).max(0) as u64;
                     EventKind::Complete
@@ -1368,6 +1387,20 @@ impl Importer {
             }
         };
 
+        // A legacy async event goes to an async track of its id (`legacy.rs`).
+        let mut async_track = None;
+        if let (Some(phase), Some(l)) = (async_phase, &legacy) {
+            let emitter = if legacy_thread {
+                crate::legacy::Emitter::LegacyThread(track)
+            } else {
+                crate::legacy::Emitter::Track(track)
+            };
+            match self.tokenize_async(phase, l, emitter, name, category) {
+                Some(t) => async_track = Some((t, phase)),
+                None => return,
+            }
+        }
+
         if let Some(id) = v1_flow_id {
             // Flow v1 ids live in their own space (the top bit set), one per (id, category,
             // name).
@@ -1404,7 +1437,13 @@ impl Importer {
 
         if kind != EventKind::Counter {
             let args = self.arena_args.len() as u32;
+            if let Some((t, phase)) = async_track {
+                self.async_args_before(t, phase);
+            }
             self.annotations(seq_id, ev, &mut interned_misses);
+            if let Some((t, phase)) = async_track {
+                self.async_args_after(t, phase);
+            }
             let nargs = self.arena_args.len() as u32 - args;
             let flows = self.arena_flows.len() as u32;
             self.arena_flows
@@ -1447,6 +1486,10 @@ impl Importer {
                     data = u64::from(c) + 1;
                 }
             }
+            let (track, legacy_thread) = match async_track {
+                Some((t, _)) => (t, true),
+                None => (track, legacy_thread),
+            };
             let event = Event {
                 ts,
                 track,

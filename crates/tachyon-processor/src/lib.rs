@@ -56,6 +56,7 @@ mod error;
 mod frames;
 mod heap;
 mod import;
+mod legacy;
 mod locks;
 mod logs;
 mod parse;

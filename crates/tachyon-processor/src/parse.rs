@@ -31,7 +31,7 @@ const MAX_ANCESTORS: usize = 100;
 
 /// Where a track's events belong.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Scope {
+pub(crate) enum Scope {
     Thread(u32),
     Process(u32),
     Global,
@@ -394,6 +394,10 @@ impl Importer {
         let range = ev.args as usize..(ev.args + ev.nargs) as usize;
         for i in range {
             let a = self.arena_args[i];
+            if a.key == NONE {
+                // An arg left out at parse time (`legacy.rs`: no passthrough thread).
+                continue;
+            }
             self.st.push_arg(set, a.flat_key, a.key, a.value);
         }
         set
@@ -446,6 +450,9 @@ impl Importer {
     fn event_track(&mut self, ev: &Event, event_name: StrId) -> Option<u32> {
         if !ev.legacy_thread {
             return self.intern_track(ev.track, event_name);
+        }
+        if ev.track & crate::legacy::ASYNC_TRACK != 0 {
+            return self.async_track(ev.track, ev.name);
         }
         // Resolved anew each time: the pid or tid may have been reused since.
         let (pid, tid, scope) = self.legacy_threads[ev.track as usize];
@@ -668,7 +675,7 @@ impl Importer {
 
     /// Scope of a track uuid and whether it is the root of that scope; `None` (with a stat)
     /// if its ancestry is broken.
-    fn resolve(&mut self, uuid: u64) -> Option<(Scope, bool)> {
+    pub(crate) fn resolve(&mut self, uuid: u64) -> Option<(Scope, bool)> {
         if let Some(&s) = self.parse.scopes.get(&uuid) {
             return Some(s);
         }
