@@ -129,6 +129,7 @@ pub(crate) fn load(conn: &Connection, mut st: Storage) -> rusqlite::Result<()> {
     conn.execute_batch(SCHEMA)?;
     conn.execute_batch(crate::profile::SCHEMA)?;
     conn.execute_batch(crate::heap::SCHEMA)?;
+    conn.execute_batch(crate::state::SCHEMA)?;
     // Arg sets are contiguous once sorted by set (stable: order within a set is kept).
     st.args.sort_by_key(|a| a.set);
     let tx = conn.unchecked_transaction()?;
@@ -165,6 +166,7 @@ pub(crate) fn load(conn: &Connection, mut st: Storage) -> rusqlite::Result<()> {
                 match t.event_type {
                     EventType::Slice => "slice",
                     EventType::Counter => "counter",
+                    EventType::State => "state",
                 },
                 opt(t.dimension_arg_set),
                 opt(t.parent),
@@ -274,6 +276,7 @@ pub(crate) fn load(conn: &Connection, mut st: Storage) -> rusqlite::Result<()> {
     }
     crate::profile::load(&tx, &st)?;
     crate::heap::load(&tx, &st)?;
+    crate::state::load(&tx, &st)?;
     crate::logs::load(&tx, &st)?;
     tx.execute_batch("CREATE INDEX __args_set ON __intrinsic_args(arg_set_id);")?;
     tx.commit()?;

@@ -122,6 +122,8 @@ pub(crate) enum EventKind {
     ThreadInstructions,
     /// A later descriptor's name for track uuid `track` (`data`: the name's `StrId`).
     TrackRename,
+    /// A `TYPE_STATE` event on state track `track` (`state.rs`); its name is the state.
+    State,
 }
 
 /// One timestamped event. Variable-length parts (args, flow ids) live in the importer's arenas
@@ -179,6 +181,8 @@ pub(crate) struct Reservation {
     pub(crate) sibling_order_rank: Option<i32>,
     /// A thread's descriptor track stays apart from the thread's own track.
     pub(crate) disallow_merging: bool,
+    /// A state track (`state`: a `StateDescriptor`), for `TYPE_STATE` events (`state.rs`).
+    pub(crate) state: bool,
     /// `SIBLING_MERGE_BEHAVIOR_NONE`: the name is no merge key, later descriptors may change it.
     pub(crate) never_merged: bool,
     /// On the root track: processes (threads) are ordered by their tracks'
@@ -998,6 +1002,7 @@ impl Importer {
                 .then(|| strings.intern_bytes(d.description_bytes())),
             child_ordering: d.child_ordering_raw(),
             disallow_merging: d.disallow_merging_with_system_tracks(),
+            state: d.has_state(),
             never_merged: d.sibling_merge_behavior_raw() == 2,
             explicit_process_order: d.process_ordering_raw() == 1,
             explicit_thread_order: d.thread_ordering_raw() == 1,
@@ -1270,6 +1275,19 @@ impl Importer {
             2 => EventKind::SliceEnd,
             3 => EventKind::Instant,
             4 => EventKind::Counter,
+            5 if !ev.has_track_uuid() && default_uuid.is_none() => {
+                self.st
+                    .stats
+                    .inc(Stat::track_event_state_missing_track_uuid);
+                return;
+            }
+            // TYPE_STATE: only on a described state track, never a legacy thread's.
+            5 if !legacy_thread
+                && uuid != 0
+                && self.reservations.get(&uuid).is_some_and(|r| r.state) =>
+            {
+                EventKind::State
+            }
             // Unset: a legacy event (its phase decides, below).
             0 => EventKind::Instant,
             // TYPE_STATE (state tracks are not modelled) and types this importer does not

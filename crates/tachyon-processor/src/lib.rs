@@ -64,6 +64,7 @@ mod processor;
 mod profile;
 pub mod profiles;
 mod sort;
+mod state;
 mod stats;
 mod storage;
 mod strings;

@@ -204,6 +204,11 @@ impl Importer {
                     }
                 }
             }
+            EventKind::State => {
+                if let Some(track) = self.event_track(ev, NONE) {
+                    self.apply_state(ev, track);
+                }
+            }
             EventKind::SliceEnd => {
                 let Some(track) = self.event_track(ev, NONE) else {
                     return;
@@ -382,7 +387,7 @@ impl Importer {
     }
 
     /// Moves an event's args into arg set `set` (a new one if `NONE`); returns the set.
-    fn args_for(&mut self, set: u32, ev: &Event) -> u32 {
+    pub(crate) fn args_for(&mut self, set: u32, ev: &Event) -> u32 {
         if ev.nargs == 0 {
             return set;
         }
@@ -525,6 +530,7 @@ impl Importer {
         let is_counter = r.counter.is_some();
         let id = if is_root
             && !is_counter
+            && !r.state
             && !r.disallow_merging
             && matches!(scope, Scope::Thread(_))
         {
@@ -534,6 +540,9 @@ impl Importer {
             self.thread_track(utid)
         } else {
             let kind = match (scope, is_counter) {
+                (Scope::Thread(_), _) if r.state => "thread_state_track_event",
+                (Scope::Process(_), _) if r.state => "process_state_track_event",
+                (Scope::Global, _) if r.state => "global_state_track_event",
                 (Scope::Thread(_), false) => "thread_track_event",
                 (Scope::Thread(_), true) => "thread_counter_track_event",
                 (Scope::Process(_), false) => "process_track_event",
@@ -624,6 +633,8 @@ impl Importer {
                 kind,
                 event_type: if is_counter {
                     EventType::Counter
+                } else if r.state {
+                    EventType::State
                 } else {
                     EventType::Slice
                 },
