@@ -1461,6 +1461,17 @@ impl Importer {
             self.annotations(seq_id, ev, &mut interned_misses);
             if let Some((t, phase)) = async_track {
                 self.async_args_after(t, phase);
+            } else if !legacy_thread && kind != EventKind::SliceEnd {
+                if let Some(thread) = self.seqs.get(&seq_id).and_then(|s| s.legacy_thread) {
+                    self.passthrough_placeholder(track, thread);
+                }
+            } else if legacy_thread {
+                // A legacy instant with a process or global scope names its thread.
+                if let Some(&(pid, tid, scope)) = self.legacy_threads.get(track as usize) {
+                    if scope != LEGACY_SCOPE_THREAD {
+                        self.passthrough_placeholder(u64::MAX, (pid, tid));
+                    }
+                }
             }
             let nargs = self.arena_args.len() as u32 - args;
             let flows = self.arena_flows.len() as u32;

@@ -28,7 +28,7 @@
 //! event's track, tagged with [`ASYNC_TRACK`]); the track is chosen when the sorted events are
 //! parsed, in timestamp order, since the compressor's state depends on that order.
 
-use crate::import::{Importer, PendingArg};
+use crate::import::{Event, Importer, PendingArg};
 use crate::parse::Scope;
 use crate::stats::Stat;
 use crate::storage::{ArgValue, EventType, TrackRow, NONE};
@@ -85,6 +85,9 @@ pub(crate) struct LegacyState {
     root_names: FxHashMap<(u32, i64), StrId>,
     /// (upid or `NONE`, scope, root name) → the group's tracks.
     groups: FxHashMap<(u32, StrId, StrId), Vec<GroupTrack>>,
+    /// Arena index of a `legacy_event.passthrough_utid` placeholder of an event on a
+    /// described track → the (pid, tid) of its sequence's thread.
+    passthrough: FxHashMap<u32, (Option<i64>, i64)>,
 }
 
 /// Whether a legacy phase is an async one.
@@ -103,6 +106,60 @@ pub(crate) fn slice_kind(phase: u8) -> crate::import::EventKind {
 }
 
 impl Importer {
+    /// After the debug annotations of an event on track `uuid`, from a sequence whose thread is
+    /// `thread` (a ThreadDescriptor or a thread's TrackDescriptor): Perfetto gives events on a
+    /// process's track (from a thread of that process) or a global track the emitting thread
+    /// as `legacy_event.passthrough_utid`, resolved at parse time (`passthrough_utid`).
+    pub(crate) fn passthrough_placeholder(&mut self, uuid: u64, thread: (Option<i64>, i64)) {
+        // A thread's own track (the usual case) never gets one: skip it cheaply.
+        if self
+            .reservations
+            .get(&uuid)
+            .is_some_and(|r| r.tid.is_some())
+        {
+            return;
+        }
+        let key = self.st.strings.intern("legacy_event.passthrough_utid");
+        self.legacy
+            .passthrough
+            .insert(self.arena_args.len() as u32, thread);
+        self.arena_args.push(PendingArg {
+            flat_key: key,
+            key: NONE,
+            value: ArgValue::UInt(0),
+        });
+    }
+
+    /// The value of the passthrough placeholder at arena index `arg` of `ev`: none when its
+    /// args are `merging` into an existing set (Perfetto skips the key if present: an end or a
+    /// repeated state keeps what its begin set), when the track is a thread's, or when the
+    /// thread belongs to another process than the track.
+    pub(crate) fn passthrough_utid(
+        &mut self,
+        arg: usize,
+        ev: &Event,
+        merging: bool,
+    ) -> Option<ArgValue> {
+        let (pid, tid) = *self.legacy.passthrough.get(&(arg as u32))?;
+        if merging {
+            return None;
+        }
+        if ev.legacy_thread {
+            // A legacy instant on its process's or the global legacy instant track.
+            return Some(ArgValue::UInt(self.st.thread(tid, pid) as u64));
+        }
+        let track_upid = match self.resolve(ev.track)? {
+            (Scope::Thread(_), _) => return None,
+            (Scope::Process(upid), _) => Some(upid),
+            (Scope::Global, _) => None,
+        };
+        let utid = self.st.thread(tid, pid);
+        if track_upid.is_some_and(|u| self.st.threads[utid as usize].upid != u) {
+            return None;
+        }
+        Some(ArgValue::UInt(utid as u64))
+    }
+
     /// Records an async event (phase `phase`) and returns the track value its events carry,
     /// or `None` (counted as a parser error) if it has no id.
     pub(crate) fn tokenize_async(

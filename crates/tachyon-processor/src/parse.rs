@@ -391,17 +391,19 @@ impl Importer {
         if ev.nargs == 0 {
             return set;
         }
-        let set = if set == NONE {
-            self.st.new_arg_set()
-        } else {
-            set
-        };
+        let (merging, mut set) = (set != NONE, set);
         let range = ev.args as usize..(ev.args + ev.nargs) as usize;
         for i in range {
-            let a = self.arena_args[i];
+            let mut a = self.arena_args[i];
             if a.key == NONE {
-                // An arg left out at parse time (`legacy.rs`: no passthrough thread).
-                continue;
+                // An arg decided at parse time (`legacy.rs`: the emitting thread).
+                match self.passthrough_utid(i, ev, merging) {
+                    Some(v) => (a.key, a.value) = (a.flat_key, v),
+                    None => continue,
+                }
+            }
+            if set == NONE {
+                set = self.st.new_arg_set();
             }
             self.st.push_arg(set, a.flat_key, a.key, a.value);
         }
