@@ -1513,6 +1513,11 @@ impl Importer {
                     crate::profile::track_event_callsite(&mut seq.profile, &mut self.st, pid, ev)
                 {
                     data = u64::from(c) + 1;
+                    if ev.has_callstack_weight() {
+                        let w = &mut self.st.profile.callstack_weights;
+                        w.push(ev.callstack_weight());
+                        data |= (w.len() as u64) << 32;
+                    }
                 }
             }
             let (track, legacy_thread) = match async_track {

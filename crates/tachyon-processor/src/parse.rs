@@ -193,8 +193,12 @@ impl Importer {
                         .push(TrackEventCallstackRow {
                             slice: id,
                             track,
-                            callsite: (ev.data - 1) as u32,
+                            callsite: (ev.data as u32).wrapping_sub(1),
                             end_callsite: NONE,
+                            weight: crate::profile::event_callstack_weight(
+                                &self.st.profile,
+                                ev.data,
+                            ),
                         });
                 }
                 self.flows_for(id, ev);
@@ -242,7 +246,11 @@ impl Importer {
                             slice: id,
                             track,
                             callsite: NONE,
-                            end_callsite: (ev.data - 1) as u32,
+                            end_callsite: (ev.data as u32).wrapping_sub(1),
+                            weight: crate::profile::event_callstack_weight(
+                                &self.st.profile,
+                                ev.data,
+                            ),
                         });
                 }
                 self.flows_for(id, ev);
