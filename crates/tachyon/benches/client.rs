@@ -7,7 +7,7 @@
 //! - `client/instant`: `instant!("name")`.
 //! - `client/counter`: `counter!("name", i)`.
 //! - `client/lock/uncontended`: lock + unlock of a `tachyon::sync::Mutex` no other thread
-//!   wants (the hold's begin and end queued like a zone's), beside
+//!   wants (one record queued at the release, with the hold's duration), beside
 //!   `client/baseline/std_mutex`, the same on `std::sync::Mutex`. Goal: ≤ 1.5×
 //!   `client/zone/enabled`.
 //! - `client/frame_mark`: `frame_mark!()` (ends a frame and begins the next on the frames
