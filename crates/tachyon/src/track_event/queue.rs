@@ -330,7 +330,7 @@ mod tests {
         std::ptr::without_provenance(i)
     }
 
-    /// `try_push` from the test's producer thread.
+    /// `try_push_with` from the test's producer thread.
     fn push<S>(slot: &Slot<S>, i: usize, epoch: u64) -> Option<u32> {
         // SAFETY: each test pushes from one thread only, and holds no producer reference.
         unsafe { slot.try_push_with(epoch, |_| Some(word(i))) }
