@@ -46,7 +46,8 @@
 //! follows Perfetto's incremental extraction for streamed traces.
 //!
 //! SQL functions: `extract_arg(arg_set_id, key)`.
-#![forbid(unsafe_code)]
+// `unsafe` is allowed in `vtab` only (SQLite's virtual table interface).
+#![deny(unsafe_code)]
 #![deny(missing_docs)]
 
 mod clock;
@@ -67,6 +68,8 @@ mod stats;
 mod storage;
 mod strings;
 mod system;
+mod tables;
+mod vtab;
 mod zones;
 
 pub use crashes::{Crash, CRASH_CATEGORY};
