@@ -24,6 +24,12 @@
 //! * `import/full`: `TraceProcessor::from_bytes`, i.e. tokenize, sort, parse and copy into
 //!   SQLite.
 //!
+//! * `query/<name>/{columnar,sqlite}`: queries Perfetto's users run (slices by name with
+//!   duration aggregates, one thread's slices in a time range, args of the slices with a name)
+//!   over the loaded trace, as it is stored (`columnar`: the virtual tables) beside the same
+//!   rows copied into plain SQLite tables in the same run (`sqlite`: how the processor stored
+//!   them before, with its index on `arg_set_id`).
+//!
 //! Before criterion runs, one timed import prints events/s, the args per slice, and the peak
 //! RSS growth (Linux: `VmHWM` after resetting it through `/proc/self/clear_refs`), divided by
 //! the slice count.
@@ -321,6 +327,63 @@ fn bench(c: &mut Criterion) {
             TraceProcessor::from_bytes(black_box(&trace), &Options::default()).expect("imports")
         })
     });
+    group.finish();
+
+    // Queries, over the virtual tables and over a plain SQLite copy of the same rows.
+    let tp = TraceProcessor::from_bytes(&trace, &Options::default()).expect("imports");
+    tp.query(
+        "CREATE TABLE slice_sqlite AS SELECT * FROM __intrinsic_slice; \
+         CREATE TABLE args_sqlite AS SELECT * FROM __intrinsic_args; \
+         CREATE INDEX args_sqlite_set ON args_sqlite(arg_set_id);",
+    )
+    .expect("copy");
+    let int = |sql: &str| match &tp.query(sql).expect("query").rows[0][0] {
+        Value::Integer(n) => *n,
+        _ => 0,
+    };
+    let (t0, t1) = (
+        int("SELECT min(ts) FROM slice"),
+        int("SELECT max(ts) FROM slice"),
+    );
+    let tid = int("SELECT tid FROM thread WHERE tid != 0 ORDER BY tid LIMIT 1");
+    let (from, to) = (t0 + (t1 - t0) / 2, t0 + (t1 - t0) / 2 + (t1 - t0) / 10);
+    let queries = [
+        (
+            "by_name",
+            "SELECT name, count(*), sum(dur), avg(dur), max(dur) FROM {slice} \
+             GROUP BY name ORDER BY sum(dur) DESC"
+                .to_owned(),
+        ),
+        (
+            "thread_range",
+            format!(
+                "SELECT s.ts, s.dur, s.name FROM {{slice}} s \
+                 JOIN thread_track tt ON s.track_id = tt.id JOIN thread t USING (utid) \
+                 WHERE t.tid = {tid} AND s.ts BETWEEN {from} AND {to} ORDER BY s.ts"
+            ),
+        ),
+        (
+            "args_of_name",
+            "SELECT a.key, count(*), sum(a.int_value) FROM {slice} s \
+             JOIN {args} a USING (arg_set_id) WHERE s.name = 'paint' GROUP BY a.key"
+                .to_owned(),
+        ),
+    ];
+    let mut group = c.benchmark_group("query");
+    group.sample_size(10);
+    for (name, sql) in &queries {
+        for (storage, slice, args) in [
+            ("columnar", "__intrinsic_slice", "__intrinsic_args"),
+            ("sqlite", "slice_sqlite", "args_sqlite"),
+        ] {
+            let sql = sql.replace("{slice}", slice).replace("{args}", args);
+            let rows = tp.query(&sql).expect("query").rows;
+            assert!(!rows.is_empty(), "{name} returns rows");
+            group.bench_function(format!("{name}/{storage}"), |b| {
+                b.iter(|| tp.query(black_box(&sql)).expect("query"))
+            });
+        }
+    }
     group.finish();
 }
 

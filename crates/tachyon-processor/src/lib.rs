@@ -59,6 +59,7 @@ mod heap;
 mod import;
 mod locks;
 mod logs;
+mod memory;
 mod parse;
 mod processor;
 mod profile;
