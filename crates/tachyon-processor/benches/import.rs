@@ -341,11 +341,20 @@ fn bench(c: &mut Criterion) {
         Value::Integer(n) => *n,
         _ => 0,
     };
+    // A thread with slices, and a tenth of its time span from the middle.
+    let thread_slices = "FROM slice s JOIN thread_track tt ON s.track_id = tt.id \
+                         JOIN thread t USING (utid)";
+    let tid = int(&format!(
+        "SELECT t.tid {thread_slices} ORDER BY s.id LIMIT 1"
+    ));
     let (t0, t1) = (
-        int("SELECT min(ts) FROM slice"),
-        int("SELECT max(ts) FROM slice"),
+        int(&format!(
+            "SELECT min(s.ts) {thread_slices} WHERE t.tid = {tid}"
+        )),
+        int(&format!(
+            "SELECT max(s.ts) {thread_slices} WHERE t.tid = {tid}"
+        )),
     );
-    let tid = int("SELECT tid FROM thread WHERE tid != 0 ORDER BY tid LIMIT 1");
     let (from, to) = (t0 + (t1 - t0) / 2, t0 + (t1 - t0) / 2 + (t1 - t0) / 10);
     let queries = [
         (

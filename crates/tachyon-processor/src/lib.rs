@@ -1,7 +1,9 @@
 //! Tachyon's trace processor: imports a Perfetto protobuf trace (Tachyon's own or any other
 //! tool's; plain, gzip-compressed, or with `compressed_packets` inside) into an embedded SQLite
 //! database whose tables and columns carry Perfetto's trace processor names, so existing
-//! queries work unchanged.
+//! queries work unchanged. The large tables (`slice`, `args`) stay in compact in-memory form
+//! and SQLite reads them through virtual tables; a trace whose import would not fit in the
+//! machine's memory is refused up front ([`Error::OutOfMemory`]).
 //!
 //! ```
 //! use tachyon_processor::{Options, TraceProcessor, Value};

@@ -33,7 +33,12 @@ pub(crate) struct ArgTable {
 impl ArgTable {
     /// Builds the table from the importer's rows (sorted here by set, stably).
     pub(crate) fn build(mut rows: Vec<ArgRow>) -> Self {
-        rows.sort_by_key(|a| a.set);
+        // Sets are numbered as they are created and filled at once, so the rows are nearly
+        // always in order already; a stable sort (which needs a buffer half their size) only
+        // when they are not.
+        if !rows.is_sorted_by_key(|a| a.set) {
+            rows.sort_by_key(|a| a.set);
+        }
         let sets = rows.last().map_or(0, |a| a.set as usize + 1);
         let mut t = ArgTable {
             entries: Vec::new(),
@@ -59,6 +64,8 @@ impl ArgTable {
                 });
             t.ids.push(id);
         }
+        drop(seen);
+        drop(rows);
         t.offsets.push(t.ids.len() as u32);
         t.entries.shrink_to_fit();
         t
