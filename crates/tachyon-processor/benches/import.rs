@@ -25,7 +25,7 @@
 //!   SQLite.
 //!
 //! * `query/<name>/{columnar,sqlite}`: queries Perfetto's users run (slices by name with
-//!   duration aggregates, one thread's slices in a time range, args of the slices with a name)
+//!   duration aggregates, one track's slices in a time range, args of the slices with a name)
 //!   over the loaded trace, as it is stored (`columnar`: the virtual tables) beside the same
 //!   rows copied into plain SQLite tables in the same run (`sqlite`: how the processor stored
 //!   them before, with its index on `arg_set_id`).
@@ -341,21 +341,18 @@ fn bench(c: &mut Criterion) {
         Value::Integer(n) => *n,
         _ => 0,
     };
-    // A thread with slices, and a tenth of its time span from the middle.
-    let thread_slices = "FROM slice s JOIN thread_track tt ON s.track_id = tt.id \
-                         JOIN thread t USING (utid)";
-    let tid = int(&format!(
-        "SELECT t.tid {thread_slices} ORDER BY s.id LIMIT 1"
+    // The track with the most slices (a worker thread's zones), and the middle tenth of its
+    // slices in time (a time span: the thread may have been descheduled for long stretches).
+    let track = int("SELECT track_id FROM slice GROUP BY track_id ORDER BY count(*) DESC LIMIT 1");
+    let n = int(&format!(
+        "SELECT count(*) FROM slice WHERE track_id = {track}"
     ));
-    let (t0, t1) = (
+    let nth_ts = |k: i64| {
         int(&format!(
-            "SELECT min(s.ts) {thread_slices} WHERE t.tid = {tid}"
-        )),
-        int(&format!(
-            "SELECT max(s.ts) {thread_slices} WHERE t.tid = {tid}"
-        )),
-    );
-    let (from, to) = (t0 + (t1 - t0) / 2, t0 + (t1 - t0) / 2 + (t1 - t0) / 10);
+            "SELECT ts FROM slice WHERE track_id = {track} ORDER BY ts LIMIT 1 OFFSET {k}"
+        ))
+    };
+    let (from, to) = (nth_ts(n * 45 / 100), nth_ts(n * 55 / 100));
     let queries = [
         (
             "by_name",
@@ -364,11 +361,10 @@ fn bench(c: &mut Criterion) {
                 .to_owned(),
         ),
         (
-            "thread_range",
+            "track_range",
             format!(
-                "SELECT s.ts, s.dur, s.name FROM {{slice}} s \
-                 JOIN thread_track tt ON s.track_id = tt.id JOIN thread t USING (utid) \
-                 WHERE t.tid = {tid} AND s.ts BETWEEN {from} AND {to} ORDER BY s.ts"
+                "SELECT ts, dur, name FROM {{slice}} \
+                 WHERE track_id = {track} AND ts BETWEEN {from} AND {to} ORDER BY ts"
             ),
         ),
         (
@@ -381,13 +377,22 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("query");
     group.sample_size(10);
     for (name, sql) in &queries {
+        let run = |slice: &str, args: &str| {
+            let sql = sql.replace("{slice}", slice).replace("{args}", args);
+            tp.query(&sql).expect("query").rows
+        };
+        assert_eq!(
+            run("__intrinsic_slice", "__intrinsic_args"),
+            run("slice_sqlite", "args_sqlite"),
+            "{name}: both storages give the same rows"
+        );
         for (storage, slice, args) in [
             ("columnar", "__intrinsic_slice", "__intrinsic_args"),
             ("sqlite", "slice_sqlite", "args_sqlite"),
         ] {
             let sql = sql.replace("{slice}", slice).replace("{args}", args);
             let rows = tp.query(&sql).expect("query").rows;
-            assert!(!rows.is_empty(), "{name} returns rows");
+            assert!(!rows.is_empty(), "{name} returns rows: {sql}");
             group.bench_function(format!("{name}/{storage}"), |b| {
                 b.iter(|| tp.query(black_box(&sql)).expect("query"))
             });

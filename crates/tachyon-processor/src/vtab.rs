@@ -83,7 +83,7 @@ fn choose(info: &mut IndexInfo, which: impl Fn(c_int, IndexConstraintOp) -> c_in
         if bit == 0 || bits & bit != 0 {
             continue;
         }
-        if bit == TEXT_EQ && info.collation(i).map_or(true, |c| c != "BINARY") {
+        if bit == TEXT_EQ && info.collation(i) != Ok("BINARY") {
             continue;
         }
         bits |= bit;

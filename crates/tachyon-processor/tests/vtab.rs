@@ -68,6 +68,8 @@ fn filtered_scans_agree_with_sqlite_on_a_copy() {
         "track_id = 1",
         "track_id = 2 AND ts > 150",
         "track_id = 99",
+        "track_id = 1 AND ts BETWEEN 120 AND 160",
+        "track_id = 1 AND ts BETWEEN 120 AND 160 AND ts > 0",
         "name = 'b'",
         "name = 'B'",
         "name = 'B' COLLATE NOCASE",
@@ -126,6 +128,12 @@ fn filtered_scans_agree_with_sqlite_on_a_copy() {
         ),
         ("SELECT id, ts FROM {s} ORDER BY ts, id", ""),
         ("SELECT id FROM {s} ORDER BY id DESC LIMIT 3", ""),
+        (
+            "SELECT ts, dur, name FROM {s} WHERE track_id = 1 AND ts BETWEEN 120 AND 160 \
+             ORDER BY ts",
+            "",
+        ),
+        ("SELECT min(ts), max(ts) FROM {s} WHERE track_id = 2", ""),
     ];
     for (sql, _) in joins {
         let q = |s: &str, a: &str| {
