@@ -16,7 +16,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tachyon_capture::client::Connection;
-use tachyon_capture::frame::{AppStatus, Frame, FrameReader, RecordScanner};
+use tachyon_capture::frame::{
+    truncation_record, AppStatus, Frame, FrameError, FrameReader, RecordScanner,
+};
 use tachyon_capture::protocol::{ProtocolError, DEFAULT_PORT};
 use tachyon_capture::registry;
 
@@ -169,7 +171,10 @@ pub(crate) fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     match &end {
         Ending::Complete => eprintln!("tachyon capture: {why}; the trace is complete"),
         Ending::Closed => eprintln!(
-            "tachyon capture: the program closed the connection without ending the trace (it exited, crashed or was cut off); the file holds what arrived"
+            "tachyon capture: the program closed the connection without ending the trace (it exited, crashed or was cut off); the file holds what arrived, and its last stated losses"
+        ),
+        Ending::Cut(e) => eprintln!(
+            "tachyon capture: {e}: that frame is lost (counted in the trace's stats as data_loss_chunk_corrupted); the file holds the whole records before it"
         ),
         Ending::Broken(e) => eprintln!(
             "tachyon capture: the program broke the protocol ({e}); the file holds the whole records received before"
@@ -333,8 +338,11 @@ impl Progress {
 enum Ending {
     /// The program's end frame: its final stats are in the file.
     Complete,
-    /// The connection closed without one.
+    /// The connection closed between frames without one.
     Closed,
+    /// The connection closed inside a frame (the program's exit budget ran out while the
+    /// capture was behind, or it died).
+    Cut(String),
     /// The program broke the protocol.
     Broken(String),
 }
@@ -378,10 +386,23 @@ fn receive(
             }
             Ok(Some(Frame::End)) => break Ending::Complete,
             Ok(None) => break Ending::Closed,
-            Err(tachyon_capture::frame::FrameError::Io(_)) => break Ending::Closed,
+            Err(FrameError::Io(_)) => break Ending::Closed,
+            Err(e @ FrameError::Truncated { .. }) => break Ending::Cut(e.to_string()),
             Err(e) => break Ending::Broken(e.to_string()),
         }
     };
+    // Without the end frame the program's final TraceStats never came: the trace states the
+    // losses known from its last status frame, and the frame cut short, itself.
+    let torn = match ending {
+        Ending::Closed => Some(0),
+        Ending::Cut(_) => Some(1),
+        Ending::Complete | Ending::Broken(_) => None,
+    };
+    if let Some(torn) = torn {
+        let app = *progress.app.lock().unwrap_or_else(|e| e.into_inner());
+        out.write_all(&truncation_record(&app, torn))
+            .map_err(|e| format!("writing the trace: {e}"))?;
+    }
     out.flush().map_err(|e| format!("writing the trace: {e}"))?;
     Ok(ending)
 }
