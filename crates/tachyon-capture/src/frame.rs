@@ -350,6 +350,9 @@ pub struct RecordScanner {
     ready: Vec<u8>,
     /// Sequences seen (at most [`MAX_SEQUENCES`] tracked; past that every mark counts).
     sequences: std::collections::HashSet<u64>,
+    /// The sequence of the last packet (already in `sequences`): packets come in runs per
+    /// sequence (a chunk's worth), so most need no hash lookup.
+    last_sequence: Option<u64>,
 }
 
 /// Sequences whose first packet [`RecordScanner`] remembers.
@@ -414,7 +417,10 @@ impl RecordScanner {
                 }
             }
             if let Some(seq) = sequence {
-                let first = self.sequences.len() < MAX_SEQUENCES && self.sequences.insert(seq);
+                let first = self.last_sequence != Some(seq)
+                    && self.sequences.len() < MAX_SEQUENCES
+                    && self.sequences.insert(seq);
+                self.last_sequence = Some(seq);
                 if dropped && !first {
                     counts.loss_marks += 1;
                 }
@@ -449,13 +455,14 @@ fn varint(b: &[u8]) -> Option<(u64, usize)> {
 
 /// The `Trace.packet` record a capture appends to its file when the stream was cut inside a
 /// frame ([`FrameError::Truncated`]) or closed without the end frame, so that the trace itself
-/// states the loss (Perfetto readers show `stats` rows of severity `data_loss`): a
-/// `TraceStats` on the service's sequence (1) whose buffer 0 carries what the program said
-/// in its last status frame (`trace_writer_packet_loss` = packets its writers dropped,
-/// `data_loss_overwrite` = chunks its central buffer overwrote) and, as
-/// `data_loss_chunk_corrupted`, the frames lost at the cut (`torn_frames`). The program's own
-/// final `TraceStats` never arrived in that case, so these are the last figures known.
-pub fn truncation_record(last: &AppStatus, torn_frames: u64) -> Vec<u8> {
+/// states the loss (Perfetto readers show `stats` rows of severity `data_loss`). The
+/// program's own final `TraceStats` never arrived, so this one, on the service's sequence (1),
+/// carries the last figures known: `final_flush_outcome` = FAILED (the end of the trace, with
+/// any frame cut short, is missing: `traced_final_flush_failed`), and in buffer 0 what the
+/// program said in its last status frame: `trace_writer_packet_loss` = packets its writers
+/// dropped, `chunks_overwritten` = chunks its central buffer overwrote. Only fields Perfetto's
+/// own trace processor reads are used.
+pub fn truncation_record(last: &AppStatus) -> Vec<u8> {
     fn field(out: &mut Vec<u8>, id: u32, v: u64) {
         put_varint(out, u64::from(id) << 3);
         put_varint(out, v);
@@ -468,10 +475,9 @@ pub fn truncation_record(last: &AppStatus, torn_frames: u64) -> Vec<u8> {
     let mut buffer = Vec::new();
     field(&mut buffer, 3, last.chunks_lost); // chunks_overwritten
     field(&mut buffer, 19, last.packets_dropped); // trace_writer_packet_loss
-    field(&mut buffer, 23, torn_frames); // data_loss_chunk_corrupted
-    field(&mut buffer, 27, last.chunks_lost); // data_loss_overwrite
     let mut stats = Vec::new();
     nested(&mut stats, 1, &buffer); // buffer_stats
+    field(&mut stats, 15, 2); // final_flush_outcome: FINAL_FLUSH_FAILED
     let mut packet = Vec::new();
     nested(&mut packet, 35, &stats); // trace_stats
     field(&mut packet, 10, 1); // trusted_packet_sequence_id: the service's
@@ -617,9 +623,9 @@ mod tests {
             chunks_lost: 7,
             ..AppStatus::default()
         };
-        let rec = truncation_record(&last, 1);
+        let rec = truncation_record(&last);
         assert_eq!(validate_records(&rec).unwrap().records, 1);
-        // Trace.packet → TracePacket.trace_stats (35) → buffer_stats (1) → the loss fields.
+        // Trace.packet → TracePacket.trace_stats (35) → buffer_stats (1) and the outcome.
         let mut d = ProtoDecoder::new(&rec);
         let packet = d.read_field().unwrap().unwrap();
         assert_eq!(packet.id(), 1);
@@ -633,17 +639,17 @@ mod tests {
             }
         }
         assert_eq!(seq, Some(1));
-        let buffer = ProtoDecoder::new(stats.unwrap())
-            .read_field()
-            .unwrap()
-            .unwrap();
+        let mut t = ProtoDecoder::new(stats.unwrap());
+        let buffer = t.read_field().unwrap().unwrap();
         assert_eq!(buffer.id(), 1);
+        let outcome = t.read_field().unwrap().unwrap();
+        assert_eq!((outcome.id(), outcome.as_u64()), (15, 2));
         let mut b = ProtoDecoder::new(buffer.as_bytes());
         let mut got = Vec::new();
         while let Some(f) = b.read_field().unwrap() {
             got.push((f.id(), f.as_u64()));
         }
-        assert_eq!(got, [(3, 7), (19, 300), (23, 1), (27, 7)]);
+        assert_eq!(got, [(3, 7), (19, 300)]);
     }
 
     #[test]

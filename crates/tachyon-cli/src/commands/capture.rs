@@ -174,7 +174,7 @@ pub(crate) fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             "tachyon capture: the program closed the connection without ending the trace (it exited, crashed or was cut off); the file holds what arrived, and its last stated losses"
         ),
         Ending::Cut(e) => eprintln!(
-            "tachyon capture: {e}: that frame is lost (counted in the trace's stats as data_loss_chunk_corrupted); the file holds the whole records before it"
+            "tachyon capture: {e}: that frame is lost; the file holds the whole records before it, and its stats say the end of the trace is missing (traced_final_flush_failed)"
         ),
         Ending::Broken(e) => eprintln!(
             "tachyon capture: the program broke the protocol ({e}); the file holds the whole records received before"
@@ -393,14 +393,9 @@ fn receive(
     };
     // Without the end frame the program's final TraceStats never came: the trace states the
     // losses known from its last status frame, and the frame cut short, itself.
-    let torn = match ending {
-        Ending::Closed => Some(0),
-        Ending::Cut(_) => Some(1),
-        Ending::Complete | Ending::Broken(_) => None,
-    };
-    if let Some(torn) = torn {
+    if matches!(ending, Ending::Closed | Ending::Cut(_)) {
         let app = *progress.app.lock().unwrap_or_else(|e| e.into_inner());
-        out.write_all(&truncation_record(&app, torn))
+        out.write_all(&truncation_record(&app))
             .map_err(|e| format!("writing the trace: {e}"))?;
     }
     out.flush().map_err(|e| format!("writing the trace: {e}"))?;
@@ -441,6 +436,23 @@ fn summarize(out: &Path, progress: &Progress) -> Result<(), Box<dyn std::error::
         counts.counters,
         counts.flows,
     );
+    // Zones open when the capture stopped keep their begin and have no end: Perfetto's
+    // processor gives such slices dur = -1 and its UI draws them to the end of the trace as
+    // "Did not end"; an end made up at the stop time would be a duration nobody measured.
+    let open = match tp
+        .query("SELECT count(*) FROM slice WHERE dur = -1")?
+        .rows
+        .first()
+        .map(|r| &r[0])
+    {
+        Some(tachyon_processor::Value::Integer(n)) => *n,
+        _ => 0,
+    };
+    if open > 0 {
+        println!(
+            "did not end: {open} zone(s) still open when the capture stopped (begin recorded, end after the capture; dur = -1, shown \"Did not end\" as Perfetto shows them)"
+        );
+    }
     if loss.is_empty() {
         println!("losses: none (no data_loss or error in the trace's stats)");
     } else {
