@@ -151,6 +151,17 @@ pub enum FrameError {
     BadBlock(String),
     /// The decompressed bytes are not whole, well-formed `Trace.packet` records.
     BadRecords(&'static str),
+    /// The stream ended inside a frame: the program cut the connection (its exit budget ran
+    /// out while the capture was not reading) or died. The frames before are whole; this one
+    /// is lost, and a capture says so ([`truncation_record`]).
+    Truncated {
+        /// The frame's kind (0 if the header itself was cut before its first byte was known).
+        kind: u8,
+        /// Bytes of the frame that arrived (header included).
+        received: usize,
+        /// Bytes the frame should have had (the header's alone if the header was cut).
+        expected: usize,
+    },
 }
 
 impl std::fmt::Display for FrameError {
@@ -164,6 +175,14 @@ impl std::fmt::Display for FrameError {
             ),
             FrameError::BadBlock(e) => write!(f, "bad LZ4 block: {e}"),
             FrameError::BadRecords(why) => write!(f, "bad trace records: {why}"),
+            FrameError::Truncated {
+                kind,
+                received,
+                expected,
+            } => write!(
+                f,
+                "the stream ended inside a frame of kind {kind} ({received} of {expected} bytes arrived)"
+            ),
         }
     }
 }
@@ -216,13 +235,27 @@ impl<R: Read> FrameReader<R> {
         &self.inner
     }
 
-    /// The next frame; `Ok(None)` when the stream ends cleanly between frames.
+    /// The next frame; `Ok(None)` when the stream ends cleanly between frames,
+    /// [`FrameError::Truncated`] when it ends inside one.
     pub fn next_frame(&mut self) -> Result<Option<Frame<'_>>, FrameError> {
         let mut head = [0u8; HEADER_LEN];
-        if !read_full_or_eof(&mut self.inner, &mut head)? {
-            return Ok(None);
+        match read_full(&mut self.inner, &mut head)? {
+            0 => return Ok(None),
+            HEADER_LEN => {}
+            got => {
+                return Err(FrameError::Truncated {
+                    kind: head[0],
+                    received: got,
+                    expected: HEADER_LEN,
+                })
+            }
         }
         let kind = head[0];
+        let cut = |got: usize, len: usize| FrameError::Truncated {
+            kind,
+            received: HEADER_LEN + got,
+            expected: HEADER_LEN + len,
+        };
         let payload = u32::from_le_bytes(head[1..5].try_into().expect("4 bytes"));
         let raw = u32::from_le_bytes(head[5..9].try_into().expect("4 bytes"));
         let bad = FrameError::BadLength { kind, payload, raw };
@@ -237,7 +270,10 @@ impl<R: Read> FrameReader<R> {
                     return Err(bad);
                 }
                 self.payload.resize(p, 0);
-                self.inner.read_exact(&mut self.payload)?;
+                let got = read_full(&mut self.inner, &mut self.payload)?;
+                if got < p {
+                    return Err(cut(got, p));
+                }
                 self.raw.resize(r, 0);
                 let n = lz4_flex::block::decompress_into(&self.payload, &mut self.raw)
                     .map_err(|e| FrameError::BadBlock(e.to_string()))?;
@@ -256,7 +292,10 @@ impl<R: Read> FrameReader<R> {
                     return Err(bad);
                 }
                 let mut b = [0u8; STATUS_LEN];
-                self.inner.read_exact(&mut b)?;
+                let got = read_full(&mut self.inner, &mut b)?;
+                if got < STATUS_LEN {
+                    return Err(cut(got, STATUS_LEN));
+                }
                 Ok(Some(Frame::Status(AppStatus::decode(&b))))
             }
             KIND_END => {
@@ -270,24 +309,19 @@ impl<R: Read> FrameReader<R> {
     }
 }
 
-/// Fills `buf`; false if the stream ended before its first byte.
-fn read_full_or_eof(r: &mut impl Read, buf: &mut [u8]) -> io::Result<bool> {
+/// Fills `buf` as far as the stream goes: the bytes read (less than `buf.len()` only at the
+/// end of the stream).
+fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
     let mut got = 0;
     while got < buf.len() {
         match r.read(&mut buf[got..]) {
-            Ok(0) if got == 0 => return Ok(false),
-            Ok(0) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "the stream ended in the middle of a frame header",
-                ))
-            }
+            Ok(0) => break,
             Ok(n) => got += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
     }
-    Ok(true)
+    Ok(got)
 }
 
 /// Largest `Trace.packet` record a capture accepts (Perfetto's packets are far smaller; the
@@ -316,6 +350,9 @@ pub struct RecordScanner {
     ready: Vec<u8>,
     /// Sequences seen (at most [`MAX_SEQUENCES`] tracked; past that every mark counts).
     sequences: std::collections::HashSet<u64>,
+    /// The sequence of the last packet (already in `sequences`): packets come in runs per
+    /// sequence (a chunk's worth), so most need no hash lookup.
+    last_sequence: Option<u64>,
 }
 
 /// Sequences whose first packet [`RecordScanner`] remembers.
@@ -380,7 +417,10 @@ impl RecordScanner {
                 }
             }
             if let Some(seq) = sequence {
-                let first = self.sequences.len() < MAX_SEQUENCES && self.sequences.insert(seq);
+                let first = self.last_sequence != Some(seq)
+                    && self.sequences.len() < MAX_SEQUENCES
+                    && self.sequences.insert(seq);
+                self.last_sequence = Some(seq);
                 if dropped && !first {
                     counts.loss_marks += 1;
                 }
@@ -411,6 +451,47 @@ fn varint(b: &[u8]) -> Option<(u64, usize)> {
         }
     }
     None
+}
+
+/// The `Trace.packet` record a capture appends to its file when the stream was cut inside a
+/// frame ([`FrameError::Truncated`]) or closed without the end frame, so that the trace itself
+/// states the loss (Perfetto readers show `stats` rows of severity `data_loss`). The
+/// program's own final `TraceStats` never arrived, so this one, on the service's sequence (1),
+/// carries the last figures known: `final_flush_outcome` = FAILED (the end of the trace, with
+/// any frame cut short, is missing: `traced_final_flush_failed`), and in buffer 0 what the
+/// program said in its last status frame: `trace_writer_packet_loss` = packets its writers
+/// dropped, `chunks_overwritten` = chunks its central buffer overwrote. Only fields Perfetto's
+/// own trace processor reads are used.
+pub fn truncation_record(last: &AppStatus) -> Vec<u8> {
+    fn field(out: &mut Vec<u8>, id: u32, v: u64) {
+        put_varint(out, u64::from(id) << 3);
+        put_varint(out, v);
+    }
+    fn nested(out: &mut Vec<u8>, id: u32, body: &[u8]) {
+        put_varint(out, (u64::from(id) << 3) | 2);
+        put_varint(out, body.len() as u64);
+        out.extend_from_slice(body);
+    }
+    let mut buffer = Vec::new();
+    field(&mut buffer, 3, last.chunks_lost); // chunks_overwritten
+    field(&mut buffer, 19, last.packets_dropped); // trace_writer_packet_loss
+    let mut stats = Vec::new();
+    nested(&mut stats, 1, &buffer); // buffer_stats
+    field(&mut stats, 15, 2); // final_flush_outcome: FINAL_FLUSH_FAILED
+    let mut packet = Vec::new();
+    nested(&mut packet, 35, &stats); // trace_stats
+    field(&mut packet, 10, 1); // trusted_packet_sequence_id: the service's
+    let mut record = Vec::new();
+    nested(&mut record, 1, &packet); // Trace.packet
+    record
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
 }
 
 /// Checks a whole batch of records at once (as [`RecordScanner`] with nothing held over):
@@ -492,8 +573,83 @@ mod tests {
         ));
         assert!(matches!(
             FrameReader::new(&[1u8, 0, 0][..]).next_frame(),
-            Err(FrameError::Io(_))
+            Err(FrameError::Truncated {
+                kind: 1,
+                received: 3,
+                expected: HEADER_LEN
+            })
         ));
+    }
+
+    #[test]
+    fn a_stream_cut_inside_a_frame_keeps_the_frames_before() {
+        let packet = [0x40, 0x05, 0x5a, 0x00];
+        let records: Vec<u8> = (0..100).flat_map(|_| record(&packet)).collect();
+        let mut enc = FrameEncoder::new();
+        let first = enc.data(&records).to_vec();
+        let second = enc.data(&records).to_vec();
+        let mut wire = first.clone();
+        wire.extend_from_slice(&second[..second.len() / 2]);
+        let mut r = FrameReader::new(&wire[..]);
+        assert!(matches!(r.next_frame(), Ok(Some(Frame::Data { raw, .. })) if raw == &records[..]));
+        match r.next_frame() {
+            Err(FrameError::Truncated {
+                kind,
+                received,
+                expected,
+            }) => {
+                assert_eq!(kind, KIND_DATA);
+                assert_eq!(received, second.len() / 2);
+                assert_eq!(expected, second.len());
+            }
+            other => panic!("{other:?}"),
+        }
+        // A status frame cut short.
+        let status = FrameEncoder::status(&AppStatus::default());
+        assert!(matches!(
+            FrameReader::new(&status[..20]).next_frame(),
+            Err(FrameError::Truncated {
+                kind: KIND_STATUS,
+                received: 20,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn the_truncation_record_is_a_valid_trace_stats_packet() {
+        let last = AppStatus {
+            packets_dropped: 300,
+            chunks_lost: 7,
+            ..AppStatus::default()
+        };
+        let rec = truncation_record(&last);
+        assert_eq!(validate_records(&rec).unwrap().records, 1);
+        // Trace.packet → TracePacket.trace_stats (35) → buffer_stats (1) and the outcome.
+        let mut d = ProtoDecoder::new(&rec);
+        let packet = d.read_field().unwrap().unwrap();
+        assert_eq!(packet.id(), 1);
+        let mut p = ProtoDecoder::new(packet.as_bytes());
+        let (mut stats, mut seq) = (None, None);
+        while let Some(f) = p.read_field().unwrap() {
+            match f.id() {
+                35 => stats = Some(f.as_bytes()),
+                10 => seq = Some(f.as_u64()),
+                other => panic!("field {other}"),
+            }
+        }
+        assert_eq!(seq, Some(1));
+        let mut t = ProtoDecoder::new(stats.unwrap());
+        let buffer = t.read_field().unwrap().unwrap();
+        assert_eq!(buffer.id(), 1);
+        let outcome = t.read_field().unwrap().unwrap();
+        assert_eq!((outcome.id(), outcome.as_u64()), (15, 2));
+        let mut b = ProtoDecoder::new(buffer.as_bytes());
+        let mut got = Vec::new();
+        while let Some(f) = b.read_field().unwrap() {
+            got.push((f.id(), f.as_u64()));
+        }
+        assert_eq!(got, [(3, 7), (19, 300)]);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use tachyon_capture::client::Connection;
-use tachyon_capture::frame::{Frame, RecordScanner};
+use tachyon_capture::frame::{truncation_record, Frame, FrameError, RecordScanner};
 use tachyon_capture::registry;
 use tachyon_processor::{Options, TraceProcessor, Value};
 
@@ -41,26 +41,17 @@ fn discover(dir: &Path, pid: u32) -> SocketAddr {
     }
 }
 
-#[cfg(target_os = "linux")]
-fn shrink_receive_buffer(s: &std::net::TcpStream) {
+const IPPROTO_TCP: i32 = 6;
+const TCP_WINDOW_CLAMP: i32 = 10;
+
+fn set_option(s: &std::net::TcpStream, level: i32, name: i32, size: i32) {
     use std::os::fd::AsRawFd;
     extern "C" {
         fn setsockopt(fd: i32, level: i32, name: i32, value: *const u8, len: u32) -> i32;
     }
-    const SOL_SOCKET: i32 = 1;
-    const SO_RCVBUF: i32 = 8;
-    let size: i32 = 4096;
     // SAFETY: `fd` is an open socket for the call's duration and `value` points to `len`
     // readable bytes (an i32).
-    let r = unsafe {
-        setsockopt(
-            s.as_raw_fd(),
-            SOL_SOCKET,
-            SO_RCVBUF,
-            (&size as *const i32).cast(),
-            4,
-        )
-    };
+    let r = unsafe { setsockopt(s.as_raw_fd(), level, name, (&size as *const i32).cast(), 4) };
     assert_eq!(r, 0);
 }
 
@@ -72,8 +63,6 @@ fn int(tp: &TraceProcessor, sql: &str) -> i64 {
 }
 
 #[test]
-#[ignore = "fails since issues 16, 18 and 21 merged: the program's exit budget runs out and it \
-            closes mid-frame (UnexpectedEof) before the End frame; to investigate (issue 15)"]
 fn a_stalled_capture_never_blocks_the_program() {
     let dir = tmp_dir("capture_stall");
     let mut cmd = Command::new(example("live_capture"));
@@ -83,14 +72,14 @@ fn a_stalled_capture_never_blocks_the_program() {
         }
     }
     let child = cmd
-        .args(["3", "2"])
+        .args(["2", "1"])
         .env("XDG_RUNTIME_DIR", dir.join("run"))
         .env("TACHYON_LISTEN", "127.0.0.1:0")
         .env("TACHYON_ON_DEMAND", "1")
         .env("TACHYON_WAIT_FOR_CAPTURE", "60")
         // Small buffers: the stall fills them within the run.
-        .env("TACHYON_BUFFER_SIZE", "1M")
-        .env("TACHYON_SMB_SIZE", "256K")
+        .env("TACHYON_BUFFER_SIZE", "256K")
+        .env("TACHYON_SMB_SIZE", "64K")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -98,36 +87,66 @@ fn a_stalled_capture_never_blocks_the_program() {
     let addr = discover(&dir, child.id());
     let conn = Connection::connect(addr, b"", Duration::from_secs(10)).unwrap();
     let (mut reader, w, _) = conn.split();
-    // A small receive window, so that the stall reaches the program within the run instead of
-    // filling megabytes of kernel buffers first.
-    shrink_receive_buffer(&w);
+    // A small receive window (the window clamp), so that the stall reaches the program within
+    // the run instead of filling megabytes of kernel buffers first.
+    set_option(&w, IPPROTO_TCP, TCP_WINDOW_CLAMP, 4096);
     // The capture reads nothing for most of the run: the socket's buffers fill, then the
     // program's.
-    std::thread::sleep(Duration::from_secs(2));
+    std::thread::sleep(Duration::from_millis(1500));
+    // Then it reads all it can, the window open again. (A window shrunk with SO_RCVBUF does
+    // not grow back on loopback: the megabytes in the program's socket buffer would trickle
+    // in for tens of seconds.) On a loaded machine the program's exit budget may still run
+    // out and it cut the connection inside a frame: a legitimate ending, handled below as
+    // `tachyon capture` handles it.
+    set_option(&w, IPPROTO_TCP, TCP_WINDOW_CLAMP, 8 << 20);
     let mut scanner = RecordScanner::new();
     let mut trace = Vec::new();
     let mut ended = false;
+    let mut cut = None;
     let mut last_status = None;
     loop {
-        match reader.next_frame().unwrap() {
-            Some(Frame::Data { raw, .. }) => {
+        match reader.next_frame() {
+            Ok(Some(Frame::Data { raw, .. })) => {
                 let (ready, _) = scanner.push(raw).unwrap();
                 trace.extend_from_slice(ready);
             }
-            Some(Frame::Status(s)) => last_status = Some(s),
-            Some(Frame::End) => {
+            Ok(Some(Frame::Status(s))) => last_status = Some(s),
+            Ok(Some(Frame::End)) => {
                 ended = true;
                 break;
             }
-            None => break,
+            Ok(None) => {
+                cut = Some("closed");
+                break;
+            }
+            Err(e @ FrameError::Truncated { .. }) => {
+                eprintln!("{e}");
+                cut = Some("cut");
+                break;
+            }
+            Err(e) => panic!("{e}"),
         }
+    }
+    let status = last_status.expect("status frames");
+    if let Some(how) = cut {
+        eprintln!("the connection was {how} without an end frame");
+        // The program's final stats never came: the trace states its last known losses and
+        // the torn frame (what `tachyon capture` writes in that case).
+        trace.extend_from_slice(&truncation_record(&status));
     }
     let out = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    assert!(ended, "no end frame\n{stdout}\n{stderr}");
-    assert_eq!(scanner.pending(), 0);
+    if ended {
+        assert_eq!(scanner.pending(), 0);
+    } else {
+        // Only the program's exit budget cuts a capture short, and it says so.
+        assert!(
+            stderr.contains("did not take the rest of the trace"),
+            "no end frame and no budget note\n{stdout}\n{stderr}"
+        );
+    }
     let zones: i64 = stdout
         .lines()
         .find_map(|l| l.strip_prefix("zones "))
@@ -146,9 +165,8 @@ fn a_stalled_capture_never_blocks_the_program() {
         &tp,
         "SELECT coalesce(sum(value), 0) FROM stats WHERE severity = 'data_loss'",
     );
-    eprintln!("zones {zones}, in the trace {in_trace}, lost {lost}, {last_status:?}");
+    eprintln!("zones {zones}, in the trace {in_trace}, lost {lost}, ended {ended}, {status:?}");
     assert!(lost > 0, "no loss recorded");
-    let status = last_status.expect("status frames");
     // The program's buffers took the stall: its central buffer overwrote what the capture did
     // not take (or its writers dropped when the shared memory buffer filled), and said so.
     assert!(

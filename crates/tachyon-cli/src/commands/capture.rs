@@ -16,7 +16,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tachyon_capture::client::Connection;
-use tachyon_capture::frame::{AppStatus, Frame, FrameReader, RecordScanner};
+use tachyon_capture::frame::{
+    truncation_record, AppStatus, Frame, FrameError, FrameReader, RecordScanner,
+};
 use tachyon_capture::protocol::{ProtocolError, DEFAULT_PORT};
 use tachyon_capture::registry;
 
@@ -169,7 +171,10 @@ pub(crate) fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     match &end {
         Ending::Complete => eprintln!("tachyon capture: {why}; the trace is complete"),
         Ending::Closed => eprintln!(
-            "tachyon capture: the program closed the connection without ending the trace (it exited, crashed or was cut off); the file holds what arrived"
+            "tachyon capture: the program closed the connection without ending the trace (it exited, crashed or was cut off); the file holds what arrived, and its last stated losses"
+        ),
+        Ending::Cut(e) => eprintln!(
+            "tachyon capture: {e}: that frame is lost; the file holds the whole records before it, and its stats say the end of the trace is missing (traced_final_flush_failed)"
         ),
         Ending::Broken(e) => eprintln!(
             "tachyon capture: the program broke the protocol ({e}); the file holds the whole records received before"
@@ -333,8 +338,11 @@ impl Progress {
 enum Ending {
     /// The program's end frame: its final stats are in the file.
     Complete,
-    /// The connection closed without one.
+    /// The connection closed between frames without one.
     Closed,
+    /// The connection closed inside a frame (the program's exit budget ran out while the
+    /// capture was behind, or it died).
+    Cut(String),
     /// The program broke the protocol.
     Broken(String),
 }
@@ -378,10 +386,18 @@ fn receive(
             }
             Ok(Some(Frame::End)) => break Ending::Complete,
             Ok(None) => break Ending::Closed,
-            Err(tachyon_capture::frame::FrameError::Io(_)) => break Ending::Closed,
+            Err(FrameError::Io(_)) => break Ending::Closed,
+            Err(e @ FrameError::Truncated { .. }) => break Ending::Cut(e.to_string()),
             Err(e) => break Ending::Broken(e.to_string()),
         }
     };
+    // Without the end frame the program's final TraceStats never came: the trace states the
+    // losses known from its last status frame, and the frame cut short, itself.
+    if matches!(ending, Ending::Closed | Ending::Cut(_)) {
+        let app = *progress.app.lock().unwrap_or_else(|e| e.into_inner());
+        out.write_all(&truncation_record(&app))
+            .map_err(|e| format!("writing the trace: {e}"))?;
+    }
     out.flush().map_err(|e| format!("writing the trace: {e}"))?;
     Ok(ending)
 }
@@ -420,6 +436,23 @@ fn summarize(out: &Path, progress: &Progress) -> Result<(), Box<dyn std::error::
         counts.counters,
         counts.flows,
     );
+    // Zones open when the capture stopped keep their begin and have no end: Perfetto's
+    // processor gives such slices dur = -1 and its UI draws them to the end of the trace as
+    // "Did not end"; an end made up at the stop time would be a duration nobody measured.
+    let open = match tp
+        .query("SELECT count(*) FROM slice WHERE dur = -1")?
+        .rows
+        .first()
+        .map(|r| &r[0])
+    {
+        Some(tachyon_processor::Value::Integer(n)) => *n,
+        _ => 0,
+    };
+    if open > 0 {
+        println!(
+            "did not end: {open} zone(s) still open when the capture stopped (begin recorded, end after the capture; dur = -1, shown \"Did not end\" as Perfetto shows them)"
+        );
+    }
     if loss.is_empty() {
         println!("losses: none (no data_loss or error in the trace's stats)");
     } else {
