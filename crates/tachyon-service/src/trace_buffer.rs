@@ -1105,6 +1105,14 @@ fn skip_fragments(payload: &[u8], n: u16) -> Option<usize> {
 
 /// Parses a fragment header (a varint of at most 4 bytes: usually the redundant 4-byte form, or a
 /// compacted single byte). Returns (length, header size).
+///
+/// The one-byte form (fragments under 128 bytes: the SDK's zones) is decided inline: chunks of
+/// small packets have hundreds of headers, walked once when the chunk arrives (for
+/// [`ends_with_filler`]) and once when it is read.
+#[inline(always)]
 fn parse_fragment_header(bytes: &[u8]) -> Option<(u32, usize)> {
-    decode_fragment_header(bytes, 0).ok()
+    match bytes.first() {
+        Some(&b) if b < 0x80 => Some((u32::from(b), 1)),
+        _ => decode_fragment_header(bytes, 0).ok(),
+    }
 }
