@@ -4,6 +4,9 @@
 //!
 //! - `buffer/write/single_writer`: one sequence.
 //! - `buffer/write/many_writers`: 1000 sequences, round robin.
+//! - `buffer/write/small_packets`: one sequence of chunks full of zone ends as the SDK writes
+//!   them (9-byte packets behind 1-byte fragment headers, about 400 a chunk), the service's
+//!   usual load: the per-fragment work on arrival shows here.
 //! - `buffer/read`: read every packet back out of a full buffer (reassembly included).
 //!
 //! Times are the bench thread's CPU time (`support/cpu_time.rs`; `TACHYON_BENCH_WALL=1` for
@@ -140,6 +143,36 @@ fn bench<M: Measurement>(c: &mut Criterion<M>) {
             }
         })
     });
+
+    // A zone end (as in `benches/readout.rs`): 9 bytes behind a 1-byte fragment header.
+    let zone_end = [0x40u8, 0x85, 0x01, 0x5a, 0x02, 0x48, 0x02, 0x68, 0x02];
+    let mut small = Vec::with_capacity(CHUNK);
+    let mut small_n = 0u16;
+    while small.len() + 1 + zone_end.len() <= CHUNK {
+        small.push(zone_end.len() as u8);
+        small.extend_from_slice(&zone_end);
+        small_n += 1;
+    }
+    small.resize(CHUNK, 0);
+    let mut buf = TraceBuffer::new(BUFFER, FillPolicy::RingBuffer);
+    let mut next_id = 0u32;
+    group.bench_function("write/small_packets", |b| {
+        b.iter(|| {
+            for _ in 0..per_iter {
+                buf.copy_chunk(&ChunkToCopy {
+                    producer: 1,
+                    writer: 1,
+                    chunk_id: next_id,
+                    num_fragments: small_n,
+                    flags: 0,
+                    payload: &small,
+                    complete: true,
+                });
+                next_id = next_id.wrapping_add(1);
+            }
+        })
+    });
+    drop(buf);
 
     group.bench_function("read", |b| {
         b.iter_batched_ref(

@@ -21,6 +21,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod chunk_index;
 mod commit;
 mod compress;
 mod fast_hash;

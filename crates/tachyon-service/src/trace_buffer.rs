@@ -36,10 +36,11 @@
 //! Nothing here trusts the producer: every fragment length is bounded by its chunk, and bad ones
 //! are counted as `abi_violations`.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use tachyon_abi::{decode_fragment_header, ChunkFlags, Patch};
 
+use crate::chunk_index::ChunkIndex;
 use crate::fast_hash::IdMap;
 use crate::stats::{BufferStats, LossCounters};
 
@@ -228,7 +229,7 @@ struct Pending {
 #[derive(Debug, Default)]
 struct Sequence {
     /// Unread chunks by extended id.
-    chunks: BTreeMap<u64, RecIdx>,
+    chunks: ChunkIndex,
     /// Highest extended id committed.
     max_ext: Option<u64>,
     /// Extended id of the last chunk read to its end.
@@ -241,7 +242,7 @@ struct Sequence {
     /// Scraped chunks that left the buffer (read, overwritten or refused) before their real
     /// commit: how many of their fragments are already accounted for (read or counted lost), so
     /// that the real commit neither repeats nor re-counts them.
-    partial: HashMap<u64, u16>,
+    partial: IdMap<u64, u16>,
     /// Highest extended id of a refused chunk whose packets were counted lost.
     refused_max: Option<u64>,
     /// Its producer is gone (after a last scrape): nothing more will come, so reads do not
@@ -356,15 +357,17 @@ impl TraceBuffer {
 
     fn copy(&mut self, chunk: &ChunkToCopy<'_>, scraped: bool) {
         let key = (chunk.producer, chunk.writer);
-        if let std::collections::hash_map::Entry::Vacant(e) = self.sequences.entry(key) {
-            e.insert(Sequence::default());
-            self.seq_order.push(key);
-        }
-        let seq = self.sequences.get_mut(&key).expect("just inserted");
+        let seq = match self.sequences.entry(key) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                self.seq_order.push(key);
+                e.insert(Sequence::default())
+            }
+        };
         let ext = seq.extend(chunk.chunk_id);
 
         // The same chunk again: a scraped chunk now committed for real, or a recommit.
-        if let Some(&idx) = seq.chunks.get(&ext) {
+        if let Some(idx) = seq.chunks.get(ext) {
             self.rewrite_chunk(idx, chunk, scraped);
             return;
         }
@@ -537,7 +540,7 @@ impl TraceBuffer {
             return false;
         };
         let ext = seq.extend(chunk_id);
-        let Some(&idx) = seq.chunks.get(&ext) else {
+        let Some(idx) = seq.chunks.get(ext) else {
             self.stats.patches_failed += patches.len().max(1) as u64;
             return false;
         };
@@ -633,7 +636,7 @@ impl TraceBuffer {
             self.stats.bytes_overwritten += size as u64;
         }
         if rec.live {
-            seq.chunks.remove(&rec.ext);
+            seq.chunks.remove(rec.ext);
             if rec.awaits_commit() {
                 seq.partial.insert(rec.ext, rec.readable_fragments());
             } else {
@@ -707,7 +710,7 @@ impl TraceBuffer {
                 .sequences
                 .get_mut(&key)
                 .expect("ordered sequences exist");
-            let Some((&ext, &idx)) = seq.chunks.iter().next() else {
+            let Some((ext, idx)) = seq.chunks.first() else {
                 if last && drop_pending(seq, &mut self.slab) {
                     // Its continuation never came.
                     self.losses.incomplete += 1;
@@ -788,7 +791,7 @@ impl TraceBuffer {
         let scraped = rec.awaits_commit();
         self.stats.chunks_read += 1;
         let seq = self.sequences.get_mut(&key).expect("exists");
-        seq.chunks.remove(&ext);
+        seq.chunks.remove(ext);
         seq.last_read_ext = Some(ext);
         if scraped {
             seq.partial.insert(ext, readable);
@@ -1102,6 +1105,14 @@ fn skip_fragments(payload: &[u8], n: u16) -> Option<usize> {
 
 /// Parses a fragment header (a varint of at most 4 bytes: usually the redundant 4-byte form, or a
 /// compacted single byte). Returns (length, header size).
+///
+/// The one-byte form (fragments under 128 bytes: the SDK's zones) is decided inline: chunks of
+/// small packets have hundreds of headers, walked once when the chunk arrives (for
+/// [`ends_with_filler`]) and once when it is read.
+#[inline(always)]
 fn parse_fragment_header(bytes: &[u8]) -> Option<(u32, usize)> {
-    decode_fragment_header(bytes, 0).ok()
+    match bytes.first() {
+        Some(&b) if b < 0x80 => Some((u32::from(b), 1)),
+        _ => decode_fragment_header(bytes, 0).ok(),
+    }
 }
