@@ -505,6 +505,46 @@ fn site(l: &Local) -> u32 {
     l.paths[depth - 1].get()
 }
 
+// === Native call stacks ===
+
+/// Frames a recorded allocation's stack keeps (0: sites are zone paths). Set per session.
+pub(crate) static STACK_DEPTH: AtomicU8 = AtomicU8::new(0);
+
+/// Native stacks that could not be kept (the stack table was full, or the stack could not be
+/// walked): those allocations are attributed to their zone path instead.
+pub(crate) static STACKS_MISSED: AtomicU64 = AtomicU64::new(0);
+
+/// The site of an allocation now: with stacks on, the interned (zone path, native stack) of
+/// the caller, else `path` (the zone path). Runs with the thread's guard set, so what the
+/// unwinder or the interner allocate (the unwinder's per-thread cache, once; the table's
+/// growth) passes through untracked. The hook runs after the inner allocator returned (or
+/// before it frees), never inside it, so calling it again from here is sound.
+///
+/// Not inlined, with the hook's entry points (`on_alloc_slow`, `record_pool`) not inlined
+/// either: skipping those two frames leaves the stack starting at the allocator shim that
+/// called [`Tracked`](super::Tracked).
+#[inline(never)]
+fn stack_site(path: u32) -> u32 {
+    let depth = STACK_DEPTH.load(Ordering::Relaxed) as usize;
+    if depth == 0 {
+        return path;
+    }
+    let mut key = [0u64; crate::callstack::MAX_DEPTH + 1];
+    key[0] = path as u64;
+    let n = crate::callstack::capture(&mut key[1..=depth.min(crate::callstack::MAX_DEPTH)], 2);
+    if n == 0 {
+        STACKS_MISSED.fetch_add(1, Ordering::Relaxed);
+        return path;
+    }
+    match super::sites::intern_stack(&key[..=n]) {
+        Some(id) => id,
+        None => {
+            STACKS_MISSED.fetch_add(1, Ordering::Relaxed);
+            path
+        }
+    }
+}
+
 // === Sampled addresses ===
 //
 // Sampled mode must record the free of every sampled block and should record no other free.
@@ -642,7 +682,7 @@ fn on_alloc_slow(mode: u8, addr: *mut u8, size: usize) {
         if mode & SAMPLED != 0 {
             sampled_add(addr as u64);
         }
-        let site = site(l);
+        let site = stack_site(site(l));
         push(
             l,
             Record {
@@ -696,6 +736,8 @@ fn on_free_slow(addr: *mut u8, size: usize, flags: u64) {
 }
 
 /// A pool event ([`Pool`](super::Pool)); pools are recorded exactly in every mode but off.
+/// Never inlined: the call-stack capture skips this frame and [`stack_site`]'s.
+#[inline(never)]
 pub(crate) fn record_pool(kind: u64, pool: u16, addr: u64, size: u64) {
     if ACTIVE.load(Ordering::Relaxed) & (EXACT | SAMPLED) == 0 {
         return;
@@ -706,7 +748,11 @@ pub(crate) fn record_pool(kind: u64, pool: u16, addr: u64, size: u64) {
             return;
         }
         l.busy.set(true);
-        let site = if kind == KIND_POOL_ALLOC { site(l) } else { 0 };
+        let site = if kind == KIND_POOL_ALLOC {
+            stack_site(site(l))
+        } else {
+            0
+        };
         push(
             l,
             Record {
