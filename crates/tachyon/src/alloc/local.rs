@@ -82,8 +82,9 @@ impl Record {
     }
 }
 
-/// Records per ring: 128 KiB per thread.
-pub(crate) const RING_CAP: usize = 4096;
+/// Records per ring: 256 KiB per thread (zeroed pages from the system: a thread that records
+/// little touches little of it).
+pub(crate) const RING_CAP: usize = 8192;
 
 /// How long a thread waits for room in its full ring before it drops the record (counted).
 const FULL_RING_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
@@ -92,10 +93,30 @@ const RING_FREE: u8 = 0;
 const RING_OWNED: u8 = 1;
 const RING_EXITED: u8 = 2;
 
+/// A cache line of its own: the producer's and the consumer's indices apart, so the
+/// consumer's stores of `tail` do not take the line the producer writes `head` in.
+#[repr(align(64))]
+struct Line<T>(T);
+
+impl<T> std::ops::Deref for Line<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+struct Producer {
+    head: AtomicUsize,
+    seen_tail: AtomicUsize,
+}
+
 /// A single-producer (the owning thread) single-consumer (the tracker) ring of records.
 pub(crate) struct Ring {
-    head: AtomicUsize,
-    tail: AtomicUsize,
+    /// Producer's line: where it writes next (`head`), and the consumer's `tail` as last read (only
+    /// read again when the ring looks half full: most pushes touch no shared line but the
+    /// slot's).
+    prod: Line<Producer>,
+    tail: Line<AtomicUsize>,
     owner: AtomicU8,
     tid: AtomicI32,
     buf: [UnsafeCell<Record>; RING_CAP],
@@ -109,8 +130,11 @@ unsafe impl Sync for Ring {}
 impl Ring {
     const fn new() -> Ring {
         Ring {
-            head: AtomicUsize::new(0),
-            tail: AtomicUsize::new(0),
+            prod: Line(Producer {
+                head: AtomicUsize::new(0),
+                seen_tail: AtomicUsize::new(0),
+            }),
+            tail: Line(AtomicUsize::new(0)),
             owner: AtomicU8::new(RING_OWNED),
             tid: AtomicI32::new(0),
             buf: [const { UnsafeCell::new(Record::ZERO) }; RING_CAP],
@@ -119,9 +143,35 @@ impl Ring {
 
     /// Appends `rec`; waits (yielding, bounded) while the ring is full and a tracker drains it;
     /// `false` if it stayed full.
+    #[inline(always)]
     fn push(&self, rec: Record, may_wait: bool) -> bool {
-        let h = self.head.load(Ordering::Relaxed);
+        let h = self.prod.head.load(Ordering::Relaxed);
+        let seen = self.prod.seen_tail.load(Ordering::Relaxed);
+        if h.wrapping_sub(seen) >= RING_CAP / 2 {
+            return self.push_slow(rec, may_wait);
+        }
+        self.put(h, rec);
+        true
+    }
+
+    /// Stores `rec` in slot `h` and publishes it.
+    #[inline(always)]
+    fn put(&self, h: usize, rec: Record) {
+        // SAFETY: slot `h` is outside what the consumer may read (it reads below `head`), and
+        // only this producer writes (see the `Sync` impl); `h - tail < RING_CAP` (checked by
+        // the callers against a `tail` read at or before now: `tail` only grows).
+        unsafe { *self.buf[h % RING_CAP].get() = rec };
+        self.prod.head.store(h.wrapping_add(1), Ordering::Release);
+    }
+
+    /// The ring looked half full with the `tail` last read: read it again, wake the tracker,
+    /// and wait when it is really full.
+    #[cold]
+    #[inline(never)]
+    fn push_slow(&self, rec: Record, may_wait: bool) -> bool {
+        let h = self.prod.head.load(Ordering::Relaxed);
         let mut t = self.tail.load(Ordering::Acquire);
+        self.prod.seen_tail.store(t, Ordering::Relaxed);
         let used = h.wrapping_sub(t);
         if used >= RING_CAP / 2 {
             wake_tracker();
@@ -148,21 +198,19 @@ impl Ring {
                 spins = spins.wrapping_add(1);
                 t = self.tail.load(Ordering::Acquire);
                 if h.wrapping_sub(t) < RING_CAP {
+                    self.prod.seen_tail.store(t, Ordering::Relaxed);
                     break;
                 }
             }
         }
-        // SAFETY: slot `h` is outside what the consumer may read (it reads below `head`), and
-        // only this producer writes (see the `Sync` impl).
-        unsafe { *self.buf[h % RING_CAP].get() = rec };
-        self.head.store(h.wrapping_add(1), Ordering::Release);
+        self.put(h, rec);
         true
     }
 
     /// Moves the published records into `out` (consumer side).
     fn drain_into(&self, out: &mut Vec<Record>) -> usize {
         let t = self.tail.load(Ordering::Relaxed);
-        let h = self.head.load(Ordering::Acquire);
+        let h = self.prod.head.load(Ordering::Acquire);
         let n = h.wrapping_sub(t);
         for i in 0..n {
             // SAFETY: slots in `[t, h)` were published by the producer's release store of
@@ -229,7 +277,7 @@ impl RingView {
     pub(crate) fn recycle_if_exited(&self) {
         let r = self.ring;
         if r.owner.load(Ordering::Acquire) == RING_EXITED
-            && r.head.load(Ordering::Acquire) == r.tail.load(Ordering::Relaxed)
+            && r.prod.head.load(Ordering::Acquire) == r.tail.load(Ordering::Relaxed)
         {
             r.owner.store(RING_FREE, Ordering::Release);
         }
@@ -520,15 +568,20 @@ pub(crate) static STACKS_MISSED: AtomicU64 = AtomicU64::new(0);
 /// growth) passes through untracked. The hook runs after the inner allocator returned (or
 /// before it frees), never inside it, so calling it again from here is sound.
 ///
-/// Not inlined, with the hook's entry points (`on_alloc_slow`, `record_pool`) not inlined
-/// either: skipping those two frames leaves the stack starting at the allocator shim that
+/// The walk is not inlined, and the hook's entry points (`on_alloc_slow`, `record_pool`) are
+/// not either: skipping those two frames leaves the stack starting at the allocator shim that
 /// called [`Tracked`](super::Tracked).
-#[inline(never)]
+#[inline(always)]
 fn stack_site(path: u32) -> u32 {
     let depth = STACK_DEPTH.load(Ordering::Relaxed) as usize;
     if depth == 0 {
         return path;
     }
+    stack_site_walk(path, depth)
+}
+
+#[inline(never)]
+fn stack_site_walk(path: u32, depth: usize) -> u32 {
     let mut key = [0u64; crate::callstack::MAX_DEPTH + 1];
     key[0] = path as u64;
     let n = crate::callstack::capture(&mut key[1..=depth.min(crate::callstack::MAX_DEPTH)], 2);

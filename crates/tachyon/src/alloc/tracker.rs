@@ -321,6 +321,40 @@ impl Heap {
         }
     }
 
+    /// An allocation and the free of the same block, one right after the other (a short-lived
+    /// block: the common case): the same as [`alloc`](Self::alloc) then
+    /// [`free`](Self::free), without the live table when the address was not live before.
+    fn alloc_then_free(&mut self, r: &Record, ts: u64, free_ts: u64, via_filter: bool) {
+        let (addr, size, site) = (r.addr, r.size, r.site());
+        if self.live.contains_key(&addr) {
+            self.alloc(addr, size, site, ts);
+            self.free(addr, free_ts, true, via_filter);
+            return;
+        }
+        if via_filter {
+            local::filter_remove(addr);
+        }
+        self.used = true;
+        let s = &mut self.summary;
+        s.allocated_bytes += size;
+        s.alloc_count += 1;
+        s.free_count += 1;
+        let peak = s.live_bytes + size;
+        if peak > s.peak_bytes {
+            s.peak_bytes = peak;
+            s.peak_ts = ts;
+        }
+        self.freed_bytes += size;
+        let t = self.site(site);
+        t.allocated += size;
+        t.allocs += 1;
+        t.freed += size;
+        t.frees += 1;
+        let live = self.summary.live_bytes;
+        self.counter.change(live + size, ts);
+        self.counter.change(live, free_ts);
+    }
+
     /// `via_filter`: a sampled-mode free the overflow filter let through (its count is
     /// decremented when it matches a sampled block).
     fn free(&mut self, addr: u64, ts: u64, exact: bool, via_filter: bool) {
@@ -444,10 +478,21 @@ impl Tracker {
         self.pending.extend_from_slice(&batch[split..]);
         batch.truncate(split);
         let exact = self.mode_bits & EXACT != 0;
-        for r in &batch {
+        let mut i = 0;
+        while i < batch.len() {
+            let r = &batch[i];
+            i += 1;
             let ts = clock.ticks_to_ns(r.ticks);
             match r.kind() {
-                local::KIND_ALLOC => self.heap(0).alloc(r.addr, r.size, r.site(), ts),
+                local::KIND_ALLOC => match batch.get(i) {
+                    Some(f) if f.kind() == local::KIND_FREE && f.addr == r.addr => {
+                        i += 1;
+                        let via_filter = f.meta & local::FREE_FROM_FILTER != 0;
+                        let free_ts = clock.ticks_to_ns(f.ticks);
+                        self.heap(0).alloc_then_free(r, ts, free_ts, via_filter);
+                    }
+                    _ => self.heap(0).alloc(r.addr, r.size, r.site(), ts),
+                },
                 local::KIND_FREE => {
                     let via_filter = r.meta & local::FREE_FROM_FILTER != 0;
                     self.heap(0).free(r.addr, ts, exact, via_filter)
