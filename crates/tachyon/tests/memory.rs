@@ -333,6 +333,9 @@ fn allocations_carry_native_call_stacks() {
     leak_in_a_known_function(7);
     let report = tachyon::shutdown().unwrap().unwrap();
     let m = report.memory.expect("tracking ran");
+    if let Some(p) = std::env::var_os("TACHYON_MEMORY_STACKS_TRACE_OUT") {
+        std::fs::write(p, &report.trace).unwrap();
+    }
     let f = leak_in_a_known_function as *const () as u64;
     let inside = |pc: u64| pc > f && pc < f + 4096;
     let site = m.heaps[0]
