@@ -54,9 +54,16 @@
 //! `interval` bytes is always taken at its size. Frees are recorded only for addresses a small
 //! counting filter says may be sampled, so the common free costs a hash and a load.
 //!
-//! Sites are the zones open on the allocating thread (one frame per zone name, outermost
-//! first; up to [`MAX_ZONES`] deep); an allocation outside any zone has the one frame
-//! `(no zone)`. Native call stacks are not captured here.
+//! Sites are native call stacks when [`MemoryConfig::callstack_depth`] asks for them (by
+//! default 32 frames on each sampled allocation; none in exact mode, where a stack walk per
+//! allocation would cost more than the rest of the hook): the hook walks its caller's stack
+//! with [`callstack::capture`](crate::callstack::capture) (guard set, no lock of the
+//! unwinder's: its tables are built at session start) and interns (zones, frames) into a site
+//! id. The dumps write them as heapprofd does: mappings of the loaded binaries (path, build
+//! id), frames at binary-relative addresses that `tachyon-symbolize` names, so the Perfetto UI
+//! shows flame graphs of functions. Otherwise sites are the zones open on the allocating
+//! thread (one frame per zone name, outermost first; up to [`MAX_ZONES`] deep); an allocation
+//! outside any zone has the one frame `(no zone)`.
 //!
 //! # Bad input
 //!
