@@ -212,10 +212,21 @@ impl Ring {
         let t = self.tail.load(Ordering::Relaxed);
         let h = self.prod.head.load(Ordering::Acquire);
         let n = h.wrapping_sub(t);
-        for i in 0..n {
+        // The published slots as (at most) two runs: to the end of the buffer, then from its
+        // start.
+        let start = t % RING_CAP;
+        let first = n.min(RING_CAP - start);
+        for (from, len) in [(start, first), (0, n - first)] {
+            if len == 0 {
+                continue;
+            }
             // SAFETY: slots in `[t, h)` were published by the producer's release store of
-            // `head` (acquired above) and are not written again until `tail` passes them.
-            out.push(unsafe { *self.buf[t.wrapping_add(i) % RING_CAP].get() });
+            // `head` (acquired above) and are not written again until `tail` passes them;
+            // `from + len <= RING_CAP`. `UnsafeCell<Record>` has `Record`'s layout.
+            let run = unsafe {
+                std::slice::from_raw_parts(self.buf.as_ptr().add(from).cast::<Record>(), len)
+            };
+            out.extend_from_slice(run);
         }
         self.tail.store(h, Ordering::Release);
         n
@@ -450,6 +461,9 @@ struct Local {
     interned: Cell<u32>,
     zones: [Cell<usize>; MAX_ZONES],
     paths: [Cell<u32>; MAX_ZONES],
+    /// The last native stack this thread interned: its hash and site (a repeated stack skips
+    /// the shared table and its lock).
+    last_stack: Cell<(u64, u32)>,
 }
 
 thread_local! {
@@ -465,6 +479,7 @@ thread_local! {
             interned: Cell::new(0),
             zones: [const { Cell::new(0) }; MAX_ZONES],
             paths: [const { Cell::new(0) }; MAX_ZONES],
+            last_stack: Cell::new((0, 0)),
         }
     };
 }
@@ -572,16 +587,16 @@ pub(crate) static STACKS_MISSED: AtomicU64 = AtomicU64::new(0);
 /// not either: skipping those two frames leaves the stack starting at the allocator shim that
 /// called [`Tracked`](super::Tracked).
 #[inline(always)]
-fn stack_site(path: u32) -> u32 {
+fn stack_site(l: &Local, path: u32) -> u32 {
     let depth = STACK_DEPTH.load(Ordering::Relaxed) as usize;
     if depth == 0 {
         return path;
     }
-    stack_site_walk(path, depth)
+    stack_site_walk(l, path, depth)
 }
 
 #[inline(never)]
-fn stack_site_walk(path: u32, depth: usize) -> u32 {
+fn stack_site_walk(l: &Local, path: u32, depth: usize) -> u32 {
     let mut key = [0u64; crate::callstack::MAX_DEPTH + 1];
     key[0] = path as u64;
     let n = crate::callstack::capture(&mut key[1..=depth.min(crate::callstack::MAX_DEPTH)], 2);
@@ -589,8 +604,17 @@ fn stack_site_walk(path: u32, depth: usize) -> u32 {
         STACKS_MISSED.fetch_add(1, Ordering::Relaxed);
         return path;
     }
-    match super::sites::intern_stack(&key[..=n]) {
-        Some(id) => id,
+    let key = &key[..=n];
+    let hash = super::sites::stack_hash(key);
+    let (last_hash, last_site) = l.last_stack.get();
+    if last_hash == hash && last_site != 0 {
+        return last_site;
+    }
+    match super::sites::intern_stack(key) {
+        Some(id) => {
+            l.last_stack.set((hash, id));
+            id
+        }
         None => {
             STACKS_MISSED.fetch_add(1, Ordering::Relaxed);
             path
@@ -735,7 +759,7 @@ fn on_alloc_slow(mode: u8, addr: *mut u8, size: usize) {
         if mode & SAMPLED != 0 {
             sampled_add(addr as u64);
         }
-        let site = stack_site(site(l));
+        let site = stack_site(l, site(l));
         push(
             l,
             Record {
@@ -802,7 +826,7 @@ pub(crate) fn record_pool(kind: u64, pool: u16, addr: u64, size: u64) {
         }
         l.busy.set(true);
         let site = if kind == KIND_POOL_ALLOC {
-            stack_site(site(l))
+            stack_site(l, site(l))
         } else {
             0
         };
@@ -906,6 +930,30 @@ mod tests {
         assert_eq!(ring.drain_into(&mut out), RING_CAP);
         assert!(out.iter().enumerate().all(|(i, r)| r.addr == i as u64));
         assert!(ring.push(Record::ZERO, false));
+    }
+
+    #[test]
+    fn ring_drains_across_its_end() {
+        let ring = Box::new(Ring::new());
+        let mut out = Vec::new();
+        let mut next = 0u64;
+        // Three rounds that start at different offsets, the later ones wrapping.
+        for n in [RING_CAP / 2 + 3, RING_CAP - 1, RING_CAP] {
+            for _ in 0..n {
+                assert!(ring.push(
+                    Record {
+                        addr: next,
+                        ..Record::ZERO
+                    },
+                    false
+                ));
+                next += 1;
+            }
+            out.clear();
+            assert_eq!(ring.drain_into(&mut out), n);
+            let first = next - n as u64;
+            assert!(out.iter().zip(first..).all(|(r, i)| r.addr == i));
+        }
     }
 
     /// What a signal handler (or the tracker's own interner) allocating while its thread is

@@ -154,6 +154,16 @@ pub(crate) fn intern_stack(key: &[u64]) -> Option<u32> {
     Some(id)
 }
 
+/// A 64-bit hash of a stack key (for the per-thread cache of the last stack: equal hashes are
+/// taken as equal stacks, a 2^-64 chance of attributing a block to the wrong one).
+pub(crate) fn stack_hash(key: &[u64]) -> u64 {
+    let mut h = 0x243f_6a88_85a3_08d3u64 ^ key.len() as u64;
+    for &v in key {
+        h = (h.rotate_left(23) ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    h ^ (h >> 31)
+}
+
 /// What a site is made of: zone names (outermost first), and for a native stack its frames
 /// (innermost first, as captured).
 pub(crate) fn site_parts(site: u32) -> (Vec<String>, Vec<u64>) {
