@@ -332,10 +332,7 @@ fn allocations_carry_native_call_stacks() {
     tachyon::start(cfg).unwrap();
     leak_in_a_known_function(7);
     let report = tachyon::shutdown().unwrap().unwrap();
-    let m = report.memory.expect("tracking ran");
-    if let Some(p) = std::env::var_os("TACHYON_MEMORY_STACKS_TRACE_OUT") {
-        std::fs::write(p, &report.trace).unwrap();
-    }
+    let m = report.memory.as_ref().expect("tracking ran");
     let f = leak_in_a_known_function as *const () as u64;
     let inside = |pc: u64| pc > f && pc < f + 4096;
     let site = m.heaps[0]
@@ -368,6 +365,16 @@ fn allocations_carry_native_call_stacks() {
         "{rows:?} vs {} {hex}",
         exe.display()
     );
+    // Perfetto's own trace processor reads the same profile: allocations, leaf frames,
+    // mappings (skipped when `trace_processor_shell` is absent).
+    let compare =
+        "SELECT a.heap_name, a.count, a.size, f.rel_pc, m.name, m.build_id, m.start, m.end \
+        FROM heap_profile_allocation a JOIN stack_profile_callsite c ON a.callsite_id = c.id \
+        JOIN stack_profile_frame f ON c.frame_id = f.id \
+        JOIN stack_profile_mapping m ON f.mapping = m.id ORDER BY a.id";
+    if let Some(theirs) = perfetto_rows(&report.trace, compare) {
+        assert_eq!(our_rows(&tp, compare), theirs);
+    }
     // `tachyon stats`' summary lists the site with a stack of frames (unsymbolized here:
     // binary+offset names).
     let report = tp.memory(20).unwrap();
@@ -508,4 +515,59 @@ fn periodic_dumps_import_like_perfetto() {
     std::fs::remove_dir_all(&dir).ok();
     assert!(!mine.is_empty());
     assert_eq!(mine, theirs);
+}
+
+/// `sql`'s rows as Perfetto's `trace_processor_shell` gives them for `trace` (CSV lines without
+/// quotes); `None` when the tool is absent.
+fn perfetto_rows(trace: &[u8], sql: &str) -> Option<Vec<String>> {
+    let shell = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/tools/trace_processor_shell");
+    if !shell.exists() {
+        eprintln!("trace_processor_shell absent: comparison skipped");
+        return None;
+    }
+    let dir = std::env::temp_dir().join(format!(
+        "tachyon-memory-stacks-{}-{}",
+        std::process::id(),
+        trace.len()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("t.pftrace");
+    std::fs::write(&path, trace).unwrap();
+    let q = dir.join("q.sql");
+    std::fs::write(&q, format!("{sql};\n")).unwrap();
+    let out = std::process::Command::new(&shell)
+        .arg("-q")
+        .arg(&q)
+        .arg(&path)
+        .output()
+        .unwrap();
+    std::fs::remove_dir_all(&dir).ok();
+    Some(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .skip(1)
+            .map(|l| l.replace('"', ""))
+            .collect(),
+    )
+}
+
+/// The same rows from Tachyon's processor.
+fn our_rows(tp: &TraceProcessor, sql: &str) -> Vec<String> {
+    tp.query(sql)
+        .unwrap()
+        .rows
+        .iter()
+        .map(|r| {
+            r.iter()
+                .map(|v| match v {
+                    Value::Integer(i) => i.to_string(),
+                    Value::Text(t) => t.clone(),
+                    Value::Null => "[NULL]".into(),
+                    other => format!("{other:?}"),
+                })
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .collect()
 }
