@@ -24,6 +24,12 @@
 //! * `import/full`: `TraceProcessor::from_bytes`, i.e. tokenize, sort, parse and copy into
 //!   SQLite.
 //!
+//! * `query/<name>/{columnar,sqlite}`: queries Perfetto's users run (slices by name with
+//!   duration aggregates, one track's slices in a time range, args of the slices with a name)
+//!   over the loaded trace, as it is stored (`columnar`: the virtual tables) beside the same
+//!   rows copied into plain SQLite tables in the same run (`sqlite`: how the processor stored
+//!   them before, with its index on `arg_set_id`).
+//!
 //! Before criterion runs, one timed import prints events/s, the args per slice, and the peak
 //! RSS growth (Linux: `VmHWM` after resetting it through `/proc/self/clear_refs`), divided by
 //! the slice count.
@@ -321,6 +327,77 @@ fn bench(c: &mut Criterion) {
             TraceProcessor::from_bytes(black_box(&trace), &Options::default()).expect("imports")
         })
     });
+    group.finish();
+
+    // Queries, over the virtual tables and over a plain SQLite copy of the same rows.
+    let tp = TraceProcessor::from_bytes(&trace, &Options::default()).expect("imports");
+    tp.query(
+        "CREATE TABLE slice_sqlite AS SELECT * FROM __intrinsic_slice; \
+         CREATE TABLE args_sqlite AS SELECT * FROM __intrinsic_args; \
+         CREATE INDEX args_sqlite_set ON args_sqlite(arg_set_id);",
+    )
+    .expect("copy");
+    let int = |sql: &str| match &tp.query(sql).expect("query").rows[0][0] {
+        Value::Integer(n) => *n,
+        _ => 0,
+    };
+    // The track with the most slices (a worker thread's zones), and the middle tenth of its
+    // slices in time (a time span: the thread may have been descheduled for long stretches).
+    let track = int("SELECT track_id FROM slice GROUP BY track_id ORDER BY count(*) DESC LIMIT 1");
+    let n = int(&format!(
+        "SELECT count(*) FROM slice WHERE track_id = {track}"
+    ));
+    let nth_ts = |k: i64| {
+        int(&format!(
+            "SELECT ts FROM slice WHERE track_id = {track} ORDER BY ts LIMIT 1 OFFSET {k}"
+        ))
+    };
+    let (from, to) = (nth_ts(n * 45 / 100), nth_ts(n * 55 / 100));
+    let queries = [
+        (
+            "by_name",
+            "SELECT name, count(*), sum(dur), avg(dur), max(dur) FROM {slice} \
+             GROUP BY name ORDER BY sum(dur) DESC"
+                .to_owned(),
+        ),
+        (
+            "track_range",
+            format!(
+                "SELECT ts, dur, name FROM {{slice}} \
+                 WHERE track_id = {track} AND ts BETWEEN {from} AND {to} ORDER BY ts"
+            ),
+        ),
+        (
+            "args_of_name",
+            "SELECT a.key, count(*), sum(a.int_value) FROM {slice} s \
+             JOIN {args} a USING (arg_set_id) WHERE s.name = 'paint' GROUP BY a.key"
+                .to_owned(),
+        ),
+    ];
+    let mut group = c.benchmark_group("query");
+    group.sample_size(10);
+    for (name, sql) in &queries {
+        let run = |slice: &str, args: &str| {
+            let sql = sql.replace("{slice}", slice).replace("{args}", args);
+            tp.query(&sql).expect("query").rows
+        };
+        assert_eq!(
+            run("__intrinsic_slice", "__intrinsic_args"),
+            run("slice_sqlite", "args_sqlite"),
+            "{name}: both storages give the same rows"
+        );
+        for (storage, slice, args) in [
+            ("columnar", "__intrinsic_slice", "__intrinsic_args"),
+            ("sqlite", "slice_sqlite", "args_sqlite"),
+        ] {
+            let sql = sql.replace("{slice}", slice).replace("{args}", args);
+            let rows = tp.query(&sql).expect("query").rows;
+            assert!(!rows.is_empty(), "{name} returns rows: {sql}");
+            group.bench_function(format!("{name}/{storage}"), |b| {
+                b.iter(|| tp.query(black_box(&sql)).expect("query"))
+            });
+        }
+    }
     group.finish();
 }
 

@@ -2,25 +2,29 @@
 //! `primary_trace_clock` says otherwise), as Perfetto's `ClockTracker` does.
 //!
 //! Each ClockSnapshot says "at one instant, clock A read a, clock B read b, …". Snapshots of the
-//! same set of clocks form a *series* (Perfetto's snapshot hash): one reading per clock per
-//! snapshot, in file order, every clock moving forward (a snapshot that moves a clock of its set
-//! backwards is rejected). Clocks that appear together are connected; converting a timestamp of
-//! clock X walks the shortest chain of connections from X to the trace clock (breadth-first,
-//! cached), and each hop uses **one** series, the first one that connected the two clocks, as
-//! Perfetto uses one snapshot hash per hop of its path: within that series, the snapshot whose
-//! source reading is the latest one not after the timestamp (the earliest one for timestamps
-//! before every snapshot) gives `t_B = b + (t_A − a)`. All arithmetic is in nanoseconds: a
-//! clock's raw values are multiplied by its `unit_multiplier_ns`.
+//! same clocks in the same order form a *series* (Perfetto's snapshot hash, which it computes
+//! from the clock ids in the order the snapshot lists them): one reading per clock per
+//! snapshot, in file order, every clock moving forward (a snapshot that moves a clock of its
+//! series backwards is rejected). Clocks that appear together are connected; converting a
+//! timestamp of clock X walks a shortest chain of connections from X to the trace clock, and
+//! each hop uses **one** series: within that series, the snapshot whose source reading is the
+//! latest one not after the timestamp (the earliest one for timestamps before every snapshot)
+//! gives `t_B = b + (t_A − a)`. All arithmetic is in nanoseconds: a clock's raw values are
+//! multiplied by its `unit_multiplier_ns`.
 //!
-//! Series are never merged. Several series may link the same two clocks: Tachyon's SDK writes
-//! the trace clock against BOOTTIME on every sequence, each sequence's snapshots a set of their
-//! own, each read by its own thread with its own error. Merging them switched the offset at every
-//! sequence's snapshot by the difference of two threads' errors (hundreds of ns, up to
-//! milliseconds for a thread preempted between its clock reads), and a downward switch put the
-//! events just after it before the events just before it: a `SLICE_END` before its own
-//! `SLICE_BEGIN`. With one series per hop (the first; Perfetto takes the lowest hash, just as
-//! arbitrary), every timestamp goes through one mapping, which changes only where that series
-//! has a snapshot.
+//! Which chain and which series are chosen decides the result to the nanosecond when several
+//! series link the same clocks (Tachyon's SDK writes the trace clock against BOOTTIME on every
+//! sequence, each sequence's snapshots a series of their own, each read by its own thread with
+//! its own error of tens to hundreds of ns). Tachyon chooses as Perfetto's `ClockSynchronizer`
+//! does, so that both processors give the same timestamps: Perfetto keeps its clock graph as an
+//! ordered set of edges (from, to, snapshot hash), clock ids ordered by (id, sequence), and its
+//! breadth-first search takes the first path that reaches the target. That is the shortest path
+//! whose hops are smallest in that order: at each step the next clock with the smallest id among
+//! those one hop nearer the target, through the series with the **lowest snapshot hash** that
+//! links the two clocks (among the series seen so far in the file: a later series with a lower
+//! hash takes over from then on, as in Perfetto, which recomputes paths after every snapshot).
+//! [`snapshot_hash`] is Perfetto's hash (its MurmurHash combiner over each clock's
+//! (id, sequence id, trace file 0, machine 0)), so the choice is the same.
 //!
 //! Clock ids 64–127 are scoped to one packet sequence; callers map them to a global id with
 //! [`sequence_clock`] before asking. An *incremental* clock carries deltas: each value is added
@@ -132,6 +136,8 @@ impl Converted {
 struct Series {
     /// The set's clocks, sorted.
     ids: Vec<ClockId>,
+    /// Perfetto's snapshot hash of the series (see [`snapshot_hash`]).
+    hash: u32,
     /// Per clock (in `ids` order), its reading (ns) in each snapshot. Non-decreasing for every
     /// clock that is not incremental (`add_snapshot` rejects the others).
     readings: Vec<Vec<i64>>,
@@ -154,13 +160,13 @@ pub(crate) struct ClockTracker {
     trace_clock: ClockId,
     clocks: FxHashMap<ClockId, ClockInfo>,
     series: Vec<Series>,
-    /// Set of clocks (sorted ids) → its index in `series`. Keyed by the set, as Perfetto's
-    /// ClockTracker keys its snapshot hashes: a snapshot with a sequence-scoped clock is a
-    /// different set on every sequence, so two sequences' snapshots never conflict, while one
-    /// sequence's must move forward.
+    /// Clocks in snapshot order → the series' index in `series`. Keyed as Perfetto keys its
+    /// snapshot hashes: a snapshot with a sequence-scoped clock is a different series on every
+    /// sequence, so two sequences' snapshots never conflict, while one sequence's must move
+    /// forward.
     series_of_set: FxHashMap<Vec<ClockId>, usize>,
-    /// For each connected pair (lower id, higher id): the series that connected it first, the
-    /// one conversions between the two use.
+    /// For each connected pair (lower id, higher id): the series with the lowest hash that
+    /// links it, the one conversions between the two use.
     links: FxHashMap<(ClockId, ClockId), usize>,
     adjacency: FxHashMap<ClockId, Vec<ClockId>>,
     path_cache: FxHashMap<ClockId, Option<Vec<Hop>>>,
@@ -205,12 +211,13 @@ impl ClockTracker {
         if readings.is_empty() {
             return Err(InvalidSnapshot);
         }
-        let mut ids: Vec<ClockId> = readings.iter().map(|r| r.id).collect();
+        let ordered: Vec<ClockId> = readings.iter().map(|r| r.id).collect();
+        let mut ids = ordered.clone();
         ids.sort_unstable();
         if ids.windows(2).any(|w| w[0] == w[1]) {
             return Err(InvalidSnapshot);
         }
-        let existing = self.series_of_set.get(&ids).copied();
+        let existing = self.series_of_set.get(&ordered).copied();
         let mut ns = Vec::with_capacity(readings.len());
         for r in readings {
             let unit = r.unit_multiplier_ns.max(1);
@@ -232,9 +239,10 @@ impl ClockTracker {
                 let s = self.series.len();
                 self.series.push(Series {
                     readings: vec![Vec::new(); ids.len()],
-                    ids: ids.clone(),
+                    hash: snapshot_hash(&ordered),
+                    ids,
                 });
-                self.series_of_set.insert(ids, s);
+                self.series_of_set.insert(ordered, s);
                 s
             }
         };
@@ -256,16 +264,25 @@ impl ClockTracker {
             // A set seen before linked its pairs then; links are never removed.
             return Ok(());
         }
-        // The pairs this set connects that no earlier set did.
-        let set = &self.series[s].ids;
+        // The pairs this series connects that no earlier one did, and those it links with a
+        // lower hash than the series that linked them so far.
+        let (set, hash) = (&self.series[s].ids, self.series[s].hash);
         for i in 0..set.len() {
             for j in i + 1..set.len() {
                 let (a, b) = (set[i], set[j]);
-                if let std::collections::hash_map::Entry::Vacant(e) = self.links.entry((a, b)) {
-                    e.insert(s);
-                    self.adjacency.entry(a).or_default().push(b);
-                    self.adjacency.entry(b).or_default().push(a);
-                    self.path_cache.clear();
+                match self.links.entry((a, b)) {
+                    std::collections::hash_map::Entry::Vacant(e) => {
+                        e.insert(s);
+                        self.adjacency.entry(a).or_default().push(b);
+                        self.adjacency.entry(b).or_default().push(a);
+                        self.path_cache.clear();
+                    }
+                    std::collections::hash_map::Entry::Occupied(mut e) => {
+                        if hash < self.series[*e.get()].hash {
+                            e.insert(s);
+                            self.path_cache.clear();
+                        }
+                    }
                 }
             }
         }
@@ -359,49 +376,82 @@ impl ClockTracker {
         Converted::At(ts)
     }
 
-    /// Breadth-first shortest path from `clock` to the trace clock, as hops through the series
-    /// that link each pair.
+    /// The path Perfetto's breadth-first search takes from `clock` to the trace clock: a
+    /// shortest one, each hop to the next clock smallest in Perfetto's order (`perfetto_order`)
+    /// among those one hop nearer the target, through the lowest-hash series linking the two.
     fn find_path(&self, clock: ClockId) -> Option<Vec<Hop>> {
         let target = self.trace_clock;
-        let mut prev: FxHashMap<ClockId, ClockId> = FxHashMap::default();
-        let mut queue = VecDeque::from([clock]);
-        prev.insert(clock, clock);
-        let mut found = false;
+        // Distances to the target (links are symmetric).
+        let mut dist: FxHashMap<ClockId, u32> = FxHashMap::default();
+        let mut queue = VecDeque::from([target]);
+        dist.insert(target, 0);
         while let Some(c) = queue.pop_front() {
-            if c == target {
-                found = true;
+            if c == clock {
                 break;
             }
+            let d = dist[&c];
             for &n in self.adjacency.get(&c).into_iter().flatten() {
-                if let std::collections::hash_map::Entry::Vacant(e) = prev.entry(n) {
-                    e.insert(c);
+                if let std::collections::hash_map::Entry::Vacant(e) = dist.entry(n) {
+                    e.insert(d + 1);
                     queue.push_back(n);
                 }
             }
         }
-        found.then(|| {
-            let mut clocks = vec![target];
-            let mut c = target;
-            while c != clock {
-                c = prev[&c];
-                clocks.push(c);
-            }
-            clocks.reverse();
-            clocks
-                .windows(2)
-                .map(|w| {
-                    let (a, b) = (w[0], w[1]);
-                    let s = self.links[&(a.min(b), a.max(b))];
-                    let series = &self.series[s];
-                    Hop {
-                        series: s,
-                        from: series.column(a),
-                        to: series.column(b),
-                    }
-                })
-                .collect()
-        })
+        let mut d = *dist.get(&clock)?;
+        let mut hops = Vec::with_capacity(d as usize);
+        let mut c = clock;
+        while d > 0 {
+            let next = self
+                .adjacency
+                .get(&c)
+                .into_iter()
+                .flatten()
+                .copied()
+                .filter(|n| dist.get(n) == Some(&(d - 1)))
+                .min_by_key(|&n| perfetto_order(n))?;
+            let s = self.links[&(c.min(next), c.max(next))];
+            let series = &self.series[s];
+            hops.push(Hop {
+                series: s,
+                from: series.column(c),
+                to: series.column(next),
+            });
+            c = next;
+            d -= 1;
+        }
+        Some(hops)
     }
+}
+
+/// Where Perfetto's ordered clock graph puts a clock: by clock id, then sequence id.
+fn perfetto_order(id: ClockId) -> (u32, u32) {
+    (id as u32, (id >> 32) as u32)
+}
+
+/// Perfetto's snapshot hash: its `MurmurHashCombiner` over each clock of the snapshot, in the
+/// snapshot's order, each clock as (clock id, sequence id, trace file id, machine id), the last
+/// two 0 for the one file and machine Tachyon imports; truncated to 32 bits as Perfetto keeps it.
+pub(crate) fn snapshot_hash(clocks: &[ClockId]) -> u32 {
+    fn mix(mut h: u64) -> u64 {
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        h ^= h >> 33;
+        h
+    }
+    let mut hash: u64 = 0xe17a_1465;
+    for &id in clocks {
+        let (clock, seq) = perfetto_order(id);
+        for part in [clock, seq, 0, 0] {
+            let piece = mix(part as u64);
+            hash ^= piece
+                .wrapping_add(0x9e37_79b9)
+                .wrapping_add(hash << 6)
+                .wrapping_add(hash >> 2);
+        }
+    }
+    hash as u32
 }
 
 impl Series {
@@ -473,14 +523,13 @@ mod tests {
         assert_eq!(at(&mut c, seq, 3), Some(15_000));
     }
 
-    /// Two threads' snapshots of the same two clocks, each thread's a set of its own (a
-    /// sequence-scoped clock makes it distinct, as Tachyon's SDK writes them): conversions use
-    /// the first series only, so the other thread's read error (here +260 ns) moves nothing, and
-    /// timestamps of one clock keep their order. Merging the series put a step of -260 ns at
-    /// 1_020_000, so 1_019_900 came out after 1_020_100.
+    /// Three threads' snapshots of the same two clocks, each thread's a series of its own (a
+    /// sequence-scoped clock makes it distinct, as Tachyon's SDK writes them), each with its
+    /// own read error: conversions use the series with the lowest snapshot hash among those
+    /// seen so far, as Perfetto's, so the other threads' errors move nothing, and a series with
+    /// a lower hash takes over from the moment it appears.
     #[test]
-    fn one_series_per_hop_even_when_several_sets_link_the_clocks() {
-        let mut c = ClockTracker::default();
+    fn one_series_per_hop_the_lowest_hash() {
         let trace = 0x8000_0000 | 7;
         let set = |seq: u32, t: u64, offset: i64| {
             [
@@ -489,15 +538,43 @@ mod tests {
                 r(sequence_clock(seq, 65), t),
             ]
         };
-        c.add_snapshot(&set(1, 1_000_000, -760)).unwrap();
-        c.add_snapshot(&set(2, 1_010_000, -500)).unwrap();
-        c.add_snapshot(&set(3, 1_020_000, -760)).unwrap();
-        assert_eq!(at(&mut c, trace, 1_019_900), Some(1_019_140));
-        assert_eq!(at(&mut c, trace, 1_020_100), Some(1_019_340));
-        // The first series goes on following the drift with its own later snapshots.
-        c.add_snapshot(&set(1, 2_000_000, -700)).unwrap();
-        assert_eq!(at(&mut c, trace, 2_000_100), Some(1_999_400));
-        assert_eq!(at(&mut c, trace, 1_500_000), Some(1_499_240));
+        let hash = |seq: u32| snapshot_hash(&set(seq, 0, 0).map(|r| r.id));
+        // Sequences 1..=3 ordered by their series' hash.
+        let mut seqs = [1u32, 2, 3];
+        seqs.sort_by_key(|&s| hash(s));
+        let [low, mid, high] = seqs;
+        let offsets = [-760i64, -500, -300];
+        let mut c = ClockTracker::default();
+        // The highest hash first: it is the only link.
+        c.add_snapshot(&set(high, 1_000_000, offsets[2])).unwrap();
+        assert_eq!(at(&mut c, trace, 1_000_100), Some(1_000_100 - 300));
+        // A lower one takes over for every later conversion, whatever the times.
+        c.add_snapshot(&set(mid, 1_010_000, offsets[1])).unwrap();
+        assert_eq!(at(&mut c, trace, 1_000_100), Some(1_000_100 - 500));
+        c.add_snapshot(&set(low, 1_020_000, offsets[0])).unwrap();
+        assert_eq!(at(&mut c, trace, 1_019_900), Some(1_019_900 - 760));
+        assert_eq!(at(&mut c, trace, 1_020_100), Some(1_020_100 - 760));
+        // Later snapshots of other series change nothing; the chosen one's own do.
+        c.add_snapshot(&set(high, 2_000_000, 0)).unwrap();
+        assert_eq!(at(&mut c, trace, 2_000_100), Some(2_000_100 - 760));
+        c.add_snapshot(&set(low, 2_000_000, -700)).unwrap();
+        assert_eq!(at(&mut c, trace, 2_000_100), Some(2_000_100 - 700));
+        assert_eq!(at(&mut c, trace, 1_500_000), Some(1_500_000 - 760));
+    }
+
+    /// Perfetto's snapshot hash depends on the clocks and their order in the snapshot (the
+    /// same clocks listed in another order are another series), and on the sequence of a
+    /// sequence-scoped clock. (`demo_timestamps_match_perfetto` in `tachyon`'s tests checks
+    /// the resulting timestamps against Perfetto's trace processor.)
+    #[test]
+    fn snapshot_hash_is_order_and_sequence_sensitive() {
+        let a = snapshot_hash(&[BOOTTIME, 3]);
+        assert_ne!(a, snapshot_hash(&[3, BOOTTIME]));
+        assert_ne!(
+            snapshot_hash(&[BOOTTIME, sequence_clock(1, 64)]),
+            snapshot_hash(&[BOOTTIME, sequence_clock(2, 64)])
+        );
+        assert_eq!(a, snapshot_hash(&[BOOTTIME, 3]));
     }
 
     /// An incremental clock that restarts from zero at every snapshot (allowed: its readings

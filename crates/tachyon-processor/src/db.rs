@@ -13,19 +13,10 @@ use rusqlite::types::{Value as SqlValue, ValueRef};
 use rusqlite::{params, Connection};
 
 use crate::stats::STATS;
-use crate::storage::{ArgRow, ArgValue, EventType, Storage, NONE};
-use crate::strings::StringPool;
+use crate::storage::{ArgValue, EventType, Storage, NONE};
+use crate::tables::Tables;
 
 const SCHEMA: &str = r#"
-CREATE TABLE __intrinsic_slice(
-  id INTEGER PRIMARY KEY, ts INTEGER NOT NULL, dur INTEGER NOT NULL, track_id INTEGER NOT NULL,
-  category TEXT, name TEXT, depth INTEGER NOT NULL, stack_id INTEGER, parent_stack_id INTEGER,
-  parent_id INTEGER, arg_set_id INTEGER, thread_ts INTEGER, thread_dur INTEGER,
-  thread_instruction_count INTEGER, thread_instruction_delta INTEGER);
-CREATE VIEW slice AS SELECT *, category AS cat, id AS slice_id FROM __intrinsic_slice;
-CREATE VIEW slices AS SELECT * FROM slice;
-CREATE VIEW instant AS SELECT ts, track_id, name, arg_set_id FROM slice WHERE dur = 0;
-
 CREATE TABLE __intrinsic_track(
   id INTEGER PRIMARY KEY, name TEXT, type TEXT NOT NULL, event_type TEXT NOT NULL,
   dimension_arg_set_id INTEGER, parent_id INTEGER, source_arg_set_id INTEGER,
@@ -46,11 +37,6 @@ CREATE VIEW thread_counter_track AS SELECT id, name, type, parent_id, source_arg
 CREATE VIEW process_counter_track AS SELECT id, name, type, parent_id, source_arg_set_id,
   machine_id, counter_unit AS unit, description, upid
   FROM __intrinsic_track WHERE event_type = 'counter' AND upid IS NOT NULL;
-CREATE VIEW cpu_counter_track AS SELECT ct.id, ct.name, ct.type, ct.parent_id,
-  ct.source_arg_set_id, ct.machine_id, ct.unit, ct.description, a.int_value AS cpu
-  FROM counter_track ct JOIN __intrinsic_args a ON ct.dimension_arg_set_id = a.arg_set_id
-  WHERE a.key = 'cpu';
-
 CREATE TABLE counter(
   id INTEGER PRIMARY KEY, ts INTEGER NOT NULL, track_id INTEGER NOT NULL,
   value REAL NOT NULL, arg_set_id INTEGER);
@@ -72,10 +58,22 @@ CREATE TABLE flow(
   id INTEGER PRIMARY KEY, slice_out INTEGER NOT NULL, slice_in INTEGER NOT NULL,
   trace_id INTEGER, arg_set_id INTEGER);
 
-CREATE TABLE __intrinsic_args(
-  id INTEGER PRIMARY KEY, arg_set_id INTEGER NOT NULL, flat_key TEXT NOT NULL,
-  key TEXT NOT NULL, int_value INTEGER, string_value TEXT, real_value REAL,
-  value_type TEXT NOT NULL);
+CREATE TABLE __intrinsic_zero_length_zone(slice_id INTEGER PRIMARY KEY);
+
+CREATE TABLE stats(
+  id INTEGER PRIMARY KEY, name TEXT NOT NULL, key INTEGER NOT NULL, idx INTEGER,
+  severity TEXT NOT NULL, source TEXT NOT NULL, value INTEGER NOT NULL, description TEXT,
+  machine_id INTEGER, trace_id INTEGER);
+"#;
+
+/// The tables read in place from [`Tables`] (`crate::vtab`), and the views over them.
+const IN_MEMORY_SCHEMA: &str = r#"
+CREATE VIRTUAL TABLE __intrinsic_slice USING tachyon_slice;
+CREATE VIEW slice AS SELECT *, category AS cat, id AS slice_id FROM __intrinsic_slice;
+CREATE VIEW slices AS SELECT * FROM slice;
+CREATE VIEW instant AS SELECT ts, track_id, name, arg_set_id FROM slice WHERE dur = 0;
+
+CREATE VIRTUAL TABLE __intrinsic_args USING tachyon_args;
 CREATE VIEW args AS SELECT *,
   CASE value_type
     WHEN 'int' THEN CAST(int_value AS TEXT)
@@ -88,40 +86,19 @@ CREATE VIEW args AS SELECT *,
     ELSE NULL END AS display_value
   FROM __intrinsic_args;
 
-CREATE TABLE __intrinsic_zero_length_zone(slice_id INTEGER PRIMARY KEY);
+CREATE VIEW cpu_counter_track AS SELECT ct.id, ct.name, ct.type, ct.parent_id,
+  ct.source_arg_set_id, ct.machine_id, ct.unit, ct.description, a.int_value AS cpu
+  FROM counter_track ct JOIN __intrinsic_args a ON ct.dimension_arg_set_id = a.arg_set_id
+  WHERE a.key = 'cpu';
 
-CREATE TABLE stats(
-  id INTEGER PRIMARY KEY, name TEXT NOT NULL, key INTEGER NOT NULL, idx INTEGER,
-  severity TEXT NOT NULL, source TEXT NOT NULL, value INTEGER NOT NULL, description TEXT,
-  machine_id INTEGER, trace_id INTEGER);
 "#;
-
-/// The args, grouped by arg set, kept for `extract_arg` (which must not query the database
-/// from inside a query).
-#[derive(Debug)]
-pub(crate) struct ArgIndex {
-    strings: StringPool,
-    args: Vec<ArgRow>,
-    /// `args[offsets[s]..offsets[s + 1]]` is arg set `s`.
-    offsets: Vec<u32>,
-}
-
-impl ArgIndex {
-    fn lookup(&self, set: i64, key: &str) -> Option<ArgValue> {
-        let s = usize::try_from(set).ok()?;
-        let (&start, &end) = (self.offsets.get(s)?, self.offsets.get(s + 1)?);
-        self.args[start as usize..end as usize]
-            .iter()
-            .find(|a| self.strings.get(a.key) == key)
-            .map(|a| a.value)
-    }
-}
 
 fn opt(id: u32) -> Option<i64> {
     (id != NONE).then_some(id as i64)
 }
 
-/// Creates the schema in `conn`, copies `st` into it and registers `extract_arg`.
+/// Creates the schema in `conn`, copies the small tables of `st` into it, hands the slices and
+/// args (and the strings) to the virtual tables, and registers `extract_arg`.
 pub(crate) fn load(conn: &Connection, mut st: Storage) -> rusqlite::Result<()> {
     conn.execute_batch(
         "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA temp_store = MEMORY;",
@@ -129,29 +106,13 @@ pub(crate) fn load(conn: &Connection, mut st: Storage) -> rusqlite::Result<()> {
     conn.execute_batch(SCHEMA)?;
     conn.execute_batch(crate::profile::SCHEMA)?;
     conn.execute_batch(crate::heap::SCHEMA)?;
-    // Arg sets are contiguous once sorted by set (stable: order within a set is kept).
-    st.args.sort_by_key(|a| a.set);
+    conn.execute_batch(crate::state::SCHEMA)?;
+    let slices = std::mem::take(&mut st.slices);
+    let args = std::mem::take(&mut st.args);
     let tx = conn.unchecked_transaction()?;
     {
         let s = &st.strings;
         let text = |id: u32| (id != NONE).then(|| s.get(id));
-        let mut ins = tx.prepare(
-            "INSERT INTO __intrinsic_slice(id, ts, dur, track_id, category, name, depth, \
-             parent_id, arg_set_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-        )?;
-        for (i, r) in st.slices.iter().enumerate() {
-            ins.execute(params![
-                i as i64,
-                r.ts,
-                r.dur,
-                r.track,
-                text(r.category),
-                text(r.name),
-                r.depth,
-                opt(r.parent),
-                opt(r.arg_set)
-            ])?;
-        }
         let mut ins = tx.prepare(
             "INSERT INTO __intrinsic_track(id, name, type, event_type, dimension_arg_set_id, \
              parent_id, source_arg_set_id, utid, upid, counter_unit, description) \
@@ -165,6 +126,7 @@ pub(crate) fn load(conn: &Connection, mut st: Storage) -> rusqlite::Result<()> {
                 match t.event_type {
                     EventType::Slice => "slice",
                     EventType::Counter => "counter",
+                    EventType::State => "state",
                 },
                 opt(t.dimension_arg_set),
                 opt(t.parent),
@@ -225,30 +187,6 @@ pub(crate) fn load(conn: &Connection, mut st: Storage) -> rusqlite::Result<()> {
                 f.trace_id as i64
             ])?;
         }
-        let mut ins = tx.prepare(
-            "INSERT INTO __intrinsic_args(id, arg_set_id, flat_key, key, int_value, \
-             string_value, real_value, value_type) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        )?;
-        for (i, a) in st.args.iter().enumerate() {
-            let (int, string, real): (Option<i64>, Option<&str>, Option<f64>) = match a.value {
-                ArgValue::Int(v) => (Some(v), None, None),
-                // Stored as SQLite's 64-bit integer, as Perfetto does.
-                ArgValue::UInt(v) | ArgValue::Pointer(v) => (Some(v as i64), None, None),
-                ArgValue::Bool(v) => (Some(v as i64), None, None),
-                ArgValue::Real(v) => (None, None, Some(v)),
-                ArgValue::Str(v) | ArgValue::Json(v) => (None, Some(s.get(v)), None),
-            };
-            ins.execute(params![
-                i as i64,
-                a.set,
-                s.get(a.flat_key),
-                s.get(a.key),
-                int,
-                string,
-                real,
-                a.value.type_name()
-            ])?;
-        }
         let mut ins =
             tx.prepare("INSERT INTO __intrinsic_zero_length_zone(slice_id) VALUES (?1)")?;
         for &id in &st.zero_length_zones {
@@ -274,25 +212,15 @@ pub(crate) fn load(conn: &Connection, mut st: Storage) -> rusqlite::Result<()> {
     }
     crate::profile::load(&tx, &st)?;
     crate::heap::load(&tx, &st)?;
+    crate::state::load(&tx, &st)?;
     crate::logs::load(&tx, &st)?;
-    tx.execute_batch("CREATE INDEX __args_set ON __intrinsic_args(arg_set_id);")?;
     tx.commit()?;
 
-    // Keep the args (and their strings) for extract_arg; everything else is dropped.
-    let sets = st.args.last().map_or(0, |a| a.set as usize + 1);
-    let mut offsets = Vec::with_capacity(sets + 1);
-    let mut i = 0usize;
-    for s in 0..=sets {
-        while i < st.args.len() && (st.args[i].set as usize) < s {
-            i += 1;
-        }
-        offsets.push(i as u32);
-    }
-    let index = Arc::new(ArgIndex {
-        strings: st.strings,
-        args: st.args,
-        offsets,
-    });
+    // The large tables stay in memory as they are; SQL reads them through virtual tables.
+    let tables = Arc::new(Tables::new(st.strings, slices, args));
+    crate::vtab::register(conn, &tables)?;
+    conn.execute_batch(IN_MEMORY_SCHEMA)?;
+    let index = tables;
     conn.create_scalar_function(
         "extract_arg",
         2,
@@ -306,7 +234,7 @@ pub(crate) fn load(conn: &Connection, mut st: Storage) -> rusqlite::Result<()> {
                 ValueRef::Text(t) => String::from_utf8_lossy(t).into_owned(),
                 _ => return Ok(SqlValue::Null),
             };
-            Ok(match index.lookup(set, &key) {
+            Ok(match index.args.lookup(&index.strings, set, &key) {
                 None => SqlValue::Null,
                 Some(ArgValue::Int(v)) => SqlValue::Integer(v),
                 Some(ArgValue::UInt(v) | ArgValue::Pointer(v)) => SqlValue::Integer(v as i64),

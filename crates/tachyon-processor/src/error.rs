@@ -14,6 +14,17 @@ pub enum Error {
     Sql(rusqlite::Error),
     /// A compressed trace inflates to more than the limit (in bytes) set in the import options.
     TooLarge(u64),
+    /// The import would need more memory than the limit (the memory available on this machine,
+    /// or `Options::memory_limit`): refused before it starts rather than ended by the
+    /// out-of-memory killer.
+    OutOfMemory {
+        /// The trace's size in bytes (decompressed).
+        trace_bytes: u64,
+        /// The estimated peak memory of the import, in bytes.
+        needed: u64,
+        /// The limit, in bytes.
+        limit: u64,
+    },
 }
 
 impl fmt::Display for Error {
@@ -26,6 +37,19 @@ impl fmt::Display for Error {
                 f,
                 "the compressed trace inflates to more than {limit} bytes (the import limit)"
             ),
+            Error::OutOfMemory {
+                trace_bytes,
+                needed,
+                limit,
+            } => write!(
+                f,
+                "the trace is too large for this machine: importing {:.1} MB of trace needs \
+                 about {:.1} MB of memory, and the limit is {:.1} MB (the memory available: \
+                 MemAvailable, or the cgroup's memory.max); free memory or import a smaller trace",
+                *trace_bytes as f64 / 1e6,
+                *needed as f64 / 1e6,
+                *limit as f64 / 1e6
+            ),
         }
     }
 }
@@ -35,7 +59,7 @@ impl std::error::Error for Error {
         match self {
             Error::Io(e) => Some(e),
             Error::Sql(e) => Some(e),
-            Error::NotATrace(_) | Error::TooLarge(_) => None,
+            Error::NotATrace(_) | Error::TooLarge(_) | Error::OutOfMemory { .. } => None,
         }
     }
 }

@@ -122,6 +122,8 @@ pub(crate) enum EventKind {
     ThreadInstructions,
     /// A later descriptor's name for track uuid `track` (`data`: the name's `StrId`).
     TrackRename,
+    /// A `TYPE_STATE` event on state track `track` (`state.rs`); its name is the state.
+    State,
 }
 
 /// One timestamped event. Variable-length parts (args, flow ids) live in the importer's arenas
@@ -179,6 +181,8 @@ pub(crate) struct Reservation {
     pub(crate) sibling_order_rank: Option<i32>,
     /// A thread's descriptor track stays apart from the thread's own track.
     pub(crate) disallow_merging: bool,
+    /// A state track (`state`: a `StateDescriptor`), for `TYPE_STATE` events (`state.rs`).
+    pub(crate) state: bool,
     /// `SIBLING_MERGE_BEHAVIOR_NONE`: the name is no merge key, later descriptors may change it.
     pub(crate) never_merged: bool,
     /// On the root track: processes (threads) are ordered by their tracks'
@@ -298,6 +302,8 @@ pub(crate) struct Importer {
     /// Reused for the events of one TrackEvent, so that tokenizing does not allocate.
     scratch: Vec<Event>,
     pub(crate) parse: crate::parse::ParseState,
+    /// Legacy async events (`legacy.rs`).
+    pub(crate) legacy: crate::legacy::LegacyState,
     /// ProcessTree and SysStats (the system probes' packets).
     pub(crate) system: crate::system::SystemState,
 }
@@ -332,6 +338,7 @@ impl Importer {
             key_debug,
             scratch: Vec::new(),
             parse: Default::default(),
+            legacy: Default::default(),
             system: Default::default(),
         }
     }
@@ -995,6 +1002,7 @@ impl Importer {
                 .then(|| strings.intern_bytes(d.description_bytes())),
             child_ordering: d.child_ordering_raw(),
             disallow_merging: d.disallow_merging_with_system_tracks(),
+            state: d.has_state(),
             never_merged: d.sibling_merge_behavior_raw() == 2,
             explicit_process_order: d.process_ordering_raw() == 1,
             explicit_thread_order: d.thread_ordering_raw() == 1,
@@ -1009,6 +1017,11 @@ impl Importer {
             r.pid = t.has_pid().then(|| t.pid() as i64);
             if t.has_thread_name() {
                 thread_name = strings.intern_bytes(t.thread_name_bytes());
+            }
+            // As in Perfetto, a thread's descriptor is also its sequence's thread: legacy
+            // events without a track uuid go to that thread (and name it as their emitter).
+            if let Some(seq) = self.seqs.get_mut(&seq_id).filter(|_| seq_id != 0) {
+                seq.legacy_thread = Some((r.pid, t.tid()));
             }
         }
         if d.has_chrome_process() {
@@ -1225,7 +1238,13 @@ impl Importer {
         // of the sequence's default track. Legacy instants with a process or global scope go
         // to that process's (or the global) legacy instant track instead.
         let mut legacy_target = None;
-        if uuid == 0 && (legacy.is_some() || seq.legacy_thread.is_some()) {
+        // An explicit track uuid 0 on a typed event means the default track, not a fallback.
+        let explicit_default = ev.has_track_uuid()
+            && ev.has_type()
+            && !legacy
+                .as_ref()
+                .is_some_and(|l| l.has_pid_override() || l.has_tid_override());
+        if uuid == 0 && !explicit_default && (legacy.is_some() || seq.legacy_thread.is_some()) {
             let overridden = legacy.as_ref().and_then(|l| {
                 l.has_tid_override()
                     .then(|| (Some(l.pid_override() as i64), l.tid_override() as i64))
@@ -1256,6 +1275,19 @@ impl Importer {
             2 => EventKind::SliceEnd,
             3 => EventKind::Instant,
             4 => EventKind::Counter,
+            5 if !ev.has_track_uuid() && default_uuid.is_none() => {
+                self.st
+                    .stats
+                    .inc(Stat::track_event_state_missing_track_uuid);
+                return;
+            }
+            // TYPE_STATE: only on a described state track, never a legacy thread's.
+            5 if !legacy_thread
+                && uuid != 0
+                && self.reservations.get(&uuid).is_some_and(|r| r.state) =>
+            {
+                EventKind::State
+            }
             // Unset: a legacy event (its phase decides, below).
             0 => EventKind::Instant,
             // TYPE_STATE (state tracks are not modelled) and types this importer does not
@@ -1270,6 +1302,7 @@ impl Importer {
         // A flow event riding on the slice (legacy `bind_id` with a direction).
         let mut bound_flow = None;
         let mut v1_flow_id = None;
+        let mut async_phase = None;
         if let Some(l) = &legacy {
             if l.has_name_iid() {
                 legacy_name_iid = Some(l.name_iid());
@@ -1292,7 +1325,11 @@ impl Importer {
             kind = match l.phase() as u8 {
                 b'B' => EventKind::SliceBegin,
                 b'E' => EventKind::SliceEnd,
-                b'I' | b'i' | b'n' | b'R' => EventKind::Instant,
+                b'I' | b'i' | b'R' => EventKind::Instant,
+                phase if crate::legacy::is_async_phase(phase) => {
+                    async_phase = Some(phase);
+                    crate::legacy::slice_kind(phase)
+                }
                 b'X' => {
                     data = l.duration_us().saturating_mul(1000).max(0) as u64;
                     EventKind::Complete
@@ -1368,6 +1405,20 @@ impl Importer {
             }
         };
 
+        // A legacy async event goes to an async track of its id (`legacy.rs`).
+        let mut async_track = None;
+        if let (Some(phase), Some(l)) = (async_phase, &legacy) {
+            let emitter = if legacy_thread {
+                crate::legacy::Emitter::LegacyThread(track)
+            } else {
+                crate::legacy::Emitter::Track(track)
+            };
+            match self.tokenize_async(phase, l, emitter, name, category) {
+                Some(t) => async_track = Some((t, phase)),
+                None => return,
+            }
+        }
+
         if let Some(id) = v1_flow_id {
             // Flow v1 ids live in their own space (the top bit set), one per (id, category,
             // name).
@@ -1404,7 +1455,24 @@ impl Importer {
 
         if kind != EventKind::Counter {
             let args = self.arena_args.len() as u32;
+            if let Some((t, phase)) = async_track {
+                self.async_args_before(t, phase);
+            }
             self.annotations(seq_id, ev, &mut interned_misses);
+            if let Some((t, phase)) = async_track {
+                self.async_args_after(t, phase);
+            } else if !legacy_thread && kind != EventKind::SliceEnd {
+                if let Some(thread) = self.seqs.get(&seq_id).and_then(|s| s.legacy_thread) {
+                    self.passthrough_placeholder(track, thread);
+                }
+            } else if legacy_thread {
+                // A legacy instant with a process or global scope names its thread.
+                if let Some(&(pid, tid, scope)) = self.legacy_threads.get(track as usize) {
+                    if scope != LEGACY_SCOPE_THREAD {
+                        self.passthrough_placeholder(u64::MAX, (pid, tid));
+                    }
+                }
+            }
             let nargs = self.arena_args.len() as u32 - args;
             let flows = self.arena_flows.len() as u32;
             self.arena_flows
@@ -1445,8 +1513,17 @@ impl Importer {
                     crate::profile::track_event_callsite(&mut seq.profile, &mut self.st, pid, ev)
                 {
                     data = u64::from(c) + 1;
+                    if ev.has_callstack_weight() {
+                        let w = &mut self.st.profile.callstack_weights;
+                        w.push(ev.callstack_weight());
+                        data |= (w.len() as u64) << 32;
+                    }
                 }
             }
+            let (track, legacy_thread) = match async_track {
+                Some((t, _)) => (t, true),
+                None => (track, legacy_thread),
+            };
             let event = Event {
                 ts,
                 track,

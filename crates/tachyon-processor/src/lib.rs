@@ -1,7 +1,9 @@
 //! Tachyon's trace processor: imports a Perfetto protobuf trace (Tachyon's own or any other
 //! tool's; plain, gzip-compressed, or with `compressed_packets` inside) into an embedded SQLite
 //! database whose tables and columns carry Perfetto's trace processor names, so existing
-//! queries work unchanged.
+//! queries work unchanged. The large tables (`slice`, `args`) stay in compact in-memory form
+//! and SQLite reads them through virtual tables; a trace whose import would not fit in the
+//! machine's memory is refused up front ([`Error::OutOfMemory`]).
 //!
 //! ```
 //! use tachyon_processor::{Options, TraceProcessor, Value};
@@ -46,7 +48,8 @@
 //! follows Perfetto's incremental extraction for streamed traces.
 //!
 //! SQL functions: `extract_arg(arg_set_id, key)`.
-#![forbid(unsafe_code)]
+// `unsafe` is allowed in `vtab` only (SQLite's virtual table interface).
+#![deny(unsafe_code)]
 #![deny(missing_docs)]
 
 mod clock;
@@ -56,17 +59,22 @@ mod error;
 mod frames;
 mod heap;
 mod import;
+mod legacy;
 mod locks;
 mod logs;
+mod memory;
 mod parse;
 mod processor;
 mod profile;
 pub mod profiles;
 mod sort;
+mod state;
 mod stats;
 mod storage;
 mod strings;
 mod system;
+mod tables;
+mod vtab;
 mod zones;
 
 pub use crashes::{Crash, CRASH_CATEGORY};

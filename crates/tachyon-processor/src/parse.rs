@@ -31,7 +31,7 @@ const MAX_ANCESTORS: usize = 100;
 
 /// Where a track's events belong.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Scope {
+pub(crate) enum Scope {
     Thread(u32),
     Process(u32),
     Global,
@@ -193,8 +193,12 @@ impl Importer {
                         .push(TrackEventCallstackRow {
                             slice: id,
                             track,
-                            callsite: (ev.data - 1) as u32,
+                            callsite: (ev.data as u32).wrapping_sub(1),
                             end_callsite: NONE,
+                            weight: crate::profile::event_callstack_weight(
+                                &self.st.profile,
+                                ev.data,
+                            ),
                         });
                 }
                 self.flows_for(id, ev);
@@ -202,6 +206,11 @@ impl Importer {
                     for flow in ids {
                         self.flow_arrives(flow, id, true);
                     }
+                }
+            }
+            EventKind::State => {
+                if let Some(track) = self.event_track(ev, NONE) {
+                    self.apply_state(ev, track);
                 }
             }
             EventKind::SliceEnd => {
@@ -237,7 +246,11 @@ impl Importer {
                             slice: id,
                             track,
                             callsite: NONE,
-                            end_callsite: (ev.data - 1) as u32,
+                            end_callsite: (ev.data as u32).wrapping_sub(1),
+                            weight: crate::profile::event_callstack_weight(
+                                &self.st.profile,
+                                ev.data,
+                            ),
                         });
                 }
                 self.flows_for(id, ev);
@@ -382,18 +395,24 @@ impl Importer {
     }
 
     /// Moves an event's args into arg set `set` (a new one if `NONE`); returns the set.
-    fn args_for(&mut self, set: u32, ev: &Event) -> u32 {
+    pub(crate) fn args_for(&mut self, set: u32, ev: &Event) -> u32 {
         if ev.nargs == 0 {
             return set;
         }
-        let set = if set == NONE {
-            self.st.new_arg_set()
-        } else {
-            set
-        };
+        let (merging, mut set) = (set != NONE, set);
         let range = ev.args as usize..(ev.args + ev.nargs) as usize;
         for i in range {
-            let a = self.arena_args[i];
+            let mut a = self.arena_args[i];
+            if a.key == NONE {
+                // An arg decided at parse time (`legacy.rs`: the emitting thread).
+                match self.passthrough_utid(i, ev, merging) {
+                    Some(v) => (a.key, a.value) = (a.flat_key, v),
+                    None => continue,
+                }
+            }
+            if set == NONE {
+                set = self.st.new_arg_set();
+            }
             self.st.push_arg(set, a.flat_key, a.key, a.value);
         }
         set
@@ -446,6 +465,9 @@ impl Importer {
     fn event_track(&mut self, ev: &Event, event_name: StrId) -> Option<u32> {
         if !ev.legacy_thread {
             return self.intern_track(ev.track, event_name);
+        }
+        if ev.track & crate::legacy::ASYNC_TRACK != 0 {
+            return self.async_track(ev.track, ev.name);
         }
         // Resolved anew each time: the pid or tid may have been reused since.
         let (pid, tid, scope) = self.legacy_threads[ev.track as usize];
@@ -518,6 +540,7 @@ impl Importer {
         let is_counter = r.counter.is_some();
         let id = if is_root
             && !is_counter
+            && !r.state
             && !r.disallow_merging
             && matches!(scope, Scope::Thread(_))
         {
@@ -527,6 +550,9 @@ impl Importer {
             self.thread_track(utid)
         } else {
             let kind = match (scope, is_counter) {
+                (Scope::Thread(_), _) if r.state => "thread_state_track_event",
+                (Scope::Process(_), _) if r.state => "process_state_track_event",
+                (Scope::Global, _) if r.state => "global_state_track_event",
                 (Scope::Thread(_), false) => "thread_track_event",
                 (Scope::Thread(_), true) => "thread_counter_track_event",
                 (Scope::Process(_), false) => "process_track_event",
@@ -617,6 +643,8 @@ impl Importer {
                 kind,
                 event_type: if is_counter {
                     EventType::Counter
+                } else if r.state {
+                    EventType::State
                 } else {
                     EventType::Slice
                 },
@@ -668,7 +696,7 @@ impl Importer {
 
     /// Scope of a track uuid and whether it is the root of that scope; `None` (with a stat)
     /// if its ancestry is broken.
-    fn resolve(&mut self, uuid: u64) -> Option<(Scope, bool)> {
+    pub(crate) fn resolve(&mut self, uuid: u64) -> Option<(Scope, bool)> {
         if let Some(&s) = self.parse.scopes.get(&uuid) {
             return Some(s);
         }

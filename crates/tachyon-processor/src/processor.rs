@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use crate::{crashes, db, import, stats, zones, Crash, Error, ZoneStats};
+use crate::{crashes, db, import, memory, stats, zones, Crash, Error, ZoneStats};
 
 /// How events are ordered by timestamp before they are parsed into tables.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -31,6 +31,10 @@ pub struct Options {
     /// (`TracePacket.track_event_range_of_interest`), as trace_processor's
     /// `--crop-track-events`. Default: off (keep everything).
     pub crop_track_events: bool,
+    /// The most memory the import may need, in bytes: a trace whose estimated peak is larger
+    /// is refused with [`Error::OutOfMemory`] before the import starts. `None` (the default):
+    /// the memory available on this machine (`MemAvailable`, or the cgroup's limit).
+    pub memory_limit: Option<u64>,
 }
 
 impl Default for Options {
@@ -39,6 +43,7 @@ impl Default for Options {
             sort: SortMode::default(),
             max_inflated_bytes: 16 << 30,
             crop_track_events: false,
+            memory_limit: None,
         }
     }
 }
@@ -121,6 +126,9 @@ impl TraceProcessor {
         options: &Options,
         progress: &mut dyn FnMut(Progress),
     ) -> Result<Self, Error> {
+        // The file is read whole, then imported: both count against the limit.
+        let len = std::fs::metadata(path.as_ref())?.len();
+        check_memory(len, len.saturating_add(memory::estimate(len)), options)?;
         let bytes = std::fs::read(path)?;
         Self::from_bytes_with_progress(&bytes, options, progress)
     }
@@ -155,6 +163,7 @@ impl TraceProcessor {
         };
         check_format(trace)?;
         let total = trace.len() as u64;
+        check_memory(total, memory::estimate(total), options)?;
         importer.push_trace(trace, false, &mut |done| {
             progress(Progress {
                 done: done as u64,
@@ -162,8 +171,12 @@ impl TraceProcessor {
             })
         });
         importer.finish();
+        // Only the tables outlive the import: the event arenas and sequence state are freed
+        // before the tables are built, which lowers the peak.
+        let st = std::mem::take(&mut importer.st);
+        drop(importer);
         let conn = rusqlite::Connection::open_in_memory()?;
-        db::load(&conn, importer.st)?;
+        db::load(&conn, st)?;
         Ok(TraceProcessor { conn })
     }
 
@@ -243,6 +256,18 @@ impl TraceProcessor {
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
+    }
+}
+
+/// Refuses an import whose estimated peak memory exceeds the limit.
+fn check_memory(trace_bytes: u64, needed: u64, options: &Options) -> Result<(), Error> {
+    match options.memory_limit.or_else(memory::available) {
+        Some(limit) if needed > limit => Err(Error::OutOfMemory {
+            trace_bytes,
+            needed,
+            limit,
+        }),
+        _ => Ok(()),
     }
 }
 
@@ -347,5 +372,26 @@ mod tests {
             Err(Error::TooLarge(limit)) if limit == 1 << 16
         ));
         assert!(TraceProcessor::from_bytes(&gz, &Options::default()).is_ok());
+    }
+
+    /// A trace whose import would need more than the memory limit is refused, naming it.
+    #[test]
+    fn a_trace_too_large_for_the_memory_limit_is_refused() {
+        let trace = [0x0a, 0x00].repeat(1 << 10);
+        let options = Options {
+            memory_limit: Some(1000),
+            ..Options::default()
+        };
+        let e = TraceProcessor::from_bytes(&trace, &options).unwrap_err();
+        assert!(
+            matches!(e, Error::OutOfMemory { trace_bytes: 2048, limit: 1000, needed } if needed > 1000),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("the limit is 0.0 MB"), "{e}");
+        let options = Options {
+            memory_limit: Some(1 << 20),
+            ..Options::default()
+        };
+        assert!(TraceProcessor::from_bytes(&trace, &options).is_ok());
     }
 }

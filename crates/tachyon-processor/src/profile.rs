@@ -86,6 +86,8 @@ pub(crate) struct TrackEventCallstackRow {
     pub(crate) track: u32,
     pub(crate) callsite: u32,
     pub(crate) end_callsite: u32,
+    /// The event's `callstack_weight`.
+    pub(crate) weight: Option<f64>,
 }
 
 /// A sample between tokenizing and parsing (its thread is resolved once sorted).
@@ -133,6 +135,9 @@ pub(crate) struct StackProfile {
     pub(crate) symbols: Vec<SymbolRow>,
     pub(crate) perf_samples: Vec<PerfSampleRow>,
     pub(crate) track_event_callstacks: Vec<TrackEventCallstackRow>,
+    /// `callstack_weight`s of track events, referenced from the upper half of their event's
+    /// `data` (index + 1; the lower half is the callsite + 1).
+    pub(crate) callstack_weights: Vec<f64>,
     pending_samples: Vec<PendingSample>,
     module_symbols: Vec<ModuleSymbols>,
     shared_mappings: FxHashMap<MappingKey, u32>,
@@ -588,6 +593,15 @@ fn resolve_mapping(seq: &mut SeqProfile, st: &mut Storage, scope: i64, iid: u64)
 
 /// The callsite of a track event's stack (interned `callstack_iid`, or an inline `callstack`
 /// of function names), if it has one.
+/// The `callstack_weight` of a track event whose `data` holds its callsite (see
+/// [`StackProfile::callstack_weights`]).
+pub(crate) fn event_callstack_weight(p: &StackProfile, data: u64) -> Option<f64> {
+    let index = (data >> 32) as usize;
+    index
+        .checked_sub(1)
+        .and_then(|i| p.callstack_weights.get(i).copied())
+}
+
 pub(crate) fn track_event_callsite(
     seq: &mut SeqProfile,
     st: &mut Storage,
@@ -851,7 +865,7 @@ pub(crate) fn load(tx: &rusqlite::Connection, st: &Storage) -> rusqlite::Result<
     }
     let mut ins = tx.prepare(
         "INSERT INTO __intrinsic_track_event_callstacks(id, slice_id, track_id, callsite_id, \
-         end_callsite_id) VALUES (?1, ?2, ?3, ?4, ?5)",
+         end_callsite_id, weight) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )?;
     for (i, r) in p.track_event_callstacks.iter().enumerate() {
         ins.execute(params![
@@ -859,7 +873,8 @@ pub(crate) fn load(tx: &rusqlite::Connection, st: &Storage) -> rusqlite::Result<
             r.slice,
             r.track,
             opt(r.callsite),
-            opt(r.end_callsite)
+            opt(r.end_callsite),
+            r.weight
         ])?;
     }
     Ok(())

@@ -131,7 +131,9 @@ stats! {
     track_event_tokenizer_errors: Single, Info, Analysis,
         "TrackEvents (or parts of them) that could not be decoded.";
     track_event_parser_errors: Single, Info, Analysis,
-        "TrackEvents of a type this importer does not handle (TYPE_STATE, unknown types, legacy phases other than B, E, I, i, n, R, X, s, t, f).";
+        "TrackEvents that could not be imported: unknown types, unknown legacy phases, TYPE_STATE off a state track, async legacy events without an id or (local ids) a process.";
+    track_event_state_missing_track_uuid: Single, Error, Analysis,
+        "TYPE_STATE events without a track uuid (in the event or its defaults); dropped.";
     track_event_counter_missing_value: Single, Error, Analysis,
         "TYPE_COUNTER events without counter_value or double_counter_value; dropped.";
     track_event_counter_invalid_track_uuid: Single, Error, Analysis,

@@ -64,6 +64,8 @@ pub(crate) struct SliceRow {
 pub(crate) enum EventType {
     Slice,
     Counter,
+    /// A TrackEvent state track (`state.rs`).
+    State,
 }
 
 #[derive(Clone, Debug)]
@@ -161,6 +163,8 @@ pub(crate) struct Storage {
     pub(crate) profile: crate::profile::StackProfile,
     /// Heap profiles (`heap.rs`).
     pub(crate) heap: crate::heap::HeapStore,
+    /// TrackEvent states (`state.rs`).
+    pub(crate) states: crate::state::StateStore,
     /// `android_logs` (`logs.rs`).
     pub(crate) android_logs: Vec<crate::logs::LogRow>,
     /// Slices that began and ended on the same nanosecond (`dur = 0` like an instant, but a
@@ -188,6 +192,7 @@ impl Default for Storage {
             args: Vec::new(),
             profile: Default::default(),
             heap: Default::default(),
+            states: Default::default(),
             android_logs: Vec::new(),
             zero_length_zones: Vec::new(),
             next_arg_set: 0,

@@ -94,6 +94,11 @@ impl StringPool {
         }
     }
 
+    /// The id of `s` if it was interned.
+    pub(crate) fn lookup(&self, s: &str) -> Option<StrId> {
+        self.ids.get(s).copied()
+    }
+
     pub(crate) fn get(&self, id: StrId) -> &str {
         &self.strings[id as usize]
     }

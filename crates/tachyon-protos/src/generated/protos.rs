@@ -26288,6 +26288,8 @@ pub mod perfetto {
             pub const CALLSTACK_FIELD_NUMBER: u32 = 55;
             /// The field number of `callstack_iid`.
             pub const CALLSTACK_IID_FIELD_NUMBER: u32 = 56;
+            /// The field number of `callstack_weight`.
+            pub const CALLSTACK_WEIGHT_FIELD_NUMBER: u32 = 57;
             /// The field number of `debug_annotations`.
             pub const DEBUG_ANNOTATIONS_FIELD_NUMBER: u32 = 4;
             /// The field number of `source_location`.
@@ -26573,6 +26575,15 @@ pub mod perfetto {
                 self.0.append_uint64(56, v);
             }
 
+            /// An additive value attributed to this occurrence of the call stack (weighted
+            /// aggregations use only weighted occurrences).
+            ///
+            /// Writes `optional double callstack_weight = 57`.
+            #[inline(always)]
+            pub fn set_callstack_weight(&mut self, v: f64) {
+                self.0.append_double(57, v);
+            }
+
             /// Arguments.
             ///
             /// Begins one element of `repeated perfetto.protos.DebugAnnotation debug_annotations =
@@ -26709,7 +26720,7 @@ pub mod perfetto {
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct TrackEventView<'a> {
-            d: ::protozero::TypedDecoder<'a, 32>,
+            d: ::protozero::TypedDecoder<'a, 33>,
         }
 
         impl<'a> TrackEventView<'a> {
@@ -26747,17 +26758,17 @@ pub mod perfetto {
                     47 => ::core::option::Option::Some(13),
                     42 => ::core::option::Option::Some(14),
                     48 => ::core::option::Option::Some(15),
-                    52..=56 => ::core::option::Option::Some(id as usize - 36),
-                    4 => ::core::option::Option::Some(21),
-                    33..=34 => ::core::option::Option::Some(id as usize - 11),
-                    21 => ::core::option::Option::Some(24),
-                    1 => ::core::option::Option::Some(25),
-                    16 => ::core::option::Option::Some(26),
-                    2 => ::core::option::Option::Some(27),
-                    17 => ::core::option::Option::Some(28),
-                    8 => ::core::option::Option::Some(29),
-                    20 => ::core::option::Option::Some(30),
-                    6 => ::core::option::Option::Some(31),
+                    52..=57 => ::core::option::Option::Some(id as usize - 36),
+                    4 => ::core::option::Option::Some(22),
+                    33..=34 => ::core::option::Option::Some(id as usize - 10),
+                    21 => ::core::option::Option::Some(25),
+                    1 => ::core::option::Option::Some(26),
+                    16 => ::core::option::Option::Some(27),
+                    2 => ::core::option::Option::Some(28),
+                    17 => ::core::option::Option::Some(29),
+                    8 => ::core::option::Option::Some(30),
+                    20 => ::core::option::Option::Some(31),
+                    6 => ::core::option::Option::Some(32),
                     _ => ::core::option::Option::None,
                 }
             }
@@ -27037,12 +27048,28 @@ pub mod perfetto {
                 ::protozero::gen_support::has_varint(&self.d, 20)
             }
 
+            /// An additive value attributed to this occurrence of the call stack (weighted
+            /// aggregations use only weighted occurrences).
+            ///
+            /// The last occurrence, or the default, of `optional double callstack_weight = 57`.
+            #[inline]
+            #[allow(clippy::approx_constant)]
+            pub fn callstack_weight(&self) -> f64 {
+                ::protozero::gen_support::double(&self.d, 21, 0.0)
+            }
+
+            /// Whether `callstack_weight` (field 57) occurs with the right wire type.
+            #[inline]
+            pub fn has_callstack_weight(&self) -> bool {
+                ::protozero::gen_support::has_fixed64(&self.d, 21)
+            }
+
             /// Arguments.
             ///
             /// The elements of `repeated perfetto.protos.DebugAnnotation debug_annotations = 4`.
             #[inline]
             pub fn debug_annotations(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<DebugAnnotationView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 21).map(DebugAnnotationView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 22).map(DebugAnnotationView::decode)
             }
 
             /// The last occurrence (an empty message when absent) of
@@ -27056,13 +27083,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn source_location(&self) -> ::core::result::Result<SourceLocationView<'a>, ::protozero::DecodeError> {
-                SourceLocationView::decode(::protozero::gen_support::bytes(&self.d, 22, b""))
+                SourceLocationView::decode(::protozero::gen_support::bytes(&self.d, 23, b""))
             }
 
             /// Whether `source_location` (field 33) occurs with the right wire type.
             #[inline]
             pub fn has_source_location(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 22)
+                ::protozero::gen_support::has_len(&self.d, 23)
             }
 
             /// The last occurrence, or the default, of `uint64 source_location_iid = 34`.
@@ -27071,13 +27098,13 @@ pub mod perfetto {
             /// parser keeps the last one written); the view reads each member on its own.
             #[inline]
             pub fn source_location_iid(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 23, 0)
+                ::protozero::gen_support::uint64(&self.d, 24, 0)
             }
 
             /// Whether `source_location_iid` (field 34) occurs with the right wire type.
             #[inline]
             pub fn has_source_location_iid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 23)
+                ::protozero::gen_support::has_varint(&self.d, 24)
             }
 
             /// A log message (Tachyon's message! macros): the event is an instant on
@@ -27091,13 +27118,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn log_message(&self) -> ::core::result::Result<LogMessageView<'a>, ::protozero::DecodeError> {
-                LogMessageView::decode(::protozero::gen_support::bytes(&self.d, 24, b""))
+                LogMessageView::decode(::protozero::gen_support::bytes(&self.d, 25, b""))
             }
 
             /// Whether `log_message` (field 21) occurs with the right wire type.
             #[inline]
             pub fn has_log_message(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 24)
+                ::protozero::gen_support::has_len(&self.d, 25)
             }
 
             /// Delta from the previous event (or ThreadDescriptor reference).
@@ -27108,13 +27135,13 @@ pub mod perfetto {
             /// last one written); the view reads each member on its own.
             #[inline]
             pub fn timestamp_delta_us(&self) -> i64 {
-                ::protozero::gen_support::int64(&self.d, 25, 0)
+                ::protozero::gen_support::int64(&self.d, 26, 0)
             }
 
             /// Whether `timestamp_delta_us` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_timestamp_delta_us(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 25)
+                ::protozero::gen_support::has_varint(&self.d, 26)
             }
 
             /// The last occurrence, or the default, of `int64 timestamp_absolute_us = 16`.
@@ -27123,13 +27150,13 @@ pub mod perfetto {
             /// last one written); the view reads each member on its own.
             #[inline]
             pub fn timestamp_absolute_us(&self) -> i64 {
-                ::protozero::gen_support::int64(&self.d, 26, 0)
+                ::protozero::gen_support::int64(&self.d, 27, 0)
             }
 
             /// Whether `timestamp_absolute_us` (field 16) occurs with the right wire type.
             #[inline]
             pub fn has_timestamp_absolute_us(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 26)
+                ::protozero::gen_support::has_varint(&self.d, 27)
             }
 
             /// The last occurrence, or the default, of `int64 thread_time_delta_us = 2`.
@@ -27138,13 +27165,13 @@ pub mod perfetto {
             /// the last one written); the view reads each member on its own.
             #[inline]
             pub fn thread_time_delta_us(&self) -> i64 {
-                ::protozero::gen_support::int64(&self.d, 27, 0)
+                ::protozero::gen_support::int64(&self.d, 28, 0)
             }
 
             /// Whether `thread_time_delta_us` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_thread_time_delta_us(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 27)
+                ::protozero::gen_support::has_varint(&self.d, 28)
             }
 
             /// The last occurrence, or the default, of `int64 thread_time_absolute_us = 17`.
@@ -27153,13 +27180,13 @@ pub mod perfetto {
             /// the last one written); the view reads each member on its own.
             #[inline]
             pub fn thread_time_absolute_us(&self) -> i64 {
-                ::protozero::gen_support::int64(&self.d, 28, 0)
+                ::protozero::gen_support::int64(&self.d, 29, 0)
             }
 
             /// Whether `thread_time_absolute_us` (field 17) occurs with the right wire type.
             #[inline]
             pub fn has_thread_time_absolute_us(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 28)
+                ::protozero::gen_support::has_varint(&self.d, 29)
             }
 
             /// The last occurrence, or the default, of `int64 thread_instruction_count_delta = 8`.
@@ -27168,13 +27195,13 @@ pub mod perfetto {
             /// parser keeps the last one written); the view reads each member on its own.
             #[inline]
             pub fn thread_instruction_count_delta(&self) -> i64 {
-                ::protozero::gen_support::int64(&self.d, 29, 0)
+                ::protozero::gen_support::int64(&self.d, 30, 0)
             }
 
             /// Whether `thread_instruction_count_delta` (field 8) occurs with the right wire type.
             #[inline]
             pub fn has_thread_instruction_count_delta(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 29)
+                ::protozero::gen_support::has_varint(&self.d, 30)
             }
 
             /// The last occurrence, or the default, of `int64 thread_instruction_count_absolute =
@@ -27184,14 +27211,14 @@ pub mod perfetto {
             /// parser keeps the last one written); the view reads each member on its own.
             #[inline]
             pub fn thread_instruction_count_absolute(&self) -> i64 {
-                ::protozero::gen_support::int64(&self.d, 30, 0)
+                ::protozero::gen_support::int64(&self.d, 31, 0)
             }
 
             /// Whether `thread_instruction_count_absolute` (field 20) occurs with the right wire
             /// type.
             #[inline]
             pub fn has_thread_instruction_count_absolute(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 30)
+                ::protozero::gen_support::has_varint(&self.d, 31)
             }
 
             /// The last occurrence (an empty message when absent) of `optional
@@ -27202,13 +27229,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn legacy_event(&self) -> ::core::result::Result<track_event::LegacyEventView<'a>, ::protozero::DecodeError> {
-                track_event::LegacyEventView::decode(::protozero::gen_support::bytes(&self.d, 31, b""))
+                track_event::LegacyEventView::decode(::protozero::gen_support::bytes(&self.d, 32, b""))
             }
 
             /// Whether `legacy_event` (field 6) occurs with the right wire type.
             #[inline]
             pub fn has_legacy_event(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 31)
+                ::protozero::gen_support::has_len(&self.d, 32)
             }
         }
 

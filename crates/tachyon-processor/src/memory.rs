@@ -1,0 +1,60 @@
+//! Whether a trace can be imported in the memory this machine has: checked before the import
+//! starts, so that a trace too large ends in a clear error instead of the out-of-memory killer.
+
+/// Peak import memory per byte of (decompressed) trace, on top of the trace bytes themselves,
+/// measured with the import bench (`cargo bench -p tachyon-processor --bench import`: an
+/// SDK-written trace of nested zones with arguments, the densest in events per byte that
+/// Tachyon writes: 7.4 to 8.0 in three runs on 2026-11-26) and rounded up.
+pub(crate) const PEAK_BYTES_PER_TRACE_BYTE: u64 = 8;
+
+/// The memory an import of `trace_bytes` needs at its peak (beyond the trace itself).
+pub(crate) fn estimate(trace_bytes: u64) -> u64 {
+    trace_bytes.saturating_mul(PEAK_BYTES_PER_TRACE_BYTE)
+}
+
+/// The memory this process may still use: `MemAvailable` from `/proc/meminfo`, lowered to the
+/// cgroup's `memory.max` headroom when one is set. `None` where neither can be read (then no
+/// check is made).
+pub(crate) fn available() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok();
+    let mem = meminfo
+        .as_deref()
+        .and_then(|m| meminfo_field(m, "MemAvailable:"));
+    let cgroup = cgroup_headroom();
+    match (mem, cgroup) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// A `/proc/meminfo` field, in bytes.
+fn meminfo_field(meminfo: &str, name: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|l| l.starts_with(name))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb.saturating_mul(1024))
+}
+
+/// `memory.max - memory.current` of this process's cgroup (v2), if it has a limit.
+fn cgroup_headroom() -> Option<u64> {
+    let cg = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let path = cg.lines().find_map(|l| l.strip_prefix("0::"))?;
+    let dir = std::path::Path::new("/sys/fs/cgroup").join(path.trim_start_matches('/'));
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).ok();
+    let max: u64 = read("memory.max")?.trim().parse().ok()?; // "max" (no limit) fails here.
+    let current: u64 = read("memory.current")?.trim().parse().ok()?;
+    Some(max.saturating_sub(current))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn meminfo_fields_are_read_in_bytes() {
+        let m = "MemTotal:       16000000 kB\nMemAvailable:    8000000 kB\n";
+        assert_eq!(meminfo_field(m, "MemAvailable:"), Some(8_192_000_000));
+        assert_eq!(meminfo_field(m, "SwapFree:"), None);
+        assert_eq!(estimate(1 << 30), 8 << 30);
+        assert_eq!(estimate(u64::MAX), u64::MAX);
+    }
+}
