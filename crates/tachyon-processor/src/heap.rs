@@ -71,6 +71,8 @@ struct Pending {
 struct Seq {
     prev_index: Option<u64>,
     strings: FxHashMap<u64, StrId>,
+    /// The same strings' bytes where they are not UTF-8 (build ids are raw bytes).
+    raw_strings: FxHashMap<u64, Box<[u8]>>,
     mappings: FxHashMap<u64, u32>,
     frames: FxHashMap<u64, u32>,
     callstacks: FxHashMap<u64, u32>,
@@ -135,6 +137,9 @@ fn packet(
         let s = s.map_err(drop)?;
         let id = st.strings.intern_bytes(s.str());
         seq.strings.insert(s.iid(), id);
+        if std::str::from_utf8(s.str()).is_err() {
+            seq.raw_strings.insert(s.iid(), s.str().into());
+        }
     }
     for m in pp.mappings() {
         let m = m.map_err(drop)?;
@@ -158,7 +163,10 @@ fn packet(
             }
         }
         let name = st.strings.intern(&name);
-        let build_id = st.strings.get(build_id).as_bytes().to_vec();
+        let build_id = match seq.raw_strings.get(&m.build_id()) {
+            Some(raw) => raw.to_vec(),
+            None => st.strings.get(build_id).as_bytes().to_vec(),
+        };
         let params = MappingParams {
             name,
             build_id: &build_id,
@@ -290,6 +298,7 @@ fn packet(
             add_allocation(st, seq, a);
         }
         seq.strings.clear();
+        seq.raw_strings.clear();
         seq.mappings.clear();
         seq.frames.clear();
         seq.callstacks.clear();
@@ -472,29 +481,96 @@ pub struct HeapReport {
     pub top_allocated: Vec<HeapSite>,
 }
 
+/// Functions of the allocator itself at the top of a native allocation stack (the tracking
+/// hook, the `GlobalAlloc` shims, `alloc::alloc`): left out of a site's stack, so it ends at
+/// the code that asked for memory (a flame graph still shows them).
+const ALLOCATOR_FRAMES: &[&str] = &[
+    "tachyon::alloc::",
+    "<tachyon::alloc::",
+    "tachyon::callstack::",
+    "std::thread::local::LocalKey<",
+    "__rust_alloc",
+    "__rust_realloc",
+    "__rust_dealloc",
+    "__rg_",
+    "__rdl_",
+    "alloc::alloc::",
+    "<alloc::alloc::Global",
+    "<std::alloc::System",
+    "std::alloc::",
+];
+
+/// The names of callsite `callsite`'s frames, outermost first: a frame's symbols (inlined
+/// functions expanded) when it was symbolized, else its name, else `binary+0xPC`; the
+/// allocator's own frames at the top of a native stack are dropped.
 fn stack_of(conn: &rusqlite::Connection, callsite: i64) -> rusqlite::Result<Vec<String>> {
     let mut out = Vec::new();
     let mut q = conn.prepare_cached(
-        "SELECT c.parent_id, coalesce(f.name, printf('0x%x', f.rel_pc)) FROM stack_profile_callsite c \
-         JOIN stack_profile_frame f ON c.frame_id = f.id WHERE c.id = ?1",
+        "SELECT c.parent_id, f.name, f.rel_pc, m.name, f.symbol_set_id FROM stack_profile_callsite c \
+         JOIN stack_profile_frame f ON c.frame_id = f.id \
+         LEFT JOIN stack_profile_mapping m ON f.mapping = m.id WHERE c.id = ?1",
+    )?;
+    let mut symbols = conn.prepare_cached(
+        "SELECT name FROM stack_profile_symbol WHERE symbol_set_id = ?1 AND name IS NOT NULL \
+         ORDER BY id",
     )?;
     let mut cur = Some(callsite);
     let mut guard = 0;
+    let mut native = false;
     while let Some(id) = cur {
         guard += 1;
         if guard > 1024 {
             break;
         }
-        let row: Option<(Option<i64>, String)> = q
-            .query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))
+        type Row = (
+            Option<i64>,
+            Option<String>,
+            i64,
+            Option<String>,
+            Option<i64>,
+        );
+        let row: Option<Row> = q
+            .query_row([id], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })
             .map(Some)
             .or_else(|e| match e {
                 rusqlite::Error::QueryReturnedNoRows => Ok(None),
                 e => Err(e),
             })?;
-        let Some((parent, name)) = row else { break };
-        out.push(name);
+        let Some((parent, name, rel_pc, mapping, symbol_set)) = row else {
+            break;
+        };
+        let symbolized: Vec<String> = match symbol_set {
+            // Innermost first in a set; this list is built innermost first too.
+            Some(set) => symbols
+                .query_map([set], |r| r.get(0))?
+                .collect::<Result<_, _>>()?,
+            None => Vec::new(),
+        };
+        match name.filter(|n| !n.is_empty()) {
+            _ if !symbolized.is_empty() => {
+                native = true;
+                out.extend(symbolized);
+            }
+            Some(n) => out.push(n),
+            None => {
+                native = true;
+                let m = mapping.unwrap_or_default();
+                let binary = m.rsplit('/').next().unwrap_or(&m).to_owned();
+                out.push(format!("{binary}+{rel_pc:#x}"));
+            }
+        }
         cur = parent;
+    }
+    if native {
+        let own = out
+            .iter()
+            .take_while(|n| ALLOCATOR_FRAMES.iter().any(|p| n.starts_with(p)))
+            .count();
+        if own < out.len() {
+            out.drain(..own);
+        }
     }
     out.reverse();
     Ok(out)

@@ -238,15 +238,20 @@ pub fn symbolize(trace: &[u8], opts: &Options) -> Result<Symbolized, Error> {
     Ok(out)
 }
 
+/// What one packet sequence has interned so far ([`collect_frames`]).
+#[derive(Default)]
+struct Seq {
+    paths: HashMap<u64, Vec<u8>>,
+    build_ids: HashMap<u64, Vec<u8>>,
+    mappings: HashMap<u64, ModuleKey>,
+    /// A heap profile dump's own interning (`ProfilePacket`), until its last packet.
+    profile_strings: HashMap<u64, Vec<u8>>,
+    profile_mappings: HashMap<u64, ModuleKey>,
+}
+
 /// Every binary the trace's frames are in, with the relative pcs of its not yet symbolized
 /// frames.
 pub fn collect_frames(trace: &[u8]) -> Result<BTreeMap<ModuleKey, BTreeSet<u64>>, Error> {
-    #[derive(Default)]
-    struct Seq {
-        paths: HashMap<u64, Vec<u8>>,
-        build_ids: HashMap<u64, Vec<u8>>,
-        mappings: HashMap<u64, ModuleKey>,
-    }
     let view = TraceView::decode(trace).map_err(|e| Error(format!("not a trace: {e:?}")))?;
     let mut seqs: HashMap<u32, Seq> = HashMap::new();
     let mut out: BTreeMap<ModuleKey, BTreeSet<u64>> = BTreeMap::new();
@@ -258,6 +263,11 @@ pub fn collect_frames(trace: &[u8]) -> Result<BTreeMap<ModuleKey, BTreeSet<u64>>
         if p.incremental_state_cleared() || p.sequence_flags() & SEQ_INCREMENTAL_STATE_CLEARED != 0
         {
             *seq = Seq::default();
+        }
+        if p.has_profile_packet() {
+            if let Ok(pp) = p.profile_packet() {
+                profile_frames(seq, &pp, &mut out);
+            }
         }
         if !p.has_interned_data() {
             continue;
@@ -309,6 +319,58 @@ pub fn collect_frames(trace: &[u8]) -> Result<BTreeMap<ModuleKey, BTreeSet<u64>>
         }
     }
     Ok(out)
+}
+
+/// The frames of a heap profile dump (heapprofd's format: strings, mappings and frames inside
+/// the `ProfilePacket`, forgotten after the dump's last packet).
+fn profile_frames(
+    seq: &mut Seq,
+    pp: &tachyon_protos::ProfilePacketView<'_>,
+    out: &mut BTreeMap<ModuleKey, BTreeSet<u64>>,
+) {
+    for s in pp.strings().flatten() {
+        seq.profile_strings.insert(s.iid(), s.str().to_vec());
+    }
+    for m in pp.mappings().flatten() {
+        let mut name = Vec::new();
+        for id in m.path_string_ids().flatten() {
+            match seq.profile_strings.get(&id) {
+                Some(s) => {
+                    name.push(b'/');
+                    name.extend_from_slice(s);
+                }
+                None => break,
+            }
+        }
+        let build_id = seq
+            .profile_strings
+            .get(&m.build_id())
+            .cloned()
+            .unwrap_or_default();
+        seq.profile_mappings.insert(
+            m.iid(),
+            ModuleKey {
+                path: String::from_utf8_lossy(&name).into_owned(),
+                build_id,
+            },
+        );
+    }
+    for f in pp.frames().flatten() {
+        let named = seq
+            .profile_strings
+            .get(&f.function_name_id())
+            .is_some_and(|n| !n.is_empty());
+        if named {
+            continue;
+        }
+        if let Some(key) = seq.profile_mappings.get(&f.mapping_id()) {
+            out.entry(key.clone()).or_default().insert(f.rel_pc());
+        }
+    }
+    if !pp.continued() {
+        seq.profile_strings.clear();
+        seq.profile_mappings.clear();
+    }
 }
 
 /// Finds binaries for mappings, as the crate docs say.

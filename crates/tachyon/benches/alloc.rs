@@ -11,7 +11,8 @@
 //!   `tachyon-memory` thread applies them to the live table meanwhile, and when it falls behind
 //!   the ring fills and the allocating thread waits: the figure includes that back-pressure.
 //! - `alloc/tracked/sampled`: the same while a session samples every 4096 bytes on average
-//!   (heapprofd's default; goal: ≤ 1.2× `alloc/system`).
+//!   (heapprofd's default; goal: ≤ 1.2× `alloc/system`), each sample with its native call
+//!   stack (the default, 32 frames deep).
 //!
 //! Run: `cargo bench -p tachyon --bench alloc`.
 //!
@@ -19,7 +20,8 @@
 //! machine others share: per mode (off, exact, sampled) N rounds, each timing 20 000 pairs on
 //! `System` then 20 000 on the tracking allocator back to back, and prints the median and
 //! quartiles of the per-round ratio (load that comes and goes hits both halves of a round
-//! alike, which criterion's separate runs cannot promise).
+//! alike, which criterion's separate runs cannot promise); then the same for sampled mode
+//! without stacks and exact mode with 16-frame stacks on every allocation.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
@@ -47,12 +49,18 @@ fn pair<A: GlobalAlloc>(a: &A, layout: Layout) {
 }
 
 fn session(mode: MemoryMode) {
+    session_with_stacks(mode, None);
+}
+
+/// `stacks`: [`MemoryConfig::callstack_depth`] (`None`: the mode's default).
+fn session_with_stacks(mode: MemoryMode, stacks: Option<usize>) {
     tachyon::start(Config {
         output: None,
         buffer_size: 64 << 20,
         memory: MemoryConfig {
             mode,
             counter_period: Duration::from_millis(1),
+            callstack_depth: stacks,
             ..MemoryConfig::default()
         },
         ..Config::default()
@@ -103,13 +111,15 @@ fn ratio(rounds: usize) {
         }
         t.elapsed().as_nanos() as f64 / f64::from(PAIRS)
     };
-    for mode in [
-        None,
-        Some(MemoryMode::Exact),
-        Some(MemoryMode::Sampled { interval: 4096 }),
+    for (mode, stacks) in [
+        (None, None),
+        (Some(MemoryMode::Exact), None),
+        (Some(MemoryMode::Sampled { interval: 4096 }), None),
+        (Some(MemoryMode::Sampled { interval: 4096 }), Some(0)),
+        (Some(MemoryMode::Exact), Some(16)),
     ] {
         if let Some(m) = mode {
-            session(m);
+            session_with_stacks(m, stacks);
         }
         let mut ratios = Vec::new();
         let (mut sys, mut tracked) = (Vec::new(), Vec::new());
@@ -127,11 +137,14 @@ fn ratio(rounds: usize) {
             v.sort_by(f64::total_cmp);
         }
         let q = |v: &[f64], f: f64| v[((v.len() - 1) as f64 * f) as usize];
-        let name = match mode {
+        let mut name = match mode {
             None => "tracked/off".to_owned(),
             Some(MemoryMode::Exact) => "tracked/exact".to_owned(),
             Some(m) => format!("tracked/{m}"),
         };
+        if let Some(d) = stacks {
+            name.push_str(&format!(" (stacks {d})"));
+        }
         println!(
             "alloc/{name}: ratio to alloc/system median {:.2} (quartiles {:.2}..{:.2}); per pair median {:.1} ns vs {:.1} ns",
             q(&ratios, 0.5),

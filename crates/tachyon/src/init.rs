@@ -49,6 +49,7 @@
 //! | `TACHYON_ON_DEMAND` | `1`: live capture records only while a capture is attached | off |
 //! | `TACHYON_WAIT_FOR_CAPTURE` | live capture: seconds to wait at start for a capture | no wait |
 //! | `TACHYON_MEMORY` | with [`alloc::Tracked`](crate::alloc::Tracked) installed: `off`, `exact`, `sampled:BYTES` | `exact` |
+//! | `TACHYON_MEMORY_CALLSTACK` | frames of native stack per recorded allocation (0: zones) | 32 sampled, 0 exact |
 //! | `TACHYON_MEMORY_DUMP_MS` | a heap profile this often (and always one at the end) | at the end only |
 //! | `TACHYON_CALLSTACK` | call-stack depth on every zone and instant (0–64) | 0 (off) |
 //! | `TACHYON_SAMPLING_HZ` | CPU samples per second, with stacks (in-process) | 0 (off) |
@@ -306,6 +307,10 @@ impl Config {
         }
         if let Some(v) = var("TACHYON_MEMORY") {
             c.memory.mode = crate::alloc::MemoryMode::parse(&v).map_err(ConfigError)?;
+        }
+        if let Some(v) = var("TACHYON_MEMORY_CALLSTACK") {
+            c.memory.callstack_depth =
+                Some(crate::alloc::parse_stack_depth(&v).map_err(ConfigError)?);
         }
         if let Some(v) = var("TACHYON_MEMORY_DUMP_MS") {
             c.memory.dump_period = Some(parse_ms("TACHYON_MEMORY_DUMP_MS", &v)?);

@@ -255,26 +255,141 @@ fn sampled_mode_estimates_within_bounds() {
             std::hint::black_box(Box::leak(vec![1u8; SIZE].into_boxed_slice()));
         }
     });
-    let s = site(&m, "sampled leak").expect("sampled site");
+    // Sampled allocations carry native stacks by default: the zone's allocations are one
+    // site per distinct stack (each also names the zones).
+    let h = &m.heaps[0];
+    let in_zone: Vec<_> = h
+        .top_allocated
+        .iter()
+        .filter(|s| s.zones.last().map(String::as_str) == Some("sampled leak"))
+        .collect();
+    assert!(!in_zone.is_empty(), "{:?}", h.top_allocated);
+    assert!(in_zone.iter().all(|s| !s.stack.is_empty()), "{in_zone:?}");
+    let allocated: u64 = in_zone.iter().map(|s| s.allocated_bytes).sum();
+    let live: u64 = in_zone.iter().map(|s| s.live_bytes).sum();
     // True bytes 10 240 000; samples are a Poisson count with mean bytes / interval = 1250,
     // each weighing INTERVAL: the estimate's standard deviation is sqrt(1250) × 8192 ≈ 290 KB.
     // Allow 5 of them (a fixed seed makes the outcome repeatable anyway).
     let truth = (N * SIZE) as f64;
-    let est = s.allocated_bytes as f64;
+    let est = allocated as f64;
     let sd = (truth / INTERVAL as f64).sqrt() * INTERVAL as f64;
     assert!(
         (est - truth).abs() < 5.0 * sd,
         "estimate {est}, truth {truth}"
     );
-    assert_eq!(s.live_bytes, s.allocated_bytes, "nothing freed");
-    // The imported profile carries the same estimate.
+    assert_eq!(live, allocated, "nothing freed");
+    // The imported profile carries the same estimate, on the same stacks.
     let tp = TraceProcessor::from_bytes(&trace, &Options::default()).unwrap();
-    let rows = query_ints(
-        &tp,
-        "SELECT sum(a.size) FROM heap_profile_allocation a JOIN stack_profile_callsite c ON a.callsite_id = c.id \
-         JOIN stack_profile_frame f ON c.frame_id = f.id WHERE f.name = 'sampled leak'",
+    let imported: i64 = in_zone
+        .iter()
+        .map(|s| allocated_at_stack(&tp, &s.stack))
+        .sum();
+    assert_eq!(imported, allocated as i64);
+}
+
+/// Bytes the heap profile in `tp` has at exactly the native stack `pcs` (innermost first):
+/// the callsite whose frames, leaf to root, have these addresses relative to their binaries.
+fn allocated_at_stack(tp: &TraceProcessor, pcs: &[u64]) -> i64 {
+    let rel: Vec<String> = pcs
+        .iter()
+        .map(|&pc| {
+            let m = tachyon::callstack::module_of(pc).expect("a frame in a loaded binary");
+            m.rel_pc(pc).to_string()
+        })
+        .collect();
+    let sql = "WITH RECURSIVE up(leaf, id, depth, path) AS ( \
+          SELECT c.id, c.id, 0, '' FROM stack_profile_callsite c \
+          UNION ALL SELECT up.leaf, c.parent_id, up.depth + 1, \
+            up.path || (SELECT f.rel_pc FROM stack_profile_frame f WHERE f.id = c.frame_id) || ',' \
+          FROM up JOIN stack_profile_callsite c ON c.id = up.id) \
+        SELECT up.path, (SELECT coalesce(sum(a.size), 0) FROM heap_profile_allocation a \
+          WHERE a.callsite_id = up.leaf AND a.size > 0) FROM up WHERE up.id IS NULL";
+    let want = rel.iter().map(|r| format!("{r},")).collect::<String>();
+    tp.query(sql)
+        .unwrap()
+        .rows
+        .iter()
+        .filter(|r| matches!(&r[0], Value::Text(p) if *p == want))
+        .map(|r| int(&r[1]))
+        .sum()
+}
+
+#[inline(never)]
+fn leak_in_a_known_function(n: usize) {
+    for _ in 0..n {
+        std::hint::black_box(Box::leak(vec![3u8; 2000].into_boxed_slice()));
+    }
+}
+
+/// Exact mode with native stacks asked for: the leak's site is the stack of the function that
+/// leaked (its frames in the test binary's mapping, at addresses a symbolizer can look up),
+/// in the summary, in the trace and in the processor's tables.
+#[test]
+fn allocations_carry_native_call_stacks() {
+    let _l = lock();
+    let mut cfg = config(MemoryMode::Exact);
+    cfg.memory.callstack_depth = Some(16);
+    tachyon::start(cfg).unwrap();
+    leak_in_a_known_function(7);
+    let report = tachyon::shutdown().unwrap().unwrap();
+    let m = report.memory.as_ref().expect("tracking ran");
+    let f = leak_in_a_known_function as *const () as u64;
+    let inside = |pc: u64| pc > f && pc < f + 4096;
+    let site = m.heaps[0]
+        .top_live
+        .iter()
+        .find(|s| s.stack.iter().any(|&pc| inside(pc)))
+        .unwrap_or_else(|| panic!("no stack through the function: {:?}", m.heaps[0].top_live));
+    assert_eq!((site.live_bytes, site.live_count), (14_000, 7));
+    assert!(site.stack.len() <= 16);
+    assert!(site.zones.is_empty(), "outside every zone");
+    let tp = TraceProcessor::from_bytes(&report.trace, &Options::default()).unwrap();
+    assert_eq!(allocated_at_stack(&tp, &site.stack), 14_000);
+    // The frames are in the test binary's mapping, under its real path and build id.
+    let exe = std::fs::canonicalize(std::env::current_exe().unwrap()).unwrap();
+    let module = tachyon::callstack::module_of(f).unwrap();
+    let rows = tp
+        .query(&format!(
+            "SELECT m.name, m.build_id FROM stack_profile_frame f JOIN stack_profile_mapping m \
+             ON f.mapping = m.id WHERE f.rel_pc = {}",
+            module.rel_pc(*site.stack.iter().find(|&&pc| inside(pc)).unwrap())
+        ))
+        .unwrap()
+        .rows;
+    assert!(!rows.is_empty());
+    let hex: String = module.build_id.iter().map(|b| format!("{b:02x}")).collect();
+    assert!(
+        rows.iter()
+            .any(|r| r[0] == Value::Text(exe.display().to_string())
+                && r[1] == Value::Text(hex.clone())),
+        "{rows:?} vs {} {hex}",
+        exe.display()
     );
-    assert_eq!(rows[0][0], s.allocated_bytes as i64);
+    // Perfetto's own trace processor reads the same profile: allocations, leaf frames,
+    // mappings (skipped when `trace_processor_shell` is absent).
+    let compare =
+        "SELECT a.heap_name, a.count, a.size, f.rel_pc, m.name, m.build_id, m.start, m.end \
+        FROM heap_profile_allocation a JOIN stack_profile_callsite c ON a.callsite_id = c.id \
+        JOIN stack_profile_frame f ON c.frame_id = f.id \
+        JOIN stack_profile_mapping m ON f.mapping = m.id ORDER BY a.id";
+    if let Some(theirs) = perfetto_rows(&report.trace, compare) {
+        assert_eq!(our_rows(&tp, compare), theirs);
+    }
+    // `tachyon stats`' summary lists the site with a stack of frames (unsymbolized here:
+    // binary+offset names).
+    let report = tp.memory(20).unwrap();
+    let global = report
+        .iter()
+        .find(|r| r.heap_name == "rust.global")
+        .unwrap();
+    assert!(
+        global
+            .top_live
+            .iter()
+            .any(|s| s.live_bytes == 14_000 && s.stack.len() > 1),
+        "{:?}",
+        global.top_live
+    );
 }
 
 #[test]
@@ -400,4 +515,59 @@ fn periodic_dumps_import_like_perfetto() {
     std::fs::remove_dir_all(&dir).ok();
     assert!(!mine.is_empty());
     assert_eq!(mine, theirs);
+}
+
+/// `sql`'s rows as Perfetto's `trace_processor_shell` gives them for `trace` (CSV lines without
+/// quotes); `None` when the tool is absent.
+fn perfetto_rows(trace: &[u8], sql: &str) -> Option<Vec<String>> {
+    let shell = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/tools/trace_processor_shell");
+    if !shell.exists() {
+        eprintln!("trace_processor_shell absent: comparison skipped");
+        return None;
+    }
+    let dir = std::env::temp_dir().join(format!(
+        "tachyon-memory-stacks-{}-{}",
+        std::process::id(),
+        trace.len()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("t.pftrace");
+    std::fs::write(&path, trace).unwrap();
+    let q = dir.join("q.sql");
+    std::fs::write(&q, format!("{sql};\n")).unwrap();
+    let out = std::process::Command::new(&shell)
+        .arg("-q")
+        .arg(&q)
+        .arg(&path)
+        .output()
+        .unwrap();
+    std::fs::remove_dir_all(&dir).ok();
+    Some(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .skip(1)
+            .map(|l| l.replace('"', ""))
+            .collect(),
+    )
+}
+
+/// The same rows from Tachyon's processor.
+fn our_rows(tp: &TraceProcessor, sql: &str) -> Vec<String> {
+    tp.query(sql)
+        .unwrap()
+        .rows
+        .iter()
+        .map(|r| {
+            r.iter()
+                .map(|v| match v {
+                    Value::Integer(i) => i.to_string(),
+                    Value::Text(t) => t.clone(),
+                    Value::Null => "[NULL]".into(),
+                    other => format!("{other:?}"),
+                })
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .collect()
 }

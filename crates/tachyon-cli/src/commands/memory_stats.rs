@@ -77,10 +77,22 @@ fn site_table(sites: &[HeapSite], live: bool) -> QueryResult {
                 vec![
                     Value::Text(bytes(b)),
                     Value::Integer(n),
-                    Value::Text(s.stack.join(" > ")),
+                    Value::Text(stack_text(&s.stack)),
                 ]
             })
             .collect(),
+    }
+}
+
+/// Frames shown per site: a native stack's innermost ones (the code that allocated and its
+/// callers); zone paths are rarely deeper.
+const SHOWN_FRAMES: usize = 5;
+
+/// A site's stack, outermost first, cut to its [`SHOWN_FRAMES`] innermost frames.
+fn stack_text(stack: &[String]) -> String {
+    match stack.len().checked_sub(SHOWN_FRAMES) {
+        Some(cut) if cut > 0 => format!("… > {}", stack[cut..].join(" > ")),
+        _ => stack.join(" > "),
     }
 }
 
@@ -102,7 +114,15 @@ pub(crate) fn bytes(b: i64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::bytes;
+    use super::{bytes, stack_text};
+
+    #[test]
+    fn deep_stacks_show_their_innermost_frames() {
+        let s: Vec<String> = (0..8).map(|i| format!("f{i}")).collect();
+        assert_eq!(stack_text(&s), "… > f3 > f4 > f5 > f6 > f7");
+        assert_eq!(stack_text(&s[..2]), "f0 > f1");
+        assert_eq!(stack_text(&[]), "");
+    }
 
     #[test]
     fn bytes_pick_a_unit() {

@@ -82,8 +82,10 @@ impl Record {
     }
 }
 
-/// Records per ring: 128 KiB per thread.
-pub(crate) const RING_CAP: usize = 4096;
+/// Records per ring: 256 KiB per thread (zeroed pages from the system: a thread that records
+/// little touches little of it).
+/// (Under Miri, 64: the same code, with ring tests that run in seconds.)
+pub(crate) const RING_CAP: usize = if cfg!(miri) { 64 } else { 8192 };
 
 /// How long a thread waits for room in its full ring before it drops the record (counted).
 const FULL_RING_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
@@ -92,10 +94,30 @@ const RING_FREE: u8 = 0;
 const RING_OWNED: u8 = 1;
 const RING_EXITED: u8 = 2;
 
+/// A cache line of its own: the producer's and the consumer's indices apart, so the
+/// consumer's stores of `tail` do not take the line the producer writes `head` in.
+#[repr(align(64))]
+struct Line<T>(T);
+
+impl<T> std::ops::Deref for Line<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+struct Producer {
+    head: AtomicUsize,
+    seen_tail: AtomicUsize,
+}
+
 /// A single-producer (the owning thread) single-consumer (the tracker) ring of records.
 pub(crate) struct Ring {
-    head: AtomicUsize,
-    tail: AtomicUsize,
+    /// Producer's line: where it writes next (`head`), and the consumer's `tail` as last read (only
+    /// read again when the ring looks half full: most pushes touch no shared line but the
+    /// slot's).
+    prod: Line<Producer>,
+    tail: Line<AtomicUsize>,
     owner: AtomicU8,
     tid: AtomicI32,
     buf: [UnsafeCell<Record>; RING_CAP],
@@ -109,8 +131,11 @@ unsafe impl Sync for Ring {}
 impl Ring {
     const fn new() -> Ring {
         Ring {
-            head: AtomicUsize::new(0),
-            tail: AtomicUsize::new(0),
+            prod: Line(Producer {
+                head: AtomicUsize::new(0),
+                seen_tail: AtomicUsize::new(0),
+            }),
+            tail: Line(AtomicUsize::new(0)),
             owner: AtomicU8::new(RING_OWNED),
             tid: AtomicI32::new(0),
             buf: [const { UnsafeCell::new(Record::ZERO) }; RING_CAP],
@@ -119,9 +144,35 @@ impl Ring {
 
     /// Appends `rec`; waits (yielding, bounded) while the ring is full and a tracker drains it;
     /// `false` if it stayed full.
+    #[inline(always)]
     fn push(&self, rec: Record, may_wait: bool) -> bool {
-        let h = self.head.load(Ordering::Relaxed);
+        let h = self.prod.head.load(Ordering::Relaxed);
+        let seen = self.prod.seen_tail.load(Ordering::Relaxed);
+        if h.wrapping_sub(seen) >= RING_CAP / 2 {
+            return self.push_slow(rec, may_wait);
+        }
+        self.put(h, rec);
+        true
+    }
+
+    /// Stores `rec` in slot `h` and publishes it.
+    #[inline(always)]
+    fn put(&self, h: usize, rec: Record) {
+        // SAFETY: slot `h` is outside what the consumer may read (it reads below `head`), and
+        // only this producer writes (see the `Sync` impl); `h - tail < RING_CAP` (checked by
+        // the callers against a `tail` read at or before now: `tail` only grows).
+        unsafe { *self.buf[h % RING_CAP].get() = rec };
+        self.prod.head.store(h.wrapping_add(1), Ordering::Release);
+    }
+
+    /// The ring looked half full with the `tail` last read: read it again, wake the tracker,
+    /// and wait when it is really full.
+    #[cold]
+    #[inline(never)]
+    fn push_slow(&self, rec: Record, may_wait: bool) -> bool {
+        let h = self.prod.head.load(Ordering::Relaxed);
         let mut t = self.tail.load(Ordering::Acquire);
+        self.prod.seen_tail.store(t, Ordering::Relaxed);
         let used = h.wrapping_sub(t);
         if used >= RING_CAP / 2 {
             wake_tracker();
@@ -148,26 +199,35 @@ impl Ring {
                 spins = spins.wrapping_add(1);
                 t = self.tail.load(Ordering::Acquire);
                 if h.wrapping_sub(t) < RING_CAP {
+                    self.prod.seen_tail.store(t, Ordering::Relaxed);
                     break;
                 }
             }
         }
-        // SAFETY: slot `h` is outside what the consumer may read (it reads below `head`), and
-        // only this producer writes (see the `Sync` impl).
-        unsafe { *self.buf[h % RING_CAP].get() = rec };
-        self.head.store(h.wrapping_add(1), Ordering::Release);
+        self.put(h, rec);
         true
     }
 
     /// Moves the published records into `out` (consumer side).
     fn drain_into(&self, out: &mut Vec<Record>) -> usize {
         let t = self.tail.load(Ordering::Relaxed);
-        let h = self.head.load(Ordering::Acquire);
+        let h = self.prod.head.load(Ordering::Acquire);
         let n = h.wrapping_sub(t);
-        for i in 0..n {
+        // The published slots as (at most) two runs: to the end of the buffer, then from its
+        // start.
+        let start = t % RING_CAP;
+        let first = n.min(RING_CAP - start);
+        for (from, len) in [(start, first), (0, n - first)] {
+            if len == 0 {
+                continue;
+            }
             // SAFETY: slots in `[t, h)` were published by the producer's release store of
-            // `head` (acquired above) and are not written again until `tail` passes them.
-            out.push(unsafe { *self.buf[t.wrapping_add(i) % RING_CAP].get() });
+            // `head` (acquired above) and are not written again until `tail` passes them;
+            // `from + len <= RING_CAP`. `UnsafeCell<Record>` has `Record`'s layout.
+            let run = unsafe {
+                std::slice::from_raw_parts(self.buf.as_ptr().add(from).cast::<Record>(), len)
+            };
+            out.extend_from_slice(run);
         }
         self.tail.store(h, Ordering::Release);
         n
@@ -229,7 +289,7 @@ impl RingView {
     pub(crate) fn recycle_if_exited(&self) {
         let r = self.ring;
         if r.owner.load(Ordering::Acquire) == RING_EXITED
-            && r.head.load(Ordering::Acquire) == r.tail.load(Ordering::Relaxed)
+            && r.prod.head.load(Ordering::Acquire) == r.tail.load(Ordering::Relaxed)
         {
             r.owner.store(RING_FREE, Ordering::Release);
         }
@@ -402,6 +462,9 @@ struct Local {
     interned: Cell<u32>,
     zones: [Cell<usize>; MAX_ZONES],
     paths: [Cell<u32>; MAX_ZONES],
+    /// The last native stack this thread interned: its hash and site (a repeated stack skips
+    /// the shared table and its lock).
+    last_stack: Cell<(u64, u32)>,
 }
 
 thread_local! {
@@ -417,6 +480,7 @@ thread_local! {
             interned: Cell::new(0),
             zones: [const { Cell::new(0) }; MAX_ZONES],
             paths: [const { Cell::new(0) }; MAX_ZONES],
+            last_stack: Cell::new((0, 0)),
         }
     };
 }
@@ -503,6 +567,60 @@ fn site(l: &Local) -> u32 {
         l.interned.set(depth as u32);
     }
     l.paths[depth - 1].get()
+}
+
+// === Native call stacks ===
+
+/// Frames a recorded allocation's stack keeps (0: sites are zone paths). Set per session.
+pub(crate) static STACK_DEPTH: AtomicU8 = AtomicU8::new(0);
+
+/// Native stacks that could not be kept (the stack table was full, or the stack could not be
+/// walked): those allocations are attributed to their zone path instead.
+pub(crate) static STACKS_MISSED: AtomicU64 = AtomicU64::new(0);
+
+/// The site of an allocation now: with stacks on, the interned (zone path, native stack) of
+/// the caller, else `path` (the zone path). Runs with the thread's guard set, so what the
+/// unwinder or the interner allocate (the unwinder's per-thread cache, once; the table's
+/// growth) passes through untracked. The hook runs after the inner allocator returned (or
+/// before it frees), never inside it, so calling it again from here is sound.
+///
+/// The walk is not inlined, and the hook's entry points (`on_alloc_slow`, `record_pool`) are
+/// not either: skipping those two frames leaves the stack starting at the allocator shim that
+/// called [`Tracked`](super::Tracked).
+#[inline(always)]
+fn stack_site(l: &Local, path: u32) -> u32 {
+    let depth = STACK_DEPTH.load(Ordering::Relaxed) as usize;
+    if depth == 0 {
+        return path;
+    }
+    stack_site_walk(l, path, depth)
+}
+
+#[inline(never)]
+fn stack_site_walk(l: &Local, path: u32, depth: usize) -> u32 {
+    let mut key = [0u64; crate::callstack::MAX_DEPTH + 1];
+    key[0] = path as u64;
+    let n = crate::callstack::capture(&mut key[1..=depth.min(crate::callstack::MAX_DEPTH)], 2);
+    if n == 0 {
+        STACKS_MISSED.fetch_add(1, Ordering::Relaxed);
+        return path;
+    }
+    let key = &key[..=n];
+    let hash = super::sites::stack_hash(key);
+    let (last_hash, last_site) = l.last_stack.get();
+    if last_hash == hash && last_site != 0 {
+        return last_site;
+    }
+    match super::sites::intern_stack(key) {
+        Some(id) => {
+            l.last_stack.set((hash, id));
+            id
+        }
+        None => {
+            STACKS_MISSED.fetch_add(1, Ordering::Relaxed);
+            path
+        }
+    }
 }
 
 // === Sampled addresses ===
@@ -642,7 +760,7 @@ fn on_alloc_slow(mode: u8, addr: *mut u8, size: usize) {
         if mode & SAMPLED != 0 {
             sampled_add(addr as u64);
         }
-        let site = site(l);
+        let site = stack_site(l, site(l));
         push(
             l,
             Record {
@@ -696,6 +814,8 @@ fn on_free_slow(addr: *mut u8, size: usize, flags: u64) {
 }
 
 /// A pool event ([`Pool`](super::Pool)); pools are recorded exactly in every mode but off.
+/// Never inlined: the call-stack capture skips this frame and [`stack_site`]'s.
+#[inline(never)]
 pub(crate) fn record_pool(kind: u64, pool: u16, addr: u64, size: u64) {
     if ACTIVE.load(Ordering::Relaxed) & (EXACT | SAMPLED) == 0 {
         return;
@@ -706,7 +826,11 @@ pub(crate) fn record_pool(kind: u64, pool: u16, addr: u64, size: u64) {
             return;
         }
         l.busy.set(true);
-        let site = if kind == KIND_POOL_ALLOC { site(l) } else { 0 };
+        let site = if kind == KIND_POOL_ALLOC {
+            stack_site(l, site(l))
+        } else {
+            0
+        };
         push(
             l,
             Record {
@@ -807,6 +931,30 @@ mod tests {
         assert_eq!(ring.drain_into(&mut out), RING_CAP);
         assert!(out.iter().enumerate().all(|(i, r)| r.addr == i as u64));
         assert!(ring.push(Record::ZERO, false));
+    }
+
+    #[test]
+    fn ring_drains_across_its_end() {
+        let ring = Box::new(Ring::new());
+        let mut out = Vec::new();
+        let mut next = 0u64;
+        // Three rounds that start at different offsets, the later ones wrapping.
+        for n in [RING_CAP / 2 + 3, RING_CAP - 1, RING_CAP] {
+            for _ in 0..n {
+                assert!(ring.push(
+                    Record {
+                        addr: next,
+                        ..Record::ZERO
+                    },
+                    false
+                ));
+                next += 1;
+            }
+            out.clear();
+            assert_eq!(ring.drain_into(&mut out), n);
+            let first = next - n as u64;
+            assert!(out.iter().zip(first..).all(|(r, i)| r.addr == i));
+        }
     }
 
     /// What a signal handler (or the tracker's own interner) allocating while its thread is

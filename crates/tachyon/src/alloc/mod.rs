@@ -54,9 +54,16 @@
 //! `interval` bytes is always taken at its size. Frees are recorded only for addresses a small
 //! counting filter says may be sampled, so the common free costs a hash and a load.
 //!
-//! Sites are the zones open on the allocating thread (one frame per zone name, outermost
-//! first; up to [`MAX_ZONES`] deep); an allocation outside any zone has the one frame
-//! `(no zone)`. Native call stacks are not captured here.
+//! Sites are native call stacks when [`MemoryConfig::callstack_depth`] asks for them (by
+//! default 32 frames on each sampled allocation; none in exact mode, where a stack walk per
+//! allocation would cost more than the rest of the hook): the hook walks its caller's stack
+//! with [`callstack::capture`](crate::callstack::capture) (guard set, no lock of the
+//! unwinder's: its tables are built at session start) and interns (zones, frames) into a site
+//! id. The dumps write them as heapprofd does: mappings of the loaded binaries (path, build
+//! id), frames at binary-relative addresses that `tachyon-symbolize` names, so the Perfetto UI
+//! shows flame graphs of functions. Otherwise sites are the zones open on the allocating
+//! thread (one frame per zone name, outermost first; up to [`MAX_ZONES`] deep); an allocation
+//! outside any zone has the one frame `(no zone)`.
 //!
 //! # Bad input
 //!
@@ -134,6 +141,17 @@ impl MemoryMode {
     }
 }
 
+/// `TACHYON_MEMORY_CALLSTACK`: a depth from 0 to [`callstack::MAX_DEPTH`](crate::callstack::MAX_DEPTH).
+pub(crate) fn parse_stack_depth(v: &str) -> Result<usize, String> {
+    match v.trim().parse::<usize>() {
+        Ok(d) if d <= crate::callstack::MAX_DEPTH => Ok(d),
+        _ => Err(format!(
+            "TACHYON_MEMORY_CALLSTACK={v:?}: expected a depth from 0 to {}",
+            crate::callstack::MAX_DEPTH
+        )),
+    }
+}
+
 /// heapprofd's default sampling interval.
 pub const DEFAULT_SAMPLING_INTERVAL: u64 = 4096;
 
@@ -150,6 +168,27 @@ pub struct MemoryConfig {
     pub counter_period: Duration,
     /// Seed of the sampler's random gaps (`None`: from the clock).
     pub seed: Option<u64>,
+    /// Frames of native call stack each recorded allocation keeps (`TACHYON_MEMORY_CALLSTACK`,
+    /// at most [`callstack::MAX_DEPTH`](crate::callstack::MAX_DEPTH); 0: sites are zones).
+    /// `None`: the mode's default, [`DEFAULT_SAMPLED_STACK_DEPTH`] when sampled (only sampled
+    /// allocations walk the stack) and 0 when exact (a walk per allocation costs more than
+    /// the rest of the hook; ask for a depth to have it).
+    pub callstack_depth: Option<usize>,
+}
+
+/// Stack depth of sampled allocations unless [`MemoryConfig::callstack_depth`] says otherwise.
+pub const DEFAULT_SAMPLED_STACK_DEPTH: usize = 32;
+
+impl MemoryConfig {
+    /// The stack depth this configuration records (the mode's default when unset).
+    pub fn stack_depth(&self) -> usize {
+        let d = match (self.callstack_depth, self.mode) {
+            (Some(d), _) => d,
+            (None, MemoryMode::Sampled { .. }) => DEFAULT_SAMPLED_STACK_DEPTH,
+            (None, _) => 0,
+        };
+        d.min(crate::callstack::MAX_DEPTH)
+    }
 }
 
 impl Default for MemoryConfig {
@@ -160,6 +199,7 @@ impl Default for MemoryConfig {
             dump_period: None,
             counter_period: Duration::from_micros(100),
             seed: None,
+            callstack_depth: None,
         }
     }
 }
@@ -237,6 +277,22 @@ mod tests {
             MemoryMode::parse("sampled"),
             Ok(MemoryMode::Sampled { interval: 4096 })
         );
+        assert_eq!(parse_stack_depth(" 16"), Ok(16));
+        assert!(parse_stack_depth("65")
+            .unwrap_err()
+            .contains("TACHYON_MEMORY_CALLSTACK"));
+        assert!(parse_stack_depth("deep").is_err());
+        let sampled = MemoryConfig {
+            mode: MemoryMode::Sampled { interval: 64 },
+            ..MemoryConfig::default()
+        };
+        assert_eq!(sampled.stack_depth(), DEFAULT_SAMPLED_STACK_DEPTH);
+        assert_eq!(MemoryConfig::default().stack_depth(), 0);
+        let deep = MemoryConfig {
+            callstack_depth: Some(1000),
+            ..MemoryConfig::default()
+        };
+        assert_eq!(deep.stack_depth(), crate::callstack::MAX_DEPTH);
         let e = MemoryMode::parse("sampled:lots").unwrap_err();
         assert!(e.contains("TACHYON_MEMORY"), "{e}");
         assert!(MemoryMode::parse("always").is_err());

@@ -1,6 +1,6 @@
 //! Heap profile dumps as Perfetto `ProfilePacket`s (heapprofd's format).
 //!
-//! A dump is self-contained: its first packet interns every string, the one mapping, the
+//! A dump is self-contained: its first packet interns every string, the mappings, the
 //! frames and the callstacks it uses, then the samples follow (several packets with
 //! `continued` when there are many); a reader forgets the interned data after the last packet.
 //! Samples are cumulative since the session started, per call stack (a reader subtracts
@@ -66,6 +66,174 @@ impl CoarseBase {
     }
 }
 
+/// String iids every dump has: the zones' mapping name, and "" (the build id of that mapping
+/// and the name of native frames, which a symbolizer names later; written out rather than
+/// left to the implicit iid 0, which Perfetto forgets after the first dump).
+const ZONES_NAME: u64 = 1;
+const EMPTY: u64 = 2;
+/// The zones' mapping.
+const ZONES_MAPPING: u64 = 1;
+
+struct MappingOut {
+    iid: u64,
+    build_id: u64,
+    exact_offset: u64,
+    start_offset: u64,
+    start: u64,
+    end: u64,
+    load_bias: u64,
+    /// Path components (string iids), as heapprofd splits a path at '/'.
+    path: Vec<u64>,
+}
+
+struct FrameOut {
+    iid: u64,
+    name: u64,
+    mapping: u64,
+    rel_pc: u64,
+}
+
+/// A dump's interning: strings (raw bytes: build ids are binary), mappings, frames and
+/// callstacks, each numbered from 1 in its own space.
+struct Interned {
+    strings: Vec<Vec<u8>>,
+    string_iid: HashMap<Vec<u8>, u64>,
+    mappings: Vec<MappingOut>,
+    /// Module start (or `u64::MAX` for addresses in no module) → mapping iid.
+    mapping_iid: HashMap<u64, u64>,
+    frames: Vec<FrameOut>,
+    zone_frame: HashMap<String, u64>,
+    pc_frame: HashMap<u64, u64>,
+    /// (iid = site + 1, frame iids outermost first).
+    callstacks: Vec<(u64, Vec<u64>)>,
+}
+
+impl Default for Interned {
+    fn default() -> Self {
+        let mut i = Interned {
+            strings: Vec::new(),
+            string_iid: HashMap::new(),
+            mappings: Vec::new(),
+            mapping_iid: HashMap::new(),
+            frames: Vec::new(),
+            zone_frame: HashMap::new(),
+            pc_frame: HashMap::new(),
+            callstacks: Vec::new(),
+        };
+        let zones = i.string(b"tachyon zones");
+        let empty = i.string(b"");
+        debug_assert_eq!((zones, empty), (ZONES_NAME, EMPTY));
+        i.mappings.push(MappingOut {
+            iid: ZONES_MAPPING,
+            build_id: EMPTY,
+            exact_offset: 0,
+            start_offset: 0,
+            start: 0,
+            end: 0,
+            load_bias: 0,
+            path: vec![ZONES_NAME],
+        });
+        i
+    }
+}
+
+impl Interned {
+    fn string(&mut self, s: &[u8]) -> u64 {
+        if let Some(&iid) = self.string_iid.get(s) {
+            return iid;
+        }
+        self.strings.push(s.to_vec());
+        let iid = self.strings.len() as u64;
+        self.string_iid.insert(s.to_vec(), iid);
+        iid
+    }
+
+    /// The callstack of `site`: its native frames when it has a stack, else one frame per
+    /// zone (or [`NO_ZONE`]).
+    fn callstack(&mut self, site: u32, (zones, pcs): (Vec<String>, Vec<u64>)) {
+        let frames: Vec<u64> = if pcs.is_empty() {
+            let mut names = zones;
+            if names.is_empty() {
+                names.push(NO_ZONE.to_owned());
+            }
+            names.into_iter().map(|n| self.zone_frame(n)).collect()
+        } else {
+            pcs.iter().rev().map(|&pc| self.native_frame(pc)).collect()
+        };
+        self.callstacks.push((site as u64 + 1, frames));
+    }
+
+    fn zone_frame(&mut self, name: String) -> u64 {
+        if let Some(&iid) = self.zone_frame.get(&name) {
+            return iid;
+        }
+        let name_iid = self.string(name.as_bytes());
+        let iid = self.frames.len() as u64 + 1;
+        self.frames.push(FrameOut {
+            iid,
+            name: name_iid,
+            mapping: ZONES_MAPPING,
+            // Distinct per frame, so readers that key frames by (mapping, pc) keep them apart.
+            rel_pc: iid,
+        });
+        self.zone_frame.insert(name, iid);
+        iid
+    }
+
+    /// A frame of a native stack: in the mapping of the binary it is in, at its address
+    /// relative to that binary (what a symbolizer looks up), with no name yet.
+    fn native_frame(&mut self, pc: u64) -> u64 {
+        if let Some(&iid) = self.pc_frame.get(&pc) {
+            return iid;
+        }
+        // There is something for the symbolizer at the end of the session.
+        crate::callstack::note_recorded();
+        let module = crate::callstack::module_of(pc);
+        let (mapping, rel_pc) = match &module {
+            Some(m) => (self.mapping(m.start, Some(m)), m.rel_pc(pc)),
+            None => (self.mapping(u64::MAX, None), pc),
+        };
+        let iid = self.frames.len() as u64 + 1;
+        self.frames.push(FrameOut {
+            iid,
+            name: EMPTY,
+            mapping,
+            rel_pc,
+        });
+        self.pc_frame.insert(pc, iid);
+        iid
+    }
+
+    fn mapping(&mut self, key: u64, m: Option<&crate::callstack::Module>) -> u64 {
+        if let Some(&iid) = self.mapping_iid.get(&key) {
+            return iid;
+        }
+        let path: &str = m.map_or("[unknown]", |m| &m.path);
+        let components: Vec<u64> = path
+            .split('/')
+            .filter(|c| !c.is_empty())
+            .map(|c| self.string(c.as_bytes()))
+            .collect();
+        let build_id = match m {
+            Some(m) if !m.build_id.is_empty() => self.string(&m.build_id),
+            _ => EMPTY,
+        };
+        let iid = self.mappings.len() as u64 + 1;
+        self.mappings.push(MappingOut {
+            iid,
+            build_id,
+            exact_offset: m.map_or(0, |m| m.exact_offset),
+            start_offset: m.map_or(0, |m| m.start_offset),
+            start: m.map_or(0, |m| m.start),
+            end: m.map_or(0, |m| m.end),
+            load_bias: m.map_or(0, |m| m.load_bias),
+            path: components,
+        });
+        self.mapping_iid.insert(key, iid);
+        iid
+    }
+}
+
 /// Samples of heap `.0` going into one packet.
 type Part<'a> = (usize, &'a [(u32, Totals)]);
 
@@ -76,7 +244,7 @@ pub(crate) fn write_dump(
     base: CoarseBase,
     start_ns: u64,
     heaps: &[HeapDump<'_>],
-    stack_of: &dyn Fn(u32) -> Vec<String>,
+    stack_of: &dyn Fn(u32) -> (Vec<String>, Vec<u64>),
 ) {
     let pid = std::process::id() as u64;
     // The clocks, read together: the dump's time on the trace clock and on the coarse clock.
@@ -103,35 +271,22 @@ pub(crate) fn write_dump(
         c.set_timestamp(coarse_ns);
     });
 
-    // Interning: strings (1 = the mapping's name, 2 = its build id, empty: readers forget
-    // the implicit iid 0 after a dump), frames by name, callstacks by site.
-    let mut strings: Vec<String> = vec!["tachyon zones".to_owned(), String::new()];
-    let mut frame_of: HashMap<String, u64> = HashMap::new();
-    let mut callstacks: Vec<(u64, Vec<u64>)> = Vec::new();
+    let mut interned = Interned::default();
     let mut seen_sites: HashMap<u32, ()> = HashMap::new();
     for h in heaps {
         for &(site, _) in &h.samples {
-            if seen_sites.insert(site, ()).is_some() {
-                continue;
+            if seen_sites.insert(site, ()).is_none() {
+                interned.callstack(site, stack_of(site));
             }
-            let mut names = stack_of(site);
-            if names.is_empty() {
-                names.push(NO_ZONE.to_owned());
-            }
-            let frames = names
-                .into_iter()
-                .map(|n| {
-                    *frame_of.entry(n.clone()).or_insert_with(|| {
-                        strings.push(n);
-                        strings.len() as u64 // frame iid = its name's string iid
-                    })
-                })
-                .collect();
-            callstacks.push((site as u64 + 1, frames));
         }
     }
-    let mut frames: Vec<(String, u64)> = frame_of.into_iter().collect();
-    frames.sort_by_key(|f| f.1);
+    let Interned {
+        strings,
+        mappings,
+        frames,
+        callstacks,
+        ..
+    } = interned;
 
     // Samples in packets of at most SAMPLES_PER_PACKET; the interned data in the first.
     let mut chunks: Vec<Vec<Part<'_>>> = vec![Vec::new()];
@@ -165,24 +320,27 @@ pub(crate) fn write_dump(
                 for (i, s) in strings.iter().enumerate() {
                     let mut e = pp.add_strings();
                     e.set_iid(i as u64 + 1);
-                    e.set_str(s.as_bytes());
+                    e.set_str(s);
                 }
-                {
-                    let mut m = pp.add_mappings();
-                    m.set_iid(1);
-                    m.set_build_id(2);
-                    m.set_start(0);
-                    m.set_end(0);
-                    m.add_path_string_ids(1);
+                for m in &mappings {
+                    let mut w = pp.add_mappings();
+                    w.set_iid(m.iid);
+                    w.set_build_id(m.build_id);
+                    w.set_exact_offset(m.exact_offset);
+                    w.set_start_offset(m.start_offset);
+                    w.set_start(m.start);
+                    w.set_end(m.end);
+                    w.set_load_bias(m.load_bias);
+                    for &c in &m.path {
+                        w.add_path_string_ids(c);
+                    }
                 }
-                for &(_, iid) in &frames {
-                    let mut f = pp.add_frames();
-                    f.set_iid(iid);
-                    f.set_function_name_id(iid);
-                    f.set_mapping_id(1);
-                    // Distinct per frame, so readers that key frames by (mapping, pc) keep
-                    // them apart.
-                    f.set_rel_pc(iid);
+                for f in &frames {
+                    let mut w = pp.add_frames();
+                    w.set_iid(f.iid);
+                    w.set_function_name_id(f.name);
+                    w.set_mapping_id(f.mapping);
+                    w.set_rel_pc(f.rel_pc);
                 }
                 for (iid, fr) in &callstacks {
                     let mut c = pp.add_callstacks();

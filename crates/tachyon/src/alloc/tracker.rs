@@ -31,6 +31,11 @@ const TOP_SITES: usize = 10;
 pub struct SiteSummary {
     /// Zone names, outermost first (empty: outside every zone).
     pub zones: Vec<String>,
+    /// The native call stack, innermost first (addresses in the call instructions, as
+    /// [`callstack::capture`](crate::callstack::capture) gives them), when allocation stacks
+    /// were recorded ([`MemoryConfig::callstack_depth`](super::MemoryConfig::callstack_depth));
+    /// else empty.
+    pub stack: Vec<u64>,
     /// Bytes still live at the end.
     pub live_bytes: u64,
     /// Blocks still live at the end.
@@ -91,6 +96,9 @@ pub struct MemorySummary {
     pub dumps: u64,
     /// Threads that recorded events.
     pub threads: u64,
+    /// Allocations whose native stack could not be kept (not walkable, or the stack table
+    /// was full): attributed to their zones instead.
+    pub stacks_missed: u64,
 }
 
 fn human(bytes: u64) -> String {
@@ -227,8 +235,10 @@ fn emit(uuid: u64, name: &str, value: u64, ts: u64) {
 struct Heap {
     summary: HeapSummary,
     live: AddrMap<(u64, u32)>,
-    /// Totals per site id (dense: site ids are the interner's).
+    /// Totals per zone-path site id (dense: ids are the interner's).
     sites: Vec<Totals>,
+    /// Totals per native-stack site id, without [`sites::STACK_SITE`] (dense too).
+    stack_sites: Vec<Totals>,
     freed_bytes: u64,
     counter: Counter,
     used: bool,
@@ -248,6 +258,7 @@ impl Heap {
             },
             live: AddrMap::default(),
             sites: Vec::new(),
+            stack_sites: Vec::new(),
             freed_bytes: 0,
             counter: Counter {
                 uuid: CounterTrack::new(track_name.clone(), Unit::Bytes).uuid(),
@@ -262,11 +273,15 @@ impl Heap {
     }
 
     fn site(&mut self, site: u32) -> &mut Totals {
-        let i = site as usize;
-        if i >= self.sites.len() {
-            self.sites.resize(i + 1, Totals::default());
+        let (v, i) = if site & sites::STACK_SITE != 0 {
+            (&mut self.stack_sites, (site & !sites::STACK_SITE) as usize)
+        } else {
+            (&mut self.sites, site as usize)
+        };
+        if i >= v.len() {
+            v.resize(i + 1, Totals::default());
         }
-        &mut self.sites[i]
+        &mut v[i]
     }
 
     fn alloc(&mut self, addr: u64, size: u64, site: u32, ts: u64) {
@@ -306,6 +321,40 @@ impl Heap {
         }
     }
 
+    /// An allocation and the free of the same block, one right after the other (a short-lived
+    /// block: the common case): the same as [`alloc`](Self::alloc) then
+    /// [`free`](Self::free), without the live table when the address was not live before.
+    fn alloc_then_free(&mut self, r: &Record, ts: u64, free_ts: u64, via_filter: bool) {
+        let (addr, size, site) = (r.addr, r.size, r.site());
+        if self.live.contains_key(&addr) {
+            self.alloc(addr, size, site, ts);
+            self.free(addr, free_ts, true, via_filter);
+            return;
+        }
+        if via_filter {
+            local::filter_remove(addr);
+        }
+        self.used = true;
+        let s = &mut self.summary;
+        s.allocated_bytes += size;
+        s.alloc_count += 1;
+        s.free_count += 1;
+        let peak = s.live_bytes + size;
+        if peak > s.peak_bytes {
+            s.peak_bytes = peak;
+            s.peak_ts = ts;
+        }
+        self.freed_bytes += size;
+        let t = self.site(site);
+        t.allocated += size;
+        t.allocs += 1;
+        t.freed += size;
+        t.frees += 1;
+        let live = self.summary.live_bytes;
+        self.counter.change(live + size, ts);
+        self.counter.change(live, free_ts);
+    }
+
     /// `via_filter`: a sampled-mode free the overflow filter let through (its count is
     /// decremented when it matches a sampled block).
     fn free(&mut self, addr: u64, ts: u64, exact: bool, via_filter: bool) {
@@ -335,23 +384,29 @@ impl Heap {
     }
 
     fn samples(&self) -> Vec<(u32, Totals)> {
-        self.sites
-            .iter()
-            .enumerate()
+        let zones = self.sites.iter().enumerate().map(|(i, t)| (i as u32, t));
+        let stacks =
+            (self.stack_sites.iter().enumerate()).map(|(i, t)| (sites::STACK_SITE | i as u32, t));
+        zones
+            .chain(stacks)
             .filter(|(_, t)| t.allocs > 0)
-            .map(|(i, t)| (i as u32, *t))
+            .map(|(i, t)| (i, *t))
             .collect()
     }
 
     fn finish(&mut self) -> HeapSummary {
         self.counter.flush();
         let sites = self.samples();
-        let summarize = |(site, t): &(u32, Totals)| SiteSummary {
-            zones: sites::path_names(*site),
-            live_bytes: t.allocated - t.freed,
-            live_count: t.allocs - t.frees,
-            allocated_bytes: t.allocated,
-            alloc_count: t.allocs,
+        let summarize = |(site, t): &(u32, Totals)| {
+            let (zones, stack) = sites::site_parts(*site);
+            SiteSummary {
+                zones,
+                stack,
+                live_bytes: t.allocated - t.freed,
+                live_count: t.allocs - t.frees,
+                allocated_bytes: t.allocated,
+                alloc_count: t.allocs,
+            }
         };
         let mut by_live: Vec<&(u32, Totals)> = sites
             .iter()
@@ -423,10 +478,21 @@ impl Tracker {
         self.pending.extend_from_slice(&batch[split..]);
         batch.truncate(split);
         let exact = self.mode_bits & EXACT != 0;
-        for r in &batch {
+        let mut i = 0;
+        while i < batch.len() {
+            let r = &batch[i];
+            i += 1;
             let ts = clock.ticks_to_ns(r.ticks);
             match r.kind() {
-                local::KIND_ALLOC => self.heap(0).alloc(r.addr, r.size, r.site(), ts),
+                local::KIND_ALLOC => match batch.get(i) {
+                    Some(f) if f.kind() == local::KIND_FREE && f.addr == r.addr => {
+                        i += 1;
+                        let via_filter = f.meta & local::FREE_FROM_FILTER != 0;
+                        let free_ts = clock.ticks_to_ns(f.ticks);
+                        self.heap(0).alloc_then_free(r, ts, free_ts, via_filter);
+                    }
+                    _ => self.heap(0).alloc(r.addr, r.size, r.site(), ts),
+                },
                 local::KIND_FREE => {
                     let via_filter = r.meta & local::FREE_FROM_FILTER != 0;
                     self.heap(0).free(r.addr, ts, exact, via_filter)
@@ -485,7 +551,7 @@ impl Tracker {
             coarse,
             self.start_ns,
             &dumps,
-            &sites::path_names,
+            &sites::site_parts,
         );
         w.flush();
         self.dumps += 1;
@@ -535,6 +601,16 @@ pub(crate) fn start_session(config: &MemoryConfig) {
     local::SAMPLE_SEED.store(seed, Ordering::Relaxed);
     local::SAMPLER_GEN.fetch_add(1, Ordering::Relaxed);
     local::filter_clear();
+    let depth = config.stack_depth();
+    if depth > 0 {
+        // The unwinder builds its tables on first use, under a lock, allocating: done here,
+        // outside the hook, so the hook never builds them (an allocation made while another
+        // capture holds that lock would wait for itself).
+        let mut warm = [0u64; 4];
+        crate::callstack::capture(&mut warm, 0);
+    }
+    local::STACK_DEPTH.store(depth as u8, Ordering::Relaxed);
+    local::STACKS_MISSED.store(0, Ordering::Relaxed);
     for c in [&local::LOST, &local::UNTRACKED, &local::FAILED] {
         c.store(0, Ordering::Relaxed);
     }
@@ -624,5 +700,6 @@ fn run(mut t: Tracker, dump_period: Option<Duration>) -> MemorySummary {
         failed: local::FAILED.swap(0, Ordering::Relaxed),
         dumps: t.dumps,
         threads: t.threads.len() as u64,
+        stacks_missed: local::STACKS_MISSED.swap(0, Ordering::Relaxed),
     }
 }
