@@ -51,7 +51,11 @@ fn messages_carry_the_stack_they_ask_for() {
     // The leaf callsite's depth is the number of frames minus one.
     assert_eq!(stack_of("info"), [3]);
     assert_eq!(stack_of("warn"), [2]);
-    assert_eq!(stack_of("error"), Vec::<i64>::new(), "a plain message has none");
+    assert_eq!(
+        stack_of("error"),
+        Vec::<i64>::new(),
+        "a plain message has none"
+    );
 
     // The innermost frame is in the function that logged.
     for (level, f) in [
