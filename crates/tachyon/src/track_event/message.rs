@@ -6,7 +6,9 @@
 //! A message whose text is a literal without arguments is interned: its body goes on the
 //! sequence once per generation, later messages refer to it by iid. A formatted message is
 //! copied (its body interned under a fresh iid each time). Texts longer than
-//! [`MAX_MESSAGE_LEN`] bytes are cut, with a marker.
+//! [`MAX_MESSAGE_LEN`] bytes are cut, with a marker. `callstack: N,` before the other options
+//! gives a message N frames of call stack (Tracy's `TracyMessageS`); `TACHYON_CALLSTACK` gives
+//! every message that many.
 //!
 //! ```
 //! use tachyon::Level;
@@ -17,6 +19,7 @@
 //! tachyon::message!(level: Level::Error, "disk full");
 //! tachyon::warn!("retrying in {} ms", 100);
 //! tachyon::message!(bytes: b"raw \xff bytes"); // not UTF-8: replaced characters
+//! tachyon::message!(callstack: 8, level: Level::Warn, "slow frame"); // with its call stack
 //! tachyon::shutdown()?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
