@@ -323,71 +323,75 @@ fn fast_walk(
             f.slots.fill(EMPTY_RULE);
             f.state = st as *const State;
         }
-        CACHE.try_with(|c| {
-            let mut c = c.try_borrow_mut().ok()?;
-            let cache = c.get_or_insert_with(|| Box::new(Cache::new_in()));
-            let mut n = 0;
-            let len = out.len();
-            let mut put = |pc: u64, skip: &mut usize, n: &mut usize| {
-                if *skip > 0 {
-                    *skip -= 1;
-                } else {
-                    out[*n] = pc;
-                    *n += 1;
-                }
-            };
-            put(ip, &mut skip, &mut n);
-            // The first step, from the exact pc (whose rule may differ from a return
-            // address's at the same place).
-            let mut regs = UnwindRegsX86_64::new(ip, sp, bp);
-            let first = st.unwinder.unwind_frame(
-                FrameAddress::InstructionPointer(ip),
-                &mut regs,
-                cache,
-                read,
-            );
-            let Ok(Some(mut ra)) = first else {
-                return Some(n);
-            };
-            let (mut sp, mut bp) = (regs.sp(), regs.bp());
-            for _ in 0..1024 {
-                if n == len || ra == 0 {
-                    break;
-                }
-                put(ra - 1, &mut skip, &mut n);
-                if n == len {
-                    break;
-                }
-                let slot = slot_of(ra);
-                let mut rule = f.slots[slot];
-                if rule.addr != ra {
-                    rule = learn(st, cache, ra)?;
-                    f.slots[slot] = rule;
-                }
-                if rule.end || (rule.cfa_from_bp && bp == 0) {
-                    break;
-                }
-                let base = if rule.cfa_from_bp { bp } else { sp };
-                let cfa = base.wrapping_add(rule.cfa_off as i64 as u64);
-                if cfa <= sp {
-                    break; // not moving up the stack: a corrupt frame
-                }
-                let Ok(next) = read(cfa.wrapping_add(rule.ra_off as i64 as u64)) else {
-                    break;
+        CACHE
+            .try_with(|c| {
+                let mut c = c.try_borrow_mut().ok()?;
+                let cache = c.get_or_insert_with(|| Box::new(Cache::new_in()));
+                let mut n = 0;
+                let len = out.len();
+                let mut put = |pc: u64, skip: &mut usize, n: &mut usize| {
+                    if *skip > 0 {
+                        *skip -= 1;
+                    } else {
+                        out[*n] = pc;
+                        *n += 1;
+                    }
                 };
-                if rule.bp_off != BP_SAME {
-                    let Ok(b) = read(cfa.wrapping_add(rule.bp_off as i64 as u64)) else {
+                put(ip, &mut skip, &mut n);
+                if n == len {
+                    return Some(n);
+                }
+                // The first step, from the exact pc (whose rule may differ from a return
+                // address's at the same place).
+                let mut regs = UnwindRegsX86_64::new(ip, sp, bp);
+                let first = st.unwinder.unwind_frame(
+                    FrameAddress::InstructionPointer(ip),
+                    &mut regs,
+                    cache,
+                    read,
+                );
+                let Ok(Some(mut ra)) = first else {
+                    return Some(n);
+                };
+                let (mut sp, mut bp) = (regs.sp(), regs.bp());
+                for _ in 0..1024 {
+                    if n == len || ra == 0 {
+                        break;
+                    }
+                    put(ra - 1, &mut skip, &mut n);
+                    if n == len {
+                        break;
+                    }
+                    let slot = slot_of(ra);
+                    let mut rule = f.slots[slot];
+                    if rule.addr != ra {
+                        rule = learn(st, cache, ra)?;
+                        f.slots[slot] = rule;
+                    }
+                    if rule.end || (rule.cfa_from_bp && bp == 0) {
+                        break;
+                    }
+                    let base = if rule.cfa_from_bp { bp } else { sp };
+                    let cfa = base.wrapping_add(rule.cfa_off as i64 as u64);
+                    if cfa <= sp {
+                        break; // not moving up the stack: a corrupt frame
+                    }
+                    let Ok(next) = read(cfa.wrapping_add(rule.ra_off as i64 as u64)) else {
                         break;
                     };
-                    bp = b;
+                    if rule.bp_off != BP_SAME {
+                        let Ok(b) = read(cfa.wrapping_add(rule.bp_off as i64 as u64)) else {
+                            break;
+                        };
+                        bp = b;
+                    }
+                    sp = cfa;
+                    ra = next;
                 }
-                sp = cfa;
-                ra = next;
-            }
-            Some(n)
-        })
-        .ok()
-        .flatten()
+                Some(n)
+            })
+            .ok()
+            .flatten()
     })
     .ok()
     .flatten()
