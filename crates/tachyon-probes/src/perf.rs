@@ -845,7 +845,7 @@ mod tests {
         assert!(ElfInfo::parse(b"\x7fELF\x02\x01", &mut no).is_none());
         assert!(ElfInfo::parse(b"not an elf file at all", &mut no).is_none());
         // Truncated headers: every prefix gives an answer, never a panic.
-        let mut head = vec![0u8; 64];
+        let mut head = [0u8; 64];
         head[..6].copy_from_slice(b"\x7fELF\x02\x01");
         head[0x36] = 56;
         head[0x38] = 3;

@@ -319,7 +319,7 @@ fn fast_walk(
                 slots: [EMPTY_RULE; FAST_SLOTS],
             })
         });
-        if f.state != st as *const State {
+        if !std::ptr::eq(f.state, st) {
             f.slots.fill(EMPTY_RULE);
             f.state = st as *const State;
         }
