@@ -185,6 +185,9 @@ pub(crate) struct Perf {
     sampler: Option<ProcessSampler>,
     /// Processes whose threads have events.
     sampled: HashSet<i32>,
+    /// Processes the kernel refused, said once (tried again at every rescan: the refusal may
+    /// be an `exec` in progress).
+    refused: HashSet<i32>,
     last_rescan: Option<Instant>,
     interner: Interner,
     procs: HashMap<i32, ProcMaps>,
@@ -215,6 +218,7 @@ impl Perf {
             cfg,
             sampler: None,
             sampled: HashSet::new(),
+            refused: HashSet::new(),
             last_rescan: None,
             interner: Interner::default(),
             procs: HashMap::new(),
@@ -243,7 +247,9 @@ impl Perf {
         let result = if self.cfg.whole_system() {
             sampler.add_all_cpus()
         } else {
-            let mut r = Ok(());
+            // A process the kernel refuses (it is being replaced by `exec` right now, or it is
+            // not ours) is said once and tried again at the next rescan; the others are
+            // sampled meanwhile.
             for pid in pids {
                 match sampler.add_process(pid) {
                     Ok(n) if n > 0 => {
@@ -251,12 +257,13 @@ impl Perf {
                     }
                     Ok(_) => {}
                     Err(e) => {
-                        r = Err(e);
-                        break;
+                        if self.refused.insert(pid) {
+                            eprintln!("tachyon traced: linux.perf: process {pid}: {e}");
+                        }
                     }
                 }
             }
-            r
+            Ok(())
         };
         if let Err(e) = result {
             eprintln!("tachyon traced: linux.perf: {e}; no CPU samples in this session");
