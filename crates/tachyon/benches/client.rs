@@ -7,7 +7,7 @@
 //! - `client/instant`: `instant!("name")`.
 //! - `client/counter`: `counter!("name", i)`.
 //! - `client/lock/uncontended`: lock + unlock of a `tachyon::sync::Mutex` no other thread
-//!   wants (the hold's begin and end queued like a zone's), beside
+//!   wants (one record queued at the release, with the hold's duration), beside
 //!   `client/baseline/std_mutex`, the same on `std::sync::Mutex`. Goal: ≤ 1.5×
 //!   `client/zone/enabled`.
 //! - `client/frame_mark`: `frame_mark!()` (ends a frame and begins the next on the frames
@@ -47,7 +47,9 @@
 //! uncontended lock + unlock of a `tachyon::sync::Mutex`, 2 000 enabled zones and 2 000
 //! lock + unlock of a `std::sync::Mutex` back to back; prints the medians and the per-round
 //! ratios lock / zone and lock / std; first, the helper threads' CPU per lock record (200 000
-//! holds: what encoding a queued hold costs the drainer).
+//! holds: what encoding a queued hold costs the drainer). Two passes: the loops back to back,
+//! then with the thread's queue emptied before each timed loop (the hot path alone, without
+//! the records this thread encodes itself when the drainer falls behind).
 
 use std::hint::black_box;
 use std::sync::{Arc, Barrier};
@@ -335,38 +337,60 @@ fn lock_ratio(rounds: usize) {
     std::thread::sleep(Duration::from_millis(200));
     report_helpers_cpu(before, helpers_cpu_ns(), 200 * ITERS);
     let per = |t: Instant| t.elapsed().as_secs_f64() * 1e9 / ITERS as f64;
-    let (mut l, mut z, mut s, mut lz, mut ls) = (vec![], vec![], vec![], vec![], vec![]);
-    for _ in 0..rounds {
-        let t = Instant::now();
-        locks(&lock, ITERS);
-        let a = per(t);
-        let t = Instant::now();
-        zones(ITERS);
-        let b = per(t);
-        let t = Instant::now();
-        std_locks(&std_lock, ITERS);
-        let c = per(t);
-        l.push(a);
-        z.push(b);
-        s.push(c);
-        lz.push(a / b);
-        ls.push(a / c);
+    // Two passes: as the loops come, then with this thread's queue emptied before each timed
+    // loop (a plot sample goes through the thread's state, which encodes what is queued first):
+    // the second times the hot path alone, the first also what this thread encodes itself
+    // when the drainer falls behind (on a loaded machine).
+    let plot = tachyon::Plot::new("bench drain", tachyon::PlotKind::Number);
+    for empty_first in [false, true] {
+        let drain = || {
+            if empty_first {
+                plot.set(0u32);
+            }
+        };
+        let (mut l, mut z, mut s, mut lz, mut ls) = (vec![], vec![], vec![], vec![], vec![]);
+        for _ in 0..rounds {
+            drain();
+            let t = Instant::now();
+            locks(&lock, ITERS);
+            let a = per(t);
+            drain();
+            let t = Instant::now();
+            zones(ITERS);
+            let b = per(t);
+            drain();
+            let t = Instant::now();
+            std_locks(&std_lock, ITERS);
+            let c = per(t);
+            l.push(a);
+            z.push(b);
+            s.push(c);
+            lz.push(a / b);
+            ls.push(a / c);
+        }
+        let med = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            (v[v.len() / 2], v[v.len() / 4], v[(3 * v.len()) / 4])
+        };
+        let (l, z, s) = (med(l).0, med(z).0, med(s).0);
+        let (lz, ls) = (med(lz), med(ls));
+        let pass = if empty_first {
+            "queue emptied before each loop"
+        } else {
+            "as the loops come"
+        };
+        println!(
+            "{pass}: lock/uncontended median {l:.2} ns, zone/enabled median {z:.2} ns, \
+             std_mutex median {s:.2} ns"
+        );
+        println!(
+            "{pass}: per round: lock/zone median {:.3} (quartiles {:.3}..{:.3}); lock/std \
+             median {:.3} (quartiles {:.3}..{:.3}); {rounds} rounds",
+            lz.0, lz.1, lz.2, ls.0, ls.1, ls.2
+        );
     }
     let report = tachyon::shutdown().unwrap().unwrap();
-    let med = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        (v[v.len() / 2], v[v.len() / 4], v[(3 * v.len()) / 4])
-    };
-    let (l, z, s) = (med(l).0, med(z).0, med(s).0);
-    let (lz, ls) = (med(lz), med(ls));
-    println!(
-        "lock/uncontended median {l:.2} ns, zone/enabled median {z:.2} ns, std_mutex median {s:.2} ns"
-    );
-    println!(
-        "per round: lock/zone median {:.3} (quartiles {:.3}..{:.3}); lock/std median {:.3} \
-         (quartiles {:.3}..{:.3}); {rounds} rounds, {} packets dropped",
-        lz.0, lz.1, lz.2, ls.0, ls.1, ls.2, report.writers.packets_dropped
-    );
+    println!("{} packets dropped", report.writers.packets_dropped);
 }
 
 criterion_group!(benches, bench);

@@ -12,9 +12,11 @@
 //! (the releasing thread sees the waiter and hands it the flow).
 //!
 //! Cost: an acquisition first *tries* the lock; when it gets it at once (the common case) it
-//! queues one 16-byte record on the thread's event queue, and the release one more, like a
-//! zone's begin and end. Only an acquisition that has to wait takes the slow path: it reads the
-//! clock before and after blocking and writes the wait at once.
+//! only reads the clock's counter into the guard, and the release queues one 16-byte record on
+//! the thread's event queue carrying both readings (a zone queues two: its begin and its end);
+//! the drainer thread writes the hold's begin and end from it. Only an acquisition that has to
+//! wait takes the slow path: it reads the clock before and after blocking and writes the wait
+//! and the hold's begin at once; its release queues the end.
 //!
 //! ```
 //! tachyon::start(tachyon::Config::in_memory())?;
@@ -26,8 +28,10 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! Honest limits: a guard leaked with `mem::forget` leaves its hold open to the end of the
-//! trace (the lock stays held too); a lock traced for the first time after 2^27 others in the
+//! Honest limits: a hold that did not wait shows on the trace once it has ended, so one still
+//! running when the session stops, or whose guard was leaked with `mem::forget`, is not on
+//! it (one that waited shows from the moment it obtained the lock, to the end of the trace if
+//! it never ends); a lock traced for the first time after 2^27 others in the
 //! process is not traced; names longer than [`MAX_NAME_LEN`] bytes are cut, with a marker.
 
 use std::borrow::Cow;
@@ -167,13 +171,14 @@ impl LockInfo {
         Some(index)
     }
 
-    /// Records an acquisition that did not wait: the hold's session (0: not recorded).
+    /// An acquisition that did not wait: the clock's counter now, recorded with the release.
     #[inline(always)]
-    fn hold(&self, shared: bool) -> Hold {
+    fn hold(&self, _shared: bool) -> Hold {
         match self.traced() {
             Some(index) => Hold {
-                session: ext::lock_hold(index, shared),
+                session: 0,
                 index,
+                since: crate::clock::clock().ticks(),
             },
             None => Hold::NONE,
         }
@@ -197,43 +202,72 @@ impl LockInfo {
         let flow = self.handoff.swap(0, Ordering::Relaxed);
         let session =
             ext::lock_contended(index, shared, from, obtained, (flow != 0).then_some(flow));
-        (r, Hold { session, index })
+        (r, Hold::waited(session, index))
     }
 
     /// Records the end of `hold` (before the lock is released).
     #[inline(always)]
     fn release(&self, hold: &Hold, shared: bool) {
-        if hold.session == 0 {
+        if hold.index == Hold::UNTRACED {
             return;
         }
-        if self.waiters.load(Ordering::Relaxed) == 0 {
-            ext::lock_release(hold.session, hold.index, shared);
+        if hold.session == 0 && self.waiters.load(Ordering::Relaxed) == 0 {
+            ext::lock_hold_complete(hold.index, shared, hold.since);
         } else {
-            self.release_to_waiter(hold, shared);
+            self.release_slow(hold, shared);
         }
     }
 
+    /// The end of a hold that waited (its begin is on the trace), or of one a thread waits
+    /// for now (a flow leaves it for the waiter).
     #[cold]
     #[inline(never)]
-    fn release_to_waiter(&self, hold: &Hold, shared: bool) {
+    fn release_slow(&self, hold: &Hold, shared: bool) {
+        if self.waiters.load(Ordering::Relaxed) == 0 {
+            ext::lock_release(hold.session, hold.index, shared);
+            return;
+        }
         let flow = Flow::new().id();
         self.handoff.store(flow, Ordering::Relaxed);
-        ext::lock_release_with_flow(hold.session, hold.index, shared, flow);
+        if hold.session == 0 {
+            ext::lock_complete_cold(hold.index, shared, hold.since, Some(flow));
+        } else {
+            ext::lock_release_with_flow(hold.session, hold.index, shared, flow);
+        }
     }
 }
 
-/// A recorded hold: the session its begin went to (0: none) and the lock's index.
+/// A traced hold: the lock's index ([`Hold::UNTRACED`]: not traced), and either the session
+/// its begin went to (it waited) or, with `session` 0, the clock's counter when it began.
 #[derive(Clone, Copy, Debug)]
 struct Hold {
-    session: u32,
     index: u32,
+    session: u32,
+    since: u64,
 }
 
 impl Hold {
+    /// No lock has this index (indices stay below `MAX_LOCK_INDEX`).
+    const UNTRACED: u32 = u32::MAX;
+
     const NONE: Hold = Hold {
+        index: Hold::UNTRACED,
         session: 0,
-        index: 0,
+        since: 0,
     };
+
+    /// A hold that waited, its begin recorded in `session` (0: not recorded).
+    fn waited(session: u32, index: u32) -> Hold {
+        if session == 0 {
+            Hold::NONE
+        } else {
+            Hold {
+                index,
+                session,
+                since: 0,
+            }
+        }
+    }
 }
 
 // === Mutex ===
@@ -737,8 +771,8 @@ impl<'a> LockWait<'a> {
                 let obtained = crate::clock::now();
                 info.waiters.fetch_sub(1, Ordering::Relaxed);
                 let flow = info.handoff.swap(0, Ordering::Relaxed);
-                Hold {
-                    session: ext::lock_contended(
+                Hold::waited(
+                    ext::lock_contended(
                         index,
                         shared,
                         this.from,
@@ -746,7 +780,7 @@ impl<'a> LockWait<'a> {
                         (flow != 0).then_some(flow),
                     ),
                     index,
-                }
+                )
             }
             None => Hold::NONE,
         };

@@ -407,7 +407,11 @@ pub fn set_thread_name(name: &str) {
 }
 
 /// Names this thread and gives it a group hint (Tracy's `SetThreadNameWithHint`): the thread's
-/// track carries `sibling_order_rank = group`, so threads of one group sort together.
+/// track carries `sibling_order_rank = group` and the trace's root track asks for explicit
+/// thread ordering, so readers (trace_processor's `thread_sort_index_hint`, Perfetto's UI) sort
+/// threads by group, lower first, threads without a hint at 0. Call it when the thread starts:
+/// readers take the rank from the first descriptor of the thread's track in a trace, so a hint
+/// given after the thread's first event of a session counts from the next session on.
 pub fn set_thread_name_with_hint(name: &str, group: i32) {
     let name = crate::sync::clip(name, crate::sync::MAX_NAME_LEN);
     with_state(|st| {

@@ -7,7 +7,7 @@
 //! A [`Slot`] holds the state (behind a spin lock taken with one compare-and-swap) and a
 //! single-producer single-consumer ring of records:
 //!
-//! - The producer is the owning thread, with no lock: [`Slot::try_push`] writes the record in
+//! - The producer is the owning thread, with no lock: [`Slot::try_push_with`] writes the record in
 //!   the ring, then publishes its position with a release store (a plain store on x86-64).
 //! - The consumer is whoever holds the lock ([`Guard::drain`]): it reads the records up to the
 //!   published position (acquire) and hands the space back with a release store, which the
@@ -142,16 +142,20 @@ impl<S> Slot<S> {
         unsafe { &mut *self.producer.get() }
     }
 
-    /// Appends the record of `word` and the counter's reading now, if the queue is open for
-    /// `epoch` (the current `EPOCH`) and has room: the queue's session. Otherwise writes
-    /// nothing.
+    /// Appends a record (its word made from the counter's reading now: an event may carry a
+    /// duration up to now) if the queue is open for `epoch` (the current `EPOCH`) and has
+    /// room: the queue's session. Otherwise, or when `word` returns `None`, writes nothing.
     ///
     /// # Safety
     ///
     /// As [`producer`](Self::producer): only the owning thread, with no producer reference
     /// alive.
     #[inline(always)]
-    pub(crate) unsafe fn try_push(&self, word: *const u8, epoch: u64) -> Option<u32> {
+    pub(crate) unsafe fn try_push_with(
+        &self,
+        epoch: u64,
+        word: impl FnOnce(u64) -> Option<*const u8>,
+    ) -> Option<u32> {
         // SAFETY: the caller's contract.
         let p = unsafe { self.producer() };
         if p.hot.epoch != epoch || (p.pos == p.limit && !self.refresh(p)) {
@@ -161,6 +165,7 @@ impl<S> Slot<S> {
             Some(ts) => ts,
             None => ticks_out_of_line(&p.hot.clock),
         };
+        let word = word(ts)?;
         let pos = p.pos;
         let cell = &self.ring[pos & (CAPACITY - 1)];
         // SAFETY: `pos < limit <= head + CAPACITY`, and `pos >= tail` (the producer publishes
@@ -325,10 +330,10 @@ mod tests {
         std::ptr::without_provenance(i)
     }
 
-    /// `try_push` from the test's producer thread.
+    /// `try_push_with` from the test's producer thread.
     fn push<S>(slot: &Slot<S>, i: usize, epoch: u64) -> Option<u32> {
         // SAFETY: each test pushes from one thread only, and holds no producer reference.
-        unsafe { slot.try_push(word(i), epoch) }
+        unsafe { slot.try_push_with(epoch, |_| Some(word(i))) }
     }
 
     #[test]

@@ -21,7 +21,7 @@
 //! Hot path (a zone's begin or end, an instant, without arguments): inline in the macro
 //! ([`named_event`], [`slice_end`]), one `%fs` load and two stores take the thread's slot and
 //! put it back (no borrow flag, no destructor-registration check), one relaxed load of the
-//! epoch, then `Slot::try_push` (`queue.rs`): a compare for room, the counter read raw (no
+//! epoch, then `Slot::try_push_with` (`queue.rs`): a compare for room, the counter read raw (no
 //! conversion), two stores of the record and the published position. Everything else is behind
 //! a call to a `#[cold]` function. The record is encoded later by whoever holds the slot's
 //! lock ([`ThreadState::replay`]: the `tachyon-drain` thread, [`drain_all`], or this thread
@@ -37,7 +37,9 @@ use std::sync::{Arc, Mutex, MutexGuard, Once};
 use std::time::Duration;
 
 use tachyon_protos::trace_packet::SequenceFlags;
-use tachyon_protos::{counter_descriptor, track_event, TracePacket, TrackDescriptor, TrackEvent};
+use tachyon_protos::{
+    counter_descriptor, track_descriptor, track_event, TracePacket, TrackDescriptor, TrackEvent,
+};
 
 use super::callsite::{Callsite, CallsiteKind, Enabled, Unit};
 use super::encode::{self, CounterSample, Template, TYPE_SLICE_END};
@@ -418,6 +420,12 @@ pub(crate) fn slice_end(session: u32) {
 /// room; the queue's session.
 #[inline(always)]
 fn push(word: *const u8) -> Option<u32> {
+    push_with(|_| Some(word))
+}
+
+/// As [`push`], the word made from the counter's reading (`None`: nothing pushed).
+#[inline(always)]
+fn push_with(word: impl FnOnce(u64) -> Option<*const u8>) -> Option<u32> {
     let p = SLOT.with(|s| s.replace(ptr::null()));
     if p.is_null() {
         return None;
@@ -427,7 +435,7 @@ fn push(word: *const u8) -> Option<u32> {
     let slot = unsafe { &*p };
     // SAFETY: this thread owns the slot and took it out of `SLOT`, so no other producer
     // reference is alive on it (nothing that interrupts this thread can reach it meanwhile).
-    unsafe { slot.try_push(word, EPOCH.load(Ordering::Relaxed)) }
+    unsafe { slot.try_push_with(EPOCH.load(Ordering::Relaxed), word) }
 }
 
 #[cold]
@@ -608,8 +616,8 @@ impl ThreadState {
         let ts = self.clock.ticks_to_ns(record.ticks);
         let ty = (record.word.addr() & 3) as u8;
         if ty == 0 {
-            // A lock hold's begin or end (`ext.rs`).
-            self.replay_lock(record.word.addr() as u64, ts);
+            // A whole lock hold, or the end of one that waited (`ext.rs`).
+            self.replay_lock(record.word.addr() as u64, record.ticks);
             return;
         }
         if ty == TYPE_SLICE_END {
@@ -965,6 +973,14 @@ impl ThreadState {
         let (uuid, pid, tid) = (self.track_uuid, global::process().pid, self.tid);
         let name = self.thread_name.take();
         let rank = self.group_rank;
+        if rank.is_some() {
+            // Perfetto orders threads by their tracks' `sibling_order_rank` only when the root
+            // track (uuid 0) asks for it; threads without a hint rank 0.
+            self.write_descriptor(ts, |d| {
+                d.set_uuid(0);
+                d.set_thread_ordering(track_descriptor::ThreadOrdering::Explicit);
+            });
+        }
         self.write_descriptor(ts, |d| {
             d.set_uuid(uuid);
             if let Some(r) = rank {

@@ -3,14 +3,18 @@
 //! `state.rs`, so it uses the state's fields and its general path (`sync`, `write_timed`)
 //! without widening their visibility.
 //!
-//! Lock holds are the one hot event here: an uncontended acquisition and its release each queue
-//! a 16-byte record like a zone's begin and end. The record's word has its two low bits clear
-//! (the event types `state.rs` uses are 1–3), then the operation, the lock's index and, for a
-//! release, the session of the acquisition:
+//! Lock holds are the one hot event here: an uncontended hold queues a single 16-byte record
+//! when it ends (half a zone's two), its word carrying how long it lasted in counter ticks and
+//! the record's own reading when it ended; the drainer writes its begin (with an absolute
+//! timestamp, the sequence's clock having moved on meanwhile) and its end. A hold that waited
+//! had its begin written when it obtained the lock; its end queues a record carrying the
+//! session of that begin. The record's word has its two low bits clear (the event types
+//! `state.rs` uses are 1–3), then the operation, the lock's index, then the duration or the
+//! session:
 //!
 //! ```text
-//!  63            32 31          5 4   2 1  0
-//!  [   session    ][ lock index  ][ op ][ 00 ]
+//!  63                     32 31          5 4   2 1  0
+//!  [ ticks held | session  ][ lock index  ][ op ][ 00 ]
 //! ```
 
 use std::ptr;
@@ -20,8 +24,8 @@ use tachyon_protos::{
     counter_descriptor, track_descriptor, track_event, InternedData, TracePacket, TrackEvent,
 };
 
-use super::{push, with_state, ThreadState};
-use crate::clock;
+use super::{push, push_with, with_state, ThreadState};
+use crate::clock::{self, TRACE_CLOCK_ID};
 use crate::track_event::callsite::{Callsite, Enabled};
 use crate::track_event::encode::{self, CounterSample, Template, SEQ_NEEDS_INCREMENTAL_STATE};
 use crate::track_event::global::{self, session_of};
@@ -48,8 +52,9 @@ impl std::hash::Hasher for IdHasher {
 /// [`IdHasher`]'s builder.
 pub(crate) type IdHash = std::hash::BuildHasherDefault<IdHasher>;
 
-/// A field's tag (every field here has a one-byte tag).
+/// A field's tag, for fields below 16 (a one-byte tag).
 fn tag(field: u32, wire: WireType) -> u8 {
+    debug_assert!(field < 16, "field {field} has a longer tag");
     make_tag(field, wire) as u8
 }
 
@@ -68,6 +73,10 @@ pub(crate) enum LockOp {
     Release = 2,
     /// A shared hold ends.
     ReleaseShared = 3,
+    /// A whole exclusive hold that did not wait (the word carries its duration).
+    Complete = 4,
+    /// A whole shared hold that did not wait.
+    CompleteShared = 5,
 }
 
 impl LockOp {
@@ -77,12 +86,26 @@ impl LockOp {
             1 => LockOp::HoldShared,
             2 => LockOp::Release,
             3 => LockOp::ReleaseShared,
+            4 => LockOp::Complete,
+            5 => LockOp::CompleteShared,
             _ => return None,
         })
     }
 
     fn shared(self) -> bool {
-        matches!(self, LockOp::HoldShared | LockOp::ReleaseShared)
+        matches!(
+            self,
+            LockOp::HoldShared | LockOp::ReleaseShared | LockOp::CompleteShared
+        )
+    }
+
+    /// The begin and the end of a hold, shared or not.
+    fn pair(shared: bool) -> (LockOp, LockOp) {
+        if shared {
+            (LockOp::HoldShared, LockOp::ReleaseShared)
+        } else {
+            (LockOp::Hold, LockOp::Release)
+        }
     }
 
     fn is_begin(self) -> bool {
@@ -90,25 +113,41 @@ impl LockOp {
     }
 }
 
-/// The record word of a lock event (see the module docs).
+/// The record word of a lock event (see the module docs): `high` is the session of a
+/// release, the duration of a complete hold.
 #[inline(always)]
-fn lock_word(session: u32, index: u32, op: LockOp) -> *const u8 {
-    let w = (u64::from(session) << 32) | (u64::from(index) << 5) | ((op as u64) << 2);
+fn lock_word(high: u32, index: u32, op: LockOp) -> *const u8 {
+    let w = (u64::from(high) << 32) | (u64::from(index) << 5) | ((op as u64) << 2);
     ptr::without_provenance(w as usize)
 }
 
-/// A hold of lock `index` begins now on this thread: the session it was recorded in (0: none).
+/// A hold of lock `index` that began at counter reading `since` (the holder did not wait)
+/// ends now: one record. A hold longer than the word can say (2^32 ticks, over a second) is
+/// written at once instead.
 #[inline(always)]
-pub(crate) fn lock_hold(index: u32, shared: bool) -> u32 {
+pub(crate) fn lock_hold_complete(index: u32, shared: bool, since: u64) {
     let op = if shared {
-        LockOp::HoldShared
+        LockOp::CompleteShared
     } else {
-        LockOp::Hold
+        LockOp::Complete
     };
-    if let Some(session) = push(lock_word(0, index, op)) {
-        return session;
+    let pushed = push_with(|now| {
+        let held = u32::try_from(now.wrapping_sub(since)).ok()?;
+        Some(lock_word(held, index, op))
+    });
+    if pushed.is_none() {
+        lock_complete_cold(index, shared, since, None);
     }
-    lock_cold(index, op, 0)
+}
+
+/// [`lock_hold_complete`] through the general path, now (the queue is closed or full, the hold
+/// was long, or `flow_out` leaves it for a waiter).
+#[cold]
+#[inline(never)]
+pub(crate) fn lock_complete_cold(index: u32, shared: bool, since: u64, flow_out: Option<u64>) {
+    let c = clock::clock();
+    let (begin, end) = (c.ticks_to_ns(since), c.now());
+    with_state(|st| st.lock_complete(begin, end, shared, index, flow_out));
 }
 
 /// The hold of lock `index` begun in `session` ends now.
@@ -120,22 +159,15 @@ pub(crate) fn lock_release(session: u32, index: u32, shared: bool) {
         LockOp::Release
     };
     if push(lock_word(session, index, op)).is_none() {
-        lock_cold(index, op, session);
+        lock_release_cold(index, op, session);
     }
 }
 
 #[cold]
 #[inline(never)]
-fn lock_cold(index: u32, op: LockOp, session: u32) -> u32 {
+fn lock_release_cold(index: u32, op: LockOp, session: u32) {
     let ts = clock::now();
-    with_state(|st| {
-        if st.lock_event(ts, op, index, session, None) {
-            st.session()
-        } else {
-            0
-        }
-    })
-    .unwrap_or(0)
+    with_state(|st| st.lock_event(ts.into(), op, index, session, None));
 }
 
 /// The hold of lock `index` ends now, and a flow leaves it (a thread waits for the lock).
@@ -148,7 +180,7 @@ pub(crate) fn lock_release_with_flow(session: u32, index: u32, shared: bool, flo
         LockOp::Release
     };
     let ts = clock::now();
-    with_state(|st| st.lock_event(ts, op, index, session, Some(flow)));
+    with_state(|st| st.lock_event(ts.into(), op, index, session, Some(flow)));
 }
 
 /// This thread waited for lock `index` from `waited_from` to `obtained` and holds it now: the
@@ -175,7 +207,7 @@ pub(crate) fn lock_contended(
         } else {
             LockOp::Hold
         };
-        if st.lock_event(obtained, op, index, 0, None) {
+        if st.lock_event(obtained.into(), op, index, 0, None) {
             st.session()
         } else {
             0
@@ -197,6 +229,31 @@ pub(crate) const CAT_FRAME: &str = "tachyon.frame";
 pub(crate) const CAT_LOG: &str = "tachyon.log";
 /// Category of the program's information.
 pub(crate) const CAT_APP_INFO: &str = "tachyon.app_info";
+
+/// When an event written through the general path happened.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Stamp {
+    /// In order with the sequence (a delta on the incremental clock; never before the
+    /// sequence's latest packet).
+    Sequence(u64),
+    /// Earlier than packets the sequence has already: stamped with its absolute time on the
+    /// trace clock (the sequence's clock stays where it is).
+    Absolute(u64),
+}
+
+impl Stamp {
+    fn time(self) -> u64 {
+        match self {
+            Stamp::Sequence(t) | Stamp::Absolute(t) => t,
+        }
+    }
+}
+
+impl From<u64> for Stamp {
+    fn from(ts: u64) -> Stamp {
+        Stamp::Sequence(ts)
+    }
+}
 
 /// A value of an argument added to an event.
 #[derive(Clone, Debug, PartialEq)]
@@ -291,7 +348,7 @@ impl ThreadState {
     #[allow(clippy::too_many_arguments)]
     fn own_event(
         &mut self,
-        ts: u64,
+        ts: impl Into<Stamp>,
         ty: track_event::Type,
         track: Option<u64>,
         name: Option<&str>,
@@ -309,7 +366,7 @@ impl ThreadState {
             || name_iid.is_some_and(|n| n.1)
             || cat_iid.is_some_and(|c| c.1)
             || arg_iids.iter().any(|a| a.1);
-        self.write_timed(ts, |p| {
+        let body = |p: &mut TracePacket<'_>| {
             if any_new {
                 let mut i = p.set_interned_data();
                 if let (Some((iid, true)), Some(n)) = (name_iid, name) {
@@ -351,7 +408,20 @@ impl ThreadState {
                 }
             }
             fill(&mut e);
-        });
+        };
+        match ts.into() {
+            Stamp::Sequence(ts) => self.write_timed(ts, body),
+            Stamp::Absolute(ts) => {
+                if let Some(w) = self.writer.as_mut() {
+                    w.write_packet(|p| {
+                        p.set_timestamp(ts);
+                        p.set_timestamp_clock_id(TRACE_CLOCK_ID);
+                        p.set_sequence_flags(u32::from(SEQ_NEEDS_INCREMENTAL_STATE));
+                        body(p);
+                    });
+                }
+            }
+        }
     }
 
     // === Locks ===
@@ -360,11 +430,17 @@ impl ThreadState {
     /// pre-encoded for this lock, operation and generation with the timestamp's delta
     /// appended, when the sequence's state allows (as `write_template_slow`); else the general
     /// path, which also makes the template for the next time.
-    pub(super) fn replay_lock(&mut self, word: u64, ts: u64) {
+    pub(super) fn replay_lock(&mut self, word: u64, ticks: u64) {
+        let ts = self.clock.ticks_to_ns(ticks);
         let Some(op) = LockOp::from_bits((word >> 2) & 7) else {
             return;
         };
         let index = ((word >> 5) as u32) & (MAX_LOCK_INDEX - 1);
+        if let LockOp::Complete | LockOp::CompleteShared = op {
+            let begin = self.clock.ticks_to_ns(ticks.wrapping_sub(word >> 32));
+            self.replay_lock_complete(index, op.shared(), begin, ts);
+            return;
+        }
         let session = (word >> 32) as u32;
         if !op.is_begin() && session_of(self.epoch) != session {
             return;
@@ -388,7 +464,64 @@ impl ThreadState {
                 }
             }
         }
-        self.lock_event(ts, op, index, session, None);
+        self.lock_event(ts.into(), op, index, session, None);
+    }
+
+    /// A whole hold from `begin` to `end`: the begin's pre-encoded packet with its absolute
+    /// timestamp, then the end's with its delta, when the sequence's state allows; else the
+    /// general path (which makes both templates).
+    fn replay_lock_complete(&mut self, index: u32, shared: bool, begin: u64, end: u64) {
+        let (b_op, e_op) = LockOp::pair(shared);
+        if self.in_window(end) {
+            let generation = self.generation;
+            let (b_key, e_key) = (
+                self.lock_template_key(index, b_op),
+                self.lock_template_key(index, e_op),
+            );
+            if let (Some((gb, tb)), Some((ge, te)), Some(w)) = (
+                self.ext_templates.get(&b_key),
+                self.ext_templates.get(&e_key),
+                self.writer.as_mut(),
+            ) {
+                if *gb == generation && *ge == generation && w.is_synced() {
+                    let (mut v, mut u) = ([0u8; 10], [0u8; 10]);
+                    let (mut b, mut e) = (*tb, *te);
+                    let (bat, eat) = (1 + b[0] as usize, 1 + e[0] as usize);
+                    let n = encode_varint(begin, &mut v);
+                    let m = encode_varint(end - self.last_ts, &mut u);
+                    if bat + n <= b.len() && eat + m <= e.len() {
+                        b[bat..bat + n].copy_from_slice(&v[..n]);
+                        b[0] += n as u8;
+                        e[eat..eat + m].copy_from_slice(&u[..m]);
+                        e[0] += m as u8;
+                        w.write_small_packet(&b);
+                        w.write_small_packet(&e);
+                        self.last_ts = end;
+                        return;
+                    }
+                }
+            }
+        }
+        self.lock_complete(begin, end, shared, index, None);
+    }
+
+    /// A whole hold from `begin` to `end` through the general path (the begin stamped with
+    /// its absolute time: the sequence has later packets already); `flow_out` leaves its end.
+    fn lock_complete(
+        &mut self,
+        begin: u64,
+        end: u64,
+        shared: bool,
+        index: u32,
+        flow_out: Option<u64>,
+    ) -> bool {
+        if !self.sync(end) {
+            return false;
+        }
+        let (b_op, e_op) = LockOp::pair(shared);
+        let session = self.session();
+        self.lock_event(Stamp::Absolute(begin), b_op, index, 0, None)
+            && self.lock_event(Stamp::Sequence(end), e_op, index, session, flow_out)
     }
 
     /// The key of a lock event's template: the lock's index and the operation (the state is
@@ -400,7 +533,8 @@ impl ThreadState {
 
     /// Keeps the packet of a lock event just written through the general path (its interned
     /// data is on the sequence now) for [`replay_lock`](Self::replay_lock): the track event,
-    /// the flags, the timestamp's tag; the delta follows.
+    /// the flags, the timestamp's tag; the delta follows (a begin: the clock's id, then the
+    /// timestamp's tag; the absolute time follows).
     fn keep_lock_template(
         &mut self,
         index: u32,
@@ -445,8 +579,21 @@ impl ThreadState {
         packet.extend_from_slice(&[
             tag(TracePacket::SEQUENCE_FLAGS_FIELD_NUMBER, WireType::Varint),
             SEQ_NEEDS_INCREMENTAL_STATE,
-            tag(TracePacket::TIMESTAMP_FIELD_NUMBER, WireType::Varint),
         ]);
+        if op.is_begin() {
+            // A begin is replayed when its hold ends, after the sequence's clock moved on: its
+            // absolute time on the trace clock follows.
+            // Field 58: a two-byte tag.
+            varint(
+                &mut packet,
+                u64::from(make_tag(
+                    TracePacket::TIMESTAMP_CLOCK_ID_FIELD_NUMBER,
+                    WireType::Varint,
+                )),
+            );
+            varint(&mut packet, u64::from(TRACE_CLOCK_ID));
+        }
+        packet.push(tag(TracePacket::TIMESTAMP_FIELD_NUMBER, WireType::Varint));
         // Room for the delta's varint (10 bytes at most) in the block, and one-byte lengths.
         let mut block = [0u8; encode::BLOCK];
         if ev.len() > 127 || 1 + packet.len() + 10 > block.len() {
@@ -500,19 +647,22 @@ impl ThreadState {
     /// begin (ends of another session's holds are dropped). False when nothing was written.
     fn lock_event(
         &mut self,
-        ts: u64,
+        ts: Stamp,
         op: LockOp,
         index: u32,
         end_session: u32,
         flow_out: Option<u64>,
     ) -> bool {
-        if !self.sync(ts) {
-            return false;
+        // An absolute stamp comes from `lock_complete`, which synced at the hold's end.
+        if let Stamp::Sequence(ts) = ts {
+            if !self.sync(ts) {
+                return false;
+            }
         }
         if !op.is_begin() && session_of(self.epoch) != end_session {
             return false;
         }
-        let track = self.lock_track(index, op.shared(), ts);
+        let track = self.lock_track(index, op.shared(), ts.time());
         if op.is_begin() {
             let name = self.holder_name();
             let args = [("lock_id", ArgVal::Uint(u64::from(index)))];
