@@ -9,8 +9,8 @@ use std::process::Command;
 use common::{clean_command, int, tmp_dir};
 use tachyon_processor::{Options, TraceProcessor};
 
-/// Fields of data sources Tachyon has no producer for (kernel tracing, heap and perf profilers,
-/// GPU counters, Android logs), session-level fields it does not act on (triggers, producers,
+/// Fields of data sources Tachyon has no producer for (kernel tracing, the heap profiler, GPU
+/// counters, Android logs), session-level fields it does not act on (triggers, producers,
 /// statsd, guardrails), and the data sources it does run: all in one config.
 const CONFIG: &str = r#"
 # Our own config; the fields are those Perfetto's test/configs use.
@@ -119,7 +119,6 @@ fn perfetto_style_configs_record_what_tachyon_offers_and_name_the_rest() {
     for ds in [
         "linux.ftrace",
         "android.heapprofd",
-        "linux.perf",
         "gpu.counters",
         "android.log",
     ] {
@@ -130,7 +129,7 @@ fn perfetto_style_configs_record_what_tachyon_offers_and_name_the_rest() {
             "{ds} not named:\n{stderr}"
         );
     }
-    for ds in ["linux.sys_stats", "linux.process_stats"] {
+    for ds in ["linux.sys_stats", "linux.process_stats", "linux.perf"] {
         assert!(
             !stderr.contains(&format!("data source \"{ds}\"")),
             "{stderr}"

@@ -8,6 +8,8 @@
 //! - [`SYS_STATS`] (`linux.sys_stats`): `SysStats` packets with `/proc/meminfo`,
 //!   `/proc/vmstat` and `/proc/stat` figures (per-CPU times, forks, interrupts) at the periods
 //!   of the `SysStatsConfig`.
+//! - [`PERF`] (`linux.perf`): `PerfSample` packets with interned call stacks, from
+//!   `perf_event_open` CPU sampling of the processes the `PerfEventConfig` names.
 //!
 //! The daemon creates a [`Probe`] with [`create_probe`] from the data source's name and its
 //! `DataSourceConfig`, calls [`Probe::start`], then [`Probe::poll`] every
@@ -36,9 +38,10 @@
 #![deny(missing_docs)]
 
 mod counters;
+mod perf;
 mod probe;
 mod process_stats;
 mod procfs;
 mod sys_stats;
 
-pub use probe::{create_probe, Probe, PROCESS_STATS, SYS_STATS};
+pub use probe::{create_probe, Probe, PERF, PROCESS_STATS, SYS_STATS};

@@ -5,6 +5,7 @@ use std::time::Duration;
 use tachyon::backend::TraceWriter;
 use tachyon_protos::DataSourceConfigView;
 
+use crate::perf::Perf;
 use crate::process_stats::ProcessStats;
 use crate::sys_stats::SysStats;
 
@@ -12,6 +13,8 @@ use crate::sys_stats::SysStats;
 pub const PROCESS_STATS: &str = "linux.process_stats";
 /// Name of the system counters data source (`SysStats` packets).
 pub const SYS_STATS: &str = "linux.sys_stats";
+/// Name of the CPU sampling data source (`PerfSample` packets with call stacks).
+pub const PERF: &str = "linux.perf";
 
 /// A built-in data source instance: the daemon calls it on its own thread, with a trace writer
 /// of the instance's target buffer.
@@ -37,8 +40,8 @@ pub trait Probe: Send {
 }
 
 /// The probe for data source `name`, configured by `data_source_config` (an encoded
-/// `perfetto.protos.DataSourceConfig`; its `process_stats_config` (103) or `sys_stats_config`
-/// (104) is read). `None` for a name that is not a built-in data source.
+/// `perfetto.protos.DataSourceConfig`; its `process_stats_config` (103), `sys_stats_config`
+/// (104) or `perf_event_config` (111) is read). `None` for a name that is not a built-in data source.
 ///
 /// A config that is not well-formed protobuf counts as empty (every option at its default):
 /// the consumer asked for the data source by name, so it gets it.
@@ -52,6 +55,10 @@ pub fn create_probe(name: &str, data_source_config: &[u8]) -> Option<Box<dyn Pro
         SYS_STATS => {
             let sub = cfg.and_then(|c| c.sys_stats_config().ok());
             Some(Box::new(SysStats::new(sub.as_ref())))
+        }
+        PERF => {
+            let sub = cfg.and_then(|c| c.perf_event_config().ok());
+            Some(Box::new(Perf::new(sub.as_ref())))
         }
         _ => None,
     }

@@ -1,5 +1,5 @@
 //! The daemon's own producer: the built-in data sources of `tachyon-probes`
-//! (`linux.process_stats`, `linux.sys_stats`), run on one probes thread.
+//! (`linux.process_stats`, `linux.sys_stats`, `linux.perf`), run on one probes thread.
 //!
 //! The probes write with the SDK's `TraceWriter` into an in-process [`OwnedSmb`] through an
 //! [`SmbArbiter`], whose commits go to the service thread as [`Event::BuiltinCommit`], the same
@@ -39,7 +39,9 @@ pub(crate) const PRODUCER_NAME: &str = "tachyon.traced_probes";
 
 /// Whether `name` is a data source the daemon provides itself.
 pub fn is_builtin(name: &str) -> bool {
-    name == tachyon_probes::PROCESS_STATS || name == tachyon_probes::SYS_STATS
+    name == tachyon_probes::PROCESS_STATS
+        || name == tachyon_probes::SYS_STATS
+        || name == tachyon_probes::PERF
 }
 
 enum Command {

@@ -204,7 +204,7 @@ fn open_all(hz: u64, skip_tid: i32) -> Result<Vec<sys::Event>, SamplingError> {
     let mut leaders: Vec<Option<i32>> = vec![None; cpus];
     for &tid in &tids {
         for (cpu, leader) in leaders.iter_mut().enumerate() {
-            match sys::Event::open(tid, cpu as i32, hz, *leader) {
+            match sys::Event::open(tid, cpu as i32, &sys::Attr::own(hz), *leader) {
                 Ok(e) => {
                     leader.get_or_insert(e.fd());
                     events.push(e);
@@ -235,7 +235,7 @@ fn run(mut events: Vec<sys::Event>, stop: &AtomicBool, counters: &Counters) {
         let last = stop.load(Ordering::Relaxed);
         for e in &mut events {
             e.drain(&mut record, |rec| {
-                if let Some((s, ts)) = parse(rec, &mut pcs) {
+                if let Some((s, ts)) = parse(rec, &mut pcs, true) {
                     if s.lost != 0 {
                         counters.lost.fetch_add(s.lost, Ordering::Relaxed);
                     } else {
@@ -254,13 +254,205 @@ fn run(mut events: Vec<sys::Event>, stop: &AtomicBool, counters: &Counters) {
     }
 }
 
+/// How often an event is sampled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Interval {
+    /// Samples per second (of CPU time, for the CPU clock); the kernel adjusts the period.
+    Frequency(u64),
+    /// A sample every this many events (nanoseconds, for the CPU clock).
+    Period(u64),
+}
+
+/// The event a [`ProcessSampler`] samples on: perf's `type` and `config`
+/// (`perf_event_attr`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PerfEvent {
+    /// `PERF_TYPE_*` (0 hardware, 1 software).
+    pub kind: u32,
+    /// `PERF_COUNT_HW_*` / `PERF_COUNT_SW_*`.
+    pub config: u64,
+}
+
+impl PerfEvent {
+    /// The software CPU clock (`PERF_COUNT_SW_CPU_CLOCK`), which every kernel with perf
+    /// events offers, also in virtual machines.
+    pub const CPU_CLOCK: PerfEvent = PerfEvent { kind: 1, config: 0 };
+}
+
+/// One record of a [`ProcessSampler`]: a sample, or a count of samples the kernel lost.
+#[derive(Debug)]
+pub struct PerfRecord<'a> {
+    /// `CLOCK_BOOTTIME` nanoseconds (0 for a lost-records count).
+    pub timestamp: u64,
+    /// The CPU the sample was taken on.
+    pub cpu: u32,
+    /// Process and thread sampled.
+    pub pid: u32,
+    /// Thread.
+    pub tid: u32,
+    /// `Profiling.CpuMode`: 1 kernel, 2 user (perf's `PERF_RECORD_MISC_*` modes).
+    pub cpu_mode: i32,
+    /// Events since the previous sample (the timebase count).
+    pub period: u64,
+    /// The kernel's call chain, innermost first: the first frame is where the thread was, the
+    /// others are return addresses minus one; walked by frame pointers, so callers are right
+    /// only in code built with them. Kernel frames first when they were asked for.
+    pub pcs: &'a [u64],
+    /// Not 0: a count of records the kernel dropped (its ring buffer was full).
+    pub lost: u64,
+}
+
+/// CPU sampling of other processes (the daemon's `linux.perf`): `perf_event_open` events on
+/// every thread of the processes added (with `inherit`, so their new threads are sampled too),
+/// or on every CPU for the whole system, with the kernel's frame-pointer call chains.
+/// [`drain`](Self::drain) hands out what the kernel wrote since the last call.
+///
+/// One ring buffer per CPU (the other events of that CPU write into it), of `pages` pages.
+pub struct ProcessSampler {
+    attr: sys::Attr,
+    events: Vec<sys::Event>,
+    /// The event of each CPU that owns the ring buffer.
+    leaders: Vec<Option<i32>>,
+    /// Threads with events (a rescan opens only the new ones).
+    threads: std::collections::HashSet<i32>,
+    record: Vec<u8>,
+    pcs: Box<[u64; MAX_DEPTH]>,
+}
+
+impl std::fmt::Debug for ProcessSampler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProcessSampler")
+            .field("events", &self.events.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ProcessSampler {
+    /// A sampler with no events yet: `event` at `interval`, with kernel samples and frames when
+    /// `kernel` is set (which `perf_event_paranoid` 2 refuses to anyone but root).
+    pub fn new(event: PerfEvent, interval: Interval, kernel: bool) -> ProcessSampler {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let cpus = online_cpus().unwrap_or(cpus);
+        let interval = match interval {
+            Interval::Frequency(hz) => {
+                Interval::Frequency(hz.min(max_sample_rate().unwrap_or(u64::MAX)).max(1))
+            }
+            Interval::Period(p) => Interval::Period(p.max(1)),
+        };
+        ProcessSampler {
+            attr: sys::Attr {
+                event: (event.kind, event.config),
+                interval,
+                user_stack: false,
+                inherit: true,
+                kernel,
+            },
+            events: Vec::new(),
+            leaders: vec![None; cpus],
+            threads: std::collections::HashSet::new(),
+            record: Vec::with_capacity(16 << 10),
+            pcs: Box::new([0; MAX_DEPTH]),
+        }
+    }
+
+    /// Samples every thread of process `pid` that is not sampled yet (call it again to pick up
+    /// threads created by a thread that was not sampled). The number of threads added; an
+    /// error when the kernel refuses (a process that exited meanwhile adds 0).
+    pub fn add_process(&mut self, pid: i32) -> Result<usize, SamplingError> {
+        let err = |error| SamplingError {
+            error,
+            paranoid: paranoid(),
+        };
+        let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            return Ok(0);
+        };
+        let mut tids: Vec<i32> = dir
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .filter(|t| !self.threads.contains(t))
+            .collect();
+        tids.sort_unstable();
+        let mut added = 0;
+        for tid in tids {
+            let mut any = false;
+            for cpu in 0..self.leaders.len() {
+                match self.open(tid, cpu) {
+                    Ok(()) => any = true,
+                    Err(e) if matches!(e.raw_os_error(), Some(3 | 19)) => {}
+                    Err(e) => return Err(err(e)),
+                }
+            }
+            if any {
+                self.threads.insert(tid);
+                added += 1;
+            }
+        }
+        Ok(added)
+    }
+
+    /// Samples every process on every CPU (`perf_event_paranoid` ≤ 0, `CAP_PERFMON` or root).
+    pub fn add_all_cpus(&mut self) -> Result<(), SamplingError> {
+        if self.threads.contains(&-1) {
+            return Ok(());
+        }
+        // A per-CPU event follows every task: there is nothing to inherit.
+        self.attr.inherit = false;
+        for cpu in 0..self.leaders.len() {
+            match self.open(-1, cpu) {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(19) => {} // an offline CPU
+                Err(error) => {
+                    return Err(SamplingError {
+                        error,
+                        paranoid: paranoid(),
+                    })
+                }
+            }
+        }
+        self.threads.insert(-1);
+        Ok(())
+    }
+
+    fn open(&mut self, tid: i32, cpu: usize) -> io::Result<()> {
+        let e = sys::Event::open(tid, cpu as i32, &self.attr, self.leaders[cpu])?;
+        self.leaders[cpu].get_or_insert(e.fd());
+        self.events.push(e);
+        Ok(())
+    }
+
+    /// Whether any event is open.
+    pub fn is_sampling(&self) -> bool {
+        !self.events.is_empty()
+    }
+
+    /// Calls `f` with every record the kernel wrote since the last call.
+    pub fn drain(&mut self, mut f: impl FnMut(&PerfRecord<'_>)) {
+        let (record, pcs) = (&mut self.record, &mut *self.pcs);
+        for e in &mut self.events {
+            e.drain(record, |rec| {
+                if let Some((s, ts)) = parse(rec, pcs, false) {
+                    f(&PerfRecord {
+                        timestamp: ts,
+                        cpu: s.cpu,
+                        pid: s.pid,
+                        tid: s.tid,
+                        cpu_mode: s.cpu_mode,
+                        period: s.period,
+                        pcs: s.pcs,
+                        lost: s.lost,
+                    });
+                }
+            });
+        }
+    }
+}
+
 const PERF_RECORD_LOST: u32 = 2;
 const PERF_RECORD_SAMPLE: u32 = 9;
 const PERF_CONTEXT_MAX: u64 = -4095i64 as u64;
 
 /// Decodes one ring-buffer record (header included) laid out as `sys::SAMPLE_TYPE` says:
 /// ip, pid/tid, time, cpu, period, callchain. Garbage gives `None`, never a panic.
-fn parse<'a>(rec: &[u8], pcs: &'a mut [u64; MAX_DEPTH]) -> Option<(Sample<'a>, u64)> {
+fn parse<'a>(rec: &[u8], pcs: &'a mut [u64; MAX_DEPTH], own: bool) -> Option<(Sample<'a>, u64)> {
     let u32_at = |o: usize| Some(u32::from_ne_bytes(rec.get(o..o + 4)?.try_into().ok()?));
     let u64_at = |o: usize| Some(u64::from_ne_bytes(rec.get(o..o + 8)?.try_into().ok()?));
     let ty = u32_at(0)?;
@@ -290,7 +482,9 @@ fn parse<'a>(rec: &[u8], pcs: &'a mut [u64; MAX_DEPTH]) -> Option<(Sample<'a>, u
             let period = u64_at(40)?;
             let nr = usize::try_from(u64_at(48)?).ok()?;
             #[cfg(all(feature = "dwarf-unwind", target_arch = "x86_64", target_os = "linux"))]
-            if let Some(n) = unwind_copy(rec, 56 + 8 * nr.min(4096), ip, pcs) {
+            if !own {
+                // Another process's stack: not unwindable with this process's binaries.
+            } else if let Some(n) = unwind_copy(rec, 56 + 8 * nr.min(4096), ip, pcs) {
                 return Some((
                     Sample {
                         cpu,
@@ -367,12 +561,41 @@ mod sys {
 
     const PERF_TYPE_SOFTWARE: u32 = 1;
     const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
-    /// IP | TID | TIME | CALLCHAIN | CPU | PERIOD (+ REGS_USER | STACK_USER): the layout
-    /// `parse` reads.
-    #[cfg(all(feature = "dwarf-unwind", target_arch = "x86_64", target_os = "linux"))]
-    pub(super) const SAMPLE_TYPE: u64 = 1 | 2 | 4 | 32 | 128 | 256 | (1 << 12) | (1 << 13);
-    #[cfg(not(all(feature = "dwarf-unwind", target_arch = "x86_64", target_os = "linux")))]
-    pub(super) const SAMPLE_TYPE: u64 = 1 | 2 | 4 | 32 | 128 | 256;
+    /// IP | TID | TIME | CALLCHAIN | CPU | PERIOD: the layout `parse` reads.
+    const SAMPLE_TYPE_CHAIN: u64 = 1 | 2 | 4 | 32 | 128 | 256;
+    /// The same + REGS_USER | STACK_USER (the registers and stack copy `unwind_copy` reads).
+    const SAMPLE_TYPE_STACK: u64 = SAMPLE_TYPE_CHAIN | (1 << 12) | (1 << 13);
+
+    /// What an event samples and how.
+    pub(crate) struct Attr {
+        /// perf `type` and `config`.
+        pub(crate) event: (u32, u64),
+        pub(crate) interval: Interval,
+        /// Registers and 8 KiB of user stack with each sample (for unwinding in this process).
+        pub(crate) user_stack: bool,
+        /// Threads the sampled thread creates are sampled too.
+        pub(crate) inherit: bool,
+        /// Kernel samples and kernel frames too.
+        pub(crate) kernel: bool,
+    }
+
+    impl Attr {
+        /// This process's own sampling: CPU clock at `hz`, user stacks copied where they can be
+        /// unwound here.
+        pub(crate) fn own(hz: u64) -> Attr {
+            Attr {
+                event: (PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CPU_CLOCK),
+                interval: Interval::Frequency(hz),
+                user_stack: cfg!(all(
+                    feature = "dwarf-unwind",
+                    target_arch = "x86_64",
+                    target_os = "linux"
+                )),
+                inherit: true,
+                kernel: false,
+            }
+        }
+    }
     /// x86-64 perf registers: BP (6), SP (7), IP (8).
     const REGS_USER: u64 = (1 << 6) | (1 << 7) | (1 << 8);
     /// Bytes of user stack copied per sample.
@@ -434,30 +657,37 @@ mod sys {
             self.fd
         }
 
-        pub(super) fn open(tid: i32, cpu: i32, hz: u64, output: Option<i32>) -> io::Result<Event> {
+        pub(super) fn open(tid: i32, cpu: i32, a: &Attr, output: Option<i32>) -> io::Result<Event> {
             // perf_event_attr, PERF_ATTR_SIZE_VER7 (128 bytes), zeroed then filled by offset.
             let mut attr = [0u8; 128];
             let put32 =
                 |a: &mut [u8; 128], o: usize, v: u32| a[o..o + 4].copy_from_slice(&v.to_ne_bytes());
             let put64 =
                 |a: &mut [u8; 128], o: usize, v: u64| a[o..o + 8].copy_from_slice(&v.to_ne_bytes());
-            put32(&mut attr, 0, PERF_TYPE_SOFTWARE);
+            put32(&mut attr, 0, a.event.0);
             put32(&mut attr, 4, 128);
-            put64(&mut attr, 8, PERF_COUNT_SW_CPU_CLOCK);
-            put64(&mut attr, 16, hz); // sample_freq (freq = 1)
-            put64(&mut attr, 24, SAMPLE_TYPE);
-            put64(
-                &mut attr,
-                40,
-                FLAG_INHERIT
-                    | FLAG_EXCLUDE_KERNEL
-                    | FLAG_EXCLUDE_HV
-                    | FLAG_FREQ
-                    | FLAG_EXCLUDE_CALLCHAIN_KERNEL
-                    | FLAG_USE_CLOCKID,
-            );
+            put64(&mut attr, 8, a.event.1);
+            let (interval, freq) = match a.interval {
+                Interval::Frequency(hz) => (hz, FLAG_FREQ),
+                Interval::Period(p) => (p, 0),
+            };
+            put64(&mut attr, 16, interval.max(1)); // sample_freq or sample_period
+            let sample_type = if a.user_stack {
+                SAMPLE_TYPE_STACK
+            } else {
+                SAMPLE_TYPE_CHAIN
+            };
+            put64(&mut attr, 24, sample_type);
+            let mut flags = FLAG_EXCLUDE_HV | freq | FLAG_USE_CLOCKID;
+            if a.inherit {
+                flags |= FLAG_INHERIT;
+            }
+            if !a.kernel {
+                flags |= FLAG_EXCLUDE_KERNEL | FLAG_EXCLUDE_CALLCHAIN_KERNEL;
+            }
+            put64(&mut attr, 40, flags);
             put32(&mut attr, 92, CLOCK_BOOTTIME as u32);
-            if SAMPLE_TYPE & (1 << 12) != 0 {
+            if a.user_stack {
                 put64(&mut attr, 80, REGS_USER);
                 put32(&mut attr, 88, STACK_USER);
             }
@@ -583,17 +813,17 @@ mod tests {
             rec.extend_from_slice(&v.to_ne_bytes());
         }
         let mut pcs = [0u64; MAX_DEPTH];
-        let (s, ts) = parse(&rec, &mut pcs).unwrap();
+        let (s, ts) = parse(&rec, &mut pcs, true).unwrap();
         assert_eq!((s.pid, s.tid, s.cpu, s.cpu_mode, ts), (5, 7, 1, 2, 123));
         assert_eq!(s.pcs, &[0x1000, 0x2000]);
         for cut in 0..rec.len() {
             let mut pcs = [0u64; MAX_DEPTH];
-            let _ = parse(&rec[..cut], &mut pcs);
+            let _ = parse(&rec[..cut], &mut pcs, true);
         }
         let mut big = rec.clone();
         big[48..56].copy_from_slice(&u64::MAX.to_ne_bytes());
         let mut pcs = [0u64; MAX_DEPTH];
-        assert!(parse(&big, &mut pcs).is_none());
+        assert!(parse(&big, &mut pcs, true).is_none());
     }
 
     #[test]

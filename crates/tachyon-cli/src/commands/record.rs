@@ -273,8 +273,8 @@ fn warn_unoffered(session: &tachyon_service::SessionConfig) {
         named.push(name);
         eprintln!(
             "tachyon record: warning: data source \"{name}\": no Tachyon producer offers it, so \
-             it records nothing (the daemon offers linux.process_stats and linux.sys_stats, \
-             programs built with Tachyon offer {SDK_DATA_SOURCE})"
+             it records nothing (the daemon offers linux.process_stats, linux.sys_stats and \
+             linux.perf, programs built with Tachyon offer {SDK_DATA_SOURCE})"
         );
     }
 }

@@ -2,10 +2,12 @@
 // source: perfetto/common/builtin_clock.proto
 // source: perfetto/common/commit_data_request.proto
 // source: perfetto/common/data_source_descriptor.proto
+// source: perfetto/common/perf_events.proto
 // source: perfetto/common/sys_stats_counters.proto
 // source: perfetto/common/trace_stats.proto
 // source: perfetto/config/data_source_config.proto
 // source: perfetto/config/process_stats/process_stats_config.proto
+// source: perfetto/config/profiling/perf_event_config.proto
 // source: perfetto/config/sys_stats/sys_stats_config.proto
 // source: perfetto/config/trace_config.proto
 // source: perfetto/config/track_event/track_event_config.proto
@@ -1022,6 +1024,517 @@ pub mod perfetto {
             #[inline]
             pub fn has_no_flush(&self) -> bool {
                 ::protozero::gen_support::has_varint(&self.d, 5)
+            }
+        }
+
+        /// Perf event descriptions shared by the perf configs.
+        ///
+        /// Writer of `perfetto.protos.PerfEvents`: each setter appends one field to the message
+        /// being written.
+        #[derive(Debug)]
+        pub struct PerfEvents<'w>(::protozero::Message<'w>);
+
+        impl<'w> ::protozero::MessageWriter<'w> for PerfEvents<'w> {
+            #[inline(always)]
+            fn from_message(msg: ::protozero::Message<'w>) -> Self {
+                Self(msg)
+            }
+
+            #[inline(always)]
+            fn as_message(&mut self) -> &mut ::protozero::Message<'w> {
+                &mut self.0
+            }
+        }
+
+        impl<'w> PerfEvents<'w> {
+            /// The message being written, for what the setters do not cover (e.g. fields already
+            /// encoded).
+            #[inline(always)]
+            pub fn message(&mut self) -> &mut ::protozero::Message<'w> {
+                &mut self.0
+            }
+        }
+
+        /// Perf event descriptions shared by the perf configs.
+        ///
+        /// A zero-copy view of an encoded `perfetto.protos.PerfEvents`: its fields are indexed once
+        /// by [`Self::decode`] and read from the borrowed bytes by the getters, which never
+        /// allocate.
+        ///
+        /// A singular field reads its last occurrence (the default when absent); repeated scalars
+        /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
+        /// the declared type is skipped like an unknown field.
+        #[derive(Clone, Debug)]
+        pub struct PerfEventsView<'a> {
+            d: ::protozero::TypedDecoder<'a, 0>,
+        }
+
+        impl<'a> PerfEventsView<'a> {
+            /// Indexes the fields of `bytes`, skipping unknown ones.
+            ///
+            /// # Errors
+            ///
+            /// The first malformation if `bytes` is not a well-formed protobuf message.
+            #[inline]
+            pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
+                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+            }
+
+            /// The encoded message this view reads.
+            #[inline]
+            pub fn bytes(&self) -> &'a [u8] {
+                self.d.bytes()
+            }
+
+            #[inline]
+            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
+                ::core::option::Option::None
+            }
+        }
+
+        /// Nested messages and enums of `perfetto.protos.PerfEvents`.
+        pub mod perf_events {
+            /// What a sample is taken on: an event and how often.
+            ///
+            /// Not modelled (numbers taken upstream, do not reuse): poll_period_ms 6,
+            /// tracepoint 3, raw_event 5, modifiers 12. Upstream puts frequency and
+            /// period in a oneof (and counter with the other events in another); the
+            /// wire is the same.
+            ///
+            /// Writer of `perfetto.protos.PerfEvents.Timebase`: each setter appends one field to
+            /// the message being written.
+            #[derive(Debug)]
+            pub struct Timebase<'w>(::protozero::Message<'w>);
+
+            impl<'w> ::protozero::MessageWriter<'w> for Timebase<'w> {
+                #[inline(always)]
+                fn from_message(msg: ::protozero::Message<'w>) -> Self {
+                    Self(msg)
+                }
+
+                #[inline(always)]
+                fn as_message(&mut self) -> &mut ::protozero::Message<'w> {
+                    &mut self.0
+                }
+            }
+
+            impl<'w> Timebase<'w> {
+                /// The field number of `frequency`.
+                pub const FREQUENCY_FIELD_NUMBER: u32 = 2;
+                /// The field number of `period`.
+                pub const PERIOD_FIELD_NUMBER: u32 = 1;
+                /// The field number of `counter`.
+                pub const COUNTER_FIELD_NUMBER: u32 = 4;
+                /// The field number of `timestamp_clock`.
+                pub const TIMESTAMP_CLOCK_FIELD_NUMBER: u32 = 11;
+                /// The field number of `name`.
+                pub const NAME_FIELD_NUMBER: u32 = 10;
+
+                /// The message being written, for what the setters do not cover (e.g. fields
+                /// already encoded).
+                #[inline(always)]
+                pub fn message(&mut self) -> &mut ::protozero::Message<'w> {
+                    &mut self.0
+                }
+
+                /// Samples per second of the event (for a CPU clock: of CPU time).
+                ///
+                /// Writes `optional uint64 frequency = 2`.
+                #[inline(always)]
+                pub fn set_frequency(&mut self, v: u64) {
+                    self.0.append_uint64(2, v);
+                }
+
+                /// A sample every this many events (for a CPU clock: nanoseconds).
+                ///
+                /// Writes `optional uint64 period = 1`.
+                #[inline(always)]
+                pub fn set_period(&mut self, v: u64) {
+                    self.0.append_uint64(1, v);
+                }
+
+                /// The counted event; SW_CPU_CLOCK when unset.
+                ///
+                /// Writes `optional perfetto.protos.PerfEvents.Counter counter = 4`.
+                #[inline(always)]
+                pub fn set_counter(&mut self, v: Counter) {
+                    self.0.append_enum(4, v.as_i32());
+                }
+
+                /// Like [`Self::set_counter`], with a raw value (which need not be one the enum
+                /// declares).
+                #[inline(always)]
+                pub fn set_counter_raw(&mut self, v: i32) {
+                    self.0.append_enum(4, v);
+                }
+
+                /// The clock samples are stamped with; BOOTTIME when unset.
+                ///
+                /// Writes `optional perfetto.protos.PerfEvents.PerfClock timestamp_clock = 11`.
+                #[inline(always)]
+                pub fn set_timestamp_clock(&mut self, v: PerfClock) {
+                    self.0.append_enum(11, v.as_i32());
+                }
+
+                /// Like [`Self::set_timestamp_clock`], with a raw value (which need not be one the
+                /// enum declares).
+                #[inline(always)]
+                pub fn set_timestamp_clock_raw(&mut self, v: i32) {
+                    self.0.append_enum(11, v);
+                }
+
+                /// A name for the timebase (the processor's perf counter track name).
+                ///
+                /// Writes `optional string name = 10`.
+                #[inline(always)]
+                pub fn set_name(&mut self, v: &str) {
+                    self.0.append_string(10, v);
+                }
+            }
+
+            /// What a sample is taken on: an event and how often.
+            ///
+            /// Not modelled (numbers taken upstream, do not reuse): poll_period_ms 6,
+            /// tracepoint 3, raw_event 5, modifiers 12. Upstream puts frequency and
+            /// period in a oneof (and counter with the other events in another); the
+            /// wire is the same.
+            ///
+            /// A zero-copy view of an encoded `perfetto.protos.PerfEvents.Timebase`: its fields are
+            /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
+            /// which never allocate.
+            ///
+            /// A singular field reads its last occurrence (the default when absent); repeated
+            /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
+            /// does not match the declared type is skipped like an unknown field.
+            #[derive(Clone, Debug)]
+            pub struct TimebaseView<'a> {
+                d: ::protozero::TypedDecoder<'a, 5>,
+            }
+
+            impl<'a> TimebaseView<'a> {
+                /// Indexes the fields of `bytes`, skipping unknown ones.
+                ///
+                /// # Errors
+                ///
+                /// The first malformation if `bytes` is not a well-formed protobuf message.
+                #[inline]
+                pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
+                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                }
+
+                /// The encoded message this view reads.
+                #[inline]
+                pub fn bytes(&self) -> &'a [u8] {
+                    self.d.bytes()
+                }
+
+                #[inline]
+                fn slot_of(id: u32) -> ::core::option::Option<usize> {
+                    match id {
+                        2 => ::core::option::Option::Some(0),
+                        1 => ::core::option::Option::Some(1),
+                        4 => ::core::option::Option::Some(2),
+                        11 => ::core::option::Option::Some(3),
+                        10 => ::core::option::Option::Some(4),
+                        _ => ::core::option::Option::None,
+                    }
+                }
+
+                /// Samples per second of the event (for a CPU clock: of CPU time).
+                ///
+                /// The last occurrence, or the default, of `optional uint64 frequency = 2`.
+                #[inline]
+                pub fn frequency(&self) -> u64 {
+                    ::protozero::gen_support::uint64(&self.d, 0, 0)
+                }
+
+                /// Whether `frequency` (field 2) occurs with the right wire type.
+                #[inline]
+                pub fn has_frequency(&self) -> bool {
+                    ::protozero::gen_support::has_varint(&self.d, 0)
+                }
+
+                /// A sample every this many events (for a CPU clock: nanoseconds).
+                ///
+                /// The last occurrence, or the default, of `optional uint64 period = 1`.
+                #[inline]
+                pub fn period(&self) -> u64 {
+                    ::protozero::gen_support::uint64(&self.d, 1, 0)
+                }
+
+                /// Whether `period` (field 1) occurs with the right wire type.
+                #[inline]
+                pub fn has_period(&self) -> bool {
+                    ::protozero::gen_support::has_varint(&self.d, 1)
+                }
+
+                /// The counted event; SW_CPU_CLOCK when unset.
+                ///
+                /// The last occurrence, or the default, of `optional
+                /// perfetto.protos.PerfEvents.Counter counter = 4`.
+                ///
+                /// `None` for a value the enum does not declare: see [`Self::counter_raw`].
+                #[inline]
+                pub fn counter(&self) -> ::core::option::Option<Counter> {
+                    Counter::from_i32(self.counter_raw())
+                }
+
+                /// `counter` as a raw value (also one the enum does not declare).
+                #[inline]
+                pub fn counter_raw(&self) -> i32 {
+                    ::protozero::gen_support::int32(&self.d, 2, 0)
+                }
+
+                /// Whether `counter` (field 4) occurs with the right wire type.
+                #[inline]
+                pub fn has_counter(&self) -> bool {
+                    ::protozero::gen_support::has_varint(&self.d, 2)
+                }
+
+                /// The clock samples are stamped with; BOOTTIME when unset.
+                ///
+                /// The last occurrence, or the default, of `optional
+                /// perfetto.protos.PerfEvents.PerfClock timestamp_clock = 11`.
+                ///
+                /// `None` for a value the enum does not declare: see [`Self::timestamp_clock_raw`].
+                #[inline]
+                pub fn timestamp_clock(&self) -> ::core::option::Option<PerfClock> {
+                    PerfClock::from_i32(self.timestamp_clock_raw())
+                }
+
+                /// `timestamp_clock` as a raw value (also one the enum does not declare).
+                #[inline]
+                pub fn timestamp_clock_raw(&self) -> i32 {
+                    ::protozero::gen_support::int32(&self.d, 3, 0)
+                }
+
+                /// Whether `timestamp_clock` (field 11) occurs with the right wire type.
+                #[inline]
+                pub fn has_timestamp_clock(&self) -> bool {
+                    ::protozero::gen_support::has_varint(&self.d, 3)
+                }
+
+                /// A name for the timebase (the processor's perf counter track name).
+                ///
+                /// The last occurrence, or the default, of `optional string name = 10`.
+                ///
+                /// # Errors
+                ///
+                /// `InvalidUtf8` if the string is not UTF-8 (see [`Self::name_bytes`]).
+                #[inline]
+                pub fn name(&self) -> ::core::result::Result<&'a str, ::protozero::DecodeError> {
+                    ::protozero::gen_support::string(&self.d, 4, "")
+                }
+
+                /// `name` as bytes, not checked to be UTF-8.
+                #[inline]
+                pub fn name_bytes(&self) -> &'a [u8] {
+                    ::protozero::gen_support::bytes(&self.d, 4, b"")
+                }
+
+                /// Whether `name` (field 10) occurs with the right wire type.
+                #[inline]
+                pub fn has_name(&self) -> bool {
+                    ::protozero::gen_support::has_len(&self.d, 4)
+                }
+            }
+
+            /// The enum `perfetto.protos.PerfEvents.Counter`.
+            #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+            #[repr(i32)]
+            #[allow(clippy::enum_variant_names)]
+            pub enum Counter {
+                /// `UNKNOWN_COUNTER = 0`
+                UnknownCounter = 0,
+                /// `SW_CPU_CLOCK = 1`
+                SwCpuClock = 1,
+                /// `SW_PAGE_FAULTS = 2`
+                SwPageFaults = 2,
+                /// `SW_TASK_CLOCK = 3`
+                SwTaskClock = 3,
+                /// `SW_CONTEXT_SWITCHES = 4`
+                SwContextSwitches = 4,
+                /// `SW_CPU_MIGRATIONS = 5`
+                SwCpuMigrations = 5,
+                /// `SW_PAGE_FAULTS_MIN = 6`
+                SwPageFaultsMin = 6,
+                /// `SW_PAGE_FAULTS_MAJ = 7`
+                SwPageFaultsMaj = 7,
+                /// `SW_ALIGNMENT_FAULTS = 8`
+                SwAlignmentFaults = 8,
+                /// `SW_EMULATION_FAULTS = 9`
+                SwEmulationFaults = 9,
+                /// `SW_DUMMY = 20`
+                SwDummy = 20,
+                /// `HW_CPU_CYCLES = 10`
+                HwCpuCycles = 10,
+                /// `HW_INSTRUCTIONS = 11`
+                HwInstructions = 11,
+                /// `HW_CACHE_REFERENCES = 12`
+                HwCacheReferences = 12,
+                /// `HW_CACHE_MISSES = 13`
+                HwCacheMisses = 13,
+                /// `HW_BRANCH_INSTRUCTIONS = 14`
+                HwBranchInstructions = 14,
+                /// `HW_BRANCH_MISSES = 15`
+                HwBranchMisses = 15,
+                /// `HW_BUS_CYCLES = 16`
+                HwBusCycles = 16,
+                /// `HW_STALLED_CYCLES_FRONTEND = 17`
+                HwStalledCyclesFrontend = 17,
+                /// `HW_STALLED_CYCLES_BACKEND = 18`
+                HwStalledCyclesBackend = 18,
+                /// `HW_REF_CPU_CYCLES = 19`
+                HwRefCpuCycles = 19,
+            }
+
+            impl Counter {
+                /// The variant with value `v`, if the enum declares one.
+                pub const fn from_i32(v: i32) -> ::core::option::Option<Self> {
+                    match v {
+                        0 => ::core::option::Option::Some(Self::UnknownCounter),
+                        1 => ::core::option::Option::Some(Self::SwCpuClock),
+                        2 => ::core::option::Option::Some(Self::SwPageFaults),
+                        3 => ::core::option::Option::Some(Self::SwTaskClock),
+                        4 => ::core::option::Option::Some(Self::SwContextSwitches),
+                        5 => ::core::option::Option::Some(Self::SwCpuMigrations),
+                        6 => ::core::option::Option::Some(Self::SwPageFaultsMin),
+                        7 => ::core::option::Option::Some(Self::SwPageFaultsMaj),
+                        8 => ::core::option::Option::Some(Self::SwAlignmentFaults),
+                        9 => ::core::option::Option::Some(Self::SwEmulationFaults),
+                        20 => ::core::option::Option::Some(Self::SwDummy),
+                        10 => ::core::option::Option::Some(Self::HwCpuCycles),
+                        11 => ::core::option::Option::Some(Self::HwInstructions),
+                        12 => ::core::option::Option::Some(Self::HwCacheReferences),
+                        13 => ::core::option::Option::Some(Self::HwCacheMisses),
+                        14 => ::core::option::Option::Some(Self::HwBranchInstructions),
+                        15 => ::core::option::Option::Some(Self::HwBranchMisses),
+                        16 => ::core::option::Option::Some(Self::HwBusCycles),
+                        17 => ::core::option::Option::Some(Self::HwStalledCyclesFrontend),
+                        18 => ::core::option::Option::Some(Self::HwStalledCyclesBackend),
+                        19 => ::core::option::Option::Some(Self::HwRefCpuCycles),
+                        _ => ::core::option::Option::None,
+                    }
+                }
+
+                /// The value.
+                pub const fn as_i32(self) -> i32 {
+                    self as i32
+                }
+
+                /// The value's name in the `.proto` file.
+                pub const fn as_str_name(self) -> &'static str {
+                    match self {
+                        Self::UnknownCounter => "UNKNOWN_COUNTER",
+                        Self::SwCpuClock => "SW_CPU_CLOCK",
+                        Self::SwPageFaults => "SW_PAGE_FAULTS",
+                        Self::SwTaskClock => "SW_TASK_CLOCK",
+                        Self::SwContextSwitches => "SW_CONTEXT_SWITCHES",
+                        Self::SwCpuMigrations => "SW_CPU_MIGRATIONS",
+                        Self::SwPageFaultsMin => "SW_PAGE_FAULTS_MIN",
+                        Self::SwPageFaultsMaj => "SW_PAGE_FAULTS_MAJ",
+                        Self::SwAlignmentFaults => "SW_ALIGNMENT_FAULTS",
+                        Self::SwEmulationFaults => "SW_EMULATION_FAULTS",
+                        Self::SwDummy => "SW_DUMMY",
+                        Self::HwCpuCycles => "HW_CPU_CYCLES",
+                        Self::HwInstructions => "HW_INSTRUCTIONS",
+                        Self::HwCacheReferences => "HW_CACHE_REFERENCES",
+                        Self::HwCacheMisses => "HW_CACHE_MISSES",
+                        Self::HwBranchInstructions => "HW_BRANCH_INSTRUCTIONS",
+                        Self::HwBranchMisses => "HW_BRANCH_MISSES",
+                        Self::HwBusCycles => "HW_BUS_CYCLES",
+                        Self::HwStalledCyclesFrontend => "HW_STALLED_CYCLES_FRONTEND",
+                        Self::HwStalledCyclesBackend => "HW_STALLED_CYCLES_BACKEND",
+                        Self::HwRefCpuCycles => "HW_REF_CPU_CYCLES",
+                    }
+                }
+
+                /// The value named `name` in the `.proto` file (aliases included).
+                pub fn from_str_name(name: &str) -> ::core::option::Option<Self> {
+                    match name {
+                        "UNKNOWN_COUNTER" => ::core::option::Option::Some(Self::UnknownCounter),
+                        "SW_CPU_CLOCK" => ::core::option::Option::Some(Self::SwCpuClock),
+                        "SW_PAGE_FAULTS" => ::core::option::Option::Some(Self::SwPageFaults),
+                        "SW_TASK_CLOCK" => ::core::option::Option::Some(Self::SwTaskClock),
+                        "SW_CONTEXT_SWITCHES" => ::core::option::Option::Some(Self::SwContextSwitches),
+                        "SW_CPU_MIGRATIONS" => ::core::option::Option::Some(Self::SwCpuMigrations),
+                        "SW_PAGE_FAULTS_MIN" => ::core::option::Option::Some(Self::SwPageFaultsMin),
+                        "SW_PAGE_FAULTS_MAJ" => ::core::option::Option::Some(Self::SwPageFaultsMaj),
+                        "SW_ALIGNMENT_FAULTS" => ::core::option::Option::Some(Self::SwAlignmentFaults),
+                        "SW_EMULATION_FAULTS" => ::core::option::Option::Some(Self::SwEmulationFaults),
+                        "SW_DUMMY" => ::core::option::Option::Some(Self::SwDummy),
+                        "HW_CPU_CYCLES" => ::core::option::Option::Some(Self::HwCpuCycles),
+                        "HW_INSTRUCTIONS" => ::core::option::Option::Some(Self::HwInstructions),
+                        "HW_CACHE_REFERENCES" => ::core::option::Option::Some(Self::HwCacheReferences),
+                        "HW_CACHE_MISSES" => ::core::option::Option::Some(Self::HwCacheMisses),
+                        "HW_BRANCH_INSTRUCTIONS" => ::core::option::Option::Some(Self::HwBranchInstructions),
+                        "HW_BRANCH_MISSES" => ::core::option::Option::Some(Self::HwBranchMisses),
+                        "HW_BUS_CYCLES" => ::core::option::Option::Some(Self::HwBusCycles),
+                        "HW_STALLED_CYCLES_FRONTEND" => ::core::option::Option::Some(Self::HwStalledCyclesFrontend),
+                        "HW_STALLED_CYCLES_BACKEND" => ::core::option::Option::Some(Self::HwStalledCyclesBackend),
+                        "HW_REF_CPU_CYCLES" => ::core::option::Option::Some(Self::HwRefCpuCycles),
+                        _ => ::core::option::Option::None,
+                    }
+                }
+            }
+
+            /// The enum `perfetto.protos.PerfEvents.PerfClock`.
+            #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+            #[repr(i32)]
+            #[allow(clippy::enum_variant_names)]
+            pub enum PerfClock {
+                /// `UNKNOWN_PERF_CLOCK = 0`
+                UnknownPerfClock = 0,
+                /// `PERF_CLOCK_REALTIME = 1`
+                Realtime = 1,
+                /// `PERF_CLOCK_MONOTONIC = 2`
+                Monotonic = 2,
+                /// `PERF_CLOCK_MONOTONIC_RAW = 3`
+                MonotonicRaw = 3,
+                /// `PERF_CLOCK_BOOTTIME = 4`
+                Boottime = 4,
+            }
+
+            impl PerfClock {
+                /// The variant with value `v`, if the enum declares one.
+                pub const fn from_i32(v: i32) -> ::core::option::Option<Self> {
+                    match v {
+                        0 => ::core::option::Option::Some(Self::UnknownPerfClock),
+                        1 => ::core::option::Option::Some(Self::Realtime),
+                        2 => ::core::option::Option::Some(Self::Monotonic),
+                        3 => ::core::option::Option::Some(Self::MonotonicRaw),
+                        4 => ::core::option::Option::Some(Self::Boottime),
+                        _ => ::core::option::Option::None,
+                    }
+                }
+
+                /// The value.
+                pub const fn as_i32(self) -> i32 {
+                    self as i32
+                }
+
+                /// The value's name in the `.proto` file.
+                pub const fn as_str_name(self) -> &'static str {
+                    match self {
+                        Self::UnknownPerfClock => "UNKNOWN_PERF_CLOCK",
+                        Self::Realtime => "PERF_CLOCK_REALTIME",
+                        Self::Monotonic => "PERF_CLOCK_MONOTONIC",
+                        Self::MonotonicRaw => "PERF_CLOCK_MONOTONIC_RAW",
+                        Self::Boottime => "PERF_CLOCK_BOOTTIME",
+                    }
+                }
+
+                /// The value named `name` in the `.proto` file (aliases included).
+                pub fn from_str_name(name: &str) -> ::core::option::Option<Self> {
+                    match name {
+                        "UNKNOWN_PERF_CLOCK" => ::core::option::Option::Some(Self::UnknownPerfClock),
+                        "PERF_CLOCK_REALTIME" => ::core::option::Option::Some(Self::Realtime),
+                        "PERF_CLOCK_MONOTONIC" => ::core::option::Option::Some(Self::Monotonic),
+                        "PERF_CLOCK_MONOTONIC_RAW" => ::core::option::Option::Some(Self::MonotonicRaw),
+                        "PERF_CLOCK_BOOTTIME" => ::core::option::Option::Some(Self::Boottime),
+                        _ => ::core::option::Option::None,
+                    }
+                }
             }
         }
 
@@ -3652,8 +4165,8 @@ pub mod perfetto {
         ///
         /// Not modelled here (numbers taken upstream, do not reuse): priority_boost
         /// 10, protovm_config 12, the data-source specific configs 100..139 other
-        /// than process_stats_config 103, sys_stats_config 104 and track_event_config
-        /// 113, and for_testing 1001.
+        /// than process_stats_config 103, sys_stats_config 104, perf_event_config 111
+        /// and track_event_config 113, and for_testing 1001.
         ///
         /// Writer of `perfetto.protos.DataSourceConfig`: each setter appends one field to the
         /// message being written.
@@ -3697,6 +4210,8 @@ pub mod perfetto {
             pub const PROCESS_STATS_CONFIG_FIELD_NUMBER: u32 = 103;
             /// The field number of `sys_stats_config`.
             pub const SYS_STATS_CONFIG_FIELD_NUMBER: u32 = 104;
+            /// The field number of `perf_event_config`.
+            pub const PERF_EVENT_CONFIG_FIELD_NUMBER: u32 = 111;
             /// The field number of `track_event_config`.
             pub const TRACK_EVENT_CONFIG_FIELD_NUMBER: u32 = 113;
             /// The field number of `legacy_config`.
@@ -3828,6 +4343,17 @@ pub mod perfetto {
                 ::protozero::MessageWriter::from_message(self.0.begin_nested(104))
             }
 
+            /// Config of the "linux.perf" data source.
+            ///
+            /// Begins `optional perfetto.protos.PerfEventConfig perf_event_config = 111`.
+            ///
+            /// Fill in the returned writer; it ends (and its size is written) when it is dropped,
+            /// before this message can be written again.
+            #[inline(always)]
+            pub fn set_perf_event_config(&mut self) -> PerfEventConfig<'_> {
+                ::protozero::MessageWriter::from_message(self.0.begin_nested(111))
+            }
+
             /// Config of the "track_event" data source. A plain field, as in Perfetto
             /// (upstream marks it \[lazy = true\], which does not affect the wire).
             ///
@@ -3855,8 +4381,8 @@ pub mod perfetto {
         ///
         /// Not modelled here (numbers taken upstream, do not reuse): priority_boost
         /// 10, protovm_config 12, the data-source specific configs 100..139 other
-        /// than process_stats_config 103, sys_stats_config 104 and track_event_config
-        /// 113, and for_testing 1001.
+        /// than process_stats_config 103, sys_stats_config 104, perf_event_config 111
+        /// and track_event_config 113, and for_testing 1001.
         ///
         /// A zero-copy view of an encoded `perfetto.protos.DataSourceConfig`: its fields are
         /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
@@ -3867,7 +4393,7 @@ pub mod perfetto {
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct DataSourceConfigView<'a> {
-            d: ::protozero::TypedDecoder<'a, 14>,
+            d: ::protozero::TypedDecoder<'a, 15>,
         }
 
         impl<'a> DataSourceConfigView<'a> {
@@ -3900,8 +4426,9 @@ pub mod perfetto {
                     4 => ::core::option::Option::Some(8),
                     9 => ::core::option::Option::Some(9),
                     103..=104 => ::core::option::Option::Some(id as usize - 93),
-                    113 => ::core::option::Option::Some(12),
-                    1000 => ::core::option::Option::Some(13),
+                    111 => ::core::option::Option::Some(12),
+                    113 => ::core::option::Option::Some(13),
+                    1000 => ::core::option::Option::Some(14),
                     _ => ::core::option::Option::None,
                 }
             }
@@ -4126,6 +4653,25 @@ pub mod perfetto {
                 ::protozero::gen_support::has_len(&self.d, 11)
             }
 
+            /// Config of the "linux.perf" data source.
+            ///
+            /// The last occurrence (an empty message when absent) of `optional
+            /// perfetto.protos.PerfEventConfig perf_event_config = 111`.
+            ///
+            /// # Errors
+            ///
+            /// The first malformation if the nested message is not well-formed.
+            #[inline]
+            pub fn perf_event_config(&self) -> ::core::result::Result<PerfEventConfigView<'a>, ::protozero::DecodeError> {
+                PerfEventConfigView::decode(::protozero::gen_support::bytes(&self.d, 12, b""))
+            }
+
+            /// Whether `perf_event_config` (field 111) occurs with the right wire type.
+            #[inline]
+            pub fn has_perf_event_config(&self) -> bool {
+                ::protozero::gen_support::has_len(&self.d, 12)
+            }
+
             /// Config of the "track_event" data source. A plain field, as in Perfetto
             /// (upstream marks it \[lazy = true\], which does not affect the wire).
             ///
@@ -4137,13 +4683,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn track_event_config(&self) -> ::core::result::Result<TrackEventConfigView<'a>, ::protozero::DecodeError> {
-                TrackEventConfigView::decode(::protozero::gen_support::bytes(&self.d, 12, b""))
+                TrackEventConfigView::decode(::protozero::gen_support::bytes(&self.d, 13, b""))
             }
 
             /// Whether `track_event_config` (field 113) occurs with the right wire type.
             #[inline]
             pub fn has_track_event_config(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 12)
+                ::protozero::gen_support::has_len(&self.d, 13)
             }
 
             /// Free-form fallback config string.
@@ -4155,19 +4701,19 @@ pub mod perfetto {
             /// `InvalidUtf8` if the string is not UTF-8 (see [`Self::legacy_config_bytes`]).
             #[inline]
             pub fn legacy_config(&self) -> ::core::result::Result<&'a str, ::protozero::DecodeError> {
-                ::protozero::gen_support::string(&self.d, 13, "")
+                ::protozero::gen_support::string(&self.d, 14, "")
             }
 
             /// `legacy_config` as bytes, not checked to be UTF-8.
             #[inline]
             pub fn legacy_config_bytes(&self) -> &'a [u8] {
-                ::protozero::gen_support::bytes(&self.d, 13, b"")
+                ::protozero::gen_support::bytes(&self.d, 14, b"")
             }
 
             /// Whether `legacy_config` (field 1000) occurs with the right wire type.
             #[inline]
             pub fn has_legacy_config(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 13)
+                ::protozero::gen_support::has_len(&self.d, 14)
             }
         }
 
@@ -4651,6 +5197,714 @@ pub mod perfetto {
                         "QUIRKS_UNSPECIFIED" => ::core::option::Option::Some(Self::Unspecified),
                         "DISABLE_INITIAL_DUMP" => ::core::option::Option::Some(Self::DisableInitialDump),
                         "DISABLE_ON_DEMAND" => ::core::option::Option::Some(Self::DisableOnDemand),
+                        _ => ::core::option::Option::None,
+                    }
+                }
+            }
+        }
+
+        /// Config of the "linux.perf" data source (PerfSample packets with interned
+        /// call stacks).
+        ///
+        /// Not modelled (numbers taken upstream, do not reuse): followers 19,
+        /// target_cpu 20, ignore_open_failure 21, cpuid 22, max_enqueued_footprint_kb
+        /// 17, max_daemon_memory_kb 13, remote_descriptor_timeout_ms 9,
+        /// unwind_state_clear_period_ms 10, target_installed_by 18,
+        /// additional_cmdline_count 11, reserved 14.
+        ///
+        /// Writer of `perfetto.protos.PerfEventConfig`: each setter appends one field to the
+        /// message being written.
+        #[derive(Debug)]
+        pub struct PerfEventConfig<'w>(::protozero::Message<'w>);
+
+        impl<'w> ::protozero::MessageWriter<'w> for PerfEventConfig<'w> {
+            #[inline(always)]
+            fn from_message(msg: ::protozero::Message<'w>) -> Self {
+                Self(msg)
+            }
+
+            #[inline(always)]
+            fn as_message(&mut self) -> &mut ::protozero::Message<'w> {
+                &mut self.0
+            }
+        }
+
+        impl<'w> PerfEventConfig<'w> {
+            /// The field number of `timebase`.
+            pub const TIMEBASE_FIELD_NUMBER: u32 = 15;
+            /// The field number of `callstack_sampling`.
+            pub const CALLSTACK_SAMPLING_FIELD_NUMBER: u32 = 16;
+            /// The field number of `ring_buffer_read_period_ms`.
+            pub const RING_BUFFER_READ_PERIOD_MS_FIELD_NUMBER: u32 = 8;
+            /// The field number of `ring_buffer_pages`.
+            pub const RING_BUFFER_PAGES_FIELD_NUMBER: u32 = 3;
+            /// The field number of `all_cpus`.
+            pub const ALL_CPUS_FIELD_NUMBER: u32 = 1;
+            /// The field number of `sampling_frequency`.
+            pub const SAMPLING_FREQUENCY_FIELD_NUMBER: u32 = 2;
+            /// The field number of `kernel_frames`.
+            pub const KERNEL_FRAMES_FIELD_NUMBER: u32 = 12;
+            /// The field number of `target_pid`.
+            pub const TARGET_PID_FIELD_NUMBER: u32 = 4;
+            /// The field number of `target_cmdline`.
+            pub const TARGET_CMDLINE_FIELD_NUMBER: u32 = 5;
+            /// The field number of `exclude_pid`.
+            pub const EXCLUDE_PID_FIELD_NUMBER: u32 = 6;
+            /// The field number of `exclude_cmdline`.
+            pub const EXCLUDE_CMDLINE_FIELD_NUMBER: u32 = 7;
+
+            /// The message being written, for what the setters do not cover (e.g. fields already
+            /// encoded).
+            #[inline(always)]
+            pub fn message(&mut self) -> &mut ::protozero::Message<'w> {
+                &mut self.0
+            }
+
+            /// The event samples are taken on and how often.
+            ///
+            /// Begins `optional perfetto.protos.PerfEvents.Timebase timebase = 15`.
+            ///
+            /// Fill in the returned writer; it ends (and its size is written) when it is dropped,
+            /// before this message can be written again.
+            #[inline(always)]
+            pub fn set_timebase(&mut self) -> perf_events::Timebase<'_> {
+                ::protozero::MessageWriter::from_message(self.0.begin_nested(15))
+            }
+
+            /// Whose call stacks are sampled, and how they are unwound.
+            ///
+            /// Begins `optional perfetto.protos.PerfEventConfig.CallstackSampling
+            /// callstack_sampling = 16`.
+            ///
+            /// Fill in the returned writer; it ends (and its size is written) when it is dropped,
+            /// before this message can be written again.
+            #[inline(always)]
+            pub fn set_callstack_sampling(&mut self) -> perf_event_config::CallstackSampling<'_> {
+                ::protozero::MessageWriter::from_message(self.0.begin_nested(16))
+            }
+
+            /// How often the daemon reads the kernel's ring buffers (ms).
+            ///
+            /// Writes `optional uint32 ring_buffer_read_period_ms = 8`.
+            #[inline(always)]
+            pub fn set_ring_buffer_read_period_ms(&mut self, v: u32) {
+                self.0.append_uint32(8, v);
+            }
+
+            /// Size of each ring buffer, in pages (a power of two).
+            ///
+            /// Writes `optional uint32 ring_buffer_pages = 3`.
+            #[inline(always)]
+            pub fn set_ring_buffer_pages(&mut self, v: u32) {
+                self.0.append_uint32(3, v);
+            }
+
+            /// Legacy (before timebase and callstack_sampling): the same settings at
+            /// the top level.
+            ///
+            /// Writes `optional bool all_cpus = 1`.
+            #[inline(always)]
+            pub fn set_all_cpus(&mut self, v: bool) {
+                self.0.append_bool(1, v);
+            }
+
+            /// Writes `optional uint32 sampling_frequency = 2`.
+            #[inline(always)]
+            pub fn set_sampling_frequency(&mut self, v: u32) {
+                self.0.append_uint32(2, v);
+            }
+
+            /// Writes `optional bool kernel_frames = 12`.
+            #[inline(always)]
+            pub fn set_kernel_frames(&mut self, v: bool) {
+                self.0.append_bool(12, v);
+            }
+
+            /// Appends one element of `repeated int32 target_pid = 4`.
+            #[inline(always)]
+            pub fn add_target_pid(&mut self, v: i32) {
+                self.0.append_int32(4, v);
+            }
+
+            /// Writes elements of `repeated int32 target_pid = 4` as one packed field (decoders
+            /// accept packed and unpacked elements alike).
+            #[inline]
+            pub fn set_target_pid_packed<I: ::core::iter::IntoIterator<Item = i32>>(&mut self, v: I) {
+                ::protozero::gen_support::append_packed_int32(&mut self.0, 4, v);
+            }
+
+            /// Appends one element of `repeated string target_cmdline = 5`.
+            #[inline(always)]
+            pub fn add_target_cmdline(&mut self, v: &str) {
+                self.0.append_string(5, v);
+            }
+
+            /// Appends one element of `repeated int32 exclude_pid = 6`.
+            #[inline(always)]
+            pub fn add_exclude_pid(&mut self, v: i32) {
+                self.0.append_int32(6, v);
+            }
+
+            /// Writes elements of `repeated int32 exclude_pid = 6` as one packed field (decoders
+            /// accept packed and unpacked elements alike).
+            #[inline]
+            pub fn set_exclude_pid_packed<I: ::core::iter::IntoIterator<Item = i32>>(&mut self, v: I) {
+                ::protozero::gen_support::append_packed_int32(&mut self.0, 6, v);
+            }
+
+            /// Appends one element of `repeated string exclude_cmdline = 7`.
+            #[inline(always)]
+            pub fn add_exclude_cmdline(&mut self, v: &str) {
+                self.0.append_string(7, v);
+            }
+        }
+
+        /// Config of the "linux.perf" data source (PerfSample packets with interned
+        /// call stacks).
+        ///
+        /// Not modelled (numbers taken upstream, do not reuse): followers 19,
+        /// target_cpu 20, ignore_open_failure 21, cpuid 22, max_enqueued_footprint_kb
+        /// 17, max_daemon_memory_kb 13, remote_descriptor_timeout_ms 9,
+        /// unwind_state_clear_period_ms 10, target_installed_by 18,
+        /// additional_cmdline_count 11, reserved 14.
+        ///
+        /// A zero-copy view of an encoded `perfetto.protos.PerfEventConfig`: its fields are indexed
+        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
+        /// allocate.
+        ///
+        /// A singular field reads its last occurrence (the default when absent); repeated scalars
+        /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
+        /// the declared type is skipped like an unknown field.
+        #[derive(Clone, Debug)]
+        pub struct PerfEventConfigView<'a> {
+            d: ::protozero::TypedDecoder<'a, 11>,
+        }
+
+        impl<'a> PerfEventConfigView<'a> {
+            /// Indexes the fields of `bytes`, skipping unknown ones.
+            ///
+            /// # Errors
+            ///
+            /// The first malformation if `bytes` is not a well-formed protobuf message.
+            #[inline]
+            pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
+                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+            }
+
+            /// The encoded message this view reads.
+            #[inline]
+            pub fn bytes(&self) -> &'a [u8] {
+                self.d.bytes()
+            }
+
+            #[inline]
+            fn slot_of(id: u32) -> ::core::option::Option<usize> {
+                match id {
+                    15..=16 => ::core::option::Option::Some(id as usize - 15),
+                    8 => ::core::option::Option::Some(2),
+                    3 => ::core::option::Option::Some(3),
+                    1..=2 => ::core::option::Option::Some(id as usize + 3),
+                    12 => ::core::option::Option::Some(6),
+                    4..=7 => ::core::option::Option::Some(id as usize + 3),
+                    _ => ::core::option::Option::None,
+                }
+            }
+
+            /// The event samples are taken on and how often.
+            ///
+            /// The last occurrence (an empty message when absent) of `optional
+            /// perfetto.protos.PerfEvents.Timebase timebase = 15`.
+            ///
+            /// # Errors
+            ///
+            /// The first malformation if the nested message is not well-formed.
+            #[inline]
+            pub fn timebase(&self) -> ::core::result::Result<perf_events::TimebaseView<'a>, ::protozero::DecodeError> {
+                perf_events::TimebaseView::decode(::protozero::gen_support::bytes(&self.d, 0, b""))
+            }
+
+            /// Whether `timebase` (field 15) occurs with the right wire type.
+            #[inline]
+            pub fn has_timebase(&self) -> bool {
+                ::protozero::gen_support::has_len(&self.d, 0)
+            }
+
+            /// Whose call stacks are sampled, and how they are unwound.
+            ///
+            /// The last occurrence (an empty message when absent) of `optional
+            /// perfetto.protos.PerfEventConfig.CallstackSampling callstack_sampling = 16`.
+            ///
+            /// # Errors
+            ///
+            /// The first malformation if the nested message is not well-formed.
+            #[inline]
+            pub fn callstack_sampling(&self) -> ::core::result::Result<perf_event_config::CallstackSamplingView<'a>, ::protozero::DecodeError> {
+                perf_event_config::CallstackSamplingView::decode(::protozero::gen_support::bytes(&self.d, 1, b""))
+            }
+
+            /// Whether `callstack_sampling` (field 16) occurs with the right wire type.
+            #[inline]
+            pub fn has_callstack_sampling(&self) -> bool {
+                ::protozero::gen_support::has_len(&self.d, 1)
+            }
+
+            /// How often the daemon reads the kernel's ring buffers (ms).
+            ///
+            /// The last occurrence, or the default, of `optional uint32 ring_buffer_read_period_ms
+            /// = 8`.
+            #[inline]
+            pub fn ring_buffer_read_period_ms(&self) -> u32 {
+                ::protozero::gen_support::uint32(&self.d, 2, 0)
+            }
+
+            /// Whether `ring_buffer_read_period_ms` (field 8) occurs with the right wire type.
+            #[inline]
+            pub fn has_ring_buffer_read_period_ms(&self) -> bool {
+                ::protozero::gen_support::has_varint(&self.d, 2)
+            }
+
+            /// Size of each ring buffer, in pages (a power of two).
+            ///
+            /// The last occurrence, or the default, of `optional uint32 ring_buffer_pages = 3`.
+            #[inline]
+            pub fn ring_buffer_pages(&self) -> u32 {
+                ::protozero::gen_support::uint32(&self.d, 3, 0)
+            }
+
+            /// Whether `ring_buffer_pages` (field 3) occurs with the right wire type.
+            #[inline]
+            pub fn has_ring_buffer_pages(&self) -> bool {
+                ::protozero::gen_support::has_varint(&self.d, 3)
+            }
+
+            /// Legacy (before timebase and callstack_sampling): the same settings at
+            /// the top level.
+            ///
+            /// The last occurrence, or the default, of `optional bool all_cpus = 1`.
+            #[inline]
+            pub fn all_cpus(&self) -> bool {
+                ::protozero::gen_support::bool(&self.d, 4, false)
+            }
+
+            /// Whether `all_cpus` (field 1) occurs with the right wire type.
+            #[inline]
+            pub fn has_all_cpus(&self) -> bool {
+                ::protozero::gen_support::has_varint(&self.d, 4)
+            }
+
+            /// The last occurrence, or the default, of `optional uint32 sampling_frequency = 2`.
+            #[inline]
+            pub fn sampling_frequency(&self) -> u32 {
+                ::protozero::gen_support::uint32(&self.d, 5, 0)
+            }
+
+            /// Whether `sampling_frequency` (field 2) occurs with the right wire type.
+            #[inline]
+            pub fn has_sampling_frequency(&self) -> bool {
+                ::protozero::gen_support::has_varint(&self.d, 5)
+            }
+
+            /// The last occurrence, or the default, of `optional bool kernel_frames = 12`.
+            #[inline]
+            pub fn kernel_frames(&self) -> bool {
+                ::protozero::gen_support::bool(&self.d, 6, false)
+            }
+
+            /// Whether `kernel_frames` (field 12) occurs with the right wire type.
+            #[inline]
+            pub fn has_kernel_frames(&self) -> bool {
+                ::protozero::gen_support::has_varint(&self.d, 6)
+            }
+
+            /// The elements of `repeated int32 target_pid = 4`.
+            #[inline]
+            pub fn target_pid(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
+                ::protozero::gen_support::repeated_int32(&self.d, 7)
+            }
+
+            /// The elements of `repeated string target_cmdline = 5`.
+            #[inline]
+            pub fn target_cmdline(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<&'a str, ::protozero::DecodeError>> + use<'a> {
+                ::protozero::gen_support::repeated_string(&self.d, 8)
+            }
+
+            /// The elements of `repeated int32 exclude_pid = 6`.
+            #[inline]
+            pub fn exclude_pid(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
+                ::protozero::gen_support::repeated_int32(&self.d, 9)
+            }
+
+            /// The elements of `repeated string exclude_cmdline = 7`.
+            #[inline]
+            pub fn exclude_cmdline(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<&'a str, ::protozero::DecodeError>> + use<'a> {
+                ::protozero::gen_support::repeated_string(&self.d, 10)
+            }
+        }
+
+        /// Nested messages and enums of `perfetto.protos.PerfEventConfig`.
+        pub mod perf_event_config {
+            /// Writer of `perfetto.protos.PerfEventConfig.CallstackSampling`: each setter appends
+            /// one field to the message being written.
+            #[derive(Debug)]
+            pub struct CallstackSampling<'w>(::protozero::Message<'w>);
+
+            impl<'w> ::protozero::MessageWriter<'w> for CallstackSampling<'w> {
+                #[inline(always)]
+                fn from_message(msg: ::protozero::Message<'w>) -> Self {
+                    Self(msg)
+                }
+
+                #[inline(always)]
+                fn as_message(&mut self) -> &mut ::protozero::Message<'w> {
+                    &mut self.0
+                }
+            }
+
+            impl<'w> CallstackSampling<'w> {
+                /// The field number of `scope`.
+                pub const SCOPE_FIELD_NUMBER: u32 = 1;
+                /// The field number of `kernel_frames`.
+                pub const KERNEL_FRAMES_FIELD_NUMBER: u32 = 2;
+                /// The field number of `user_frames`.
+                pub const USER_FRAMES_FIELD_NUMBER: u32 = 3;
+
+                /// The message being written, for what the setters do not cover (e.g. fields
+                /// already encoded).
+                #[inline(always)]
+                pub fn message(&mut self) -> &mut ::protozero::Message<'w> {
+                    &mut self.0
+                }
+
+                /// The processes sampled (unset: every process).
+                ///
+                /// Begins `optional perfetto.protos.PerfEventConfig.Scope scope = 1`.
+                ///
+                /// Fill in the returned writer; it ends (and its size is written) when it is
+                /// dropped, before this message can be written again.
+                #[inline(always)]
+                pub fn set_scope(&mut self) -> Scope<'_> {
+                    ::protozero::MessageWriter::from_message(self.0.begin_nested(1))
+                }
+
+                /// Whether kernel frames are recorded too.
+                ///
+                /// Writes `optional bool kernel_frames = 2`.
+                #[inline(always)]
+                pub fn set_kernel_frames(&mut self, v: bool) {
+                    self.0.append_bool(2, v);
+                }
+
+                /// How user frames are unwound.
+                ///
+                /// Writes `optional perfetto.protos.PerfEventConfig.UnwindMode user_frames = 3`.
+                #[inline(always)]
+                pub fn set_user_frames(&mut self, v: UnwindMode) {
+                    self.0.append_enum(3, v.as_i32());
+                }
+
+                /// Like [`Self::set_user_frames`], with a raw value (which need not be one the enum
+                /// declares).
+                #[inline(always)]
+                pub fn set_user_frames_raw(&mut self, v: i32) {
+                    self.0.append_enum(3, v);
+                }
+            }
+
+            /// A zero-copy view of an encoded `perfetto.protos.PerfEventConfig.CallstackSampling`:
+            /// its fields are indexed once by [`Self::decode`] and read from the borrowed bytes by
+            /// the getters, which never allocate.
+            ///
+            /// A singular field reads its last occurrence (the default when absent); repeated
+            /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
+            /// does not match the declared type is skipped like an unknown field.
+            #[derive(Clone, Debug)]
+            pub struct CallstackSamplingView<'a> {
+                d: ::protozero::TypedDecoder<'a, 3>,
+            }
+
+            impl<'a> CallstackSamplingView<'a> {
+                /// Indexes the fields of `bytes`, skipping unknown ones.
+                ///
+                /// # Errors
+                ///
+                /// The first malformation if `bytes` is not a well-formed protobuf message.
+                #[inline]
+                pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
+                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                }
+
+                /// The encoded message this view reads.
+                #[inline]
+                pub fn bytes(&self) -> &'a [u8] {
+                    self.d.bytes()
+                }
+
+                #[inline]
+                fn slot_of(id: u32) -> ::core::option::Option<usize> {
+                    match id {
+                        1..=3 => ::core::option::Option::Some(id as usize - 1),
+                        _ => ::core::option::Option::None,
+                    }
+                }
+
+                /// The processes sampled (unset: every process).
+                ///
+                /// The last occurrence (an empty message when absent) of `optional
+                /// perfetto.protos.PerfEventConfig.Scope scope = 1`.
+                ///
+                /// # Errors
+                ///
+                /// The first malformation if the nested message is not well-formed.
+                #[inline]
+                pub fn scope(&self) -> ::core::result::Result<ScopeView<'a>, ::protozero::DecodeError> {
+                    ScopeView::decode(::protozero::gen_support::bytes(&self.d, 0, b""))
+                }
+
+                /// Whether `scope` (field 1) occurs with the right wire type.
+                #[inline]
+                pub fn has_scope(&self) -> bool {
+                    ::protozero::gen_support::has_len(&self.d, 0)
+                }
+
+                /// Whether kernel frames are recorded too.
+                ///
+                /// The last occurrence, or the default, of `optional bool kernel_frames = 2`.
+                #[inline]
+                pub fn kernel_frames(&self) -> bool {
+                    ::protozero::gen_support::bool(&self.d, 1, false)
+                }
+
+                /// Whether `kernel_frames` (field 2) occurs with the right wire type.
+                #[inline]
+                pub fn has_kernel_frames(&self) -> bool {
+                    ::protozero::gen_support::has_varint(&self.d, 1)
+                }
+
+                /// How user frames are unwound.
+                ///
+                /// The last occurrence, or the default, of `optional
+                /// perfetto.protos.PerfEventConfig.UnwindMode user_frames = 3`.
+                ///
+                /// `None` for a value the enum does not declare: see [`Self::user_frames_raw`].
+                #[inline]
+                pub fn user_frames(&self) -> ::core::option::Option<UnwindMode> {
+                    UnwindMode::from_i32(self.user_frames_raw())
+                }
+
+                /// `user_frames` as a raw value (also one the enum does not declare).
+                #[inline]
+                pub fn user_frames_raw(&self) -> i32 {
+                    ::protozero::gen_support::int32(&self.d, 2, 0)
+                }
+
+                /// Whether `user_frames` (field 3) occurs with the right wire type.
+                #[inline]
+                pub fn has_user_frames(&self) -> bool {
+                    ::protozero::gen_support::has_varint(&self.d, 2)
+                }
+            }
+
+            /// Not modelled (numbers taken upstream, do not reuse):
+            /// additional_cmdline_count 5, process_shard_count 6.
+            ///
+            /// Writer of `perfetto.protos.PerfEventConfig.Scope`: each setter appends one field to
+            /// the message being written.
+            #[derive(Debug)]
+            pub struct Scope<'w>(::protozero::Message<'w>);
+
+            impl<'w> ::protozero::MessageWriter<'w> for Scope<'w> {
+                #[inline(always)]
+                fn from_message(msg: ::protozero::Message<'w>) -> Self {
+                    Self(msg)
+                }
+
+                #[inline(always)]
+                fn as_message(&mut self) -> &mut ::protozero::Message<'w> {
+                    &mut self.0
+                }
+            }
+
+            impl<'w> Scope<'w> {
+                /// The field number of `target_pid`.
+                pub const TARGET_PID_FIELD_NUMBER: u32 = 1;
+                /// The field number of `target_cmdline`.
+                pub const TARGET_CMDLINE_FIELD_NUMBER: u32 = 2;
+                /// The field number of `exclude_pid`.
+                pub const EXCLUDE_PID_FIELD_NUMBER: u32 = 3;
+                /// The field number of `exclude_cmdline`.
+                pub const EXCLUDE_CMDLINE_FIELD_NUMBER: u32 = 4;
+
+                /// The message being written, for what the setters do not cover (e.g. fields
+                /// already encoded).
+                #[inline(always)]
+                pub fn message(&mut self) -> &mut ::protozero::Message<'w> {
+                    &mut self.0
+                }
+
+                /// Appends one element of `repeated int32 target_pid = 1`.
+                #[inline(always)]
+                pub fn add_target_pid(&mut self, v: i32) {
+                    self.0.append_int32(1, v);
+                }
+
+                /// Writes elements of `repeated int32 target_pid = 1` as one packed field (decoders
+                /// accept packed and unpacked elements alike).
+                #[inline]
+                pub fn set_target_pid_packed<I: ::core::iter::IntoIterator<Item = i32>>(&mut self, v: I) {
+                    ::protozero::gen_support::append_packed_int32(&mut self.0, 1, v);
+                }
+
+                /// Matched against the process's command line (its first argument, or
+                /// its file name).
+                ///
+                /// Appends one element of `repeated string target_cmdline = 2`.
+                #[inline(always)]
+                pub fn add_target_cmdline(&mut self, v: &str) {
+                    self.0.append_string(2, v);
+                }
+
+                /// Appends one element of `repeated int32 exclude_pid = 3`.
+                #[inline(always)]
+                pub fn add_exclude_pid(&mut self, v: i32) {
+                    self.0.append_int32(3, v);
+                }
+
+                /// Writes elements of `repeated int32 exclude_pid = 3` as one packed field
+                /// (decoders accept packed and unpacked elements alike).
+                #[inline]
+                pub fn set_exclude_pid_packed<I: ::core::iter::IntoIterator<Item = i32>>(&mut self, v: I) {
+                    ::protozero::gen_support::append_packed_int32(&mut self.0, 3, v);
+                }
+
+                /// Appends one element of `repeated string exclude_cmdline = 4`.
+                #[inline(always)]
+                pub fn add_exclude_cmdline(&mut self, v: &str) {
+                    self.0.append_string(4, v);
+                }
+            }
+
+            /// Not modelled (numbers taken upstream, do not reuse):
+            /// additional_cmdline_count 5, process_shard_count 6.
+            ///
+            /// A zero-copy view of an encoded `perfetto.protos.PerfEventConfig.Scope`: its fields
+            /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the
+            /// getters, which never allocate.
+            ///
+            /// A singular field reads its last occurrence (the default when absent); repeated
+            /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
+            /// does not match the declared type is skipped like an unknown field.
+            #[derive(Clone, Debug)]
+            pub struct ScopeView<'a> {
+                d: ::protozero::TypedDecoder<'a, 4>,
+            }
+
+            impl<'a> ScopeView<'a> {
+                /// Indexes the fields of `bytes`, skipping unknown ones.
+                ///
+                /// # Errors
+                ///
+                /// The first malformation if `bytes` is not a well-formed protobuf message.
+                #[inline]
+                pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
+                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                }
+
+                /// The encoded message this view reads.
+                #[inline]
+                pub fn bytes(&self) -> &'a [u8] {
+                    self.d.bytes()
+                }
+
+                #[inline]
+                fn slot_of(id: u32) -> ::core::option::Option<usize> {
+                    match id {
+                        1..=4 => ::core::option::Option::Some(id as usize - 1),
+                        _ => ::core::option::Option::None,
+                    }
+                }
+
+                /// The elements of `repeated int32 target_pid = 1`.
+                #[inline]
+                pub fn target_pid(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
+                    ::protozero::gen_support::repeated_int32(&self.d, 0)
+                }
+
+                /// Matched against the process's command line (its first argument, or
+                /// its file name).
+                ///
+                /// The elements of `repeated string target_cmdline = 2`.
+                #[inline]
+                pub fn target_cmdline(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<&'a str, ::protozero::DecodeError>> + use<'a> {
+                    ::protozero::gen_support::repeated_string(&self.d, 1)
+                }
+
+                /// The elements of `repeated int32 exclude_pid = 3`.
+                #[inline]
+                pub fn exclude_pid(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
+                    ::protozero::gen_support::repeated_int32(&self.d, 2)
+                }
+
+                /// The elements of `repeated string exclude_cmdline = 4`.
+                #[inline]
+                pub fn exclude_cmdline(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<&'a str, ::protozero::DecodeError>> + use<'a> {
+                    ::protozero::gen_support::repeated_string(&self.d, 3)
+                }
+            }
+
+            /// The enum `perfetto.protos.PerfEventConfig.UnwindMode`.
+            #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+            #[repr(i32)]
+            #[allow(clippy::enum_variant_names)]
+            pub enum UnwindMode {
+                /// `UNWIND_UNKNOWN = 0`
+                UnwindUnknown = 0,
+                /// `UNWIND_SKIP = 1`
+                UnwindSkip = 1,
+                /// `UNWIND_DWARF = 2`
+                UnwindDwarf = 2,
+                /// `UNWIND_FRAME_POINTER = 3`
+                UnwindFramePointer = 3,
+                /// `UNWIND_KERNEL_FRAME_POINTER = 4`
+                UnwindKernelFramePointer = 4,
+            }
+
+            impl UnwindMode {
+                /// The variant with value `v`, if the enum declares one.
+                pub const fn from_i32(v: i32) -> ::core::option::Option<Self> {
+                    match v {
+                        0 => ::core::option::Option::Some(Self::UnwindUnknown),
+                        1 => ::core::option::Option::Some(Self::UnwindSkip),
+                        2 => ::core::option::Option::Some(Self::UnwindDwarf),
+                        3 => ::core::option::Option::Some(Self::UnwindFramePointer),
+                        4 => ::core::option::Option::Some(Self::UnwindKernelFramePointer),
+                        _ => ::core::option::Option::None,
+                    }
+                }
+
+                /// The value.
+                pub const fn as_i32(self) -> i32 {
+                    self as i32
+                }
+
+                /// The value's name in the `.proto` file.
+                pub const fn as_str_name(self) -> &'static str {
+                    match self {
+                        Self::UnwindUnknown => "UNWIND_UNKNOWN",
+                        Self::UnwindSkip => "UNWIND_SKIP",
+                        Self::UnwindDwarf => "UNWIND_DWARF",
+                        Self::UnwindFramePointer => "UNWIND_FRAME_POINTER",
+                        Self::UnwindKernelFramePointer => "UNWIND_KERNEL_FRAME_POINTER",
+                    }
+                }
+
+                /// The value named `name` in the `.proto` file (aliases included).
+                pub fn from_str_name(name: &str) -> ::core::option::Option<Self> {
+                    match name {
+                        "UNWIND_UNKNOWN" => ::core::option::Option::Some(Self::UnwindUnknown),
+                        "UNWIND_SKIP" => ::core::option::Option::Some(Self::UnwindSkip),
+                        "UNWIND_DWARF" => ::core::option::Option::Some(Self::UnwindDwarf),
+                        "UNWIND_FRAME_POINTER" => ::core::option::Option::Some(Self::UnwindFramePointer),
+                        "UNWIND_KERNEL_FRAME_POINTER" => ::core::option::Option::Some(Self::UnwindKernelFramePointer),
                         _ => ::core::option::Option::None,
                     }
                 }

@@ -149,6 +149,8 @@ fn eh_frame_address(hdr: &[u8], hdr_svma: u64) -> Option<u64> {
 
 thread_local! {
     static CACHE: RefCell<Option<Box<Cache>>> = const { RefCell::new(None) };
+    /// The calling thread's rules in the compact form [`walk_from`] applies without framehop.
+    static FAST: RefCell<Option<Box<FastRules>>> = const { RefCell::new(None) };
     /// The calling thread's stack, (lowest, highest) address; (0, 0) before it is known.
     static STACK: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
 }
@@ -188,8 +190,9 @@ pub(super) fn walk_from(
     if !(lo..hi).contains(&sp) {
         return None;
     }
+    let lowest = sp;
     let mut read = |addr: u64| -> Result<u64, ()> {
-        if addr >= sp && addr.checked_add(8).is_some_and(|e| e <= hi) && addr % 8 == 0 {
+        if addr >= lowest && addr.checked_add(8).is_some_and(|e| e <= hi) && addr % 8 == 0 {
             // SAFETY: `addr` is 8-aligned and inside this thread's own stack, between the
             // current stack pointer and its top: mapped and readable.
             Ok(unsafe { std::ptr::read(addr as *const u64) })
@@ -197,7 +200,201 @@ pub(super) fn walk_from(
             Err(())
         }
     };
-    run(ip, sp, bp, skip, out, &mut read)
+    fast_walk(ip, sp, bp, skip, out, &mut read).or_else(|| run(ip, sp, bp, skip, out, &mut read))
+}
+
+/// One frame's unwind rule in a form that needs no framehop to apply: the caller's stack
+/// pointer (the CFA) is `sp` or `bp` plus `cfa_off`; the return address is at `cfa + ra_off`;
+/// the caller's `bp` is at `cfa + bp_off`, or unchanged when `bp_off` is [`BP_SAME`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FastRule {
+    /// The return address the rule is for (0: an empty slot).
+    addr: u64,
+    cfa_from_bp: bool,
+    /// The frame ends the stack.
+    end: bool,
+    cfa_off: i32,
+    ra_off: i32,
+    bp_off: i32,
+}
+
+const BP_SAME: i32 = i32::MAX;
+const FAST_SLOTS: usize = 1024;
+
+/// A thread's direct-mapped table of [`FastRule`]s, valid for the unwinder `state` it was
+/// learned from.
+struct FastRules {
+    state: *const State,
+    slots: [FastRule; FAST_SLOTS],
+}
+
+const EMPTY_RULE: FastRule = FastRule {
+    addr: 0,
+    cfa_from_bp: false,
+    end: false,
+    cfa_off: 0,
+    ra_off: 0,
+    bp_off: 0,
+};
+
+fn slot_of(ra: u64) -> usize {
+    ((ra ^ (ra >> 10)) as usize) & (FAST_SLOTS - 1)
+}
+
+/// The compact rule of return address `ra`, found by running framehop's rule for it on a
+/// made-up stack whose every word names its own address: where the return address and the
+/// caller's `bp` were read from, and where the stack pointer went, is the rule. `None` when
+/// the rule is not of that form (framehop then unwinds that frame itself).
+#[cold]
+fn learn(st: &State, cache: &mut Cache, ra: u64) -> Option<FastRule> {
+    const SP: u64 = 0x4000_0000_0000;
+    const BP: u64 = 0x5000_0000_0000;
+    const TAG: u64 = 0x0a00_0000_0000_0000;
+    const NEAR: u64 = 1 << 24;
+    let address = FrameAddress::from_return_address(ra)?;
+    let mut regs = UnwindRegsX86_64::new(ra, SP, BP);
+    let mut read = |a: u64| -> Result<u64, ()> { Ok(a ^ TAG) };
+    let got = st
+        .unwinder
+        .unwind_frame(address, &mut regs, cache, &mut read)
+        .ok()?;
+    let Some(new_ra) = got else {
+        return Some(FastRule {
+            addr: ra,
+            end: true,
+            ..EMPTY_RULE
+        });
+    };
+    let cfa = regs.sp();
+    let (cfa_from_bp, base) = if cfa.wrapping_sub(SP) < NEAR {
+        (false, SP)
+    } else if cfa.wrapping_sub(BP) < NEAR {
+        (true, BP)
+    } else {
+        return None;
+    };
+    let rel = |slot: u64| -> Option<i32> {
+        // A slot of the same frame: within 16 MiB of the CFA, on the same base.
+        let d = slot.wrapping_sub(cfa) as i64;
+        (slot.wrapping_sub(base) < NEAR && d.unsigned_abs() < NEAR).then_some(d as i32)
+    };
+    let ra_off = rel(new_ra ^ TAG)?;
+    let bp_off = if regs.bp() == BP {
+        BP_SAME
+    } else {
+        rel(regs.bp() ^ TAG)?
+    };
+    Some(FastRule {
+        addr: ra,
+        cfa_from_bp,
+        end: false,
+        cfa_off: i32::try_from(cfa - base).ok()?,
+        ra_off,
+        bp_off,
+    })
+}
+
+/// [`run`] for the calling thread: the first step (from the exact pc) by framehop, then each
+/// frame by its [`FastRule`] (learned the first time its return address is seen). `None` when
+/// the thread's tables are in use (a nested call) or a frame's rule cannot be made compact
+/// and the walk has to start over with framehop alone.
+#[inline(always)]
+fn fast_walk(
+    ip: u64,
+    sp: u64,
+    bp: u64,
+    mut skip: usize,
+    out: &mut [u64],
+    read: &mut impl FnMut(u64) -> Result<u64, ()>,
+) -> Option<usize> {
+    let st = state();
+    if !st.ranges.iter().any(|&(s, e)| (s..e).contains(&ip)) {
+        return None;
+    }
+    FAST.try_with(|f| {
+        let mut f = f.try_borrow_mut().ok()?;
+        let f = f.get_or_insert_with(|| {
+            Box::new(FastRules {
+                state: std::ptr::null(),
+                slots: [EMPTY_RULE; FAST_SLOTS],
+            })
+        });
+        if !std::ptr::eq(f.state, st) {
+            f.slots.fill(EMPTY_RULE);
+            f.state = st as *const State;
+        }
+        CACHE
+            .try_with(|c| {
+                let mut c = c.try_borrow_mut().ok()?;
+                let cache = c.get_or_insert_with(|| Box::new(Cache::new_in()));
+                let mut n = 0;
+                let len = out.len();
+                let mut put = |pc: u64, skip: &mut usize, n: &mut usize| {
+                    if *skip > 0 {
+                        *skip -= 1;
+                    } else {
+                        out[*n] = pc;
+                        *n += 1;
+                    }
+                };
+                put(ip, &mut skip, &mut n);
+                if n == len {
+                    return Some(n);
+                }
+                // The first step, from the exact pc (whose rule may differ from a return
+                // address's at the same place).
+                let mut regs = UnwindRegsX86_64::new(ip, sp, bp);
+                let first = st.unwinder.unwind_frame(
+                    FrameAddress::InstructionPointer(ip),
+                    &mut regs,
+                    cache,
+                    read,
+                );
+                let Ok(Some(mut ra)) = first else {
+                    return Some(n);
+                };
+                let (mut sp, mut bp) = (regs.sp(), regs.bp());
+                for _ in 0..1024 {
+                    if n == len || ra == 0 {
+                        break;
+                    }
+                    put(ra - 1, &mut skip, &mut n);
+                    if n == len {
+                        break;
+                    }
+                    let slot = slot_of(ra);
+                    let mut rule = f.slots[slot];
+                    if rule.addr != ra {
+                        rule = learn(st, cache, ra)?;
+                        f.slots[slot] = rule;
+                    }
+                    if rule.end || (rule.cfa_from_bp && bp == 0) {
+                        break;
+                    }
+                    let base = if rule.cfa_from_bp { bp } else { sp };
+                    let cfa = base.wrapping_add(rule.cfa_off as i64 as u64);
+                    if cfa <= sp {
+                        break; // not moving up the stack: a corrupt frame
+                    }
+                    let Ok(next) = read(cfa.wrapping_add(rule.ra_off as i64 as u64)) else {
+                        break;
+                    };
+                    if rule.bp_off != BP_SAME {
+                        let Ok(b) = read(cfa.wrapping_add(rule.bp_off as i64 as u64)) else {
+                            break;
+                        };
+                        bp = b;
+                    }
+                    sp = cfa;
+                    ra = next;
+                }
+                Some(n)
+            })
+            .ok()
+            .flatten()
+    })
+    .ok()
+    .flatten()
 }
 
 /// Frames of a CPU sample: the registers the kernel saved and `stack`, its copy of the stack

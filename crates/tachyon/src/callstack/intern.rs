@@ -22,8 +22,8 @@ const UNKNOWN_MAPPING: u64 = u64::MAX;
 /// of stacks (allocations, crash reports).
 #[derive(Debug, Default)]
 pub struct CallstackInterner {
-    stacks: HashMap<Box<[u64]>, u64>,
-    frames: HashMap<u64, u64>,
+    stacks: HashMap<Box<[u64]>, u64, BuildWordHasher>,
+    frames: HashMap<u64, u64, BuildWordHasher>,
     mappings: HashMap<u64, u64>,
     paths: HashMap<Arc<str>, u64>,
     build_ids: HashMap<Arc<[u8]>, u64>,
@@ -31,6 +31,41 @@ pub struct CallstackInterner {
     modules: Option<Arc<ModuleMap>>,
     pending: Pending,
     scratch: Vec<u64>,
+}
+
+/// A multiply-rotate hasher for addresses (FxHash's scheme): the stacks are this process's own
+/// return addresses, not attacker-chosen keys, and SipHash over a 10-frame stack was most of a
+/// repeated stack's interning cost.
+#[derive(Clone, Copy, Debug, Default)]
+struct BuildWordHasher;
+
+#[derive(Clone, Copy, Debug, Default)]
+struct WordHasher(u64);
+
+impl std::hash::BuildHasher for BuildWordHasher {
+    type Hasher = WordHasher;
+    fn build_hasher(&self) -> WordHasher {
+        WordHasher(0)
+    }
+}
+
+impl std::hash::Hasher for WordHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(w));
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn write_usize(&mut self, v: usize) {
+        self.write_u64(v as u64);
+    }
 }
 
 #[derive(Debug, Default)]

@@ -172,6 +172,49 @@ mod tests {
         assert_eq!(fh[1..], platform[1..]);
     }
 
+    #[cfg(all(feature = "dwarf-unwind", target_arch = "x86_64", target_os = "linux"))]
+    #[cfg_attr(
+        miri,
+        ignore = "walks the real stack and the loader's module list, which Miri does not model"
+    )]
+    #[test]
+    fn learned_rules_agree_with_framehop_and_the_platform_deep_down() {
+        type Walks = (Vec<u64>, Vec<u64>);
+        #[inline(never)]
+        fn leaf() -> Walks {
+            let (mut a, mut b) = ([0u64; MAX_DEPTH], [0u64; MAX_DEPTH]);
+            // Twice: the second walk applies the rules the first one learned.
+            let _ = dwarf::walk_from(dwarf::regs(), &mut a, 0);
+            let n = dwarf::walk_from(dwarf::regs(), &mut a, 0).expect("the stack is known");
+            let m = unwind::walk(&mut b, 0);
+            (a[..n].to_vec(), b[..m].to_vec())
+        }
+        // Frames of different shapes: a big frame, a small one, recursion.
+        #[inline(never)]
+        fn big(n: u32) -> Walks {
+            let pad = std::hint::black_box([n as u8; 600]);
+            let r = if n == 0 { leaf() } else { small(n - 1) };
+            std::hint::black_box(pad);
+            r
+        }
+        #[inline(never)]
+        fn small(n: u32) -> Walks {
+            let r = if n % 3 == 0 { big(n) } else { small_or_big(n) };
+            std::hint::black_box(n);
+            r
+        }
+        #[inline(never)]
+        fn small_or_big(n: u32) -> Walks {
+            let r = big(std::hint::black_box(n));
+            std::hint::black_box(n);
+            r
+        }
+        let (fast, platform) = std::thread::spawn(|| big(30)).join().unwrap();
+        assert!(fast.len() >= 40, "{}", fast.len());
+        assert_eq!(fast.len(), platform.len(), "{fast:x?} vs {platform:x?}");
+        assert_eq!(fast[1..], platform[1..]);
+    }
+
     #[test]
     fn environment_sets_depth_and_rate_and_refuses_garbage() {
         let from = |k: &'static str, v: &'static str| {

@@ -17,7 +17,8 @@
 //! EVENT := NAME (, ITEM)* ,?
 //! ```
 //!
-//! `callstack` applies to zones and instants (`zone!`, `instant!`, `instant_on!`); `begin!`
+//! `callstack` applies to zones and instants (`zone!`, `instant!`, `instant_on!`; messages take
+//! `message!(callstack: N, ...)`); `begin!`
 //! ignores it. See [`callstack`](crate::callstack).
 //!
 //! Argument expressions are evaluated only when the callsite is enabled.

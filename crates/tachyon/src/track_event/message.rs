@@ -6,7 +6,9 @@
 //! A message whose text is a literal without arguments is interned: its body goes on the
 //! sequence once per generation, later messages refer to it by iid. A formatted message is
 //! copied (its body interned under a fresh iid each time). Texts longer than
-//! [`MAX_MESSAGE_LEN`] bytes are cut, with a marker.
+//! [`MAX_MESSAGE_LEN`] bytes are cut, with a marker. `callstack: N,` before the other options
+//! gives a message N frames of call stack (Tracy's `TracyMessageS`); `TACHYON_CALLSTACK` gives
+//! every message that many.
 //!
 //! ```
 //! use tachyon::Level;
@@ -17,6 +19,7 @@
 //! tachyon::message!(level: Level::Error, "disk full");
 //! tachyon::warn!("retrying in {} ms", 100);
 //! tachyon::message!(bytes: b"raw \xff bytes"); // not UTF-8: replaced characters
+//! tachyon::message!(callstack: 8, level: Level::Warn, "slow frame"); // with its call stack
 //! tachyon::shutdown()?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -72,21 +75,63 @@ impl Level {
     }
 }
 
-/// Records a message of an enabled callsite (what the macros expand to).
+/// Records a message of an enabled callsite (what the macros expand to). `depth`: the frames
+/// of call stack the message carries (`callstack: N`; 0: the `TACHYON_CALLSTACK` depth, which
+/// is 0 when that is off).
+///
+/// Always inlined: the stack, when there is one, is taken by `emit_stack`, whose caller must be
+/// the function the message is in.
 #[doc(hidden)]
-#[inline]
+#[inline(always)]
 pub fn emit(
     cs: &'static Callsite,
     en: Enabled,
     level: Level,
     color: Option<u32>,
+    depth: usize,
     args: fmt::Arguments<'_>,
 ) {
+    if depth != 0 || crate::callstack::default_depth() != 0 {
+        return emit_stack(cs, en, level, color, depth, args);
+    }
+    emit_pcs(cs, en, level, color, args, &[])
+}
+
+/// [`emit`] with the caller's call stack (Tracy's `TracyMessageS`).
+#[inline(never)]
+fn emit_stack(
+    cs: &'static Callsite,
+    en: Enabled,
+    level: Level,
+    color: Option<u32>,
+    depth: usize,
+    args: fmt::Arguments<'_>,
+) {
+    let depth = match depth {
+        0 => crate::callstack::default_depth(),
+        d => d.min(crate::callstack::MAX_DEPTH),
+    };
+    let mut pcs = [0u64; crate::callstack::MAX_DEPTH];
+    // Skips this function's frame: the first is the function the message is in.
+    let n = crate::callstack::capture(&mut pcs[..depth], 1);
+    emit_pcs(cs, en, level, color, args, &pcs[..n]);
+}
+
+/// Formats (unless the text is a literal) and writes.
+#[inline(never)]
+fn emit_pcs(
+    cs: &'static Callsite,
+    en: Enabled,
+    level: Level,
+    color: Option<u32>,
+    args: fmt::Arguments<'_>,
+    pcs: &[u64],
+) {
     match args.as_str() {
-        Some(s) => write(cs, en, level, color, s, true),
+        Some(s) => write(cs, en, level, color, s, true, pcs),
         None => {
             let text = fmt::format(args);
-            write(cs, en, level, color, &text, false)
+            write(cs, en, level, color, &text, false, pcs)
         }
     }
 }
@@ -95,7 +140,7 @@ pub fn emit(
 #[doc(hidden)]
 pub fn emit_bytes(cs: &'static Callsite, en: Enabled, level: Level, color: Option<u32>, b: &[u8]) {
     let text = String::from_utf8_lossy(b);
-    write(cs, en, level, color, &text, false);
+    write(cs, en, level, color, &text, false, &[]);
 }
 
 fn write(
@@ -105,27 +150,49 @@ fn write(
     color: Option<u32>,
     text: &str,
     is_static: bool,
+    pcs: &[u64],
 ) {
     let text = crate::sync::clip(text, MAX_MESSAGE_LEN);
-    with_thread_state(|st, ts| st.log_message(ts, cs, en, level, &text, is_static, color));
+    with_thread_state(|st, ts| {
+        let iid = if pcs.is_empty() {
+            0
+        } else {
+            st.intern_callstack(ts, pcs)
+        };
+        st.log_message(ts, cs, en, level, &text, is_static, color, iid)
+    });
 }
 
 /// A log message on this thread: `message!("text")`, `message!("x = {}", x)`, with optional
-/// `level: Level::Warn,` and `color: 0xRRGGBB,` before the text (in this order), or
-/// `message!(bytes: expr)` for bytes that may not be UTF-8.
+/// `callstack: N,` (the message carries N frames of call stack, Tracy's `TracyMessageS`; every
+/// message carries `TACHYON_CALLSTACK` frames when that is set), `level: Level::Warn,` and
+/// `color: 0xRRGGBB,` before the text (in this order), or `message!(bytes: expr)` for bytes
+/// that may not be UTF-8.
 #[macro_export]
 macro_rules! message {
-    (level: $lvl:expr, color: $c:expr, $($rest:tt)+) => {
-        $crate::__tachyon_message!(($lvl) (::core::option::Option::Some($c)) $($rest)+)
-    };
-    (level: $lvl:expr, $($rest:tt)+) => {
-        $crate::__tachyon_message!(($lvl) (::core::option::Option::None) $($rest)+)
-    };
-    (color: $c:expr, $($rest:tt)+) => {
-        $crate::__tachyon_message!(($crate::Level::Info) (::core::option::Option::Some($c)) $($rest)+)
+    (callstack: $d:expr, $($rest:tt)+) => {
+        $crate::__tachyon_message_opts!(($d) $($rest)+)
     };
     ($($rest:tt)+) => {
-        $crate::__tachyon_message!(($crate::Level::Info) (::core::option::Option::None) $($rest)+)
+        $crate::__tachyon_message_opts!((0usize) $($rest)+)
+    };
+}
+
+/// The level and color of a message.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __tachyon_message_opts {
+    (($d:expr) level: $lvl:expr, color: $c:expr, $($rest:tt)+) => {
+        $crate::__tachyon_message!(($lvl) (::core::option::Option::Some($c)) ($d) $($rest)+)
+    };
+    (($d:expr) level: $lvl:expr, $($rest:tt)+) => {
+        $crate::__tachyon_message!(($lvl) (::core::option::Option::None) ($d) $($rest)+)
+    };
+    (($d:expr) color: $c:expr, $($rest:tt)+) => {
+        $crate::__tachyon_message!(($crate::Level::Info) (::core::option::Option::Some($c)) ($d) $($rest)+)
+    };
+    (($d:expr) $($rest:tt)+) => {
+        $crate::__tachyon_message!(($crate::Level::Info) (::core::option::Option::None) ($d) $($rest)+)
     };
 }
 
@@ -133,7 +200,7 @@ macro_rules! message {
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __tachyon_message {
-    (($lvl:expr) ($color:expr) bytes: $b:expr) => {{
+    (($lvl:expr) ($color:expr) ($d:expr) bytes: $b:expr) => {{
         static __TACHYON_CALLSITE: $crate::Callsite = $crate::__tachyon_message_callsite!();
         if $crate::COMPILED_IN {
             if let ::core::option::Option::Some(en) = __TACHYON_CALLSITE.check() {
@@ -141,7 +208,7 @@ macro_rules! __tachyon_message {
             }
         }
     }};
-    (($lvl:expr) ($color:expr) $($fmt:tt)+) => {{
+    (($lvl:expr) ($color:expr) ($d:expr) $($fmt:tt)+) => {{
         static __TACHYON_CALLSITE: $crate::Callsite = $crate::__tachyon_message_callsite!();
         if $crate::COMPILED_IN {
             if let ::core::option::Option::Some(en) = __TACHYON_CALLSITE.check() {
@@ -150,6 +217,7 @@ macro_rules! __tachyon_message {
                     en,
                     $lvl,
                     $color,
+                    $d,
                     ::core::format_args!($($fmt)+),
                 );
             }
@@ -176,31 +244,37 @@ macro_rules! __tachyon_message_callsite {
 /// A `Level::Trace` message: `tachyon::trace!("x = {}", x)`.
 #[macro_export]
 macro_rules! trace {
+    (callstack: $d:expr, $($t:tt)+) => { $crate::message!(callstack: $d, level: $crate::Level::Trace, $($t)+) };
     ($($t:tt)+) => { $crate::message!(level: $crate::Level::Trace, $($t)+) };
 }
 /// A `Level::Debug` message.
 #[macro_export]
 macro_rules! debug {
+    (callstack: $d:expr, $($t:tt)+) => { $crate::message!(callstack: $d, level: $crate::Level::Debug, $($t)+) };
     ($($t:tt)+) => { $crate::message!(level: $crate::Level::Debug, $($t)+) };
 }
 /// A `Level::Info` message.
 #[macro_export]
 macro_rules! info {
+    (callstack: $d:expr, $($t:tt)+) => { $crate::message!(callstack: $d, level: $crate::Level::Info, $($t)+) };
     ($($t:tt)+) => { $crate::message!(level: $crate::Level::Info, $($t)+) };
 }
 /// A `Level::Warn` message.
 #[macro_export]
 macro_rules! warn {
+    (callstack: $d:expr, $($t:tt)+) => { $crate::message!(callstack: $d, level: $crate::Level::Warn, $($t)+) };
     ($($t:tt)+) => { $crate::message!(level: $crate::Level::Warn, $($t)+) };
 }
 /// A `Level::Error` message.
 #[macro_export]
 macro_rules! error {
+    (callstack: $d:expr, $($t:tt)+) => { $crate::message!(callstack: $d, level: $crate::Level::Error, $($t)+) };
     ($($t:tt)+) => { $crate::message!(level: $crate::Level::Error, $($t)+) };
 }
 /// A `Level::Fatal` message (recorded like the others; nothing aborts).
 #[macro_export]
 macro_rules! fatal {
+    (callstack: $d:expr, $($t:tt)+) => { $crate::message!(callstack: $d, level: $crate::Level::Fatal, $($t)+) };
     ($($t:tt)+) => { $crate::message!(level: $crate::Level::Fatal, $($t)+) };
 }
 

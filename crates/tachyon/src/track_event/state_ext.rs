@@ -799,6 +799,7 @@ impl ThreadState {
         body: &str,
         body_is_static: bool,
         color: Option<u32>,
+        callstack_iid: u64,
     ) {
         if !self.sync(ts) {
             return;
@@ -839,6 +840,9 @@ impl ThreadState {
             },
             intern_callsite || new_body,
             |e| {
+                if callstack_iid != 0 {
+                    e.set_callstack_iid(callstack_iid);
+                }
                 let mut m = e.set_log_message();
                 m.set_source_location_iid(en.id);
                 m.set_body_iid(body_iid);
