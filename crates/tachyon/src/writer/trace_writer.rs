@@ -1111,7 +1111,13 @@ impl TraceWriter {
     #[inline(always)]
     fn write_event<const N: usize>(&mut self, prefix: &[u8; N], value: u64) {
         const { assert!(N % 8 == 0 && 8 <= N && N <= 128) };
-        debug_assert!((prefix[0] as usize) < N && self.can_write_event::<N>(value));
+        // Not `can_write_event` again: its flush generation is another thread's to bump at any
+        // time, and a flush asked for after the check is the next event's to notice.
+        debug_assert!(
+            (prefix[0] as usize) < N
+                && self.stream.bytes_available() >= N + 8
+                && value < Self::FAST_DELTA_LIMIT
+        );
         let n = (prefix[0] as usize).min(N - 1);
         let (varint, varint_len) = varint3_le(value);
         // The prefix as words, its first byte (the packet's one-byte fragment header) grown by
