@@ -975,7 +975,7 @@ impl TraceBuffer {
         if end == rec.num_fragments
             && (rec.flag(LAST_PACKET_CONTINUES_ON_NEXT_CHUNK) || rec.flag(CHUNK_NEEDS_PATCHING))
         {
-            end -= 1;
+            end = end.saturating_sub(1);
         }
         let payload = &ring[rec.offset..rec.offset + rec.payload_len];
         let mut read = rec.fragments_read;

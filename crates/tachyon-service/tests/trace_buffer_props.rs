@@ -655,3 +655,33 @@ fn a_gap_before_a_scraped_chunk_is_not_crossed_while_streaming() {
     assert!(!rest.is_empty());
     assert_ne!(rest[0].1, 0, "the gap is reported: {rest:?}");
 }
+
+/// A hostile producer's chunk with no fragments that still claims its last packet goes on (or
+/// awaits patches) has nothing to hold back: every read is empty, and nothing panics (found
+/// by the `trace_buffer` fuzz target, as a scrape and as a commit, at the final read).
+#[test]
+fn an_empty_chunk_claiming_a_continuation_reads_as_nothing() {
+    for flags in [2u8, 4, 6] {
+        for scraped in [false, true] {
+            let mut buf = TraceBuffer::new(4096, FillPolicy::RingBuffer);
+            let chunk = ChunkToCopy {
+                producer: 1,
+                writer: 3,
+                chunk_id: 0,
+                num_fragments: 0,
+                flags,
+                payload: &[],
+                complete: true,
+            };
+            if scraped {
+                buf.copy_scraped_chunk(&chunk);
+            } else {
+                buf.copy_chunk(&chunk);
+            }
+            let mut read = 0;
+            buf.read_packets(false, |_, _| read += 1);
+            buf.read_packets(true, |_, _| read += 1);
+            assert_eq!(read, 0, "flags {flags}, scraped {scraped}");
+        }
+    }
+}
