@@ -620,21 +620,9 @@ impl ElfInfo {
         }
         for (off, len) in notes {
             let Some(n) = at(off, len) else { continue };
-            let mut o = 0usize;
-            while o + 12 <= n.len() {
-                let (namesz, descsz, ty) = (
-                    u32_at(&n, o)? as usize,
-                    u32_at(&n, o + 4)? as usize,
-                    u32_at(&n, o + 8)?,
-                );
-                let name_at = o + 12;
-                let desc_at = name_at.checked_add(namesz.checked_add(3)? & !3)?;
-                let end = desc_at.checked_add(descsz.checked_add(3)? & !3)?;
-                if ty == 3 && n.get(name_at..name_at + namesz) == Some(&b"GNU\0"[..]) {
-                    info.build_id = n.get(desc_at..desc_at.checked_add(descsz)?)?.to_vec();
-                    return Some(info);
-                }
-                o = end;
+            if let Some(id) = tachyon::callstack::gnu_build_id(&n) {
+                info.build_id = id.to_vec();
+                return Some(info);
             }
         }
         Some(info)

@@ -93,7 +93,8 @@ CREATE VIEW cpu_counter_track AS SELECT ct.id, ct.name, ct.type, ct.parent_id,
 
 "#;
 
-fn opt(id: u32) -> Option<i64> {
+/// A row reference as SQL sees it: NULL for none.
+pub(crate) fn opt(id: u32) -> Option<i64> {
     (id != NONE).then_some(id as i64)
 }
 

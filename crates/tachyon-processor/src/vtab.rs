@@ -23,6 +23,7 @@ use rusqlite::vtab::{
 };
 use rusqlite::{ffi, Connection, Result};
 
+use crate::db::opt;
 use crate::storage::{ArgValue, NONE};
 use crate::strings::StrId;
 use crate::tables::Tables;
@@ -137,10 +138,6 @@ fn text_id(t: &Tables, v: Option<ValueRef<'_>>) -> Option<Option<StrId>> {
         ),
         _ => None,
     }
-}
-
-fn opt(id: u32) -> Option<i64> {
-    (id != NONE).then_some(id as i64)
 }
 
 /// The row range `id = ?` selects.

@@ -36,7 +36,7 @@ mod unwind;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 pub use intern::CallstackInterner;
-pub use modules::{loaded_modules, module_of, Module};
+pub use modules::{gnu_build_id, loaded_modules, module_of, Module};
 
 /// The deepest stack an event records (Tracy caps at 62; deeper requests are cut here).
 pub const MAX_DEPTH: usize = 64;

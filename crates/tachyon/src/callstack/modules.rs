@@ -245,8 +245,9 @@ extern "C" fn collect(info: *mut DlPhdrInfo, _size: usize, data: *mut c_void) ->
     0
 }
 
-/// The descriptor of the `NT_GNU_BUILD_ID` note in a note segment, if there is one.
-pub(crate) fn gnu_build_id(mut notes: &[u8]) -> Option<&[u8]> {
+/// The descriptor of the `NT_GNU_BUILD_ID` note in a note segment (`PT_NOTE`) of a binary of
+/// this machine's byte order, if there is one; `None` for malformed notes.
+pub fn gnu_build_id(mut notes: &[u8]) -> Option<&[u8]> {
     let align4 = |n: usize| n.checked_add(3).map(|n| n & !3);
     while notes.len() >= 12 {
         let word = |i: usize| u32::from_ne_bytes(notes[i..i + 4].try_into().expect("4 bytes"));
