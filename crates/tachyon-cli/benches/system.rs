@@ -27,7 +27,11 @@
 //! steps towards the lossy rate; the line `sustained X events/s with zero loss` gives the
 //! result for each N. Last, the same producers at full speed into a session that only stores
 //! (no streaming, read at the end): the daemon's intake without the file drain, where the
-//! only loss is the ring overwriting its oldest events once 64 MiB are written.
+//! only loss is the ring overwriting its oldest events once 64 MiB are written. Then the
+//! in-process `write_into_file` figure: N = 1, 2, 4 threads of this process into an in-process
+//! session (`Config::stream`, `stream_period` 100 ms, the same 64 MiB ring buffer), counted back
+//! from its file and searched for the zero-loss rate the same way (`N=… in-process threads:
+//! sustained X events/s with zero loss`).
 //!
 //! Run: `cargo bench -p tachyon-cli --bench system`. `TACHYON_BENCH_QUICK=1` shortens
 //! everything (criterion 0.5 s warm-up and 1 s measurement, 0.5 s producer runs). A criterion
@@ -98,6 +102,23 @@ fn run_producer() {
     std::io::stdout().flush().unwrap();
     let mut line = String::new();
     std::io::stdin().read_line(&mut line).unwrap();
+    let (zones, elapsed) = write_zones(seconds, rate);
+    let report = tachyon::shutdown().unwrap().expect("a session");
+    let system = report.system.as_ref().expect("system mode");
+    println!(
+        "RESULT zones={zones} ns={} dropped={} episodes={} stalls={} started={} lost={}",
+        elapsed.as_nanos(),
+        report.writers.packets_dropped,
+        report.writers.drop_episodes,
+        report.writers.stalls,
+        system.data_sources_started,
+        system.daemon_lost
+    );
+}
+
+/// Zones on this thread for `seconds`, as fast as it can (`rate` 0) or paced to `rate` events
+/// per second; the zones written and the time taken.
+fn write_zones(seconds: f64, rate: f64) -> (u64, Duration) {
     let duration = Duration::from_secs_f64(seconds);
     let start = Instant::now();
     let mut zones = 0u64;
@@ -124,18 +145,7 @@ fn run_producer() {
             std::thread::sleep(Duration::from_micros(200));
         }
     }
-    let elapsed = start.elapsed();
-    let report = tachyon::shutdown().unwrap().expect("a session");
-    let system = report.system.as_ref().expect("system mode");
-    println!(
-        "RESULT zones={zones} ns={} dropped={} episodes={} stalls={} started={} lost={}",
-        elapsed.as_nanos(),
-        report.writers.packets_dropped,
-        report.writers.drop_episodes,
-        report.writers.stalls,
-        system.data_sources_started,
-        system.daemon_lost
-    );
+    (zones, start.elapsed())
 }
 
 // === processes ===
@@ -549,6 +559,49 @@ fn round(daemon: &DaemonChild, mode: Mode, n: usize, seconds: f64, rate: f64) ->
     r
 }
 
+/// One in-process round: `n` threads of this process for `seconds`, each at `rate` events/s
+/// (0: full speed), into an in-process session (`Config::stream`, every 100 ms) with the same
+/// 64 MiB ring buffer; counted back from its file as [`round`] does.
+fn inprocess_round(dir: &std::path::Path, n: usize, seconds: f64, rate: f64) -> Round {
+    let path = dir.join("inprocess.pftrace");
+    tachyon::start(Config {
+        output: Some(path.clone()),
+        buffer_size: (BUFFER_KB as usize) << 10,
+        stream: true,
+        stream_period: Duration::from_millis(100),
+        ..Config::default()
+    })
+    .expect("start the in-process session");
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(n + 1));
+    let threads: Vec<_> = (0..n)
+        .map(|_| {
+            let barrier = std::sync::Arc::clone(&barrier);
+            std::thread::spawn(move || {
+                barrier.wait();
+                write_zones(seconds, rate)
+            })
+        })
+        .collect();
+    barrier.wait();
+    let mut r = Round {
+        producers: n,
+        ..Round::default()
+    };
+    for t in threads {
+        let (zones, elapsed) = t.join().unwrap();
+        r.written += 2 * zones;
+        r.seconds = r.seconds.max(elapsed.as_secs_f64());
+    }
+    let report = tachyon::shutdown().unwrap().expect("a session");
+    r.writer_dropped = report.writers.packets_dropped;
+    r.drop_episodes = report.writers.drop_episodes;
+    r.stalls = report.writers.stalls;
+    let trace = std::fs::read(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    count(&trace, &mut r);
+    r
+}
+
 /// Counts the slice begins and ends of a trace, its `previous_packet_dropped` marks, and reads
 /// the loss counters of its last `TraceStats`. One pass over each packet's fields.
 fn count(trace: &[u8], r: &mut Round) {
@@ -597,13 +650,13 @@ fn count(trace: &[u8], r: &mut Round) {
 /// Full speed; if anything is lost, halves the total rate until nothing is (at most 5 times),
 /// then bisects twice between the lowest lossy and the highest lossless rate. Returns the rate
 /// of the best lossless round.
-fn zero_loss_rate(daemon: &DaemonChild, n: usize, seconds: f64) -> Option<f64> {
+fn zero_loss_rate(n: usize, run: impl Fn(f64) -> Round) -> Option<f64> {
     let paced = |target: f64| {
-        let r = round(daemon, Mode::Stream, n, seconds, target / n as f64);
+        let r = run(target / n as f64);
         r.print(&format!("paced to {:.2} M events/s", target / 1e6));
         r
     };
-    let full = round(daemon, Mode::Stream, n, seconds, 0.0);
+    let full = run(0.0);
     full.print("full speed");
     if full.lossless() {
         return Some(full.rate());
@@ -646,7 +699,7 @@ fn sustained(daemon: &DaemonChild) {
     );
     let mut summary = Vec::new();
     for n in [1, 2, 4] {
-        let line = match zero_loss_rate(daemon, n, seconds) {
+        let line = match zero_loss_rate(n, |rate| round(daemon, Mode::Stream, n, seconds, rate)) {
             Some(rate) => format!(
                 "N={n}: sustained {:.2} M events/s with zero loss",
                 rate / 1e6
@@ -672,6 +725,23 @@ fn sustained(daemon: &DaemonChild) {
             r.writer_dropped,
             r.overwritten
         ));
+    }
+    println!();
+    println!(
+        "in-process write_into_file: N threads of this process, zones for {seconds} s with the \
+         SDK's defaults, one in-process session streaming its 64 MiB ring buffer into a file \
+         every 100 ms"
+    );
+    for n in [1, 2, 4] {
+        let line = match zero_loss_rate(n, |rate| inprocess_round(&daemon.dir, n, seconds, rate)) {
+            Some(rate) => format!(
+                "N={n} in-process threads: sustained {:.2} M events/s with zero loss",
+                rate / 1e6
+            ),
+            None => format!("N={n} in-process threads: no zero-loss rate found"),
+        };
+        println!("  {line}");
+        summary.push(line);
     }
     println!();
     for line in summary {

@@ -78,54 +78,130 @@ fn varint(bytes: &[u8], at: &mut usize, max: usize) -> Option<u64> {
     None
 }
 
+/// What a one-byte tag (below 0x80: field ids 1..15) says about the field it starts, for the
+/// fast check: the wire type's shape, or [`TAG_OTHER`] for a tag the general field code must
+/// look at (field id 0, wire types 3, 4, 6, 7, and the reserved ids 3 and 10, which are refused
+/// only after their value is read, as the decoder does).
+const TAG_OTHER: u8 = 0;
+const TAG_VARINT: u8 = 1;
+const TAG_FIXED64: u8 = 2;
+const TAG_BYTES: u8 = 3;
+const TAG_FIXED32: u8 = 4;
+const ONE_BYTE_TAGS: [u8; 128] = {
+    let mut t = [TAG_OTHER; 128];
+    let mut tag = 0;
+    while tag < 128 {
+        let id = tag >> 3;
+        let reserved = id == 3 || id == 10;
+        t[tag] = if id == 0 || reserved {
+            TAG_OTHER
+        } else {
+            match tag & 7 {
+                0 => TAG_VARINT,
+                1 => TAG_FIXED64,
+                2 => TAG_BYTES,
+                5 => TAG_FIXED32,
+                _ => TAG_OTHER,
+            }
+        };
+        tag += 1;
+    }
+    t
+};
+
 /// The common case of [`validate_packet`] in one pass over the bytes, without a decoder: every
 /// field has an id in 1..2^24 and wire type 0, 1, 2 or 5, and fits. `None` for anything else
 /// (the full check then decides, so both agree on every input; a property test checks it).
+///
+/// Fields with a one-byte tag that is neither reserved nor `previous_packet_dropped` (all the
+/// SDK writes on its hot path) take one table look-up and skip their value; any other field
+/// goes through the general code below.
 #[inline]
 fn validate_fast(packet: &[u8]) -> Option<Result<u32, InvalidPacket>> {
     let mut dropped = 0;
     let mut at = 0;
     while let Some(&first) = packet.get(at) {
-        // One-byte tags and values are the usual case (ids below 16, small varints).
-        let tag = if first < 0x80 {
-            at += 1;
-            u64::from(first)
-        } else {
-            varint(packet, &mut at, 5)?
-        };
-        let id = tag >> 3;
-        if id == 0 || id >= 1 << 24 {
-            return None;
-        }
-        match tag & 7 {
-            0 => {
-                let v = match packet.get(at) {
-                    Some(&b) if b < 0x80 => {
-                        at += 1;
-                        u64::from(b)
+        if first < 0x80 {
+            let next = at + 1;
+            match ONE_BYTE_TAGS[usize::from(first)] {
+                TAG_VARINT => {
+                    at = next;
+                    match packet.get(at) {
+                        Some(&b) if b < 0x80 => at += 1,
+                        _ => {
+                            varint(packet, &mut at, 10)?;
+                        }
                     }
-                    _ => varint(packet, &mut at, 10)?,
-                };
-                if id == u64::from(PREVIOUS_PACKET_DROPPED) {
-                    dropped = v as u32;
+                    continue;
                 }
+                TAG_BYTES => {
+                    at = next;
+                    let len = match packet.get(at) {
+                        Some(&b) if b < 0x80 => {
+                            at += 1;
+                            u64::from(b)
+                        }
+                        _ => varint(packet, &mut at, 5)?,
+                    };
+                    // `len` is below 2^35: no overflow on 64-bit targets.
+                    at = at
+                        .checked_add(usize::try_from(len).ok()?)
+                        .filter(|&e| e <= packet.len())?;
+                    continue;
+                }
+                TAG_FIXED64 => {
+                    at = Some(next + 8).filter(|&e| e <= packet.len())?;
+                    continue;
+                }
+                TAG_FIXED32 => {
+                    at = Some(next + 4).filter(|&e| e <= packet.len())?;
+                    continue;
+                }
+                _ => {}
             }
-            1 => at = at.checked_add(8).filter(|&e| e <= packet.len())?,
-            2 => {
-                let len = varint(packet, &mut at, 5)?;
-                at = at
-                    .checked_add(usize::try_from(len).ok()?)
-                    .filter(|&e| e <= packet.len())?;
-            }
-            5 => at = at.checked_add(4).filter(|&e| e <= packet.len())?,
-            _ => return None,
         }
-        // After the value, as the decoder (a field cut short is malformed first).
-        if is_reserved(id) {
-            return Some(Err(InvalidPacket::ReservedField(id as u32)));
+        if let Err(reserved) = general_field(packet, &mut at, &mut dropped)? {
+            return Some(Err(reserved));
         }
     }
     Some(Ok(dropped))
+}
+
+/// One field of [`validate_fast`] the table does not decide, at `*at`: `None` if the fast
+/// check cannot decide the packet, `Some(Err)` for a reserved field.
+#[inline(never)]
+fn general_field(
+    packet: &[u8],
+    at: &mut usize,
+    dropped: &mut u32,
+) -> Option<Result<(), InvalidPacket>> {
+    let tag = varint(packet, at, 5)?;
+    let id = tag >> 3;
+    if id == 0 || id >= 1 << 24 {
+        return None;
+    }
+    match tag & 7 {
+        0 => {
+            let v = varint(packet, at, 10)?;
+            if id == u64::from(PREVIOUS_PACKET_DROPPED) {
+                *dropped = v as u32;
+            }
+        }
+        1 => *at = at.checked_add(8).filter(|&e| e <= packet.len())?,
+        2 => {
+            let len = varint(packet, at, 5)?;
+            *at = at
+                .checked_add(usize::try_from(len).ok()?)
+                .filter(|&e| e <= packet.len())?;
+        }
+        5 => *at = at.checked_add(4).filter(|&e| e <= packet.len())?,
+        _ => return None,
+    }
+    // After the value, as the decoder (a field cut short is malformed first).
+    if is_reserved(id) {
+        return Some(Err(InvalidPacket::ReservedField(id as u32)));
+    }
+    Some(Ok(()))
 }
 
 /// Checks a packet against the rules above; on success returns the `previous_packet_dropped`
@@ -314,16 +390,16 @@ impl PacketWriter {
         match validate_packet(packet) {
             Ok(own_dropped) => {
                 let trailer = self.trailer((info.producer, info.writer), producer);
-                let trailer = &trailer.bytes[..trailer.len as usize];
                 let dropped = own_dropped | info.previous_packet_dropped;
-                if dropped == 0 {
-                    if packet.len() <= SMALL && trailer.len() <= SMALL {
-                        write_small_record(out, packet, trailer);
-                    } else {
-                        write_record(out, &[packet, trailer]);
-                    }
+                if dropped == 0 && packet.len() <= SMALL {
+                    write_small_record(out, packet, &trailer.bytes, trailer.len as usize);
                 } else {
-                    write_with_dropped(out, packet, trailer, dropped);
+                    let trailer = &trailer.bytes[..trailer.len as usize];
+                    if dropped == 0 {
+                        write_record(out, &[packet, trailer]);
+                    } else {
+                        write_with_dropped(out, packet, trailer, dropped);
+                    }
                 }
                 self.packets_written += 1;
                 true
@@ -351,48 +427,51 @@ fn write_with_dropped(out: &mut Vec<u8>, packet: &[u8], trailer: &[u8], dropped:
     write_record(out, &[packet, trailer, extra]);
 }
 
-/// Packets (and trailers) up to this size take [`write_small_record`].
-const SMALL: usize = 32;
+/// Packets up to this size take [`write_small_record`] (with a trailer of at most 32 bytes the
+/// record's length stays below 128, a one-byte varint).
+const SMALL: usize = 14;
 
-/// Copies `src` (at most 32 bytes) to the start of `dst` with at most two fixed-size copies,
-/// overlapping in the middle (a call to `memcpy` per part costs more than the bytes for a packet
-/// of ten bytes).
+/// The bytes of `p` (at most 16) as a little-endian number, read with at most two fixed-size
+/// loads that overlap in the middle (a call to `memcpy` costs more than a ten-byte packet).
 #[inline(always)]
-fn copy_small(dst: &mut [u8], src: &[u8]) {
-    let n = src.len();
-    if n >= 16 {
-        dst[..16].copy_from_slice(&src[..16]);
-        dst[n - 16..n].copy_from_slice(&src[n - 16..]);
-    } else if n >= 8 {
-        dst[..8].copy_from_slice(&src[..8]);
-        dst[n - 8..n].copy_from_slice(&src[n - 8..]);
+fn small_value(p: &[u8]) -> u128 {
+    let n = p.len();
+    if n >= 8 {
+        let lo = u64::from_le_bytes(p[..8].try_into().expect("8 bytes"));
+        let hi = u64::from_le_bytes(p[n - 8..].try_into().expect("8 bytes"));
+        // The bytes both loads hold are the same: or-ing them is exact.
+        u128::from(lo) | u128::from(hi) << (8 * (n - 8))
     } else if n >= 4 {
-        dst[..4].copy_from_slice(&src[..4]);
-        dst[n - 4..n].copy_from_slice(&src[n - 4..]);
+        let lo = u32::from_le_bytes(p[..4].try_into().expect("4 bytes"));
+        let hi = u32::from_le_bytes(p[n - 4..].try_into().expect("4 bytes"));
+        u128::from(lo) | u128::from(hi) << (8 * (n - 4))
+    } else if n > 0 {
+        u128::from(p[0])
+            | u128::from(p[n / 2]) << (8 * (n / 2))
+            | u128::from(p[n - 1]) << (8 * (n - 1))
     } else {
-        for (d, s) in dst.iter_mut().zip(src) {
-            *d = *s;
-        }
+        0
     }
 }
 
-/// [`write_record`] for a packet and a trailer of at most [`SMALL`] bytes each: the record is
-/// put together in place with fixed-size copies (no call to `memcpy`, whose call costs more than
-/// the bytes of a ten-byte packet) over room zeroed at the end of `out`, then `out` is cut back
-/// to the record's length. Assembling it on the stack first and copying it over stalled on every
-/// record: the wide load of the assembled bytes waited for the narrow stores that wrote them
-/// (a failed store-to-load forwarding).
-#[inline]
-fn write_small_record(out: &mut Vec<u8>, packet: &[u8], trailer: &[u8]) {
-    let len = packet.len() + trailer.len();
+/// [`write_record`] for a packet of at most [`SMALL`] bytes and its trailer (`trailer[..len]`,
+/// 32 bytes held): the record's tag, length and packet are put together in a register and
+/// stored with one 16-byte store, the trailer with one 32-byte copy, and `out` is cut back to
+/// the record's end after each (the bytes past it are overwritten by the next record). Only
+/// stores, of fixed sizes: no `memcpy` call, no zeroing, and no load of bytes just stored
+/// (assembling the record on the stack and copying it out stalled on every record, a wide load
+/// waiting for the narrow stores that wrote it).
+#[inline(always)]
+fn write_small_record(out: &mut Vec<u8>, packet: &[u8], trailer: &[u8; 32], len: usize) {
+    let n = packet.len();
+    debug_assert!(n <= SMALL && len <= 32);
     let at = out.len();
-    out.extend_from_slice(&[0u8; 2 + 2 * SMALL]);
-    let rec = &mut out[at..];
-    rec[0] = 0x0a;
-    rec[1] = len as u8; // below 128: a one-byte varint
-    copy_small(&mut rec[2..], packet);
-    copy_small(&mut rec[2 + packet.len()..], trailer);
-    out.truncate(at + 2 + len);
+    let head = 0x0a | ((n + len) as u128) << 8; // below 128: a one-byte varint
+    let first = head | small_value(packet) << 16;
+    out.extend_from_slice(&first.to_le_bytes());
+    out.truncate(at + 2 + n);
+    out.extend_from_slice(trailer);
+    out.truncate(at + 2 + n + len);
 }
 
 /// Appends a `Trace.packet` record (field 1, length-delimited) made of `parts` to `out`.
@@ -453,6 +532,24 @@ mod tests {
             let fast = validate_fast(&bytes);
             proptest::prop_assert!(fast.is_some());
             proptest::prop_assert_eq!(fast.unwrap(), validate_full(&bytes));
+        }
+    }
+
+    proptest::proptest! {
+        /// The register-assembled record is byte for byte the general one, after any output.
+        #[test]
+        fn small_records_are_written_like_any_record(
+            before in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..40),
+            packet in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..=SMALL),
+            trailer in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..=32),
+        ) {
+            let mut held = [0xeeu8; 32];
+            held[..trailer.len()].copy_from_slice(&trailer);
+            let mut small = before.clone();
+            write_small_record(&mut small, &packet, &held, trailer.len());
+            let mut general = before;
+            write_record(&mut general, &[&packet, &trailer]);
+            proptest::prop_assert_eq!(small, general);
         }
     }
 

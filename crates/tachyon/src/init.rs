@@ -40,6 +40,7 @@
 //! | `TACHYON_CLEAR_PERIOD_MS` | incremental-state clear period | none |
 //! | `TACHYON_FLUSH_PERIOD_MS` | periodic flush | none |
 //! | `TACHYON_STREAM` | `1`: stream into the file while tracing | off |
+//! | `TACHYON_STREAM_PERIOD_MS` | with `TACHYON_STREAM`: write to the file this often (at least 100) | 5000 |
 //! | `TACHYON_COMPRESS` | `1`: DEFLATE the trace (`compressed_packets`, as Perfetto's `compression_type: COMPRESSION_TYPE_DEFLATE`) | off |
 //! | `TACHYON_DISABLE` | `1`: [`init`] does nothing | off |
 //! | `TACHYON_CLOCK` | `boottime`: no TSC (see [`clock`](crate::clock)) | TSC |
@@ -98,6 +99,9 @@ pub struct Config {
     pub flush_period: Option<Duration>,
     /// Stream into `output` while tracing (`write_into_file`).
     pub stream: bool,
+    /// With [`stream`](Self::stream): how often the service writes to the file
+    /// (`file_write_period_ms`; Perfetto's default 5 s, at least 100 ms).
+    pub stream_period: Duration,
     /// Compress the trace (`compression_type: COMPRESSION_TYPE_DEFLATE`; in-process only: in
     /// system mode the daemon's trace config decides).
     pub compress: bool,
@@ -157,6 +161,7 @@ impl Default for Config {
             clear_period: None,
             flush_period: None,
             stream: false,
+            stream_period: tachyon_service::DEFAULT_FILE_WRITE_PERIOD,
             compress: false,
             incremental_timestamps: true,
             stop_timeout: Duration::from_millis(500),
@@ -305,6 +310,9 @@ impl Config {
         if let Some(v) = var("TACHYON_STREAM") {
             c.stream = parse_flag("TACHYON_STREAM", &v)?;
         }
+        if let Some(v) = var("TACHYON_STREAM_PERIOD_MS") {
+            c.stream_period = parse_ms("TACHYON_STREAM_PERIOD_MS", &v)?;
+        }
         if let Some(v) = var("TACHYON_MEMORY") {
             c.memory.mode = crate::alloc::MemoryMode::parse(&v).map_err(ConfigError)?;
         }
@@ -332,6 +340,9 @@ impl Config {
             flush_period: self.flush_period,
             flush_timeout: self.stop_timeout,
             write_into_file: self.stream && self.output.is_some(),
+            file_write_period: self
+                .stream_period
+                .max(tachyon_service::MIN_FILE_WRITE_PERIOD),
             output_path: self.output.clone(),
             incremental_state_clear_period: self.clear_period,
             compression: if self.compress {
@@ -882,9 +893,15 @@ mod tests {
             ("TACHYON_FILL_POLICY", "discard"),
             ("TACHYON_CATEGORIES", "net,io*"),
             ("TACHYON_CLEAR_PERIOD_MS", "250"),
+            ("TACHYON_STREAM_PERIOD_MS", "100"),
             ("TACHYON_PRODUCER_SOCK", "/run/t.sock"),
         ]))
         .unwrap();
+        assert_eq!(c.stream_period, Duration::from_millis(100));
+        assert_eq!(
+            Config::default().stream_period,
+            tachyon_service::DEFAULT_FILE_WRITE_PERIOD
+        );
         assert_eq!(c.producer_socket, Some(PathBuf::from("/run/t.sock")));
         let unset = Config::from_vars(vars(&[("TACHYON_PRODUCER_SOCK", "")])).unwrap();
         assert_eq!(unset.producer_socket, None);
