@@ -78,17 +78,18 @@ fn varint(bytes: &[u8], at: &mut usize, max: usize) -> Option<u64> {
     None
 }
 
-/// What a one-byte tag (below 0x80: field ids 1..15) says about the field it starts, for the
-/// fast check: the wire type's shape, or [`TAG_OTHER`] for a tag the general field code must
-/// look at (field id 0, wire types 3, 4, 6, 7, and the reserved ids 3 and 10, which are refused
-/// only after their value is read, as the decoder does).
+/// What a field's first byte says about the field, for the fast check: a one-byte tag (below
+/// 0x80: field ids 1..15) of a varint, a length-delimited field, or a fixed 64- or 32-bit
+/// value, or [`TAG_OTHER`] for anything the general field code must look at (field id 0, wire
+/// types 3, 4, 6, 7, the reserved ids 3 and 10, which are refused only after their value is
+/// read, as the decoder does, and longer tags).
 const TAG_OTHER: u8 = 0;
 const TAG_VARINT: u8 = 1;
-const TAG_FIXED64: u8 = 2;
-const TAG_BYTES: u8 = 3;
-const TAG_FIXED32: u8 = 4;
-const ONE_BYTE_TAGS: [u8; 128] = {
-    let mut t = [TAG_OTHER; 128];
+const TAG_BYTES: u8 = 2;
+const TAG_FIXED64: u8 = 9;
+const TAG_FIXED32: u8 = 5;
+const FIRST_BYTES: [u8; 256] = {
+    let mut t = [TAG_OTHER; 256];
     let mut tag = 0;
     while tag < 128 {
         let id = tag >> 3;
@@ -115,93 +116,92 @@ const ONE_BYTE_TAGS: [u8; 128] = {
 ///
 /// Fields with a one-byte tag that is neither reserved nor `previous_packet_dropped` (all the
 /// SDK writes on its hot path) take one table look-up and skip their value; any other field
-/// goes through the general code below.
-#[inline]
+/// goes through [`general_field`].
+#[inline(always)]
 fn validate_fast(packet: &[u8]) -> Option<Result<u32, InvalidPacket>> {
     let mut dropped = 0;
     let mut at = 0;
     while let Some(&first) = packet.get(at) {
-        if first < 0x80 {
-            let next = at + 1;
-            match ONE_BYTE_TAGS[usize::from(first)] {
-                TAG_VARINT => {
-                    at = next;
-                    match packet.get(at) {
-                        Some(&b) if b < 0x80 => at += 1,
-                        _ => {
-                            varint(packet, &mut at, 10)?;
-                        }
-                    }
-                    continue;
+        let class = FIRST_BYTES[usize::from(first)];
+        if class == TAG_VARINT {
+            // Skip the value: its bytes up to the first below 0x80, at most 10.
+            let mut end = at + 1;
+            loop {
+                let b = *packet.get(end)?;
+                end += 1;
+                if b < 0x80 {
+                    break;
                 }
-                TAG_BYTES => {
-                    at = next;
-                    let len = match packet.get(at) {
-                        Some(&b) if b < 0x80 => {
-                            at += 1;
-                            u64::from(b)
-                        }
-                        _ => varint(packet, &mut at, 5)?,
-                    };
-                    // `len` is below 2^35: no overflow on 64-bit targets.
-                    at = at
-                        .checked_add(usize::try_from(len).ok()?)
-                        .filter(|&e| e <= packet.len())?;
-                    continue;
+                if end - at > 10 {
+                    return None;
                 }
-                TAG_FIXED64 => {
-                    at = Some(next + 8).filter(|&e| e <= packet.len())?;
-                    continue;
-                }
-                TAG_FIXED32 => {
-                    at = Some(next + 4).filter(|&e| e <= packet.len())?;
-                    continue;
-                }
-                _ => {}
             }
-        }
-        if let Err(reserved) = general_field(packet, &mut at, &mut dropped)? {
-            return Some(Err(reserved));
+            at = end;
+        } else if class == TAG_BYTES {
+            at += 1;
+            let len = match packet.get(at) {
+                Some(&b) if b < 0x80 => {
+                    at += 1;
+                    usize::from(b)
+                }
+                _ => usize::try_from(varint(packet, &mut at, 5)?).ok()?,
+            };
+            // `len` is below 2^35 and `at` below 2^28: no overflow on 64-bit targets.
+            at = at.checked_add(len).filter(|&e| e <= packet.len())?;
+        } else if class != TAG_OTHER {
+            // A fixed-size value: the class is the tag and value's size.
+            at = Some(at + usize::from(class)).filter(|&e| e <= packet.len())?;
+        } else {
+            match general_field(packet, at)? {
+                Ok((next, d)) => {
+                    at = next;
+                    if let Some(d) = d {
+                        dropped = d;
+                    }
+                }
+                Err(reserved) => return Some(Err(reserved)),
+            }
         }
     }
     Some(Ok(dropped))
 }
 
-/// One field of [`validate_fast`] the table does not decide, at `*at`: `None` if the fast
-/// check cannot decide the packet, `Some(Err)` for a reserved field.
+/// One field of [`validate_fast`] the table does not decide, at `at`: `None` if the fast check
+/// cannot decide the packet, a reserved field's error, or the offset after the field and the
+/// value of `previous_packet_dropped` if it is that field.
 #[inline(never)]
 fn general_field(
     packet: &[u8],
-    at: &mut usize,
-    dropped: &mut u32,
-) -> Option<Result<(), InvalidPacket>> {
-    let tag = varint(packet, at, 5)?;
+    mut at: usize,
+) -> Option<Result<(usize, Option<u32>), InvalidPacket>> {
+    let tag = varint(packet, &mut at, 5)?;
     let id = tag >> 3;
     if id == 0 || id >= 1 << 24 {
         return None;
     }
+    let mut dropped = None;
     match tag & 7 {
         0 => {
-            let v = varint(packet, at, 10)?;
+            let v = varint(packet, &mut at, 10)?;
             if id == u64::from(PREVIOUS_PACKET_DROPPED) {
-                *dropped = v as u32;
+                dropped = Some(v as u32);
             }
         }
-        1 => *at = at.checked_add(8).filter(|&e| e <= packet.len())?,
+        1 => at = at.checked_add(8).filter(|&e| e <= packet.len())?,
         2 => {
-            let len = varint(packet, at, 5)?;
-            *at = at
+            let len = varint(packet, &mut at, 5)?;
+            at = at
                 .checked_add(usize::try_from(len).ok()?)
                 .filter(|&e| e <= packet.len())?;
         }
-        5 => *at = at.checked_add(4).filter(|&e| e <= packet.len())?,
+        5 => at = at.checked_add(4).filter(|&e| e <= packet.len())?,
         _ => return None,
     }
     // After the value, as the decoder (a field cut short is malformed first).
     if is_reserved(id) {
         return Some(Err(InvalidPacket::ReservedField(id as u32)));
     }
-    Some(Ok(()))
+    Some(Ok((at, dropped)))
 }
 
 /// Checks a packet against the rules above; on success returns the `previous_packet_dropped`
@@ -354,7 +354,9 @@ impl PacketWriter {
     ///
     /// The producer's bytes are copied as they are (checked, never re-encoded) and the trusted
     /// fields appended after them, encoded once per sequence.
-    #[inline]
+    // Inlined into the read-out loop with the common path (a call per packet, saving registers,
+    // costs more than a small packet's check); the gathering of fragments is out of line.
+    #[inline(always)]
     pub fn write_packet(
         &mut self,
         info: PacketInfo,
@@ -366,6 +368,18 @@ impl PacketWriter {
         if let [one] = fragments {
             return self.write_one(info, one, producer, out);
         }
+        self.write_gathered(info, fragments, producer, out)
+    }
+
+    /// [`write_packet`](Self::write_packet) for a packet in several fragments: gathered first.
+    #[inline(never)]
+    fn write_gathered(
+        &mut self,
+        info: PacketInfo,
+        fragments: &[&[u8]],
+        producer: ProducerIdentity,
+        out: &mut Vec<u8>,
+    ) -> bool {
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
         for f in fragments {

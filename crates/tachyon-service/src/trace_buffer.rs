@@ -981,6 +981,14 @@ impl TraceBuffer {
         let mut read = rec.fragments_read;
         let mut offset = rec.read_offset;
         let mut bytes = 0u64;
+        // Only the first packet read can carry the sequence's loss bits or be its first: the
+        // ones after it get the same info with none (what `take_packet_info` would give them).
+        let mut first = true;
+        let later = PacketInfo {
+            producer: key.0,
+            writer: key.1,
+            previous_packet_dropped: 0,
+        };
         while read < end {
             let Some((len, header)) = parse_fragment_header(&payload[offset..]) else {
                 break;
@@ -997,7 +1005,13 @@ impl TraceBuffer {
                 continue;
             }
             bytes += len as u64;
-            sink(take_packet_info(seq, key), &[&payload[start..offset]]);
+            let info = if first {
+                first = false;
+                take_packet_info(seq, key)
+            } else {
+                later
+            };
+            sink(info, &[&payload[start..offset]]);
         }
         rec.fragments_read = read;
         rec.read_offset = offset;

@@ -212,6 +212,26 @@ fn helpers_cpu_ns() -> [Option<u64>; 2] {
     HELPERS.map(thread_cpu_ns)
 }
 
+/// Minor page faults of this process's thread named `name` so far (`stat`'s 10th field): the
+/// first write to each page of a fresh central buffer faults, and its cost is in the thread's
+/// CPU time (kernel side).
+fn thread_minor_faults(name: &str) -> Option<u64> {
+    for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        let dir = task.path();
+        if std::fs::read_to_string(dir.join("comm")).is_ok_and(|c| c.trim() == name) {
+            let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+            return stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(7)?
+                .parse()
+                .ok();
+        }
+    }
+    None
+}
+
 /// Prints each helper thread's CPU time between `before` and `after`, per event.
 fn report_helpers_cpu(before: [Option<u64>; 2], after: [Option<u64>; 2], events: u64) {
     for ((name, b), a) in HELPERS.iter().zip(before).zip(after) {
@@ -238,6 +258,7 @@ fn service_cpu_per_event() {
     }
     std::thread::sleep(Duration::from_millis(20));
     let before = helpers_cpu_ns();
+    let faults_before = thread_minor_faults("tachyon-service");
     let t = Instant::now();
     for _ in 0..ZONES {
         let _z = tachyon::zone!("bench zone");
@@ -247,6 +268,7 @@ fn service_cpu_per_event() {
     // polls every 2 ms).
     std::thread::sleep(Duration::from_millis(50));
     let after = helpers_cpu_ns();
+    let faults_after = thread_minor_faults("tachyon-service");
     let events = 2 * ZONES;
     eprintln!(
         "hot path {:.2} ns per event ({} events)",
@@ -254,6 +276,14 @@ fn service_cpu_per_event() {
         events
     );
     report_helpers_cpu(before, after, events);
+    if let (Some(b), Some(a)) = (faults_before, faults_after) {
+        eprintln!(
+            "tachyon-service thread: {} minor page faults (first writes to the fresh central \
+             buffer's pages), one per {:.0} events",
+            a - b,
+            events as f64 / (a - b).max(1) as f64
+        );
+    }
     // The ring buffer is read out when the session stops (on the service thread, while this
     // one waits): validation, trusted fields, the `Trace.packet` records. Per event too.
     let t = Instant::now();
