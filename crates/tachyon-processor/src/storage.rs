@@ -2,7 +2,7 @@
 //!
 //! Rows are appended during the import and patched in place (a slice's `dur` when its end
 //! arrives), which is why they live in `Vec`s first and are written to SQLite once, at the end.
-//! Optional ids use [`NONE`] instead of `Option<u32>` to keep rows small: a slice row is 36
+//! Optional ids use [`NONE`] instead of `Option<u32>` to keep rows small: a slice row is 34
 //! bytes.
 
 use crate::stats::Stats;
@@ -49,10 +49,9 @@ pub(crate) struct ArgRow {
     pub(crate) value: ArgValue,
 }
 
-/// One slice. `#[repr(packed(4))]`: the two `i64`s need no 8-byte alignment here, so the row is
-/// 36 bytes instead of 40 (its fields are read by value; the compiler refuses references to
-/// them).
-#[repr(C, packed(4))]
+/// One slice. `#[repr(packed(2))]`: the `i64`s need no 8-byte alignment here, so the row is 34
+/// bytes instead of 40 (its fields are read by value; the compiler refuses references to them).
+#[repr(C, packed(2))]
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct SliceRow {
     pub(crate) ts: i64,
@@ -60,9 +59,10 @@ pub(crate) struct SliceRow {
     pub(crate) track: u32,
     /// The slice's (category, name), an id in [`SliceNames`].
     pub(crate) name_id: u32,
-    pub(crate) depth: u32,
     pub(crate) parent: u32,
     pub(crate) arg_set: u32,
+    /// At most `parse.rs`'s `MAX_DEPTH` (1024).
+    pub(crate) depth: u16,
 }
 
 /// The distinct (category, name) pairs of slices: a program has few, so a slice stores one
@@ -398,7 +398,7 @@ mod tests {
 
     #[test]
     fn slice_rows_are_small_and_names_are_shared() {
-        assert_eq!(std::mem::size_of::<SliceRow>(), 36);
+        assert_eq!(std::mem::size_of::<SliceRow>(), 34);
         let mut n = SliceNames::default();
         let a = n.intern(1, 2);
         assert_eq!(n.intern(3, 2), a + 1);

@@ -2,7 +2,7 @@
 //! virtual tables ([`crate::vtab`]) instead of being copied into SQLite.
 //!
 //! Copying every slice and argument into SQLite row by row cost most of the import time and
-//! held each name and key as text once per row. Here a slice is its fixed-size 36-byte
+//! held each name and key as text once per row. Here a slice is its fixed-size 34-byte
 //! [`SliceRow`] (strings are pool ids; a slice's category and name share one id), and
 //! arguments are deduplicated as they arrive ([`ArgBuilder`]): each distinct
 //! `(flat_key, key, value)` is stored once in [`ArgTable::entries`] and an arg set is a run of
