@@ -133,6 +133,9 @@ impl Importer {
             EventKind::PerfSample => {
                 crate::profile::apply_perf_sample(&mut self.st, ev.ts, ev.data)
             }
+            EventKind::CpuProfileSample => {
+                crate::profile::apply_cpu_profile_sample(&mut self.st, ev.ts, ev.data)
+            }
             EventKind::Log => {
                 let track = self.event_track(ev, NONE);
                 self.apply_log(ev, track);
