@@ -1825,7 +1825,9 @@ impl Importer {
         } else if a.has_pointer_value() {
             ArgValue::Pointer(a.pointer_value())
         } else if a.has_legacy_json_value() {
-            ArgValue::Json(strings.intern_bytes(a.legacy_json_value_bytes()))
+            let json = a.legacy_json_value_bytes();
+            crate::json_args::push(strings, &mut self.arena_args, flat_key, key, json);
+            return;
         } else if a.has_nested_value() {
             match a.nested_value() {
                 Ok(n) => self.nested_value(&n, flat_key, key, depth + 1),
