@@ -4,23 +4,24 @@
 //! instead of starting again at `[0]` (`debug.a[0..1]` from the begin and two elements from
 //! the end give `debug.a[0..3]`). Other args are appended.
 //!
-//! To find the slice's args without scanning the whole args table, the row at which each open
-//! slice's arg set starts is kept while the slice is open ([`EndArgs::open`]).
+//! To find the slice's args without scanning the whole args table, where each open slice's arg
+//! set starts is kept while the slice is open ([`EndArgs`]); the storage reads and updates the
+//! set (`Storage::arg_set_keys`, `Storage::update_arg`).
 
-use crate::import::{Event, Importer};
+use crate::import::{Event, Importer, PendingArg};
 use crate::strings::{FxHashMap, StrId};
 
-/// The first args row of each open slice's arg set.
+/// Where each open slice's arg set starts (`Storage::arg_mark`).
 #[derive(Debug, Default)]
 pub(crate) struct EndArgs {
     open: FxHashMap<u32, usize>,
 }
 
 impl Importer {
-    /// Called when a slice that may be ended later gets arg set `set`, whose rows start at
-    /// `first_row`.
-    pub(crate) fn note_open_arg_set(&mut self, set: u32, first_row: usize) {
-        self.parse.end_args.open.insert(set, first_row);
+    /// Called when a slice that may be ended later gets arg set `set`, whose args come after
+    /// `mark` ([`crate::storage::Storage::arg_mark`]).
+    pub(crate) fn note_open_arg_set(&mut self, set: u32, mark: usize) {
+        self.parse.end_args.open.insert(set, mark);
     }
 
     /// Merges the args of end event `ev` into the slice's arg set `set` (not `NONE`).
@@ -29,21 +30,21 @@ impl Importer {
             self.parse.end_args.open.remove(&set);
             return;
         }
-        let first = self.parse.end_args.open.remove(&set).unwrap_or(0);
+        let mark = self.parse.end_args.open.remove(&set).unwrap_or(0);
         // The slice's args: key → row, and each array's next index (from its keys' `[i]`s).
         let mut rows: FxHashMap<StrId, usize> = FxHashMap::default();
         let mut next_index: FxHashMap<String, u64> = FxHashMap::default();
-        for (i, row) in self.st.args.iter().enumerate().skip(first) {
-            if row.set != set {
-                continue;
-            }
-            rows.insert(row.key, i);
-            let key = self.st.strings.get(row.key);
+        for (i, key) in self.st.arg_set_keys(set, mark) {
+            rows.insert(key, i);
+            let key = self.st.strings.get(key);
             for (prefix, index) in array_indices(key) {
                 let next = next_index.entry(prefix.to_owned()).or_default();
                 *next = (*next).max(index.saturating_add(1));
             }
         }
+        // The end's own args, a repeated key keeping its first place and its last value.
+        let mut added: Vec<PendingArg> = Vec::new();
+        let mut added_at: FxHashMap<StrId, usize> = FxHashMap::default();
         for i in ev.args as usize..(ev.args + ev.nargs) as usize {
             let mut a = self.arena_args[i];
             if a.key == crate::storage::NONE {
@@ -52,17 +53,18 @@ impl Importer {
                     None => continue,
                 }
             }
-            let key = self.continued_key(a.key, &next_index);
-            match rows.get(&key) {
-                Some(&row) => {
-                    let row = &mut self.st.args[row];
-                    (row.flat_key, row.value) = (a.flat_key, a.value);
-                }
-                None => {
-                    rows.insert(key, self.st.args.len());
-                    self.st.push_arg(set, a.flat_key, key, a.value);
-                }
+            a.key = self.continued_key(a.key, &next_index);
+            if let Some(&row) = rows.get(&a.key) {
+                self.st.update_arg(row, a.flat_key, a.value);
+            } else if let Some(&j) = added_at.get(&a.key) {
+                added[j] = a;
+            } else {
+                added_at.insert(a.key, added.len());
+                added.push(a);
             }
+        }
+        for a in added {
+            self.st.push_arg(set, a.flat_key, a.key, a.value);
         }
     }
 

@@ -180,10 +180,10 @@ impl Importer {
                 if ev.kind == EventKind::Complete && dur == 0 {
                     self.st.zero_length_zones.push(id);
                 }
-                let first_arg = self.st.args.len();
+                let mark = self.st.arg_mark();
                 let arg_set = self.args_for(NONE, ev);
                 if ev.kind == EventKind::SliceBegin && arg_set != NONE {
-                    self.note_open_arg_set(arg_set, first_arg);
+                    self.note_open_arg_set(arg_set, mark);
                 }
                 self.st.slices.push(SliceRow {
                     ts: ev.ts,

@@ -236,6 +236,26 @@ impl Storage {
         });
     }
 
+    /// A position in the args before those of a set about to be filled: a hint for
+    /// [`Storage::arg_set_keys`] (merging an end's args, `end_args.rs`).
+    pub(crate) fn arg_mark(&self) -> usize {
+        self.args.len()
+    }
+
+    /// The args of set `set` that come at or after `mark`: (row, key), in order.
+    pub(crate) fn arg_set_keys(&self, set: u32, mark: usize) -> Vec<(usize, StrId)> {
+        let rows = self.args.iter().enumerate().skip(mark);
+        rows.filter(|(_, a)| a.set == set)
+            .map(|(i, a)| (i, a.key))
+            .collect()
+    }
+
+    /// Gives the arg at `row` (from [`Storage::arg_set_keys`]) a new flat key and value.
+    pub(crate) fn update_arg(&mut self, row: usize, flat_key: StrId, value: ArgValue) {
+        let a = &mut self.args[row];
+        (a.flat_key, a.value) = (flat_key, value);
+    }
+
     /// Convenience: an arg whose flat key and key are the same literal.
     pub(crate) fn push_arg_str_key(&mut self, set: u32, key: &str, value: ArgValue) {
         let k = self.strings.intern(key);
