@@ -60,8 +60,12 @@ impl Importer {
             }
             sample_ts = sample_ts.saturating_add(delta_us.saturating_mul(1000));
             match resolve_callstack(&mut seq.profile, &mut self.st, Some(pid), iid) {
-                Some(callsite) if sample_ts >= 0 => samples.push((sample_ts, callsite)),
-                _ => self.st.stats.inc(Stat::stackprofile_parser_error),
+                // Negative only when the clock conversion moved it below 0.
+                Some(_) if sample_ts < 0 => {
+                    self.st.stats.inc(Stat::streaming_profile_invalid_timestamp)
+                }
+                Some(callsite) => samples.push((sample_ts, callsite)),
+                None => self.st.stats.inc(Stat::stackprofile_parser_error),
             }
         }
         // Deltas beyond the last callstack still move the reference, as in Perfetto.
