@@ -56,10 +56,12 @@
 mod clock;
 mod crashes;
 mod db;
+mod end_args;
 mod error;
 mod frames;
 mod heap;
 mod import;
+mod json_args;
 mod legacy;
 mod locks;
 mod logs;

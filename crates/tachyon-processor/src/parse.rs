@@ -62,6 +62,8 @@ pub(crate) struct ParseState {
     flows_to_next: FxHashMap<u32, Vec<u64>>,
     /// (utid, track type) → the thread's `thread_time` / `thread_instructions` track.
     thread_counter_tracks: FxHashMap<(u32, &'static str), u32>,
+    /// Where open slices' args start (`end_args.rs`).
+    pub(crate) end_args: crate::end_args::EndArgs,
 }
 
 impl Importer {
@@ -135,6 +137,9 @@ impl Importer {
             EventKind::PerfSample => {
                 crate::profile::apply_perf_sample(&mut self.st, ev.ts, ev.data)
             }
+            EventKind::CpuProfileSample => {
+                crate::profile::apply_cpu_profile_sample(&mut self.st, ev.ts, ev.data)
+            }
             EventKind::Log => {
                 let track = self.event_track(ev, NONE);
                 self.apply_log(ev, track);
@@ -177,7 +182,11 @@ impl Importer {
                 if ev.kind == EventKind::Complete && dur == 0 {
                     self.st.zero_length_zones.push(id);
                 }
+                let mark = self.st.arg_mark();
                 let arg_set = self.args_for(NONE, ev);
+                if ev.kind == EventKind::SliceBegin && arg_set != NONE {
+                    self.note_open_arg_set(arg_set, mark);
+                }
                 self.st.slices.push(SliceRow {
                     ts: ev.ts,
                     dur,
@@ -232,7 +241,12 @@ impl Importer {
                     return;
                 };
                 let existing = self.st.slices[id as usize].arg_set;
-                let arg_set = self.args_for(existing, ev);
+                let arg_set = if existing == NONE {
+                    self.args_for(NONE, ev)
+                } else {
+                    self.merge_end_args(existing, ev);
+                    existing
+                };
                 let row = &mut self.st.slices[id as usize];
                 row.dur = ev.ts.saturating_sub(row.ts);
                 row.arg_set = arg_set;

@@ -264,6 +264,23 @@ impl Storage {
         self.args.push(set, flat_key, key, value);
     }
 
+    /// A position in the args before those of a set about to be filled: a hint for
+    /// [`Storage::arg_set_keys`] (merging an end's args, `end_args.rs`).
+    pub(crate) fn arg_mark(&self) -> usize {
+        self.args.late_len()
+    }
+
+    /// The args of set `set` (its late ones from `mark` on, [`Storage::arg_mark`]):
+    /// (position, key), in order.
+    pub(crate) fn arg_set_keys(&self, set: u32, mark: usize) -> Vec<(usize, StrId)> {
+        self.args.set_keys(set, mark)
+    }
+
+    /// Gives the arg at `pos` (from [`Storage::arg_set_keys`]) a new flat key and value.
+    pub(crate) fn update_arg(&mut self, pos: usize, flat_key: StrId, value: ArgValue) {
+        self.args.update(pos, flat_key, value);
+    }
+
     /// Convenience: an arg whose flat key and key are the same literal.
     pub(crate) fn push_arg_str_key(&mut self, set: u32, key: &str, value: ArgValue) {
         let k = self.strings.intern(key);

@@ -49,6 +49,9 @@ pub(crate) struct ArgBuilder {
     late: Vec<(u32, u32)>,
 }
 
+/// The bit of an [`ArgBuilder::set_keys`] position that says it indexes `late`.
+const LATE: usize = 1 << (usize::BITS - 1);
+
 impl ArgBuilder {
     /// Adds an argument to arg set `set`.
     pub(crate) fn push(&mut self, set: u32, flat_key: StrId, key: StrId, value: ArgValue) {
@@ -74,6 +77,62 @@ impl ArgBuilder {
             t.offsets.push(t.ids.len() as u32);
         }
         t.ids.push(id);
+    }
+
+    /// The number of arguments added to older sets so far: a mark for [`ArgBuilder::set_keys`]
+    /// (a set's late arguments all come after the mark taken when it was created).
+    pub(crate) fn late_len(&self) -> usize {
+        self.late.len()
+    }
+
+    /// The arguments of set `set` so far, in order: (position, key). A position is an index
+    /// into the newest runs of ids, or [`LATE`] plus an index into `late` (scanned from
+    /// `mark` on, so merging one slice's end args does not rescan every late argument).
+    pub(crate) fn set_keys(&self, set: u32, mark: usize) -> Vec<(usize, StrId)> {
+        let t = &self.table;
+        let mut out = Vec::new();
+        let s = set as usize;
+        if let Some(&start) = t.offsets.get(s) {
+            let end = t.offsets.get(s + 1).map_or(t.ids.len(), |&e| e as usize);
+            for p in start as usize..end {
+                out.push((p, t.entries[t.ids[p] as usize].key));
+            }
+        }
+        for (i, &(ls, id)) in self.late.iter().enumerate().skip(mark) {
+            if ls == set {
+                out.push((LATE | i, t.entries[id as usize].key));
+            }
+        }
+        out
+    }
+
+    /// Gives the argument at `pos` (from [`ArgBuilder::set_keys`]) a new flat key and value,
+    /// keeping its key; a position that names nothing is ignored.
+    pub(crate) fn update(&mut self, pos: usize, flat_key: StrId, value: ArgValue) {
+        let t = &mut self.table;
+        let old = if pos & LATE != 0 {
+            self.late.get(pos & !LATE).map(|l| l.1)
+        } else {
+            t.ids.get(pos).copied()
+        };
+        let Some(old) = old else { return };
+        let key = t.entries[old as usize].key;
+        let id = *self
+            .seen
+            .entry((flat_key, key, tag(&value), bits(&value)))
+            .or_insert_with(|| {
+                t.entries.push(ArgEntry {
+                    flat_key,
+                    key,
+                    value,
+                });
+                (t.entries.len() - 1) as u32
+            });
+        if pos & LATE != 0 {
+            self.late[pos & !LATE].1 = id;
+        } else {
+            t.ids[pos] = id;
+        }
     }
 
     /// The finished table.
@@ -255,5 +314,35 @@ mod tests {
         assert_eq!(t.lookup(&s, 2, "b"), Some(ArgValue::Int(2)));
         assert_eq!(t.lookup(&s, 1, "b"), None);
         assert_eq!(t.lookup(&s, 0, "nope"), None);
+    }
+
+    #[test]
+    fn a_sets_args_are_found_and_updated_in_place_and_late() {
+        let mut s = StringPool::default();
+        let (a, b, c, fa) = (s.intern("a"), s.intern("b"), s.intern("c"), s.intern("fa"));
+        let mut ab = ArgBuilder::default();
+        ab.push(0, a, a, ArgValue::Int(1));
+        let mark = ab.late_len();
+        ab.push(1, b, b, ArgValue::Int(1));
+        // Set 0 is no longer the newest: its next argument is a late one.
+        ab.push(0, c, c, ArgValue::Int(3));
+        let keys = ab.set_keys(0, mark);
+        assert_eq!(keys.iter().map(|k| k.1).collect::<Vec<_>>(), [a, c]);
+        assert!(
+            ab.set_keys(0, ab.late_len()).len() == 1,
+            "a mark skips earlier late args"
+        );
+        for (pos, key) in keys {
+            let v = if key == a { 10 } else { 30 };
+            ab.update(pos, fa, ArgValue::Int(v));
+        }
+        ab.update(LATE | 99, fa, ArgValue::Int(0));
+        ab.update(99, fa, ArgValue::Int(0));
+        let t = ab.finish();
+        assert_eq!(t.set_rows(0), 0..2);
+        assert_eq!((t.row(0).key, t.row(0).flat_key), (a, fa));
+        assert_eq!(t.row(0).value, ArgValue::Int(10));
+        assert_eq!((t.row(1).key, t.row(1).value), (c, ArgValue::Int(30)));
+        assert_eq!(t.lookup(&s, 1, "b"), Some(ArgValue::Int(1)));
     }
 }
