@@ -198,8 +198,8 @@ fn ratio(rounds: usize) {
         if let Some(m) = summary.and_then(|r| r.memory) {
             println!("  {m}");
             // The tracker's CPU per record (2 records per pair).
-            if let Some(cpu) = tracker_cpu_ns.take() {
-                let records = 2.0 * m.heaps[0].alloc_count as f64;
+            if let (Some(cpu), Some(heap)) = (tracker_cpu_ns.take(), m.heaps.first()) {
+                let records = 2.0 * heap.alloc_count as f64;
                 println!(
                     "  tachyon-memory thread: {:.1} ns of CPU per record ({} records)",
                     cpu as f64 / records,
