@@ -202,11 +202,20 @@ impl LockInfo {
     }
 
     /// Records the end of `hold` (before the lock is released).
+    ///
+    /// Inline, only the test: the guard's drop stays small enough for the compiler to inline
+    /// it, so the guard lives in registers. With the recording inline too, the drop was a
+    /// call taking the guard through memory, its fields copied with wide loads over narrow
+    /// stores (store-forwarding stalls): a call here measured ~10% less per hold.
     #[inline(always)]
     fn release(&self, hold: Hold, shared: bool) {
-        if hold.0 == 0 {
-            return;
+        if hold.0 != 0 {
+            self.release_traced(hold, shared);
         }
+    }
+
+    #[inline(never)]
+    fn release_traced(&self, hold: Hold, shared: bool) {
         // Set (and never changed again) before the hold began: it was traced.
         let index = self.index.load(Ordering::Relaxed).wrapping_sub(1);
         if hold.0 & Hold::WAITED == 0 && self.waiters.load(Ordering::Relaxed) == 0 {
