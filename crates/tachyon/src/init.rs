@@ -963,10 +963,20 @@ mod tests {
             ("TACHYON_LISTEN", "somewhere"),
             ("TACHYON_ON_DEMAND", "maybe"),
             ("TACHYON_WAIT_FOR_CAPTURE", "-1"),
+            ("TACHYON_ANNOUNCE", "everyone"),
         ] {
             let e = Config::from_vars(|n: &str| (n == k).then(|| v.to_string())).unwrap_err();
             assert!(e.0.contains(k), "{e}");
         }
         assert_eq!(Config::from_vars(vars(&[])).unwrap().listen, None);
+        // Announcing is opt-in; it implies listening (on loopback unless told otherwise).
+        let c = Config::from_vars(vars(&[("TACHYON_ANNOUNCE", "1")])).unwrap();
+        assert_eq!(c.announce, Some("255.255.255.255:8110".parse().unwrap()));
+        assert!(c.listen.unwrap().ip().is_loopback());
+        let c = Config::from_vars(vars(&[("TACHYON_ANNOUNCE", "10.0.0.255:9999")])).unwrap();
+        assert_eq!(c.announce, Some("10.0.0.255:9999".parse().unwrap()));
+        let c = Config::from_vars(vars(&[("TACHYON_ANNOUNCE", "0")])).unwrap();
+        assert_eq!((c.announce, c.listen), (None, None));
+        assert_eq!(Config::from_vars(vars(&[])).unwrap().announce, None);
     }
 }
