@@ -128,8 +128,7 @@ pub struct Config {
     /// (`TACHYON_WAIT_FOR_CAPTURE=SECONDS`), so a short program is captured from its start.
     pub wait_for_capture: Option<Duration>,
     /// Live capture: announce the listener by UDP to this address once a second
-    /// (`TACHYON_ANNOUNCE=1` for the broadcast address on port
-    /// [`tachyon_capture::announce::ANNOUNCE_PORT`], or `ADDR:PORT`), for
+    /// (`TACHYON_ANNOUNCE=1` for the broadcast address on UDP port 8110, or `ADDR:PORT`), for
     /// `tachyon capture --list --network` on other machines. Off by default.
     pub announce: Option<std::net::SocketAddr>,
     /// Memory profiling, when [`alloc::Tracked`](crate::alloc::Tracked) is the global
@@ -393,6 +392,15 @@ impl Config {
             if parse_flag("TACHYON_ON_DEMAND", &v)? {
                 return Err(ConfigError(not_built(
                     "TACHYON_ON_DEMAND (live capture)",
+                    "capture",
+                )));
+            }
+        }
+        // `TACHYON_ANNOUNCE=0` asks for nothing; anything else asks for live capture.
+        if let Some(v) = var("TACHYON_ANNOUNCE").filter(|v| !v.trim().is_empty()) {
+            if parse_flag("TACHYON_ANNOUNCE", v.trim()) != Ok(false) {
+                return Err(ConfigError(not_built(
+                    "TACHYON_ANNOUNCE (live capture)",
                     "capture",
                 )));
             }
