@@ -48,7 +48,8 @@
 //! follows Perfetto's incremental extraction for streamed traces.
 //!
 //! SQL functions: `extract_arg(arg_set_id, key)`.
-// `unsafe` is allowed in `vtab` only (SQLite's virtual table interface).
+// `unsafe` is allowed in `vtab` (SQLite's virtual table interface) and `trim` (`malloc_trim`)
+// only.
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -74,6 +75,7 @@ mod storage;
 mod strings;
 mod system;
 mod tables;
+mod trim;
 mod vtab;
 mod zones;
 

@@ -26,6 +26,8 @@ use crate::strings::{FxHashMap, StrId};
 /// Deeper stacks are refused (Perfetto has the same kind of limit); a runaway producer that
 /// never ends its slices would otherwise make every later begin slower.
 const MAX_DEPTH: usize = 1024;
+// A slice's depth is stored in 16 bits (`SliceRow::depth`).
+const _: () = assert!(MAX_DEPTH <= u16::MAX as usize);
 /// Longest parent_uuid chain considered, as in Perfetto.
 const MAX_ANCESTORS: usize = 100;
 
@@ -158,7 +160,7 @@ impl Importer {
                 }
                 let id = self.st.slices.len() as u32;
                 let parent = stack.last().copied().unwrap_or(NONE);
-                let depth = stack.len() as u32;
+                let depth = stack.len() as u16; // Below MAX_DEPTH.
                 let dur = match ev.kind {
                     EventKind::SliceBegin => {
                         stack.push(id);
@@ -180,8 +182,7 @@ impl Importer {
                     ts: ev.ts,
                     dur,
                     track,
-                    category: ev.category,
-                    name: ev.name,
+                    name_id: self.st.slice_names.intern(ev.category, ev.name),
                     depth,
                     parent,
                     arg_set,

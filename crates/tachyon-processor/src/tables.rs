@@ -2,13 +2,16 @@
 //! virtual tables ([`crate::vtab`]) instead of being copied into SQLite.
 //!
 //! Copying every slice and argument into SQLite row by row cost most of the import time and
-//! held each name and key as text once per row. Here a slice is its fixed-size
-//! [`SliceRow`] (strings are pool ids), and arguments are deduplicated: each distinct
+//! held each name and key as text once per row. Here a slice is its fixed-size 34-byte
+//! [`SliceRow`] (strings are pool ids; a slice's category and name share one id), and
+//! arguments are deduplicated as they arrive ([`ArgBuilder`]): each distinct
 //! `(flat_key, key, value)` is stored once in [`ArgTable::entries`] and an arg set is a run of
 //! 4-byte entry ids, so the source location and constant arguments every zone repeats cost 4
 //! bytes per slice instead of a row each.
 
-use crate::storage::{ArgRow, ArgValue, SliceRow};
+#[cfg(test)]
+use crate::storage::ArgRow;
+use crate::storage::{ArgValue, SliceNames, SliceRow};
 use crate::strings::{FxHashMap, StrId, StringPool};
 
 /// One distinct argument.
@@ -30,45 +33,98 @@ pub(crate) struct ArgTable {
     pub(crate) offsets: Vec<u32>,
 }
 
-impl ArgTable {
-    /// Builds the table from the importer's rows (sorted here by set, stably).
-    pub(crate) fn build(mut rows: Vec<ArgRow>) -> Self {
-        // Sets are numbered as they are created and filled at once, so the rows are nearly
-        // always in order already; a stable sort (which needs a buffer half their size) only
-        // when they are not.
-        if !rows.is_sorted_by_key(|a| a.set) {
-            rows.sort_by_key(|a| a.set);
-        }
-        let sets = rows.last().map_or(0, |a| a.set as usize + 1);
-        let mut t = ArgTable {
-            entries: Vec::new(),
-            ids: Vec::with_capacity(rows.len()),
-            offsets: Vec::with_capacity(sets + 1),
-        };
-        let mut seen: FxHashMap<(StrId, StrId, u8, u64), u32> = FxHashMap::default();
-        let mut next_set = 0usize;
-        for a in &rows {
-            while next_set <= a.set as usize {
-                t.offsets.push(t.ids.len() as u32);
-                next_set += 1;
-            }
-            let id = *seen
-                .entry((a.flat_key, a.key, tag(&a.value), bits(&a.value)))
-                .or_insert_with(|| {
-                    t.entries.push(ArgEntry {
-                        flat_key: a.flat_key,
-                        key: a.key,
-                        value: a.value,
-                    });
-                    (t.entries.len() - 1) as u32
+/// Collects arguments during the import straight into [`ArgTable`]'s form: each argument is
+/// deduplicated as it arrives and costs one 4-byte entry id (no 32-byte row per argument is
+/// kept until the end, which set the import's peak memory).
+///
+/// Arg sets are numbered as they are created and nearly always filled at once, in order, so
+/// ids are appended to the run of the newest set. An argument for an older set (a slice end's
+/// args merged into its begin's set, a thread's args added later) goes to `late`, and
+/// [`ArgBuilder::finish`] merges those in, keeping each set's arguments in arrival order.
+#[derive(Debug, Default)]
+pub(crate) struct ArgBuilder {
+    table: ArgTable,
+    seen: FxHashMap<(StrId, StrId, u8, u64), u32>,
+    /// (set, entry id) of arguments for sets older than the newest one.
+    late: Vec<(u32, u32)>,
+}
+
+impl ArgBuilder {
+    /// Adds an argument to arg set `set`.
+    pub(crate) fn push(&mut self, set: u32, flat_key: StrId, key: StrId, value: ArgValue) {
+        let t = &mut self.table;
+        let id = *self
+            .seen
+            .entry((flat_key, key, tag(&value), bits(&value)))
+            .or_insert_with(|| {
+                t.entries.push(ArgEntry {
+                    flat_key,
+                    key,
+                    value,
                 });
-            t.ids.push(id);
+                (t.entries.len() - 1) as u32
+            });
+        // `offsets[s]` is where set `s` starts; the newest set is `offsets.len() - 1`.
+        let newest = t.offsets.len() as i64 - 1;
+        if (set as i64) < newest {
+            self.late.push((set, id));
+            return;
         }
+        while (t.offsets.len() as i64) <= set as i64 {
+            t.offsets.push(t.ids.len() as u32);
+        }
+        t.ids.push(id);
+    }
+
+    /// The finished table.
+    pub(crate) fn finish(self) -> ArgTable {
+        let ArgBuilder {
+            mut table,
+            seen,
+            late,
+        } = self;
         drop(seen);
-        drop(rows);
-        t.offsets.push(t.ids.len() as u32);
-        t.entries.shrink_to_fit();
-        t
+        if !late.is_empty() {
+            // Every set's in-order arguments arrived before its late ones: a stable sort by
+            // set of the in-order rows followed by the late rows keeps arrival order.
+            let mut rows: Vec<(u32, u32)> = Vec::with_capacity(table.ids.len() + late.len());
+            for s in 0..table.offsets.len() {
+                let end = table
+                    .offsets
+                    .get(s + 1)
+                    .map_or(table.ids.len(), |&e| e as usize);
+                for &id in &table.ids[table.offsets[s] as usize..end] {
+                    rows.push((s as u32, id));
+                }
+            }
+            rows.extend(late);
+            rows.sort_by_key(|r| r.0);
+            table.ids.clear();
+            table.offsets.clear();
+            for (set, id) in rows {
+                while table.offsets.len() <= set as usize {
+                    table.offsets.push(table.ids.len() as u32);
+                }
+                table.ids.push(id);
+            }
+        }
+        table.offsets.push(table.ids.len() as u32);
+        table.entries.shrink_to_fit();
+        table.ids.shrink_to_fit();
+        table.offsets.shrink_to_fit();
+        table
+    }
+}
+
+impl ArgTable {
+    /// Builds the table from rows (set, flat key, key, value), each set's in their order.
+    #[cfg(test)]
+    pub(crate) fn build(rows: Vec<ArgRow>) -> Self {
+        let mut b = ArgBuilder::default();
+        for a in rows {
+            b.push(a.set, a.flat_key, a.key, a.value);
+        }
+        b.finish()
     }
 
     /// The number of argument rows (`args` rows).
@@ -135,6 +191,8 @@ fn bits(v: &ArgValue) -> u64 {
 pub(crate) struct Tables {
     pub(crate) strings: StringPool,
     pub(crate) slices: Vec<SliceRow>,
+    /// (category, name) of [`SliceRow::name_id`].
+    pub(crate) slice_names: Vec<(StrId, StrId)>,
     /// Whether `slices` is ordered by `ts` (it is when slices are created in timestamp
     /// order, as the sorted import does), so that time ranges are found by binary search.
     pub(crate) slices_by_ts: bool,
@@ -142,14 +200,20 @@ pub(crate) struct Tables {
 }
 
 impl Tables {
-    pub(crate) fn new(strings: StringPool, mut slices: Vec<SliceRow>, args: Vec<ArgRow>) -> Self {
+    pub(crate) fn new(
+        strings: StringPool,
+        mut slices: Vec<SliceRow>,
+        slice_names: SliceNames,
+        args: ArgBuilder,
+    ) -> Self {
         slices.shrink_to_fit();
         let slices_by_ts = slices.windows(2).all(|w| w[0].ts <= w[1].ts);
         Tables {
             strings,
             slices,
+            slice_names: slice_names.into_pairs(),
             slices_by_ts,
-            args: ArgTable::build(args),
+            args: args.finish(),
         }
     }
 }
