@@ -48,6 +48,7 @@
 //! | `TACHYON_CAPTURE_TOKEN` | live capture: the secret a capture must present | none |
 //! | `TACHYON_ON_DEMAND` | `1`: live capture records only while a capture is attached | off |
 //! | `TACHYON_WAIT_FOR_CAPTURE` | live capture: seconds to wait at start for a capture | no wait |
+//! | `TACHYON_ANNOUNCE` | live capture: `1` or `ADDR:PORT`: announce the listener by UDP each second | off |
 //! | `TACHYON_MEMORY` | with [`alloc::Tracked`](crate::alloc::Tracked) installed: `off`, `exact`, `sampled:BYTES` | `exact` |
 //! | `TACHYON_MEMORY_CALLSTACK` | frames of native stack per recorded allocation (0: zones) | 32 sampled, 0 exact |
 //! | `TACHYON_MEMORY_DUMP_MS` | a heap profile this often (and always one at the end) | at the end only |
@@ -126,6 +127,10 @@ pub struct Config {
     /// Live capture: wait this long at start for a capture to attach
     /// (`TACHYON_WAIT_FOR_CAPTURE=SECONDS`), so a short program is captured from its start.
     pub wait_for_capture: Option<Duration>,
+    /// Live capture: announce the listener by UDP to this address once a second
+    /// (`TACHYON_ANNOUNCE=1` for the broadcast address on UDP port 8110, or `ADDR:PORT`), for
+    /// `tachyon capture --list --network` on other machines. Off by default.
+    pub announce: Option<std::net::SocketAddr>,
     /// Memory profiling, when [`alloc::Tracked`](crate::alloc::Tracked) is the global
     /// allocator (in-process sessions).
     pub memory: crate::alloc::MemoryConfig,
@@ -167,6 +172,7 @@ impl Default for Config {
             capture_token: None,
             on_demand: false,
             wait_for_capture: None,
+            announce: None,
             memory: crate::alloc::MemoryConfig::default(),
             callstack_depth: 0,
             sampling_hz: 0,
@@ -390,6 +396,15 @@ impl Config {
                 )));
             }
         }
+        // `TACHYON_ANNOUNCE=0` asks for nothing; anything else asks for live capture.
+        if let Some(v) = var("TACHYON_ANNOUNCE").filter(|v| !v.trim().is_empty()) {
+            if parse_flag("TACHYON_ANNOUNCE", v.trim()) != Ok(false) {
+                return Err(ConfigError(not_built(
+                    "TACHYON_ANNOUNCE (live capture)",
+                    "capture",
+                )));
+            }
+        }
         Ok(())
     }
 }
@@ -443,8 +458,29 @@ impl Config {
                 })?;
             self.wait_for_capture = Some(Duration::from_secs_f64(secs));
         }
-        let wants_capture =
-            self.on_demand || self.wait_for_capture.is_some() || self.capture_token.is_some();
+        if let Some(v) = var("TACHYON_ANNOUNCE").filter(|v| !v.trim().is_empty()) {
+            let v = v.trim();
+            self.announce = if let Ok(a) = v.parse::<SocketAddr>() {
+                Some(a)
+            } else {
+                match parse_flag("TACHYON_ANNOUNCE", v) {
+                    Ok(true) => Some(SocketAddr::new(
+                        IpAddr::V4(Ipv4Addr::BROADCAST),
+                        tachyon_capture::announce::ANNOUNCE_PORT,
+                    )),
+                    Ok(false) => None,
+                    Err(_) => {
+                        return Err(ConfigError(format!(
+                            "TACHYON_ANNOUNCE={v:?}: expected 1, 0 or ADDR:PORT (e.g. 192.168.1.255:8110)"
+                        )))
+                    }
+                }
+            };
+        }
+        let wants_capture = self.on_demand
+            || self.wait_for_capture.is_some()
+            || self.capture_token.is_some()
+            || self.announce.is_some();
         if self.listen.is_none() && wants_capture {
             self.listen = Some(loopback(tachyon_capture::protocol::DEFAULT_PORT));
         }
@@ -463,6 +499,7 @@ impl Config {
             clear_period: self.clear_period,
             incremental_timestamps: self.incremental_timestamps,
             stop_timeout: self.stop_timeout,
+            announce: self.announce,
         }
     }
 }
@@ -1053,10 +1090,20 @@ mod tests {
             ("TACHYON_LISTEN", "somewhere"),
             ("TACHYON_ON_DEMAND", "maybe"),
             ("TACHYON_WAIT_FOR_CAPTURE", "-1"),
+            ("TACHYON_ANNOUNCE", "everyone"),
         ] {
             let e = Config::from_vars(|n: &str| (n == k).then(|| v.to_string())).unwrap_err();
             assert!(e.0.contains(k), "{e}");
         }
         assert_eq!(Config::from_vars(vars(&[])).unwrap().listen, None);
+        // Announcing is opt-in; it implies listening (on loopback unless told otherwise).
+        let c = Config::from_vars(vars(&[("TACHYON_ANNOUNCE", "1")])).unwrap();
+        assert_eq!(c.announce, Some("255.255.255.255:8110".parse().unwrap()));
+        assert!(c.listen.unwrap().ip().is_loopback());
+        let c = Config::from_vars(vars(&[("TACHYON_ANNOUNCE", "10.0.0.255:9999")])).unwrap();
+        assert_eq!(c.announce, Some("10.0.0.255:9999".parse().unwrap()));
+        let c = Config::from_vars(vars(&[("TACHYON_ANNOUNCE", "0")])).unwrap();
+        assert_eq!((c.announce, c.listen), (None, None));
+        assert_eq!(Config::from_vars(vars(&[])).unwrap().announce, None);
     }
 }
