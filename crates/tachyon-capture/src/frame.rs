@@ -367,15 +367,18 @@ impl RecordScanner {
     /// Adds `bytes`; returns the whole, checked records they complete (to write out) and what
     /// they hold. An error means the stream is not a trace: nothing more from it should be
     /// written.
-    pub fn push(&mut self, bytes: &[u8]) -> Result<(&[u8], RecordCounts), FrameError> {
+    ///
+    /// With no record held over from the last batch (a program's frames end at record
+    /// boundaries unless a record is larger than a frame), the records returned are a prefix of
+    /// `bytes` itself: nothing is copied.
+    pub fn push<'a>(&'a mut self, bytes: &'a [u8]) -> Result<(&'a [u8], RecordCounts), FrameError> {
         self.ready.clear();
         let mut counts = RecordCounts::default();
-        let data: &[u8] = if self.pending.is_empty() {
-            bytes
-        } else {
+        let held = !self.pending.is_empty();
+        if held {
             self.pending.extend_from_slice(bytes);
-            &self.pending
-        };
+        }
+        let data: &[u8] = if held { &self.pending } else { bytes };
         let mut pos = 0;
         let mut ready_end = 0;
         loop {
@@ -429,9 +432,12 @@ impl RecordScanner {
             pos += total;
             ready_end = pos;
         }
-        self.ready.extend_from_slice(&data[..ready_end]);
-        let tail = data[ready_end..].to_vec();
-        self.pending = tail;
+        if !held {
+            self.pending.extend_from_slice(&bytes[ready_end..]);
+            return Ok((&bytes[..ready_end], counts));
+        }
+        self.ready.extend_from_slice(&self.pending[..ready_end]);
+        self.pending.drain(..ready_end);
         Ok((&self.ready, counts))
     }
 

@@ -9,6 +9,7 @@
 //! - [`client`]: the capture side of a connection.
 //! - [`registry`]: local discovery: each listening program registers itself (pid, name, port,
 //!   version) in a private per-user directory.
+//! - [`announce`]: discovery across machines, opt-in: UDP announcements of the same facts.
 //!
 //! The crate is linked by instrumented programs: it depends only on `lz4_flex` and `protozero`.
 //!
@@ -26,6 +27,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod announce;
 pub mod client;
 pub mod frame;
 pub mod protocol;

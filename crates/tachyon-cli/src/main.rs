@@ -62,6 +62,10 @@ enum Command {
     Traced(commands::traced::Args),
     Export(commands::export::Args),
     Capture(commands::capture::Args),
+    #[command(after_help = "Examples:
+  tachyon symbolize t.pftrace t.sym.pftrace             binaries at the trace's paths, same build id
+  tachyon symbolize t.pftrace out.pftrace --binary target/debug/my-app
+  tachyon symbolize t.pftrace out.pftrace --search-dir /usr/lib/debug --no-trace-paths")]
     Symbolize(commands::symbolize::Args),
 }
 

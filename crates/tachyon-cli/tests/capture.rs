@@ -477,3 +477,57 @@ fn list_shows_listening_programs() {
     ));
     finish(demo);
 }
+
+#[test]
+fn list_network_hears_announcements() {
+    let dir = tmp_dir("capture_announce");
+    // A UDP port of our own on loopback (tests never broadcast).
+    let port = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let to = format!("127.0.0.1:{port}");
+    let demo = spawn_demo(
+        &dir,
+        "1",
+        &[
+            ("TACHYON_ON_DEMAND", "1"),
+            ("TACHYON_WAIT_FOR_CAPTURE", "60"),
+            ("TACHYON_ANNOUNCE", &to),
+        ],
+    );
+    let pid = demo.id();
+    let addr = discover(&dir, pid);
+    // Another registry (empty): what is listed was heard on the network.
+    // Each listing listens for two announcement periods; a loaded machine may delay the
+    // program's listener thread past one window, so a few windows are allowed.
+    let elsewhere = dir.join("elsewhere");
+    let mut text = String::new();
+    for _ in 0..5 {
+        let out = cmd(&elsewhere)
+            .args(["capture", "--list", "--network", "--announce-port"])
+            .arg(port.to_string())
+            .output()
+            .unwrap();
+        text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "{text}");
+        if text.contains(&pid.to_string()) {
+            break;
+        }
+    }
+    let row = text
+        .lines()
+        .find(|l| l.contains(&pid.to_string()))
+        .unwrap_or_else(|| panic!("pid {pid} not heard:\n{text}"));
+    assert!(row.contains("tachyon-demo"), "{text}");
+    assert!(row.contains(&addr.port().to_string()), "{text}");
+    assert!(row.contains("127.0.0.1"), "{text}");
+    let (_o, _e) = ok(&capture(
+        &dir,
+        pid,
+        &dir.join("a.pftrace"),
+        &["--seconds", "0.2"],
+    ));
+    finish(demo);
+}

@@ -88,7 +88,16 @@ fn errors_go_to_stderr_with_a_failure_status_and_no_panic() {
 
 #[test]
 fn every_subcommand_help_shows_examples() {
-    for sub in ["demo", "query", "stats", "record", "traced"] {
+    for sub in [
+        "demo",
+        "query",
+        "stats",
+        "record",
+        "traced",
+        "export",
+        "capture",
+        "symbolize",
+    ] {
         let out = tachyon().args([sub, "--help"]).output().unwrap();
         assert!(out.status.success(), "{sub}");
         let help = String::from_utf8_lossy(&out.stdout);

@@ -109,6 +109,7 @@ pub(crate) fn load(conn: &Connection, mut st: Storage) -> rusqlite::Result<()> {
     conn.execute_batch(crate::heap::SCHEMA)?;
     conn.execute_batch(crate::state::SCHEMA)?;
     let slices = std::mem::take(&mut st.slices);
+    let slice_names = std::mem::take(&mut st.slice_names);
     let args = std::mem::take(&mut st.args);
     let tx = conn.unchecked_transaction()?;
     {
@@ -218,7 +219,7 @@ pub(crate) fn load(conn: &Connection, mut st: Storage) -> rusqlite::Result<()> {
     tx.commit()?;
 
     // The large tables stay in memory as they are; SQL reads them through virtual tables.
-    let tables = Arc::new(Tables::new(st.strings, slices, args));
+    let tables = Arc::new(Tables::new(st.strings, slices, slice_names, args));
     crate::vtab::register(conn, &tables)?;
     conn.execute_batch(IN_MEMORY_SCHEMA)?;
     let index = tables;

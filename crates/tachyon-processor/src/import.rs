@@ -25,6 +25,8 @@ use crate::storage::{ArgValue, Storage, NONE};
 use crate::strings::{FxHashMap, StrId};
 use crate::SortMode;
 
+mod streaming;
+
 /// Where a legacy event goes (`Importer::legacy_threads`): its thread's track, or, for instants
 /// with `instant_event_scope`, the global (1) or its process's (2) legacy instant track.
 pub(crate) const LEGACY_SCOPE_GLOBAL: u8 = 1;
@@ -103,6 +105,8 @@ pub(crate) enum EventKind {
     SystemCounter,
     /// A CPU sample; `data` indexes the pending samples of `crate::profile`.
     PerfSample,
+    /// A StreamingProfilePacket sample; `data` indexes `StackProfile::pending_cpu_samples`.
+    CpuProfileSample,
     /// A log message (`android_logs`, `logs.rs`); `data` indexes `Importer::arena_logs`.
     Log,
     /// Flow events (`data` is the flow id), each bound to the slice open on its track: a flow
@@ -648,6 +652,9 @@ impl Importer {
                 self.emit_timed(&time, &mut out);
                 self.scratch = out;
             }
+        }
+        if p.has_streaming_profile_packet() && has_seq {
+            self.streaming_profile_packet(seq_id, p);
         }
         if p.has_module_symbols() {
             let m = p.module_symbols().map_err(drop)?;
@@ -1818,7 +1825,9 @@ impl Importer {
         } else if a.has_pointer_value() {
             ArgValue::Pointer(a.pointer_value())
         } else if a.has_legacy_json_value() {
-            ArgValue::Json(strings.intern_bytes(a.legacy_json_value_bytes()))
+            let json = a.legacy_json_value_bytes();
+            crate::json_args::push(strings, &mut self.arena_args, flat_key, key, json);
+            return;
         } else if a.has_nested_value() {
             match a.nested_value() {
                 Ok(n) => self.nested_value(&n, flat_key, key, depth + 1),

@@ -48,17 +48,20 @@
 //! follows Perfetto's incremental extraction for streamed traces.
 //!
 //! SQL functions: `extract_arg(arg_set_id, key)`.
-// `unsafe` is allowed in `vtab` only (SQLite's virtual table interface).
+// `unsafe` is allowed in `vtab` (SQLite's virtual table interface) and `trim` (`malloc_trim`)
+// only.
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
 mod clock;
 mod crashes;
 mod db;
+mod end_args;
 mod error;
 mod frames;
 mod heap;
 mod import;
+mod json_args;
 mod legacy;
 mod locks;
 mod logs;
@@ -74,6 +77,7 @@ mod storage;
 mod strings;
 mod system;
 mod tables;
+mod trim;
 mod vtab;
 mod zones;
 

@@ -4,8 +4,8 @@
 /// Peak import memory per byte of (decompressed) trace, on top of the trace bytes themselves,
 /// measured with the import bench (`cargo bench -p tachyon-processor --bench import`: an
 /// SDK-written trace of nested zones with arguments, the densest in events per byte that
-/// Tachyon writes: 7.4 to 8.0 in three runs on 2026-11-26) and rounded up.
-pub(crate) const PEAK_BYTES_PER_TRACE_BYTE: u64 = 8;
+/// Tachyon writes: 5.5 on 2026-11-26, 5.3 for the generator-written trace) and rounded up.
+pub(crate) const PEAK_BYTES_PER_TRACE_BYTE: u64 = 6;
 
 /// The memory an import of `trace_bytes` needs at its peak (beyond the trace itself).
 pub(crate) fn estimate(trace_bytes: u64) -> u64 {
@@ -54,7 +54,7 @@ mod tests {
         let m = "MemTotal:       16000000 kB\nMemAvailable:    8000000 kB\n";
         assert_eq!(meminfo_field(m, "MemAvailable:"), Some(8_192_000_000));
         assert_eq!(meminfo_field(m, "SwapFree:"), None);
-        assert_eq!(estimate(1 << 30), 8 << 30);
+        assert_eq!(estimate(1 << 30), 6 << 30);
         assert_eq!(estimate(u64::MAX), u64::MAX);
     }
 }

@@ -26,6 +26,8 @@ use crate::strings::{FxHashMap, StrId};
 /// Deeper stacks are refused (Perfetto has the same kind of limit); a runaway producer that
 /// never ends its slices would otherwise make every later begin slower.
 const MAX_DEPTH: usize = 1024;
+// A slice's depth is stored in 16 bits (`SliceRow::depth`).
+const _: () = assert!(MAX_DEPTH <= u16::MAX as usize);
 /// Longest parent_uuid chain considered, as in Perfetto.
 const MAX_ANCESTORS: usize = 100;
 
@@ -60,6 +62,8 @@ pub(crate) struct ParseState {
     flows_to_next: FxHashMap<u32, Vec<u64>>,
     /// (utid, track type) → the thread's `thread_time` / `thread_instructions` track.
     thread_counter_tracks: FxHashMap<(u32, &'static str), u32>,
+    /// Where open slices' args start (`end_args.rs`).
+    pub(crate) end_args: crate::end_args::EndArgs,
 }
 
 impl Importer {
@@ -133,6 +137,9 @@ impl Importer {
             EventKind::PerfSample => {
                 crate::profile::apply_perf_sample(&mut self.st, ev.ts, ev.data)
             }
+            EventKind::CpuProfileSample => {
+                crate::profile::apply_cpu_profile_sample(&mut self.st, ev.ts, ev.data)
+            }
             EventKind::Log => {
                 let track = self.event_track(ev, NONE);
                 self.apply_log(ev, track);
@@ -158,7 +165,7 @@ impl Importer {
                 }
                 let id = self.st.slices.len() as u32;
                 let parent = stack.last().copied().unwrap_or(NONE);
-                let depth = stack.len() as u32;
+                let depth = stack.len() as u16; // Below MAX_DEPTH.
                 let dur = match ev.kind {
                     EventKind::SliceBegin => {
                         stack.push(id);
@@ -175,13 +182,16 @@ impl Importer {
                 if ev.kind == EventKind::Complete && dur == 0 {
                     self.st.zero_length_zones.push(id);
                 }
+                let mark = self.st.arg_mark();
                 let arg_set = self.args_for(NONE, ev);
+                if ev.kind == EventKind::SliceBegin && arg_set != NONE {
+                    self.note_open_arg_set(arg_set, mark);
+                }
                 self.st.slices.push(SliceRow {
                     ts: ev.ts,
                     dur,
                     track,
-                    category: ev.category,
-                    name: ev.name,
+                    name_id: self.st.slice_names.intern(ev.category, ev.name),
                     depth,
                     parent,
                     arg_set,
@@ -231,7 +241,12 @@ impl Importer {
                     return;
                 };
                 let existing = self.st.slices[id as usize].arg_set;
-                let arg_set = self.args_for(existing, ev);
+                let arg_set = if existing == NONE {
+                    self.args_for(NONE, ev)
+                } else {
+                    self.merge_end_args(existing, ev);
+                    existing
+                };
                 let row = &mut self.st.slices[id as usize];
                 row.dur = ev.ts.saturating_sub(row.ts);
                 row.arg_set = arg_set;

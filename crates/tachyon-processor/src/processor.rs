@@ -177,6 +177,7 @@ impl TraceProcessor {
         drop(importer);
         let conn = rusqlite::Connection::open_in_memory()?;
         db::load(&conn, st)?;
+        crate::trim::release_free_memory();
         Ok(TraceProcessor { conn })
     }
 

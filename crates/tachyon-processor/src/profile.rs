@@ -102,6 +102,24 @@ pub(crate) struct PendingSample {
     session: u32,
 }
 
+/// A StreamingProfilePacket sample before sorting: the sequence's thread, its stack.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PendingCpuSample {
+    pub(crate) pid: i64,
+    pub(crate) tid: i64,
+    pub(crate) callsite: u32,
+    pub(crate) priority: i32,
+}
+
+/// A `cpu_profile_stack_sample` row.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CpuSampleRow {
+    ts: i64,
+    utid: u32,
+    callsite: u32,
+    priority: i32,
+}
+
 /// One source line of a symbolized address: function, file (NONE: unknown), line.
 type SymbolLine = (StrId, StrId, Option<u32>);
 
@@ -139,6 +157,9 @@ pub(crate) struct StackProfile {
     /// `data` (index + 1; the lower half is the callsite + 1).
     pub(crate) callstack_weights: Vec<f64>,
     pending_samples: Vec<PendingSample>,
+    /// StreamingProfilePacket samples (`import/streaming.rs`): tokenized, then as sorted.
+    pub(crate) pending_cpu_samples: Vec<PendingCpuSample>,
+    pub(crate) cpu_samples: Vec<CpuSampleRow>,
     module_symbols: Vec<ModuleSymbols>,
     shared_mappings: FxHashMap<MappingKey, u32>,
     frame_index: FxHashMap<(u32, u64, StrId), u32>,
@@ -734,6 +755,20 @@ pub(crate) fn apply_perf_sample(st: &mut Storage, ts: i64, idx: u64) {
     });
 }
 
+/// A sorted StreamingProfilePacket sample (`CpuProfileSample` event): the row, with its thread.
+pub(crate) fn apply_cpu_profile_sample(st: &mut Storage, ts: i64, idx: u64) {
+    let Some(&s) = st.profile.pending_cpu_samples.get(idx as usize) else {
+        return;
+    };
+    let utid = st.thread(s.tid, Some(s.pid));
+    st.profile.cpu_samples.push(CpuSampleRow {
+        ts,
+        utid,
+        callsite: s.callsite,
+        priority: s.priority,
+    });
+}
+
 /// Keeps a `ModuleSymbols` packet for the end of the file.
 pub(crate) fn queue_module_symbols(st: &mut Storage, m: &ModuleSymbolsView<'_>) -> Result<(), ()> {
     let path = st.strings.intern_bytes(m.path_bytes());
@@ -862,6 +897,13 @@ pub(crate) fn load(tx: &rusqlite::Connection, st: &Storage) -> rusqlite::Result<
             text(r.unwind_error),
             r.session
         ])?;
+    }
+    let mut ins = tx.prepare(
+        "INSERT INTO cpu_profile_stack_sample(id, ts, callsite_id, utid, process_priority) \
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?;
+    for (i, r) in p.cpu_samples.iter().enumerate() {
+        ins.execute(params![i as i64, r.ts, r.callsite, r.utid, r.priority])?;
     }
     let mut ins = tx.prepare(
         "INSERT INTO __intrinsic_track_event_callstacks(id, slice_id, track_id, callsite_id, \

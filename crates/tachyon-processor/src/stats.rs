@@ -202,6 +202,10 @@ stats! {
         "CPU samples the profiler could not read or unwind.";
     perf_cpu_lost_records: Indexed, DataLoss, Trace,
         "Records the kernel lost in a CPU's perf ring buffer (the reader was too slow).";
+    stackprofile_parser_error: Single, Error, Trace,
+        "StreamingProfilePackets with more callstacks than timestamps, and their samples whose callstack could not be resolved; dropped.";
+    streaming_profile_invalid_timestamp: Single, Error, Analysis,
+        "StreamingProfilePackets whose timestamp resolved to a negative value (or came before any ThreadDescriptor); the rest of the packet is dropped.";
     // --- The tracing service's own statistics (TraceStats) ---
     traced_producers_connected: Single, Info, Trace, "Producers connected to the service.";
     traced_producers_seen: Single, Info, Trace, "Producers the service has seen since it started.";

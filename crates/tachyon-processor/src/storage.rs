@@ -2,7 +2,7 @@
 //!
 //! Rows are appended during the import and patched in place (a slice's `dur` when its end
 //! arrives), which is why they live in `Vec`s first and are written to SQLite once, at the end.
-//! Optional ids use [`NONE`] instead of `Option<u32>` to keep rows small: a slice row is 40
+//! Optional ids use [`NONE`] instead of `Option<u32>` to keep rows small: a slice row is 34
 //! bytes.
 
 use crate::stats::Stats;
@@ -38,7 +38,9 @@ impl ArgValue {
 }
 
 /// One argument: `flat_key` omits array indexes, `key` keeps them (`debug.a[1].b` has the flat
-/// key `debug.a.b`).
+/// key `debug.a.b`). The import stores args deduplicated ([`crate::tables::ArgBuilder`]);
+/// this row form is for tests.
+#[cfg(test)]
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ArgRow {
     pub(crate) set: u32,
@@ -47,16 +49,44 @@ pub(crate) struct ArgRow {
     pub(crate) value: ArgValue,
 }
 
+/// One slice. `#[repr(packed(2))]`: the `i64`s need no 8-byte alignment here, so the row is 34
+/// bytes instead of 40 (its fields are read by value; the compiler refuses references to them).
+#[repr(C, packed(2))]
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct SliceRow {
     pub(crate) ts: i64,
     pub(crate) dur: i64,
     pub(crate) track: u32,
-    pub(crate) category: StrId,
-    pub(crate) name: StrId,
-    pub(crate) depth: u32,
+    /// The slice's (category, name), an id in [`SliceNames`].
+    pub(crate) name_id: u32,
     pub(crate) parent: u32,
     pub(crate) arg_set: u32,
+    /// At most `parse.rs`'s `MAX_DEPTH` (1024).
+    pub(crate) depth: u16,
+}
+
+/// The distinct (category, name) pairs of slices: a program has few, so a slice stores one
+/// 4-byte id for both strings.
+#[derive(Debug, Default)]
+pub(crate) struct SliceNames {
+    pub(crate) pairs: Vec<(StrId, StrId)>,
+    ids: FxHashMap<(StrId, StrId), u32>,
+}
+
+impl SliceNames {
+    /// The id of (`category`, `name`), added if new.
+    pub(crate) fn intern(&mut self, category: StrId, name: StrId) -> u32 {
+        *self.ids.entry((category, name)).or_insert_with(|| {
+            self.pairs.push((category, name));
+            (self.pairs.len() - 1) as u32
+        })
+    }
+
+    /// The pairs by id (the lookup map is dropped).
+    pub(crate) fn into_pairs(mut self) -> Vec<(StrId, StrId)> {
+        self.pairs.shrink_to_fit();
+        self.pairs
+    }
 }
 
 /// Whether a track holds slices or counter values (Perfetto's `event_type`).
@@ -153,12 +183,14 @@ pub(crate) struct Storage {
     pub(crate) strings: StringPool,
     pub(crate) stats: Stats,
     pub(crate) slices: Vec<SliceRow>,
+    pub(crate) slice_names: SliceNames,
     pub(crate) tracks: Vec<TrackRow>,
     pub(crate) threads: Vec<ThreadRow>,
     pub(crate) processes: Vec<ProcessRow>,
     pub(crate) counters: Vec<CounterRow>,
     pub(crate) flows: Vec<FlowRow>,
-    pub(crate) args: Vec<ArgRow>,
+    /// Arguments, deduplicated as they arrive (`tables.rs`).
+    pub(crate) args: crate::tables::ArgBuilder,
     /// Call stacks and CPU samples (`profile.rs`).
     pub(crate) profile: crate::profile::StackProfile,
     /// Heap profiles (`heap.rs`).
@@ -184,12 +216,13 @@ impl Default for Storage {
             strings: StringPool::default(),
             stats: Stats::default(),
             slices: Vec::new(),
+            slice_names: SliceNames::default(),
             tracks: Vec::new(),
             threads: Vec::new(),
             processes: Vec::new(),
             counters: Vec::new(),
             flows: Vec::new(),
-            args: Vec::new(),
+            args: Default::default(),
             profile: Default::default(),
             heap: Default::default(),
             states: Default::default(),
@@ -228,12 +261,24 @@ impl Storage {
     }
 
     pub(crate) fn push_arg(&mut self, set: u32, flat_key: StrId, key: StrId, value: ArgValue) {
-        self.args.push(ArgRow {
-            set,
-            flat_key,
-            key,
-            value,
-        });
+        self.args.push(set, flat_key, key, value);
+    }
+
+    /// A position in the args before those of a set about to be filled: a hint for
+    /// [`Storage::arg_set_keys`] (merging an end's args, `end_args.rs`).
+    pub(crate) fn arg_mark(&self) -> usize {
+        self.args.late_len()
+    }
+
+    /// The args of set `set` (its late ones from `mark` on, [`Storage::arg_mark`]):
+    /// (position, key), in order.
+    pub(crate) fn arg_set_keys(&self, set: u32, mark: usize) -> Vec<(usize, StrId)> {
+        self.args.set_keys(set, mark)
+    }
+
+    /// Gives the arg at `pos` (from [`Storage::arg_set_keys`]) a new flat key and value.
+    pub(crate) fn update_arg(&mut self, pos: usize, flat_key: StrId, value: ArgValue) {
+        self.args.update(pos, flat_key, value);
     }
 
     /// Convenience: an arg whose flat key and key are the same literal.
@@ -367,6 +412,16 @@ impl Storage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slice_rows_are_small_and_names_are_shared() {
+        assert_eq!(std::mem::size_of::<SliceRow>(), 34);
+        let mut n = SliceNames::default();
+        let a = n.intern(1, 2);
+        assert_eq!(n.intern(3, 2), a + 1);
+        assert_eq!(n.intern(1, 2), a);
+        assert_eq!(n.into_pairs(), vec![(1, 2), (3, 2)]);
+    }
 
     #[test]
     fn threads_join_processes_and_tid_reuse_starts_a_new_thread() {

@@ -2,13 +2,16 @@
 //! virtual tables ([`crate::vtab`]) instead of being copied into SQLite.
 //!
 //! Copying every slice and argument into SQLite row by row cost most of the import time and
-//! held each name and key as text once per row. Here a slice is its fixed-size
-//! [`SliceRow`] (strings are pool ids), and arguments are deduplicated: each distinct
+//! held each name and key as text once per row. Here a slice is its fixed-size 34-byte
+//! [`SliceRow`] (strings are pool ids; a slice's category and name share one id), and
+//! arguments are deduplicated as they arrive ([`ArgBuilder`]): each distinct
 //! `(flat_key, key, value)` is stored once in [`ArgTable::entries`] and an arg set is a run of
 //! 4-byte entry ids, so the source location and constant arguments every zone repeats cost 4
 //! bytes per slice instead of a row each.
 
-use crate::storage::{ArgRow, ArgValue, SliceRow};
+#[cfg(test)]
+use crate::storage::ArgRow;
+use crate::storage::{ArgValue, SliceNames, SliceRow};
 use crate::strings::{FxHashMap, StrId, StringPool};
 
 /// One distinct argument.
@@ -30,45 +33,157 @@ pub(crate) struct ArgTable {
     pub(crate) offsets: Vec<u32>,
 }
 
-impl ArgTable {
-    /// Builds the table from the importer's rows (sorted here by set, stably).
-    pub(crate) fn build(mut rows: Vec<ArgRow>) -> Self {
-        // Sets are numbered as they are created and filled at once, so the rows are nearly
-        // always in order already; a stable sort (which needs a buffer half their size) only
-        // when they are not.
-        if !rows.is_sorted_by_key(|a| a.set) {
-            rows.sort_by_key(|a| a.set);
-        }
-        let sets = rows.last().map_or(0, |a| a.set as usize + 1);
-        let mut t = ArgTable {
-            entries: Vec::new(),
-            ids: Vec::with_capacity(rows.len()),
-            offsets: Vec::with_capacity(sets + 1),
-        };
-        let mut seen: FxHashMap<(StrId, StrId, u8, u64), u32> = FxHashMap::default();
-        let mut next_set = 0usize;
-        for a in &rows {
-            while next_set <= a.set as usize {
-                t.offsets.push(t.ids.len() as u32);
-                next_set += 1;
-            }
-            let id = *seen
-                .entry((a.flat_key, a.key, tag(&a.value), bits(&a.value)))
-                .or_insert_with(|| {
-                    t.entries.push(ArgEntry {
-                        flat_key: a.flat_key,
-                        key: a.key,
-                        value: a.value,
-                    });
-                    (t.entries.len() - 1) as u32
+/// Collects arguments during the import straight into [`ArgTable`]'s form: each argument is
+/// deduplicated as it arrives and costs one 4-byte entry id (no 32-byte row per argument is
+/// kept until the end, which set the import's peak memory).
+///
+/// Arg sets are numbered as they are created and nearly always filled at once, in order, so
+/// ids are appended to the run of the newest set. An argument for an older set (a slice end's
+/// args merged into its begin's set, a thread's args added later) goes to `late`, and
+/// [`ArgBuilder::finish`] merges those in, keeping each set's arguments in arrival order.
+#[derive(Debug, Default)]
+pub(crate) struct ArgBuilder {
+    table: ArgTable,
+    seen: FxHashMap<(StrId, StrId, u8, u64), u32>,
+    /// (set, entry id) of arguments for sets older than the newest one.
+    late: Vec<(u32, u32)>,
+}
+
+/// The bit of an [`ArgBuilder::set_keys`] position that says it indexes `late`.
+const LATE: usize = 1 << (usize::BITS - 1);
+
+impl ArgBuilder {
+    /// Adds an argument to arg set `set`.
+    pub(crate) fn push(&mut self, set: u32, flat_key: StrId, key: StrId, value: ArgValue) {
+        let t = &mut self.table;
+        let id = *self
+            .seen
+            .entry((flat_key, key, tag(&value), bits(&value)))
+            .or_insert_with(|| {
+                t.entries.push(ArgEntry {
+                    flat_key,
+                    key,
+                    value,
                 });
-            t.ids.push(id);
+                (t.entries.len() - 1) as u32
+            });
+        // `offsets[s]` is where set `s` starts; the newest set is `offsets.len() - 1`.
+        let newest = t.offsets.len() as i64 - 1;
+        if (set as i64) < newest {
+            self.late.push((set, id));
+            return;
         }
+        while (t.offsets.len() as i64) <= set as i64 {
+            t.offsets.push(t.ids.len() as u32);
+        }
+        t.ids.push(id);
+    }
+
+    /// The number of arguments added to older sets so far: a mark for [`ArgBuilder::set_keys`]
+    /// (a set's late arguments all come after the mark taken when it was created).
+    pub(crate) fn late_len(&self) -> usize {
+        self.late.len()
+    }
+
+    /// The arguments of set `set` so far, in order: (position, key). A position is an index
+    /// into the newest runs of ids, or [`LATE`] plus an index into `late` (scanned from
+    /// `mark` on, so merging one slice's end args does not rescan every late argument).
+    pub(crate) fn set_keys(&self, set: u32, mark: usize) -> Vec<(usize, StrId)> {
+        let t = &self.table;
+        let mut out = Vec::new();
+        let s = set as usize;
+        if let Some(&start) = t.offsets.get(s) {
+            let end = t.offsets.get(s + 1).map_or(t.ids.len(), |&e| e as usize);
+            for p in start as usize..end {
+                out.push((p, t.entries[t.ids[p] as usize].key));
+            }
+        }
+        for (i, &(ls, id)) in self.late.iter().enumerate().skip(mark) {
+            if ls == set {
+                out.push((LATE | i, t.entries[id as usize].key));
+            }
+        }
+        out
+    }
+
+    /// Gives the argument at `pos` (from [`ArgBuilder::set_keys`]) a new flat key and value,
+    /// keeping its key; a position that names nothing is ignored.
+    pub(crate) fn update(&mut self, pos: usize, flat_key: StrId, value: ArgValue) {
+        let t = &mut self.table;
+        let old = if pos & LATE != 0 {
+            self.late.get(pos & !LATE).map(|l| l.1)
+        } else {
+            t.ids.get(pos).copied()
+        };
+        let Some(old) = old else { return };
+        let key = t.entries[old as usize].key;
+        let id = *self
+            .seen
+            .entry((flat_key, key, tag(&value), bits(&value)))
+            .or_insert_with(|| {
+                t.entries.push(ArgEntry {
+                    flat_key,
+                    key,
+                    value,
+                });
+                (t.entries.len() - 1) as u32
+            });
+        if pos & LATE != 0 {
+            self.late[pos & !LATE].1 = id;
+        } else {
+            t.ids[pos] = id;
+        }
+    }
+
+    /// The finished table.
+    pub(crate) fn finish(self) -> ArgTable {
+        let ArgBuilder {
+            mut table,
+            seen,
+            late,
+        } = self;
         drop(seen);
-        drop(rows);
-        t.offsets.push(t.ids.len() as u32);
-        t.entries.shrink_to_fit();
-        t
+        if !late.is_empty() {
+            // Every set's in-order arguments arrived before its late ones: a stable sort by
+            // set of the in-order rows followed by the late rows keeps arrival order.
+            let mut rows: Vec<(u32, u32)> = Vec::with_capacity(table.ids.len() + late.len());
+            for s in 0..table.offsets.len() {
+                let end = table
+                    .offsets
+                    .get(s + 1)
+                    .map_or(table.ids.len(), |&e| e as usize);
+                for &id in &table.ids[table.offsets[s] as usize..end] {
+                    rows.push((s as u32, id));
+                }
+            }
+            rows.extend(late);
+            rows.sort_by_key(|r| r.0);
+            table.ids.clear();
+            table.offsets.clear();
+            for (set, id) in rows {
+                while table.offsets.len() <= set as usize {
+                    table.offsets.push(table.ids.len() as u32);
+                }
+                table.ids.push(id);
+            }
+        }
+        table.offsets.push(table.ids.len() as u32);
+        table.entries.shrink_to_fit();
+        table.ids.shrink_to_fit();
+        table.offsets.shrink_to_fit();
+        table
+    }
+}
+
+impl ArgTable {
+    /// Builds the table from rows (set, flat key, key, value), each set's in their order.
+    #[cfg(test)]
+    pub(crate) fn build(rows: Vec<ArgRow>) -> Self {
+        let mut b = ArgBuilder::default();
+        for a in rows {
+            b.push(a.set, a.flat_key, a.key, a.value);
+        }
+        b.finish()
     }
 
     /// The number of argument rows (`args` rows).
@@ -135,6 +250,8 @@ fn bits(v: &ArgValue) -> u64 {
 pub(crate) struct Tables {
     pub(crate) strings: StringPool,
     pub(crate) slices: Vec<SliceRow>,
+    /// (category, name) of [`SliceRow::name_id`].
+    pub(crate) slice_names: Vec<(StrId, StrId)>,
     /// Whether `slices` is ordered by `ts` (it is when slices are created in timestamp
     /// order, as the sorted import does), so that time ranges are found by binary search.
     pub(crate) slices_by_ts: bool,
@@ -142,14 +259,20 @@ pub(crate) struct Tables {
 }
 
 impl Tables {
-    pub(crate) fn new(strings: StringPool, mut slices: Vec<SliceRow>, args: Vec<ArgRow>) -> Self {
+    pub(crate) fn new(
+        strings: StringPool,
+        mut slices: Vec<SliceRow>,
+        slice_names: SliceNames,
+        args: ArgBuilder,
+    ) -> Self {
         slices.shrink_to_fit();
         let slices_by_ts = slices.windows(2).all(|w| w[0].ts <= w[1].ts);
         Tables {
             strings,
             slices,
+            slice_names: slice_names.into_pairs(),
             slices_by_ts,
-            args: ArgTable::build(args),
+            args: args.finish(),
         }
     }
 }
@@ -191,5 +314,35 @@ mod tests {
         assert_eq!(t.lookup(&s, 2, "b"), Some(ArgValue::Int(2)));
         assert_eq!(t.lookup(&s, 1, "b"), None);
         assert_eq!(t.lookup(&s, 0, "nope"), None);
+    }
+
+    #[test]
+    fn a_sets_args_are_found_and_updated_in_place_and_late() {
+        let mut s = StringPool::default();
+        let (a, b, c, fa) = (s.intern("a"), s.intern("b"), s.intern("c"), s.intern("fa"));
+        let mut ab = ArgBuilder::default();
+        ab.push(0, a, a, ArgValue::Int(1));
+        let mark = ab.late_len();
+        ab.push(1, b, b, ArgValue::Int(1));
+        // Set 0 is no longer the newest: its next argument is a late one.
+        ab.push(0, c, c, ArgValue::Int(3));
+        let keys = ab.set_keys(0, mark);
+        assert_eq!(keys.iter().map(|k| k.1).collect::<Vec<_>>(), [a, c]);
+        assert!(
+            ab.set_keys(0, ab.late_len()).len() == 1,
+            "a mark skips earlier late args"
+        );
+        for (pos, key) in keys {
+            let v = if key == a { 10 } else { 30 };
+            ab.update(pos, fa, ArgValue::Int(v));
+        }
+        ab.update(LATE | 99, fa, ArgValue::Int(0));
+        ab.update(99, fa, ArgValue::Int(0));
+        let t = ab.finish();
+        assert_eq!(t.set_rows(0), 0..2);
+        assert_eq!((t.row(0).key, t.row(0).flat_key), (a, fa));
+        assert_eq!(t.row(0).value, ArgValue::Int(10));
+        assert_eq!((t.row(1).key, t.row(1).value), (c, ArgValue::Int(30)));
+        assert_eq!(t.lookup(&s, 1, "b"), Some(ArgValue::Int(1)));
     }
 }

@@ -264,7 +264,11 @@ impl SliceCursor<'_> {
     fn skip_unmatched(&mut self) {
         while self.pos < self.end {
             let r = &self.t.slices[self.pos];
-            if self.track.is_none_or(|t| r.track == t) && self.name.is_none_or(|n| r.name == n) {
+            if self.track.is_none_or(|t| r.track == t)
+                && self
+                    .name
+                    .is_none_or(|n| self.t.slice_names[r.name_id as usize].1 == n)
+            {
                 break;
             }
             self.pos += 1;
@@ -323,12 +327,13 @@ unsafe impl VTabCursor for SliceCursor<'_> {
         let text = |id: StrId| (id != NONE).then(|| self.t.strings.get(id));
         match i {
             0 => ctx.set_result(&(self.pos as i64)),
-            1 => ctx.set_result(&r.ts),
-            2 => ctx.set_result(&r.dur),
-            3 => ctx.set_result(&r.track),
-            4 => ctx.set_result(&text(r.category)),
-            5 => ctx.set_result(&text(r.name)),
-            6 => ctx.set_result(&r.depth),
+            // Braces copy the packed row's fields (no references to them).
+            1 => ctx.set_result(&{ r.ts }),
+            2 => ctx.set_result(&{ r.dur }),
+            3 => ctx.set_result(&{ r.track }),
+            4 => ctx.set_result(&text(self.t.slice_names[r.name_id as usize].0)),
+            5 => ctx.set_result(&text(self.t.slice_names[r.name_id as usize].1)),
+            6 => ctx.set_result(&{ r.depth }),
             9 => ctx.set_result(&opt(r.parent)),
             10 => ctx.set_result(&opt(r.arg_set)),
             _ => ctx.set_result(&Null),

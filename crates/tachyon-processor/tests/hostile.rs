@@ -220,3 +220,47 @@ fn flow_id_limits_are_counted() {
     );
     assert!(has(&stats, "flow_end_without_start"), "{stats:?}");
 }
+
+/// StreamingProfilePackets at the edges: before any ThreadDescriptor, with deltas that overflow
+/// either way, more callstacks than deltas, unknown callstacks; and end events whose args
+/// collide with their begin's in every shape (arrays continuing past i64 indices, malformed
+/// indices, JSON that does not parse or nests too deep).
+#[test]
+fn streaming_profiles_and_merged_args_at_the_edges() {
+    let deep = format!("{}{}", "[".repeat(5000), "]".repeat(5000)).replace('"', "\\\"");
+    let stats = import(&text_trace(&format!(
+        r#"
+        packet {{ trusted_packet_sequence_id: 1
+          streaming_profile_packet {{ callstack_iid: 1 timestamp_delta_us: 5 }} }}
+        packet {{ trusted_packet_sequence_id: 1 incremental_state_cleared: true
+          thread_descriptor {{ pid: 1 tid: 2 reference_timestamp_us: 9223372036854775807 }} }}
+        packet {{ trusted_packet_sequence_id: 1
+          streaming_profile_packet {{ callstack_iid: 1 callstack_iid: 2
+            timestamp_delta_us: 9223372036854775807 }} }}
+        packet {{ trusted_packet_sequence_id: 1
+          thread_descriptor {{ pid: 1 tid: 2 reference_timestamp_us: 10 }} }}
+        packet {{ trusted_packet_sequence_id: 1
+          streaming_profile_packet {{ callstack_iid: 7 timestamp_delta_us: -9223372036854775808
+            timestamp_delta_us: -1 }} }}
+        packet {{ trusted_packet_sequence_id: 2 timestamp: 10 incremental_state_cleared: true
+          track_descriptor {{ uuid: 1 thread {{ pid: 1 tid: 3 }} }} }}
+        packet {{ trusted_packet_sequence_id: 2 timestamp: 20
+          track_event {{ type: TYPE_SLICE_BEGIN track_uuid: 1 name: "s"
+            debug_annotations {{ name: "a[18446744073709551615]" int_value: 1 }}
+            debug_annotations {{ name: "b[" int_value: 1 }}
+            debug_annotations {{ name: "j" legacy_json_value: "[1, [2]]" }} }} }}
+        packet {{ trusted_packet_sequence_id: 2 timestamp: 30
+          track_event {{ type: TYPE_SLICE_END track_uuid: 1
+            debug_annotations {{ name: "a[18446744073709551615]" int_value: 2 }}
+            debug_annotations {{ name: "b[" int_value: 2 }}
+            debug_annotations {{ name: "j" legacy_json_value: "[3, [4]" }}
+            debug_annotations {{ name: "j" legacy_json_value: "{deep}" }}
+            debug_annotations {{ name: "j" legacy_json_value: "[5]" }} }} }}
+        "#
+    )));
+    assert!(
+        has(&stats, "streaming_profile_invalid_timestamp"),
+        "{stats:?}"
+    );
+    assert!(has(&stats, "stackprofile_parser_error"), "{stats:?}");
+}

@@ -21,7 +21,10 @@
 //! `System` then 20 000 on the tracking allocator back to back, and prints the median and
 //! quartiles of the per-round ratio (load that comes and goes hits both halves of a round
 //! alike, which criterion's separate runs cannot promise); then the same for sampled mode
-//! without stacks and exact mode with 16-frame stacks on every allocation.
+//! without stacks, sampled mode with an interval no allocation reaches (the hooks' fast paths
+//! alone: the countdown and the free's address check) and exact mode with 16-frame stacks on every allocation. First, the floor of
+//! exact mode: the `System` pairs with the two counter reads an exact record per event needs
+//! (one at the allocation, one at the free), nothing recorded, as a ratio to `System` alone.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
@@ -111,11 +114,50 @@ fn ratio(rounds: usize) {
         }
         t.elapsed().as_nanos() as f64 / f64::from(PAIRS)
     };
+    // The floor of exact mode's "one counter reading and one record per event": the same pairs
+    // on `System` with a counter read after the allocation and one before the free, nothing
+    // recorded.
+    {
+        let clock = tachyon::clock::clock();
+        let (mut ratios, mut sys, mut floor) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            let s = time(&|| pair(&System, layout));
+            let f = time(&|| {
+                // SAFETY: as in `pair`.
+                unsafe {
+                    let p = System.alloc(layout);
+                    assert!(!p.is_null());
+                    black_box(clock.ticks());
+                    p.cast::<[u8; 64]>().write(black_box([0u8; 64]));
+                    black_box(p);
+                    black_box(clock.ticks());
+                    System.dealloc(p, layout);
+                }
+            });
+            sys.push(s);
+            floor.push(f);
+            ratios.push(f / s);
+        }
+        for v in [&mut ratios, &mut sys, &mut floor] {
+            v.sort_by(f64::total_cmp);
+        }
+        let q = |v: &[f64], f: f64| v[((v.len() - 1) as f64 * f) as usize];
+        println!(
+            "floor (alloc/system + two counter reads, nothing recorded): ratio to alloc/system median {:.2} (quartiles {:.2}..{:.2}); per pair median {:.1} ns vs {:.1} ns",
+            q(&ratios, 0.5),
+            q(&ratios, 0.25),
+            q(&ratios, 0.75),
+            q(&floor, 0.5),
+            q(&sys, 0.5),
+        );
+    }
     for (mode, stacks) in [
         (None, None),
         (Some(MemoryMode::Exact), None),
         (Some(MemoryMode::Sampled { interval: 4096 }), None),
         (Some(MemoryMode::Sampled { interval: 4096 }), Some(0)),
+        // The sampled hooks' fast paths alone: a 64-byte block never reaches 2^40 bytes.
+        (Some(MemoryMode::Sampled { interval: 1 << 40 }), Some(0)),
         (Some(MemoryMode::Exact), Some(16)),
     ] {
         if let Some(m) = mode {
@@ -156,8 +198,8 @@ fn ratio(rounds: usize) {
         if let Some(m) = summary.and_then(|r| r.memory) {
             println!("  {m}");
             // The tracker's CPU per record (2 records per pair).
-            if let Some(cpu) = tracker_cpu_ns.take() {
-                let records = 2.0 * m.heaps[0].alloc_count as f64;
+            if let (Some(cpu), Some(heap)) = (tracker_cpu_ns.take(), m.heaps.first()) {
+                let records = 2.0 * heap.alloc_count as f64;
                 println!(
                     "  tachyon-memory thread: {:.1} ns of CPU per record ({} records)",
                     cpu as f64 / records,

@@ -46,7 +46,9 @@
 //! With `TACHYON_CLIENT_LOCK_RATIO=N` the same for the lock goal: N rounds, each timing 2 000
 //! uncontended lock + unlock of a `tachyon::sync::Mutex`, 2 000 enabled zones and 2 000
 //! lock + unlock of a `std::sync::Mutex` back to back; prints the medians and the per-round
-//! ratios lock / zone and lock / std; first, the helper threads' CPU per lock record (200 000
+//! ratios lock / zone and lock / std, and the floor: a std lock + unlock with the two counter
+//! reads a hold's begin and end need, nothing recorded (what no traced hold can go below), as a
+//! ratio to the zone; first, the helper threads' CPU per lock record (200 000
 //! holds: what encoding a queued hold costs the drainer). Two passes: the loops back to back,
 //! then with the thread's queue emptied before each timed loop (the hot path alone, without
 //! the records this thread encodes itself when the drainer falls behind).
@@ -374,6 +376,20 @@ fn std_locks(lock: &std::sync::Mutex<u64>, n: u64) {
     }
 }
 
+/// `n` times what a traced uncontended hold cannot do without: lock + unlock of a std mutex
+/// with two counter reads while it is held (the hold's begin and end), nothing recorded.
+#[inline(never)]
+fn lock_floor(lock: &std::sync::Mutex<u64>, n: u64) {
+    let clock = tachyon::clock::clock();
+    for _ in 0..n {
+        let mut g = black_box(lock).lock().unwrap();
+        let begin = clock.ticks();
+        *g += 1;
+        black_box(clock.ticks().wrapping_sub(begin));
+        drop(g);
+    }
+}
+
 /// `TACHYON_CLIENT_LOCK_RATIO` (module docs).
 fn lock_ratio(rounds: usize) {
     const ITERS: u64 = 2_000;
@@ -401,6 +417,7 @@ fn lock_ratio(rounds: usize) {
             }
         };
         let (mut l, mut z, mut s, mut lz, mut ls) = (vec![], vec![], vec![], vec![], vec![]);
+        let (mut f, mut fz) = (vec![], vec![]);
         for _ in 0..rounds {
             drain();
             let t = Instant::now();
@@ -414,6 +431,12 @@ fn lock_ratio(rounds: usize) {
             let t = Instant::now();
             std_locks(&std_lock, ITERS);
             let c = per(t);
+            drain();
+            let t = Instant::now();
+            lock_floor(&std_lock, ITERS);
+            let d = per(t);
+            f.push(d);
+            fz.push(d / b);
             l.push(a);
             z.push(b);
             s.push(c);
@@ -424,8 +447,8 @@ fn lock_ratio(rounds: usize) {
             v.sort_by(f64::total_cmp);
             (v[v.len() / 2], v[v.len() / 4], v[(3 * v.len()) / 4])
         };
-        let (l, z, s) = (med(l).0, med(z).0, med(s).0);
-        let (lz, ls) = (med(lz), med(ls));
+        let (l, z, s, f) = (med(l).0, med(z).0, med(s).0, med(f).0);
+        let (lz, ls, fz) = (med(lz), med(ls), med(fz));
         let pass = if empty_first {
             "queue emptied before each loop"
         } else {
@@ -439,6 +462,11 @@ fn lock_ratio(rounds: usize) {
             "{pass}: per round: lock/zone median {:.3} (quartiles {:.3}..{:.3}); lock/std \
              median {:.3} (quartiles {:.3}..{:.3}); {rounds} rounds",
             lz.0, lz.1, lz.2, ls.0, ls.1, ls.2
+        );
+        println!(
+            "{pass}: floor (std lock + unlock with two counter reads, nothing recorded) median \
+             {f:.2} ns; per round floor/zone median {:.3} (quartiles {:.3}..{:.3})",
+            fz.0, fz.1, fz.2
         );
     }
     let report = tachyon::shutdown().unwrap().unwrap();

@@ -36,8 +36,10 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+#[cfg(feature = "capture")]
 pub use crate::capture::CaptureServer;
 pub use crate::session::{InProcessSession, SessionOptions, StopReport};
+#[cfg(feature = "system")]
 pub use crate::system::{SystemReport, SystemSession, DAEMON_CONNECT_BUDGET};
 pub use crate::writer::{
     commit_channel, default_layout, ArbiterConfig, ArbiterError, ArbiterStats,

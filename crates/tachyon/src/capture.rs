@@ -84,6 +84,8 @@ pub(crate) struct CaptureOptions {
     pub(crate) clear_period: Option<Duration>,
     pub(crate) incremental_timestamps: bool,
     pub(crate) stop_timeout: Duration,
+    /// Announce the listener by UDP to this address ([`tachyon_capture::announce`]).
+    pub(crate) announce: Option<SocketAddr>,
 }
 
 /// What the capture backend did, in [`Report::capture`](crate::Report::capture).
@@ -673,8 +675,51 @@ fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
     Err(last.expect("at least one attempt"))
 }
 
+/// The opt-in UDP announcer: a socket and the datagram it sends every
+/// [`announce::PERIOD`](tachyon_capture::announce::PERIOD).
+struct Announcer {
+    socket: std::net::UdpSocket,
+    datagram: Vec<u8>,
+    next: Instant,
+}
+
+impl Announcer {
+    fn new(shared: &Shared) -> Option<Announcer> {
+        let to = shared.options.announce?;
+        match tachyon_capture::announce::sender(to) {
+            Ok(socket) => Some(Announcer {
+                socket,
+                datagram: tachyon_capture::announce::encode(
+                    shared.hello.pid,
+                    shared.addr.port(),
+                    PROTOCOL_VERSION,
+                    &shared.hello.program,
+                ),
+                next: Instant::now(),
+            }),
+            Err(e) => {
+                eprintln!("tachyon: cannot announce the capture listener to {to}: {e}");
+                None
+            }
+        }
+    }
+
+    fn tick(&mut self) {
+        let now = Instant::now();
+        if now >= self.next {
+            // A lost or refused datagram is not an error: the next one goes a period later.
+            let _ = self.socket.send(&self.datagram);
+            self.next = now + tachyon_capture::announce::PERIOD;
+        }
+    }
+}
+
 fn listen(shared: Arc<Shared>, listener: TcpListener) {
+    let mut announcer = Announcer::new(&shared);
     while !shared.stop_listener.load(Ordering::Relaxed) {
+        if let Some(a) = &mut announcer {
+            a.tick();
+        }
         match listener.accept() {
             Ok((stream, _)) => {
                 if shared.pending_handshakes.load(Ordering::Relaxed) >= MAX_PENDING_HANDSHAKES {

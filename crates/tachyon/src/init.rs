@@ -49,6 +49,7 @@
 //! | `TACHYON_CAPTURE_TOKEN` | live capture: the secret a capture must present | none |
 //! | `TACHYON_ON_DEMAND` | `1`: live capture records only while a capture is attached | off |
 //! | `TACHYON_WAIT_FOR_CAPTURE` | live capture: seconds to wait at start for a capture | no wait |
+//! | `TACHYON_ANNOUNCE` | live capture: `1` or `ADDR:PORT`: announce the listener by UDP each second | off |
 //! | `TACHYON_MEMORY` | with [`alloc::Tracked`](crate::alloc::Tracked) installed: `off`, `exact`, `sampled:BYTES` | `exact` |
 //! | `TACHYON_MEMORY_CALLSTACK` | frames of native stack per recorded allocation (0: zones) | 32 sampled, 0 exact |
 //! | `TACHYON_MEMORY_DUMP_MS` | a heap profile this often (and always one at the end) | at the end only |
@@ -70,8 +71,10 @@ use std::time::Duration;
 use tachyon_service::{BufferSpec, Compression, DataSourceSpec, FillPolicy, SessionConfig};
 
 use crate::backend::PageSize;
+#[cfg(feature = "capture")]
 use crate::capture::{CaptureOptions, CaptureReport, CaptureServer};
 use crate::session::{InProcessSession, SessionOptions};
+#[cfg(feature = "system")]
 use crate::system::{SystemOptions, SystemReport, SystemSession};
 use crate::track_event::global::{self, SessionHandle};
 use crate::track_event::state::{self, Drain};
@@ -128,6 +131,10 @@ pub struct Config {
     /// Live capture: wait this long at start for a capture to attach
     /// (`TACHYON_WAIT_FOR_CAPTURE=SECONDS`), so a short program is captured from its start.
     pub wait_for_capture: Option<Duration>,
+    /// Live capture: announce the listener by UDP to this address once a second
+    /// (`TACHYON_ANNOUNCE=1` for the broadcast address on UDP port 8110, or `ADDR:PORT`), for
+    /// `tachyon capture --list --network` on other machines. Off by default.
+    pub announce: Option<std::net::SocketAddr>,
     /// Memory profiling, when [`alloc::Tracked`](crate::alloc::Tracked) is the global
     /// allocator (in-process sessions).
     pub memory: crate::alloc::MemoryConfig,
@@ -170,6 +177,7 @@ impl Default for Config {
             capture_token: None,
             on_demand: false,
             wait_for_capture: None,
+            announce: None,
             memory: crate::alloc::MemoryConfig::default(),
             callstack_depth: 0,
             sampling_hz: 0,
@@ -215,7 +223,7 @@ impl Config {
     pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let mut c = Config::default();
         // Empty means unset, as for `tachyon_ipc::paths::producer_socket`.
-        if let Some(v) = var(tachyon_ipc::paths::PRODUCER_SOCK_ENV).filter(|v| !v.is_empty()) {
+        if let Some(v) = var(PRODUCER_SOCK_ENV).filter(|v| !v.is_empty()) {
             c.producer_socket = Some(PathBuf::from(v));
         }
         if let Some(v) = var("TACHYON_OUT") {
@@ -355,6 +363,64 @@ impl Config {
     }
 }
 
+/// The variable naming the daemon's producer socket (system mode).
+#[cfg(feature = "system")]
+const PRODUCER_SOCK_ENV: &str = tachyon_ipc::paths::PRODUCER_SOCK_ENV;
+/// The variable naming the daemon's producer socket: read without the `system` feature too, so
+/// that a program built without it says why it does not trace into the daemon.
+#[cfg(not(feature = "system"))]
+const PRODUCER_SOCK_ENV: &str = "TACHYON_PRODUCER_SOCK";
+
+/// The error for a backend this build of the crate leaves out (its cargo `feature`).
+#[cfg(any(not(feature = "system"), not(feature = "capture")))]
+fn not_built(what: &str, feature: &str) -> String {
+    format!(
+        "{what} needs the `tachyon` crate's cargo feature `{feature}`, which this program was built without"
+    )
+}
+
+#[cfg(not(feature = "capture"))]
+impl Config {
+    /// Without the `capture` feature, a live-capture variable is an error naming the feature
+    /// (a program that was asked to stream its trace says why it cannot).
+    fn read_capture_vars(
+        &mut self,
+        var: &impl Fn(&str) -> Option<String>,
+    ) -> Result<(), ConfigError> {
+        for name in [
+            "TACHYON_LISTEN",
+            "TACHYON_CAPTURE_TOKEN",
+            "TACHYON_WAIT_FOR_CAPTURE",
+        ] {
+            if var(name).is_some_and(|v| !v.trim().is_empty()) {
+                return Err(ConfigError(not_built(
+                    &format!("{name} (live capture)"),
+                    "capture",
+                )));
+            }
+        }
+        if let Some(v) = var("TACHYON_ON_DEMAND") {
+            if parse_flag("TACHYON_ON_DEMAND", &v)? {
+                return Err(ConfigError(not_built(
+                    "TACHYON_ON_DEMAND (live capture)",
+                    "capture",
+                )));
+            }
+        }
+        // `TACHYON_ANNOUNCE=0` asks for nothing; anything else asks for live capture.
+        if let Some(v) = var("TACHYON_ANNOUNCE").filter(|v| !v.trim().is_empty()) {
+            if parse_flag("TACHYON_ANNOUNCE", v.trim()) != Ok(false) {
+                return Err(ConfigError(not_built(
+                    "TACHYON_ANNOUNCE (live capture)",
+                    "capture",
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(feature = "capture")]
 impl Config {
     /// The live-capture variables (module docs). Any of them selects the capture backend.
     fn read_capture_vars(
@@ -403,8 +469,29 @@ impl Config {
                 })?;
             self.wait_for_capture = Some(Duration::from_secs_f64(secs));
         }
-        let wants_capture =
-            self.on_demand || self.wait_for_capture.is_some() || self.capture_token.is_some();
+        if let Some(v) = var("TACHYON_ANNOUNCE").filter(|v| !v.trim().is_empty()) {
+            let v = v.trim();
+            self.announce = if let Ok(a) = v.parse::<SocketAddr>() {
+                Some(a)
+            } else {
+                match parse_flag("TACHYON_ANNOUNCE", v) {
+                    Ok(true) => Some(SocketAddr::new(
+                        IpAddr::V4(Ipv4Addr::BROADCAST),
+                        tachyon_capture::announce::ANNOUNCE_PORT,
+                    )),
+                    Ok(false) => None,
+                    Err(_) => {
+                        return Err(ConfigError(format!(
+                            "TACHYON_ANNOUNCE={v:?}: expected 1, 0 or ADDR:PORT (e.g. 192.168.1.255:8110)"
+                        )))
+                    }
+                }
+            };
+        }
+        let wants_capture = self.on_demand
+            || self.wait_for_capture.is_some()
+            || self.capture_token.is_some()
+            || self.announce.is_some();
         if self.listen.is_none() && wants_capture {
             self.listen = Some(loopback(tachyon_capture::protocol::DEFAULT_PORT));
         }
@@ -423,6 +510,7 @@ impl Config {
             clear_period: self.clear_period,
             incremental_timestamps: self.incremental_timestamps,
             stop_timeout: self.stop_timeout,
+            announce: self.announce,
         }
     }
 }
@@ -477,17 +565,36 @@ pub enum Backend {
     /// The service runs as a thread of this process.
     InProcess(InProcessSession),
     /// A `tachyon traced` daemon owns the trace; this process writes into its shared memory
-    /// (system mode).
+    /// (system mode; cargo feature `system`).
+    #[cfg(feature = "system")]
     System(SystemSession),
-    /// Live capture: the trace streams to `tachyon capture` over TCP ([`Config::listen`]).
+    /// Live capture: the trace streams to `tachyon capture` over TCP ([`Config::listen`];
+    /// cargo feature `capture`).
+    #[cfg(feature = "capture")]
     Capture(CaptureServer),
 }
 
 impl Backend {
     fn start(config: &Config) -> io::Result<Backend> {
+        #[cfg(feature = "capture")]
         if let Some(listen) = config.listen {
             return CaptureServer::start(config.capture_options(listen)).map(Backend::Capture);
         }
+        #[cfg(not(feature = "capture"))]
+        if config.listen.is_some() {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                not_built("live capture (Config::listen)", "capture"),
+            ));
+        }
+        #[cfg(not(feature = "system"))]
+        if config.producer_socket.is_some() {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                not_built("system mode (Config::producer_socket)", "system"),
+            ));
+        }
+        #[cfg(feature = "system")]
         if let Some(socket) = &config.producer_socket {
             let options = SystemOptions {
                 socket: socket.clone(),
@@ -548,9 +655,11 @@ pub struct Report {
     /// them).
     pub writers_still_active: usize,
     /// System mode: what the connection to the daemon did (`path` is `None` and `bytes` 0 then:
-    /// the trace is the daemon's and its consumer's).
+    /// the trace is the daemon's and its consumer's). Cargo feature `system`.
+    #[cfg(feature = "system")]
     pub system: Option<SystemReport>,
-    /// Live capture: what was sent to captures (`path` is `None` then).
+    /// Live capture: what was sent to captures (`path` is `None` then). Cargo feature `capture`.
+    #[cfg(feature = "capture")]
     pub capture: Option<CaptureReport>,
     /// What memory tracking saw (`None` unless [`alloc::Tracked`](crate::alloc::Tracked) is
     /// the global allocator and [`Config::memory`] was on).
@@ -561,6 +670,7 @@ impl std::fmt::Display for Report {
     /// One line: `wrote FILE (N bytes, D packets dropped)`, or what went to the daemon.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let dropped = self.writers.packets_dropped;
+        #[cfg(feature = "capture")]
         if let Some(c) = &self.capture {
             return write!(
                 f,
@@ -568,31 +678,32 @@ impl std::fmt::Display for Report {
                 c.records_sent, c.bytes_sent, c.wire_bytes, c.captures
             );
         }
-        match (&self.path, &self.system) {
-            (_, Some(s)) => {
-                write!(
+        #[cfg(feature = "system")]
+        if let Some(s) = &self.system {
+            write!(
                     f,
                     "traced into the daemon at {} ({} tracing session(s), {} chunks committed, {dropped} packets dropped",
                     s.socket.display(),
                     s.data_sources_started,
                     self.writers.chunks_committed,
                 )?;
-                if s.daemon_lost {
-                    write!(
-                        f,
-                        "; the daemon went away and tracing stopped then, {} commits lost",
-                        s.commits_dropped
-                    )?;
-                }
-                f.write_str(")")
+            if s.daemon_lost {
+                write!(
+                    f,
+                    "; the daemon went away and tracing stopped then, {} commits lost",
+                    s.commits_dropped
+                )?;
             }
-            (Some(p), None) => write!(
+            return f.write_str(")");
+        }
+        match &self.path {
+            Some(p) => write!(
                 f,
                 "wrote {} ({} bytes, {dropped} packets dropped)",
                 p.display(),
                 self.bytes
             ),
-            (None, None) => write!(
+            None => write!(
                 f,
                 "kept the trace in memory ({} bytes, {dropped} packets dropped)",
                 self.bytes
@@ -621,16 +732,17 @@ pub fn init() -> io::Result<()> {
         return match start_inner(config, true) {
             Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
                 eprintln!(
-                    "tachyon: no tracing: cannot trace into the daemon at {} ({}): {e}",
+                    "tachyon: no tracing: cannot trace into the daemon at {} ({PRODUCER_SOCK_ENV}): {e}",
                     socket.display(),
-                    tachyon_ipc::paths::PRODUCER_SOCK_ENV,
                 );
                 Ok(())
             }
             other => other,
         };
     }
+    #[cfg(feature = "system")]
     let default = tachyon_ipc::paths::producer_socket();
+    #[cfg(feature = "system")]
     if is_socket(&default) {
         let system = Config {
             producer_socket: Some(default),
@@ -644,6 +756,7 @@ pub fn init() -> io::Result<()> {
     start_inner(config, true)
 }
 
+#[cfg(feature = "system")]
 fn is_socket(path: &std::path::Path) -> bool {
     use std::os::unix::fs::FileTypeExt;
     std::fs::metadata(path).is_ok_and(|m| m.file_type().is_socket())
@@ -654,6 +767,8 @@ pub fn start(config: Config) -> io::Result<()> {
     start_inner(config, false)
 }
 
+// Without the `system` and `capture` features the in-process backend is the only one.
+#[allow(irrefutable_let_patterns)]
 fn start_inner(config: Config, at_exit: bool) -> io::Result<()> {
     let mut slot = active();
     if slot.is_some() {
@@ -682,6 +797,7 @@ fn start_inner(config: Config, at_exit: bool) -> io::Result<()> {
             }
         }
     }
+    #[cfg(feature = "capture")]
     let waiter = match &backend {
         Backend::Capture(server) => Some(server.waiter()),
         _ => None,
@@ -703,6 +819,7 @@ fn start_inner(config: Config, at_exit: bool) -> io::Result<()> {
         crate::crash::arm(config.stop_timeout);
     }
     drop(slot);
+    #[cfg(feature = "capture")]
     if let (Some(w), Some(wait)) = (waiter, config.wait_for_capture) {
         eprintln!(
             "tachyon: waiting up to {:.1} s for a capture on {} (tachyon capture -a {} -p {} -o FILE)",
@@ -719,6 +836,7 @@ fn start_inner(config: Config, at_exit: bool) -> io::Result<()> {
 }
 
 /// The live-capture backend's waiter, when that backend runs.
+#[cfg(feature = "capture")]
 pub(crate) fn capture_waiter() -> Option<crate::capture::CaptureWaiter> {
     match active().as_ref().map(|a| &a.backend) {
         Some(Backend::Capture(server)) => Some(server.waiter()),
@@ -737,6 +855,8 @@ pub fn is_active() -> bool {
 /// In system mode the commits still queued are sent and the connection to the daemon is
 /// closed (the daemon writes the trace; the report says what was sent). `Ok(None)` if no
 /// session was running.
+// Without the `system` and `capture` features the in-process backend is the only one.
+#[allow(clippy::infallible_destructuring_match)]
 pub fn shutdown() -> io::Result<Option<Report>> {
     // Held until the end: a session started while this one drains would otherwise have its
     // callsites disabled below.
@@ -747,6 +867,7 @@ pub fn shutdown() -> io::Result<Option<Report>> {
     crate::crash::disarm();
     let session = match active.backend {
         Backend::InProcess(session) => session,
+        #[cfg(feature = "system")]
         Backend::System(system) => {
             let stop = system.stop();
             drop(slot);
@@ -757,10 +878,12 @@ pub fn shutdown() -> io::Result<Option<Report>> {
                 writers: stop.writers,
                 writers_still_active: stop.writers_still_active,
                 system: Some(stop.report),
+                #[cfg(feature = "capture")]
                 capture: None,
                 memory: None,
             }));
         }
+        #[cfg(feature = "capture")]
         Backend::Capture(server) => {
             let stop = server.stop();
             drop(slot);
@@ -779,6 +902,7 @@ pub fn shutdown() -> io::Result<Option<Report>> {
                 bytes: stop.report.bytes_sent,
                 writers: stop.writers,
                 writers_still_active: stop.writers_still_active,
+                #[cfg(feature = "system")]
                 system: None,
                 capture: Some(stop.report),
                 memory: None,
@@ -819,7 +943,9 @@ pub fn shutdown() -> io::Result<Option<Report>> {
         bytes,
         writers: stop.arbiter,
         writers_still_active: stop.writers_still_active,
+        #[cfg(feature = "system")]
         system: None,
+        #[cfg(feature = "capture")]
         capture: None,
         memory,
     }))
@@ -917,6 +1043,36 @@ mod tests {
         assert!(e.0.contains("TACHYON_CLEAR_PERIOD_MS"), "{e}");
     }
 
+    #[cfg(not(feature = "capture"))]
+    #[test]
+    fn capture_variables_name_the_missing_feature() {
+        for (k, v) in [
+            ("TACHYON_LISTEN", "9000"),
+            ("TACHYON_CAPTURE_TOKEN", "t"),
+            ("TACHYON_WAIT_FOR_CAPTURE", "1"),
+            ("TACHYON_ON_DEMAND", "1"),
+        ] {
+            let e = Config::from_vars(|n| (n == k).then(|| v.to_string())).unwrap_err();
+            assert!(e.0.contains(k) && e.0.contains("`capture`"), "{e}");
+        }
+        let c = Config::from_vars(|n| (n == "TACHYON_ON_DEMAND").then(|| "0".to_string()));
+        assert_eq!(c.unwrap().listen, None);
+    }
+
+    #[cfg(not(feature = "system"))]
+    #[test]
+    fn a_producer_socket_names_the_missing_feature() {
+        let config = Config {
+            producer_socket: Some(PathBuf::from("/nonexistent/tachyon.sock")),
+            ..Config::in_memory()
+        };
+        let e = start(config).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::Unsupported);
+        assert!(e.to_string().contains("`system`"), "{e}");
+        assert!(!is_active());
+    }
+
+    #[cfg(feature = "capture")]
     #[test]
     fn capture_variables_parse_or_name_the_variable() {
         let vars = |pairs: &'static [(&'static str, &'static str)]| {
@@ -951,10 +1107,20 @@ mod tests {
             ("TACHYON_LISTEN", "somewhere"),
             ("TACHYON_ON_DEMAND", "maybe"),
             ("TACHYON_WAIT_FOR_CAPTURE", "-1"),
+            ("TACHYON_ANNOUNCE", "everyone"),
         ] {
             let e = Config::from_vars(|n: &str| (n == k).then(|| v.to_string())).unwrap_err();
             assert!(e.0.contains(k), "{e}");
         }
         assert_eq!(Config::from_vars(vars(&[])).unwrap().listen, None);
+        // Announcing is opt-in; it implies listening (on loopback unless told otherwise).
+        let c = Config::from_vars(vars(&[("TACHYON_ANNOUNCE", "1")])).unwrap();
+        assert_eq!(c.announce, Some("255.255.255.255:8110".parse().unwrap()));
+        assert!(c.listen.unwrap().ip().is_loopback());
+        let c = Config::from_vars(vars(&[("TACHYON_ANNOUNCE", "10.0.0.255:9999")])).unwrap();
+        assert_eq!(c.announce, Some("10.0.0.255:9999".parse().unwrap()));
+        let c = Config::from_vars(vars(&[("TACHYON_ANNOUNCE", "0")])).unwrap();
+        assert_eq!((c.announce, c.listen), (None, None));
+        assert_eq!(Config::from_vars(vars(&[])).unwrap().announce, None);
     }
 }

@@ -34,10 +34,13 @@
 //!   writes the trace), [`shutdown`] for the [`Report`].
 //! - Call stacks: `zone!(.., callstack)`, `TACHYON_CALLSTACK`, capture and interning in
 //!   [`callstack`]; CPU sampling (`Config::sampling_hz`) in [`sampling`].
-//! - Cargo features: `enabled` (default: the macros record), `dwarf-unwind` (default: call
-//!   stacks unwound with `framehop` over `.eh_frame`), `macros` (`#[tachyon::instrument]`,
-//!   brings the proc-macro stack), `symbolize` (symbols appended when a session ends; brings
-//!   `addr2line`). Without them the dependency tree is Tachyon's own crates and `rustix`.
+//! - Cargo features: `enabled` (default: the macros record), `memory` (default: allocations
+//!   attributed to zones), `dwarf-unwind` (default: call stacks unwound with `framehop` over
+//!   `.eh_frame`), `system` (default: system mode, into a `tachyon traced` daemon; brings
+//!   `rustix`), `capture` (default: live capture by `tachyon capture`; brings `lz4_flex`),
+//!   `macros` (`#[tachyon::instrument]`, brings the proc-macro stack), `log-bridge` (`log`
+//!   records on the trace), `symbolize` (symbols appended when a session ends; brings
+//!   `addr2line`). The in-process backend is always in; `docs/client-crate.md` has the trees.
 //! - For other instrumentation libraries (the `tracing` Layer in `tracing-tachyon`):
 //!   [`integration`]. For those who build backends: the writer API (arbiter, trace writers, commit
 //!   sinks, sessions) in [`backend`]; the trace clock in [`clock`].
@@ -55,6 +58,7 @@
 pub mod alloc;
 pub mod backend;
 pub mod callstack;
+#[cfg(feature = "capture")]
 mod capture;
 pub mod clock;
 mod cpu_usage;
@@ -65,6 +69,7 @@ pub mod log_bridge;
 pub mod sampling;
 mod session;
 pub mod sync;
+#[cfg(feature = "system")]
 mod system;
 mod track_event;
 mod writer;
@@ -87,6 +92,9 @@ pub use track_event::{
 pub use track_event::{frame, set_thread_name_with_hint, Level, Plot, PlotKind};
 
 // Types that appear in `Config` and `Report`; the rest of the writer API is in `backend`.
-pub use backend::{ArbiterStats, BufferExhaustedPolicy, SystemReport};
+#[cfg(feature = "system")]
+pub use backend::SystemReport;
+pub use backend::{ArbiterStats, BufferExhaustedPolicy};
 // Live capture: waiting for a capture, and what the backend reports.
+#[cfg(feature = "capture")]
 pub use capture::{wait_for_capture, CaptureReport, EXIT_SEND_BUDGET};

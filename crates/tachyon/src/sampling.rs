@@ -481,6 +481,13 @@ fn parse<'a>(rec: &[u8], pcs: &'a mut [u64; MAX_DEPTH], own: bool) -> Option<(Sa
             let cpu = u32_at(32)?;
             let period = u64_at(40)?;
             let nr = usize::try_from(u64_at(48)?).ok()?;
+            // Without `.eh_frame` unwinding every stack is the kernel's chain, whoever's it is.
+            #[cfg(not(all(
+                feature = "dwarf-unwind",
+                target_arch = "x86_64",
+                target_os = "linux"
+            )))]
+            let _ = own;
             #[cfg(all(feature = "dwarf-unwind", target_arch = "x86_64", target_os = "linux"))]
             if !own {
                 // Another process's stack: not unwindable with this process's binaries.

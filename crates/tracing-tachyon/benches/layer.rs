@@ -1,11 +1,13 @@
 //! The Layer's cost per `tracing` span: `layer/tachyon` (`info_span!`, enter, drop, on a
 //! `Registry` with [`TachyonLayer`] installed as the global default, an in-process session
 //! recording into a 64 MiB ring buffer) beside `layer/noop` (the same with a Layer that does
-//! nothing: the Registry's own floor).
+//! nothing: the Registry's own floor), and `layer/timestamps` (a Layer that only reads Tachyon's
+//! trace clock, raw, at each enter and exit: the floor of any Layer that times spans; on a VM
+//! whose `rdtsc` is slow it shows how much of `layer/tachyon` the two reads are).
 //!
 //! A global default can be installed once per process, so each row runs in a fresh child
 //! process of this binary (criterion's arguments passed through): one `cargo bench` run
-//! measures both, one after the other, into the same criterion output.
+//! measures all three, one after the other, into the same criterion output.
 //!
 //! ```text
 //! cargo bench -p tracing-tachyon --bench layer -- --sample-size 10 --warm-up-time 1 --measurement-time 3
@@ -69,11 +71,29 @@ struct NoopLayer;
 
 impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for NoopLayer {}
 
+/// A Layer that reads the trace clock (the raw counter, as the queue's records take it) at each
+/// enter and exit, and does nothing else.
+struct TimestampsLayer(&'static tachyon::clock::Clock);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for TimestampsLayer {
+    fn on_enter(&self, _: &tracing::span::Id, _: tracing_subscriber::layer::Context<'_, S>) {
+        black_box(self.0.ticks());
+    }
+
+    fn on_exit(&self, _: &tracing::span::Id, _: tracing_subscriber::layer::Context<'_, S>) {
+        black_box(self.0.ticks());
+    }
+}
+
 fn row(c: &mut Criterion, row: &str) {
     match row {
         "noop" => {
             install(NoopLayer);
             c.bench_function("layer/noop", |b| b.iter_custom(timed));
+        }
+        "timestamps" => {
+            install(TimestampsLayer(tachyon::clock::clock()));
+            c.bench_function("layer/timestamps", |b| b.iter_custom(timed));
         }
         "tachyon" => {
             tachyon::start(tachyon::Config {
@@ -117,7 +137,7 @@ fn main() {
         return;
     }
     let exe = std::env::current_exe().expect("this bench's path");
-    for name in ["noop", "tachyon"] {
+    for name in ["noop", "timestamps", "tachyon"] {
         let status = Command::new(&exe)
             .args(std::env::args_os().skip(1))
             .env(ROW_VAR, name)

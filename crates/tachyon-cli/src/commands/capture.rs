@@ -32,6 +32,7 @@ use crate::output::{render, Format};
 ///   tachyon capture -o demo.pftrace
 ///   tachyon capture --name tachyon-demo -o demo.pftrace --seconds 5
 ///   tachyon capture --list
+///   tachyon capture --list --network     # also programs announcing themselves (TACHYON_ANNOUNCE)
 #[derive(Debug, clap::Args)]
 #[command(verbatim_doc_comment)]
 pub(crate) struct Args {
@@ -62,6 +63,13 @@ pub(crate) struct Args {
     /// List the programs on this machine that accept captures, and exit.
     #[arg(long)]
     list: bool,
+    /// With --list: also listen for UDP announcements (programs started with TACHYON_ANNOUNCE,
+    /// on this or other machines) for two announcement periods.
+    #[arg(long, requires = "list")]
+    network: bool,
+    /// With --network: the UDP port announcements arrive on.
+    #[arg(long, requires = "network", default_value_t = tachyon_capture::announce::ANNOUNCE_PORT)]
+    announce_port: u16,
     /// Skip loading the trace for the summary of events and zones (for very large captures).
     #[arg(long)]
     no_summary: bool,
@@ -83,7 +91,7 @@ const STOP_WAIT: Duration = Duration::from_secs(15);
 
 pub(crate) fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     if args.list {
-        return list();
+        return list(args.network.then_some(args.announce_port));
     }
     let out = args
         .out
@@ -204,10 +212,36 @@ fn create_output(out: &Path, force: bool) -> Result<File, Box<dyn std::error::Er
     })
 }
 
-fn list() -> Result<(), Box<dyn std::error::Error>> {
+fn list(network: Option<u16>) -> Result<(), Box<dyn std::error::Error>> {
     let dir = registry::default_dir();
-    let entries = registry::list(&dir);
+    let mut entries = registry::list(&dir);
+    if let Some(port) = network {
+        use tachyon_capture::announce;
+        let bind = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port);
+        let heard = announce::listen(bind, announce::PERIOD * 2)
+            .map_err(|e| format!("listening for announcements on UDP {bind}: {e}"))?;
+        for a in heard {
+            // A local program that also announces itself is listed once (as registered).
+            let local = entries.iter().any(|e| {
+                e.pid == a.pid
+                    && e.port == a.port
+                    && (a.addr.is_loopback() || e.addr == a.addr.to_string())
+            });
+            if !local {
+                entries.push(registry::Entry {
+                    pid: a.pid,
+                    name: a.name,
+                    addr: a.addr.to_string(),
+                    port: a.port,
+                    version: a.version,
+                });
+            }
+        }
+    }
     if entries.is_empty() {
+        if network.is_some() {
+            println!("no program heard on the network either (programs announce themselves with TACHYON_ANNOUNCE=1)");
+        }
         println!(
             "no program accepts captures on this machine (registry {}); start one with TACHYON_LISTEN=127.0.0.1:{DEFAULT_PORT}",
             dir.display()

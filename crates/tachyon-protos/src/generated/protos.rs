@@ -17041,8 +17041,8 @@ pub mod perfetto {
         /// the sequence from 0.
         ///
         /// Not modelled from the same upstream file: StreamingAllocation,
-        /// StreamingFree, StreamingProfilePacket, Profiling, PerfSample,
-        /// PerfSampleDefaults, SmapsPacket (other profilers' packets).
+        /// StreamingFree, Profiling, PerfSample, PerfSampleDefaults, SmapsPacket
+        /// (other profilers' packets).
         ///
         /// Writer of `perfetto.protos.ProfilePacket`: each setter appends one field to the message
         /// being written.
@@ -17157,8 +17157,8 @@ pub mod perfetto {
         /// the sequence from 0.
         ///
         /// Not modelled from the same upstream file: StreamingAllocation,
-        /// StreamingFree, StreamingProfilePacket, Profiling, PerfSample,
-        /// PerfSampleDefaults, SmapsPacket (other profilers' packets).
+        /// StreamingFree, Profiling, PerfSample, PerfSampleDefaults, SmapsPacket
+        /// (other profilers' packets).
         ///
         /// A zero-copy view of an encoded `perfetto.protos.ProfilePacket`: its fields are indexed
         /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
@@ -18425,6 +18425,149 @@ pub mod perfetto {
                         }
                     }
                 }
+            }
+        }
+
+        /// Chrome's sampling profiler (read by the trace processor, never written by
+        /// Tachyon): samples of the sequence's thread (its ThreadDescriptor). Each
+        /// sample's time is the sequence's reference timestamp advanced by its
+        /// timestamp_delta_us; the deltas also advance the reference timestamp that
+        /// TrackEvents' timestamp_delta_us build on.
+        ///
+        /// Writer of `perfetto.protos.StreamingProfilePacket`: each setter appends one field to the
+        /// message being written.
+        #[derive(Debug)]
+        pub struct StreamingProfilePacket<'w>(::protozero::Message<'w>);
+
+        impl<'w> ::protozero::MessageWriter<'w> for StreamingProfilePacket<'w> {
+            #[inline(always)]
+            fn from_message(msg: ::protozero::Message<'w>) -> Self {
+                Self(msg)
+            }
+
+            #[inline(always)]
+            fn as_message(&mut self) -> &mut ::protozero::Message<'w> {
+                &mut self.0
+            }
+        }
+
+        impl<'w> StreamingProfilePacket<'w> {
+            /// The field number of `callstack_iid`.
+            pub const CALLSTACK_IID_FIELD_NUMBER: u32 = 1;
+            /// The field number of `timestamp_delta_us`.
+            pub const TIMESTAMP_DELTA_US_FIELD_NUMBER: u32 = 2;
+            /// The field number of `process_priority`.
+            pub const PROCESS_PRIORITY_FIELD_NUMBER: u32 = 3;
+
+            /// The message being written, for what the setters do not cover (e.g. fields already
+            /// encoded).
+            #[inline(always)]
+            pub fn message(&mut self) -> &mut ::protozero::Message<'w> {
+                &mut self.0
+            }
+
+            /// Index into InternedData.callstacks.
+            ///
+            /// Appends one element of `repeated uint64 callstack_iid = 1`.
+            #[inline(always)]
+            pub fn add_callstack_iid(&mut self, v: u64) {
+                self.0.append_uint64(1, v);
+            }
+
+            /// Writes elements of `repeated uint64 callstack_iid = 1` as one packed field (decoders
+            /// accept packed and unpacked elements alike).
+            #[inline]
+            pub fn set_callstack_iid_packed<I: ::core::iter::IntoIterator<Item = u64>>(&mut self, v: I) {
+                self.0.append_packed_varint(1, v);
+            }
+
+            /// Appends one element of `repeated int64 timestamp_delta_us = 2`.
+            #[inline(always)]
+            pub fn add_timestamp_delta_us(&mut self, v: i64) {
+                self.0.append_int64(2, v);
+            }
+
+            /// Writes elements of `repeated int64 timestamp_delta_us = 2` as one packed field
+            /// (decoders accept packed and unpacked elements alike).
+            #[inline]
+            pub fn set_timestamp_delta_us_packed<I: ::core::iter::IntoIterator<Item = i64>>(&mut self, v: I) {
+                ::protozero::gen_support::append_packed_int64(&mut self.0, 2, v);
+            }
+
+            /// Writes `optional int32 process_priority = 3`.
+            #[inline(always)]
+            pub fn set_process_priority(&mut self, v: i32) {
+                self.0.append_int32(3, v);
+            }
+        }
+
+        /// Chrome's sampling profiler (read by the trace processor, never written by
+        /// Tachyon): samples of the sequence's thread (its ThreadDescriptor). Each
+        /// sample's time is the sequence's reference timestamp advanced by its
+        /// timestamp_delta_us; the deltas also advance the reference timestamp that
+        /// TrackEvents' timestamp_delta_us build on.
+        ///
+        /// A zero-copy view of an encoded `perfetto.protos.StreamingProfilePacket`: its fields are
+        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
+        /// never allocate.
+        ///
+        /// A singular field reads its last occurrence (the default when absent); repeated scalars
+        /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
+        /// the declared type is skipped like an unknown field.
+        #[derive(Clone, Debug)]
+        pub struct StreamingProfilePacketView<'a> {
+            d: ::protozero::TypedDecoder<'a, 3>,
+        }
+
+        impl<'a> StreamingProfilePacketView<'a> {
+            /// Indexes the fields of `bytes`, skipping unknown ones.
+            ///
+            /// # Errors
+            ///
+            /// The first malformation if `bytes` is not a well-formed protobuf message.
+            #[inline]
+            pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
+                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+            }
+
+            /// The encoded message this view reads.
+            #[inline]
+            pub fn bytes(&self) -> &'a [u8] {
+                self.d.bytes()
+            }
+
+            #[inline]
+            fn slot_of(id: u32) -> ::core::option::Option<usize> {
+                match id {
+                    1..=3 => ::core::option::Option::Some(id as usize - 1),
+                    _ => ::core::option::Option::None,
+                }
+            }
+
+            /// Index into InternedData.callstacks.
+            ///
+            /// The elements of `repeated uint64 callstack_iid = 1`.
+            #[inline]
+            pub fn callstack_iid(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
+                ::protozero::gen_support::repeated_uint64(&self.d, 0)
+            }
+
+            /// The elements of `repeated int64 timestamp_delta_us = 2`.
+            #[inline]
+            pub fn timestamp_delta_us(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i64, ::protozero::DecodeError>> + use<'a> {
+                ::protozero::gen_support::repeated_int64(&self.d, 1)
+            }
+
+            /// The last occurrence, or the default, of `optional int32 process_priority = 3`.
+            #[inline]
+            pub fn process_priority(&self) -> i32 {
+                ::protozero::gen_support::int32(&self.d, 2, 0)
+            }
+
+            /// Whether `process_priority` (field 3) occurs with the right wire type.
+            #[inline]
+            pub fn has_process_priority(&self) -> bool {
+                ::protozero::gen_support::has_varint(&self.d, 2)
             }
         }
 
@@ -21924,6 +22067,8 @@ pub mod perfetto {
             pub const PERF_SAMPLE_FIELD_NUMBER: u32 = 66;
             /// The field number of `module_symbols`.
             pub const MODULE_SYMBOLS_FIELD_NUMBER: u32 = 61;
+            /// The field number of `streaming_profile_packet`.
+            pub const STREAMING_PROFILE_PACKET_FIELD_NUMBER: u32 = 54;
             /// The field number of `for_testing`.
             pub const FOR_TESTING_FIELD_NUMBER: u32 = 900;
             /// The field number of `trusted_uid`.
@@ -22205,6 +22350,21 @@ pub mod perfetto {
                 ::protozero::MessageWriter::from_message(self.0.begin_nested(61))
             }
 
+            /// Chrome's sampling profiler: stacks of one thread, timed by the
+            /// sequence's ThreadDescriptor reference timestamp (read, never written).
+            ///
+            /// Begins `perfetto.protos.StreamingProfilePacket streaming_profile_packet = 54`.
+            ///
+            /// A member of oneof `data`: write at most one member (a protobuf parser keeps the last
+            /// one written); the view reads each member on its own.
+            ///
+            /// Fill in the returned writer; it ends (and its size is written) when it is dropped,
+            /// before this message can be written again.
+            #[inline(always)]
+            pub fn set_streaming_profile_packet(&mut self) -> StreamingProfilePacket<'_> {
+                ::protozero::MessageWriter::from_message(self.0.begin_nested(54))
+            }
+
             /// Test payload.
             ///
             /// Begins `perfetto.protos.TestEvent for_testing = 900`.
@@ -22356,7 +22516,7 @@ pub mod perfetto {
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct TracePacketView<'a> {
-            d: ::protozero::TypedDecoder<'a, 32>,
+            d: ::protozero::TypedDecoder<'a, 33>,
         }
 
         impl<'a> TracePacketView<'a> {
@@ -22398,17 +22558,18 @@ pub mod perfetto {
                     133 => ::core::option::Option::Some(17),
                     66 => ::core::option::Option::Some(18),
                     61 => ::core::option::Option::Some(19),
-                    900 => ::core::option::Option::Some(20),
-                    3 => ::core::option::Option::Some(21),
-                    10 => ::core::option::Option::Some(22),
-                    79 => ::core::option::Option::Some(23),
-                    12..=13 => ::core::option::Option::Some(id as usize + 12),
-                    41 => ::core::option::Option::Some(26),
-                    59 => ::core::option::Option::Some(27),
-                    42 => ::core::option::Option::Some(28),
-                    87 => ::core::option::Option::Some(29),
-                    98 => ::core::option::Option::Some(30),
-                    1900 => ::core::option::Option::Some(31),
+                    54 => ::core::option::Option::Some(20),
+                    900 => ::core::option::Option::Some(21),
+                    3 => ::core::option::Option::Some(22),
+                    10 => ::core::option::Option::Some(23),
+                    79 => ::core::option::Option::Some(24),
+                    12..=13 => ::core::option::Option::Some(id as usize + 13),
+                    41 => ::core::option::Option::Some(27),
+                    59 => ::core::option::Option::Some(28),
+                    42 => ::core::option::Option::Some(29),
+                    87 => ::core::option::Option::Some(30),
+                    98 => ::core::option::Option::Some(31),
+                    1900 => ::core::option::Option::Some(32),
                     _ => ::core::option::Option::None,
                 }
             }
@@ -22811,6 +22972,29 @@ pub mod perfetto {
                 ::protozero::gen_support::has_len(&self.d, 19)
             }
 
+            /// Chrome's sampling profiler: stacks of one thread, timed by the
+            /// sequence's ThreadDescriptor reference timestamp (read, never written).
+            ///
+            /// The last occurrence (an empty message when absent) of
+            /// `perfetto.protos.StreamingProfilePacket streaming_profile_packet = 54`.
+            ///
+            /// A member of oneof `data`: write at most one member (a protobuf parser keeps the last
+            /// one written); the view reads each member on its own.
+            ///
+            /// # Errors
+            ///
+            /// The first malformation if the nested message is not well-formed.
+            #[inline]
+            pub fn streaming_profile_packet(&self) -> ::core::result::Result<StreamingProfilePacketView<'a>, ::protozero::DecodeError> {
+                StreamingProfilePacketView::decode(::protozero::gen_support::bytes(&self.d, 20, b""))
+            }
+
+            /// Whether `streaming_profile_packet` (field 54) occurs with the right wire type.
+            #[inline]
+            pub fn has_streaming_profile_packet(&self) -> bool {
+                ::protozero::gen_support::has_len(&self.d, 20)
+            }
+
             /// Test payload.
             ///
             /// The last occurrence (an empty message when absent) of `perfetto.protos.TestEvent
@@ -22824,13 +23008,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn for_testing(&self) -> ::core::result::Result<TestEventView<'a>, ::protozero::DecodeError> {
-                TestEventView::decode(::protozero::gen_support::bytes(&self.d, 20, b""))
+                TestEventView::decode(::protozero::gen_support::bytes(&self.d, 21, b""))
             }
 
             /// Whether `for_testing` (field 900) occurs with the right wire type.
             #[inline]
             pub fn has_for_testing(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 20)
+                ::protozero::gen_support::has_len(&self.d, 21)
             }
 
             /// The last occurrence, or the default, of `int32 trusted_uid = 3`.
@@ -22839,13 +23023,13 @@ pub mod perfetto {
             /// parser keeps the last one written); the view reads each member on its own.
             #[inline]
             pub fn trusted_uid(&self) -> i32 {
-                ::protozero::gen_support::int32(&self.d, 21, 0)
+                ::protozero::gen_support::int32(&self.d, 22, 0)
             }
 
             /// Whether `trusted_uid` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_trusted_uid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 21)
+                ::protozero::gen_support::has_varint(&self.d, 22)
             }
 
             /// The last occurrence, or the default, of `uint32 trusted_packet_sequence_id = 10`.
@@ -22854,13 +23038,13 @@ pub mod perfetto {
             /// protobuf parser keeps the last one written); the view reads each member on its own.
             #[inline]
             pub fn trusted_packet_sequence_id(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 22, 0)
+                ::protozero::gen_support::uint32(&self.d, 23, 0)
             }
 
             /// Whether `trusted_packet_sequence_id` (field 10) occurs with the right wire type.
             #[inline]
             pub fn has_trusted_packet_sequence_id(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 22)
+                ::protozero::gen_support::has_varint(&self.d, 23)
             }
 
             /// Written by the service: pid of the producer.
@@ -22868,13 +23052,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional int32 trusted_pid = 79`.
             #[inline]
             pub fn trusted_pid(&self) -> i32 {
-                ::protozero::gen_support::int32(&self.d, 23, 0)
+                ::protozero::gen_support::int32(&self.d, 24, 0)
             }
 
             /// Whether `trusted_pid` (field 79) occurs with the right wire type.
             #[inline]
             pub fn has_trusted_pid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 23)
+                ::protozero::gen_support::has_varint(&self.d, 24)
             }
 
             /// New interning entries for this sequence, valid until the next
@@ -22888,25 +23072,25 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn interned_data(&self) -> ::core::result::Result<InternedDataView<'a>, ::protozero::DecodeError> {
-                InternedDataView::decode(::protozero::gen_support::bytes(&self.d, 24, b""))
+                InternedDataView::decode(::protozero::gen_support::bytes(&self.d, 25, b""))
             }
 
             /// Whether `interned_data` (field 12) occurs with the right wire type.
             #[inline]
             pub fn has_interned_data(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 24)
+                ::protozero::gen_support::has_len(&self.d, 25)
             }
 
             /// The last occurrence, or the default, of `optional uint32 sequence_flags = 13`.
             #[inline]
             pub fn sequence_flags(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 25, 0)
+                ::protozero::gen_support::uint32(&self.d, 26, 0)
             }
 
             /// Whether `sequence_flags` (field 13) occurs with the right wire type.
             #[inline]
             pub fn has_sequence_flags(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 25)
+                ::protozero::gen_support::has_varint(&self.d, 26)
             }
 
             /// Deprecated form of SEQ_INCREMENTAL_STATE_CLEARED.
@@ -22915,13 +23099,13 @@ pub mod perfetto {
             /// 41`.
             #[inline]
             pub fn incremental_state_cleared(&self) -> bool {
-                ::protozero::gen_support::bool(&self.d, 26, false)
+                ::protozero::gen_support::bool(&self.d, 27, false)
             }
 
             /// Whether `incremental_state_cleared` (field 41) occurs with the right wire type.
             #[inline]
             pub fn has_incremental_state_cleared(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 26)
+                ::protozero::gen_support::has_varint(&self.d, 27)
             }
 
             /// Defaults for later packets of this sequence; re-emitted after every
@@ -22935,13 +23119,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn trace_packet_defaults(&self) -> ::core::result::Result<TracePacketDefaultsView<'a>, ::protozero::DecodeError> {
-                TracePacketDefaultsView::decode(::protozero::gen_support::bytes(&self.d, 27, b""))
+                TracePacketDefaultsView::decode(::protozero::gen_support::bytes(&self.d, 28, b""))
             }
 
             /// Whether `trace_packet_defaults` (field 59) occurs with the right wire type.
             #[inline]
             pub fn has_trace_packet_defaults(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 27)
+                ::protozero::gen_support::has_len(&self.d, 28)
             }
 
             /// Non-zero if packets of this sequence were lost right before this one
@@ -22953,13 +23137,13 @@ pub mod perfetto {
             /// 42`.
             #[inline]
             pub fn previous_packet_dropped(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 28, 0)
+                ::protozero::gen_support::uint32(&self.d, 29, 0)
             }
 
             /// Whether `previous_packet_dropped` (field 42) occurs with the right wire type.
             #[inline]
             pub fn has_previous_packet_dropped(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 28)
+                ::protozero::gen_support::has_varint(&self.d, 29)
             }
 
             /// Set by the writer on the very first packet of a sequence, so a reader
@@ -22969,13 +23153,13 @@ pub mod perfetto {
             /// 87`.
             #[inline]
             pub fn first_packet_on_sequence(&self) -> bool {
-                ::protozero::gen_support::bool(&self.d, 29, false)
+                ::protozero::gen_support::bool(&self.d, 30, false)
             }
 
             /// Whether `first_packet_on_sequence` (field 87) occurs with the right wire type.
             #[inline]
             pub fn has_first_packet_on_sequence(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 29)
+                ::protozero::gen_support::has_varint(&self.d, 30)
             }
 
             /// Written by the service: id of the machine the producer runs on
@@ -22984,13 +23168,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint32 machine_id = 98`.
             #[inline]
             pub fn machine_id(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 30, 0)
+                ::protozero::gen_support::uint32(&self.d, 31, 0)
             }
 
             /// Whether `machine_id` (field 98) occurs with the right wire type.
             #[inline]
             pub fn has_machine_id(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 30)
+                ::protozero::gen_support::has_varint(&self.d, 31)
             }
 
             /// Tachyon's extension (a number in Perfetto's TracePacket extension range,
@@ -23005,13 +23189,13 @@ pub mod perfetto {
             /// 1900`.
             #[inline]
             pub fn tachyon_packets_dropped(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 31, 0)
+                ::protozero::gen_support::uint64(&self.d, 32, 0)
             }
 
             /// Whether `tachyon_packets_dropped` (field 1900) occurs with the right wire type.
             #[inline]
             pub fn has_tachyon_packets_dropped(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 31)
+                ::protozero::gen_support::has_varint(&self.d, 32)
             }
         }
 

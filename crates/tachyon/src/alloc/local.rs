@@ -636,15 +636,22 @@ fn stack_site_walk(l: &Local, path: u32, depth: usize) -> u32 {
 const TABLE_BITS: u32 = 16;
 static SAMPLED_TABLE: [AtomicU64; 1 << TABLE_BITS] = [const { AtomicU64::new(0) }; 1 << TABLE_BITS];
 
+/// The address's hash: its top bits index the table, the bits below them the filter (one
+/// multiplication for both lookups of a free).
 #[inline(always)]
-fn table_slot(addr: u64) -> &'static AtomicU64 {
-    let h = (addr >> 4).wrapping_mul(0xd6e8_feb8_6659_fd93) >> (64 - TABLE_BITS);
-    &SAMPLED_TABLE[h as usize]
+fn addr_hash(addr: u64) -> u64 {
+    (addr >> 4).wrapping_mul(0xd6e8_feb8_6659_fd93)
+}
+
+#[inline(always)]
+fn table_slot(hash: u64) -> &'static AtomicU64 {
+    &SAMPLED_TABLE[(hash >> (64 - TABLE_BITS)) as usize]
 }
 
 /// A sampled block at `addr`: into the table, or the overflow filter.
 fn sampled_add(addr: u64) {
-    if table_slot(addr)
+    let hash = addr_hash(addr);
+    if table_slot(hash)
         .compare_exchange(0, addr, Ordering::Relaxed, Ordering::Relaxed)
         .is_err()
     {
@@ -655,28 +662,30 @@ fn sampled_add(addr: u64) {
 /// A free in sampled mode: `Some(meta flags)` if it must be recorded.
 #[inline(always)]
 fn sampled_free(addr: u64) -> Option<u64> {
-    let slot = table_slot(addr);
-    if slot.load(Ordering::Relaxed) == addr
-        && slot
-            .compare_exchange(addr, 0, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
-    {
+    let hash = addr_hash(addr);
+    let slot = table_slot(hash);
+    if slot.load(Ordering::Relaxed) == addr {
+        // A plain store: a slot holding `addr` changes only here. Other threads' adds only
+        // fill an empty slot, and no other free of `addr` runs now (the block is live until
+        // this free reaches the inner allocator, after this).
+        slot.store(0, Ordering::Relaxed);
         return Some(0);
     }
-    (filter_slot(addr).load(Ordering::Relaxed) != 0).then_some(FREE_FROM_FILTER)
+    (filter_slot(hash).load(Ordering::Relaxed) != 0).then_some(FREE_FROM_FILTER)
 }
 
 const FILTER_BITS: u32 = 16;
 static FILTER: [AtomicU8; 1 << FILTER_BITS] = [const { AtomicU8::new(0) }; 1 << FILTER_BITS];
 
+/// The filter's count for `hash` ([`addr_hash`]): the `FILTER_BITS` bits below the table's.
 #[inline(always)]
-fn filter_slot(addr: u64) -> &'static AtomicU8 {
-    let h = (addr >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - FILTER_BITS);
+fn filter_slot(hash: u64) -> &'static AtomicU8 {
+    let h = (hash >> (64 - TABLE_BITS - FILTER_BITS)) & ((1 << FILTER_BITS) - 1);
     &FILTER[h as usize]
 }
 
 fn filter_add(addr: u64) {
-    let s = filter_slot(addr);
+    let s = filter_slot(addr_hash(addr));
     let _ = s.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
         (v < u8::MAX).then(|| v + 1)
     });
@@ -684,7 +693,7 @@ fn filter_add(addr: u64) {
 
 /// The tracker: a sampled block at `addr` is gone (a saturated count stays).
 pub(crate) fn filter_remove(addr: u64) {
-    let s = filter_slot(addr);
+    let s = filter_slot(addr_hash(addr));
     let _ = s.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
         (v != 0 && v != u8::MAX).then(|| v - 1)
     });
@@ -992,15 +1001,15 @@ mod tests {
         filter_add(a);
         filter_add(a);
         filter_remove(a);
-        assert_ne!(filter_slot(a).load(Ordering::Relaxed), 0);
+        assert_ne!(filter_slot(addr_hash(a)).load(Ordering::Relaxed), 0);
         filter_remove(a);
-        assert_eq!(filter_slot(a).load(Ordering::Relaxed), 0);
+        assert_eq!(filter_slot(addr_hash(a)).load(Ordering::Relaxed), 0);
         for _ in 0..300 {
             filter_add(a);
         }
         filter_remove(a);
-        assert_eq!(filter_slot(a).load(Ordering::Relaxed), u8::MAX);
-        filter_slot(a).store(0, Ordering::Relaxed);
+        assert_eq!(filter_slot(addr_hash(a)).load(Ordering::Relaxed), u8::MAX);
+        filter_slot(addr_hash(a)).store(0, Ordering::Relaxed);
     }
 
     #[test]
@@ -1011,10 +1020,10 @@ mod tests {
     fn clearing_empties_table_and_filter() {
         let a = 0x5555_0000u64;
         filter_add(a);
-        table_slot(a).store(a, Ordering::Relaxed);
+        table_slot(addr_hash(a)).store(a, Ordering::Relaxed);
         filter_clear();
-        assert_eq!(filter_slot(a).load(Ordering::Relaxed), 0);
-        assert_eq!(table_slot(a).load(Ordering::Relaxed), 0);
+        assert_eq!(filter_slot(addr_hash(a)).load(Ordering::Relaxed), 0);
+        assert_eq!(table_slot(addr_hash(a)).load(Ordering::Relaxed), 0);
     }
 
     #[test]
@@ -1024,11 +1033,11 @@ mod tests {
         assert_eq!(sampled_free(a), Some(0));
         // Freed: a second free of the same address (reuse, unsampled) is not recorded unless
         // the filter holds it.
-        if filter_slot(a).load(Ordering::Relaxed) == 0 {
+        if filter_slot(addr_hash(a)).load(Ordering::Relaxed) == 0 {
             assert_eq!(sampled_free(a), None);
         }
         // A colliding address goes through the filter.
-        let slot = table_slot(b);
+        let slot = table_slot(addr_hash(b));
         slot.store(0xdead_0000, Ordering::Relaxed);
         sampled_add(b);
         assert_eq!(sampled_free(b), Some(FREE_FROM_FILTER));

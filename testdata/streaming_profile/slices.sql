@@ -1,0 +1,1 @@
+SELECT ts, name FROM slice ORDER BY ts;
