@@ -53,20 +53,26 @@ pub(crate) struct ArgBuilder {
 const LATE: usize = 1 << (usize::BITS - 1);
 
 impl ArgBuilder {
-    /// Adds an argument to arg set `set`.
-    pub(crate) fn push(&mut self, set: u32, flat_key: StrId, key: StrId, value: ArgValue) {
-        let t = &mut self.table;
-        let id = *self
+    /// The id of the distinct argument `(flat_key, key, value)`, stored on first sight.
+    fn entry_id(&mut self, flat_key: StrId, key: StrId, value: ArgValue) -> u32 {
+        let entries = &mut self.table.entries;
+        *self
             .seen
             .entry((flat_key, key, tag(&value), bits(&value)))
             .or_insert_with(|| {
-                t.entries.push(ArgEntry {
+                entries.push(ArgEntry {
                     flat_key,
                     key,
                     value,
                 });
-                (t.entries.len() - 1) as u32
-            });
+                (entries.len() - 1) as u32
+            })
+    }
+
+    /// Adds an argument to arg set `set`.
+    pub(crate) fn push(&mut self, set: u32, flat_key: StrId, key: StrId, value: ArgValue) {
+        let id = self.entry_id(flat_key, key, value);
+        let t = &mut self.table;
         // `offsets[s]` is where set `s` starts; the newest set is `offsets.len() - 1`.
         let newest = t.offsets.len() as i64 - 1;
         if (set as i64) < newest {
@@ -109,29 +115,18 @@ impl ArgBuilder {
     /// Gives the argument at `pos` (from [`ArgBuilder::set_keys`]) a new flat key and value,
     /// keeping its key; a position that names nothing is ignored.
     pub(crate) fn update(&mut self, pos: usize, flat_key: StrId, value: ArgValue) {
-        let t = &mut self.table;
         let old = if pos & LATE != 0 {
             self.late.get(pos & !LATE).map(|l| l.1)
         } else {
-            t.ids.get(pos).copied()
+            self.table.ids.get(pos).copied()
         };
         let Some(old) = old else { return };
-        let key = t.entries[old as usize].key;
-        let id = *self
-            .seen
-            .entry((flat_key, key, tag(&value), bits(&value)))
-            .or_insert_with(|| {
-                t.entries.push(ArgEntry {
-                    flat_key,
-                    key,
-                    value,
-                });
-                (t.entries.len() - 1) as u32
-            });
+        let key = self.table.entries[old as usize].key;
+        let id = self.entry_id(flat_key, key, value);
         if pos & LATE != 0 {
             self.late[pos & !LATE].1 = id;
         } else {
-            t.ids[pos] = id;
+            self.table.ids[pos] = id;
         }
     }
 

@@ -149,6 +149,12 @@ fn id_range(id: Option<i64>, len: usize) -> Option<Range<usize>> {
     })
 }
 
+/// The tables a virtual table module was registered with (its `aux`).
+fn connected_tables(aux: Option<&Arc<Tables>>, what: &str) -> Result<Arc<Tables>> {
+    aux.cloned()
+        .ok_or_else(|| rusqlite::Error::ModuleError(format!("no {what} table")))
+}
+
 // ---------------------------------------------------------------------------------------------
 // __intrinsic_slice
 
@@ -169,14 +175,11 @@ unsafe impl<'vtab> VTab<'vtab> for SliceTab {
         aux: Option<&Arc<Tables>>,
         _args: &[&[u8]],
     ) -> Result<(String, Self)> {
-        let tables = aux
-            .cloned()
-            .ok_or_else(|| rusqlite::Error::ModuleError("no slice table".into()))?;
         Ok((
             SLICE_SCHEMA.to_owned(),
             SliceTab {
                 base: ffi::sqlite3_vtab::default(),
-                tables,
+                tables: connected_tables(aux, "slice")?,
             },
         ))
     }
@@ -371,14 +374,11 @@ unsafe impl<'vtab> VTab<'vtab> for ArgsTab {
         aux: Option<&Arc<Tables>>,
         _args: &[&[u8]],
     ) -> Result<(String, Self)> {
-        let tables = aux
-            .cloned()
-            .ok_or_else(|| rusqlite::Error::ModuleError("no args table".into()))?;
         Ok((
             ARGS_SCHEMA.to_owned(),
             ArgsTab {
                 base: ffi::sqlite3_vtab::default(),
-                tables,
+                tables: connected_tables(aux, "args")?,
             },
         ))
     }

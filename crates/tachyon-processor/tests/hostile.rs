@@ -1,6 +1,9 @@
 //! Hostile inputs found by hand and by the fuzz targets (`fuzz/fuzz_targets/import*.rs`): each
 //! must import (with the problem counted in `stats`) or be refused with an error, never panic.
 
+mod common;
+
+use common::text_trace;
 use tachyon_processor::{Options, SortMode, TraceProcessor};
 
 /// Imports `bytes` in both sorting modes, runs the queries `tachyon stats` runs and returns the
@@ -38,18 +41,6 @@ fn has(stats: &[(String, i64)], name: &str) -> bool {
 fn empty_clock_snapshot() {
     let stats = import(&[0x0a, 0x02, 0x32, 0x00]);
     assert!(has(&stats, "invalid_clock_snapshots"), "{stats:?}");
-}
-
-/// A `Trace` from protobuf text format, through tachyon-protos' schema.
-fn text_trace(text: &str) -> Vec<u8> {
-    let protos = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tachyon-protos/protos");
-    let fds = protox::compile([protos.join("perfetto/trace/trace.proto")], [&protos]).unwrap();
-    let desc = prost_reflect::DescriptorPool::from_file_descriptor_set(fds)
-        .unwrap()
-        .get_message_by_name("perfetto.protos.Trace")
-        .unwrap();
-    let msg = prost_reflect::DynamicMessage::parse_text_format(desc, text).unwrap();
-    prost::Message::encode_to_vec(&msg)
 }
 
 /// Snapshots that contradict each other (a clock going back, a clock twice, a value whose
@@ -224,7 +215,8 @@ fn flow_id_limits_are_counted() {
 /// StreamingProfilePackets at the edges: before any ThreadDescriptor, with deltas that overflow
 /// either way, more callstacks than deltas, unknown callstacks; and end events whose args
 /// collide with their begin's in every shape (arrays continuing past i64 indices, malformed
-/// indices, JSON that does not parse or nests too deep).
+/// indices, JSON that does not parse or nests too deep). The merged args must import without a
+/// panic; their values are checked by the corpus cases and the diff tests, not here.
 #[test]
 fn streaming_profiles_and_merged_args_at_the_edges() {
     let deep = format!("{}{}", "[".repeat(5000), "]".repeat(5000)).replace('"', "\\\"");

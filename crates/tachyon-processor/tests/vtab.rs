@@ -2,18 +2,10 @@
 //! `name`, `arg_set_id` and `key` themselves. Every such query must give what SQLite gives on
 //! a plain copy of the same rows (`CREATE TABLE … AS SELECT *`), which is the oracle here.
 
-use tachyon_processor::{Options, TraceProcessor};
+mod common;
 
-fn text_trace(text: &str) -> Vec<u8> {
-    let protos = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tachyon-protos/protos");
-    let fds = protox::compile([protos.join("perfetto/trace/trace.proto")], [&protos]).unwrap();
-    let desc = prost_reflect::DescriptorPool::from_file_descriptor_set(fds)
-        .unwrap()
-        .get_message_by_name("perfetto.protos.Trace")
-        .unwrap();
-    let msg = prost_reflect::DynamicMessage::parse_text_format(desc, text).unwrap();
-    prost::Message::encode_to_vec(&msg)
-}
+use common::text_trace;
+use tachyon_processor::{Options, TraceProcessor};
 
 /// Three tracks, slices nested two deep, each begin with two annotations (one shared by many
 /// slices, one distinct), names repeating.
@@ -117,25 +109,16 @@ fn filtered_scans_agree_with_sqlite_on_a_copy() {
 
     // Joins that use the lookups: parents by id, args by set, and time order without a sort.
     let joins = [
-        (
-            "SELECT s.id, p.name FROM {s} s JOIN {s} p ON s.parent_id = p.id ORDER BY s.id",
-            "",
-        ),
-        (
-            "SELECT s.id, a.key, a.int_value FROM {s} s JOIN {a} a USING (arg_set_id) \
-             WHERE s.name = 'a' ORDER BY s.id, a.id",
-            "",
-        ),
-        ("SELECT id, ts FROM {s} ORDER BY ts, id", ""),
-        ("SELECT id FROM {s} ORDER BY id DESC LIMIT 3", ""),
-        (
-            "SELECT ts, dur, name FROM {s} WHERE track_id = 1 AND ts BETWEEN 120 AND 160 \
-             ORDER BY ts",
-            "",
-        ),
-        ("SELECT min(ts), max(ts) FROM {s} WHERE track_id = 2", ""),
+        "SELECT s.id, p.name FROM {s} s JOIN {s} p ON s.parent_id = p.id ORDER BY s.id",
+        "SELECT s.id, a.key, a.int_value FROM {s} s JOIN {a} a USING (arg_set_id) \
+         WHERE s.name = 'a' ORDER BY s.id, a.id",
+        "SELECT id, ts FROM {s} ORDER BY ts, id",
+        "SELECT id FROM {s} ORDER BY id DESC LIMIT 3",
+        "SELECT ts, dur, name FROM {s} WHERE track_id = 1 AND ts BETWEEN 120 AND 160 \
+         ORDER BY ts",
+        "SELECT min(ts), max(ts) FROM {s} WHERE track_id = 2",
     ];
-    for (sql, _) in joins {
+    for sql in joins {
         let q = |s: &str, a: &str| {
             tp.query(&sql.replace("{s}", s).replace("{a}", a))
                 .unwrap()

@@ -1,18 +1,10 @@
 //! `zone_stats` (what `tachyon stats` prints) counts every zone: a slice that began and ended,
 //! also on the same nanosecond (`dur = 0`), but not instants or slices that never ended.
 
-use tachyon_processor::{Options, TraceProcessor, Value};
+mod common;
 
-fn text_trace(text: &str) -> Vec<u8> {
-    let protos = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tachyon-protos/protos");
-    let fds = protox::compile([protos.join("perfetto/trace/trace.proto")], [&protos]).unwrap();
-    let desc = prost_reflect::DescriptorPool::from_file_descriptor_set(fds)
-        .unwrap()
-        .get_message_by_name("perfetto.protos.Trace")
-        .unwrap();
-    let msg = prost_reflect::DynamicMessage::parse_text_format(desc, text).unwrap();
-    prost::Message::encode_to_vec(&msg)
-}
+use common::text_trace;
+use tachyon_processor::{Options, TraceProcessor, Value};
 
 #[test]
 fn zero_length_zones_are_zones_and_instants_are_not() {

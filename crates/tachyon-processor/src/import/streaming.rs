@@ -17,7 +17,7 @@
 use tachyon_protos::TracePacketView;
 
 use super::{Event, EventKind, Importer};
-use crate::clock::{self, Converted};
+use crate::clock;
 use crate::profile::{resolve_callstack, PendingCpuSample};
 use crate::stats::Stat;
 
@@ -40,10 +40,11 @@ impl Importer {
             None => (0, 0),
         };
         // Perfetto falls back to the raw CLOCK_MONOTONIC reading when it cannot convert it yet.
-        let mut sample_ts = match self.clocks.convert(clock::MONOTONIC, packet_ns as u64) {
-            Converted::At(ts) => ts,
-            Converted::Later(_) | Converted::Failed => packet_ns,
-        };
+        let mut sample_ts = self
+            .clocks
+            .convert(clock::MONOTONIC, packet_ns as u64)
+            .at()
+            .unwrap_or(packet_ns);
         let priority = sp.process_priority();
         let mut deltas = sp.timestamp_delta_us();
         let mut samples = Vec::new();
@@ -53,7 +54,6 @@ impl Importer {
                 self.st.stats.inc(Stat::stackprofile_parser_error);
                 break;
             };
-            let seq = self.seqs.get_mut(&seq_id).expect("sequence exists");
             if !advance(&mut seq.legacy_ts_us, delta_us) {
                 invalid = true;
                 break;
@@ -70,7 +70,6 @@ impl Importer {
         }
         // Deltas beyond the last callstack still move the reference, as in Perfetto.
         if !invalid {
-            let seq = self.seqs.get_mut(&seq_id).expect("sequence exists");
             for delta_us in deltas.by_ref() {
                 let Ok(delta_us) = delta_us else {
                     self.st.stats.inc(Stat::stackprofile_parser_error);
