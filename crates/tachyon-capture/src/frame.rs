@@ -492,12 +492,10 @@ pub fn truncation_record(last: &AppStatus) -> Vec<u8> {
     record
 }
 
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
+fn put_varint(out: &mut Vec<u8>, v: u64) {
+    let mut bytes = [0u8; 10];
+    let n = protozero::wire::encode_varint(v, &mut bytes);
+    out.extend_from_slice(&bytes[..n]);
 }
 
 /// Checks a whole batch of records at once (as [`RecordScanner`] with nothing held over):

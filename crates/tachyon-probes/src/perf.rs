@@ -55,6 +55,9 @@ use tachyon_protos::{perf_events::Counter, InternedData, PerfEventConfigView};
 use crate::procfs;
 use crate::Probe;
 
+/// The name of the kernel's mapping, shared by every kernel frame (not allocated per frame).
+static KERNEL_MAPPING: std::sync::LazyLock<Arc<str>> =
+    std::sync::LazyLock::new(|| Arc::from("[kernel.kallsyms]"));
 /// How often `/proc` is searched for new processes matching a `target_cmdline`.
 pub(crate) const RESCAN: Duration = Duration::from_millis(250);
 /// Ring-buffer read period when the config sets none.
@@ -380,7 +383,7 @@ impl Perf {
                 start: KERNEL_START,
                 end: u64::MAX,
                 pgoff: 0,
-                path: Arc::from("[kernel.kallsyms]"),
+                path: KERNEL_MAPPING.clone(),
             })
         } else {
             self.mapping_of(pid, pc)

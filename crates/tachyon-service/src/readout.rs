@@ -59,7 +59,7 @@ const RESERVED_BITMAP: [u64; 3] = {
     bits
 };
 
-fn is_reserved(id: u64) -> bool {
+const fn is_reserved(id: u64) -> bool {
     id < 192 && RESERVED_BITMAP[id as usize / 64] & (1 << (id % 64)) != 0
 }
 
@@ -81,7 +81,7 @@ fn varint(bytes: &[u8], at: &mut usize, max: usize) -> Option<u64> {
 /// What a field's first byte says about the field, for the fast check: a one-byte tag (below
 /// 0x80: field ids 1..15) of a varint, a length-delimited field, or a fixed 64- or 32-bit
 /// value, or [`TAG_OTHER`] for anything the general field code must look at (field id 0, wire
-/// types 3, 4, 6, 7, the reserved ids 3 and 10, which are refused only after their value is
+/// types 3, 4, 6, 7, the reserved ids below 16 ([`is_reserved`]), which are refused only after their value is
 /// read, as the decoder does, and longer tags).
 const TAG_OTHER: u8 = 0;
 const TAG_VARINT: u8 = 1;
@@ -93,7 +93,7 @@ const FIRST_BYTES: [u8; 256] = {
     let mut tag = 0;
     while tag < 128 {
         let id = tag >> 3;
-        let reserved = id == 3 || id == 10;
+        let reserved = is_reserved(id as u64);
         t[tag] = if id == 0 || reserved {
             TAG_OTHER
         } else {

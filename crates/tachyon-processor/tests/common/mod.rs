@@ -1,7 +1,7 @@
 //! Helpers shared by the processor's integration tests.
 
 /// A `Trace` from protobuf text format, through tachyon-protos' schema.
-pub fn text_trace(text: &str) -> Vec<u8> {
+pub(crate) fn text_trace(text: &str) -> Vec<u8> {
     let protos = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tachyon-protos/protos");
     let fds = protox::compile([protos.join("perfetto/trace/trace.proto")], [&protos]).unwrap();
     let desc = prost_reflect::DescriptorPool::from_file_descriptor_set(fds)

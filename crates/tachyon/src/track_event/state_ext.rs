@@ -113,6 +113,19 @@ impl LockOp {
     }
 }
 
+/// A lock packet's pre-encoded template (length in byte 0, as [`encode::Block`]s are) with
+/// the varint `v` appended: its timestamp. `None` when it does not fit the block.
+#[inline(always)]
+fn with_varint(template: &encode::Block, v: u64) -> Option<encode::Block> {
+    let mut block = *template;
+    let at = 1 + block[0] as usize;
+    let mut bytes = [0u8; 10];
+    let n = encode_varint(v, &mut bytes);
+    block.get_mut(at..at + n)?.copy_from_slice(&bytes[..n]);
+    block[0] += n as u8;
+    Some(block)
+}
+
 /// The record word of a lock event (see the module docs): `high` is the session of a
 /// release, the duration of a complete hold.
 #[inline(always)]
@@ -450,13 +463,7 @@ impl ThreadState {
             let generation = self.generation;
             if let (Some((g, t)), Some(w)) = (self.ext_templates.get(&key), self.writer.as_mut()) {
                 if *g == generation && w.is_synced() {
-                    let mut block = *t;
-                    let at = 1 + block[0] as usize;
-                    let mut v = [0u8; 10];
-                    let n = encode_varint(ts - self.last_ts, &mut v);
-                    if at + n <= block.len() {
-                        block[at..at + n].copy_from_slice(&v[..n]);
-                        block[0] += n as u8;
+                    if let Some(block) = with_varint(t, ts - self.last_ts) {
                         w.write_small_packet(&block);
                         self.last_ts = ts;
                         return;
@@ -484,16 +491,9 @@ impl ThreadState {
                 self.writer.as_mut(),
             ) {
                 if *gb == generation && *ge == generation && w.is_synced() {
-                    let (mut v, mut u) = ([0u8; 10], [0u8; 10]);
-                    let (mut b, mut e) = (*tb, *te);
-                    let (bat, eat) = (1 + b[0] as usize, 1 + e[0] as usize);
-                    let n = encode_varint(begin, &mut v);
-                    let m = encode_varint(end - self.last_ts, &mut u);
-                    if bat + n <= b.len() && eat + m <= e.len() {
-                        b[bat..bat + n].copy_from_slice(&v[..n]);
-                        b[0] += n as u8;
-                        e[eat..eat + m].copy_from_slice(&u[..m]);
-                        e[0] += m as u8;
+                    if let (Some(b), Some(e)) =
+                        (with_varint(tb, begin), with_varint(te, end - self.last_ts))
+                    {
                         w.write_small_packet(&b);
                         w.write_small_packet(&e);
                         self.last_ts = end;
