@@ -252,7 +252,9 @@ pub(crate) static WAKE_CV: Condvar = Condvar::new();
 /// futex wake; no allocation). Taking the lock orders the wake after the tracker's check of
 /// `WAKE`, so the wake cannot fall between that check and its wait.
 fn wake_tracker() {
-    if !WAKE.swap(true, Ordering::AcqRel) {
+    // A load first: while the tracker is behind, every push lands here, and a swap of a
+    // request already pending would take the line from the tracker each time.
+    if !WAKE.load(Ordering::Relaxed) && !WAKE.swap(true, Ordering::AcqRel) {
         drop(WAKE_LOCK.lock());
         WAKE_CV.notify_one();
     }
@@ -465,7 +467,14 @@ struct Local {
     /// The last native stack this thread interned: its hash and site (a repeated stack skips
     /// the shared table and its lock).
     last_stack: Cell<(u64, u32)>,
+    /// The block this thread's latest record allocated and that record's counter reading,
+    /// while no other record of the thread followed it ([`NO_BLOCK`] otherwise): its free can
+    /// take that reading instead of a new one ([`free_ticks`]).
+    last_alloc: Cell<(u64, u64)>,
 }
+
+/// `Local::last_alloc` when the latest record was not an allocation.
+const NO_BLOCK: (u64, u64) = (u64::MAX, 0);
 
 thread_local! {
     static LOCAL: Local = const {
@@ -481,6 +490,7 @@ thread_local! {
             zones: [const { Cell::new(0) }; MAX_ZONES],
             paths: [const { Cell::new(0) }; MAX_ZONES],
             last_stack: Cell::new((0, 0)),
+            last_alloc: Cell::new(NO_BLOCK),
         }
     };
 }
@@ -534,6 +544,31 @@ fn push(l: &Local, rec: Record) {
     }
     ORPHAN.push(rec, false);
     ORPHAN_LOCK.store(false, Ordering::Release);
+}
+
+/// The tracker's latest pass began at this counter reading (set before it drains a ring; the
+/// session's start before the first pass).
+pub(crate) static PASS_TICKS: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// The time of a free of `addr`: the reading of the thread's previous record when that record
+/// allocated this very block and was made since the tracker's latest pass began, else a new
+/// reading. Reading the counter costs more than the rest of an exact-mode event on some
+/// machines (a virtual machine's `rdtsc`), and a short-lived block freed right after its
+/// allocation is the common case.
+///
+/// Order is kept: between its allocation and its free a block is live, so no event of that
+/// address (on any thread) falls between them; an event of the address after the free comes
+/// after the block went back to the allocator and takes a new reading, later than the
+/// allocation's. The two records share a reading and keep their ring order. The free's time
+/// is early by at most the block's life, which is within one tracker pass (a pass starts every
+/// millisecond, sooner when rings fill).
+#[inline(always)]
+fn free_ticks(l: &Local, addr: u64) -> u64 {
+    let (last, at) = l.last_alloc.replace(NO_BLOCK);
+    if last == addr && at >= PASS_TICKS.load(Ordering::Relaxed) {
+        return at;
+    }
+    ticks()
 }
 
 #[inline(always)]
@@ -770,15 +805,17 @@ fn on_alloc_slow(mode: u8, addr: *mut u8, size: usize) {
             sampled_add(addr as u64);
         }
         let site = stack_site(l, site(l));
+        let now = ticks();
         push(
             l,
             Record {
                 addr: addr as u64,
                 size: weight,
-                ticks: ticks(),
+                ticks: now,
                 meta: KIND_ALLOC | (site as u64) << 32,
             },
         );
+        l.last_alloc.set((addr as u64, now));
         l.busy.set(false);
     });
 }
@@ -809,12 +846,13 @@ fn on_free_slow(addr: *mut u8, size: usize, flags: u64) {
             return;
         }
         l.busy.set(true);
+        let now = free_ticks(l, addr as u64);
         push(
             l,
             Record {
                 addr: addr as u64,
                 size: size as u64,
-                ticks: ticks(),
+                ticks: now,
                 meta: KIND_FREE | flags,
             },
         );
@@ -849,6 +887,7 @@ pub(crate) fn record_pool(kind: u64, pool: u16, addr: u64, size: u64) {
                 meta: kind | (pool as u64) << 8 | (site as u64) << 32,
             },
         );
+        l.last_alloc.set(NO_BLOCK);
         l.busy.set(false);
     });
 }
@@ -987,6 +1026,49 @@ mod tests {
         let failed = FAILED.load(Ordering::Relaxed);
         on_alloc(EXACT, ptr::null_mut(), 1 << 40);
         assert!(FAILED.load(Ordering::Relaxed) > failed);
+    }
+
+    /// A free right after its block's allocation takes the allocation's reading; a free after
+    /// another record, or after a tracker pass began, takes a new one.
+    #[test]
+    fn a_free_right_after_its_allocation_shares_its_reading() {
+        let saved = PASS_TICKS.swap(0, Ordering::Relaxed);
+        let (a, b) = (0x7100_0000usize, 0x7200_0000usize);
+        on_alloc(EXACT, ptr::without_provenance_mut(a), 64);
+        on_free(EXACT, ptr::without_provenance_mut(a), 64);
+        on_alloc(EXACT, ptr::without_provenance_mut(a), 64);
+        on_alloc(EXACT, ptr::without_provenance_mut(b), 32);
+        on_free(EXACT, ptr::without_provenance_mut(a), 64);
+        on_alloc(EXACT, ptr::without_provenance_mut(b), 16);
+        PASS_TICKS.store(u64::MAX, Ordering::Relaxed);
+        on_free(EXACT, ptr::without_provenance_mut(b), 16);
+        PASS_TICKS.store(saved, Ordering::Relaxed);
+        let mut out = Vec::new();
+        LOCAL.with(|l| {
+            assert_eq!(l.state.get(), STATE_RING);
+            // SAFETY: this thread's ring, never freed.
+            unsafe { &*l.ring.get() }.drain_into(&mut out);
+        });
+        let out: Vec<(u64, u64, u64)> = out.iter().map(|r| (r.kind(), r.addr, r.ticks)).collect();
+        assert_eq!(out.len(), 7, "{out:?}");
+        let kinds: Vec<u64> = out.iter().map(|r| r.0).collect();
+        assert_eq!(kinds, [1, 2, 1, 1, 2, 1, 2]);
+        assert_eq!(
+            out[1].2, out[0].2,
+            "free right after: the allocation's reading"
+        );
+        assert!(
+            out[4].2 >= out[3].2,
+            "free after another record: a new reading"
+        );
+        assert!(out.windows(2).all(|w| w[0].2 <= w[1].2), "{out:?}");
+        // After a pass began (here: a pass start above every reading), a new reading.
+        assert!(out[6].2 >= out[5].2);
+        if crate::clock::clock().counter_ticks().is_some() {
+            // A counter read twice never gives the same value.
+            assert_ne!(out[4].2, out[3].2);
+            assert_ne!(out[6].2, out[5].2);
+        }
     }
 
     #[test]

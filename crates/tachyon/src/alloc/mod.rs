@@ -74,6 +74,7 @@
 //! counted, not recorded.
 
 mod hook;
+mod live;
 mod local;
 mod profile;
 mod sampler;

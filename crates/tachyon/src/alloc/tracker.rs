@@ -7,14 +7,13 @@
 //! pushed before its block is released, so an allocation that reuses the address is always
 //! younger than the pass that could miss the free, and is applied after it.
 
-use std::collections::HashMap;
 use std::fmt;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use super::live::LiveTable;
 use super::local::{self, Record, ACTIVE, EXACT, OFF, PROBE, SAMPLED};
 use super::profile::{self, HeapDump, Totals};
 use super::sites;
@@ -141,26 +140,6 @@ impl fmt::Display for MemorySummary {
     }
 }
 
-/// Addresses hash well with one multiply.
-#[derive(Default)]
-struct AddrHasher(u64);
-
-impl Hasher for AddrHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ b as u64).wrapping_mul(0x100_0000_01b3);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (v ^ (v >> 29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-}
-
-type AddrMap<V> = HashMap<u64, V, BuildHasherDefault<AddrHasher>>;
-
 /// The live-heap counter of one heap, thinned to one sample per period plus the period's peak.
 struct Counter {
     uuid: u64,
@@ -173,6 +152,7 @@ struct Counter {
 }
 
 impl Counter {
+    #[inline]
     fn change(&mut self, value: u64, ts: u64) {
         if self.period == 0 {
             emit(self.uuid, &self.name, value, ts);
@@ -234,7 +214,7 @@ fn emit(uuid: u64, name: &str, value: u64, ts: u64) {
 
 struct Heap {
     summary: HeapSummary,
-    live: AddrMap<(u64, u32)>,
+    live: LiveTable,
     /// Totals per zone-path site id (dense: ids are the interner's).
     sites: Vec<Totals>,
     /// Totals per native-stack site id, without [`sites::STACK_SITE`] (dense too).
@@ -256,7 +236,7 @@ impl Heap {
                 name,
                 ..HeapSummary::default()
             },
-            live: AddrMap::default(),
+            live: LiveTable::default(),
             sites: Vec::new(),
             stack_sites: Vec::new(),
             freed_bytes: 0,
@@ -286,7 +266,7 @@ impl Heap {
 
     fn alloc(&mut self, addr: u64, size: u64, site: u32, ts: u64) {
         self.used = true;
-        if let Some(old) = self.live.insert(addr, (size, site)) {
+        if let Some(old) = self.live.insert(addr, size, site) {
             self.summary.implicit_frees += 1;
             self.release(old, ts, false);
         }
@@ -326,7 +306,7 @@ impl Heap {
     /// [`free`](Self::free), without the live table when the address was not live before.
     fn alloc_then_free(&mut self, r: &Record, ts: u64, free_ts: u64, via_filter: bool) {
         let (addr, size, site) = (r.addr, r.size, r.site());
-        if self.live.contains_key(&addr) {
+        if self.live.contains(addr) {
             self.alloc(addr, size, site, ts);
             self.free(addr, free_ts, true, via_filter);
             return;
@@ -358,7 +338,7 @@ impl Heap {
     /// `via_filter`: a sampled-mode free the overflow filter let through (its count is
     /// decremented when it matches a sampled block).
     fn free(&mut self, addr: u64, ts: u64, exact: bool, via_filter: bool) {
-        match self.live.remove(&addr) {
+        match self.live.remove(addr) {
             Some(old) => {
                 self.release(old, ts, true);
                 if via_filter {
@@ -375,7 +355,8 @@ impl Heap {
     }
 
     fn discard(&mut self, ts: u64) {
-        let live: Vec<(u64, u32)> = self.live.drain().map(|(_, v)| v).collect();
+        let mut live = Vec::with_capacity(self.live.len());
+        self.live.drain(|size, site| live.push((size, site)));
         for v in live {
             self.release(v, ts, false);
         }
@@ -434,6 +415,10 @@ struct Tracker {
     session: u32,
     heaps: Vec<Heap>,
     batch: Vec<Record>,
+    /// Where each time-ordered run of `batch` lies (one per ring drained), and the merge's
+    /// scratch space.
+    runs: Vec<std::ops::Range<usize>>,
+    scratch: Vec<Record>,
     pending: Vec<Record>,
     counter_period: u64,
     writer: Option<crate::writer::TraceWriter>,
@@ -458,27 +443,42 @@ impl Tracker {
     /// One pass over the rings; `last`: apply everything (the session is stopping).
     fn pass(&mut self, last: bool) {
         let clock = crate::clock::clock();
-        let watermark = if last { u64::MAX } else { clock.ticks() };
+        let now_ticks = clock.ticks();
+        // Published before any ring is drained: a free that takes its allocation's reading
+        // instead of a new one ([`local::PASS_TICKS`]) is from after this moment or in a ring
+        // this pass has not drained yet.
+        local::PASS_TICKS.store(now_ticks, Ordering::Relaxed);
+        let watermark = if last { u64::MAX } else { now_ticks };
         let mut batch = std::mem::take(&mut self.batch);
+        let mut runs = std::mem::take(&mut self.runs);
+        runs.clear();
+        // What the last pass kept back is one run (the tail of a merged batch), each ring's
+        // records another.
         batch.append(&mut self.pending);
+        if !batch.is_empty() {
+            runs.push(0..batch.len());
+        }
         for ring in local::rings() {
+            let from = batch.len();
             if ring.drain_into(&mut batch) > 0 {
                 self.threads.insert(ring.tid());
+                runs.push(from..batch.len());
             }
             ring.recycle_if_exited();
         }
-        // Records from before this session (pushed after the last one's final pass).
-        let start = self.start_ticks;
-        batch.retain(|r| r.ticks >= start);
-        // Each ring is in time order: the stable sort merges runs (and one run is left as is).
-        if !batch.is_sorted_by_key(|r| r.ticks) {
-            batch.sort_by_key(|r| r.ticks);
+        if runs.len() > 1 {
+            merge_runs(&mut batch, &mut runs, &mut self.scratch);
         }
+        self.runs = runs;
         let split = batch.partition_point(|r| r.ticks < watermark);
         self.pending.extend_from_slice(&batch[split..]);
         batch.truncate(split);
+        // Records from before this session (pushed after the last one's final pass) sort
+        // first.
+        let start = self.start_ticks;
+        let first = batch.partition_point(|r| r.ticks < start);
         let exact = self.mode_bits & EXACT != 0;
-        let mut i = 0;
+        let mut i = first;
         while i < batch.len() {
             let r = &batch[i];
             i += 1;
@@ -558,6 +558,51 @@ impl Tracker {
     }
 }
 
+/// Merges the time-ordered runs of `batch` into one, in place (`scratch`: reused space). Runs
+/// are merged in pairs, each merge copying stretches of one run at a time (found by binary
+/// search): a ring that recorded a few events beside one that recorded many costs a few
+/// copies, not a comparison per record. Equal readings keep the earlier run's record first
+/// (only records of one ring can share a reading, and they are in one run).
+fn merge_runs(
+    batch: &mut Vec<Record>,
+    runs: &mut Vec<std::ops::Range<usize>>,
+    scratch: &mut Vec<Record>,
+) {
+    while runs.len() > 1 {
+        scratch.clear();
+        let mut merged = Vec::with_capacity(runs.len().div_ceil(2));
+        for pair in runs.chunks(2) {
+            let from = scratch.len();
+            match pair {
+                [a, b] => merge2(&batch[a.clone()], &batch[b.clone()], scratch),
+                [a] => scratch.extend_from_slice(&batch[a.clone()]),
+                _ => unreachable!("chunks of two"),
+            }
+            merged.push(from..scratch.len());
+        }
+        std::mem::swap(batch, scratch);
+        *runs = merged;
+    }
+}
+
+/// Appends the merge of two time-ordered runs to `out` (ties: `a` first).
+fn merge2(mut a: &[Record], mut b: &[Record], out: &mut Vec<Record>) {
+    out.reserve(a.len() + b.len());
+    while let (Some(x), Some(y)) = (a.first(), b.first()) {
+        if x.ticks <= y.ticks {
+            let n = a.partition_point(|r| r.ticks <= y.ticks);
+            out.extend_from_slice(&a[..n]);
+            a = &a[n..];
+        } else {
+            let n = b.partition_point(|r| r.ticks < x.ticks);
+            out.extend_from_slice(&b[..n]);
+            b = &b[n..];
+        }
+    }
+    out.extend_from_slice(a);
+    out.extend_from_slice(b);
+}
+
 struct Running {
     thread: JoinHandle<MemorySummary>,
     stop: &'static AtomicBool,
@@ -623,6 +668,8 @@ pub(crate) fn start_session(config: &MemoryConfig) {
         session,
         heaps: Vec::new(),
         batch: Vec::new(),
+        runs: Vec::new(),
+        scratch: Vec::new(),
         pending: Vec::new(),
         counter_period: config.counter_period.as_nanos().min(u64::MAX as u128) as u64,
         writer: None,
@@ -632,6 +679,7 @@ pub(crate) fn start_session(config: &MemoryConfig) {
         threads: Default::default(),
     };
     let dump_period = config.dump_period;
+    local::PASS_TICKS.store(tracker.start_ticks, Ordering::Relaxed);
     local::TRACKER_RUNNING.store(true, Ordering::Relaxed);
     let thread = std::thread::Builder::new()
         .name("tachyon-memory".into())
@@ -701,5 +749,55 @@ fn run(mut t: Tracker, dump_period: Option<Duration>) -> MemorySummary {
         dumps: t.dumps,
         threads: t.threads.len() as u64,
         stacks_missed: local::STACKS_MISSED.swap(0, Ordering::Relaxed),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn rec(ticks: u64, addr: u64) -> Record {
+        Record {
+            addr,
+            ticks,
+            ..Record::default()
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            cases: if cfg!(miri) { 4 } else { 128 },
+            ..ProptestConfig::default()
+        })]
+        /// Merging time-ordered runs gives what a stable sort of their concatenation gives
+        /// (equal readings in run order).
+        #[test]
+        fn merged_runs_equal_a_stable_sort(
+            lens in proptest::collection::vec(0usize..40, 0..7),
+            seed in any::<u64>(),
+        ) {
+            let mut x = seed | 1;
+            let mut batch = Vec::new();
+            let mut runs = Vec::new();
+            for (run, len) in lens.iter().enumerate() {
+                let from = batch.len();
+                let mut t = 0;
+                for i in 0..*len {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    t += x % 4; // repeated readings too
+                    batch.push(rec(t, (run * 1000 + i) as u64));
+                }
+                if batch.len() > from {
+                    runs.push(from..batch.len());
+                }
+            }
+            let mut want = batch.clone();
+            want.sort_by_key(|r| r.ticks);
+            merge_runs(&mut batch, &mut runs, &mut Vec::new());
+            prop_assert_eq!(batch, want);
+        }
     }
 }
