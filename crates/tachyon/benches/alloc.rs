@@ -22,7 +22,10 @@
 //! quartiles of the per-round ratio (load that comes and goes hits both halves of a round
 //! alike, which criterion's separate runs cannot promise); then the same for sampled mode
 //! without stacks, sampled mode with an interval no allocation reaches (the hooks' fast paths
-//! alone: the countdown and the free's address check) and exact mode with 16-frame stacks on every allocation. First, the floor of
+//! alone: the countdown and the free's address check) and exact mode with 16-frame stacks on
+//! every allocation. Beside each ratio: the allocating thread's own CPU per pair (a wait for a
+//! full ring shows in the time, not there) and the `tachyon-memory` thread's, so what tracking
+//! costs in CPU is told apart from how the two threads got scheduled. First, the floor of
 //! exact mode: the `System` pairs with the two counter reads an exact record per event needs
 //! (one at the allocation, one at the free), nothing recorded, as a ratio to `System` alone.
 
@@ -104,6 +107,14 @@ fn thread_cpu_ns(name: &str) -> Option<u64> {
     None
 }
 
+/// CPU time (ns) the calling thread has used.
+fn own_cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
 fn ratio(rounds: usize) {
     let layout = Layout::new::<[u8; 64]>();
     const PAIRS: u32 = 20_000;
@@ -165,13 +176,22 @@ fn ratio(rounds: usize) {
         }
         let mut ratios = Vec::new();
         let (mut sys, mut tracked) = (Vec::new(), Vec::new());
+        // The allocating thread's own CPU per pair (waits for a full ring sleep or yield, so
+        // they show in the time per pair, not here).
+        let (mut sys_cpu, mut tracked_cpu) = (0u64, 0u64);
         for _ in 0..rounds {
+            let c0 = own_cpu_ns();
             let s = time(&|| pair(&System, layout));
+            let c1 = own_cpu_ns();
             let t = time(&|| pair(&ALLOC, layout));
+            let c2 = own_cpu_ns();
+            sys_cpu += c1 - c0;
+            tracked_cpu += c2 - c1;
             sys.push(s);
             tracked.push(t);
             ratios.push(t / s);
         }
+        let pairs = rounds as f64 * f64::from(PAIRS);
         // Over the whole session (the records of every round).
         let mut tracker_cpu_ns = mode.and_then(|_| thread_cpu_ns("tachyon-memory"));
         let summary = mode.map(|_| tachyon::shutdown().expect("stop").expect("a session"));
@@ -195,15 +215,21 @@ fn ratio(rounds: usize) {
             q(&tracked, 0.5),
             q(&sys, 0.5),
         );
+        println!(
+            "  allocating thread: {:.1} ns of CPU per pair vs {:.1} ns on System",
+            tracked_cpu as f64 / pairs,
+            sys_cpu as f64 / pairs
+        );
         if let Some(m) = summary.and_then(|r| r.memory) {
             println!("  {m}");
             // The tracker's CPU per record (2 records per pair).
             if let (Some(cpu), Some(heap)) = (tracker_cpu_ns.take(), m.heaps.first()) {
                 let records = 2.0 * heap.alloc_count as f64;
                 println!(
-                    "  tachyon-memory thread: {:.1} ns of CPU per record ({} records)",
+                    "  tachyon-memory thread: {:.1} ns of CPU per record ({} records), {:.1} ns per pair",
                     cpu as f64 / records,
-                    records
+                    records,
+                    cpu as f64 / pairs
                 );
             }
         }

@@ -208,6 +208,27 @@ impl Ring {
         true
     }
 
+    /// Calls `f` with the published records the consumer has not taken, oldest first, as (at
+    /// most) two runs (to the end of the buffer, then from its start), and takes as many as
+    /// it returns (consumer side). The runs cannot outlive the call: once `tail` passes a
+    /// slot the producer may write it again.
+    fn take_with(&self, f: impl FnOnce(&[Record], &[Record]) -> usize) {
+        let t = self.tail.load(Ordering::Relaxed);
+        let h = self.prod.head.load(Ordering::Acquire);
+        let n = h.wrapping_sub(t);
+        let start = t % RING_CAP;
+        let first = n.min(RING_CAP - start);
+        let run = |from: usize, len: usize| -> &[Record] {
+            // SAFETY: slots in `[t, h)` were published by the producer's release store of
+            // `head` (acquired above) and are not written again until `tail` passes them;
+            // `tail` moves only below, after `f` returned (the runs' borrows end with it).
+            // `from + len <= RING_CAP`. `UnsafeCell<Record>` has `Record`'s layout.
+            unsafe { std::slice::from_raw_parts(self.buf.as_ptr().add(from).cast::<Record>(), len) }
+        };
+        let taken = f(run(start, first), run(0, n - first)).min(n);
+        self.tail.store(t.wrapping_add(taken), Ordering::Release);
+    }
+
     /// Moves the published records into `out` (consumer side).
     fn drain_into(&self, out: &mut Vec<Record>) -> usize {
         let t = self.tail.load(Ordering::Relaxed);
@@ -285,6 +306,18 @@ impl RingView {
 
     pub(crate) fn drain_into(&self, out: &mut Vec<Record>) -> usize {
         self.ring.drain_into(out)
+    }
+
+    /// Whether records wait in the ring.
+    pub(crate) fn has_records(&self) -> bool {
+        let r = self.ring;
+        r.prod.head.load(Ordering::Acquire) != r.tail.load(Ordering::Relaxed)
+    }
+
+    /// Calls `f` with the records waiting, oldest first, in (at most) two runs, and takes as
+    /// many as it returns. Only the tracker (the one consumer) calls this.
+    pub(crate) fn take_with(&self, f: impl FnOnce(&[Record], &[Record]) -> usize) {
+        self.ring.take_with(f)
     }
 
     /// After a drain: an exited thread's ring becomes free for the next thread once empty.
@@ -1003,6 +1036,47 @@ mod tests {
             let first = next - n as u64;
             assert!(out.iter().zip(first..).all(|(r, i)| r.addr == i));
         }
+    }
+
+    /// Records read in place: across the buffer's end in two runs, and those not taken stay
+    /// for the next read.
+    #[test]
+    fn ring_is_read_in_place_and_keeps_what_is_not_taken() {
+        let ring = Box::new(Ring::new());
+        let push_n = |from: u64, n: u64| {
+            for i in from..from + n {
+                assert!(ring.push(
+                    Record {
+                        addr: i,
+                        ..Record::ZERO
+                    },
+                    false
+                ));
+            }
+        };
+        let cap = RING_CAP as u64;
+        push_n(0, cap - 2);
+        ring.take_with(|a, b| {
+            assert_eq!((a.len(), b.len()), (RING_CAP - 2, 0));
+            RING_CAP - 4
+        });
+        push_n(cap - 2, 5);
+        let mut seen = Vec::new();
+        ring.take_with(|a, b| {
+            assert_eq!((a.len(), b.len()), (4, 3), "across the end: two runs");
+            seen.extend(a.iter().chain(b).map(|r| r.addr));
+            3
+        });
+        assert_eq!(seen, (cap - 4..cap + 3).collect::<Vec<_>>());
+        ring.take_with(|a, b| {
+            let rest: Vec<u64> = a.iter().chain(b).map(|r| r.addr).collect();
+            assert_eq!(rest, (cap - 1..cap + 3).collect::<Vec<_>>());
+            usize::MAX
+        });
+        ring.take_with(|a, b| {
+            assert!(a.is_empty() && b.is_empty());
+            0
+        });
     }
 
     /// What a signal handler (or the tracker's own interner) allocating while its thread is

@@ -449,6 +449,33 @@ impl Tracker {
         // this pass has not drained yet.
         local::PASS_TICKS.store(now_ticks, Ordering::Relaxed);
         let watermark = if last { u64::MAX } else { now_ticks };
+        let exact = self.mode_bits & EXACT != 0;
+        if self.pending.is_empty() {
+            // The common case: one ring has records (one busy thread). They are applied where
+            // they lie, without a copy; those from after the watermark stay for the next pass.
+            let mut busy = local::rings().filter(|r| r.has_records());
+            if let (Some(only), None) = (busy.next(), busy.next()) {
+                only.take_with(|a, b| {
+                    let na = a.partition_point(|r| r.ticks < watermark);
+                    let nb = if na == a.len() {
+                        b.partition_point(|r| r.ticks < watermark)
+                    } else {
+                        0
+                    };
+                    if na + nb > 0 {
+                        self.threads.insert(only.tid());
+                    }
+                    self.apply(&a[..na], exact);
+                    self.apply(&b[..nb], exact);
+                    na + nb
+                });
+                for ring in local::rings() {
+                    ring.recycle_if_exited();
+                }
+                self.tick_counters();
+                return;
+            }
+        }
         let mut batch = std::mem::take(&mut self.batch);
         let mut runs = std::mem::take(&mut self.runs);
         runs.clear();
@@ -473,12 +500,18 @@ impl Tracker {
         let split = batch.partition_point(|r| r.ticks < watermark);
         self.pending.extend_from_slice(&batch[split..]);
         batch.truncate(split);
-        // Records from before this session (pushed after the last one's final pass) sort
-        // first.
+        self.apply(&batch, exact);
+        batch.clear();
+        self.batch = batch;
+        self.tick_counters();
+    }
+
+    /// Applies time-ordered records (those from before the session, pushed after the last
+    /// one's final pass, are skipped: they sort first).
+    fn apply(&mut self, batch: &[Record], exact: bool) {
+        let clock = crate::clock::clock();
         let start = self.start_ticks;
-        let first = batch.partition_point(|r| r.ticks < start);
-        let exact = self.mode_bits & EXACT != 0;
-        let mut i = first;
+        let mut i = batch.partition_point(|r| r.ticks < start);
         while i < batch.len() {
             let r = &batch[i];
             i += 1;
@@ -503,8 +536,11 @@ impl Tracker {
                 _ => {}
             }
         }
-        batch.clear();
-        self.batch = batch;
+    }
+
+    /// At the end of a pass: counters write what has waited a full period.
+    fn tick_counters(&mut self) {
+        let clock = crate::clock::clock();
         let now = clock.now();
         for h in &mut self.heaps {
             h.counter.tick(now);
