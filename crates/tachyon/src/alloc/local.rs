@@ -89,6 +89,24 @@ pub(crate) const RING_CAP: usize = if cfg!(miri) { 64 } else { 8192 };
 
 /// How long a thread waits for room in its full ring before it drops the record (counted).
 const FULL_RING_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+/// One sleep of a thread waiting for room.
+const ROOM_WAIT: std::time::Duration = std::time::Duration::from_micros(500);
+
+/// Threads sleeping in [`Ring::wait_for_room`], and what they sleep on.
+static WAITING: AtomicU32 = AtomicU32::new(0);
+static ROOM_LOCK: Mutex<()> = Mutex::new(());
+static ROOM_CV: Condvar = Condvar::new();
+
+/// The tracker's side, after a pass took records: wakes the threads waiting for room.
+pub(crate) fn room_made() {
+    // Orders the pass's stores of `tail` before the read of `WAITING` (the waiter orders its
+    // increment before its read of `tail` the same way).
+    std::sync::atomic::fence(Ordering::SeqCst);
+    if WAITING.load(Ordering::SeqCst) > 0 {
+        drop(ROOM_LOCK.lock().unwrap_or_else(|e| e.into_inner()));
+        ROOM_CV.notify_all();
+    }
+}
 
 const RING_FREE: u8 = 0;
 const RING_OWNED: u8 = 1;
@@ -180,23 +198,21 @@ impl Ring {
         if used >= RING_CAP {
             // Wait for the tracker, bounded: it may need a lock this thread holds (an
             // allocation made under one of the SDK's locks), so waiting forever could deadlock.
-            let mut spins = 0u32;
+            // The thread sleeps until the tracker has taken records (not a spin of yields: on
+            // a busy machine those take the CPU the tracker needs to make room).
             let mut since: Option<std::time::Instant> = None;
             loop {
-                if spins % 64 == 63 {
-                    let start = *since.get_or_insert_with(std::time::Instant::now);
-                    if start.elapsed() > FULL_RING_WAIT {
-                        LOST.fetch_add(1, Ordering::Relaxed);
-                        return false;
-                    }
-                }
                 if !may_wait || !TRACKER_RUNNING.load(Ordering::Relaxed) {
                     LOST.fetch_add(1, Ordering::Relaxed);
                     return false;
                 }
+                let start = *since.get_or_insert_with(std::time::Instant::now);
+                if start.elapsed() > FULL_RING_WAIT {
+                    LOST.fetch_add(1, Ordering::Relaxed);
+                    return false;
+                }
                 wake_tracker();
-                std::thread::yield_now();
-                spins = spins.wrapping_add(1);
+                self.wait_for_room(h);
                 t = self.tail.load(Ordering::Acquire);
                 if h.wrapping_sub(t) < RING_CAP {
                     self.prod.seen_tail.store(t, Ordering::Relaxed);
@@ -206,6 +222,21 @@ impl Ring {
         }
         self.put(h, rec);
         true
+    }
+
+    /// Sleeps until the tracker has taken records from this full ring (`head` = `h`), at most
+    /// [`ROOM_WAIT`] (a wake-up lost to a race costs that much, no more).
+    #[cold]
+    fn wait_for_room(&self, h: usize) {
+        WAITING.fetch_add(1, Ordering::SeqCst);
+        let g = ROOM_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        // Checked under the lock and after `WAITING` went up: the tracker moves `tail`, then
+        // reads `WAITING` and takes the lock before it notifies, so either this sees the new
+        // `tail` or the notification comes after this thread waits.
+        if h.wrapping_sub(self.tail.load(Ordering::SeqCst)) >= RING_CAP {
+            let _ = ROOM_CV.wait_timeout(g, ROOM_WAIT);
+        }
+        WAITING.fetch_sub(1, Ordering::SeqCst);
     }
 
     /// Calls `f` with the published records the consumer has not taken, oldest first, as (at

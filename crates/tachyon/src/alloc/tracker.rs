@@ -755,6 +755,7 @@ fn run(mut t: Tracker, dump_period: Option<Duration>) -> MemorySummary {
         local::take_wake();
         let stopping = STOP.load(Ordering::Acquire);
         t.pass(stopping);
+        local::room_made();
         if let (Some(at), Some(p)) = (next_dump, dump_period) {
             if std::time::Instant::now() >= at && !stopping {
                 t.dump();
