@@ -218,6 +218,7 @@ mod tests {
         /// The table agrees with a `HashMap` over any sequence of inserts and removes (few
         /// distinct addresses, so replacements and misses are common).
         #[test]
+        #[cfg_attr(miri, ignore = "property test: slow under Miri, no unsafe code involved")]
         fn agrees_with_a_hash_map(
             ops in proptest::collection::vec((any::<bool>(), 0u64..3000, 1u64..100), 0..3000)
         ) {

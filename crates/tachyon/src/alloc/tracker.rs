@@ -810,6 +810,7 @@ mod tests {
         /// Merging time-ordered runs gives what a stable sort of their concatenation gives
         /// (equal readings in run order).
         #[test]
+        #[cfg_attr(miri, ignore = "property test: slow under Miri, no unsafe code involved")]
         fn merged_runs_equal_a_stable_sort(
             lens in proptest::collection::vec(0usize..40, 0..7),
             seed in any::<u64>(),
