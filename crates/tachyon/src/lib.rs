@@ -66,20 +66,26 @@ pub mod crash;
 mod init;
 #[cfg(feature = "log-bridge")]
 pub mod log_bridge;
+// CPU sampling runs in in-process sessions: without that backend its runtime is unused.
+#[cfg_attr(not(feature = "in-process"), allow(dead_code))]
 pub mod sampling;
+#[cfg(feature = "in-process")]
 mod session;
 pub mod sync;
 #[cfg(feature = "system")]
 mod system;
+// With no backend at all (neither `in-process` nor `system`) nothing starts a session: the
+// session side of the instrumentation is compiled but unused.
+#[cfg_attr(not(any(feature = "in-process", feature = "system")), allow(dead_code))]
 mod track_event;
 mod writer;
 
 pub use init::{init, is_active, shutdown, start, Backend, Config, ConfigError, Report};
+pub use tachyon_abi::FillPolicy;
 /// The function attribute: a [`zone!`] around every call of the function (cargo feature
 /// `macros`).
 #[cfg(feature = "macros")]
 pub use tachyon_macros::instrument;
-pub use tachyon_service::FillPolicy;
 pub use track_event::integration;
 #[doc(hidden)]
 pub use track_event::message as __message;

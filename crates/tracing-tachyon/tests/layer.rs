@@ -315,8 +315,9 @@ fn targets_are_categories() {
     );
 }
 
-/// `log` records through `tracing-log`: log-style instants with the record's target as the
-/// category and its level.
+/// `log` records through `tracing-log`, and `tracing` events whose only field is the message:
+/// log messages (`android_logs`) with the level as the priority, instants named after the level
+/// with the record's target as the category, inside the span entered then.
 #[test]
 fn log_records_through_tracing_log() {
     let _l = lock();
@@ -328,27 +329,31 @@ fn log_records_through_tracing_log() {
             log::warn!(target: "legacy::cfg", "missing key {k}");
         }
         log::error!("failed");
+        tracing::debug!(target: "app::net", "retrying");
     });
     assert_eq!(
         rows(
             &tp,
-            "SELECT s.name, s.category, s.depth, a.display_value FROM slice s JOIN args a USING (arg_set_id) \
-             WHERE a.key = 'debug.message' ORDER BY s.ts"
+            "SELECT name, category, depth FROM slice WHERE dur = 0 ORDER BY ts"
         ),
         [
-            vec![t("warn"), t("legacy::cfg"), i(1), t("missing key 0")],
-            vec![t("warn"), t("legacy::cfg"), i(1), t("missing key 1")],
-            vec![t("warn"), t("legacy::cfg"), i(1), t("missing key 2")],
-            vec![t("error"), t("layer"), i(1), t("failed")],
+            vec![t("warn"), t("legacy::cfg"), i(1)],
+            vec![t("warn"), t("legacy::cfg"), i(1)],
+            vec![t("warn"), t("legacy::cfg"), i(1)],
+            vec![t("error"), t("layer"), i(1)],
+            vec![t("debug"), t("app::net"), i(1)],
         ]
     );
+    // LogMessage.prio: WARN 5, ERROR 6, DEBUG 3 (Android's priorities).
     assert_eq!(
-        rows(
-            &tp,
-            "SELECT DISTINCT a.display_value FROM slice s JOIN args a USING (arg_set_id) \
-             WHERE a.key = 'debug.level' ORDER BY 1"
-        ),
-        [[t("ERROR")], [t("WARN")]]
+        rows(&tp, "SELECT prio, msg FROM android_logs ORDER BY ts"),
+        [
+            vec![i(5), t("missing key 0")],
+            vec![i(5), t("missing key 1")],
+            vec![i(5), t("missing key 2")],
+            vec![i(6), t("failed")],
+            vec![i(3), t("retrying")],
+        ]
     );
 }
 
