@@ -41,7 +41,7 @@
 //! | `TACHYON_FLUSH_PERIOD_MS` | periodic flush | none |
 //! | `TACHYON_STREAM` | `1`: stream into the file while tracing | off |
 //! | `TACHYON_STREAM_PERIOD_MS` | with `TACHYON_STREAM`: write to the file this often (at least 100) | 5000 |
-//! | `TACHYON_COMPRESS` | `1`: DEFLATE the trace (`compressed_packets`, as Perfetto's `compression_type: COMPRESSION_TYPE_DEFLATE`) | off |
+//! | `TACHYON_COMPRESS` | `1`: DEFLATE the trace (`compressed_packets`, as Perfetto's `compression_type: COMPRESSION_TYPE_DEFLATE`; cargo feature `deflate`, else an error naming it) | off |
 //! | `TACHYON_DISABLE` | `1`: [`init`] does nothing | off |
 //! | `TACHYON_CLOCK` | `boottime`: no TSC (see [`clock`](crate::clock)) | TSC |
 //! | `TACHYON_NO_CRASH_HANDLER` | `1`: no crash handler (see [`crash`](crate::crash)) | installed |
@@ -116,7 +116,8 @@ pub struct Config {
     /// (`file_write_period_ms`; Perfetto's default 5 s, at least 100 ms).
     pub stream_period: Duration,
     /// Compress the trace (`compression_type: COMPRESSION_TYPE_DEFLATE`; in-process only: in
-    /// system mode the daemon's trace config decides).
+    /// system mode the daemon's trace config decides). Needs the cargo feature `deflate`:
+    /// without it an in-process session asked to compress does not start (an error naming it).
     pub compress: bool,
     /// Timestamps as deltas on the sequence-scoped incremental clock (1–3 bytes per packet);
     /// `false` writes absolute trace-clock timestamps.
