@@ -315,6 +315,40 @@ fn targets_are_categories() {
     );
 }
 
+/// Guards dropped out of order (the outer span's first): the innermost open slice ends at each
+/// exit, so the track still nests, every slice is closed, and the trace passes the checks.
+#[test]
+fn exits_out_of_order_keep_the_track_nested() {
+    let _l = lock();
+    let tp = record(Config::in_memory(), &dispatch(TachyonLayer::new()), || {
+        let a = tracing::info_span!("a");
+        let b = tracing::info_span!("b");
+        let ga = a.enter();
+        let gb = b.enter();
+        drop(ga);
+        tracing::info!(after = 1u64);
+        drop(gb);
+        let _c = tracing::info_span!("c").entered();
+    });
+    assert_eq!(
+        rows(
+            &tp,
+            "SELECT name, depth, dur > 0 FROM slice WHERE dur != 0 ORDER BY ts, depth"
+        ),
+        [
+            vec![t("a"), i(0), i(1)],
+            vec![t("b"), i(1), i(1)],
+            vec![t("c"), i(0), i(1)],
+        ]
+    );
+    // The event after the first exit is inside the one slice still open.
+    assert_eq!(rows(&tp, "SELECT depth FROM slice WHERE dur = 0"), [[i(1)]]);
+    assert_eq!(
+        rows(&tp, "SELECT count(*) FROM slice WHERE dur < 0"),
+        [[i(0)]]
+    );
+}
+
 /// `log` records through `tracing-log`, and `tracing` events whose only field is the message:
 /// log messages (`android_logs`) with the level as the priority, instants named after the level
 /// with the record's target as the category, inside the span entered then.
