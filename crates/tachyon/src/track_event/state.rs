@@ -363,7 +363,9 @@ const DRAIN_IDLE: Duration = Duration::from_millis(20);
 static FLUSH_PASS: AtomicBool = AtomicBool::new(false);
 
 /// Asks the drainer thread for a [`Drain::Flush`] pass (within [`DRAIN_NAP`] while a session
-/// runs): the service's periodic flush, which must not encode on its own thread.
+/// runs): the service's periodic flush, which must not encode on its own thread. (The
+/// in-process service and live capture ask for it; a daemon's flushes reach writers directly.)
+#[cfg_attr(not(feature = "in-process"), allow(dead_code))]
 pub(crate) fn request_flush_pass() {
     FLUSH_PASS.store(true, Ordering::Relaxed);
 }
