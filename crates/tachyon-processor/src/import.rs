@@ -1213,8 +1213,11 @@ impl Importer {
             self.st.stats.inc(Stat::track_event_missing_sequence_id);
             return Ok(());
         }
+        // Fields outside the common set (legacy events and timestamps, inline categories,
+        // thread time, extra counters, log messages, call stacks) are read through the view.
+        let rare_view = ev.view();
+        let rare = rare_view.as_ref();
         // Legacy microsecond timestamps are CLOCK_MONOTONIC readings, as in Perfetto.
-        let rare = ev.rare.as_ref();
         let legacy_us = if let Some(r) = rare.filter(|r| r.has_timestamp_absolute_us()) {
             Some(r.timestamp_absolute_us())
         } else if let Some(r) = rare.filter(|r| r.has_timestamp_delta_us()) {
@@ -1268,7 +1271,7 @@ impl Importer {
             return Ok(());
         }
         let mut out = std::mem::take(&mut self.scratch);
-        self.tokenize_track_event(seq_id, &ev, ts, &mut out);
+        self.tokenize_track_event(seq_id, &ev, rare, ts, &mut out);
         for event in out.drain(..) {
             match deferred {
                 None => self.emit(event),
@@ -1282,10 +1285,12 @@ impl Importer {
         Ok(())
     }
 
+    /// `rare` is the event's view when it has fields outside [`lazy::TrackEvent`]'s.
     fn tokenize_track_event(
         &mut self,
         seq_id: u32,
         ev: &lazy::TrackEvent<'_>,
+        rare: Option<&TrackEventView<'_>>,
         ts: i64,
         out: &mut Vec<Event>,
     ) {
@@ -1294,9 +1299,6 @@ impl Importer {
             .get(&seq_id)
             .expect("sequence exists once a packet was seen");
         let defaults = seq.defaults.as_ref();
-        // Fields outside the common set (legacy events, inline categories, thread time, extra
-        // counters, log messages, call stacks) are read through the event's view.
-        let rare = ev.rare.as_ref();
         let legacy = rare
             .filter(|r| r.has_legacy_event())
             .and_then(|r| r.legacy_event().ok());
@@ -1534,7 +1536,7 @@ impl Importer {
             if let Some((t, phase)) = async_track {
                 self.async_args_before(t, phase);
             }
-            self.annotations(seq_id, ev, &mut interned_misses);
+            self.annotations(seq_id, ev, rare, &mut interned_misses);
             if let Some((t, phase)) = async_track {
                 self.async_args_after(t, phase);
             } else if !legacy_thread && kind != EventKind::SliceEnd {
@@ -1794,7 +1796,13 @@ impl Importer {
 
     // === Debug annotations → args ===
 
-    fn annotations(&mut self, seq_id: u32, ev: &lazy::TrackEvent<'_>, misses: &mut i64) {
+    fn annotations(
+        &mut self,
+        seq_id: u32,
+        ev: &lazy::TrackEvent<'_>,
+        rare: Option<&TrackEventView<'_>>,
+        misses: &mut i64,
+    ) {
         for a in ev.debug_annotations() {
             let Ok(a) = a else {
                 self.st.stats.inc(Stat::track_event_tokenizer_errors);
@@ -1812,8 +1820,8 @@ impl Importer {
                 *misses += 1;
                 continue;
             };
-            match &a.rare {
-                Some(view) => self.annotation_value(seq_id, view, key, key, 0, misses),
+            match a.view() {
+                Some(view) => self.annotation_value(seq_id, &view, key, key, 0, misses),
                 None => self.scalar_annotation(seq_id, &a, key, misses),
             }
         }
@@ -1827,7 +1835,7 @@ impl Importer {
                     None
                 }
             }
-        } else if let Some(r) = ev.rare.as_ref().filter(|r| r.has_source_location()) {
+        } else if let Some(r) = rare.filter(|r| r.has_source_location()) {
             r.source_location().ok().map(|l| {
                 (
                     self.st.strings.intern_bytes(l.file_name_bytes()),

@@ -303,8 +303,21 @@ pub(crate) struct Packet<'a> {
     pub(crate) tachyon_packets_dropped: u64,
     /// The payload of `track_event`.
     pub(crate) track_event: Option<&'a [u8]>,
-    /// Some other field is present: read it through [`Packet::view`].
+    /// A field the importer reads through the generated view is present (see
+    /// [`is_view_field`]): decode it with [`Packet::view`].
     pub(crate) other: bool,
+}
+
+/// The `TracePacket` fields the importer reads through the generated view (the descriptors,
+/// interned data, clock snapshots, stats, config, service events, system probes, profiles and
+/// compressed packets). A packet with none of them is read from [`Packet`] alone, so a field
+/// the importer starts reading through the view must be added here. Other fields (the
+/// service's `trusted_uid` and `trusted_pid` on every packet, `machine_id`, …) are not read.
+fn is_view_field(id: u32) -> bool {
+    matches!(
+        id,
+        2 | 6 | 7 | 12 | 33 | 35 | 37 | 43 | 44 | 50 | 54 | 59 | 60 | 61 | 66 | 69 | 90 | 133
+    )
 }
 
 const PACKET_TIMESTAMP: u32 = 8;
@@ -352,7 +365,7 @@ impl<'a> Packet<'a> {
                 | PACKET_TACHYON_PACKETS_DROPPED,
                 _,
             ) => {} // The wrong wire type: ignored, as the views do.
-            _ => p.other = true,
+            (id, _) => p.other |= is_view_field(id),
         })?;
         Ok(p)
     }
@@ -380,7 +393,8 @@ const EVENT_TERMINATING_FLOW_IDS: u32 = 48;
 /// The fields of a `TrackEvent` every kind of event uses (type, track, name, categories,
 /// annotations, source location, counter value, flows). An event with any other field known
 /// to the schema (legacy events, inline categories, thread time, extra counters, log
-/// messages, call stacks, …) also carries its generated view in `rare`.
+/// messages, call stacks, …) is read through its generated view for those
+/// ([`TrackEvent::view`]).
 #[derive(Clone, Debug)]
 pub(crate) struct TrackEvent<'a> {
     bytes: &'a [u8],
@@ -395,8 +409,8 @@ pub(crate) struct TrackEvent<'a> {
     debug_annotations: Repeated,
     flow_ids: Repeated,
     terminating_flow_ids: Repeated,
-    /// The generated view, when a field outside the ones above is present.
-    pub(crate) rare: Option<TrackEventView<'a>>,
+    /// A field outside the ones above is present: read it through [`TrackEvent::view`].
+    rare: bool,
 }
 
 /// Field ids `TrackEventView` knows besides the ones [`TrackEvent`] keeps: their presence
@@ -425,7 +439,7 @@ impl<'a> TrackEvent<'a> {
             debug_annotations: Repeated::default(),
             flow_ids: Repeated::default(),
             terminating_flow_ids: Repeated::default(),
-            rare: None,
+            rare: false,
         };
         let mut rare = false;
         walk(bytes, |id, v, at| match (id, v) {
@@ -444,10 +458,17 @@ impl<'a> TrackEvent<'a> {
             }
             (id, _) => rare |= is_rare_event_field(id),
         })?;
-        if rare {
-            e.rare = Some(TrackEventView::decode(bytes)?);
-        }
+        e.rare = rare;
         Ok(e)
+    }
+
+    /// The event's generated view, if it has fields this decoder does not keep (`None`
+    /// otherwise: those fields are all absent).
+    pub(crate) fn view(&self) -> Option<TrackEventView<'a>> {
+        // The bytes decoded once already: the view cannot fail on them.
+        self.rare
+            .then(|| TrackEventView::decode(self.bytes).ok())
+            .flatten()
     }
 
     pub(crate) fn type_raw(&self) -> i32 {
@@ -539,8 +560,8 @@ const ANN_NAME: u32 = 10;
 const ANN_STRING_IID: u32 = 17;
 
 /// The name and scalar value of a `DebugAnnotation`. One with any other field known to the
-/// schema (nested values, dictionaries, arrays, JSON, proto values) carries its generated view
-/// in `rare`.
+/// schema (nested values, dictionaries, arrays, JSON, proto values) is read through its
+/// generated view ([`Annotation::view`]).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Annotation<'a> {
     pub(crate) name_iid: Option<u64>,
@@ -552,14 +573,20 @@ pub(crate) struct Annotation<'a> {
     pub(crate) string_value: Option<&'a [u8]>,
     pub(crate) string_value_iid: Option<u64>,
     pub(crate) pointer_value: Option<u64>,
-    pub(crate) rare: Option<DebugAnnotationView<'a>>,
+    /// A field outside the ones above is present: read the annotation through
+    /// [`Annotation::view`].
+    pub(crate) rare: bool,
+    bytes: &'a [u8],
 }
 
 impl<'a> Annotation<'a> {
     /// Decodes `bytes`; fails exactly when [`DebugAnnotationView::decode`] does.
     #[inline]
     pub(crate) fn decode(bytes: &'a [u8]) -> Result<Self, DecodeError> {
-        let mut a = Annotation::default();
+        let mut a = Annotation {
+            bytes,
+            ..Annotation::default()
+        };
         let mut rare = false;
         walk(bytes, |id, v, _| match (id, v) {
             (ANN_NAME_IID, Value::Varint(v)) => a.name_iid = Some(v),
@@ -574,10 +601,15 @@ impl<'a> Annotation<'a> {
             (8 | 9 | 11..=14 | 16, _) => rare = true,
             _ => {}
         })?;
-        if rare {
-            a.rare = Some(DebugAnnotationView::decode(bytes)?);
-        }
+        a.rare = rare;
         Ok(a)
+    }
+
+    /// The annotation's generated view, if it has fields this decoder does not keep.
+    pub(crate) fn view(&self) -> Option<DebugAnnotationView<'a>> {
+        self.rare
+            .then(|| DebugAnnotationView::decode(self.bytes).ok())
+            .flatten()
     }
 }
 
@@ -770,7 +802,7 @@ fn event_agrees(bytes: &[u8]) -> Result<(), String> {
         || v.extra_double_counter_track_uuids().count() > 0
         || v.flow_ids_old().count() > 0
         || v.terminating_flow_ids_old().count() > 0;
-    if rare && e.rare.is_none() {
+    if rare && e.view().is_none() {
         return Err("an event with rare fields has no view".into());
     }
     Ok(())
@@ -833,7 +865,7 @@ fn annotation_agrees(bytes: &[u8], depth: u32) -> Result<(), String> {
         || v.has_proto_type_name()
         || v.has_proto_type_name_iid()
         || v.has_proto_value();
-    if rare && a.rare.is_none() {
+    if rare && a.view().is_none() {
         return Err("an annotation with rare fields has no view".into());
     }
     if depth < 8 {
