@@ -283,7 +283,7 @@ pub(crate) struct Importer {
     seqs: Sequences<Sequence>,
     pub(crate) reservations: FxHashMap<u64, Reservation>,
     pub(crate) sorter: Sorter,
-    pub(crate) arena_args: Vec<PendingArg>,
+    pub(crate) arena_args: crate::arg_arena::ArgArena,
     pub(crate) arena_flows: Vec<u64>,
     pub(crate) arena_logs: Vec<crate::logs::PendingLog>,
     pub(crate) aux: Vec<Aux>,
@@ -337,7 +337,7 @@ impl Importer {
             seqs: Sequences::default(),
             reservations: FxHashMap::default(),
             sorter: Sorter::new(sort),
-            arena_args: Vec::new(),
+            arena_args: Default::default(),
             arena_flows: Vec::new(),
             arena_logs: Vec::new(),
             aux: Vec::new(),
@@ -1853,11 +1853,14 @@ impl Importer {
                 (kn, ArgValue::Str(func)),
                 (kl, ArgValue::Int(line as i64)),
             ] {
-                self.arena_args.push(PendingArg {
-                    flat_key: k,
-                    key: k,
-                    value: v,
-                });
+                self.arena_args.push(
+                    &mut self.st.args,
+                    PendingArg {
+                        flat_key: k,
+                        key: k,
+                        value: v,
+                    },
+                );
             }
         }
     }
@@ -1911,11 +1914,14 @@ impl Importer {
             // No value: nothing (dictionaries, arrays and the rest take the view's path).
             return;
         };
-        self.arena_args.push(PendingArg {
-            flat_key: key,
-            key,
-            value,
-        });
+        self.arena_args.push(
+            &mut self.st.args,
+            PendingArg {
+                flat_key: key,
+                key,
+                value,
+            },
+        );
     }
 
     fn annotation_value(
@@ -1957,7 +1963,11 @@ impl Importer {
             ArgValue::Pointer(a.pointer_value())
         } else if a.has_legacy_json_value() {
             let json = a.legacy_json_value_bytes();
-            crate::json_args::push(strings, &mut self.arena_args, flat_key, key, json);
+            let mut out = Vec::new();
+            crate::json_args::push(strings, &mut out, flat_key, key, json);
+            for a in out {
+                self.arena_args.push(&mut self.st.args, a);
+            }
             return;
         } else if a.has_nested_value() {
             match a.nested_value() {
@@ -1997,11 +2007,14 @@ impl Importer {
             }
             return;
         };
-        self.arena_args.push(PendingArg {
-            flat_key,
-            key,
-            value,
-        });
+        self.arena_args.push(
+            &mut self.st.args,
+            PendingArg {
+                flat_key,
+                key,
+                value,
+            },
+        );
     }
 
     fn child_keys(&mut self, flat_key: StrId, key: StrId, name: &str) -> (StrId, StrId) {
@@ -2059,11 +2072,14 @@ impl Importer {
                 } else {
                     return;
                 };
-                self.arena_args.push(PendingArg {
-                    flat_key,
-                    key,
-                    value,
-                });
+                self.arena_args.push(
+                    &mut self.st.args,
+                    PendingArg {
+                        flat_key,
+                        key,
+                        value,
+                    },
+                );
             }
         }
     }

@@ -53,6 +53,7 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+mod arg_arena;
 mod clock;
 mod crashes;
 mod db;

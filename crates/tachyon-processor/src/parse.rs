@@ -442,18 +442,24 @@ impl Importer {
         let (merging, mut set) = (set != NONE, set);
         let range = ev.args as usize..(ev.args + ev.nargs) as usize;
         for i in range {
-            let mut a = self.arena_args[i];
+            let id = self.arena_args.id(i);
+            let a = self.st.args.entry(id);
             if a.key == NONE {
                 // An arg decided at parse time (`legacy.rs`: the emitting thread).
-                match self.passthrough_utid(i, ev, merging) {
-                    Some(v) => (a.key, a.value) = (a.flat_key, v),
-                    None => continue,
+                let Some(v) = self.passthrough_utid(i, ev, merging) else {
+                    continue;
+                };
+                if set == NONE {
+                    set = self.st.new_arg_set();
                 }
+                self.st.push_arg(set, a.flat_key, a.flat_key, v);
+                continue;
             }
             if set == NONE {
                 set = self.st.new_arg_set();
             }
-            self.st.push_arg(set, a.flat_key, a.key, a.value);
+            // Already deduplicated when it was tokenized (`arg_arena.rs`).
+            self.st.args.push_id(set, id);
         }
         set
     }
@@ -494,7 +500,7 @@ impl Importer {
         );
         self.sorter.out_of_order = 0;
         // The arenas were only needed until every event was parsed.
-        self.arena_args = Vec::new();
+        self.arena_args = Default::default();
         self.arena_flows = Vec::new();
         self.arena_logs = Vec::new();
     }
