@@ -8,12 +8,17 @@
 //! set as it is.
 
 use crate::import::PendingArg;
+use crate::storage::NONE;
 use crate::tables::ArgBuilder;
 
 /// Pending arguments, by arena index (events refer to runs of them).
 #[derive(Debug, Default)]
 pub(crate) struct ArgArena {
     ids: Vec<u32>,
+    /// The entries whose key is `NONE`: placeholders the parser fills in (`legacy.rs`). There
+    /// are one or two distinct ones, so the parser tells them apart without reading the entry
+    /// of every argument (a cache miss each, in sorted order).
+    placeholders: Vec<u32>,
 }
 
 impl ArgArena {
@@ -26,7 +31,22 @@ impl ArgArena {
     /// Appends argument `a`, stored in `table`.
     #[inline]
     pub(crate) fn push(&mut self, table: &mut ArgBuilder, a: PendingArg) {
-        self.ids.push(table.entry_id(a.flat_key, a.key, a.value));
+        let id = self.entry(table, a);
+        self.ids.push(id);
+    }
+
+    fn entry(&mut self, table: &mut ArgBuilder, a: PendingArg) -> u32 {
+        let id = table.entry_id(a.flat_key, a.key, a.value);
+        if a.key == NONE && !self.placeholders.contains(&id) {
+            self.placeholders.push(id);
+        }
+        id
+    }
+
+    /// Whether entry `id` is a placeholder (its key is `NONE`).
+    #[inline]
+    pub(crate) fn is_placeholder(&self, id: u32) -> bool {
+        !self.placeholders.is_empty() && self.placeholders.contains(&id)
     }
 
     /// The entry id of the argument at `i` (`i < len()`).
@@ -48,7 +68,7 @@ impl ArgArena {
     /// Replaces the argument at `i`, if there is one.
     pub(crate) fn set(&mut self, table: &mut ArgBuilder, i: usize, a: PendingArg) {
         if i < self.ids.len() {
-            self.ids[i] = table.entry_id(a.flat_key, a.key, a.value);
+            self.ids[i] = self.entry(table, a);
         }
     }
 }
@@ -85,5 +105,14 @@ mod tests {
         assert_eq!(arena.id(0), arena.id(1));
         arena.set(&mut table, 9, a); // Out of range: ignored.
         assert_eq!(arena.len(), 3);
+        assert!(!arena.is_placeholder(arena.id(0)));
+        let p = PendingArg {
+            flat_key: 5,
+            key: NONE,
+            value: ArgValue::UInt(0),
+        };
+        arena.push(&mut table, p);
+        assert!(arena.is_placeholder(arena.id(3)));
+        assert!(!arena.is_placeholder(arena.id(1)));
     }
 }

@@ -443,8 +443,8 @@ impl Importer {
         let range = ev.args as usize..(ev.args + ev.nargs) as usize;
         for i in range {
             let id = self.arena_args.id(i);
-            let a = self.st.args.entry(id);
-            if a.key == NONE {
+            if self.arena_args.is_placeholder(id) {
+                let a = self.st.args.entry(id);
                 // An arg decided at parse time (`legacy.rs`: the emitting thread).
                 let Some(v) = self.passthrough_utid(i, ev, merging) else {
                     continue;
