@@ -915,7 +915,7 @@ pub fn shutdown() -> io::Result<Option<Report>> {
     // would leave it holding the writer, and the stop would wait out its timeout.
     // Events still queued on threads go to the buffer first. Then the writers of threads that
     // are not tracing right now encode what they queued meanwhile (into this session's writer:
-    // `ThreadState::replay`), flush and drop, so the stop does not wait for their next event. A
+    // `ThreadState::drain_queue`), flush and drop, so the stop does not wait for their next event. A
     // thread busy with an event then drops its writer at its next one, as before the queues.
     // Memory tracking writes its last counters and heap profile into the session first.
     let memory = crate::alloc::stop_session();
