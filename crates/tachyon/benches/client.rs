@@ -273,7 +273,9 @@ fn service_cpu_per_event(prefault: bool) {
         }
     );
     // A fresh session, so the read-out at its end covers exactly these events.
+    let t = Instant::now();
     start_session_with(prefault);
+    eprintln!("session start: {:.1} ms", t.elapsed().as_secs_f64() * 1e3);
     // The drainer thread starts on a thread's first event: make sure it runs (the benches
     // before this one may all have been filtered out) and has encoded that event.
     {
