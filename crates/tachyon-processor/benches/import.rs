@@ -32,7 +32,10 @@
 //!
 //! Before criterion runs, one timed import prints events/s, the args per slice, and the peak
 //! RSS growth (Linux: `VmHWM` after resetting it through `/proc/self/clear_refs`), divided by
-//! the slice count.
+//! the slice count. Beside the wall-clock times it prints the CPU time the bench thread spent
+//! in each (Linux: `/proc/thread-self/schedstat`; decoding and importing run on that thread):
+//! on a machine shared with other work, wall-clock time includes waiting for a CPU, and the
+//! ratio of CPU times is the steadier comparison.
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -217,18 +220,29 @@ fn rss() -> Option<(u64, u64)> {
     Some((field("VmRSS:")?, field("VmHWM:")?))
 }
 
+/// The CPU time the calling thread has run, in seconds (None where the kernel does not say).
+fn thread_cpu_s() -> Option<f64> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let ns: u64 = s.split_whitespace().next()?.parse().ok()?;
+    Some(ns as f64 / 1e9)
+}
+
 fn report(trace: &[u8], events: u64) {
     let mb = trace.len() as f64 / 1e6;
+    let cpu0 = thread_cpu_s();
     let t0 = Instant::now();
     black_box(decode_only(trace));
     let decode_s = t0.elapsed().as_secs_f64();
+    let decode_cpu = thread_cpu_s().zip(cpu0).map(|(b, a)| b - a);
 
     // Reset the peak-RSS mark so VmHWM measures this import only.
     let reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
     let before = rss();
+    let cpu0 = thread_cpu_s();
     let t0 = Instant::now();
     let tp = TraceProcessor::from_bytes(trace, &Options::default()).expect("imports");
     let import_s = t0.elapsed().as_secs_f64();
+    let import_cpu = thread_cpu_s().zip(cpu0).map(|(b, a)| b - a);
     let after = rss();
     let count = |sql: &str| match &tp.query(sql).expect("query").rows[0][0] {
         Value::Integer(n) => *n as u64,
@@ -250,6 +264,15 @@ fn report(trace: &[u8], events: u64) {
         events as f64 / import_s / 1e6,
         import_s / decode_s,
     );
+    if let (Some(d), Some(i)) = (decode_cpu, import_cpu) {
+        println!(
+            "CPU time: decode only {d:.3} s = {:.2} M events/s, full import {i:.3} s = \
+             {:.2} M events/s ({:.1}x decode)",
+            events as f64 / d / 1e6,
+            events as f64 / i / 1e6,
+            i / d,
+        );
+    }
     if let (true, Some((rss0, _)), Some((rss1, hwm))) = (reset, before, after) {
         println!(
             "memory: peak RSS +{:.0} MB during import ({:.0} bytes/slice), +{:.0} MB retained \

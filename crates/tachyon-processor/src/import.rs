@@ -18,6 +18,8 @@ use tachyon_protos::{
     debug_annotation, DebugAnnotationView, TracePacketView, TrackDescriptorView, TrackEventView,
 };
 
+use crate::lazy;
+
 use crate::clock::{self, ClockId, ClockReading, ClockTracker, Converted, Pending};
 use crate::sort::Sorter;
 use crate::stats::Stat;
@@ -25,7 +27,10 @@ use crate::storage::{ArgValue, Storage, NONE};
 use crate::strings::{FxHashMap, StrId};
 use crate::SortMode;
 
+mod sequences;
 mod streaming;
+
+use sequences::Sequences;
 
 /// Where a legacy event goes (`Importer::legacy_threads`): its thread's track, or, for instants
 /// with `instant_event_scope`, the global (1) or its process's (2) legacy instant track.
@@ -224,7 +229,8 @@ struct Sequence {
     defaults: Option<Defaults>,
     names: FxHashMap<u64, StrId>,
     categories: FxHashMap<u64, StrId>,
-    annotation_names: FxHashMap<u64, StrId>,
+    /// Interned annotation names: the name, and its top-level arg key (`debug.<name>`).
+    annotation_names: FxHashMap<u64, (StrId, StrId)>,
     annotation_strings: FxHashMap<u64, StrId>,
     source_locations: FxHashMap<u64, (StrId, StrId, u32)>,
     log_bodies: FxHashMap<u64, StrId>,
@@ -274,10 +280,10 @@ struct Deferred {
 pub(crate) struct Importer {
     pub(crate) st: Storage,
     clocks: ClockTracker,
-    seqs: FxHashMap<u32, Sequence>,
+    seqs: Sequences<Sequence>,
     pub(crate) reservations: FxHashMap<u64, Reservation>,
     pub(crate) sorter: Sorter,
-    pub(crate) arena_args: Vec<PendingArg>,
+    pub(crate) arena_args: crate::arg_arena::ArgArena,
     pub(crate) arena_flows: Vec<u64>,
     pub(crate) arena_logs: Vec<crate::logs::PendingLog>,
     pub(crate) aux: Vec<Aux>,
@@ -303,6 +309,9 @@ pub(crate) struct Importer {
     /// Flow v1 (id, category, name) → flow id.
     v1_flow_ids: FxHashMap<(u64, StrId, StrId), u64>,
     key_debug: StrId,
+    /// The keys of a source location's args (`source.file_name`, `source.function_name`,
+    /// `source.line_number`), interned once rather than per event.
+    keys_source: [StrId; 3],
     /// Reused for the events of one TrackEvent, so that tokenizing does not allocate.
     scratch: Vec<Event>,
     pub(crate) parse: crate::parse::ParseState,
@@ -316,13 +325,19 @@ impl Importer {
     pub(crate) fn new(sort: SortMode) -> Self {
         let mut st = Storage::default();
         let key_debug = st.strings.intern("debug");
+        let keys_source = [
+            "source.file_name",
+            "source.function_name",
+            "source.line_number",
+        ]
+        .map(|k| st.strings.intern(k));
         Importer {
             st,
             clocks: ClockTracker::default(),
-            seqs: FxHashMap::default(),
+            seqs: Sequences::default(),
             reservations: FxHashMap::default(),
             sorter: Sorter::new(sort),
-            arena_args: Vec::new(),
+            arena_args: Default::default(),
             arena_flows: Vec::new(),
             arena_logs: Vec::new(),
             aux: Vec::new(),
@@ -340,6 +355,7 @@ impl Importer {
             top_key_cache: FxHashMap::default(),
             v1_flow_ids: FxHashMap::default(),
             key_debug,
+            keys_source,
             scratch: Vec::new(),
             parse: Default::default(),
             legacy: Default::default(),
@@ -388,18 +404,30 @@ impl Importer {
     }
 
     fn push_packet(&mut self, bytes: &[u8], nested: bool) {
-        let packet = match TracePacketView::decode(bytes) {
-            Ok(p) => p,
-            Err(_) => {
-                self.st.stats.inc(Stat::trace_packet_malformed);
+        // The fields every event's packet has, read straight from the bytes; a packet with
+        // anything else (descriptors, interned data, clock snapshots, …) also gets its view.
+        let Ok(packet) = lazy::Packet::decode(bytes) else {
+            self.st.stats.inc(Stat::trace_packet_malformed);
+            return;
+        };
+        let view = if packet.other {
+            match lazy::Packet::view(bytes) {
+                Ok(v) => Some(v),
+                Err(_) => {
+                    self.st.stats.inc(Stat::trace_packet_malformed);
+                    return;
+                }
+            }
+        } else {
+            None
+        };
+        if let Some(v) = &view {
+            if v.has_compressed_packets() || v.has_zstd_compressed_packets() {
+                self.push_compressed(v, nested);
                 return;
             }
-        };
-        if packet.has_compressed_packets() || packet.has_zstd_compressed_packets() {
-            self.push_compressed(&packet, nested);
-            return;
         }
-        if let Err(()) = self.tokenize_packet(&packet) {
+        if let Err(()) = self.tokenize_packet(&packet, view.as_ref()) {
             self.st.stats.inc(Stat::trace_packet_malformed);
         }
     }
@@ -422,18 +450,21 @@ impl Importer {
 
     // === Packets ===
 
-    fn tokenize_packet(&mut self, p: &TracePacketView<'_>) -> Result<(), ()> {
-        let seq_id = p.trusted_packet_sequence_id();
-        let has_seq = p.has_trusted_packet_sequence_id();
-        let dropped = p.previous_packet_dropped();
+    /// `view` is the packet's generated view when it has fields besides the per-event ones
+    /// [`lazy::Packet`] keeps.
+    fn tokenize_packet(
+        &mut self,
+        p: &lazy::Packet<'_>,
+        view: Option<&TracePacketView<'_>>,
+    ) -> Result<(), ()> {
+        let seq_id = p.trusted_packet_sequence_id.unwrap_or(0);
+        let has_seq = p.trusted_packet_sequence_id.is_some();
+        let dropped = p.previous_packet_dropped;
         // The first packet of a sequence always says "dropped" (the service cannot know what
         // came before), so it is not counted as a loss, as in Perfetto.
-        match self.seqs.entry(seq_id) {
-            Entry::Vacant(e) => {
-                e.insert(Sequence::default());
-            }
-            Entry::Occupied(e) if has_seq && dropped != 0 => {
-                let seq = e.into_mut();
+        match self.seqs.get_or_insert(seq_id) {
+            (_, true) => {}
+            (seq, false) if has_seq && dropped != 0 => {
                 seq.dropped += 1;
                 for ((reason, _), count) in LOSS_CAUSES.iter().zip(&mut seq.loss_causes) {
                     if dropped & *reason as u32 != 0 {
@@ -441,18 +472,18 @@ impl Importer {
                     }
                 }
             }
-            Entry::Occupied(_) => {}
+            (_, false) => {}
         }
-        let writer_dropped = p.tachyon_packets_dropped();
+        let writer_dropped = p.tachyon_packets_dropped;
         if writer_dropped != 0 && has_seq {
             let seq = self.seq(seq_id);
             seq.writer_dropped = seq.writer_dropped.saturating_add_unsigned(writer_dropped);
         }
-        if p.first_packet_on_sequence() {
+        if p.first_packet_on_sequence {
             self.first_packet_seqs.insert(seq_id, ());
         }
-        let flags = p.sequence_flags();
-        if p.incremental_state_cleared() || flags & SEQ_INCREMENTAL_STATE_CLEARED != 0 {
+        let flags = p.sequence_flags;
+        if p.incremental_state_cleared || flags & SEQ_INCREMENTAL_STATE_CLEARED != 0 {
             if has_seq {
                 self.seq(seq_id).clear();
             } else {
@@ -470,6 +501,56 @@ impl Importer {
             }
         }
 
+        if let Some(v) = view {
+            if self.packet_state(seq_id, has_seq, v)? {
+                return Ok(());
+            }
+        }
+
+        if flags & SEQ_NEEDS_INCREMENTAL_STATE != 0 {
+            if !has_seq || seq_id == 0 {
+                // Perfetto rejects this outright (the service is too old): count and skip.
+                self.st
+                    .stats
+                    .inc(Stat::packet_skipped_seq_needs_incremental_state_invalid);
+                return Ok(());
+            }
+            let seq = self.seq(seq_id);
+            seq.needs_total += 1;
+            if !seq.valid {
+                seq.needs_skipped += 1;
+                self.st
+                    .stats
+                    .inc(Stat::packet_skipped_seq_needs_incremental_state_invalid);
+                return Ok(());
+            }
+        }
+
+        // Every timestamped packet's time is converted once, here, whatever it carries, as in
+        // Perfetto (which converts each packet's timestamp before dispatching it): an
+        // incremental clock advances by every delta, and the SDKs write descriptors with deltas
+        // too — skipping one would put every later event of the sequence early by it, and
+        // converting twice (a packet with two descriptors) would advance it twice.
+        let time = self.packet_time(seq_id, p);
+
+        if let Some(v) = view {
+            self.packet_data(seq_id, has_seq, v, &time)?;
+        }
+        if let Some(event) = p.track_event {
+            return self.track_event(seq_id, has_seq, event, time);
+        }
+        Ok(())
+    }
+
+    /// The sequence state and service bookkeeping a packet's other fields carry (defaults,
+    /// interned data, clock snapshots, stats, config, service events). `Ok(true)`: the packet
+    /// is done (a clock snapshot or service event carries nothing else we look at).
+    fn packet_state(
+        &mut self,
+        seq_id: u32,
+        has_seq: bool,
+        p: &TracePacketView<'_>,
+    ) -> Result<bool, ()> {
         // Defaults first: they affect this packet's own timestamp and track.
         if p.has_trace_packet_defaults() {
             if has_seq {
@@ -512,7 +593,7 @@ impl Importer {
         }
         if p.has_clock_snapshot() {
             // Like Perfetto, a clock snapshot packet carries nothing else we look at.
-            return self.clock_snapshot(seq_id, p);
+            return self.clock_snapshot(seq_id, p).map(|()| true);
         }
         if p.has_trace_stats() {
             self.trace_stats(p)?;
@@ -535,35 +616,21 @@ impl Importer {
             if e.read_tracing_buffers_completed() {
                 self.notify_read_buffers();
             }
-            return Ok(());
+            return Ok(true);
         }
+        Ok(false)
+    }
 
-        if flags & SEQ_NEEDS_INCREMENTAL_STATE != 0 {
-            if !has_seq || seq_id == 0 {
-                // Perfetto rejects this outright (the service is too old): count and skip.
-                self.st
-                    .stats
-                    .inc(Stat::packet_skipped_seq_needs_incremental_state_invalid);
-                return Ok(());
-            }
-            let seq = self.seq(seq_id);
-            seq.needs_total += 1;
-            if !seq.valid {
-                seq.needs_skipped += 1;
-                self.st
-                    .stats
-                    .inc(Stat::packet_skipped_seq_needs_incremental_state_invalid);
-                return Ok(());
-            }
-        }
-
-        // Every timestamped packet's time is converted once, here, whatever it carries, as in
-        // Perfetto (which converts each packet's timestamp before dispatching it): an
-        // incremental clock advances by every delta, and the SDKs write descriptors with deltas
-        // too — skipping one would put every later event of the sequence early by it, and
-        // converting twice (a packet with two descriptors) would advance it twice.
-        let time = self.packet_time(seq_id, p);
-
+    /// What a packet's other fields describe, at the packet's time: descriptors, system probes,
+    /// profiles.
+    fn packet_data(
+        &mut self,
+        seq_id: u32,
+        has_seq: bool,
+        p: &TracePacketView<'_>,
+        time: &Time,
+    ) -> Result<(), ()> {
+        let time = *time;
         if p.has_track_descriptor() {
             let d = p.track_descriptor().map_err(drop)?;
             let ts = self.naming_time(&time);
@@ -660,9 +727,6 @@ impl Importer {
             let m = p.module_symbols().map_err(drop)?;
             crate::profile::queue_module_symbols(&mut self.st, &m)?;
         }
-        if p.has_track_event() {
-            return self.track_event(seq_id, has_seq, p, time);
-        }
         Ok(())
     }
 
@@ -700,7 +764,7 @@ impl Importer {
     }
 
     fn seq(&mut self, id: u32) -> &mut Sequence {
-        self.seqs.entry(id).or_default()
+        self.seqs.or_default(id)
     }
 
     fn legacy_thread(&mut self, pid: Option<i64>, tid: i64, scope: u8) -> u64 {
@@ -769,7 +833,8 @@ impl Importer {
         let mut ann = Vec::new();
         for e in d.debug_annotation_names() {
             let e = e.map_err(drop)?;
-            ann.push((e.iid(), self.st.strings.intern_bytes(e.name_bytes())));
+            let name = self.st.strings.intern_bytes(e.name_bytes());
+            ann.push((e.iid(), (name, self.top_key(name))));
         }
         let mut strs = Vec::new();
         for e in d.debug_annotation_string_values() {
@@ -834,13 +899,12 @@ impl Importer {
         Ok(())
     }
 
-    fn packet_time(&mut self, seq_id: u32, p: &TracePacketView<'_>) -> Time {
-        if !p.has_timestamp() {
+    fn packet_time(&mut self, seq_id: u32, p: &lazy::Packet<'_>) -> Time {
+        let Some(raw) = p.timestamp else {
             return Time::Missing;
-        }
-        let raw = p.timestamp();
-        let clock_id = if p.has_timestamp_clock_id() {
-            p.timestamp_clock_id()
+        };
+        let clock_id = if let Some(id) = p.timestamp_clock_id {
+            id
         } else {
             self.seqs
                 .get(&seq_id)
@@ -1135,10 +1199,10 @@ impl Importer {
         &mut self,
         seq_id: u32,
         has_seq: bool,
-        p: &TracePacketView<'_>,
+        bytes: &[u8],
         packet_time: Time,
     ) -> Result<(), ()> {
-        let ev = match p.track_event() {
+        let ev = match lazy::TrackEvent::decode(bytes) {
             Ok(ev) => ev,
             Err(_) => {
                 self.st.stats.inc(Stat::track_event_tokenizer_errors);
@@ -1149,14 +1213,18 @@ impl Importer {
             self.st.stats.inc(Stat::track_event_missing_sequence_id);
             return Ok(());
         }
+        // Fields outside the common set (legacy events and timestamps, inline categories,
+        // thread time, extra counters, log messages, call stacks) are read through the view.
+        let rare_view = ev.view();
+        let rare = rare_view.as_ref();
         // Legacy microsecond timestamps are CLOCK_MONOTONIC readings, as in Perfetto.
-        let legacy_us = if ev.has_timestamp_absolute_us() {
-            Some(ev.timestamp_absolute_us())
-        } else if ev.has_timestamp_delta_us() {
+        let legacy_us = if let Some(r) = rare.filter(|r| r.has_timestamp_absolute_us()) {
+            Some(r.timestamp_absolute_us())
+        } else if let Some(r) = rare.filter(|r| r.has_timestamp_delta_us()) {
             let seq = self.seq(seq_id);
             match seq.legacy_ts_us {
                 Some(base) => {
-                    let t = base.saturating_add(ev.timestamp_delta_us());
+                    let t = base.saturating_add(r.timestamp_delta_us());
                     seq.legacy_ts_us = Some(t);
                     Some(t)
                 }
@@ -1203,7 +1271,7 @@ impl Importer {
             return Ok(());
         }
         let mut out = std::mem::take(&mut self.scratch);
-        self.tokenize_track_event(seq_id, &ev, ts, &mut out);
+        self.tokenize_track_event(seq_id, &ev, rare, ts, &mut out);
         for event in out.drain(..) {
             match deferred {
                 None => self.emit(event),
@@ -1217,10 +1285,12 @@ impl Importer {
         Ok(())
     }
 
+    /// `rare` is the event's view when it has fields outside [`lazy::TrackEvent`]'s.
     fn tokenize_track_event(
         &mut self,
         seq_id: u32,
-        ev: &TrackEventView<'_>,
+        ev: &lazy::TrackEvent<'_>,
+        rare: Option<&TrackEventView<'_>>,
         ts: i64,
         out: &mut Vec<Event>,
     ) {
@@ -1229,10 +1299,9 @@ impl Importer {
             .get(&seq_id)
             .expect("sequence exists once a packet was seen");
         let defaults = seq.defaults.as_ref();
-        let legacy = ev
-            .has_legacy_event()
-            .then(|| ev.legacy_event().ok())
-            .flatten();
+        let legacy = rare
+            .filter(|r| r.has_legacy_event())
+            .and_then(|r| r.legacy_event().ok());
         let default_uuid = defaults.and_then(|d| d.track_uuid);
         let uuid = if ev.has_track_uuid() {
             ev.track_uuid()
@@ -1394,7 +1463,7 @@ impl Importer {
                 None => interned_misses += 1,
             }
         }
-        let mut inline = ev.categories().flatten();
+        let mut inline = rare.into_iter().flat_map(|r| r.categories().flatten());
         let category = match (interned_categories, inline.next()) {
             (0, None) => NONE,
             (1, None) => interned_category,
@@ -1405,7 +1474,7 @@ impl Importer {
                     .category_iids()
                     .filter_map(|iid| seq.categories.get(&iid.ok()?))
                     .map(|&c| strings.get(c))
-                    .chain(ev.categories().flatten())
+                    .chain(rare.into_iter().flat_map(|r| r.categories().flatten()))
                     .collect::<Vec<_>>()
                     .join(",");
                 self.st.strings.intern(&joined)
@@ -1457,15 +1526,17 @@ impl Importer {
                     .inc(Stat::track_event_counter_invalid_track_uuid),
             }
         }
-        self.extra_counters(seq_id, ev, ts, out);
-        self.thread_counters(seq_id, ev, ts, track, legacy_thread, out);
+        if let Some(r) = rare {
+            self.extra_counters(seq_id, r, ts, out);
+            self.thread_counters(seq_id, r, ts, track, legacy_thread, out);
+        }
 
         if kind != EventKind::Counter {
             let args = self.arena_args.len() as u32;
             if let Some((t, phase)) = async_track {
                 self.async_args_before(t, phase);
             }
-            self.annotations(seq_id, ev, &mut interned_misses);
+            self.annotations(seq_id, ev, rare, &mut interned_misses);
             if let Some((t, phase)) = async_track {
                 self.async_args_after(t, phase);
             } else if !legacy_thread && kind != EventKind::SliceEnd {
@@ -1484,8 +1555,10 @@ impl Importer {
             let flows = self.arena_flows.len() as u32;
             self.arena_flows
                 .extend(ev.flow_ids().filter_map(Result::ok));
-            self.arena_flows
-                .extend(ev.flow_ids_old().filter_map(Result::ok));
+            if let Some(r) = rare {
+                self.arena_flows
+                    .extend(r.flow_ids_old().filter_map(Result::ok));
+            }
             // An event carries at most u16::MAX flow ids of each kind; more are dropped and
             // counted.
             let all_flows = self.arena_flows.len() as u32 - flows;
@@ -1493,8 +1566,10 @@ impl Importer {
             self.arena_flows.truncate((flows + nflows as u32) as usize);
             self.arena_flows
                 .extend(ev.terminating_flow_ids().filter_map(Result::ok));
-            self.arena_flows
-                .extend(ev.terminating_flow_ids_old().filter_map(Result::ok));
+            if let Some(r) = rare {
+                self.arena_flows
+                    .extend(r.terminating_flow_ids_old().filter_map(Result::ok));
+            }
             let all_terms = self.arena_flows.len() as u32 - flows - nflows as u32;
             let nterm = all_terms.min(u16::MAX as u32) as u16;
             self.arena_flows
@@ -1503,10 +1578,10 @@ impl Importer {
             if dropped > 0 {
                 self.st.stats.add(Stat::flow_ids_dropped, dropped as i64);
             }
-            if matches!(
-                kind,
-                EventKind::SliceBegin | EventKind::SliceEnd | EventKind::Instant
-            ) {
+            // (Call stacks are rare fields: an event without them has no callsite.)
+            if let (Some(r), EventKind::SliceBegin | EventKind::SliceEnd | EventKind::Instant) =
+                (rare, kind)
+            {
                 // The callsite, + 1 (0: none), for `__intrinsic_track_event_callstacks`.
                 // The event's process, if its track has one: its mappings are that process's
                 // (Perfetto resolves track event stacks with the track's upid).
@@ -1517,12 +1592,12 @@ impl Importer {
                 };
                 let seq = self.seqs.get_mut(&seq_id).expect("sequence exists");
                 if let Some(c) =
-                    crate::profile::track_event_callsite(&mut seq.profile, &mut self.st, pid, ev)
+                    crate::profile::track_event_callsite(&mut seq.profile, &mut self.st, pid, r)
                 {
                     data = u64::from(c) + 1;
-                    if ev.has_callstack_weight() {
+                    if r.has_callstack_weight() {
                         let w = &mut self.st.profile.callstack_weights;
-                        w.push(ev.callstack_weight());
+                        w.push(r.callstack_weight());
                         data |= (w.len() as u64) << 32;
                     }
                 }
@@ -1552,10 +1627,10 @@ impl Importer {
                 flow.legacy_thread = legacy_thread;
                 out.push(flow);
             }
-            if ev.has_log_message() {
+            if let Some(r) = rare.filter(|r| r.has_log_message()) {
                 // As Perfetto: an unresolved body or location is an interning miss and a
                 // parser error, and no row.
-                match self.log_message(seq_id, ev) {
+                match self.log_message(seq_id, r) {
                     Some(log) => self.push_log(&event, log, out),
                     None => {
                         interned_misses += 1;
@@ -1721,34 +1796,34 @@ impl Importer {
 
     // === Debug annotations → args ===
 
-    fn annotations(&mut self, seq_id: u32, ev: &TrackEventView<'_>, misses: &mut i64) {
+    fn annotations(
+        &mut self,
+        seq_id: u32,
+        ev: &lazy::TrackEvent<'_>,
+        rare: Option<&TrackEventView<'_>>,
+        misses: &mut i64,
+    ) {
         for a in ev.debug_annotations() {
             let Ok(a) = a else {
                 self.st.stats.inc(Stat::track_event_tokenizer_errors);
                 continue;
             };
-            let name = if a.has_name() {
-                self.st.strings.intern_bytes(a.name_bytes())
-            } else if let Some(&n) = self.seqs[&seq_id].annotation_names.get(&a.name_iid()) {
-                n
+            let key = if let Some(name) = a.name {
+                let name = self.st.strings.intern_bytes(name);
+                self.top_key(name)
+            } else if let Some(&(_, key)) = self.seqs[&seq_id]
+                .annotation_names
+                .get(&a.name_iid.unwrap_or(0))
+            {
+                key
             } else {
                 *misses += 1;
                 continue;
             };
-            let key = match self.top_key_cache.get(&name) {
-                Some(&k) => k,
-                None => {
-                    let k = format!(
-                        "{}.{}",
-                        self.st.strings.get(self.key_debug),
-                        self.st.strings.get(name)
-                    );
-                    let k = self.st.strings.intern(&k);
-                    self.top_key_cache.insert(name, k);
-                    k
-                }
-            };
-            self.annotation_value(seq_id, &a, key, key, 0, misses);
+            match a.view() {
+                Some(view) => self.annotation_value(seq_id, &view, key, key, 0, misses),
+                None => self.scalar_annotation(seq_id, &a, key, misses),
+            }
         }
         // Source location: interned or inline, as `source.*` args.
         let seq = &self.seqs[&seq_id];
@@ -1760,8 +1835,8 @@ impl Importer {
                     None
                 }
             }
-        } else if ev.has_source_location() {
-            ev.source_location().ok().map(|l| {
+        } else if let Some(r) = rare.filter(|r| r.has_source_location()) {
+            r.source_location().ok().map(|l| {
                 (
                     self.st.strings.intern_bytes(l.file_name_bytes()),
                     self.st.strings.intern_bytes(l.function_name_bytes()),
@@ -1772,19 +1847,81 @@ impl Importer {
             None
         };
         if let Some((file, func, line)) = loc {
+            let [kf, kn, kl] = self.keys_source;
             for (k, v) in [
-                ("source.file_name", ArgValue::Str(file)),
-                ("source.function_name", ArgValue::Str(func)),
-                ("source.line_number", ArgValue::Int(line as i64)),
+                (kf, ArgValue::Str(file)),
+                (kn, ArgValue::Str(func)),
+                (kl, ArgValue::Int(line as i64)),
             ] {
-                let k = self.st.strings.intern(k);
-                self.arena_args.push(PendingArg {
-                    flat_key: k,
-                    key: k,
-                    value: v,
-                });
+                self.arena_args.push(
+                    &mut self.st.args,
+                    PendingArg {
+                        flat_key: k,
+                        key: k,
+                        value: v,
+                    },
+                );
             }
         }
+    }
+
+    /// The arg key of a top-level annotation named `name`: `debug.<name>`.
+    fn top_key(&mut self, name: StrId) -> StrId {
+        if let Some(&k) = self.top_key_cache.get(&name) {
+            return k;
+        }
+        let k = format!(
+            "{}.{}",
+            self.st.strings.get(self.key_debug),
+            self.st.strings.get(name)
+        );
+        let k = self.st.strings.intern(&k);
+        self.top_key_cache.insert(name, k);
+        k
+    }
+
+    /// A top-level annotation with a scalar value (or none): the common case of
+    /// [`Importer::annotation_value`], read from the lazily decoded annotation. The order of
+    /// precedence between values is the same.
+    fn scalar_annotation(
+        &mut self,
+        seq_id: u32,
+        a: &lazy::Annotation<'_>,
+        key: StrId,
+        misses: &mut i64,
+    ) {
+        let value = if let Some(v) = a.bool_value {
+            ArgValue::Bool(v)
+        } else if let Some(v) = a.uint_value {
+            ArgValue::UInt(v)
+        } else if let Some(v) = a.int_value {
+            ArgValue::Int(v)
+        } else if let Some(v) = a.double_value {
+            ArgValue::Real(v)
+        } else if let Some(s) = a.string_value {
+            ArgValue::Str(self.st.strings.intern_bytes(s))
+        } else if let Some(iid) = a.string_value_iid {
+            match self.seqs[&seq_id].annotation_strings.get(&iid) {
+                Some(&s) => ArgValue::Str(s),
+                None => {
+                    *misses += 1;
+                    return;
+                }
+            }
+        } else if let Some(v) = a.pointer_value {
+            ArgValue::Pointer(v)
+        } else {
+            // No value: nothing (dictionaries, arrays and the rest take the view's path).
+            return;
+        };
+        self.arena_args.push(
+            &mut self.st.args,
+            PendingArg {
+                flat_key: key,
+                key,
+                value,
+            },
+        );
     }
 
     fn annotation_value(
@@ -1826,7 +1963,11 @@ impl Importer {
             ArgValue::Pointer(a.pointer_value())
         } else if a.has_legacy_json_value() {
             let json = a.legacy_json_value_bytes();
-            crate::json_args::push(strings, &mut self.arena_args, flat_key, key, json);
+            let mut out = Vec::new();
+            crate::json_args::push(strings, &mut out, flat_key, key, json);
+            for a in out {
+                self.arena_args.push(&mut self.st.args, a);
+            }
             return;
         } else if a.has_nested_value() {
             match a.nested_value() {
@@ -1844,7 +1985,8 @@ impl Importer {
                 };
                 let name = if e.has_name() {
                     String::from_utf8_lossy(e.name_bytes()).into_owned()
-                } else if let Some(&n) = self.seqs[&seq_id].annotation_names.get(&e.name_iid()) {
+                } else if let Some(&(n, _)) = self.seqs[&seq_id].annotation_names.get(&e.name_iid())
+                {
                     self.st.strings.get(n).to_owned()
                 } else {
                     *misses += 1;
@@ -1865,11 +2007,14 @@ impl Importer {
             }
             return;
         };
-        self.arena_args.push(PendingArg {
-            flat_key,
-            key,
-            value,
-        });
+        self.arena_args.push(
+            &mut self.st.args,
+            PendingArg {
+                flat_key,
+                key,
+                value,
+            },
+        );
     }
 
     fn child_keys(&mut self, flat_key: StrId, key: StrId, name: &str) -> (StrId, StrId) {
@@ -1927,11 +2072,14 @@ impl Importer {
                 } else {
                     return;
                 };
-                self.arena_args.push(PendingArg {
-                    flat_key,
-                    key,
-                    value,
-                });
+                self.arena_args.push(
+                    &mut self.st.args,
+                    PendingArg {
+                        flat_key,
+                        key,
+                        value,
+                    },
+                );
             }
         }
     }
@@ -1962,7 +2110,7 @@ impl Importer {
         crate::heap::finish(&mut self.st);
 
         // How many packets each writer says it dropped, per sequence (whatever its buffer).
-        for (&seq_id, seq) in &self.seqs {
+        for (&seq_id, seq) in self.seqs.iter() {
             if seq.writer_dropped != 0 {
                 self.st.stats.add_indexed(
                     Stat::sequence_writer_packets_dropped,
@@ -2051,6 +2199,7 @@ impl Event {
 }
 
 /// A packet's timestamp, resolved.
+#[derive(Clone, Copy)]
 enum Time {
     At(i64),
     Missing,

@@ -123,11 +123,14 @@ impl Importer {
         self.legacy
             .passthrough
             .insert(self.arena_args.len() as u32, thread);
-        self.arena_args.push(PendingArg {
-            flat_key: key,
-            key: NONE,
-            value: ArgValue::UInt(0),
-        });
+        self.arena_args.push(
+            &mut self.st.args,
+            PendingArg {
+                flat_key: key,
+                key: NONE,
+                value: ArgValue::UInt(0),
+            },
+        );
     }
 
     /// The value of the passthrough placeholder at arena index `arg` of `ev`: none when its
@@ -217,11 +220,14 @@ impl Importer {
         }
         let e = self.legacy.events[(track & !ASYNC_TRACK) as usize];
         let key = self.st.strings.intern("legacy_trace_source_id");
-        self.arena_args.push(PendingArg {
-            flat_key: key,
-            key,
-            value: ArgValue::Int(e.id),
-        });
+        self.arena_args.push(
+            &mut self.st.args,
+            PendingArg {
+                flat_key: key,
+                key,
+                value: ArgValue::Int(e.id),
+            },
+        );
     }
 
     /// The args an async event puts after its debug annotations.
@@ -232,19 +238,25 @@ impl Importer {
         let index = (track & !ASYNC_TRACK) as usize;
         let key = self.st.strings.intern("legacy_event.passthrough_utid");
         self.legacy.events[index].passthrough_arg = self.arena_args.len() as u32;
-        self.arena_args.push(PendingArg {
-            flat_key: key,
-            key: NONE,
-            value: ArgValue::UInt(0),
-        });
+        self.arena_args.push(
+            &mut self.st.args,
+            PendingArg {
+                flat_key: key,
+                key: NONE,
+                value: ArgValue::UInt(0),
+            },
+        );
         if matches!(phase, b'S' | b'T' | b'p') {
             let key = self.st.strings.intern("legacy_event.phase");
             let value = self.st.strings.intern(&(phase as char).to_string());
-            self.arena_args.push(PendingArg {
-                flat_key: key,
-                key,
-                value: ArgValue::Str(value),
-            });
+            self.arena_args.push(
+                &mut self.st.args,
+                PendingArg {
+                    flat_key: key,
+                    key,
+                    value: ArgValue::Str(value),
+                },
+            );
         }
     }
 
@@ -272,10 +284,15 @@ impl Importer {
             self.st.stats.inc(Stat::track_event_parser_errors);
             return None;
         }
-        if let (Some(utid), Some(arg)) = (utid, self.arena_args.get_mut(e.passthrough_arg as usize))
-        {
-            arg.key = arg.flat_key;
-            arg.value = ArgValue::UInt(utid as u64);
+        let at = e.passthrough_arg as usize;
+        if let (Some(utid), true) = (utid, at < self.arena_args.len()) {
+            let key = self.arena_args.get(&self.st.args, at).flat_key;
+            let arg = PendingArg {
+                flat_key: key,
+                key,
+                value: ArgValue::UInt(utid as u64),
+            };
+            self.arena_args.set(&mut self.st.args, at, arg);
         }
         let group_upid = if e.process_scoped { upid } else { NONE };
         let root = *self

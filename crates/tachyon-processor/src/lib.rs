@@ -53,6 +53,7 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+mod arg_arena;
 mod clock;
 mod crashes;
 mod db;
@@ -62,6 +63,7 @@ mod frames;
 mod heap;
 mod import;
 mod json_args;
+mod lazy;
 mod legacy;
 mod locks;
 mod logs;
@@ -92,3 +94,9 @@ pub use processor::{
 };
 pub use stats::{Severity, Source};
 pub use zones::ZoneStats;
+
+/// Not an API (for the `lazy_views` fuzz target): whether the importer's hand-written decoders
+/// of its per-event messages read `bytes` as the generated views do; `Err` names the first
+/// difference.
+#[doc(hidden)]
+pub use lazy::agrees_with_views as lazy_decoders_agree_with_views;

@@ -39,6 +39,31 @@ pub(crate) enum Scope {
     Global,
 }
 
+/// The open slices of each track, by track id. Track ids are dense (positions in the track
+/// table), so this is a vector rather than a map: every slice begin and end looks its track's
+/// stack up twice.
+#[derive(Debug, Default)]
+struct Stacks(Vec<Vec<u32>>);
+
+impl Stacks {
+    /// Track `track`'s stack, created empty if new.
+    fn entry(&mut self, track: u32) -> &mut Vec<u32> {
+        let i = track as usize;
+        if i >= self.0.len() {
+            self.0.resize_with(i + 1, Vec::new);
+        }
+        &mut self.0[i]
+    }
+
+    fn get(&self, track: &u32) -> Option<&Vec<u32>> {
+        self.0.get(*track as usize)
+    }
+
+    fn get_mut(&mut self, track: &u32) -> Option<&mut Vec<u32>> {
+        self.0.get_mut(*track as usize)
+    }
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct ParseState {
     /// uuid → track id.
@@ -54,7 +79,7 @@ pub(crate) struct ParseState {
     /// utid → its `thread` track.
     thread_tracks: FxHashMap<u32, u32>,
     /// Open slices per track.
-    stacks: FxHashMap<u32, Vec<u32>>,
+    stacks: Stacks,
     /// Flow id → the slice that last carried it.
     flows: FxHashMap<u64, u32>,
     /// Track → flows arriving at the next slice that begins on it (legacy phase `f` without
@@ -158,7 +183,7 @@ impl Importer {
                     return;
                 };
                 self.close_completed(track, ev.ts);
-                let stack = self.parse.stacks.entry(track).or_default();
+                let stack = self.parse.stacks.entry(track);
                 if stack.len() >= MAX_DEPTH {
                     self.st.stats.inc(Stat::slice_max_depth_exceeded);
                     return;
@@ -417,18 +442,24 @@ impl Importer {
         let (merging, mut set) = (set != NONE, set);
         let range = ev.args as usize..(ev.args + ev.nargs) as usize;
         for i in range {
-            let mut a = self.arena_args[i];
-            if a.key == NONE {
+            let id = self.arena_args.id(i);
+            if self.arena_args.is_placeholder(id) {
+                let a = self.st.args.entry(id);
                 // An arg decided at parse time (`legacy.rs`: the emitting thread).
-                match self.passthrough_utid(i, ev, merging) {
-                    Some(v) => (a.key, a.value) = (a.flat_key, v),
-                    None => continue,
+                let Some(v) = self.passthrough_utid(i, ev, merging) else {
+                    continue;
+                };
+                if set == NONE {
+                    set = self.st.new_arg_set();
                 }
+                self.st.push_arg(set, a.flat_key, a.flat_key, v);
+                continue;
             }
             if set == NONE {
                 set = self.st.new_arg_set();
             }
-            self.st.push_arg(set, a.flat_key, a.key, a.value);
+            // Already deduplicated when it was tokenized (`arg_arena.rs`).
+            self.st.args.push_id(set, id);
         }
         set
     }
@@ -469,7 +500,7 @@ impl Importer {
         );
         self.sorter.out_of_order = 0;
         // The arenas were only needed until every event was parsed.
-        self.arena_args = Vec::new();
+        self.arena_args = Default::default();
         self.arena_flows = Vec::new();
         self.arena_logs = Vec::new();
     }

@@ -54,7 +54,7 @@ const LATE: usize = 1 << (usize::BITS - 1);
 
 impl ArgBuilder {
     /// The id of the distinct argument `(flat_key, key, value)`, stored on first sight.
-    fn entry_id(&mut self, flat_key: StrId, key: StrId, value: ArgValue) -> u32 {
+    pub(crate) fn entry_id(&mut self, flat_key: StrId, key: StrId, value: ArgValue) -> u32 {
         let entries = &mut self.table.entries;
         *self
             .seen
@@ -69,9 +69,19 @@ impl ArgBuilder {
             })
     }
 
+    /// The distinct argument with id `id` (from [`ArgBuilder::entry_id`]).
+    pub(crate) fn entry(&self, id: u32) -> ArgEntry {
+        self.table.entries[id as usize]
+    }
+
     /// Adds an argument to arg set `set`.
     pub(crate) fn push(&mut self, set: u32, flat_key: StrId, key: StrId, value: ArgValue) {
         let id = self.entry_id(flat_key, key, value);
+        self.push_id(set, id);
+    }
+
+    /// Adds the distinct argument `id` (from [`ArgBuilder::entry_id`]) to arg set `set`.
+    pub(crate) fn push_id(&mut self, set: u32, id: u32) {
         let t = &mut self.table;
         // `offsets[s]` is where set `s` starts; the newest set is `offsets.len() - 1`.
         let newest = t.offsets.len() as i64 - 1;

@@ -12,9 +12,11 @@
 //! (the releasing thread sees the waiter and hands it the flow).
 //!
 //! Cost: an acquisition first *tries* the lock; when it gets it at once (the common case) it
-//! only reads the clock's counter into the guard, and the release queues one 16-byte record on
-//! the thread's event queue carrying both readings (a zone queues two: its begin and its end);
-//! the drainer thread writes the hold's begin and end from it. Only an acquisition that has to
+//! tests the category and reads the clock's counter into the guard (one reading: the wait's
+//! start is the moment it obtained the lock), nothing else. The release reads the counter,
+//! unlocks, then queues one 16-byte record on the thread's event queue carrying both readings
+//! (a zone queues two: its begin and its end), looking up the lock's index only then; the
+//! drainer thread writes the hold's begin and end from it. Only an acquisition that has to
 //! wait takes the slow path: it reads the clock before and after blocking and writes the wait
 //! and the hold's begin at once; its release queues the end.
 //!
@@ -36,6 +38,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::mem::ManuallyDrop;
 use std::ops::{Deref, DerefMut};
 use std::panic::Location;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -144,6 +147,13 @@ impl LockInfo {
             return None;
         }
         HOLD.check()?;
+        self.index()
+    }
+
+    /// The lock's index, registering it on its first traced use; `None`: not traced (too
+    /// many locks).
+    #[inline(always)]
+    fn index(&self) -> Option<u32> {
         match self.index.load(Ordering::Relaxed) {
             0 => self.register(),
             u32::MAX => None,
@@ -171,12 +181,16 @@ impl LockInfo {
         Some(index)
     }
 
-    /// An acquisition that did not wait: the clock's counter now, recorded with the release.
+    /// An acquisition that did not wait: the clock's counter now (the wait's start and the
+    /// moment the lock was obtained, one reading), recorded with the release. Only the
+    /// category is tested here: the lock's index is looked up when the record is queued,
+    /// after the unlock.
     #[inline(always)]
-    fn hold(&self, _shared: bool) -> Hold {
-        match self.traced() {
-            Some(_) => Hold::since(crate::clock::clock().ticks()),
-            None => Hold::NONE,
+    fn hold(&self) -> Hold {
+        if crate::COMPILED_IN && HOLD.check().is_some() {
+            Hold::since(crate::clock::clock().ticks())
+        } else {
+            Hold::NONE
         }
     }
 
@@ -201,27 +215,41 @@ impl LockInfo {
         (r, Hold::waited(session))
     }
 
-    /// Records the end of `hold` (before the lock is released).
+    /// Releases the lock at the end of `hold`: drops `inner` (std's guard; `()` for a
+    /// [`LockHold`], whose lock the program releases itself).
     ///
-    /// Inline, only the test: the guard's drop stays small enough for the compiler to inline
-    /// it, so the guard lives in registers. With the recording inline too, the drop was a
-    /// call taking the guard through memory, its fields copied with wide loads over narrow
-    /// stores (store-forwarding stalls): a call here measured ~10% less per hold.
+    /// Only the test inline: the guard's drop stays small enough for the compiler to inline
+    /// it, so the guard lives in registers and reaches [`unlock_traced`](Self::unlock_traced)
+    /// in them (with more inline, the drop became a call taking the guard through memory,
+    /// its fields copied with wide loads over narrow stores: ~15% more per hold).
     #[inline(always)]
-    fn release(&self, hold: Hold, shared: bool) {
-        if hold.0 != 0 {
-            self.release_traced(hold, shared);
+    fn unlock<G>(&self, hold: Hold, shared: bool, inner: G) {
+        if hold.0 == 0 {
+            drop(inner);
+        } else {
+            self.unlock_traced(hold, shared, inner);
         }
     }
 
+    /// [`unlock`](Self::unlock) of a traced hold. One that did not wait, with no thread
+    /// waiting for the lock: the clock's counter read just before the unlock, the record
+    /// queued just after it (the queue's stores then do not hold up the unlock's atomic,
+    /// which waits for the stores before it to drain; with the record queued before the
+    /// unlock and the index looked up at the acquisition, a hold cost ~7% more).
+    /// Anything else is written before the unlock.
     #[inline(never)]
-    fn release_traced(&self, hold: Hold, shared: bool) {
-        // Set (and never changed again) before the hold began: it was traced.
-        let index = self.index.load(Ordering::Relaxed).wrapping_sub(1);
-        if hold.0 & Hold::WAITED == 0 && self.waiters.load(Ordering::Relaxed) == 0 {
-            ext::lock_hold_complete(index, shared, hold.0);
-        } else {
-            self.release_slow(hold, index, shared);
+    fn unlock_traced<G>(&self, hold: Hold, shared: bool, inner: G) {
+        if hold.0 & Hold::WAITED != 0 || self.waiters.load(Ordering::Relaxed) != 0 {
+            self.release_slow(hold, shared);
+            drop(inner);
+            return;
+        }
+        let end = crate::clock::clock().ticks();
+        drop(inner);
+        // A lock's index is looked up here, after the unlock, and given at its first traced
+        // release (or wait): the acquisition only tests the category.
+        if let Some(index) = self.index() {
+            ext::lock_hold_complete(index, shared, hold.0, end);
         }
     }
 
@@ -229,12 +257,16 @@ impl LockInfo {
     /// for now (a flow leaves it for the waiter).
     #[cold]
     #[inline(never)]
-    fn release_slow(&self, hold: Hold, index: u32, shared: bool) {
+    fn release_slow(&self, hold: Hold, shared: bool) {
+        let Some(index) = self.index() else {
+            return;
+        };
         let session = hold.session();
+        let end = crate::clock::clock().ticks();
         // The waiter may have left meanwhile (a `LockWait` dropped): no flow then.
         if self.waiters.load(Ordering::Relaxed) == 0 {
             if session == 0 {
-                ext::lock_hold_complete(index, shared, hold.0);
+                ext::lock_complete_cold(index, shared, hold.0, end, None);
             } else {
                 ext::lock_release(session, index, shared);
             }
@@ -243,17 +275,17 @@ impl LockInfo {
         let flow = Flow::new().id();
         self.handoff.store(flow, Ordering::Relaxed);
         if session == 0 {
-            ext::lock_complete_cold(index, shared, hold.0, Some(flow));
+            ext::lock_complete_cold(index, shared, hold.0, end, Some(flow));
         } else {
             ext::lock_release_with_flow(session, index, shared, flow);
         }
     }
 }
 
-/// A traced hold in one word (a guard is four words): 0, not traced; with [`Hold::WAITED`] set, a hold that
-/// waited, whose begin went to the session in the low 32 bits; otherwise the clock's counter
-/// when the hold began (it did not wait). The lock's index is the lock's own
-/// (`LockInfo::index`, set before its first traced hold and never changed).
+/// A traced hold in one word (a guard is four words): 0, not traced; with [`Hold::WAITED`]
+/// set, a hold that waited, whose begin went to the session in the low 32 bits; otherwise the
+/// clock's counter when the hold began (it did not wait). The lock's index is the lock's own
+/// (`LockInfo::index`, given at its first traced release or wait and never changed).
 #[derive(Clone, Copy, Debug)]
 struct Hold(u64);
 
@@ -333,9 +365,9 @@ impl<T: ?Sized> Mutex<T> {
     #[inline]
     pub fn lock(&self) -> LockResult<MutexGuard<'_, T>> {
         match self.inner.try_lock() {
-            Ok(g) => Ok(self.guard(g, self.info.hold(false))),
+            Ok(g) => Ok(self.guard(g, self.info.hold())),
             Err(TryLockError::Poisoned(p)) => {
-                let g = self.guard(p.into_inner(), self.info.hold(false));
+                let g = self.guard(p.into_inner(), self.info.hold());
                 Err(PoisonError::new(g))
             }
             Err(TryLockError::WouldBlock) => self.lock_contended(),
@@ -355,9 +387,9 @@ impl<T: ?Sized> Mutex<T> {
     /// Acquires the mutex if no one holds it ([`std::sync::Mutex::try_lock`]).
     pub fn try_lock(&self) -> TryLockResult<MutexGuard<'_, T>> {
         match self.inner.try_lock() {
-            Ok(g) => Ok(self.guard(g, self.info.hold(false))),
+            Ok(g) => Ok(self.guard(g, self.info.hold())),
             Err(TryLockError::Poisoned(p)) => {
-                let g = self.guard(p.into_inner(), self.info.hold(false));
+                let g = self.guard(p.into_inner(), self.info.hold());
                 Err(TryLockError::Poisoned(PoisonError::new(g)))
             }
             Err(TryLockError::WouldBlock) => Err(TryLockError::WouldBlock),
@@ -367,7 +399,7 @@ impl<T: ?Sized> Mutex<T> {
     #[inline(always)]
     fn guard<'a>(&'a self, inner: std::sync::MutexGuard<'a, T>, hold: Hold) -> MutexGuard<'a, T> {
         MutexGuard {
-            inner,
+            inner: ManuallyDrop::new(inner),
             info: &self.info,
             hold,
         }
@@ -401,6 +433,14 @@ impl<T: Default> Default for Mutex<T> {
     }
 }
 
+impl<T> From<T> for Mutex<T> {
+    /// A mutex named after the place that creates it (as [`Mutex::new`]).
+    #[track_caller]
+    fn from(value: T) -> Self {
+        Mutex::new(value)
+    }
+}
+
 impl<T: ?Sized + fmt::Debug> fmt::Debug for Mutex<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Mutex")
@@ -414,8 +454,8 @@ impl<T: ?Sized + fmt::Debug> fmt::Debug for Mutex<T> {
 /// released).
 #[must_use = "if unused the Mutex will immediately unlock"]
 pub struct MutexGuard<'a, T: ?Sized + 'a> {
-    // Dropped after `Drop::drop` below has recorded the release.
-    inner: std::sync::MutexGuard<'a, T>,
+    // Dropped in `Drop::drop` below, between reading the release's time and queuing it.
+    inner: ManuallyDrop<std::sync::MutexGuard<'a, T>>,
     info: &'a LockInfo,
     hold: Hold,
 }
@@ -436,7 +476,10 @@ impl<T: ?Sized> DerefMut for MutexGuard<'_, T> {
 impl<T: ?Sized> Drop for MutexGuard<'_, T> {
     #[inline(always)]
     fn drop(&mut self) {
-        self.info.release(self.hold, false);
+        // SAFETY: `inner` is taken here only, once: the guard is being dropped and never
+        // touches it again (`unlock` drops std's guard, which releases the lock).
+        let inner = unsafe { ManuallyDrop::take(&mut self.inner) };
+        self.info.unlock(self.hold, false, inner);
     }
 }
 
@@ -497,9 +540,9 @@ impl<T: ?Sized> RwLock<T> {
     #[inline]
     pub fn read(&self) -> LockResult<RwLockReadGuard<'_, T>> {
         match self.inner.try_read() {
-            Ok(g) => Ok(self.read_guard(g, self.info.hold(true))),
+            Ok(g) => Ok(self.read_guard(g, self.info.hold())),
             Err(TryLockError::Poisoned(p)) => {
-                let g = self.read_guard(p.into_inner(), self.info.hold(true));
+                let g = self.read_guard(p.into_inner(), self.info.hold());
                 Err(PoisonError::new(g))
             }
             Err(TryLockError::WouldBlock) => self.read_contended(),
@@ -520,9 +563,9 @@ impl<T: ?Sized> RwLock<T> {
     #[inline]
     pub fn write(&self) -> LockResult<RwLockWriteGuard<'_, T>> {
         match self.inner.try_write() {
-            Ok(g) => Ok(self.write_guard(g, self.info.hold(false))),
+            Ok(g) => Ok(self.write_guard(g, self.info.hold())),
             Err(TryLockError::Poisoned(p)) => {
-                let g = self.write_guard(p.into_inner(), self.info.hold(false));
+                let g = self.write_guard(p.into_inner(), self.info.hold());
                 Err(PoisonError::new(g))
             }
             Err(TryLockError::WouldBlock) => self.write_contended(),
@@ -542,9 +585,9 @@ impl<T: ?Sized> RwLock<T> {
     /// Shared access if no writer holds the lock.
     pub fn try_read(&self) -> TryLockResult<RwLockReadGuard<'_, T>> {
         match self.inner.try_read() {
-            Ok(g) => Ok(self.read_guard(g, self.info.hold(true))),
+            Ok(g) => Ok(self.read_guard(g, self.info.hold())),
             Err(TryLockError::Poisoned(p)) => {
-                let g = self.read_guard(p.into_inner(), self.info.hold(true));
+                let g = self.read_guard(p.into_inner(), self.info.hold());
                 Err(TryLockError::Poisoned(PoisonError::new(g)))
             }
             Err(TryLockError::WouldBlock) => Err(TryLockError::WouldBlock),
@@ -554,9 +597,9 @@ impl<T: ?Sized> RwLock<T> {
     /// Exclusive access if no one holds the lock.
     pub fn try_write(&self) -> TryLockResult<RwLockWriteGuard<'_, T>> {
         match self.inner.try_write() {
-            Ok(g) => Ok(self.write_guard(g, self.info.hold(false))),
+            Ok(g) => Ok(self.write_guard(g, self.info.hold())),
             Err(TryLockError::Poisoned(p)) => {
-                let g = self.write_guard(p.into_inner(), self.info.hold(false));
+                let g = self.write_guard(p.into_inner(), self.info.hold());
                 Err(TryLockError::Poisoned(PoisonError::new(g)))
             }
             Err(TryLockError::WouldBlock) => Err(TryLockError::WouldBlock),
@@ -569,7 +612,7 @@ impl<T: ?Sized> RwLock<T> {
         hold: Hold,
     ) -> RwLockReadGuard<'a, T> {
         RwLockReadGuard {
-            inner,
+            inner: ManuallyDrop::new(inner),
             info: &self.info,
             hold,
         }
@@ -581,7 +624,7 @@ impl<T: ?Sized> RwLock<T> {
         hold: Hold,
     ) -> RwLockWriteGuard<'a, T> {
         RwLockWriteGuard {
-            inner,
+            inner: ManuallyDrop::new(inner),
             info: &self.info,
             hold,
         }
@@ -615,6 +658,14 @@ impl<T: Default> Default for RwLock<T> {
     }
 }
 
+impl<T> From<T> for RwLock<T> {
+    /// A lock named after the place that creates it (as [`RwLock::new`]).
+    #[track_caller]
+    fn from(value: T) -> Self {
+        RwLock::new(value)
+    }
+}
+
 impl<T: ?Sized + fmt::Debug> fmt::Debug for RwLock<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RwLock")
@@ -627,7 +678,8 @@ impl<T: ?Sized + fmt::Debug> fmt::Debug for RwLock<T> {
 /// A shared hold of an [`RwLock`].
 #[must_use = "if unused the RwLock will immediately unlock"]
 pub struct RwLockReadGuard<'a, T: ?Sized + 'a> {
-    inner: std::sync::RwLockReadGuard<'a, T>,
+    // Dropped in `Drop::drop` below, between reading the release's time and queuing it.
+    inner: ManuallyDrop<std::sync::RwLockReadGuard<'a, T>>,
     info: &'a LockInfo,
     hold: Hold,
 }
@@ -642,7 +694,10 @@ impl<T: ?Sized> Deref for RwLockReadGuard<'_, T> {
 impl<T: ?Sized> Drop for RwLockReadGuard<'_, T> {
     #[inline(always)]
     fn drop(&mut self) {
-        self.info.release(self.hold, true);
+        // SAFETY: `inner` is taken here only, once: the guard is being dropped and never
+        // touches it again (`unlock` drops std's guard, which releases the lock).
+        let inner = unsafe { ManuallyDrop::take(&mut self.inner) };
+        self.info.unlock(self.hold, true, inner);
     }
 }
 
@@ -652,10 +707,17 @@ impl<T: ?Sized + fmt::Debug> fmt::Debug for RwLockReadGuard<'_, T> {
     }
 }
 
+impl<T: ?Sized + fmt::Display> fmt::Display for RwLockReadGuard<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&**self, f)
+    }
+}
+
 /// An exclusive hold of an [`RwLock`].
 #[must_use = "if unused the RwLock will immediately unlock"]
 pub struct RwLockWriteGuard<'a, T: ?Sized + 'a> {
-    inner: std::sync::RwLockWriteGuard<'a, T>,
+    // Dropped in `Drop::drop` below, between reading the release's time and queuing it.
+    inner: ManuallyDrop<std::sync::RwLockWriteGuard<'a, T>>,
     info: &'a LockInfo,
     hold: Hold,
 }
@@ -676,13 +738,22 @@ impl<T: ?Sized> DerefMut for RwLockWriteGuard<'_, T> {
 impl<T: ?Sized> Drop for RwLockWriteGuard<'_, T> {
     #[inline(always)]
     fn drop(&mut self) {
-        self.info.release(self.hold, false);
+        // SAFETY: `inner` is taken here only, once: the guard is being dropped and never
+        // touches it again (`unlock` drops std's guard, which releases the lock).
+        let inner = unsafe { ManuallyDrop::take(&mut self.inner) };
+        self.info.unlock(self.hold, false, inner);
     }
 }
 
 impl<T: ?Sized + fmt::Debug> fmt::Debug for RwLockWriteGuard<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Debug::fmt(&**self, f)
+    }
+}
+
+impl<T: ?Sized + fmt::Display> fmt::Display for RwLockWriteGuard<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&**self, f)
     }
 }
 
@@ -729,13 +800,13 @@ impl LockMark {
     /// The lock was obtained at once, exclusively.
     #[inline]
     pub fn acquired(&self) -> LockHold<'_> {
-        self.hold(self.info.hold(false), false)
+        self.hold(self.info.hold(), false)
     }
 
     /// The lock was obtained at once, shared.
     #[inline]
     pub fn acquired_shared(&self) -> LockHold<'_> {
-        self.hold(self.info.hold(true), true)
+        self.hold(self.info.hold(), true)
     }
 
     /// This thread starts waiting for the lock (call it just before blocking).
@@ -830,7 +901,7 @@ impl LockHold<'_> {
 
 impl Drop for LockHold<'_> {
     fn drop(&mut self) {
-        self.mark.info.release(self.hold, self.shared);
+        self.mark.info.unlock(self.hold, self.shared, ());
     }
 }
 
@@ -873,5 +944,12 @@ mod tests {
         let mut named = Mutex::with_name(String::from("n"), 0);
         *named.get_mut().unwrap() = 3;
         assert_eq!(named.name(), "n");
+        // std's conversions and formatting.
+        let from = Mutex::from(7);
+        assert!(from.name().contains("sync.rs:"), "{}", from.name());
+        assert_eq!(from.lock().unwrap().to_string(), "7");
+        let rw = RwLock::from(String::from("text"));
+        assert_eq!(rw.read().unwrap().to_string(), "text");
+        assert_eq!(format!("{}", rw.write().unwrap()), "text");
     }
 }

@@ -251,6 +251,46 @@ fn many_uncontended_holds_read_back_whole() {
     assert_eq!(m.slices(child.uuid).len(), N / 2);
 }
 
+/// Two threads taking one mutex in turn, mostly without waiting: a hold's end is read before
+/// its unlock and its begin after its acquisition, so on the lock's track the holds follow one
+/// another and never overlap (an overlap would pair one thread's begin with the other's end).
+#[test]
+fn holds_of_two_threads_never_overlap_on_the_lock_track() {
+    let _l = lock();
+    let m1 = Arc::new(Mutex::new_named("shared counter", 0u64));
+    const N: usize = 2000;
+    let (m, _) = record(|| {
+        let barrier = Arc::new(Barrier::new(2));
+        let threads: Vec<_> = (0..2)
+            .map(|t| {
+                let (m1, barrier) = (Arc::clone(&m1), Arc::clone(&barrier));
+                std::thread::spawn(move || {
+                    tachyon::set_thread_name(&format!("taker-{t}"));
+                    barrier.wait();
+                    for i in 0..N {
+                        *m1.lock().unwrap() += 1;
+                        if i % 64 == 0 {
+                            std::thread::yield_now();
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+    });
+    assert_eq!(*m1.lock().unwrap(), 2 * N as u64);
+    let holds = m.slices(the_track(&m, "shared counter"));
+    assert_eq!(holds.len(), 2 * N);
+    for h in &holds {
+        let end = h.end.expect("every hold ended");
+        assert_eq!(h.depth, 0, "a hold inside another: {:?}", h.begin);
+        assert_eq!(h.begin.seq, end.seq, "begin and end from one thread");
+        assert!(h.begin.ts <= end.ts);
+    }
+}
+
 #[test]
 fn rwlock_shared_holds_go_on_per_thread_tracks_under_the_lock() {
     let _l = lock();

@@ -28,7 +28,7 @@ impl Importer {
             self.st.stats.inc(Stat::stackprofile_parser_error);
             return;
         };
-        let seq = self.seqs.entry(seq_id).or_default();
+        let seq = self.seqs.or_default(seq_id);
         // The reference timestamp, in ns: Perfetto reads it with a zero delta first.
         let packet_ns = seq.legacy_ts_us.map(|us| us.saturating_mul(1000));
         let Some(packet_ns) = packet_ns.filter(|&ns| ns >= 0) else {

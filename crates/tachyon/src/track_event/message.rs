@@ -107,10 +107,7 @@ fn emit_stack(
     depth: usize,
     args: fmt::Arguments<'_>,
 ) {
-    let depth = match depth {
-        0 => crate::callstack::default_depth(),
-        d => d.min(crate::callstack::MAX_DEPTH),
-    };
+    let depth = super::__rt::stack_depth(depth);
     let mut pcs = [0u64; crate::callstack::MAX_DEPTH];
     // Skips this function's frame: the first is the function the message is in.
     let n = crate::callstack::capture(&mut pcs[..depth], 1);

@@ -539,7 +539,7 @@ pub mod __rt {
     ///
     /// [`callstack::MAX_DEPTH`]: crate::callstack::MAX_DEPTH
     #[inline(always)]
-    fn stack_depth(depth: usize) -> usize {
+    pub(crate) fn stack_depth(depth: usize) -> usize {
         use crate::callstack::{default_depth, MAX_DEPTH};
         match depth {
             0 => default_depth(),

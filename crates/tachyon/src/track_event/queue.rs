@@ -157,13 +157,34 @@ impl<S> Slot<S> {
         word: impl FnOnce(u64) -> Option<*const u8>,
     ) -> Option<u32> {
         // SAFETY: the caller's contract.
+        unsafe { self.try_push_at(epoch, None, word) }
+    }
+
+    /// As [`try_push_with`](Self::try_push_with), stamped with `ticks` when given (a reading
+    /// of the same clock this thread took earlier, with nothing pushed since: the queue's
+    /// readings stay in order), else with the counter's reading now.
+    ///
+    /// # Safety
+    ///
+    /// As [`producer`](Self::producer).
+    #[inline(always)]
+    pub(crate) unsafe fn try_push_at(
+        &self,
+        epoch: u64,
+        ticks: Option<u64>,
+        word: impl FnOnce(u64) -> Option<*const u8>,
+    ) -> Option<u32> {
+        // SAFETY: the caller's contract.
         let p = unsafe { self.producer() };
         if p.hot.epoch != epoch || (p.pos == p.limit && !self.refresh(p)) {
             return None;
         }
-        let ts = match p.hot.clock.counter_ticks() {
+        let ts = match ticks {
             Some(ts) => ts,
-            None => ticks_out_of_line(&p.hot.clock),
+            None => match p.hot.clock.counter_ticks() {
+                Some(ts) => ts,
+                None => ticks_out_of_line(&p.hot.clock),
+            },
         };
         let word = word(ts)?;
         let pos = p.pos;

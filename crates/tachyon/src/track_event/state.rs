@@ -440,6 +440,21 @@ fn push_with(word: impl FnOnce(u64) -> Option<*const u8>) -> Option<u32> {
     unsafe { slot.try_push_with(EPOCH.load(Ordering::Relaxed), word) }
 }
 
+/// As [`push`], stamped with `ticks`: a counter reading this thread took with nothing pushed
+/// since (a lock's release, read before the unlock and queued after it).
+#[inline(always)]
+fn push_at(word: *const u8, ticks: u64) -> Option<u32> {
+    let p = SLOT.with(|s| s.replace(ptr::null()));
+    if p.is_null() {
+        return None;
+    }
+    let _restore = Restore(p);
+    // SAFETY: as in `push_with`.
+    let slot = unsafe { &*p };
+    // SAFETY: as in `push_with`.
+    unsafe { slot.try_push_at(EPOCH.load(Ordering::Relaxed), Some(ticks), |_| Some(word)) }
+}
+
 #[cold]
 #[inline(never)]
 fn named_event_cold(cs: &'static Callsite, ty: u8) -> u32 {

@@ -24,7 +24,7 @@ use tachyon_protos::{
     counter_descriptor, track_descriptor, track_event, InternedData, TracePacket, TrackEvent,
 };
 
-use super::{push, push_with, with_state, ThreadState};
+use super::{push, push_at, with_state, ThreadState};
 use crate::clock::{self, TRACE_CLOCK_ID};
 use crate::track_event::callsite::{Callsite, Enabled};
 use crate::track_event::encode::{self, CounterSample, Template, SEQ_NEEDS_INCREMENTAL_STATE};
@@ -134,32 +134,38 @@ fn lock_word(high: u32, index: u32, op: LockOp) -> *const u8 {
     ptr::without_provenance(w as usize)
 }
 
-/// A hold of lock `index` that began at counter reading `since` (the holder did not wait)
-/// ends now: one record. A hold longer than the word can say (2^32 ticks, over a second) is
-/// written at once instead.
+/// A hold of lock `index` from counter reading `since` to `end` (the holder did not wait;
+/// `end` was read before the unlock, with nothing queued by this thread since): one record,
+/// stamped `end`. A hold longer than the word can say (2^32 ticks, over a second) is written
+/// at once instead.
 #[inline(always)]
-pub(crate) fn lock_hold_complete(index: u32, shared: bool, since: u64) {
+pub(crate) fn lock_hold_complete(index: u32, shared: bool, since: u64, end: u64) {
     let op = if shared {
         LockOp::CompleteShared
     } else {
         LockOp::Complete
     };
-    let pushed = push_with(|now| {
-        let held = u32::try_from(now.wrapping_sub(since)).ok()?;
-        Some(lock_word(held, index, op))
-    });
+    let pushed = u32::try_from(end.wrapping_sub(since))
+        .ok()
+        .and_then(|held| push_at(lock_word(held, index, op), end));
     if pushed.is_none() {
-        lock_complete_cold(index, shared, since, None);
+        lock_complete_cold(index, shared, since, end, None);
     }
 }
 
-/// [`lock_hold_complete`] through the general path, now (the queue is closed or full, the hold
-/// was long, or `flow_out` leaves it for a waiter).
+/// A whole hold from counter reading `since` to `end` through the general path, now (the
+/// queue is closed or full, the hold was long, or `flow_out` leaves it for a waiter).
 #[cold]
 #[inline(never)]
-pub(crate) fn lock_complete_cold(index: u32, shared: bool, since: u64, flow_out: Option<u64>) {
+pub(crate) fn lock_complete_cold(
+    index: u32,
+    shared: bool,
+    since: u64,
+    end: u64,
+    flow_out: Option<u64>,
+) {
     let c = clock::clock();
-    let (begin, end) = (c.ticks_to_ns(since), c.now());
+    let (begin, end) = (c.ticks_to_ns(since), c.ticks_to_ns(end));
     with_state(|st| st.lock_complete(begin, end, shared, index, flow_out));
 }
 
@@ -449,13 +455,19 @@ impl ThreadState {
             return;
         };
         let index = ((word >> 5) as u32) & (MAX_LOCK_INDEX - 1);
-        if let LockOp::Complete | LockOp::CompleteShared = op {
-            let begin = self.clock.ticks_to_ns(ticks.wrapping_sub(word >> 32));
-            self.replay_lock_complete(index, op.shared(), begin, ts);
-            return;
+        match op {
+            LockOp::Complete | LockOp::CompleteShared => {
+                let begin = self.clock.ticks_to_ns(ticks.wrapping_sub(word >> 32));
+                self.replay_lock_complete(index, op.shared(), begin, ts);
+                return;
+            }
+            LockOp::Release | LockOp::ReleaseShared => {}
+            // Never queued: a hold's begin is written when it waited (`lock_contended`), or
+            // comes with its end (`Complete`).
+            LockOp::Hold | LockOp::HoldShared => return,
         }
         let session = (word >> 32) as u32;
-        if !op.is_begin() && session_of(self.epoch) != session {
+        if session_of(self.epoch) != session {
             return;
         }
         let key = self.lock_template_key(index, op);

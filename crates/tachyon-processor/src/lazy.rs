@@ -1,0 +1,880 @@
+//! Hand-written decoders for the messages every event of a trace carries: `TracePacket`,
+//! `TrackEvent` and `DebugAnnotation`.
+//!
+//! The generated views ([`TracePacketView`] and the rest) index every declared field of a
+//! message up front (a slot array of 33 fields for a packet, re-read from the bytes on each
+//! access), which is what a general reader needs and most of what decoding an SDK trace costs.
+//! The importer reads a dozen fields of these messages per event, so here one pass over the
+//! bytes keeps exactly those, already converted, and notes whether anything else is present:
+//! a packet with any other field, or an event or annotation with a field outside the common
+//! set, also gets its generated view (decoded on demand), and the importer reads the rare
+//! fields through it. Varints of any length are read inline.
+//!
+//! The rules are the generated views' (`protozero::gen_support`), field for field: framing
+//! errors are those of `protozero::decoder::ProtoDecoder` (a message is malformed exactly when
+//! its view's `decode` fails), a field with the wrong wire type is ignored, the last occurrence
+//! of a singular field wins, and repeated scalar fields are read packed and unpacked alike. The
+//! tests below and the `lazy_views` fuzz target compare every accessor with the generated
+//! view's on random and mutated messages.
+
+use protozero::decoder::{DecodeError, PackedFixed64, PackedVarints};
+use protozero::wire::{MAX_FIELD_ID, MAX_MESSAGE_LENGTH, MAX_VARINT_SIZE};
+use tachyon_protos::{DebugAnnotationView, TracePacketView, TrackEventView};
+
+// === Fields ===
+
+/// One well-formed field: its id and value (a length-delimited payload as a sub-slice).
+#[derive(Clone, Copy, Debug)]
+enum Value<'a> {
+    Varint(u64),
+    /// No field the importer reads is a fixed32: its value is not kept.
+    Fixed32,
+    Fixed64(u64),
+    Bytes(&'a [u8]),
+}
+
+/// Reads the varint at `pos`: its value and the offset past it. The one-byte case is the
+/// caller's fast path; longer ones are decoded here, inline.
+#[inline(always)]
+fn varint(buf: &[u8], pos: usize) -> Result<(u64, usize), DecodeError> {
+    let rest = buf.get(pos..).unwrap_or_default();
+    let mut value = 0u64;
+    for (i, &b) in rest.iter().take(MAX_VARINT_SIZE).enumerate() {
+        // `7 * i <= 63`: the shift never overflows; bits past the 64th are dropped, as
+        // protozero's decoder and Perfetto's `ParseVarInt` do.
+        value |= u64::from(b & 0x7f) << (7 * i);
+        if b < 0x80 {
+            return Ok((value, pos + i + 1));
+        }
+    }
+    if rest.len() >= MAX_VARINT_SIZE {
+        Err(DecodeError::VarintTooLong { offset: pos })
+    } else {
+        Err(DecodeError::TruncatedVarint { offset: pos })
+    }
+}
+
+/// The field whose tag starts at `pos < buf.len()`, and the offset past it; `None` for a field
+/// protozero skips (an id above `MAX_FIELD_ID`, a payload above `MAX_MESSAGE_LENGTH`). The
+/// checks and their order are `protozero::decoder`'s.
+#[inline(always)]
+fn field(buf: &[u8], pos: usize) -> Result<(Option<(u32, Value<'_>)>, usize), DecodeError> {
+    let start = pos;
+    let (tag, mut pos) = match buf.get(pos) {
+        Some(&b) if b < 0x80 => (u64::from(b), pos + 1),
+        _ => varint(buf, pos)?,
+    };
+    let id = tag >> 3;
+    if id == 0 {
+        return Err(DecodeError::ZeroFieldId { offset: start });
+    }
+    let value = match tag & 7 {
+        0 => {
+            let (v, next) = match buf.get(pos) {
+                Some(&b) if b < 0x80 => (u64::from(b), pos + 1),
+                _ => varint(buf, pos)?,
+            };
+            pos = next;
+            Value::Varint(v)
+        }
+        1 => {
+            let Some(b) = buf.get(pos..pos + 8) else {
+                return Err(DecodeError::TruncatedFixed64 { offset: pos });
+            };
+            pos += 8;
+            let mut le = [0u8; 8];
+            le.copy_from_slice(b);
+            Value::Fixed64(u64::from_le_bytes(le))
+        }
+        2 => {
+            let (len, payload) = match buf.get(pos) {
+                Some(&b) if b < 0x80 => (u64::from(b), pos + 1),
+                _ => varint(buf, pos)?,
+            };
+            let left = buf.len() - payload;
+            if len > left as u64 {
+                return Err(DecodeError::PayloadPastEnd {
+                    offset: payload,
+                    len,
+                });
+            }
+            let end = payload + len as usize;
+            if len > u64::from(MAX_MESSAGE_LENGTH) {
+                return Ok((None, end));
+            }
+            pos = end;
+            Value::Bytes(&buf[payload..end])
+        }
+        5 => {
+            if buf.len() < pos + 4 {
+                return Err(DecodeError::TruncatedFixed32 { offset: pos });
+            }
+            pos += 4;
+            Value::Fixed32
+        }
+        w => {
+            return Err(DecodeError::InvalidWireType {
+                offset: start,
+                wire_type: w as u8,
+            })
+        }
+    };
+    if id > u64::from(MAX_FIELD_ID) {
+        return Ok((None, pos));
+    }
+    Ok((Some((id as u32, value)), pos))
+}
+
+/// Calls `each` with every field of `buf` in wire order; the first malformed field ends the
+/// walk with its error.
+#[inline(always)]
+fn walk<'a>(buf: &'a [u8], mut each: impl FnMut(u32, Value<'a>, usize)) -> Result<(), DecodeError> {
+    let mut pos = 0;
+    while pos < buf.len() {
+        let start = pos;
+        let (f, next) = field(buf, pos)?;
+        pos = next;
+        if let Some((id, v)) = f {
+            each(id, v, start);
+        }
+    }
+    Ok(())
+}
+
+/// Where a repeated field's occurrences are: the tag offset of the first and their number
+/// (of any wire type; the iterators pick the usable ones).
+#[derive(Clone, Copy, Debug, Default)]
+struct Repeated {
+    first: usize,
+    count: u32,
+}
+
+impl Repeated {
+    #[inline(always)]
+    fn note(&mut self, at: usize) {
+        if self.count == 0 {
+            self.first = at;
+        }
+        self.count = self.count.saturating_add(1);
+    }
+}
+
+/// The occurrences of field `id` in a well-formed message, from the first one on.
+#[derive(Clone, Debug)]
+struct Occurrences<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    id: u32,
+    left: u32,
+}
+
+impl<'a> Occurrences<'a> {
+    fn new(buf: &'a [u8], id: u32, r: Repeated) -> Self {
+        Occurrences {
+            buf,
+            pos: r.first,
+            id,
+            left: r.count,
+        }
+    }
+}
+
+impl<'a> Iterator for Occurrences<'a> {
+    type Item = Value<'a>;
+
+    #[inline]
+    fn next(&mut self) -> Option<Value<'a>> {
+        while self.left > 0 && self.pos < self.buf.len() {
+            // The message was walked whole before: no field in it is malformed.
+            let Ok((f, next)) = field(self.buf, self.pos) else {
+                self.left = 0;
+                return None;
+            };
+            self.pos = next;
+            if let Some((id, v)) = f {
+                if id == self.id {
+                    self.left -= 1;
+                    return Some(v);
+                }
+            }
+        }
+        None
+    }
+}
+
+/// The elements of a repeated varint field, packed and unpacked occurrences alike; a malformed
+/// packed payload yields one error and ends the iteration (the generated views' rule).
+#[derive(Clone, Debug)]
+pub(crate) struct Varints<'a> {
+    fields: Occurrences<'a>,
+    packed: Option<PackedVarints<'a>>,
+}
+
+impl Iterator for Varints<'_> {
+    type Item = Result<u64, DecodeError>;
+
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some(p) = &mut self.packed {
+                match p.next() {
+                    Some(Ok(v)) => return Some(Ok(v)),
+                    Some(Err(e)) => {
+                        self.packed = None;
+                        self.fields.left = 0;
+                        return Some(Err(e));
+                    }
+                    None => self.packed = None,
+                }
+            }
+            match self.fields.next()? {
+                Value::Varint(v) => return Some(Ok(v)),
+                Value::Bytes(b) => self.packed = Some(PackedVarints::new(b)),
+                Value::Fixed32 | Value::Fixed64(_) => {}
+            }
+        }
+    }
+}
+
+/// The elements of a repeated fixed64 field, packed and unpacked alike (see [`Varints`]).
+#[derive(Clone, Debug)]
+pub(crate) struct Fixed64s<'a> {
+    fields: Occurrences<'a>,
+    packed: Option<PackedFixed64<'a>>,
+}
+
+impl Iterator for Fixed64s<'_> {
+    type Item = Result<u64, DecodeError>;
+
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some(p) = &mut self.packed {
+                match p.next() {
+                    Some(Ok(v)) => return Some(Ok(v)),
+                    Some(Err(e)) => {
+                        self.packed = None;
+                        self.fields.left = 0;
+                        return Some(Err(e));
+                    }
+                    None => self.packed = None,
+                }
+            }
+            match self.fields.next()? {
+                Value::Fixed64(v) => return Some(Ok(v)),
+                Value::Bytes(b) => self.packed = Some(PackedFixed64::new(b)),
+                Value::Fixed32 | Value::Varint(_) => {}
+            }
+        }
+    }
+}
+
+/// The payloads of a repeated message field (length-delimited occurrences only).
+#[derive(Clone, Debug)]
+struct Messages<'a> {
+    fields: Occurrences<'a>,
+}
+
+impl<'a> Iterator for Messages<'a> {
+    type Item = &'a [u8];
+
+    #[inline]
+    fn next(&mut self) -> Option<&'a [u8]> {
+        loop {
+            if let Value::Bytes(b) = self.fields.next()? {
+                return Some(b);
+            }
+        }
+    }
+}
+
+// === TracePacket ===
+
+/// The fields of a `TracePacket` the importer reads for every event; see the module docs.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Packet<'a> {
+    pub(crate) timestamp: Option<u64>,
+    pub(crate) timestamp_clock_id: Option<u32>,
+    pub(crate) trusted_packet_sequence_id: Option<u32>,
+    pub(crate) sequence_flags: u32,
+    pub(crate) incremental_state_cleared: bool,
+    pub(crate) previous_packet_dropped: u32,
+    pub(crate) first_packet_on_sequence: bool,
+    pub(crate) tachyon_packets_dropped: u64,
+    /// The payload of `track_event`.
+    pub(crate) track_event: Option<&'a [u8]>,
+    /// A field the importer reads through the generated view is present (see
+    /// [`is_view_field`]): decode it with [`Packet::view`].
+    pub(crate) other: bool,
+}
+
+/// The `TracePacket` fields the importer reads through the generated view (the descriptors,
+/// interned data, clock snapshots, stats, config, service events, system probes, profiles and
+/// compressed packets). A packet with none of them is read from [`Packet`] alone, so a field
+/// the importer starts reading through the view must be added here. Other fields (the
+/// service's `trusted_uid` and `trusted_pid` on every packet, `machine_id`, …) are not read.
+fn is_view_field(id: u32) -> bool {
+    matches!(
+        id,
+        2 | 6 | 7 | 12 | 33 | 35 | 37 | 43 | 44 | 50 | 54 | 59 | 60 | 61 | 66 | 69 | 90 | 133
+    )
+}
+
+const PACKET_TIMESTAMP: u32 = 8;
+const PACKET_TRUSTED_SEQUENCE_ID: u32 = 10;
+const PACKET_TRACK_EVENT: u32 = 11;
+const PACKET_SEQUENCE_FLAGS: u32 = 13;
+const PACKET_INCREMENTAL_STATE_CLEARED: u32 = 41;
+const PACKET_PREVIOUS_PACKET_DROPPED: u32 = 42;
+const PACKET_TIMESTAMP_CLOCK_ID: u32 = 58;
+const PACKET_FIRST_PACKET_ON_SEQUENCE: u32 = 87;
+const PACKET_TACHYON_PACKETS_DROPPED: u32 = 1900;
+
+impl<'a> Packet<'a> {
+    /// Decodes `bytes`; fails exactly when [`TracePacketView::decode`] does.
+    #[inline]
+    pub(crate) fn decode(bytes: &'a [u8]) -> Result<Self, DecodeError> {
+        let mut p = Packet::default();
+        walk(bytes, |id, v, _| match (id, v) {
+            (PACKET_TIMESTAMP, Value::Varint(v)) => p.timestamp = Some(v),
+            (PACKET_TRUSTED_SEQUENCE_ID, Value::Varint(v)) => {
+                p.trusted_packet_sequence_id = Some(v as u32)
+            }
+            (PACKET_TRACK_EVENT, Value::Bytes(b)) => p.track_event = Some(b),
+            (PACKET_SEQUENCE_FLAGS, Value::Varint(v)) => p.sequence_flags = v as u32,
+            (PACKET_INCREMENTAL_STATE_CLEARED, Value::Varint(v)) => {
+                p.incremental_state_cleared = v != 0
+            }
+            (PACKET_PREVIOUS_PACKET_DROPPED, Value::Varint(v)) => {
+                p.previous_packet_dropped = v as u32
+            }
+            (PACKET_TIMESTAMP_CLOCK_ID, Value::Varint(v)) => p.timestamp_clock_id = Some(v as u32),
+            (PACKET_FIRST_PACKET_ON_SEQUENCE, Value::Varint(v)) => {
+                p.first_packet_on_sequence = v != 0
+            }
+            (PACKET_TACHYON_PACKETS_DROPPED, Value::Varint(v)) => p.tachyon_packets_dropped = v,
+            (
+                PACKET_TIMESTAMP
+                | PACKET_TRUSTED_SEQUENCE_ID
+                | PACKET_TRACK_EVENT
+                | PACKET_SEQUENCE_FLAGS
+                | PACKET_INCREMENTAL_STATE_CLEARED
+                | PACKET_PREVIOUS_PACKET_DROPPED
+                | PACKET_TIMESTAMP_CLOCK_ID
+                | PACKET_FIRST_PACKET_ON_SEQUENCE
+                | PACKET_TACHYON_PACKETS_DROPPED,
+                _,
+            ) => {} // The wrong wire type: ignored, as the views do.
+            (id, _) => p.other |= is_view_field(id),
+        })?;
+        Ok(p)
+    }
+
+    /// The generated view of the same bytes, for the fields this decoder does not keep.
+    pub(crate) fn view(bytes: &'a [u8]) -> Result<TracePacketView<'a>, DecodeError> {
+        TracePacketView::decode(bytes)
+    }
+}
+
+// === TrackEvent ===
+
+const EVENT_CATEGORY_IIDS: u32 = 3;
+const EVENT_DEBUG_ANNOTATIONS: u32 = 4;
+const EVENT_TYPE: u32 = 9;
+const EVENT_NAME_IID: u32 = 10;
+const EVENT_TRACK_UUID: u32 = 11;
+const EVENT_NAME: u32 = 23;
+const EVENT_COUNTER_VALUE: u32 = 30;
+const EVENT_SOURCE_LOCATION_IID: u32 = 34;
+const EVENT_DOUBLE_COUNTER_VALUE: u32 = 44;
+const EVENT_FLOW_IDS: u32 = 47;
+const EVENT_TERMINATING_FLOW_IDS: u32 = 48;
+
+/// The fields of a `TrackEvent` every kind of event uses (type, track, name, categories,
+/// annotations, source location, counter value, flows). An event with any other field known
+/// to the schema (legacy events, inline categories, thread time, extra counters, log
+/// messages, call stacks, …) is read through its generated view for those
+/// ([`TrackEvent::view`]).
+#[derive(Clone, Debug)]
+pub(crate) struct TrackEvent<'a> {
+    bytes: &'a [u8],
+    type_raw: Option<i32>,
+    track_uuid: Option<u64>,
+    name_iid: Option<u64>,
+    name: Option<&'a [u8]>,
+    counter_value: Option<i64>,
+    double_counter_value: Option<f64>,
+    source_location_iid: Option<u64>,
+    category_iids: Repeated,
+    debug_annotations: Repeated,
+    flow_ids: Repeated,
+    terminating_flow_ids: Repeated,
+    /// A field outside the ones above is present: read it through [`TrackEvent::view`].
+    rare: bool,
+}
+
+/// Field ids `TrackEventView` knows besides the ones [`TrackEvent`] keeps: their presence
+/// makes the event take the view too. (Ids the view does not know are skipped by both.)
+fn is_rare_event_field(id: u32) -> bool {
+    matches!(
+        id,
+        1 | 2 | 6 | 8 | 12 | 16 | 17 | 20 | 21 | 22 | 31 | 33 | 36 | 42 | 45 | 46 | 52..=57
+    )
+}
+
+impl<'a> TrackEvent<'a> {
+    /// Decodes `bytes`; fails exactly when [`TrackEventView::decode`] does.
+    #[inline]
+    pub(crate) fn decode(bytes: &'a [u8]) -> Result<Self, DecodeError> {
+        let mut e = TrackEvent {
+            bytes,
+            type_raw: None,
+            track_uuid: None,
+            name_iid: None,
+            name: None,
+            counter_value: None,
+            double_counter_value: None,
+            source_location_iid: None,
+            category_iids: Repeated::default(),
+            debug_annotations: Repeated::default(),
+            flow_ids: Repeated::default(),
+            terminating_flow_ids: Repeated::default(),
+            rare: false,
+        };
+        let mut rare = false;
+        walk(bytes, |id, v, at| match (id, v) {
+            (EVENT_CATEGORY_IIDS, _) => e.category_iids.note(at),
+            (EVENT_DEBUG_ANNOTATIONS, _) => e.debug_annotations.note(at),
+            (EVENT_FLOW_IDS, _) => e.flow_ids.note(at),
+            (EVENT_TERMINATING_FLOW_IDS, _) => e.terminating_flow_ids.note(at),
+            (EVENT_TYPE, Value::Varint(v)) => e.type_raw = Some(v as i32),
+            (EVENT_NAME_IID, Value::Varint(v)) => e.name_iid = Some(v),
+            (EVENT_TRACK_UUID, Value::Varint(v)) => e.track_uuid = Some(v),
+            (EVENT_NAME, Value::Bytes(b)) => e.name = Some(b),
+            (EVENT_COUNTER_VALUE, Value::Varint(v)) => e.counter_value = Some(v as i64),
+            (EVENT_SOURCE_LOCATION_IID, Value::Varint(v)) => e.source_location_iid = Some(v),
+            (EVENT_DOUBLE_COUNTER_VALUE, Value::Fixed64(v)) => {
+                e.double_counter_value = Some(f64::from_bits(v))
+            }
+            (id, _) => rare |= is_rare_event_field(id),
+        })?;
+        e.rare = rare;
+        Ok(e)
+    }
+
+    /// The event's generated view, if it has fields this decoder does not keep (`None`
+    /// otherwise: those fields are all absent).
+    pub(crate) fn view(&self) -> Option<TrackEventView<'a>> {
+        // The bytes decoded once already: the view cannot fail on them.
+        self.rare
+            .then(|| TrackEventView::decode(self.bytes).ok())
+            .flatten()
+    }
+
+    pub(crate) fn type_raw(&self) -> i32 {
+        self.type_raw.unwrap_or(0)
+    }
+    pub(crate) fn has_type(&self) -> bool {
+        self.type_raw.is_some()
+    }
+    pub(crate) fn track_uuid(&self) -> u64 {
+        self.track_uuid.unwrap_or(0)
+    }
+    pub(crate) fn has_track_uuid(&self) -> bool {
+        self.track_uuid.is_some()
+    }
+    pub(crate) fn name_iid(&self) -> u64 {
+        self.name_iid.unwrap_or(0)
+    }
+    pub(crate) fn has_name_iid(&self) -> bool {
+        self.name_iid.is_some()
+    }
+    pub(crate) fn name_bytes(&self) -> &'a [u8] {
+        self.name.unwrap_or_default()
+    }
+    pub(crate) fn has_name(&self) -> bool {
+        self.name.is_some()
+    }
+    pub(crate) fn counter_value(&self) -> i64 {
+        self.counter_value.unwrap_or(0)
+    }
+    pub(crate) fn has_counter_value(&self) -> bool {
+        self.counter_value.is_some()
+    }
+    pub(crate) fn double_counter_value(&self) -> f64 {
+        self.double_counter_value.unwrap_or(0.0)
+    }
+    pub(crate) fn has_double_counter_value(&self) -> bool {
+        self.double_counter_value.is_some()
+    }
+    pub(crate) fn source_location_iid(&self) -> u64 {
+        self.source_location_iid.unwrap_or(0)
+    }
+    pub(crate) fn has_source_location_iid(&self) -> bool {
+        self.source_location_iid.is_some()
+    }
+    pub(crate) fn category_iids(&self) -> Varints<'a> {
+        Varints {
+            fields: Occurrences::new(self.bytes, EVENT_CATEGORY_IIDS, self.category_iids),
+            packed: None,
+        }
+    }
+    pub(crate) fn flow_ids(&self) -> Fixed64s<'a> {
+        Fixed64s {
+            fields: Occurrences::new(self.bytes, EVENT_FLOW_IDS, self.flow_ids),
+            packed: None,
+        }
+    }
+    pub(crate) fn terminating_flow_ids(&self) -> Fixed64s<'a> {
+        Fixed64s {
+            fields: Occurrences::new(
+                self.bytes,
+                EVENT_TERMINATING_FLOW_IDS,
+                self.terminating_flow_ids,
+            ),
+            packed: None,
+        }
+    }
+    /// The debug annotations, each decoded as it is reached (a malformed one is an error and
+    /// the iteration goes on, as with the view).
+    pub(crate) fn debug_annotations(
+        &self,
+    ) -> impl Iterator<Item = Result<Annotation<'a>, DecodeError>> + 'a {
+        Messages {
+            fields: Occurrences::new(self.bytes, EVENT_DEBUG_ANNOTATIONS, self.debug_annotations),
+        }
+        .map(Annotation::decode)
+    }
+}
+
+// === DebugAnnotation ===
+
+const ANN_NAME_IID: u32 = 1;
+const ANN_BOOL: u32 = 2;
+const ANN_UINT: u32 = 3;
+const ANN_INT: u32 = 4;
+const ANN_DOUBLE: u32 = 5;
+const ANN_STRING: u32 = 6;
+const ANN_POINTER: u32 = 7;
+const ANN_NAME: u32 = 10;
+const ANN_STRING_IID: u32 = 17;
+
+/// The name and scalar value of a `DebugAnnotation`. One with any other field known to the
+/// schema (nested values, dictionaries, arrays, JSON, proto values) is read through its
+/// generated view ([`Annotation::view`]).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Annotation<'a> {
+    pub(crate) name_iid: Option<u64>,
+    pub(crate) name: Option<&'a [u8]>,
+    pub(crate) bool_value: Option<bool>,
+    pub(crate) uint_value: Option<u64>,
+    pub(crate) int_value: Option<i64>,
+    pub(crate) double_value: Option<f64>,
+    pub(crate) string_value: Option<&'a [u8]>,
+    pub(crate) string_value_iid: Option<u64>,
+    pub(crate) pointer_value: Option<u64>,
+    /// A field outside the ones above is present: read the annotation through
+    /// [`Annotation::view`].
+    pub(crate) rare: bool,
+    bytes: &'a [u8],
+}
+
+impl<'a> Annotation<'a> {
+    /// Decodes `bytes`; fails exactly when [`DebugAnnotationView::decode`] does.
+    #[inline]
+    pub(crate) fn decode(bytes: &'a [u8]) -> Result<Self, DecodeError> {
+        let mut a = Annotation {
+            bytes,
+            ..Annotation::default()
+        };
+        let mut rare = false;
+        walk(bytes, |id, v, _| match (id, v) {
+            (ANN_NAME_IID, Value::Varint(v)) => a.name_iid = Some(v),
+            (ANN_NAME, Value::Bytes(b)) => a.name = Some(b),
+            (ANN_BOOL, Value::Varint(v)) => a.bool_value = Some(v != 0),
+            (ANN_UINT, Value::Varint(v)) => a.uint_value = Some(v),
+            (ANN_INT, Value::Varint(v)) => a.int_value = Some(v as i64),
+            (ANN_DOUBLE, Value::Fixed64(v)) => a.double_value = Some(f64::from_bits(v)),
+            (ANN_STRING, Value::Bytes(b)) => a.string_value = Some(b),
+            (ANN_STRING_IID, Value::Varint(v)) => a.string_value_iid = Some(v),
+            (ANN_POINTER, Value::Varint(v)) => a.pointer_value = Some(v),
+            (8 | 9 | 11..=14 | 16, _) => rare = true,
+            _ => {}
+        })?;
+        a.rare = rare;
+        Ok(a)
+    }
+
+    /// The annotation's generated view, if it has fields this decoder does not keep.
+    pub(crate) fn view(&self) -> Option<DebugAnnotationView<'a>> {
+        self.rare
+            .then(|| DebugAnnotationView::decode(self.bytes).ok())
+            .flatten()
+    }
+}
+
+// === Checking against the views ===
+
+/// Whether the lazy decoders read `bytes` as the generated views do, taken as a
+/// `TracePacket`, a `TrackEvent` and a `DebugAnnotation` (and, in each, the nested events and
+/// annotations): `Err` names the first difference. For the property tests and the
+/// `lazy_views` fuzz target.
+pub fn agrees_with_views(bytes: &[u8]) -> Result<(), String> {
+    packet_agrees(bytes)?;
+    event_agrees(bytes)?;
+    annotation_agrees(bytes, 0)
+}
+
+macro_rules! same {
+    ($what:expr, $lazy:expr, $view:expr) => {{
+        let (l, v) = ($lazy, $view);
+        if l != v {
+            return Err(format!("{}: lazy {:?}, view {:?}", $what, l, v));
+        }
+    }};
+}
+
+/// Elements of a repeated field as options (errors carry offsets relative to different
+/// slices in the two decoders; whether and where one occurs is what matters).
+fn elems<T>(it: impl Iterator<Item = Result<T, DecodeError>>) -> Vec<Option<T>> {
+    it.map(Result::ok).collect()
+}
+
+fn packet_agrees(bytes: &[u8]) -> Result<(), String> {
+    let lazy = Packet::decode(bytes);
+    let view = TracePacketView::decode(bytes);
+    same!("packet decodes", lazy.is_ok(), view.is_ok());
+    let (Ok(p), Ok(v)) = (lazy, view) else {
+        return Ok(());
+    };
+    same!(
+        "timestamp",
+        p.timestamp,
+        v.has_timestamp().then(|| v.timestamp())
+    );
+    same!(
+        "timestamp_clock_id",
+        p.timestamp_clock_id,
+        v.has_timestamp_clock_id().then(|| v.timestamp_clock_id())
+    );
+    same!(
+        "trusted_packet_sequence_id",
+        p.trusted_packet_sequence_id,
+        v.has_trusted_packet_sequence_id()
+            .then(|| v.trusted_packet_sequence_id())
+    );
+    same!("sequence_flags", p.sequence_flags, v.sequence_flags());
+    same!(
+        "incremental_state_cleared",
+        p.incremental_state_cleared,
+        v.incremental_state_cleared()
+    );
+    same!(
+        "previous_packet_dropped",
+        p.previous_packet_dropped,
+        v.previous_packet_dropped()
+    );
+    same!(
+        "first_packet_on_sequence",
+        p.first_packet_on_sequence,
+        v.first_packet_on_sequence()
+    );
+    same!(
+        "tachyon_packets_dropped",
+        p.tachyon_packets_dropped,
+        v.tachyon_packets_dropped()
+    );
+    same!(
+        "has track_event",
+        p.track_event.is_some(),
+        v.has_track_event()
+    );
+    if let (true, Ok(te)) = (v.has_track_event(), v.track_event()) {
+        same!("track_event", p.track_event, Some(te.bytes()));
+    }
+    let other = v.has_trace_packet_defaults()
+        || v.has_interned_data()
+        || v.has_clock_snapshot()
+        || v.has_trace_stats()
+        || v.has_trace_config()
+        || v.has_track_event_range_of_interest()
+        || v.has_service_event()
+        || v.has_track_descriptor()
+        || v.has_thread_descriptor()
+        || v.has_process_descriptor()
+        || v.has_process_tree()
+        || v.has_sys_stats()
+        || v.has_profile_packet()
+        || v.has_perf_sample()
+        || v.has_streaming_profile_packet()
+        || v.has_module_symbols()
+        || v.has_compressed_packets()
+        || v.has_zstd_compressed_packets();
+    if other && !p.other {
+        return Err("a packet with other fields was not marked `other`".into());
+    }
+    match p.track_event {
+        Some(event) => event_agrees(event),
+        None => Ok(()),
+    }
+}
+
+fn event_agrees(bytes: &[u8]) -> Result<(), String> {
+    let lazy = TrackEvent::decode(bytes);
+    let view = TrackEventView::decode(bytes);
+    same!("event decodes", lazy.is_ok(), view.is_ok());
+    let (Ok(e), Ok(v)) = (lazy, view) else {
+        return Ok(());
+    };
+    same!("has type", e.has_type(), v.has_type());
+    same!("type", e.type_raw(), v.type_raw());
+    same!("has track_uuid", e.has_track_uuid(), v.has_track_uuid());
+    same!("track_uuid", e.track_uuid(), v.track_uuid());
+    same!("has name_iid", e.has_name_iid(), v.has_name_iid());
+    same!("name_iid", e.name_iid(), v.name_iid());
+    same!("has name", e.has_name(), v.has_name());
+    same!("name", e.name_bytes(), v.name_bytes());
+    same!(
+        "has counter_value",
+        e.has_counter_value(),
+        v.has_counter_value()
+    );
+    same!("counter_value", e.counter_value(), v.counter_value());
+    same!(
+        "has double_counter_value",
+        e.has_double_counter_value(),
+        v.has_double_counter_value()
+    );
+    same!(
+        "double_counter_value",
+        e.double_counter_value().to_bits(),
+        v.double_counter_value().to_bits()
+    );
+    same!(
+        "has source_location_iid",
+        e.has_source_location_iid(),
+        v.has_source_location_iid()
+    );
+    same!(
+        "source_location_iid",
+        e.source_location_iid(),
+        v.source_location_iid()
+    );
+    same!(
+        "category_iids",
+        elems(e.category_iids()),
+        elems(v.category_iids())
+    );
+    same!("flow_ids", elems(e.flow_ids()), elems(v.flow_ids()));
+    same!(
+        "terminating_flow_ids",
+        elems(e.terminating_flow_ids()),
+        elems(v.terminating_flow_ids())
+    );
+    let lazy_anns: Vec<_> = e.debug_annotations().collect();
+    let view_anns: Vec<_> = v.debug_annotations().collect();
+    same!("annotations", lazy_anns.len(), view_anns.len());
+    for (l, w) in lazy_anns.iter().zip(&view_anns) {
+        same!("annotation decodes", l.is_ok(), w.is_ok());
+        if let Ok(w) = w {
+            annotation_agrees(w.bytes(), 1)?;
+        }
+    }
+    let rare = v.has_legacy_event()
+        || v.has_log_message()
+        || v.has_timestamp_delta_us()
+        || v.has_timestamp_absolute_us()
+        || v.has_thread_time_delta_us()
+        || v.has_thread_time_absolute_us()
+        || v.has_thread_instruction_count_delta()
+        || v.has_thread_instruction_count_absolute()
+        || v.has_source_location()
+        || v.has_callstack()
+        || v.has_callstack_iid()
+        || v.has_callstack_weight()
+        || v.has_correlation_id()
+        || v.has_correlation_id_str()
+        || v.has_correlation_id_str_iid()
+        || v.categories().count() > 0
+        || v.extra_counter_values().count() > 0
+        || v.extra_counter_track_uuids().count() > 0
+        || v.extra_double_counter_values().count() > 0
+        || v.extra_double_counter_track_uuids().count() > 0
+        || v.flow_ids_old().count() > 0
+        || v.terminating_flow_ids_old().count() > 0;
+    if rare && e.view().is_none() {
+        return Err("an event with rare fields has no view".into());
+    }
+    Ok(())
+}
+
+/// Nested annotations (dictionary entries, array elements) are compared too, `depth` levels
+/// down at most 8.
+fn annotation_agrees(bytes: &[u8], depth: u32) -> Result<(), String> {
+    let lazy = Annotation::decode(bytes);
+    let view = DebugAnnotationView::decode(bytes);
+    same!("annotation decodes", lazy.is_ok(), view.is_ok());
+    let (Ok(a), Ok(v)) = (lazy, view) else {
+        return Ok(());
+    };
+    same!(
+        "name_iid",
+        a.name_iid,
+        v.has_name_iid().then(|| v.name_iid())
+    );
+    same!("name", a.name, v.has_name().then(|| v.name_bytes()));
+    same!(
+        "bool_value",
+        a.bool_value,
+        v.has_bool_value().then(|| v.bool_value())
+    );
+    same!(
+        "uint_value",
+        a.uint_value,
+        v.has_uint_value().then(|| v.uint_value())
+    );
+    same!(
+        "int_value",
+        a.int_value,
+        v.has_int_value().then(|| v.int_value())
+    );
+    same!(
+        "double_value",
+        a.double_value.map(f64::to_bits),
+        v.has_double_value().then(|| v.double_value().to_bits())
+    );
+    same!(
+        "string_value",
+        a.string_value,
+        v.has_string_value().then(|| v.string_value_bytes())
+    );
+    same!(
+        "string_value_iid",
+        a.string_value_iid,
+        v.has_string_value_iid().then(|| v.string_value_iid())
+    );
+    same!(
+        "pointer_value",
+        a.pointer_value,
+        v.has_pointer_value().then(|| v.pointer_value())
+    );
+    let rare = v.has_legacy_json_value()
+        || v.has_nested_value()
+        || v.dict_entries().count() > 0
+        || v.array_values().count() > 0
+        || v.has_proto_type_name()
+        || v.has_proto_type_name_iid()
+        || v.has_proto_value();
+    if rare && a.view().is_none() {
+        return Err("an annotation with rare fields has no view".into());
+    }
+    if depth < 8 {
+        for nested in v.dict_entries().chain(v.array_values()).flatten() {
+            annotation_agrees(nested.bytes(), depth + 1)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;
