@@ -133,6 +133,8 @@ struct Shared {
     /// The workers' cache size, read per job (the producer changes it now and then).
     cache_capacity: RwLock<usize>,
     workers_done: AtomicBool,
+    /// Workers that have reached the job queue's lock (the producer waits for all of them).
+    workers_at_queue: AtomicU64,
 }
 
 /// Runs the workload on `settings.threads + 2` threads and waits for all of them.
@@ -212,6 +214,19 @@ fn producer(tx: SyncSender<Job>, deadline: Instant, workers: usize, shared: &Sha
     let mut rng = Rng::new(0x7ac4_9011);
     let mut next_id = 0u64;
     tachyon::info!("producer: making jobs for {workers} workers");
+    {
+        // The first jobs wait until every worker is at the queue, and a little longer: one
+        // worker then holds the queue's lock in `recv` while the others wait for it, so the
+        // lock is contended at least once, however the threads happen to be scheduled later.
+        let _zone = tachyon::zone!("workers starting");
+        let give_up = Instant::now() + Duration::from_secs(2);
+        while shared.workers_at_queue.load(Ordering::Relaxed) < workers as u64
+            && Instant::now() < give_up
+        {
+            thread::sleep(Duration::from_millis(1));
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
     while Instant::now() < deadline {
         // A frame per batch: the frames track shows the producer's pace.
         tachyon::frame_mark!();
@@ -340,6 +355,7 @@ fn worker(index: usize, rx: &Mutex<Receiver<Job>>, shared: &Shared) {
     let mut cache: HashMap<u64, (u64, usize)> = HashMap::new();
     let mut mean_ns = 0f64;
     let mut done = 0u64;
+    shared.workers_at_queue.fetch_add(1, Ordering::Relaxed);
     loop {
         // Hold the lock only while waiting: one worker waits on the channel, the rest on the
         // mutex.

@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 
-use tachyon_abi::{ChunkCopy, CommitRequest, ServiceView};
+use tachyon_abi::{ChunkCopy, ChunkHeader, CommitRequest, ServiceView};
 
 use crate::trace_buffer::{ChunkToCopy, ProducerId, TraceBuffer, WriterId};
 
@@ -35,6 +35,10 @@ pub struct ProducerState {
     /// The target buffer of each writer, learned from its commits (used when scraping, where
     /// the chunk does not say).
     pub writer_targets: HashMap<WriterId, u16>,
+    /// Where a committed chunk is copied out of shared memory before the buffer parses it: one
+    /// buffer, reused for every chunk (as large as the largest chunk seen), so a commit costs no
+    /// allocation, no zeroing and no free.
+    scratch: Vec<u8>,
 }
 
 impl ProducerState {
@@ -44,6 +48,7 @@ impl ProducerState {
             id,
             allowed_buffers,
             writer_targets: HashMap::new(),
+            scratch: Vec::new(),
         }
     }
 
@@ -76,18 +81,25 @@ pub fn apply_commit(
             let _ = view.release_chunk_as_free(chunk);
             continue;
         }
-        let copy = chunk.copy();
+        let size = chunk.payload_size();
+        if producer.scratch.len() < size {
+            // Grows to the largest chunk size once; the bytes past a chunk's payload are never
+            // read.
+            producer.scratch.resize(size, 0);
+        }
+        let header = chunk.copy_into(&mut producer.scratch);
         // Free the chunk whatever the copy found: the producer may reuse it now.
         let _ = view.release_chunk_as_free(chunk);
-        let Ok(copy) = copy else {
+        let Ok(header) = header else {
             stats.abi_violations += 1;
             buffers[mv.target_buffer as usize].count_abi_violation();
             continue;
         };
         producer
             .writer_targets
-            .insert(copy.header().writer_id, mv.target_buffer);
-        buffers[mv.target_buffer as usize].copy_chunk(&to_copy(producer.id, &copy));
+            .insert(header.writer_id, mv.target_buffer);
+        let copy = to_copy_committed(producer.id, header, &producer.scratch[..size]);
+        buffers[mv.target_buffer as usize].copy_chunk(&copy);
     }
     for p in &req.chunks_to_patch {
         if !producer.allowed(p.target_buffer, buffers) {
@@ -104,7 +116,25 @@ pub fn apply_commit(
     }
 }
 
-/// What the buffer needs of a chunk copied out of shared memory.
+/// What the buffer needs of a committed chunk copied out of shared memory: `header` as
+/// [`ReadChunk::copy_into`](tachyon_abi::ReadChunk::copy_into) validated it, `payload` the copy.
+fn to_copy_committed<'a>(
+    producer: ProducerId,
+    header: ChunkHeader,
+    payload: &'a [u8],
+) -> ChunkToCopy<'a> {
+    ChunkToCopy {
+        producer,
+        writer: header.writer_id,
+        chunk_id: header.chunk_id,
+        num_fragments: header.packets.count(),
+        flags: header.packets.flags().0,
+        payload,
+        complete: true,
+    }
+}
+
+/// What the buffer needs of a chunk scraped out of shared memory.
 fn to_copy(producer: ProducerId, copy: &ChunkCopy) -> ChunkToCopy<'_> {
     let header = copy.header();
     ChunkToCopy {

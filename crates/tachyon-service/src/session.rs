@@ -169,6 +169,11 @@ pub struct SessionConfig {
     pub incremental_state_clear_period: Option<Duration>,
     /// How the read-out is compressed (`compression_type`).
     pub compression: Compression,
+    /// Map every page of the central buffers at the start instead of on first write
+    /// ([`TraceBuffer::prefault`]): the first pass round a buffer then takes no page faults on
+    /// the service thread, and the buffers' memory is committed at once. Off by default, as in
+    /// Perfetto (which commits buffer pages lazily); not a `TraceConfig` field.
+    pub prefault_buffers: bool,
     /// The encoded `TraceConfig` this was read from ([`SessionConfig::from_trace_config`]),
     /// written into the trace as its `trace_config` packet; empty for a config built in code,
     /// whose packet is then encoded from the fields above ([`SessionConfig::to_trace_config`]).
@@ -194,6 +199,7 @@ impl Default for SessionConfig {
             max_file_size_bytes: None,
             incremental_state_clear_period: None,
             compression: Compression::None,
+            prefault_buffers: false,
             trace_config: Vec::new(),
         }
     }
@@ -322,6 +328,7 @@ impl SessionConfig {
                 }
                 _ => Compression::None,
             },
+            prefault_buffers: false,
             trace_config: bytes.to_vec(),
         })
     }
@@ -512,7 +519,13 @@ impl ServiceCore {
         let buffers = config
             .buffers
             .iter()
-            .map(|b| TraceBuffer::new(b.size_bytes, b.policy))
+            .map(|b| {
+                let mut buffer = TraceBuffer::new(b.size_bytes, b.policy);
+                if config.prefault_buffers {
+                    buffer.prefault();
+                }
+                buffer
+            })
             .collect();
         ServiceCore {
             config,

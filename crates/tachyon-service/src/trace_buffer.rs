@@ -150,11 +150,6 @@ struct Record {
     /// Copied by a scrape, and no commit of it came since: the chunks before it may still
     /// have commits on the way (see [`TraceBuffer::copy_scraped_chunk`]).
     scraped: bool,
-    /// The last readable fragment is an empty filler (see [`ends_with_filler`]), worked out
-    /// when the chunk's bytes arrive or change, while they are in cache: counting an evicted
-    /// chunk's packets then reads none of its bytes (a cache miss per fragment header in a
-    /// full ring otherwise, which cost more than copying the chunk).
-    last_is_filler: bool,
 }
 
 impl Record {
@@ -179,8 +174,16 @@ impl Record {
         (self.complete || f == FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK) && self.flags & f != 0
     }
 
-    /// Packets that start in this chunk and have not been read (or counted) yet.
-    fn unread_packet_starts(&self) -> u64 {
+    /// Packets that start in this chunk and have not been read (or counted) yet; `ring` holds
+    /// its bytes.
+    ///
+    /// Only a chunk left partly unread needs this (overwritten before it was read, or its rest
+    /// dropped as corrupt), so the walk over its unread fragment headers that tells whether the
+    /// last one is an empty filler (not a packet) is made here, not when the chunk arrives: a
+    /// session whose read-out keeps up never walks a chunk but to read it. An overwritten
+    /// chunk's bytes are the ones the write that evicts it is about to store over, so the walk
+    /// reads the cache lines that write would have fetched anyway.
+    fn unread_packet_starts(&self, ring: &[u8]) -> u64 {
         let n = self.readable_fragments();
         if self.fragments_read >= n {
             return 0;
@@ -190,18 +193,13 @@ impl Record {
             starts -= 1;
         }
         // The fragments before `fragments_read` parsed when they were read (a sentinel or a
-        // bad header ends the reading of a chunk), so the filler test over the whole chunk
-        // says the same as one over the unread rest.
-        if starts > 0 && self.last_is_filler {
+        // bad header ends the reading of a chunk, and sets `read_offset` past its end), so
+        // the walk starts at the first unread one.
+        let payload = &ring[self.offset..self.offset + self.payload_len];
+        if starts > 0 && ends_with_filler(payload, self.read_offset, self.fragments_read, n) {
             starts -= 1;
         }
         starts
-    }
-
-    /// Works out [`last_is_filler`](Self::last_is_filler) from the chunk's bytes.
-    fn update_filler(&mut self, ring: &[u8]) {
-        let payload = &ring[self.offset..self.offset + self.payload_len];
-        self.last_is_filler = ends_with_filler(payload, 0, 0, self.readable_fragments());
     }
 }
 
@@ -296,6 +294,25 @@ impl TraceBuffer {
                 ..BufferStats::default()
             },
             losses: LossCounters::default(),
+        }
+    }
+
+    /// Maps every page of the ring now, by storing into each, instead of on the first write to
+    /// it.
+    ///
+    /// The ring is allocated zeroed, and the kernel maps such memory lazily, as Perfetto commits
+    /// its buffers' pages: a page costs nothing until a chunk is first copied into it, and then
+    /// a page fault (about one per 4 KiB chunk on the first pass round the ring, a third of the
+    /// service thread's CPU time in a session's first 64 MiB). Prefaulting moves those faults
+    /// to the session's start and commits the whole buffer's memory at once: worth it when the
+    /// session is expected to fill its buffer anyway and the writes must keep up from the first
+    /// event. Safe code: a store of zero per 4 KiB, which the compiler must keep because it
+    /// cannot see that the bytes are zero already.
+    pub fn prefault(&mut self) {
+        const PAGE: usize = 4096;
+        let ring = std::hint::black_box(&mut self.ring[..]);
+        for page in ring.chunks_mut(PAGE) {
+            page[0] = 0;
         }
     }
 
@@ -415,10 +432,8 @@ impl TraceBuffer {
             live: true,
             pinned: false,
             scraped,
-            last_is_filler: false,
         };
         let mut rec = rec;
-        rec.last_is_filler = ends_with_filler(chunk.payload, 0, 0, rec.readable_fragments());
         if accounted > 0 {
             // Skip the fragments a scraped copy of this chunk already accounted for.
             match skip_fragments(chunk.payload, accounted) {
@@ -516,7 +531,6 @@ impl TraceBuffer {
         rec.flags = chunk.flags;
         rec.complete = chunk.complete;
         self.ring[offset..offset + len].copy_from_slice(chunk.payload);
-        rec.update_filler(&self.ring);
         self.stats.chunks_rewritten += 1;
     }
 
@@ -556,8 +570,6 @@ impl TraceBuffer {
         if !has_more_patches {
             rec.flags &= !CHUNK_NEEDS_PATCHING;
         }
-        // A patch may (wrongly, but a producer can) touch a fragment header.
-        rec.update_filler(&self.ring);
         ok
     }
 
@@ -639,7 +651,7 @@ impl TraceBuffer {
             }
             self.stats.chunks_overwritten += 1;
             self.stats.bytes_overwritten += size as u64;
-            self.losses.overwritten += rec.unread_packet_starts();
+            self.losses.overwritten += rec.unread_packet_starts(&self.ring);
             // A continuation fragment at the front of this chunk belonged to the pending
             // packet, if any; it is now lost too.
             if rec.fragments_read == 0
@@ -799,7 +811,7 @@ impl TraceBuffer {
     /// pending packet if the chunk would have continued it.
     fn drop_rest_of_chunk(&mut self, idx: RecIdx, reason: u32) {
         let rec = self.slab[idx].as_mut().expect("indexed records exist");
-        let starts = rec.unread_packet_starts();
+        let starts = rec.unread_packet_starts(&self.ring);
         let continues = rec.fragments_read == 0 && rec.flag(FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK);
         rec.fragments_read = rec.readable_fragments();
         rec.read_offset = rec.payload_len;
@@ -1116,8 +1128,8 @@ fn skip_fragments(payload: &[u8], n: u16) -> Option<usize> {
 /// compacted single byte). Returns (length, header size).
 ///
 /// The one-byte form (fragments under 128 bytes: the SDK's zones) is decided inline: chunks of
-/// small packets have hundreds of headers, walked once when the chunk arrives (for
-/// [`ends_with_filler`]) and once when it is read.
+/// small packets have hundreds of headers, walked when the chunk is read (and, for a chunk
+/// overwritten unread, by [`ends_with_filler`]).
 #[inline(always)]
 fn parse_fragment_header(bytes: &[u8]) -> Option<(u32, usize)> {
     match bytes.first() {

@@ -462,6 +462,66 @@ fn filler_fragments_are_not_counted_as_lost_packets() {
     }
 }
 
+/// A chunk read up to its last fragment (held back for patches that never come) and then
+/// overwritten: only its unread rest is walked for the filler, which is not a packet.
+#[test]
+fn a_partly_read_chunk_overwritten_counts_only_its_unread_packets() {
+    let chunk = |id, payload: &[u8], fragments, flags| {
+        let mut p = payload.to_vec();
+        p.resize(4000, 0);
+        (id, p, fragments, flags)
+    };
+    // Two packets and the filler byte; the last fragment awaits patches.
+    let cases = [
+        (
+            chunk(
+                0,
+                &[2, 0x08, 0x01, 2, 0x08, 0x02, 0],
+                3,
+                CHUNK_NEEDS_PATCHING,
+            ),
+            0,
+        ),
+        // Two packets and a third one, not a filler: that one is lost.
+        (
+            chunk(
+                0,
+                &[2, 0x08, 0x01, 2, 0x08, 0x02, 2, 0x08, 0x03],
+                3,
+                CHUNK_NEEDS_PATCHING,
+            ),
+            1,
+        ),
+    ];
+    for ((id, payload, fragments, flags), lost) in cases {
+        let mut buf = TraceBuffer::new(4096, FillPolicy::RingBuffer);
+        buf.copy_chunk(&ChunkToCopy {
+            producer: 1,
+            writer: 1,
+            chunk_id: id,
+            num_fragments: fragments,
+            flags,
+            payload: &payload,
+            complete: true,
+        });
+        let mut read = 0;
+        buf.read_packets(false, |_, _| read += 1);
+        assert_eq!(read, 2);
+        // The next chunk of another writer takes the whole ring.
+        buf.copy_chunk(&ChunkToCopy {
+            producer: 1,
+            writer: 2,
+            chunk_id: 0,
+            num_fragments: 0,
+            flags: 0,
+            payload: &[0; 4000],
+            complete: true,
+        });
+        assert_eq!(buf.stats().chunks_overwritten, 1);
+        assert_eq!(buf.losses().total(), lost, "{:?}", buf.losses());
+    }
+}
+
 /// A writer's chunks where the first one's last packet continues in the next one, with patches
 /// owed for it (the sizes of its open nested messages), all committed into a fresh buffer.
 fn patched_chunks_committed() -> (Vec<BuiltChunk>, TraceBuffer) {

@@ -28,6 +28,10 @@
 //! path hands to other threads (the SDK's `tachyon-drain` thread encoding the queued events into
 //! packets, the in-process service thread copying chunks into the central buffer), then the
 //! wall time of stopping that session per event: the read-out of the buffer into the trace.
+//! It does so twice: with the central buffer mapped page by page as chunks first reach it (the
+//! default; one page fault per 4 KiB chunk on the service thread, since these 2M zones are the
+//! buffer's first pass), then prefaulted at the session's start (`Config::prefault_buffer`),
+//! which is what a session pays per event once it has gone round its buffer.
 //!
 //! Run: `cargo bench -p tachyon --bench client`.
 //!
@@ -62,7 +66,12 @@ use criterion::{criterion_group, Criterion, Throughput};
 use tachyon::{CategoryFilter, Config};
 
 fn start_session() {
+    start_session_with(false);
+}
+
+fn start_session_with(prefault_buffer: bool) {
     tachyon::start(Config {
+        prefault_buffer,
         output: None,
         // The buffer only has to absorb what the service copies; a ring keeps memory bounded.
         buffer_size: 64 << 20,
@@ -175,7 +184,8 @@ fn bench(c: &mut Criterion) {
         "session: {} chunks committed, {} packets dropped, {} stalls",
         report.writers.chunks_committed, report.writers.packets_dropped, report.writers.stalls
     );
-    service_cpu_per_event();
+    service_cpu_per_event(false);
+    service_cpu_per_event(true);
 }
 
 /// CPU time (ns) of this process's thread named `name`: from `schedstat` (nanoseconds), or
@@ -250,10 +260,23 @@ fn report_helpers_cpu(before: [Option<u64>; 2], after: [Option<u64>; 2], events:
     }
 }
 
-fn service_cpu_per_event() {
+/// With `prefault`, the session maps its central buffer's pages at start
+/// ([`Config::prefault_buffer`]): the service's figure then leaves out the page faults of the
+/// buffer's first pass, which a long session pays once.
+fn service_cpu_per_event(prefault: bool) {
     const ZONES: u64 = 2_000_000;
+    eprintln!(
+        "-- {}",
+        if prefault {
+            "central buffer prefaulted (TACHYON_PREFAULT=1)"
+        } else {
+            "central buffer mapped on first write (the default)"
+        }
+    );
     // A fresh session, so the read-out at its end covers exactly these events.
-    start_session();
+    let t = Instant::now();
+    start_session_with(prefault);
+    eprintln!("session start: {:.1} ms", t.elapsed().as_secs_f64() * 1e3);
     // The drainer thread starts on a thread's first event: make sure it runs (the benches
     // before this one may all have been filtered out) and has encoded that event.
     {

@@ -13,7 +13,7 @@
 //!      │   18 <iid>            category_iids (3)        (categorized events only)
 //!      │   48 01               type (9) = SLICE_BEGIN
 //!      │   50 <iid>            name_iid (10)
-//!      │   b0 02 <iid>         source_location_iid (34)
+//!      │   90 02 <iid>         source_location_iid (34)
 //!      │                     }
 //!      │ 68 02               sequence_flags (13) = SEQ_NEEDS_INCREMENTAL_STATE
 //!      │ 40 <delta>          timestamp (8), on the sequence's incremental clock
