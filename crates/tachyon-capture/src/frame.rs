@@ -307,13 +307,12 @@ impl<R: Read> FrameReader<R> {
                 {
                     return Err(bad);
                 }
-                self.payload.resize(p, 0);
-                let got = read_full(&mut self.inner, &mut self.payload)?;
+                let payload = grow(&mut self.payload, p);
+                let got = read_full(&mut self.inner, payload)?;
                 if got < p {
                     return Err(cut(got, p));
                 }
-                self.raw.resize(r, 0);
-                let n = lz4_flex::block::decompress_into(&self.payload, &mut self.raw)
+                let n = lz4_flex::block::decompress_into(payload, grow(&mut self.raw, r))
                     .map_err(|e| FrameError::BadBlock(e.to_string()))?;
                 if n != r {
                     return Err(FrameError::BadBlock(format!(
@@ -321,7 +320,7 @@ impl<R: Read> FrameReader<R> {
                     )));
                 }
                 Ok(Some(Frame::Data {
-                    raw: &self.raw,
+                    raw: &self.raw[..r],
                     wire_len: HEADER_LEN + p,
                 }))
             }
@@ -333,15 +332,13 @@ impl<R: Read> FrameReader<R> {
                 if r == 0 || r > MAX_RAW || payload != raw {
                     return Err(bad);
                 }
-                // Read straight into the records buffer: there is nothing to decompress. Its
-                // bytes are overwritten before they are read (the length was checked first).
-                self.raw.resize(r, 0);
-                let got = read_full(&mut self.inner, &mut self.raw)?;
+                // Read straight into the records buffer: there is nothing to decompress.
+                let got = read_full(&mut self.inner, grow(&mut self.raw, r))?;
                 if got < r {
                     return Err(cut(got, r));
                 }
                 Ok(Some(Frame::Data {
-                    raw: &self.raw,
+                    raw: &self.raw[..r],
                     wire_len: HEADER_LEN + r,
                 }))
             }
@@ -365,6 +362,16 @@ impl<R: Read> FrameReader<R> {
             k => Err(FrameError::UnknownKind(k)),
         }
     }
+}
+
+/// The first `n` bytes of `buf` (n ≤ [`MAX_RAW`] or its LZ4 bound, checked by the caller),
+/// growing it only when it is shorter: a buffer is zeroed once, not at every frame of another
+/// size. Its bytes are overwritten before they are read.
+fn grow(buf: &mut Vec<u8>, n: usize) -> &mut [u8] {
+    if buf.len() < n {
+        buf.resize(n, 0);
+    }
+    &mut buf[..n]
 }
 
 /// Fills `buf` as far as the stream goes: the bytes read (less than `buf.len()` only at the
