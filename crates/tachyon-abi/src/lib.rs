@@ -141,3 +141,13 @@ pub use layout::{
 pub use owned::OwnedSmb;
 pub use producer::{Chunk, SharedMemoryAbi};
 pub use service::{ChunkCopy, ReadChunk, ReadChunks, ServiceView};
+
+/// How a full central buffer behaves (Perfetto's `BufferConfig.FillPolicy`). The service's
+/// vocabulary, here so that a producer's configuration can name it without the service.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FillPolicy {
+    /// Overwrite the oldest chunks (the default).
+    RingBuffer,
+    /// Keep the oldest data; refuse everything once full.
+    Discard,
+}

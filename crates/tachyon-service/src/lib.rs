@@ -23,6 +23,7 @@
 
 mod chunk_index;
 mod commit;
+#[cfg(feature = "deflate")]
 mod compress;
 mod fast_hash;
 mod inprocess;

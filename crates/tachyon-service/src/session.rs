@@ -206,7 +206,8 @@ pub enum Compression {
     #[default]
     None,
     /// `COMPRESSION_TYPE_DEFLATE`: batches of records in `compressed_packets` (zlib), see
-    /// `compress.rs`. The final `TraceStats` packet stays plain.
+    /// `compress.rs`. The final `TraceStats` packet stays plain. Needs the `deflate` feature:
+    /// without it a session given this writes plain records (and its config says `None`).
     Deflate,
 }
 
@@ -309,7 +310,16 @@ impl SessionConfig {
             max_file_size_bytes: (cfg.max_file_size_bytes() > 0).then(|| cfg.max_file_size_bytes()),
             incremental_state_clear_period: clear,
             compression: match cfg.compression_type() {
-                Some(trace_config::CompressionType::Deflate) => Compression::Deflate,
+                Some(trace_config::CompressionType::Deflate) if cfg!(feature = "deflate") => {
+                    Compression::Deflate
+                }
+                Some(trace_config::CompressionType::Deflate) => {
+                    return Err(ConfigError(
+                        "compression_type COMPRESSION_TYPE_DEFLATE: this build has no DEFLATE \
+                         encoder (tachyon-service's `deflate` feature is off)"
+                            .into(),
+                    ))
+                }
                 _ => Compression::None,
             },
             trace_config: bytes.to_vec(),
@@ -489,7 +499,16 @@ impl ServiceCore {
         Self::with_sink(config, Sink::Memory(Vec::new()))
     }
 
-    fn with_sink(config: SessionConfig, sink: Sink) -> Self {
+    fn with_sink(
+        #[cfg_attr(feature = "deflate", allow(unused_mut))] mut config: SessionConfig,
+        sink: Sink,
+    ) -> Self {
+        // Without an encoder the trace is written plain, and the session's config says so (a
+        // `TraceConfig` read with `from_trace_config` is refused before it gets here).
+        #[cfg(not(feature = "deflate"))]
+        {
+            config.compression = Compression::None;
+        }
         let buffers = config
             .buffers
             .iter()
@@ -666,6 +685,7 @@ impl ServiceCore {
         if self.staged.is_empty() {
             return Ok(());
         }
+        #[cfg(feature = "deflate")]
         if self.config.compression == Compression::Deflate {
             let plain = std::mem::take(&mut self.staged);
             crate::compress::deflate_records(&plain, &mut self.staged);

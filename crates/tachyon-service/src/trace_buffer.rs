@@ -83,14 +83,9 @@ pub mod data_loss {
     pub const WRITER_ABORT: u32 = 128;
 }
 
-/// How a full buffer behaves (Perfetto's `BufferConfig.FillPolicy`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FillPolicy {
-    /// Overwrite the oldest chunks (the default).
-    RingBuffer,
-    /// Keep the oldest data; refuse everything once full.
-    Discard,
-}
+/// How a full buffer behaves (Perfetto's `BufferConfig.FillPolicy`; defined in `tachyon-abi`
+/// so that the client's configuration names it without this crate).
+pub use tachyon_abi::FillPolicy;
 
 /// One chunk as the service copied it out of a producer's shared memory.
 #[derive(Clone, Copy, Debug)]

@@ -38,6 +38,7 @@
 
 #[cfg(feature = "capture")]
 pub use crate::capture::CaptureServer;
+#[cfg(feature = "in-process")]
 pub use crate::session::{InProcessSession, SessionOptions, StopReport};
 #[cfg(feature = "system")]
 pub use crate::system::{SystemReport, SystemSession, DAEMON_CONNECT_BUDGET};
@@ -47,5 +48,7 @@ pub use crate::writer::{
     SmbMemory, TracePacketHandle, TraceWriter, WriterStats, DEFAULT_STALL_THEN_DROP_TIMEOUT,
     DEFAULT_STALL_TIMEOUT, PREVIOUS_PACKET_DROPPED_SMB_FULL, SCRATCH_CHUNK_SIZE,
 };
+pub use tachyon_abi::FillPolicy;
 pub use tachyon_abi::{CommitRequest, OwnedSmb, PageLayout, PageSize, SharedMemoryAbi};
-pub use tachyon_service::{FillPolicy, SessionConfig};
+#[cfg(feature = "in-process")]
+pub use tachyon_service::SessionConfig;

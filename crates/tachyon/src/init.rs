@@ -41,7 +41,7 @@
 //! | `TACHYON_FLUSH_PERIOD_MS` | periodic flush | none |
 //! | `TACHYON_STREAM` | `1`: stream into the file while tracing | off |
 //! | `TACHYON_STREAM_PERIOD_MS` | with `TACHYON_STREAM`: write to the file this often (at least 100) | 5000 |
-//! | `TACHYON_COMPRESS` | `1`: DEFLATE the trace (`compressed_packets`, as Perfetto's `compression_type: COMPRESSION_TYPE_DEFLATE`) | off |
+//! | `TACHYON_COMPRESS` | `1`: DEFLATE the trace (`compressed_packets`, as Perfetto's `compression_type: COMPRESSION_TYPE_DEFLATE`; cargo feature `deflate`, else an error naming it) | off |
 //! | `TACHYON_DISABLE` | `1`: [`init`] does nothing | off |
 //! | `TACHYON_CLOCK` | `boottime`: no TSC (see [`clock`](crate::clock)) | TSC |
 //! | `TACHYON_NO_CRASH_HANDLER` | `1`: no crash handler (see [`crash`](crate::crash)) | installed |
@@ -68,18 +68,28 @@ use std::path::PathBuf;
 use std::sync::{Mutex, Once};
 use std::time::Duration;
 
-use tachyon_service::{BufferSpec, Compression, DataSourceSpec, FillPolicy, SessionConfig};
+use tachyon_abi::FillPolicy;
+#[cfg(feature = "in-process")]
+use tachyon_service::{BufferSpec, Compression, DataSourceSpec, SessionConfig};
 
+#[cfg(feature = "in-process")]
 use crate::backend::PageSize;
 #[cfg(feature = "capture")]
 use crate::capture::{CaptureOptions, CaptureReport, CaptureServer};
+#[cfg(feature = "in-process")]
 use crate::session::{InProcessSession, SessionOptions};
 #[cfg(feature = "system")]
 use crate::system::{SystemOptions, SystemReport, SystemSession};
-use crate::track_event::global::{self, SessionHandle};
+#[cfg(any(feature = "in-process", feature = "system"))]
+use crate::track_event::global;
+#[cfg(feature = "in-process")]
+use crate::track_event::global::SessionHandle;
+#[cfg(feature = "in-process")]
 use crate::track_event::state::{self, Drain};
 use crate::track_event::CategoryFilter;
-use crate::writer::{ArbiterConfig, ArbiterStats, BufferExhaustedPolicy};
+#[cfg(feature = "in-process")]
+use crate::writer::ArbiterConfig;
+use crate::writer::{ArbiterStats, BufferExhaustedPolicy};
 
 /// How a tracing session is set up.
 #[derive(Clone, Debug)]
@@ -106,7 +116,8 @@ pub struct Config {
     /// (`file_write_period_ms`; Perfetto's default 5 s, at least 100 ms).
     pub stream_period: Duration,
     /// Compress the trace (`compression_type: COMPRESSION_TYPE_DEFLATE`; in-process only: in
-    /// system mode the daemon's trace config decides).
+    /// system mode the daemon's trace config decides). Needs the cargo feature `deflate`:
+    /// without it an in-process session asked to compress does not start (an error naming it).
     pub compress: bool,
     /// Timestamps as deltas on the sequence-scoped incremental clock (1–3 bytes per packet);
     /// `false` writes absolute trace-clock timestamps.
@@ -168,7 +179,7 @@ impl Default for Config {
             clear_period: None,
             flush_period: None,
             stream: false,
-            stream_period: tachyon_service::DEFAULT_FILE_WRITE_PERIOD,
+            stream_period: DEFAULT_STREAM_PERIOD,
             compress: false,
             incremental_timestamps: true,
             stop_timeout: Duration::from_millis(500),
@@ -338,6 +349,7 @@ impl Config {
         Ok(c)
     }
 
+    #[cfg(feature = "in-process")]
     fn session_config(&self) -> SessionConfig {
         SessionConfig {
             buffers: vec![BufferSpec {
@@ -363,6 +375,10 @@ impl Config {
     }
 }
 
+/// How often a streamed trace is written by default: Perfetto's `file_write_period_ms` default
+/// (the service's `DEFAULT_FILE_WRITE_PERIOD`, named here so that `Config` needs no service).
+const DEFAULT_STREAM_PERIOD: Duration = Duration::from_secs(5);
+
 /// The variable naming the daemon's producer socket (system mode).
 #[cfg(feature = "system")]
 const PRODUCER_SOCK_ENV: &str = tachyon_ipc::paths::PRODUCER_SOCK_ENV;
@@ -372,7 +388,12 @@ const PRODUCER_SOCK_ENV: &str = tachyon_ipc::paths::PRODUCER_SOCK_ENV;
 const PRODUCER_SOCK_ENV: &str = "TACHYON_PRODUCER_SOCK";
 
 /// The error for a backend this build of the crate leaves out (its cargo `feature`).
-#[cfg(any(not(feature = "system"), not(feature = "capture")))]
+#[cfg(any(
+    not(feature = "system"),
+    not(feature = "capture"),
+    not(feature = "in-process"),
+    not(feature = "deflate")
+))]
 fn not_built(what: &str, feature: &str) -> String {
     format!(
         "{what} needs the `tachyon` crate's cargo feature `{feature}`, which this program was built without"
@@ -562,7 +583,8 @@ pub(crate) fn parse_size(name: &str, v: &str) -> Result<usize, ConfigError> {
 /// Where a session's trace goes.
 #[derive(Debug)]
 pub enum Backend {
-    /// The service runs as a thread of this process.
+    /// The service runs as a thread of this process (cargo feature `in-process`).
+    #[cfg(feature = "in-process")]
     InProcess(InProcessSession),
     /// A `tachyon traced` daemon owns the trace; this process writes into its shared memory
     /// (system mode; cargo feature `system`).
@@ -606,6 +628,25 @@ impl Backend {
             };
             return SystemSession::connect(options).map(Backend::System);
         }
+        #[cfg(not(feature = "in-process"))]
+        return Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            not_built(
+                "in-process tracing (a config without a producer socket)",
+                "in-process",
+            ),
+        ));
+        #[cfg(all(feature = "in-process", not(feature = "deflate")))]
+        if config.compress {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                not_built(
+                    "a compressed trace (TACHYON_COMPRESS, Config::compress)",
+                    "deflate",
+                ),
+            ));
+        }
+        #[cfg(feature = "in-process")]
         let options = SessionOptions {
             smb_size: config.smb_size,
             page_size: PageSize::Kib4,
@@ -614,15 +655,20 @@ impl Backend {
                 ..ArbiterConfig::default()
             },
         };
-        let session = InProcessSession::start_with_clear_hook(
-            config.session_config(),
-            options,
-            Box::new(global::clear_incremental_state),
-        )?;
-        Ok(Backend::InProcess(session))
+        #[cfg(feature = "in-process")]
+        {
+            let session = InProcessSession::start_with_clear_hook(
+                config.session_config(),
+                options,
+                Box::new(global::clear_incremental_state),
+            )?;
+            Ok(Backend::InProcess(session))
+        }
     }
 }
 
+// Without `in-process`, `output` and `symbolize` have no session to act on.
+#[cfg_attr(not(feature = "in-process"), allow(dead_code))]
 struct Active {
     backend: Backend,
     output: Option<PathBuf>,
@@ -753,7 +799,21 @@ pub fn init() -> io::Result<()> {
             other => return other,
         }
     }
-    start_inner(config, true)
+    #[cfg(feature = "in-process")]
+    return start_inner(config, true);
+    // Without the in-process backend a program traces only into a daemon or to a capture:
+    // with neither asked for, it runs untraced.
+    #[cfg(not(feature = "in-process"))]
+    {
+        if std::env::var_os("TACHYON_OUT").is_some() {
+            eprintln!(
+                "tachyon: no tracing: TACHYON_OUT asks for {}",
+                not_built("in-process tracing", "in-process")
+            );
+        }
+        drop(config);
+        Ok(())
+    }
 }
 
 #[cfg(feature = "system")]
@@ -781,6 +841,7 @@ fn start_inner(config: Config, at_exit: bool) -> io::Result<()> {
     let _ = crate::clock::clock();
     let backend = Backend::start(&config)?;
     // In system mode the daemon starts and stops sessions (the command thread installs them).
+    #[cfg(feature = "in-process")]
     if let Backend::InProcess(session) = &backend {
         let handle = SessionHandle {
             session: global::next_session_number(),
@@ -865,13 +926,16 @@ pub fn shutdown() -> io::Result<Option<Report>> {
         return Ok(None);
     };
     crate::crash::disarm();
-    let session = match active.backend {
-        Backend::InProcess(session) => session,
+    match active.backend {
+        #[cfg(feature = "in-process")]
+        Backend::InProcess(session) => {
+            stop_in_process(session, active.output, active.symbolize, slot)
+        }
         #[cfg(feature = "system")]
         Backend::System(system) => {
             let stop = system.stop();
             drop(slot);
-            return Ok(Some(Report {
+            Ok(Some(Report {
                 path: None,
                 trace: Vec::new(),
                 bytes: 0,
@@ -881,7 +945,7 @@ pub fn shutdown() -> io::Result<Option<Report>> {
                 #[cfg(feature = "capture")]
                 capture: None,
                 memory: None,
-            }));
+            }))
         }
         #[cfg(feature = "capture")]
         Backend::Capture(server) => {
@@ -896,7 +960,7 @@ pub fn shutdown() -> io::Result<Option<Report>> {
                     crate::capture::EXIT_SEND_BUDGET.as_secs()
                 );
             }
-            return Ok(Some(Report {
+            Ok(Some(Report {
                 path: None,
                 trace: Vec::new(),
                 bytes: stop.report.bytes_sent,
@@ -906,16 +970,26 @@ pub fn shutdown() -> io::Result<Option<Report>> {
                 system: None,
                 capture: Some(stop.report),
                 memory: None,
-            }));
+            }))
         }
-    };
+    }
+}
+
+/// The end of [`shutdown`] for an in-process session (`slot` still held).
+#[cfg(feature = "in-process")]
+fn stop_in_process(
+    session: InProcessSession,
+    output: Option<PathBuf>,
+    symbolize: bool,
+    slot: std::sync::MutexGuard<'static, Option<Active>>,
+) -> io::Result<Option<Report>> {
     // The session ends first and the callsites are disabled only once it has stopped: a thread
     // still tracing must reach its state (through an enabled callsite, which takes the slow
     // path once in an ended session) to drop, and so flush, its writer. Disabled callsites
     // would leave it holding the writer, and the stop would wait out its timeout.
     // Events still queued on threads go to the buffer first. Then the writers of threads that
     // are not tracing right now encode what they queued meanwhile (into this session's writer:
-    // `ThreadState::replay`), flush and drop, so the stop does not wait for their next event. A
+    // `ThreadState::drain_queue`), flush and drop, so the stop does not wait for their next event. A
     // thread busy with an event then drops its writer at its next one, as before the queues.
     // Memory tracking writes its last counters and heap profile into the session first.
     let memory = crate::alloc::stop_session();
@@ -930,15 +1004,15 @@ pub fn shutdown() -> io::Result<Option<Report>> {
     global::disable_callsites();
     drop(slot);
     let mut stop = stop?;
-    if active.symbolize {
-        crate::callstack::symbolize_at_end(active.output.as_deref(), &mut stop.trace);
+    if symbolize {
+        crate::callstack::symbolize_at_end(output.as_deref(), &mut stop.trace);
     }
-    let bytes = match &active.output {
+    let bytes = match &output {
         Some(p) => std::fs::metadata(p).map(|m| m.len()).unwrap_or(0),
         None => stop.trace.len() as u64,
     };
     Ok(Some(Report {
-        path: active.output,
+        path: output,
         trace: stop.trace,
         bytes,
         writers: stop.arbiter,
@@ -1122,5 +1196,19 @@ mod tests {
         let c = Config::from_vars(vars(&[("TACHYON_ANNOUNCE", "0")])).unwrap();
         assert_eq!((c.announce, c.listen), (None, None));
         assert_eq!(Config::from_vars(vars(&[])).unwrap().announce, None);
+    }
+
+    /// Without the `deflate` feature a compressed trace is refused, naming the feature (before
+    /// anything starts).
+    #[cfg(all(feature = "in-process", not(feature = "deflate")))]
+    #[test]
+    fn compression_without_the_deflate_feature_is_refused() {
+        let config = Config {
+            compress: true,
+            ..Config::in_memory()
+        };
+        let e = Backend::start(&config).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::Unsupported);
+        assert!(e.to_string().contains("`deflate`"), "{e}");
     }
 }

@@ -34,13 +34,16 @@
 //!   writes the trace), [`shutdown`] for the [`Report`].
 //! - Call stacks: `zone!(.., callstack)`, `TACHYON_CALLSTACK`, capture and interning in
 //!   [`callstack`]; CPU sampling (`Config::sampling_hz`) in [`sampling`].
-//! - Cargo features: `enabled` (default: the macros record), `memory` (default: allocations
-//!   attributed to zones), `dwarf-unwind` (default: call stacks unwound with `framehop` over
-//!   `.eh_frame`), `system` (default: system mode, into a `tachyon traced` daemon; brings
-//!   `rustix`), `capture` (default: live capture by `tachyon capture`; brings `lz4_flex`),
-//!   `macros` (`#[tachyon::instrument]`, brings the proc-macro stack), `log-bridge` (`log`
-//!   records on the trace), `symbolize` (symbols appended when a session ends; brings
-//!   `addr2line`). The in-process backend is always in; `docs/client-crate.md` has the trees.
+//! - Cargo features: `enabled` (default: the macros record), `in-process` (default: the
+//!   service as a thread of this process, writing the trace itself), `memory` (default:
+//!   allocations attributed to zones), `dwarf-unwind` (default: call stacks unwound with
+//!   `framehop` over `.eh_frame`), `system` (default: system mode, into a `tachyon traced`
+//!   daemon; brings `rustix`), `capture` (default: live capture by `tachyon capture`; brings
+//!   `lz4_flex`), `macros` (`#[tachyon::instrument]`, brings the proc-macro stack), `deflate`
+//!   (`Config::compress`; brings `miniz_oxide`), `log-bridge` (`log` records on the trace),
+//!   `symbolize` (symbols appended when a session ends; brings `addr2line`). Without
+//!   `in-process` a program traces only into a daemon or to a capture, and [`init`] with
+//!   neither at hand starts nothing; `docs/client-crate.md` has the trees.
 //! - For other instrumentation libraries (the `tracing` Layer in `tracing-tachyon`):
 //!   [`integration`]. For those who build backends: the writer API (arbiter, trace writers, commit
 //!   sinks, sessions) in [`backend`]; the trace clock in [`clock`].
@@ -66,20 +69,26 @@ pub mod crash;
 mod init;
 #[cfg(feature = "log-bridge")]
 pub mod log_bridge;
+// CPU sampling runs in in-process sessions: without that backend its runtime is unused.
+#[cfg_attr(not(feature = "in-process"), allow(dead_code))]
 pub mod sampling;
+#[cfg(feature = "in-process")]
 mod session;
 pub mod sync;
 #[cfg(feature = "system")]
 mod system;
+// With no backend at all (neither `in-process` nor `system`) nothing starts a session: the
+// session side of the instrumentation is compiled but unused.
+#[cfg_attr(not(any(feature = "in-process", feature = "system")), allow(dead_code))]
 mod track_event;
 mod writer;
 
 pub use init::{init, is_active, shutdown, start, Backend, Config, ConfigError, Report};
+pub use tachyon_abi::FillPolicy;
 /// The function attribute: a [`zone!`] around every call of the function (cargo feature
 /// `macros`).
 #[cfg(feature = "macros")]
 pub use tachyon_macros::instrument;
-pub use tachyon_service::FillPolicy;
 pub use track_event::integration;
 #[doc(hidden)]
 pub use track_event::message as __message;

@@ -21,6 +21,8 @@ const CHILD_ENV: &str = "TACHYON_CRASH_TEST_CHILD";
 const BEFORE: usize = 200;
 /// Zones (and instants) each worker of the threaded scenario writes after it, at most.
 const AFTER: usize = 5000;
+/// Zones each worker of the `queued` scenario leaves in its queue (half the queue's room).
+const QUEUED: usize = 4000;
 
 fn examples_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
@@ -426,6 +428,28 @@ fn a_crash_on_another_thread_while_others_trace() {
     );
 }
 
+/// The crash ends the session while the `tachyon-drain` thread encodes the workers' queues:
+/// every zone queued before the crash is saved, none is dropped on the way (a drain follows
+/// the session its events were recorded in, not the end that arrives halfway through it).
+/// Several children, because the crash must catch the drainer in the middle of a queue.
+#[test]
+fn events_queued_when_the_crash_comes_are_saved() {
+    for child in 0..3 {
+        let (cmd, dir) = child_of_this_test("queued");
+        let out = run(cmd);
+        assert_died_of(&out, libc::SIGSEGV);
+        let tp = open_trace(&dir, &out);
+        the_crash(&tp, "crasher");
+        for w in ["worker-0", "worker-1", "worker-2"] {
+            assert_eq!(
+                zones(&tp, w, "queued") as usize,
+                QUEUED,
+                "child {child}: {w}"
+            );
+        }
+    }
+}
+
 /// Sessions started by `init()` (whose trace is otherwise written at exit) and sessions that
 /// stream into their file are saved the same way.
 #[test]
@@ -664,6 +688,7 @@ fn child() {
     };
     match scenario.as_str() {
         "threads" => threads(),
+        "queued" => queued(),
         "handler-before" => {
             install_user_handler(false);
             start();
@@ -825,6 +850,41 @@ fn threads() {
             for _ in 0..BEFORE {
                 let _z = tachyon::zone!("crasher before");
             }
+            let p: *const u64 = std::hint::black_box(std::ptr::without_provenance(8));
+            // SAFETY: none: reads address 8 on purpose, to crash with SIGSEGV.
+            let v = unsafe { p.read_volatile() };
+            println!("unreachable: {v}");
+        })
+        .unwrap();
+    let _ = crasher.join();
+    unreachable!("the crash ends the process");
+}
+
+/// Three workers each queue [`QUEUED`] zones and wait; as soon as they all have, a fourth
+/// thread dereferences address 8, usually while the `tachyon-drain` thread is still encoding
+/// their queues.
+fn queued() {
+    start();
+    let ready = Arc::new(Barrier::new(4));
+    for i in 0..3 {
+        let ready = Arc::clone(&ready);
+        std::thread::Builder::new()
+            .name(format!("worker-{i}"))
+            .spawn(move || {
+                for _ in 0..QUEUED {
+                    let _z = tachyon::zone!("queued");
+                }
+                ready.wait();
+                loop {
+                    std::thread::park();
+                }
+            })
+            .unwrap();
+    }
+    let crasher = std::thread::Builder::new()
+        .name("crasher".into())
+        .spawn(move || {
+            ready.wait();
             let p: *const u64 = std::hint::black_box(std::ptr::without_provenance(8));
             // SAFETY: none: reads address 8 on purpose, to crash with SIGSEGV.
             let v = unsafe { p.read_volatile() };

@@ -18,6 +18,9 @@ pub(crate) struct Entry {
     pub(crate) level_arg: usize,
     /// A `log` record's callsite in `tracing-log` (its `log.*` fields say where it is from).
     pub(crate) log: bool,
+    /// An event whose only field is `message` (`tracing::info!("text")`): a log message. An
+    /// event with other fields stays an instant, its fields typed arguments.
+    pub(crate) message_only: bool,
 }
 
 const WAYS: usize = 256;
@@ -102,7 +105,14 @@ fn make(meta: &'static Metadata<'static>) -> &'static Entry {
         args,
     );
     let log = meta.is_event() && meta.fields().field("log.target").is_some();
-    Box::leak(Box::new(Entry { cs, level_arg, log }))
+    let message_only =
+        meta.is_event() && meta.fields().len() == 1 && meta.fields().field("message").is_some();
+    Box::leak(Box::new(Entry {
+        cs,
+        level_arg,
+        log,
+        message_only,
+    }))
 }
 
 /// What log-style instants are named (the level, as Tachyon's log messages are).

@@ -194,7 +194,7 @@ impl Visit for LogRecord {
     }
 }
 
-/// Records an event: an instant on this thread's track.
+/// Records an event: an instant on this thread's track; a log message when it is log-style.
 pub(crate) fn record_event(event: &Event<'_>) {
     let meta = event.metadata();
     let entry = cache::entry(meta);
@@ -202,6 +202,11 @@ pub(crate) fn record_event(event: &Event<'_>) {
         return record_log(event);
     }
     let Some(en) = entry.cs.check() else { return };
+    if entry.message_only {
+        let mut rec = LogRecord::default();
+        event.record(&mut rec);
+        return log_message(entry.cs, en, meta.level(), &rec.message);
+    }
     integration::instant(entry.cs, en, None, None, |cx| {
         event.record(&mut ArgWriter::new(cx));
         cx.arg_at(entry.level_arg, meta.level().as_str());
@@ -225,15 +230,20 @@ fn record_log(event: &Event<'_>) {
     }
 }
 
-/// A log-style message: for now an instant named after the level with `message` and `level`
-/// arguments (the callsite's argument names are `["message", "level"]`).
-///
-/// The seam for TrackEvent `log_message` (Tachyon's `message` API, being added to the client
-/// crate): this is the one place that will write the message as a `LogMessage` with the
-/// level's priority instead, so that it lands in `android_logs` and the UI's log panel.
+/// A log-style message: a TrackEvent `log_message` (an instant named after the level, in
+/// `android_logs` and the UI's log panel), `tracing`'s level as its priority, the callsite's
+/// target as its category and its file and line as its source location.
 fn log_message(cs: &'static Callsite, en: Enabled, level: &Level, message: &str) {
-    integration::instant(cs, en, None, None, |cx| {
-        cx.arg_at(0, message);
-        cx.arg_at(1, level.as_str());
-    });
+    integration::log_message(cs, en, tachyon_level(level), message);
+}
+
+/// `tracing`'s level as Tachyon's (`LogMessage.prio`: TRACE is verbose).
+fn tachyon_level(level: &Level) -> tachyon::Level {
+    match *level {
+        Level::TRACE => tachyon::Level::Trace,
+        Level::DEBUG => tachyon::Level::Debug,
+        Level::INFO => tachyon::Level::Info,
+        Level::WARN => tachyon::Level::Warn,
+        Level::ERROR => tachyon::Level::Error,
+    }
 }

@@ -27,9 +27,13 @@
 //!   once per sequence as the event name, category and source location. A value recorded
 //!   (`Span::record`) while an entry is open shows on the span's later entries.
 //! - An event is an instant on the thread's track, named after the event, its fields and level
-//!   as arguments; an event with a `message` field (`tracing::info!("text")`, and every `log`
-//!   record through `tracing-log`) is a log-style instant named after its level, the message
-//!   and the level as arguments, its category the `log` record's target.
+//!   as arguments. A log-style event, one whose only field is its message
+//!   (`tracing::info!("text")`), and every `log` record through `tracing-log`, is a log message
+//!   (TrackEvent `log_message`, as `tachyon::message!` writes: `android_logs` in the trace
+//!   processors, the UI's log panel): an instant named after its level, the text as its body,
+//!   the level as its priority, its category the event's target (the `log` record's), its
+//!   source location the callsite's (the record's) file and line. An event with a message and
+//!   other fields stays an instant with typed arguments, so that no field is lost.
 //! - `follows_from(a, b)` is a flow: it starts at an instant `follows_from` recorded then (inside
 //!   `b`'s slice when `b` is the span entered on that thread, on `b`'s track in async-track
 //!   mode) and ends at `a`'s next slice.

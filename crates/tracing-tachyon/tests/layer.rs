@@ -315,8 +315,43 @@ fn targets_are_categories() {
     );
 }
 
-/// `log` records through `tracing-log`: log-style instants with the record's target as the
-/// category and its level.
+/// Guards dropped out of order (the outer span's first): the innermost open slice ends at each
+/// exit, so the track still nests, every slice is closed, and the trace passes the checks.
+#[test]
+fn exits_out_of_order_keep_the_track_nested() {
+    let _l = lock();
+    let tp = record(Config::in_memory(), &dispatch(TachyonLayer::new()), || {
+        let a = tracing::info_span!("a");
+        let b = tracing::info_span!("b");
+        let ga = a.enter();
+        let gb = b.enter();
+        drop(ga);
+        tracing::info!(after = 1u64);
+        drop(gb);
+        let _c = tracing::info_span!("c").entered();
+    });
+    assert_eq!(
+        rows(
+            &tp,
+            "SELECT name, depth, dur > 0 FROM slice WHERE dur != 0 ORDER BY ts, depth"
+        ),
+        [
+            vec![t("a"), i(0), i(1)],
+            vec![t("b"), i(1), i(1)],
+            vec![t("c"), i(0), i(1)],
+        ]
+    );
+    // The event after the first exit is inside the one slice still open.
+    assert_eq!(rows(&tp, "SELECT depth FROM slice WHERE dur = 0"), [[i(1)]]);
+    assert_eq!(
+        rows(&tp, "SELECT count(*) FROM slice WHERE dur < 0"),
+        [[i(0)]]
+    );
+}
+
+/// `log` records through `tracing-log`, and `tracing` events whose only field is the message:
+/// log messages (`android_logs`) with the level as the priority, instants named after the level
+/// with the record's target as the category, inside the span entered then.
 #[test]
 fn log_records_through_tracing_log() {
     let _l = lock();
@@ -328,27 +363,31 @@ fn log_records_through_tracing_log() {
             log::warn!(target: "legacy::cfg", "missing key {k}");
         }
         log::error!("failed");
+        tracing::debug!(target: "app::net", "retrying");
     });
     assert_eq!(
         rows(
             &tp,
-            "SELECT s.name, s.category, s.depth, a.display_value FROM slice s JOIN args a USING (arg_set_id) \
-             WHERE a.key = 'debug.message' ORDER BY s.ts"
+            "SELECT name, category, depth FROM slice WHERE dur = 0 ORDER BY ts"
         ),
         [
-            vec![t("warn"), t("legacy::cfg"), i(1), t("missing key 0")],
-            vec![t("warn"), t("legacy::cfg"), i(1), t("missing key 1")],
-            vec![t("warn"), t("legacy::cfg"), i(1), t("missing key 2")],
-            vec![t("error"), t("layer"), i(1), t("failed")],
+            vec![t("warn"), t("legacy::cfg"), i(1)],
+            vec![t("warn"), t("legacy::cfg"), i(1)],
+            vec![t("warn"), t("legacy::cfg"), i(1)],
+            vec![t("error"), t("layer"), i(1)],
+            vec![t("debug"), t("app::net"), i(1)],
         ]
     );
+    // LogMessage.prio: WARN 5, ERROR 6, DEBUG 3 (Android's priorities).
     assert_eq!(
-        rows(
-            &tp,
-            "SELECT DISTINCT a.display_value FROM slice s JOIN args a USING (arg_set_id) \
-             WHERE a.key = 'debug.level' ORDER BY 1"
-        ),
-        [[t("ERROR")], [t("WARN")]]
+        rows(&tp, "SELECT prio, msg FROM android_logs ORDER BY ts"),
+        [
+            vec![i(5), t("missing key 0")],
+            vec![i(5), t("missing key 1")],
+            vec![i(5), t("missing key 2")],
+            vec![i(6), t("failed")],
+            vec![i(3), t("retrying")],
+        ]
     );
 }
 

@@ -74,10 +74,17 @@
 //! counted, not recorded.
 
 mod hook;
+// Memory tracking records into in-process sessions (`start_session` is called for those only):
+// without the `in-process` feature its session side is compiled but unused.
+#[cfg_attr(not(feature = "in-process"), allow(dead_code))]
 mod local;
+#[cfg_attr(not(feature = "in-process"), allow(dead_code))]
 mod profile;
+#[cfg_attr(not(feature = "in-process"), allow(dead_code))]
 mod sampler;
+#[cfg_attr(not(feature = "in-process"), allow(dead_code))]
 mod sites;
+#[cfg_attr(not(feature = "in-process"), allow(dead_code))]
 mod tracker;
 
 use std::fmt;
@@ -88,6 +95,7 @@ pub use hook::Tracked;
 pub use local::MAX_ZONES;
 pub use tracker::{HeapSummary, MemorySummary, SiteSummary};
 
+#[cfg(feature = "in-process")]
 pub(crate) use tracker::{start_session, stop_session};
 
 /// Whether zones are tracked as allocation sites now (one relaxed load; the zone macros ask).

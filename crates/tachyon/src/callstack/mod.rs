@@ -58,6 +58,7 @@ pub(crate) fn note_recorded() {
 /// process's own binaries (their paths and build ids are the trace's). Without the feature,
 /// nothing (`tachyon symbolize` does it later).
 #[cfg_attr(not(feature = "symbolize"), allow(unused_variables, clippy::ptr_arg))]
+#[cfg(feature = "in-process")]
 pub(crate) fn symbolize_at_end(path: Option<&std::path::Path>, trace: &mut Vec<u8>) {
     let recorded = RECORDED.swap(false, Ordering::Relaxed);
     #[cfg(feature = "symbolize")]

@@ -21,6 +21,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+use super::message::{self, Level};
 use super::state::{self, with_state};
 use super::{encode, Callsite, CallsiteKind, Enabled, EventContext, Track, TrackSlice};
 use crate::clock;
@@ -103,4 +104,14 @@ pub fn track_begin(
     fill: impl FnOnce(&mut EventContext<'_, '_>),
 ) -> TrackSlice {
     super::__rt::track_begin(cs, en, track, None, fill)
+}
+
+/// A log message on this thread's track (as [`message!`](crate::message)): an instant named
+/// after `level`, carrying a TrackEvent `log_message` with `text` (copied, cut at
+/// [`MAX_MESSAGE_LEN`](crate::MAX_MESSAGE_LEN) bytes), the level as its priority and the
+/// callsite's file and line as its source location, in the callsite's category (a `log`
+/// record's target). The trace processors list it in `android_logs`.
+#[inline]
+pub fn log_message(cs: &'static Callsite, en: Enabled, level: Level, text: &str) {
+    message::emit_str(cs, en, level, text)
 }

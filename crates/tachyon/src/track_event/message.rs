@@ -117,6 +117,12 @@ fn emit_stack(
     emit_pcs(cs, en, level, color, args, &pcs[..n]);
 }
 
+/// A message of a callsite made at run time ([`integration::log_message`](crate::integration::log_message)):
+/// the text copied.
+pub(crate) fn emit_str(cs: &'static Callsite, en: Enabled, level: Level, text: &str) {
+    write(cs, en, level, None, text, false, &[]);
+}
+
 /// Formats (unless the text is a literal) and writes.
 #[inline(never)]
 fn emit_pcs(

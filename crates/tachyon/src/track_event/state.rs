@@ -24,7 +24,7 @@
 //! epoch, then `Slot::try_push_with` (`queue.rs`): a compare for room, the counter read raw (no
 //! conversion), two stores of the record and the published position. Everything else is behind
 //! a call to a `#[cold]` function. The record is encoded later by whoever holds the slot's
-//! lock ([`ThreadState::replay`]: the `tachyon-drain` thread, [`drain_all`], or this thread
+//! lock ([`ThreadState::drain_queue`]: the `tachyon-drain` thread, [`drain_all`], or this thread
 //! in [`with_state`] before any other event), through the fast path that used to run on the
 //! thread: the callsite's template (24 bytes: three words) and the delta's varint (at most 3
 //! bytes, no loop) stored straight into the chunk, the count bumped.
@@ -44,7 +44,7 @@ use tachyon_protos::{
 use super::callsite::{Callsite, CallsiteKind, Enabled, Unit};
 use super::encode::{self, CounterSample, Template, TYPE_SLICE_END};
 use super::global::{self, session_of, EPOCH};
-use super::queue::{self, Holder, Hot, Record, Slot};
+use super::queue::{self, Guard, Holder, Hot, Record, Slot};
 use crate::callstack::CallstackInterner;
 use crate::clock::{self, Clock, Snapshot, TRACE_CLOCK_ID};
 use crate::writer::TraceWriter;
@@ -97,8 +97,8 @@ pub(crate) struct ThreadState {
     clock: Clock,
     /// The [`EPOCH`] this state is current for.
     epoch: u64,
-    /// While queued events of a session that has ended (or been replaced) are encoded: that
-    /// session's epoch, which the state keeps following instead of [`EPOCH`] (see `replay`).
+    /// While queued events are encoded: the epoch they were recorded in, which the state
+    /// follows instead of [`EPOCH`] (see `drain_queue`).
     pin: Option<u64>,
     /// The incremental clock's value (trace-clock ns of the last delta-encoded packet).
     last_ts: u64,
@@ -195,7 +195,7 @@ impl Drop for Owner {
         {
             // The last events, then the writer flushes as it drops.
             let mut st = slot.lock();
-            st.drain(ThreadState::replay);
+            ThreadState::drain_queue(&mut st);
             st.release_writer();
         }
         slots().retain(|s| !Arc::ptr_eq(s, &slot));
@@ -246,7 +246,7 @@ pub(crate) fn with_state<R>(f: impl FnOnce(&mut ThreadState) -> R) -> Option<R> 
     // holds (given up only in `Owner::drop`, which clears `SLOT` first).
     let slot = unsafe { &*p };
     let mut st = slot.lock();
-    st.drain(ThreadState::replay);
+    ThreadState::drain_queue(&mut st);
     let r = f(&mut st);
     // The queue opens for the epoch the state is current for, if it has a writer there; the
     // next event that finds `EPOCH` elsewhere comes back here (see `named_event`).
@@ -337,7 +337,7 @@ pub(crate) fn drain_all(how: Drain) -> usize {
         let Some(mut st) = st else {
             continue;
         };
-        n += st.drain(ThreadState::replay);
+        n += ThreadState::drain_queue(&mut st);
         if how == Drain::Release
             && session_of(st.epoch) != session_of(EPOCH.load(Ordering::Relaxed))
         {
@@ -363,7 +363,9 @@ const DRAIN_IDLE: Duration = Duration::from_millis(20);
 static FLUSH_PASS: AtomicBool = AtomicBool::new(false);
 
 /// Asks the drainer thread for a [`Drain::Flush`] pass (within [`DRAIN_NAP`] while a session
-/// runs): the service's periodic flush, which must not encode on its own thread.
+/// runs): the service's periodic flush, which must not encode on its own thread. (The
+/// in-process service and live capture ask for it; a daemon's flushes reach writers directly.)
+#[cfg_attr(not(feature = "in-process"), allow(dead_code))]
 pub(crate) fn request_flush_pass() {
     FLUSH_PASS.store(true, Ordering::Relaxed);
 }
@@ -595,24 +597,28 @@ impl ThreadState {
 
     // === The three hot events ===
 
-    /// Encodes one event of the thread's queue (see [`named_event`] and [`slice_end`] for the
-    /// record's word): through the fast path if it can take it, else as the event's slow path
-    /// would have written it at that time.
-    fn replay(&mut self, record: Record) {
-        // Every queued event was pushed while the queue was open for `self.epoch`'s session
-        // (`with_state` opens it for that epoch only). If that session has ended since, or
-        // another one runs, the event still belongs to it: into its writer if the state still
-        // has one, never into the next session's.
-        if session_of(EPOCH.load(Ordering::Relaxed)) != session_of(self.epoch) {
-            self.pin = Some(self.epoch);
-            self.replay_now(record);
-            self.pin = None;
-        } else {
-            self.replay_now(record);
-        }
+    /// Encodes the events of the thread's queue, in order (see [`named_event`] and
+    /// [`slice_end`] for a record's word); the number encoded.
+    ///
+    /// Every queued event was pushed while the queue was open for `epoch` (`with_state` opens it
+    /// for the state's epoch only, and only the lock holder changes that epoch, after draining).
+    /// The state follows that epoch while it encodes them, whatever [`EPOCH`] says meanwhile:
+    /// a session that ends (a stop, a crash) or a clear of the incremental state while the
+    /// queue drains must not take the writer or the sequence's state away from events recorded
+    /// before it, nor put them into the next session's writer.
+    fn drain_queue(st: &mut Guard<'_, ThreadState>) -> usize {
+        st.pin = Some(st.epoch);
+        let n = st.drain(ThreadState::replay);
+        st.pin = None;
+        n
     }
 
-    fn replay_now(&mut self, record: Record) {
+    /// Encodes one queued event (the state pinned to its epoch: [`drain_queue`]) through the
+    /// fast path if it can take it, else as the event's slow path would have written it at that
+    /// time.
+    ///
+    /// [`drain_queue`]: Self::drain_queue
+    fn replay(&mut self, record: Record) {
         let ts = self.clock.ticks_to_ns(record.ticks);
         let ty = (record.word.addr() & 3) as u8;
         if ty == 0 {

@@ -822,7 +822,9 @@ impl ThreadState {
             track_event::Type::Instant,
             None,
             Some(level.name()),
-            Some(CAT_LOG),
+            // `message!`'s callsites are `tachyon.log`'s; other libraries' (`integration`)
+            // carry their own category (a `log` record's target).
+            Some(cs.category.unwrap_or(CAT_LOG)),
             &args,
             |i| {
                 if intern_callsite {
