@@ -9,6 +9,11 @@
 //!   `Trace`), the bytes a trace file holds. `raw_len` ≤ [`MAX_RAW`], `payload_len` ≤ the
 //!   LZ4 bound of `raw_len`. Each frame is compressed on its own (no dictionary across frames),
 //!   so a capture that joins or loses a frame decodes the others.
+//! - [`KIND_RAW`]: `payload` is `raw_len` bytes of whole records, uncompressed
+//!   (`payload_len` = `raw_len` ≤ [`MAX_RAW`]). Only on a connection whose handshake granted
+//!   [`CAP_RAW_FRAMES`](crate::protocol::CAP_RAW_FRAMES) (a capture on the same machine, where
+//!   LZ4 costs both sides more CPU than the loopback copy it saves); a reader that did not
+//!   negotiate them refuses them ([`FrameError::NotNegotiated`]).
 //! - [`KIND_STATUS`]: `payload` is an uncompressed [`AppStatus`] (`raw_len` = 0).
 //! - [`KIND_END`]: the trace is complete (the final stats are in the frames before); empty.
 //!
@@ -19,6 +24,7 @@
 
 use std::io::{self, Read};
 
+use protozero::wire::MAX_MESSAGE_LENGTH;
 use protozero::ProtoDecoder;
 
 /// A data frame.
@@ -27,6 +33,8 @@ pub const KIND_DATA: u8 = 1;
 pub const KIND_END: u8 = 2;
 /// The program's counters.
 pub const KIND_STATUS: u8 = 3;
+/// A data frame sent uncompressed (negotiated: [`crate::protocol::CAP_RAW_FRAMES`]).
+pub const KIND_RAW: u8 = 4;
 /// Largest uncompressed payload of a data frame.
 pub const MAX_RAW: usize = 1 << 20;
 /// Bytes of a frame header.
@@ -123,6 +131,20 @@ impl FrameEncoder {
         b
     }
 
+    /// Uncompressed data frames for `records` (the [`KIND_RAW`] kind, for a connection that
+    /// negotiated it): each a header and a piece of `records` itself (at most [`MAX_RAW`]
+    /// bytes), to be written one after the other; nothing is copied.
+    pub fn raw_frames(records: &[u8]) -> impl Iterator<Item = ([u8; HEADER_LEN], &[u8])> {
+        records.chunks(MAX_RAW).map(|piece| {
+            let mut h = [0u8; HEADER_LEN];
+            h[0] = KIND_RAW;
+            let n = (piece.len() as u32).to_le_bytes();
+            h[1..5].copy_from_slice(&n);
+            h[5..9].copy_from_slice(&n);
+            (h, piece)
+        })
+    }
+
     /// The end frame.
     pub fn end() -> [u8; HEADER_LEN] {
         let mut b = [0u8; HEADER_LEN];
@@ -138,6 +160,9 @@ pub enum FrameError {
     Io(io::Error),
     /// An unknown frame kind.
     UnknownKind(u8),
+    /// A frame kind this connection's handshake did not grant (uncompressed data frames the
+    /// capture did not ask for).
+    NotNegotiated(u8),
     /// A length outside the limits.
     BadLength {
         /// Which frame kind.
@@ -169,6 +194,10 @@ impl std::fmt::Display for FrameError {
         match self {
             FrameError::Io(e) => write!(f, "{e}"),
             FrameError::UnknownKind(k) => write!(f, "unknown frame kind {k}"),
+            FrameError::NotNegotiated(k) => write!(
+                f,
+                "frame kind {k} (uncompressed data) was not negotiated in the handshake"
+            ),
             FrameError::BadLength { kind, payload, raw } => write!(
                 f,
                 "frame of kind {kind} declares {payload} payload bytes and {raw} uncompressed bytes, outside the limits"
@@ -218,6 +247,8 @@ pub struct FrameReader<R> {
     inner: R,
     payload: Vec<u8>,
     raw: Vec<u8>,
+    /// [`KIND_RAW`] frames were negotiated.
+    raw_frames: bool,
 }
 
 impl<R: Read> FrameReader<R> {
@@ -227,7 +258,14 @@ impl<R: Read> FrameReader<R> {
             inner,
             payload: Vec::new(),
             raw: Vec::new(),
+            raw_frames: false,
         }
+    }
+
+    /// Accepts uncompressed data frames ([`KIND_RAW`]) from now on: the handshake granted
+    /// them. Without this call they are refused.
+    pub fn accept_raw_frames(&mut self, on: bool) {
+        self.raw_frames = on;
     }
 
     /// The stream.
@@ -269,13 +307,12 @@ impl<R: Read> FrameReader<R> {
                 {
                     return Err(bad);
                 }
-                self.payload.resize(p, 0);
-                let got = read_full(&mut self.inner, &mut self.payload)?;
+                let payload = grow(&mut self.payload, p);
+                let got = read_full(&mut self.inner, payload)?;
                 if got < p {
                     return Err(cut(got, p));
                 }
-                self.raw.resize(r, 0);
-                let n = lz4_flex::block::decompress_into(&self.payload, &mut self.raw)
+                let n = lz4_flex::block::decompress_into(payload, grow(&mut self.raw, r))
                     .map_err(|e| FrameError::BadBlock(e.to_string()))?;
                 if n != r {
                     return Err(FrameError::BadBlock(format!(
@@ -283,8 +320,26 @@ impl<R: Read> FrameReader<R> {
                     )));
                 }
                 Ok(Some(Frame::Data {
-                    raw: &self.raw,
+                    raw: &self.raw[..r],
                     wire_len: HEADER_LEN + p,
+                }))
+            }
+            KIND_RAW => {
+                if !self.raw_frames {
+                    return Err(FrameError::NotNegotiated(kind));
+                }
+                let r = raw as usize;
+                if r == 0 || r > MAX_RAW || payload != raw {
+                    return Err(bad);
+                }
+                // Read straight into the records buffer: there is nothing to decompress.
+                let got = read_full(&mut self.inner, grow(&mut self.raw, r))?;
+                if got < r {
+                    return Err(cut(got, r));
+                }
+                Ok(Some(Frame::Data {
+                    raw: &self.raw[..r],
+                    wire_len: HEADER_LEN + r,
                 }))
             }
             KIND_STATUS => {
@@ -307,6 +362,16 @@ impl<R: Read> FrameReader<R> {
             k => Err(FrameError::UnknownKind(k)),
         }
     }
+}
+
+/// The first `n` bytes of `buf` (n ≤ [`MAX_RAW`] or its LZ4 bound, checked by the caller),
+/// growing it only when it is shorter: a buffer is zeroed once, not at every frame of another
+/// size. Its bytes are overwritten before they are read.
+fn grow(buf: &mut Vec<u8>, n: usize) -> &mut [u8] {
+    if buf.len() < n {
+        buf.resize(n, 0);
+    }
+    &mut buf[..n]
 }
 
 /// Fills `buf` as far as the stream goes: the bytes read (less than `buf.len()` only at the
@@ -404,21 +469,9 @@ impl RecordScanner {
             if rest.len() < total {
                 break;
             }
-            let packet = &rest[1 + n..total];
-            let mut d = ProtoDecoder::new(packet);
-            let (mut sequence, mut dropped) = (None, false);
-            loop {
-                match d.read_field() {
-                    Ok(Some(f)) => match f.id() {
-                        11 => counts.track_events += 1,
-                        10 => sequence = Some(f.as_u64()),
-                        42 => dropped = f.as_u64() != 0,
-                        _ => {}
-                    },
-                    Ok(None) => break,
-                    Err(_) => return Err(FrameError::BadRecords("a packet is not valid protobuf")),
-                }
-            }
+            let info = packet_info(&rest[1 + n..total]).map_err(FrameError::BadRecords)?;
+            counts.track_events += u64::from(info.track_events);
+            let (sequence, dropped) = (info.sequence, info.dropped);
             if let Some(seq) = sequence {
                 let first = self.last_sequence != Some(seq)
                     && self.sequences.len() < MAX_SEQUENCES
@@ -457,6 +510,136 @@ fn varint(b: &[u8]) -> Option<(u64, usize)> {
         }
     }
     None
+}
+
+/// What a capture reads from one `TracePacket` while it checks it ([`packet_info`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PacketInfo {
+    /// `track_event` fields (11) in the packet.
+    pub track_events: u32,
+    /// `trusted_packet_sequence_id` (10): the last occurrence's value, read as protobuf's
+    /// `uint64` reads any wire type (a length-delimited one reads 0).
+    pub sequence: Option<u64>,
+    /// `previous_packet_dropped` (42) of the last occurrence is non-zero.
+    pub dropped: bool,
+}
+
+/// Walks the top-level fields of one `TracePacket` from an untrusted peer without building a
+/// value per field: varints are skipped (or read, for the two fields a capture needs), payloads
+/// and fixed values are stepped over. It accepts exactly what `protozero`'s [`ProtoDecoder`]
+/// accepts (the differential property tests and the `capture_frames` fuzz target compare the
+/// two, [`packet_info_by_decoder`]), and names what is wrong otherwise: a varint cut short or
+/// longer than 10 bytes, field id 0, a group or undefined wire type, a value or payload that
+/// runs past the packet.
+#[inline]
+pub fn packet_info(p: &[u8]) -> Result<PacketInfo, &'static str> {
+    const CUT: &str = "a packet's varint is cut short or longer than 10 bytes";
+    const PAST_END: &str = "a packet's field runs past the end of the packet";
+    let mut info = PacketInfo::default();
+    let mut pos = 0;
+    while pos < p.len() {
+        let (tag, next) = match p[pos] {
+            b if b < 0x80 => (u64::from(b), pos + 1),
+            _ => read_varint(p, pos).ok_or(CUT)?,
+        };
+        pos = next;
+        let id = tag >> 3;
+        if id == 0 {
+            return Err("a packet has a field with id 0");
+        }
+        // The fields a capture reads; any other is only stepped over.
+        let wanted = id == 10 || id == 42;
+        let value = match tag & 7 {
+            0 if wanted => {
+                let (v, next) = read_varint(p, pos).ok_or(CUT)?;
+                pos = next;
+                v
+            }
+            0 => {
+                pos = skip_varint(p, pos).ok_or(CUT)?;
+                0
+            }
+            1 => {
+                let bytes = p.get(pos..pos + 8).ok_or(PAST_END)?;
+                pos += 8;
+                u64::from_le_bytes(bytes.try_into().expect("8 bytes"))
+            }
+            2 => {
+                let (len, start) = match p.get(pos) {
+                    Some(&b) if b < 0x80 => (u64::from(b), pos + 1),
+                    _ => read_varint(p, pos).ok_or(CUT)?,
+                };
+                if len > (p.len() - start) as u64 {
+                    return Err(PAST_END);
+                }
+                pos = start + len as usize;
+                if len > u64::from(MAX_MESSAGE_LENGTH) {
+                    // protozero steps over such a payload without returning its field.
+                    continue;
+                }
+                0
+            }
+            5 => {
+                let bytes = p.get(pos..pos + 4).ok_or(PAST_END)?;
+                pos += 4;
+                u64::from(u32::from_le_bytes(bytes.try_into().expect("4 bytes")))
+            }
+            _ => return Err("a packet has a group or undefined wire type (3, 4, 6 or 7)"),
+        };
+        match id {
+            11 => info.track_events += 1,
+            10 => info.sequence = Some(value),
+            42 => info.dropped = value != 0,
+            _ => {}
+        }
+    }
+    Ok(info)
+}
+
+/// [`packet_info`] through `protozero`'s general decoder (a value per field): the reference the
+/// walk is tested and fuzzed against.
+#[doc(hidden)]
+pub fn packet_info_by_decoder(p: &[u8]) -> Result<PacketInfo, &'static str> {
+    let mut info = PacketInfo::default();
+    let mut d = ProtoDecoder::new(p);
+    loop {
+        match d.read_field() {
+            Ok(Some(f)) => match f.id() {
+                11 => info.track_events += 1,
+                10 => info.sequence = Some(f.as_u64()),
+                42 => info.dropped = f.as_u64() != 0,
+                _ => {}
+            },
+            Ok(None) => return Ok(info),
+            Err(_) => return Err("a packet is not valid protobuf"),
+        }
+    }
+}
+
+/// The varint at `pos` and the offset past it, as `protozero` reads one (at most 10 bytes,
+/// bits past the 64th dropped); `None` if it is cut short or longer.
+#[inline]
+fn read_varint(p: &[u8], pos: usize) -> Option<(u64, usize)> {
+    let mut v = 0u64;
+    for (i, &b) in p.get(pos..)?.iter().take(10).enumerate() {
+        // `7 * i <= 63`: the shift never overflows; bits moved past 64 are dropped.
+        v |= u64::from(b & 0x7f) << (7 * i);
+        if b < 0x80 {
+            return Some((v, pos + i + 1));
+        }
+    }
+    None
+}
+
+/// The offset past the varint at `pos`, without its value; `None` as for [`read_varint`].
+#[inline]
+fn skip_varint(p: &[u8], pos: usize) -> Option<usize> {
+    let rest = p.get(pos..)?;
+    let n = rest.len().min(10);
+    rest[..n]
+        .iter()
+        .position(|&b| b < 0x80)
+        .map(|i| pos + i + 1)
 }
 
 /// The `Trace.packet` record a capture appends to its file when the stream was cut inside a
@@ -654,6 +837,87 @@ mod tests {
             got.push((f.id(), f.as_u64()));
         }
         assert_eq!(got, [(3, 7), (19, 300)]);
+    }
+
+    #[test]
+    fn raw_frames_round_trip_only_when_negotiated() {
+        let packet = [0x40, 0x05, 0x5a, 0x00];
+        let records: Vec<u8> = (0..300_000).flat_map(|_| record(&packet)).collect();
+        assert!(records.len() > MAX_RAW);
+        let mut wire = Vec::new();
+        for (head, piece) in FrameEncoder::raw_frames(&records) {
+            assert!(piece.len() <= MAX_RAW);
+            wire.extend_from_slice(&head);
+            wire.extend_from_slice(piece);
+        }
+        wire.extend_from_slice(&FrameEncoder::end());
+        let mut r = FrameReader::new(&wire[..]);
+        r.accept_raw_frames(true);
+        let mut scanner = RecordScanner::new();
+        let (mut got, mut n, mut on_wire) = (Vec::new(), 0, 0);
+        while let Some(f) = r.next_frame().unwrap() {
+            match f {
+                Frame::Data { raw, wire_len } => {
+                    on_wire += wire_len;
+                    let (ready, c) = scanner.push(raw).unwrap();
+                    got.extend_from_slice(ready);
+                    n += c.records;
+                }
+                Frame::End => break,
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(got, records);
+        assert_eq!(n, 300_000);
+        assert_eq!(on_wire, wire.len() - HEADER_LEN);
+        // A reader that did not negotiate them refuses them, naming why.
+        let e = FrameReader::new(&wire[..]).next_frame().unwrap_err();
+        assert!(matches!(e, FrameError::NotNegotiated(KIND_RAW)), "{e:?}");
+        assert!(e.to_string().contains("not negotiated"), "{e}");
+        // Lying sizes: payload and raw lengths differ, zero, or above the limit.
+        for (p, r) in [
+            (10u32, 11u32),
+            (0, 0),
+            (MAX_RAW as u32 + 1, MAX_RAW as u32 + 1),
+        ] {
+            let mut f = vec![KIND_RAW];
+            f.extend_from_slice(&p.to_le_bytes());
+            f.extend_from_slice(&r.to_le_bytes());
+            f.extend_from_slice(&[0; 16]);
+            let mut reader = FrameReader::new(&f[..]);
+            reader.accept_raw_frames(true);
+            assert!(
+                matches!(reader.next_frame(), Err(FrameError::BadLength { .. })),
+                "{p} {r}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_walk_names_what_is_wrong() {
+        let bad = |p: &[u8]| packet_info(p).unwrap_err();
+        assert!(bad(&[0x08]).contains("cut short"));
+        assert!(
+            bad(&[0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01])
+                .contains("longer than 10")
+        );
+        assert!(bad(&[0x00, 0x01]).contains("id 0"));
+        assert!(bad(&[0x0b]).contains("wire type"));
+        assert!(bad(&[0x5a, 0x05, 0x00]).contains("past the end"));
+        assert!(bad(&[0x51, 0x00]).contains("past the end"));
+        // Sequence 7 (a 2-byte tag, redundantly encoded), two track events, the loss flag.
+        let p = [
+            0xd0, 0x00, 0x07, 0x5a, 0x00, 0x5a, 0x01, 0x08, 0xd0, 0x02, 0x01,
+        ];
+        assert_eq!(
+            packet_info(&p),
+            Ok(PacketInfo {
+                track_events: 2,
+                sequence: Some(7),
+                dropped: true
+            })
+        );
+        assert_eq!(packet_info(&p), packet_info_by_decoder(&p));
     }
 
     #[test]

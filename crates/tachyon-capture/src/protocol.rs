@@ -2,22 +2,54 @@
 //!
 //! ```text
 //! capture → program   MAGIC (8) | version u32 | token_len u16 | token (≤ MAX_TOKEN)
+//!                     | capabilities u32                       (version 2 on)
 //! program → capture   MAGIC (8) | version u32 | status u8 | body_len u32 | body (≤ MAX_BODY)
+//!                     welcome body: Hello | granted capabilities u32 (version 2 on)
 //! ```
 //!
-//! The program reads the capture's magic and version first and refuses a version it does not
-//! speak before reading anything else (a later version may lay out the rest differently); its
-//! reply always states its own version, so both sides can name both. `status` is a [`Status`];
-//! a welcome's body is a [`Hello`], a refusal's is a UTF-8 message. All integers are
-//! little-endian. After a welcome the program sends frames ([`crate::frame`]) and the capture
-//! may send one-byte commands ([`CMD_STOP`]).
+//! Versions: this crate speaks [`MIN_PROTOCOL_VERSION`] to [`PROTOCOL_VERSION`]. The capture
+//! states the version it wants; the program reads the magic and version first and refuses a
+//! version it does not speak before reading anything else (a later version may lay out the rest
+//! differently), with a message naming what each side speaks. A welcome is in the capture's
+//! version; a refusal states the program's newest, so a capture meeting an older program can
+//! ask again in the program's version ([`crate::client::Connection::connect`] does). Version 1
+//! has no capabilities: a version 1 peer on either side gets LZ4 frames, as before.
+//!
+//! Capabilities (version 2): the capture asks, the program grants a subset, and each side
+//! holds the other to the grant. [`CAP_RAW_FRAMES`]: uncompressed data frames
+//! ([`crate::frame::KIND_RAW`]), which a capture asks for only over loopback and a program
+//! grants only to a loopback peer.
+//!
+//! `status` is a [`Status`]; a welcome's body is a [`Hello`] (and the grant), a refusal's is a
+//! UTF-8 message. All integers are little-endian. After a welcome the program sends frames
+//! ([`crate::frame`]) and the capture may send one-byte commands ([`CMD_STOP`]).
 
 use std::io::{self, Read, Write};
 
 /// The first bytes of both sides of the handshake.
 pub const MAGIC: [u8; 8] = *b"TACHYCAP";
-/// The protocol version this crate speaks.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// The newest protocol version this crate speaks (what a capture asks for first).
+pub const PROTOCOL_VERSION: u32 = 2;
+/// The oldest protocol version this crate still speaks (no capabilities, LZ4 frames only).
+pub const MIN_PROTOCOL_VERSION: u32 = 1;
+/// Capability (version 2 on): uncompressed data frames ([`crate::frame::KIND_RAW`]).
+pub const CAP_RAW_FRAMES: u32 = 1;
+/// The capabilities this crate knows; a program grants no others.
+pub const KNOWN_CAPS: u32 = CAP_RAW_FRAMES;
+
+/// Whether this crate speaks protocol `version`.
+pub fn speaks(version: u32) -> bool {
+    (MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&version)
+}
+
+/// The versions this crate speaks, for messages.
+pub fn versions_spoken() -> String {
+    if MIN_PROTOCOL_VERSION == PROTOCOL_VERSION {
+        format!("version {PROTOCOL_VERSION}")
+    } else {
+        format!("versions {MIN_PROTOCOL_VERSION} to {PROTOCOL_VERSION}")
+    }
+}
 /// The port a program listens on when no port is configured (Tracy's is 8086; Tachyon's own
 /// is 8110). When it is taken, the next [`PORT_ATTEMPTS`]` - 1` ports are tried.
 pub const DEFAULT_PORT: u16 = 8110;
@@ -94,9 +126,13 @@ impl Hello {
         b
     }
 
-    /// Parses a welcome's body (untrusted).
+    /// Parses a welcome's body (untrusted), version 1's layout: the hello alone (bytes after
+    /// it are ignored).
     pub fn decode(body: &[u8]) -> Result<Hello, ProtocolError> {
-        let mut r = Cursor { b: body };
+        Hello::decode_from(&mut Cursor { b: body })
+    }
+
+    fn decode_from(r: &mut Cursor<'_>) -> Result<Hello, ProtocolError> {
         let pid = u32::from_le_bytes(r.take_array()?);
         let start_unix_ns = u64::from_le_bytes(r.take_array()?);
         let on_demand = r.take_array::<1>()?[0] != 0;
@@ -202,12 +238,37 @@ impl From<io::Error> for ProtocolError {
 pub struct Request {
     /// The capture's protocol version.
     pub version: u32,
-    /// Its token (empty: none). Present only when the version is ours.
+    /// Its token (empty: none). Present only when this crate speaks the version.
     pub token: Vec<u8>,
+    /// The capabilities it asks for (0 before version 2; bits this crate does not know are
+    /// kept here, and never granted).
+    pub caps: u32,
 }
 
-/// Capture side: sends the request.
+/// A welcome, as the capture read it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Welcome {
+    /// What the program says about itself.
+    pub hello: Hello,
+    /// The version of the conversation (the one the capture asked for).
+    pub version: u32,
+    /// The capabilities the program granted (a subset of those asked for).
+    pub caps: u32,
+}
+
+/// Capture side: sends the request, asking for no capabilities.
 pub fn write_request(w: &mut impl Write, version: u32, token: &[u8]) -> io::Result<()> {
+    write_request_with(w, version, token, 0)
+}
+
+/// Capture side: sends the request, asking for `caps` (sent from version 2 on; a version 1
+/// request has no room for them).
+pub fn write_request_with(
+    w: &mut impl Write,
+    version: u32,
+    token: &[u8],
+    caps: u32,
+) -> io::Result<()> {
     if token.len() > MAX_TOKEN {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -219,12 +280,16 @@ pub fn write_request(w: &mut impl Write, version: u32, token: &[u8]) -> io::Resu
     b.extend_from_slice(&version.to_le_bytes());
     b.extend_from_slice(&(token.len() as u16).to_le_bytes());
     b.extend_from_slice(token);
+    if version >= 2 {
+        b.extend_from_slice(&caps.to_le_bytes());
+    }
     w.write_all(&b)?;
     w.flush()
 }
 
 /// Program side: reads a capture's request (untrusted: give the socket a read timeout). A
-/// version other than ours is returned with an empty token, without reading further.
+/// version this crate does not speak ([`speaks`]) is returned with an empty token, without
+/// reading further.
 pub fn read_request(r: &mut impl Read) -> Result<Request, ProtocolError> {
     let mut head = [0u8; 12];
     r.read_exact(&mut head)?;
@@ -232,10 +297,11 @@ pub fn read_request(r: &mut impl Read) -> Result<Request, ProtocolError> {
         return Err(ProtocolError::NotTachyon);
     }
     let version = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes"));
-    if version != PROTOCOL_VERSION {
+    if !speaks(version) {
         return Ok(Request {
             version,
             token: Vec::new(),
+            caps: 0,
         });
     }
     let mut len = [0u8; 2];
@@ -246,16 +312,39 @@ pub fn read_request(r: &mut impl Read) -> Result<Request, ProtocolError> {
     }
     let mut token = vec![0u8; len];
     r.read_exact(&mut token)?;
-    Ok(Request { version, token })
+    let mut caps = 0;
+    if version >= 2 {
+        let mut c = [0u8; 4];
+        r.read_exact(&mut c)?;
+        caps = u32::from_le_bytes(c);
+    }
+    Ok(Request {
+        version,
+        token,
+        caps,
+    })
 }
 
-/// Program side: sends the reply (a welcome with `body` = [`Hello::encode`], or a refusal
-/// with a message).
+/// Program side: sends a refusal (`body`: the message) stating this crate's newest version.
 pub fn write_reply(w: &mut impl Write, status: Status, body: &[u8]) -> io::Result<()> {
+    write_reply_as(w, PROTOCOL_VERSION, status, body)
+}
+
+/// Program side: welcomes a capture that asked for `version` (one this crate speaks), with
+/// the hello and, from version 2 on, the capabilities granted.
+pub fn write_welcome(w: &mut impl Write, version: u32, hello: &Hello, caps: u32) -> io::Result<()> {
+    let mut body = hello.encode();
+    if version >= 2 {
+        body.extend_from_slice(&caps.to_le_bytes());
+    }
+    write_reply_as(w, version, Status::Welcome, &body)
+}
+
+fn write_reply_as(w: &mut impl Write, version: u32, status: Status, body: &[u8]) -> io::Result<()> {
     let body = &body[..body.len().min(MAX_BODY)];
     let mut b = Vec::with_capacity(17 + body.len());
     b.extend_from_slice(&MAGIC);
-    b.extend_from_slice(&PROTOCOL_VERSION.to_le_bytes());
+    b.extend_from_slice(&version.to_le_bytes());
     b.push(status as u8);
     b.extend_from_slice(&(body.len() as u32).to_le_bytes());
     b.extend_from_slice(body);
@@ -263,10 +352,32 @@ pub fn write_reply(w: &mut impl Write, status: Status, body: &[u8]) -> io::Resul
     w.flush()
 }
 
-/// Capture side: reads the program's reply (untrusted). A welcome gives its [`Hello`]; a
-/// refusal or a version we do not speak is an error whose message names the reason (both
-/// versions for a mismatch).
+/// Capture side: reads the program's reply to a request for [`PROTOCOL_VERSION`] with no
+/// capabilities (untrusted). A welcome gives its [`Hello`]; a refusal or a version we do not
+/// speak is an error whose message names the reason (both versions for a mismatch).
 pub fn read_reply(r: &mut impl Read) -> Result<Hello, ProtocolError> {
+    read_welcome(r, PROTOCOL_VERSION, 0).map(|w| w.hello)
+}
+
+/// Capture side: reads the program's reply to a request for `version` asking for `caps`
+/// (untrusted). A welcome must be in `version` and grant no capability beyond `caps`; a
+/// refusal is [`ProtocolError::Refused`] with the program's message (on a version mismatch,
+/// one that names both sides' versions).
+pub fn read_welcome(r: &mut impl Read, version: u32, caps: u32) -> Result<Welcome, ProtocolError> {
+    let reply = read_raw_reply(r)?;
+    reply.into_welcome(version, caps)
+}
+
+/// A reply's parts, before they are interpreted.
+#[derive(Debug)]
+pub(crate) struct RawReply {
+    /// The version the program stated.
+    pub(crate) version: u32,
+    pub(crate) status: Status,
+    body: Vec<u8>,
+}
+
+pub(crate) fn read_raw_reply(r: &mut impl Read) -> Result<RawReply, ProtocolError> {
     let mut head = [0u8; 17];
     r.read_exact(&mut head)?;
     if head[..8] != MAGIC {
@@ -281,21 +392,64 @@ pub fn read_reply(r: &mut impl Read) -> Result<Hello, ProtocolError> {
     let mut body = vec![0u8; len];
     r.read_exact(&mut body)?;
     let status = Status::from_u8(status).ok_or(ProtocolError::Malformed("unknown status"))?;
-    if status == Status::VersionMismatch || version != PROTOCOL_VERSION {
-        return Err(ProtocolError::Refused {
+    Ok(RawReply {
+        version,
+        status,
+        body,
+    })
+}
+
+impl RawReply {
+    pub(crate) fn into_welcome(self, asked: u32, caps: u32) -> Result<Welcome, ProtocolError> {
+        let RawReply {
+            version,
+            status,
+            body,
+        } = self;
+        let mismatch = || {
+            ProtocolError::Refused {
             status: Status::VersionMismatch,
             message: format!(
-                "protocol version mismatch: the capture speaks version {PROTOCOL_VERSION}, the program version {version}"
+                "protocol version mismatch: the capture asked for version {asked} (it speaks {}), the program speaks version {version}",
+                versions_spoken()
             ),
-        });
+        }
+        };
+        if status == Status::VersionMismatch {
+            // The program's own message names both sides; a program without one gets ours.
+            let message = String::from_utf8_lossy(&body).into_owned();
+            if message.is_empty() {
+                return Err(mismatch());
+            }
+            return Err(ProtocolError::Refused { status, message });
+        }
+        if status != Status::Welcome {
+            return Err(ProtocolError::Refused {
+                status,
+                message: String::from_utf8_lossy(&body).into_owned(),
+            });
+        }
+        if version != asked {
+            return Err(mismatch());
+        }
+        let mut r = Cursor { b: &body };
+        let hello = Hello::decode_from(&mut r)?;
+        let granted = if version >= 2 {
+            u32::from_le_bytes(r.take_array()?)
+        } else {
+            0
+        };
+        if granted & !caps != 0 {
+            return Err(ProtocolError::Malformed(
+                "the program granted a capability the capture did not ask for",
+            ));
+        }
+        Ok(Welcome {
+            hello,
+            version,
+            caps: granted,
+        })
     }
-    if status != Status::Welcome {
-        return Err(ProtocolError::Refused {
-            status,
-            message: String::from_utf8_lossy(&body).into_owned(),
-        });
-    }
-    Hello::decode(&body)
 }
 
 /// Compares a token without leaking where it differs through timing.
@@ -353,6 +507,88 @@ mod tests {
             read_request(&mut &b"GARBAGE!\x01\0\0\0"[..]),
             Err(ProtocolError::NotTachyon)
         ));
+    }
+
+    fn hello() -> Hello {
+        Hello {
+            program: "demo".into(),
+            pid: 7,
+            host: "box".into(),
+            start_unix_ns: 1,
+            clock: "tsc".into(),
+            on_demand: false,
+        }
+    }
+
+    #[test]
+    fn capabilities_are_asked_for_and_granted_from_version_2() {
+        // Version 2: the request carries the capabilities, the welcome the grant.
+        let mut b = Vec::new();
+        write_request_with(&mut b, 2, b"t", CAP_RAW_FRAMES | 0x80).unwrap();
+        let req = read_request(&mut &b[..]).unwrap();
+        assert_eq!((req.version, req.caps), (2, CAP_RAW_FRAMES | 0x80));
+        assert_eq!(req.token, b"t");
+        let mut r = Vec::new();
+        write_welcome(&mut r, 2, &hello(), CAP_RAW_FRAMES).unwrap();
+        let w = read_welcome(&mut &r[..], 2, CAP_RAW_FRAMES).unwrap();
+        assert_eq!((w.version, w.caps, w.hello), (2, CAP_RAW_FRAMES, hello()));
+        // A grant beyond what was asked is refused.
+        assert!(matches!(
+            read_welcome(&mut &r[..], 2, 0),
+            Err(ProtocolError::Malformed(_))
+        ));
+        // A welcome whose grant is cut short is malformed.
+        let mut cut = r.clone();
+        cut.truncate(cut.len() - 2);
+        let len = (cut.len() - 17) as u32;
+        cut[13..17].copy_from_slice(&len.to_le_bytes());
+        assert!(read_welcome(&mut &cut[..], 2, CAP_RAW_FRAMES).is_err());
+        // Version 1: no capabilities on either side, byte for byte what a version 1 peer
+        // writes and reads.
+        let mut b = Vec::new();
+        write_request_with(&mut b, 1, b"t", CAP_RAW_FRAMES).unwrap();
+        assert_eq!(b.len(), 8 + 4 + 2 + 1);
+        let req = read_request(&mut &b[..]).unwrap();
+        assert_eq!((req.version, req.caps), (1, 0));
+        let mut r = Vec::new();
+        write_welcome(&mut r, 1, &hello(), CAP_RAW_FRAMES).unwrap();
+        assert_eq!(&r[17..], &hello().encode()[..]);
+        assert_eq!(r[8..12], 1u32.to_le_bytes());
+        let w = read_welcome(&mut &r[..], 1, 0).unwrap();
+        assert_eq!((w.version, w.caps), (1, 0));
+        // A welcome in another version than the one asked for is a mismatch naming both.
+        match read_welcome(&mut &r[..], 2, 0) {
+            Err(ProtocolError::Refused { status, message }) => {
+                assert_eq!(status, Status::VersionMismatch);
+                assert!(
+                    message.contains("version 2") && message.contains("version 1"),
+                    "{message}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_version_nobody_speaks_is_refused_with_both_versions() {
+        // The program's side: a version it does not speak is returned without reading on.
+        let mut b = Vec::new();
+        write_request_with(&mut b, 3, b"", CAP_RAW_FRAMES).unwrap();
+        let req = read_request(&mut &b[..]).unwrap();
+        assert_eq!((req.version, req.token.len(), req.caps), (3, 0, 0));
+        assert!(!speaks(3) && !speaks(0) && speaks(1) && speaks(2));
+        // A refusal without a message still names both sides.
+        let mut r = Vec::new();
+        write_reply(&mut r, Status::VersionMismatch, b"").unwrap();
+        match read_welcome(&mut &r[..], 3, 0) {
+            Err(ProtocolError::Refused { message, .. }) => {
+                assert!(
+                    message.contains("version 3") && message.contains("version 2"),
+                    "{message}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -1,11 +1,13 @@
 //! Property tests of the frame layer: what the encoder writes the reader gives back exactly,
 //! however the records are cut into frames; arbitrary bytes never make the reader or the
-//! scanner panic or exceed their limits (the same body as the `capture_frames` fuzz target).
+//! scanner panic or exceed their limits (the same body as the `capture_frames` fuzz target);
+//! the scanner's packet walk ([`packet_info`]) accepts and reads exactly what protozero's
+//! general decoder does, on well-formed, mutated and arbitrary packets.
 
 use proptest::prelude::*;
 use tachyon_capture::frame::{
-    max_payload, validate_records, Frame, FrameEncoder, FrameReader, RecordScanner, MAX_RAW,
-    MAX_RECORD,
+    max_payload, packet_info, packet_info_by_decoder, validate_records, Frame, FrameEncoder,
+    FrameReader, RecordScanner, MAX_RAW, MAX_RECORD,
 };
 
 /// A `Trace.packet` record whose packet is a timestamp (field 8) and `extra` bytes of an
@@ -92,5 +94,123 @@ proptest! {
         let _ = tachyon_capture::protocol::Hello::decode(&data);
         let _ = tachyon_capture::protocol::read_reply(&mut &data[..]);
         let _ = tachyon_capture::protocol::read_request(&mut &data[..]);
+    }
+}
+
+/// A packet of arbitrary fields (id, wire type, value) the way an encoder writes them, with
+/// the fields a capture reads (10, 11, 42) and others, in any order.
+fn packet_strategy() -> impl Strategy<Value = Vec<u8>> {
+    let field = (
+        prop_oneof![
+            Just(10u32),
+            Just(11),
+            Just(42),
+            1u32..20,
+            100u32..2000,
+            (1u32 << 24) - 2..(1u32 << 24) + 2
+        ],
+        0u8..6,
+        any::<u64>(),
+        prop::collection::vec(any::<u8>(), 0..40),
+    );
+    prop::collection::vec(field, 0..12).prop_map(|fields| {
+        let mut p = Vec::new();
+        for (id, wt, v, bytes) in fields {
+            let wt = [0u8, 1, 2, 5, 0, 2][wt as usize];
+            put(&mut p, (u64::from(id) << 3) | u64::from(wt));
+            match wt {
+                0 => put(&mut p, v),
+                1 => p.extend_from_slice(&v.to_le_bytes()),
+                5 => p.extend_from_slice(&(v as u32).to_le_bytes()),
+                _ => {
+                    put(&mut p, bytes.len() as u64);
+                    p.extend_from_slice(&bytes);
+                }
+            }
+        }
+        p
+    })
+}
+
+fn put(out: &mut Vec<u8>, mut v: u64) {
+    loop {
+        let b = (v & 0x7f) as u8;
+        v >>= 7;
+        if v == 0 {
+            out.push(b);
+            return;
+        }
+        out.push(b | 0x80);
+    }
+}
+
+/// The walk and the general decoder agree: both accept or both refuse, and on acceptance they
+/// read the same track events, sequence and loss flag.
+fn same_verdict(p: &[u8]) -> Result<(), TestCaseError> {
+    let fast = packet_info(p);
+    let reference = packet_info_by_decoder(p);
+    prop_assert_eq!(
+        fast.is_ok(),
+        reference.is_ok(),
+        "{:02x?}: {:?} vs {:?}",
+        p,
+        fast,
+        reference
+    );
+    if let (Ok(a), Ok(b)) = (fast, reference) {
+        prop_assert_eq!(a, b, "{:02x?}", p);
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    #[test]
+    fn the_walk_agrees_with_the_decoder_on_packets(p in packet_strategy()) {
+        prop_assert!(packet_info(&p).is_ok());
+        same_verdict(&p)?;
+    }
+
+    #[test]
+    fn the_walk_agrees_with_the_decoder_on_mutated_packets(
+        p in packet_strategy(),
+        edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>(), 0u8..4), 1..4),
+    ) {
+        let mut p = p;
+        for (at, byte, op) in edits {
+            match op {
+                // Overwrite, insert, delete a byte, or cut the packet short.
+                0 if !p.is_empty() => { let i = at.index(p.len()); p[i] = byte; }
+                1 => { let i = at.index(p.len() + 1); p.insert(i, byte); }
+                2 if !p.is_empty() => { let i = at.index(p.len()); p.remove(i); }
+                3 if !p.is_empty() => { let i = at.index(p.len()); p.truncate(i); }
+                _ => {}
+            }
+        }
+        same_verdict(&p)?;
+    }
+
+    #[test]
+    fn the_walk_agrees_with_the_decoder_on_arbitrary_bytes(
+        p in prop::collection::vec(any::<u8>(), 0..64),
+    ) {
+        same_verdict(&p)?;
+    }
+
+    #[test]
+    fn the_walk_agrees_on_varint_edges(
+        prefix in prop::collection::vec(prop_oneof![Just(0x80u8), Just(0xffu8), Just(0x00u8), Just(0x7fu8), any::<u8>()], 0..14),
+        id in prop_oneof![Just(10u8), Just(42), Just(11), Just(8)],
+        wt in 0u8..8,
+    ) {
+        // A tag, then runs of continuation bytes: cut, overlong and 10-byte varints.
+        let mut p = vec![(id << 3) | wt];
+        p.extend_from_slice(&prefix);
+        same_verdict(&p)?;
+        // The same as a multi-byte (redundant) tag.
+        let mut q = vec![(id << 3) | wt | 0x80, 0x00];
+        q.extend_from_slice(&prefix);
+        same_verdict(&q)?;
     }
 }

@@ -13,7 +13,9 @@
 //!    same run.
 //!
 //! `cargo bench -p tachyon-cli --bench capture -- --sample-size 10 --warm-up-time 1
-//! --measurement-time 3` (the criterion flags apply to part 2).
+//! --measurement-time 3` (the criterion flags apply to part 2). `TACHYON_CAPTURE_BENCH_RATES`
+//! picks part 1's rates, `TACHYON_CAPTURE_BENCH_ZONE_ONLY=1` skips part 1, and
+//! `TACHYON_CAPTURE_BENCH_BIN` names the `tachyon` binary that captures (default: this build's).
 
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
@@ -22,8 +24,13 @@ use std::time::{Duration, Instant};
 
 use criterion::Criterion;
 
-fn tachyon_bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_tachyon"))
+/// The `tachyon` binary that captures: this build's, or `TACHYON_CAPTURE_BENCH_BIN` (to run a
+/// saved build of the bench against the capture it was built with, beside a newer one, in the
+/// same session).
+fn tachyon_bin() -> PathBuf {
+    std::env::var_os("TACHYON_CAPTURE_BENCH_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_tachyon")))
 }
 
 fn spawn_capture(dir: &Path, out: &Path) -> Child {
@@ -160,6 +167,29 @@ fn sustained(dir: &Path, rate: Option<f64>, seconds: f64) {
     );
 }
 
+/// The target rates of part 1: `max` (unthrottled), 10, 5, 2 and 1 M events/s, or those of
+/// `TACHYON_CAPTURE_BENCH_RATES` (comma-separated M events/s, `max` for unthrottled), e.g.
+/// `max,12,10,8` to look for the highest zero-loss rate.
+fn rates() -> Vec<Option<f64>> {
+    let Ok(list) = std::env::var("TACHYON_CAPTURE_BENCH_RATES") else {
+        return vec![None, Some(10e6), Some(5e6), Some(2e6), Some(1e6)];
+    };
+    list.split(',')
+        .map(|r| match r.trim() {
+            "max" => None,
+            m => Some(
+                m.parse::<f64>()
+                    .ok()
+                    .filter(|v| v.is_finite() && *v > 0.0)
+                    .unwrap_or_else(|| {
+                        panic!("TACHYON_CAPTURE_BENCH_RATES: {m:?} is not a rate in M events/s")
+                    })
+                    * 1e6,
+            ),
+        })
+        .collect()
+}
+
 fn main() {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("bench_capture");
     let _ = std::fs::remove_dir_all(&dir);
@@ -179,7 +209,7 @@ fn main() {
 
     // Part 1 is skipped with TACHYON_CAPTURE_BENCH_ZONE_ONLY=1 (set in the environment).
     if std::env::var_os("TACHYON_CAPTURE_BENCH_ZONE_ONLY").is_none() {
-        for rate in [None, Some(10e6), Some(5e6), Some(2e6), Some(1e6)] {
+        for rate in rates() {
             sustained(&dir, rate, 2.0);
         }
     }

@@ -168,6 +168,14 @@ fn capture_a_demo_from_start_to_exit() {
     let (cap_out, cap_err) = ok(&cap);
     assert!(cap_err.contains("the trace is complete"), "{cap_err}");
     assert!(demo_err.contains("waiting up to"), "{demo_err}");
+    // On loopback the frames are uncompressed: on the wire, the records and their headers.
+    assert!(
+        cap_err.contains("uncompressed frames over loopback"),
+        "{cap_err}"
+    );
+    let raw = number_after(&cap_out, "track events), ");
+    let wire = number_after(&cap_out, "uncompressed, ");
+    assert!(wire > raw, "{cap_out}");
     // What the program says it sent is what the capture received and wrote.
     let sent = number_after(&demo_out, "live capture): sent ");
     let received = number_after(&cap_out, "received: ");
@@ -264,7 +272,7 @@ fn refusals_name_the_reason() {
         s.read_to_end(&mut reply).unwrap();
         let text = String::from_utf8_lossy(&reply[17..]).into_owned();
         assert!(
-            text.contains("version 1") && text.contains("version 77"),
+            text.contains("versions 1 to 2") && text.contains("version 77"),
             "{text}"
         );
     }
@@ -288,6 +296,9 @@ fn refusals_name_the_reason() {
     let first = Connection::connect(addr, b"s3cret", Duration::from_secs(5)).unwrap();
     assert_eq!(first.hello().pid, pid);
     assert!(first.hello().on_demand);
+    // Over loopback the newest version, with uncompressed frames granted.
+    assert_eq!(first.version(), protocol::PROTOCOL_VERSION);
+    assert_eq!(first.caps(), protocol::CAP_RAW_FRAMES);
     match Connection::connect(addr, b"s3cret", Duration::from_secs(5)) {
         Err(ProtocolError::Refused { status, message }) => {
             assert_eq!(status, Status::Busy);
@@ -308,6 +319,49 @@ fn refusals_name_the_reason() {
     assert!(end);
     let (demo_out, _) = finish(demo);
     assert!(demo_out.contains("capture(s) refused"), "{demo_out}");
+}
+
+#[test]
+fn a_version_1_capture_gets_lz4_frames_and_a_complete_trace() {
+    let dir = tmp_dir("capture_version_1");
+    let demo = spawn_demo(
+        &dir,
+        "2",
+        &[
+            ("TACHYON_ON_DEMAND", "1"),
+            ("TACHYON_WAIT_FOR_CAPTURE", "60"),
+        ],
+    );
+    let addr = discover(&dir, demo.id());
+    // A capture as version 1 wrote it: no capabilities in its request.
+    let conn = Connection::connect_with_version(addr, b"", Duration::from_secs(5), 1).unwrap();
+    assert_eq!((conn.version(), conn.caps()), (1, 0));
+    let start = Instant::now();
+    let (mut reader, w, _) = conn.split();
+    let mut scanner = tachyon_capture::frame::RecordScanner::new();
+    let (mut raw_bytes, mut wire_bytes, mut records, mut stop_sent) = (0, 0, 0, false);
+    loop {
+        if !stop_sent && start.elapsed() > Duration::from_millis(500) {
+            (&w).write_all(&[protocol::CMD_STOP]).unwrap();
+            stop_sent = true;
+        }
+        match reader.next_frame().unwrap() {
+            Some(tachyon_capture::frame::Frame::Data { raw, wire_len }) => {
+                raw_bytes += raw.len();
+                wire_bytes += wire_len;
+                records += scanner.push(raw).unwrap().1.records;
+            }
+            Some(tachyon_capture::frame::Frame::End) => break,
+            Some(_) => {}
+            None => panic!("closed without the end frame"),
+        }
+    }
+    assert!(records > 0);
+    assert_eq!(scanner.pending(), 0);
+    // LZ4: the wire holds less than the records.
+    assert!(wire_bytes < raw_bytes, "{wire_bytes} >= {raw_bytes}");
+    drop(w);
+    finish(demo);
 }
 
 #[test]
@@ -357,7 +411,7 @@ fn hostile_program(frames: Vec<u8>) -> (SocketAddr, std::thread::JoinHandle<()>)
     let addr = l.local_addr().unwrap();
     let t = std::thread::spawn(move || {
         let (mut s, _) = l.accept().unwrap();
-        let _ = protocol::read_request(&mut s).unwrap();
+        let req = protocol::read_request(&mut s).unwrap();
         let hello = protocol::Hello {
             program: "evil".into(),
             pid: 1,
@@ -366,7 +420,8 @@ fn hostile_program(frames: Vec<u8>) -> (SocketAddr, std::thread::JoinHandle<()>)
             clock: "c".into(),
             on_demand: false,
         };
-        protocol::write_reply(&mut s, Status::Welcome, &hello.encode()).unwrap();
+        // Uncompressed frames are not granted: one sent anyway breaks the protocol.
+        protocol::write_welcome(&mut s, req.version, &hello, 0).unwrap();
         let _ = s.write_all(&frames);
         let _ = s.flush();
         std::thread::sleep(Duration::from_millis(200));
@@ -405,6 +460,12 @@ fn a_hostile_program_cannot_crash_the_capture_or_spoil_its_file() {
             data_frame(&lz4_block(&[0x0a, 0xff, 0xff, 0xff, 0xff, 0x1f]), 6),
         ),
         ("unknown kind", vec![42, 0, 0, 0, 0, 0, 0, 0, 0]),
+        ("raw frame not granted", {
+            let (head, body) = tachyon_capture::frame::FrameEncoder::raw_frames(&good_record)
+                .next()
+                .unwrap();
+            [&head[..], body].concat()
+        }),
         ("cut", good[..good.len() - 2].to_vec()),
     ];
     for (name, bad) in cases {

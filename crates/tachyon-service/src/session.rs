@@ -734,6 +734,20 @@ impl ServiceCore {
         }
     }
 
+    /// [`take_output`](Self::take_output), leaving `spare` (emptied) to hold the next records:
+    /// a streaming reader that hands back the vectors it is done with keeps writing into
+    /// memory already mapped (no page faults, no reallocation as the output grows again). A
+    /// session writing to a file returns an empty vector and drops `spare`.
+    pub fn take_output_into(&mut self, mut spare: Vec<u8>) -> Vec<u8> {
+        match &mut self.sink {
+            Sink::Memory(v) => {
+                spare.clear();
+                std::mem::replace(v, spare)
+            }
+            Sink::File(_) => Vec::new(),
+        }
+    }
+
     /// Ends the output: the last read, then the `TraceStats` packet, then a flush of the file.
     /// Only the first call writes anything; commits after it still reach the buffers but are
     /// never read out.

@@ -306,3 +306,46 @@ fn a_loss_at_the_end_of_a_sequence_is_marked() {
     let buf = ts.buffer_stats().next().unwrap().unwrap();
     assert_eq!(buf.chunks_discarded(), 1);
 }
+
+#[test]
+fn a_streaming_reader_hands_its_vectors_back() {
+    // What the live capture's service thread does: read out, take the records, give an
+    // emptied vector back for the next read-out. The pieces make the same trace, and each
+    // read-out after the first writes into the vector handed back the time before.
+    let smb = Arc::new(OwnedSmb::new(64 * 4096, PageSize::Kib4).unwrap());
+    let view = smb.service();
+    let mut core = tachyon_service::ServiceCore::in_memory(SessionConfig {
+        write_into_file: true,
+        ..SessionConfig::default()
+    });
+    let producer = core.add_producer(ProducerIdentity {
+        pid: 4242,
+        uid: 1000,
+    });
+    let mut trace = Vec::new();
+    let mut spare: Vec<u8> = Vec::with_capacity(64 << 10);
+    let mut given_before: Option<*const u8> = None;
+    let mut ts = 1;
+    for id in 0..20 {
+        let packets: Vec<Vec<u8>> = (0..10)
+            .map(|_| {
+                ts += 1;
+                packet(ts)
+            })
+            .collect();
+        core.commit(producer, &view, &commit_packets(&smb, 1, id, &packets));
+        core.drain(false).unwrap();
+        let given = spare.as_ptr();
+        let records = core.take_output_into(std::mem::take(&mut spare));
+        assert!(!records.is_empty());
+        if let Some(p) = given_before {
+            assert_eq!(records.as_ptr(), p, "read out into the vector handed back");
+        }
+        given_before = Some(given);
+        trace.extend_from_slice(&records);
+        spare = records;
+    }
+    core.end().unwrap();
+    trace.extend_from_slice(&core.take_output());
+    check_trace(&trace, 200);
+}

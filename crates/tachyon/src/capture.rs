@@ -26,7 +26,7 @@
 //! One capture at a time: another gets a "busy" answer.
 
 use std::collections::VecDeque;
-use std::io::{self, Read, Write};
+use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
@@ -35,9 +35,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use tachyon_abi::{OwnedSmb, PageSize};
-use tachyon_capture::frame::{AppStatus, FrameEncoder};
+use tachyon_capture::frame::{AppStatus, FrameEncoder, HEADER_LEN};
 use tachyon_capture::protocol::{
-    self, Hello, Status, DEFAULT_PORT, PORT_ATTEMPTS, PROTOCOL_VERSION,
+    self, Hello, Status, CAP_RAW_FRAMES, DEFAULT_PORT, PORT_ATTEMPTS, PROTOCOL_VERSION,
 };
 use tachyon_capture::registry;
 use tachyon_service::{
@@ -64,6 +64,9 @@ const TICK: Duration = Duration::from_millis(1);
 /// leaves data in the central buffer. A quarter of the central buffer, within these bounds.
 const OUTPUT_CAP: usize = 8 << 20;
 const MIN_OUTPUT_CAP: usize = 64 << 10;
+/// Emptied output vectors kept for the service's next read-outs, at most (their pages are
+/// already mapped: a fresh vector per read-out costs page faults on every one).
+const MAX_SPARES: usize = 3;
 /// A status frame this often.
 const STATUS_PERIOD: Duration = Duration::from_millis(250);
 /// Socket write timeout: how often a blocked sender looks at its flags.
@@ -122,6 +125,9 @@ struct OutQ {
     finished: bool,
     /// A capture is attached (the service reads out only then).
     attached: bool,
+    /// Emptied vectors (at most [`MAX_SPARES`], each of at most the queue's capacity) the
+    /// sending thread hands back for the service's next read-outs.
+    spares: Vec<Vec<u8>>,
 }
 
 #[derive(Debug, Default)]
@@ -156,11 +162,32 @@ impl Output {
         if !bytes.is_empty() && (q.attached || last) {
             q.bytes += bytes.len();
             q.items.push_back(bytes);
+        } else {
+            self.keep_spare(&mut q, bytes);
         }
         if last {
             q.finished = true;
         }
         self.cv.notify_all();
+    }
+
+    /// Gives a sent (or unused) vector back for a later read-out.
+    fn recycle(&self, bytes: Vec<u8>) {
+        let mut q = self.lock();
+        self.keep_spare(&mut q, bytes);
+    }
+
+    fn keep_spare(&self, q: &mut OutQ, mut bytes: Vec<u8>) {
+        let cap = bytes.capacity();
+        if cap > 0 && cap <= self.cap.max(MIN_OUTPUT_CAP) && q.spares.len() < MAX_SPARES {
+            bytes.clear();
+            q.spares.push(bytes);
+        }
+    }
+
+    /// An emptied vector for the next read-out (a new one when none was given back).
+    fn spare(&self) -> Vec<u8> {
+        self.lock().spares.pop().unwrap_or_default()
     }
 
     fn pop(&self, wait: Duration) -> Pop {
@@ -368,7 +395,9 @@ impl Service {
             if now >= next_write {
                 if self.output.wants_data() {
                     self.core.drain(false)?;
-                    self.output.push(self.core.take_output(), false);
+                    // The next read-out writes into a vector the sending thread is done with.
+                    let records = self.core.take_output_into(self.output.spare());
+                    self.output.push(records, false);
                 }
                 self.publish_losses();
                 next_write = now + WRITE_PERIOD;
@@ -747,11 +776,11 @@ fn listen(shared: Arc<Shared>, listener: TcpListener) {
 fn serve(shared: Arc<Shared>, stream: TcpStream) {
     let claimed = handshake(&shared, &stream);
     shared.pending_handshakes.fetch_sub(1, Ordering::Relaxed);
-    let Some(output) = claimed else {
+    let Some(claimed) = claimed else {
         let _ = stream.shutdown(Shutdown::Both);
         return;
     };
-    run_connection(&shared, &stream, &output);
+    run_connection(&shared, &stream, &claimed.output, claimed.raw_frames);
     let _ = stream.shutdown(Shutdown::Both);
     let mut st = shared.lock();
     st.attached = false;
@@ -761,8 +790,8 @@ fn serve(shared: Arc<Shared>, stream: TcpStream) {
 }
 
 /// Reads the capture's request and answers it. `Some(output)` when welcomed: the connection
-/// slot is ours and a session records into `output`.
-fn handshake(shared: &Shared, stream: &TcpStream) -> Option<Arc<Output>> {
+/// slot is ours and a session records into its output.
+fn handshake(shared: &Shared, stream: &TcpStream) -> Option<Claimed> {
     stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).ok()?;
     stream.set_write_timeout(Some(HANDSHAKE_TIMEOUT)).ok()?;
     let _ = stream.set_nodelay(true);
@@ -773,15 +802,24 @@ fn handshake(shared: &Shared, stream: &TcpStream) -> Option<Arc<Output>> {
     };
     // Garbage, a silent peer, a peer that closes: dropped without an answer.
     let req = protocol::read_request(&mut &*stream).ok()?;
-    if req.version != PROTOCOL_VERSION {
+    if !protocol::speaks(req.version) {
         return refuse(
             Status::VersionMismatch,
             format!(
-                "protocol version mismatch: the program speaks version {PROTOCOL_VERSION}, the capture version {}",
+                "protocol version mismatch: the program speaks {}, the capture version {}",
+                protocol::versions_spoken(),
                 req.version
             ),
         );
     }
+    // Uncompressed frames only to a capture on this machine that asked for them (over a
+    // network LZ4's saving is worth its CPU).
+    let peer_local = stream.peer_addr().is_ok_and(|a| a.ip().is_loopback());
+    let caps = if peer_local {
+        req.caps & CAP_RAW_FRAMES
+    } else {
+        0
+    };
     if let Some(token) = &shared.options.token {
         if !protocol::token_matches(token, &req.token) {
             return refuse(
@@ -841,7 +879,7 @@ fn handshake(shared: &Shared, stream: &TcpStream) -> Option<Arc<Output>> {
         output.set_attached(true);
         output
     };
-    if protocol::write_reply(&mut &*stream, Status::Welcome, &shared.hello.encode()).is_err() {
+    if protocol::write_welcome(&mut &*stream, req.version, &shared.hello, caps).is_err() {
         // The capture left during the handshake: its session ends and the slot is free again.
         shared.end_running_session();
         let mut st = shared.lock();
@@ -855,7 +893,17 @@ fn handshake(shared: &Shared, stream: &TcpStream) -> Option<Arc<Output>> {
     st.report.captures += 1;
     st.welcomed = true;
     shared.cv.notify_all();
-    Some(output)
+    Some(Claimed {
+        output,
+        raw_frames: caps & CAP_RAW_FRAMES != 0,
+    })
+}
+
+/// A welcomed capture: the output its session records into, and how frames are sent.
+struct Claimed {
+    output: Arc<Output>,
+    /// Uncompressed data frames were granted.
+    raw_frames: bool,
 }
 
 /// Why a connection ended.
@@ -869,7 +917,12 @@ enum End {
 
 /// Streams `output` to the capture until the trace ends (the capture asked to stop, or the
 /// process stops) or the capture goes away.
-fn run_connection(shared: &Arc<Shared>, stream: &TcpStream, output: &Arc<Output>) {
+fn run_connection(
+    shared: &Arc<Shared>,
+    stream: &TcpStream,
+    output: &Arc<Output>,
+    raw_frames: bool,
+) {
     let stop_requested = Arc::new(AtomicBool::new(false));
     let gone = Arc::new(AtomicBool::new(false));
     // The capture's commands: `CMD_STOP`; anything else is ignored; EOF or an error is the
@@ -912,20 +965,31 @@ fn run_connection(shared: &Arc<Shared>, stream: &TcpStream, output: &Arc<Output>
             ended_by_us = true;
             shared.end_running_session();
         }
-        let send = |bytes: &[u8]| send_all(stream, bytes, &gone, &shared.abort);
+        let send = |bytes: &[u8]| send_all(stream, &[], bytes, &gone, &shared.abort);
         match output.pop(Duration::from_millis(20)) {
             Pop::Item(records) => {
                 let n = count_records(&records);
                 status.records_sent += n;
                 status.bytes_sent += records.len() as u64;
-                let frames = encoder.data(&records);
-                let wire = frames.len() as u64;
-                if send(frames).is_err() {
+                let sent = if raw_frames {
+                    // Each frame's header and its records, in one write, straight from the
+                    // read-out.
+                    FrameEncoder::raw_frames(&records).try_fold(0u64, |wire, (head, piece)| {
+                        send_all(stream, &head, piece, &gone, &shared.abort)
+                            .map(|()| wire + (HEADER_LEN + piece.len()) as u64)
+                    })
+                } else {
+                    let frames = encoder.data(&records);
+                    send(frames).map(|()| frames.len() as u64)
+                };
+                let bytes = records.len() as u64;
+                output.recycle(records);
+                let Ok(wire) = sent else {
                     break End::Gone;
-                }
+                };
                 let mut st = shared.lock();
                 st.report.records_sent += n;
-                st.report.bytes_sent += records.len() as u64;
+                st.report.bytes_sent += bytes;
                 st.report.wire_bytes += wire;
             }
             Pop::Finished => {
@@ -970,17 +1034,23 @@ fn run_connection(shared: &Arc<Shared>, stream: &TcpStream, output: &Arc<Output>
     let _ = stream.shutdown(Shutdown::Both);
 }
 
-/// Writes all of `bytes`, retrying while the capture is slow, until it is done, the capture is
-/// gone, or the exit budget ran out.
+/// Writes all of `head` then `body` (one `writev` while both are left), retrying while the
+/// capture is slow, until it is done, the capture is gone, or the exit budget ran out.
 fn send_all(
     mut stream: &TcpStream,
-    bytes: &[u8],
+    head: &[u8],
+    body: &[u8],
     gone: &AtomicBool,
     abort: &AtomicBool,
 ) -> io::Result<()> {
     let mut pos = 0;
-    while pos < bytes.len() {
-        match stream.write(&bytes[pos..]) {
+    while pos < head.len() + body.len() {
+        let written = if pos < head.len() {
+            stream.write_vectored(&[IoSlice::new(&head[pos..]), IoSlice::new(body)])
+        } else {
+            stream.write(&body[pos - head.len()..])
+        };
+        match written {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) => pos += n,
             Err(e)
@@ -1041,5 +1111,41 @@ mod tests {
         }
         assert_eq!(count_records(&b), 3);
         assert_eq!(count_records(&[]), 0);
+    }
+
+    #[test]
+    fn sent_vectors_come_back_for_the_next_read_outs() {
+        let out = Output {
+            cap: MIN_OUTPUT_CAP,
+            ..Output::default()
+        };
+        out.set_attached(true);
+        // Nothing given back yet: a new vector.
+        assert_eq!(out.spare().capacity(), 0);
+        let mut v = Vec::with_capacity(4096);
+        v.extend_from_slice(&[1, 2, 3]);
+        let at = v.as_ptr();
+        out.push(v, false);
+        let Pop::Item(sent) = out.pop(Duration::ZERO) else {
+            panic!("an item")
+        };
+        out.recycle(sent);
+        // The same allocation, emptied.
+        let again = out.spare();
+        assert_eq!(
+            (again.as_ptr(), again.len(), again.capacity()),
+            (at, 0, 4096)
+        );
+        // At most MAX_SPARES are kept, none larger than the queue, and an empty read-out's
+        // vector is kept rather than dropped.
+        for _ in 0..MAX_SPARES + 2 {
+            out.recycle(Vec::with_capacity(64));
+        }
+        out.recycle(Vec::with_capacity(MIN_OUTPUT_CAP * 2));
+        out.push(Vec::with_capacity(8), false);
+        let q = out.lock();
+        assert_eq!(q.spares.len(), MAX_SPARES);
+        assert!(q.spares.iter().all(|s| s.capacity() == 64 && s.is_empty()));
+        assert!(q.items.is_empty());
     }
 }

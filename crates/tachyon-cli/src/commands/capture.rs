@@ -113,11 +113,18 @@ pub(crate) fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         }
     };
     let hello = conn.hello().clone();
+    let raw_frames = conn.caps() & tachyon_capture::protocol::CAP_RAW_FRAMES != 0;
     eprintln!(
-        "tachyon capture: connected to {} (pid {} on {}){}; clock: {}",
+        "tachyon capture: connected to {} (pid {} on {}, protocol version {}, {}){}; clock: {}",
         hello.program,
         hello.pid,
         hello.host,
+        conn.version(),
+        if raw_frames {
+            "uncompressed frames over loopback"
+        } else {
+            "LZ4 frames"
+        },
         if hello.on_demand {
             ", on-demand: the trace starts now"
         } else {
@@ -126,7 +133,10 @@ pub(crate) fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         hello.clock
     );
     let (reader, control, _) = conn.split();
-    let progress = Arc::new(Progress::default());
+    let progress = Arc::new(Progress {
+        raw_frames,
+        ..Progress::default()
+    });
     let reader_thread = {
         let progress = progress.clone();
         std::thread::Builder::new()
@@ -344,6 +354,8 @@ struct Progress {
     events: AtomicU64,
     loss_marks: AtomicU64,
     app: Mutex<AppStatus>,
+    /// The program sends uncompressed frames (negotiated over loopback).
+    raw_frames: bool,
 }
 
 impl Progress {
@@ -353,13 +365,20 @@ impl Progress {
         let raw = self.raw_bytes.load(Ordering::Relaxed) as f64;
         let app = *self.app.lock().unwrap_or_else(|e| e.into_inner());
         format!(
-            "{:.1} s, {} events, {} packets, {:.2} MB/s on the wire, {:.2} MB/s uncompressed (LZ4 {:.1}%), losses: {} packets dropped by the writers, {} chunks overwritten, {} loss marks",
+            "{:.1} s, {} events, {} packets, {:.2} MB/s on the wire, {:.2} MB/s uncompressed ({}), losses: {} packets dropped by the writers, {} chunks overwritten, {} loss marks",
             s,
             self.events.load(Ordering::Relaxed),
             self.records.load(Ordering::Relaxed),
             wire / s / 1e6,
             raw / s / 1e6,
-            if raw > 0.0 { 100.0 * wire / raw } else { 0.0 },
+            if self.raw_frames {
+                "uncompressed frames".to_string()
+            } else {
+                format!(
+                    "LZ4 {:.1}%",
+                    if raw > 0.0 { 100.0 * wire / raw } else { 0.0 }
+                )
+            },
             app.packets_dropped,
             app.chunks_lost,
             self.loss_marks.load(Ordering::Relaxed),
