@@ -456,7 +456,7 @@ impl RecordScanner {
                     "a record is not Trace.packet (field 1, bytes)",
                 ));
             }
-            let Some((len, n)) = varint(&rest[1..]) else {
+            let Some((len, n)) = read_varint(&rest[1..], 0) else {
                 if rest.len() > 11 {
                     return Err(FrameError::BadRecords("a record's length is not a varint"));
                 }
@@ -499,17 +499,6 @@ impl RecordScanner {
     pub fn pending(&self) -> usize {
         self.pending.len()
     }
-}
-
-fn varint(b: &[u8]) -> Option<(u64, usize)> {
-    let mut v = 0u64;
-    for (i, &byte) in b.iter().take(10).enumerate() {
-        v |= u64::from(byte & 0x7f) << (7 * i);
-        if byte & 0x80 == 0 {
-            return Some((v, i + 1));
-        }
-    }
-    None
 }
 
 /// What a capture reads from one `TracePacket` while it checks it ([`packet_info`]).

@@ -818,52 +818,45 @@ fn null_deref() {
 /// Three workers write [`BEFORE`] zones, then keep tracing; once they all have, a fourth
 /// thread writes its own and dereferences address 8.
 fn threads() {
-    start();
-    let ready = Arc::new(Barrier::new(4));
-    for i in 0..3 {
-        let ready = Arc::clone(&ready);
-        std::thread::Builder::new()
-            .name(format!("worker-{i}"))
-            .spawn(move || {
-                for _ in 0..BEFORE {
-                    let _z = tachyon::zone!("before");
-                }
-                ready.wait();
-                // Tracing while the crash happens (usually: nothing depends on it), bounded.
-                for i in 0..AFTER {
-                    let _z = tachyon::zone!("after");
-                    tachyon::instant!("tick");
-                    if i % 64 == 0 {
-                        std::thread::yield_now();
-                    }
-                }
-                loop {
-                    std::thread::park();
-                }
-            })
-            .unwrap();
-    }
-    let crasher = std::thread::Builder::new()
-        .name("crasher".into())
-        .spawn(move || {
-            ready.wait();
+    workers_then_crash(
+        || {
             for _ in 0..BEFORE {
-                let _z = tachyon::zone!("crasher before");
+                let _z = tachyon::zone!("before");
             }
-            let p: *const u64 = std::hint::black_box(std::ptr::without_provenance(8));
-            // SAFETY: none: reads address 8 on purpose, to crash with SIGSEGV.
-            let v = unsafe { p.read_volatile() };
-            println!("unreachable: {v}");
-        })
-        .unwrap();
-    let _ = crasher.join();
-    unreachable!("the crash ends the process");
+        },
+        || {
+            // Tracing while the crash happens (usually: nothing depends on it), bounded.
+            for i in 0..AFTER {
+                let _z = tachyon::zone!("after");
+                tachyon::instant!("tick");
+                if i % 64 == 0 {
+                    std::thread::yield_now();
+                }
+            }
+        },
+        BEFORE,
+    );
 }
 
 /// Three workers each queue [`QUEUED`] zones and wait; as soon as they all have, a fourth
 /// thread dereferences address 8, usually while the `tachyon-drain` thread is still encoding
 /// their queues.
 fn queued() {
+    workers_then_crash(
+        || {
+            for _ in 0..QUEUED {
+                let _z = tachyon::zone!("queued");
+            }
+        },
+        || {},
+        0,
+    );
+}
+
+/// Starts the session; three workers (`worker-0` to `worker-2`) run `before`, wait for one
+/// another, run `after` and park; once they have all waited, a fourth thread (`crasher`) writes
+/// `crasher_zones` zones named "crasher before" and dereferences address 8.
+fn workers_then_crash(before: fn(), after: fn(), crasher_zones: usize) {
     start();
     let ready = Arc::new(Barrier::new(4));
     for i in 0..3 {
@@ -871,10 +864,9 @@ fn queued() {
         std::thread::Builder::new()
             .name(format!("worker-{i}"))
             .spawn(move || {
-                for _ in 0..QUEUED {
-                    let _z = tachyon::zone!("queued");
-                }
+                before();
                 ready.wait();
+                after();
                 loop {
                     std::thread::park();
                 }
@@ -885,6 +877,9 @@ fn queued() {
         .name("crasher".into())
         .spawn(move || {
             ready.wait();
+            for _ in 0..crasher_zones {
+                let _z = tachyon::zone!("crasher before");
+            }
             let p: *const u64 = std::hint::black_box(std::ptr::without_provenance(8));
             // SAFETY: none: reads address 8 on purpose, to crash with SIGSEGV.
             let v = unsafe { p.read_volatile() };
