@@ -1853,16 +1853,22 @@ impl Importer {
                 (kn, ArgValue::Str(func)),
                 (kl, ArgValue::Int(line as i64)),
             ] {
-                self.arena_args.push(
-                    &mut self.st.args,
-                    PendingArg {
-                        flat_key: k,
-                        key: k,
-                        value: v,
-                    },
-                );
+                self.pend_arg(k, k, v);
             }
         }
+    }
+
+    /// Appends an argument of the event being tokenized (its entry id, in `arena_args`).
+    #[inline]
+    pub(crate) fn pend_arg(&mut self, flat_key: StrId, key: StrId, value: ArgValue) {
+        self.arena_args.push(
+            &mut self.st.args,
+            PendingArg {
+                flat_key,
+                key,
+                value,
+            },
+        );
     }
 
     /// The arg key of a top-level annotation named `name`: `debug.<name>`.
@@ -1914,14 +1920,7 @@ impl Importer {
             // No value: nothing (dictionaries, arrays and the rest take the view's path).
             return;
         };
-        self.arena_args.push(
-            &mut self.st.args,
-            PendingArg {
-                flat_key: key,
-                key,
-                value,
-            },
-        );
+        self.pend_arg(key, key, value);
     }
 
     fn annotation_value(
@@ -2007,14 +2006,7 @@ impl Importer {
             }
             return;
         };
-        self.arena_args.push(
-            &mut self.st.args,
-            PendingArg {
-                flat_key,
-                key,
-                value,
-            },
-        );
+        self.pend_arg(flat_key, key, value);
     }
 
     fn child_keys(&mut self, flat_key: StrId, key: StrId, name: &str) -> (StrId, StrId) {
@@ -2072,14 +2064,7 @@ impl Importer {
                 } else {
                     return;
                 };
-                self.arena_args.push(
-                    &mut self.st.args,
-                    PendingArg {
-                        flat_key,
-                        key,
-                        value,
-                    },
-                );
+                self.pend_arg(flat_key, key, value);
             }
         }
     }

@@ -25,7 +25,7 @@ use tachyon_protos::{DebugAnnotationView, TracePacketView, TrackEventView};
 
 /// One well-formed field: its id and value (a length-delimited payload as a sub-slice).
 #[derive(Clone, Copy, Debug)]
-enum Value<'a> {
+pub(crate) enum Value<'a> {
     Varint(u64),
     /// No field the importer reads is a fixed32: its value is not kept.
     Fixed32,
@@ -202,48 +202,60 @@ impl<'a> Iterator for Occurrences<'a> {
     }
 }
 
-/// The elements of a repeated varint field, packed and unpacked occurrences alike; a malformed
-/// packed payload yields one error and ends the iteration (the generated views' rule).
-#[derive(Clone, Debug)]
-pub(crate) struct Varints<'a> {
-    fields: Occurrences<'a>,
-    packed: Option<PackedVarints<'a>>,
+/// A packed decoder of one wire type's elements, and how an unpacked occurrence of the same
+/// field gives its element (`None`: another wire type, ignored).
+pub(crate) trait Packed<'a>: Iterator<Item = Result<u64, DecodeError>> {
+    fn new(payload: &'a [u8]) -> Self;
+    fn unpacked(v: Value<'a>) -> Option<u64>;
 }
 
-impl Iterator for Varints<'_> {
-    type Item = Result<u64, DecodeError>;
-
-    #[inline]
-    fn next(&mut self) -> Option<Self::Item> {
-        loop {
-            if let Some(p) = &mut self.packed {
-                match p.next() {
-                    Some(Ok(v)) => return Some(Ok(v)),
-                    Some(Err(e)) => {
-                        self.packed = None;
-                        self.fields.left = 0;
-                        return Some(Err(e));
-                    }
-                    None => self.packed = None,
-                }
-            }
-            match self.fields.next()? {
-                Value::Varint(v) => return Some(Ok(v)),
-                Value::Bytes(b) => self.packed = Some(PackedVarints::new(b)),
-                Value::Fixed32 | Value::Fixed64(_) => {}
-            }
+impl<'a> Packed<'a> for PackedVarints<'a> {
+    fn new(payload: &'a [u8]) -> Self {
+        PackedVarints::new(payload)
+    }
+    fn unpacked(v: Value<'a>) -> Option<u64> {
+        match v {
+            Value::Varint(v) => Some(v),
+            _ => None,
         }
     }
 }
 
-/// The elements of a repeated fixed64 field, packed and unpacked alike (see [`Varints`]).
-#[derive(Clone, Debug)]
-pub(crate) struct Fixed64s<'a> {
-    fields: Occurrences<'a>,
-    packed: Option<PackedFixed64<'a>>,
+impl<'a> Packed<'a> for PackedFixed64<'a> {
+    fn new(payload: &'a [u8]) -> Self {
+        PackedFixed64::new(payload)
+    }
+    fn unpacked(v: Value<'a>) -> Option<u64> {
+        match v {
+            Value::Fixed64(v) => Some(v),
+            _ => None,
+        }
+    }
 }
 
-impl Iterator for Fixed64s<'_> {
+/// The elements of a repeated scalar field, packed and unpacked occurrences alike; a malformed
+/// packed payload yields one error and ends the iteration (the generated views' rule).
+#[derive(Clone, Debug)]
+pub(crate) struct Scalars<'a, P> {
+    fields: Occurrences<'a>,
+    packed: Option<P>,
+}
+
+/// A repeated varint field's elements.
+pub(crate) type Varints<'a> = Scalars<'a, PackedVarints<'a>>;
+/// A repeated fixed64 field's elements.
+pub(crate) type Fixed64s<'a> = Scalars<'a, PackedFixed64<'a>>;
+
+impl<'a, P: Packed<'a>> Scalars<'a, P> {
+    fn new(fields: Occurrences<'a>) -> Self {
+        Scalars {
+            fields,
+            packed: None,
+        }
+    }
+}
+
+impl<'a, P: Packed<'a>> Iterator for Scalars<'a, P> {
     type Item = Result<u64, DecodeError>;
 
     #[inline]
@@ -260,10 +272,11 @@ impl Iterator for Fixed64s<'_> {
                     None => self.packed = None,
                 }
             }
-            match self.fields.next()? {
-                Value::Fixed64(v) => return Some(Ok(v)),
-                Value::Bytes(b) => self.packed = Some(PackedFixed64::new(b)),
-                Value::Fixed32 | Value::Varint(_) => {}
+            let v = self.fields.next()?;
+            if let Value::Bytes(b) = v {
+                self.packed = Some(P::new(b));
+            } else if let Some(v) = P::unpacked(v) {
+                return Some(Ok(v));
             }
         }
     }
@@ -514,26 +527,21 @@ impl<'a> TrackEvent<'a> {
         self.source_location_iid.is_some()
     }
     pub(crate) fn category_iids(&self) -> Varints<'a> {
-        Varints {
-            fields: Occurrences::new(self.bytes, EVENT_CATEGORY_IIDS, self.category_iids),
-            packed: None,
-        }
+        Scalars::new(Occurrences::new(
+            self.bytes,
+            EVENT_CATEGORY_IIDS,
+            self.category_iids,
+        ))
     }
     pub(crate) fn flow_ids(&self) -> Fixed64s<'a> {
-        Fixed64s {
-            fields: Occurrences::new(self.bytes, EVENT_FLOW_IDS, self.flow_ids),
-            packed: None,
-        }
+        Scalars::new(Occurrences::new(self.bytes, EVENT_FLOW_IDS, self.flow_ids))
     }
     pub(crate) fn terminating_flow_ids(&self) -> Fixed64s<'a> {
-        Fixed64s {
-            fields: Occurrences::new(
-                self.bytes,
-                EVENT_TERMINATING_FLOW_IDS,
-                self.terminating_flow_ids,
-            ),
-            packed: None,
-        }
+        Scalars::new(Occurrences::new(
+            self.bytes,
+            EVENT_TERMINATING_FLOW_IDS,
+            self.terminating_flow_ids,
+        ))
     }
     /// The debug annotations, each decoded as it is reached (a malformed one is an error and
     /// the iteration goes on, as with the view).

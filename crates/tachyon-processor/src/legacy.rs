@@ -123,14 +123,7 @@ impl Importer {
         self.legacy
             .passthrough
             .insert(self.arena_args.len() as u32, thread);
-        self.arena_args.push(
-            &mut self.st.args,
-            PendingArg {
-                flat_key: key,
-                key: NONE,
-                value: ArgValue::UInt(0),
-            },
-        );
+        self.pend_arg(key, NONE, ArgValue::UInt(0));
     }
 
     /// The value of the passthrough placeholder at arena index `arg` of `ev`: none when its
@@ -220,14 +213,7 @@ impl Importer {
         }
         let e = self.legacy.events[(track & !ASYNC_TRACK) as usize];
         let key = self.st.strings.intern("legacy_trace_source_id");
-        self.arena_args.push(
-            &mut self.st.args,
-            PendingArg {
-                flat_key: key,
-                key,
-                value: ArgValue::Int(e.id),
-            },
-        );
+        self.pend_arg(key, key, ArgValue::Int(e.id));
     }
 
     /// The args an async event puts after its debug annotations.
@@ -238,25 +224,11 @@ impl Importer {
         let index = (track & !ASYNC_TRACK) as usize;
         let key = self.st.strings.intern("legacy_event.passthrough_utid");
         self.legacy.events[index].passthrough_arg = self.arena_args.len() as u32;
-        self.arena_args.push(
-            &mut self.st.args,
-            PendingArg {
-                flat_key: key,
-                key: NONE,
-                value: ArgValue::UInt(0),
-            },
-        );
+        self.pend_arg(key, NONE, ArgValue::UInt(0));
         if matches!(phase, b'S' | b'T' | b'p') {
             let key = self.st.strings.intern("legacy_event.phase");
             let value = self.st.strings.intern(&(phase as char).to_string());
-            self.arena_args.push(
-                &mut self.st.args,
-                PendingArg {
-                    flat_key: key,
-                    key,
-                    value: ArgValue::Str(value),
-                },
-            );
+            self.pend_arg(key, key, ArgValue::Str(value));
         }
     }
 
