@@ -123,6 +123,20 @@ fn to_copy_committed<'a>(
     header: ChunkHeader,
     payload: &'a [u8],
 ) -> ChunkToCopy<'a> {
+    chunk_to_copy(producer, header, payload, true)
+}
+
+/// What the buffer needs of a chunk scraped out of shared memory.
+fn to_copy(producer: ProducerId, copy: &ChunkCopy) -> ChunkToCopy<'_> {
+    chunk_to_copy(producer, copy.header(), copy.payload(), copy.is_complete())
+}
+
+fn chunk_to_copy(
+    producer: ProducerId,
+    header: ChunkHeader,
+    payload: &[u8],
+    complete: bool,
+) -> ChunkToCopy<'_> {
     ChunkToCopy {
         producer,
         writer: header.writer_id,
@@ -130,21 +144,7 @@ fn to_copy_committed<'a>(
         num_fragments: header.packets.count(),
         flags: header.packets.flags().0,
         payload,
-        complete: true,
-    }
-}
-
-/// What the buffer needs of a chunk scraped out of shared memory.
-fn to_copy(producer: ProducerId, copy: &ChunkCopy) -> ChunkToCopy<'_> {
-    let header = copy.header();
-    ChunkToCopy {
-        producer,
-        writer: header.writer_id,
-        chunk_id: header.chunk_id,
-        num_fragments: header.packets.count(),
-        flags: header.packets.flags().0,
-        payload: copy.payload(),
-        complete: copy.is_complete(),
+        complete,
     }
 }
 
