@@ -215,6 +215,24 @@ impl Chunk<'_> {
             .ok_or(AbiError::PacketCountOverflow)
     }
 
+    /// Adds `n` to the packet count with one release store and returns the new count: for a
+    /// writer that finished `n` packets in a row since its last count update (each covered, as
+    /// the one [`increment_packet_count`](Self::increment_packet_count) inflates, only once
+    /// written). The bytes written before the call are ordered before the count a scraping
+    /// service acquires.
+    ///
+    /// [`AbiError::PacketCountOverflow`] past 1023 (nothing changed).
+    #[inline]
+    pub fn add_packet_count(&mut self, n: u16) -> Result<u16, AbiError> {
+        self.inner
+            .update_packets(|p| {
+                (u32::from(p.count()) + u32::from(n) <= u32::from(MAX_PACKET_COUNT))
+                    .then_some(Packets(p.0 + n))
+            })
+            .map(Packets::count)
+            .ok_or(AbiError::PacketCountOverflow)
+    }
+
     /// Sets flags (release store); they stay set until the chunk is freed. Bits beyond the
     /// 6-bit field are ignored.
     pub fn set_flags(&mut self, flags: ChunkFlags) {

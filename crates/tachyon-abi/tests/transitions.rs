@@ -595,6 +595,30 @@ fn packet_count_and_flags() {
     p.release_chunk_as_complete(c).unwrap();
 }
 
+/// A run of packets counted with one store: the count grows by `n`, the flags stay, and a run
+/// that would pass 1023 changes nothing.
+#[test]
+fn packet_count_grows_by_a_run() {
+    let smb = smb(1);
+    let p = smb.producer();
+    let mut c = p
+        .try_acquire_any_chunk_for_writing(0, PageLayout::Div1, ChunkHeader::new(9, 1))
+        .unwrap();
+    c.set_flags(ChunkFlags(3));
+    assert_eq!(c.add_packet_count(1).unwrap(), 1);
+    assert_eq!(c.add_packet_count(0).unwrap(), 1);
+    assert_eq!(c.add_packet_count(1000).unwrap(), 1001);
+    assert_eq!(
+        c.add_packet_count(23).unwrap_err(),
+        AbiError::PacketCountOverflow
+    );
+    assert_eq!(c.packets(), Packets::new(1001, ChunkFlags(3)).unwrap());
+    assert_eq!(c.add_packet_count(22).unwrap(), MAX_PACKET_COUNT);
+    assert_eq!(c.packets().flags(), ChunkFlags(3));
+    assert_eq!(c.header().writer_id, 9);
+    p.release_chunk_as_complete(c).unwrap();
+}
+
 #[test]
 fn payload_reads_and_writes_at_any_offset() {
     let smb = smb(1);

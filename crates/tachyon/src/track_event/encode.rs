@@ -282,6 +282,19 @@ pub(crate) const SLICE_END_PREFIX: [u8; 8] = {
     p
 };
 
+/// [`SLICE_END`]'s first [`EVENT_PREFIX`] bytes (the template, then zeros): a slice end in
+/// the shape of a named event's prefix, for the drainer's runs of mixed events
+/// (`TraceWriter::write_event_run`).
+pub(crate) const SLICE_END_EVENT_PREFIX: [u8; EVENT_PREFIX] = {
+    let mut p = [0u8; EVENT_PREFIX];
+    let mut i = 0;
+    while i < EVENT_PREFIX {
+        p[i] = SLICE_END.bytes[i];
+        i += 1;
+    }
+    p
+};
+
 /// A slice end at `delta` (for the tests).
 #[cfg(test)]
 pub(crate) fn slice_end(delta: u64) -> Block {

@@ -288,7 +288,9 @@ pub(crate) struct Guard<'a, S> {
 
 impl<S> Guard<'_, S> {
     /// Hands every published record, in order, with the state, to `f`; the number handed.
-    /// The ring's space is given back to the producer at the end.
+    /// The ring's space is given back to the producer at the end. (The drainer takes runs:
+    /// [`drain_runs`](Self::drain_runs).)
+    #[cfg(test)]
     pub(crate) fn drain(&mut self, mut f: impl FnMut(&mut S, Record)) -> usize {
         let slot = self.slot;
         let tail = slot.tail.0.load(Ordering::Acquire);
@@ -303,6 +305,37 @@ impl<S> Guard<'_, S> {
             let record = unsafe { cell.get().read() };
             // SAFETY: the lock is held (see `deref_mut`).
             f(unsafe { &mut *slot.state.get() }, record);
+        }
+        slot.head.0.store(tail, Ordering::Release);
+        n
+    }
+}
+
+impl<S> Guard<'_, S> {
+    /// As [`drain`](Self::drain), a run at a time: hands `f` the published records as slices
+    /// of the ring (one, or two where the records wrap round its end), in order; the number
+    /// handed. For an encoder that checks once what a run of records has in common.
+    pub(crate) fn drain_runs(&mut self, mut f: impl FnMut(&mut S, &[Record])) -> usize {
+        let slot = self.slot;
+        let tail = slot.tail.0.load(Ordering::Acquire);
+        let head = slot.head.0.load(Ordering::Relaxed);
+        let n = tail.wrapping_sub(head);
+        let start = head & (CAPACITY - 1);
+        let first = n.min(CAPACITY - start);
+        for (at, len) in [(start, first), (0, n - first)] {
+            if len == 0 {
+                continue;
+            }
+            let cells = &slot.ring[at..at + len];
+            // SAFETY: the cells are those of positions `head..tail`, which the producer wrote
+            // before its release store of `tail` (loaded above with acquire) and writes again
+            // only after `head` passes them (the store below, after `f` is done with the
+            // slice): nothing writes them while the slice lives. `UnsafeCell<Record>` has the
+            // layout of `Record`. Only the lock holder consumes, and this guard holds the lock.
+            let records =
+                unsafe { std::slice::from_raw_parts(cells.as_ptr().cast::<Record>(), len) };
+            // SAFETY: the lock is held (see `deref_mut`).
+            f(unsafe { &mut *slot.state.get() }, records);
         }
         slot.head.0.store(tail, Ordering::Release);
         n
@@ -384,6 +417,33 @@ mod tests {
         assert_eq!(push(&slot, 1, EPOCH + 1), None, "closed");
         assert_eq!(push(&slot, 7, EPOCH), Some(5), "room again");
         assert_eq!(slot.lock().drain(|_, r| assert_eq!(r.word.addr(), 7)), 1);
+    }
+
+    /// Runs hand out every record once, in order, split where the ring wraps.
+    #[test]
+    fn runs_come_out_in_order_across_the_wrap() {
+        let slot = Slot::new(Vec::new(), hot());
+        let mut next = 0;
+        let mut runs = Vec::new();
+        for round in 0..3 {
+            let n = CAPACITY / 2 + 3 + round;
+            for i in next..next + n {
+                assert!(push(&slot, i, EPOCH).is_some());
+            }
+            let mut g = slot.lock();
+            let handed = g.drain_runs(|v: &mut Vec<usize>, run| {
+                runs.push(run.len());
+                v.extend(run.iter().map(|r| r.word.addr()));
+            });
+            assert_eq!(handed, n);
+            assert_eq!(*g, (0..next + n).collect::<Vec<_>>());
+            next += n;
+        }
+        assert!(
+            runs.len() > 3,
+            "a drain across the wrap comes in two runs: {runs:?}"
+        );
+        assert_eq!(slot.lock().drain_runs(|_, _| panic!("nothing queued")), 0);
     }
 
     /// A producer thread and a consumer thread that drains whenever it gets the lock: every

@@ -296,6 +296,19 @@ fn with_new_state<R>(f: impl FnOnce(&mut ThreadState) -> R) -> Option<R> {
     }
 }
 
+/// A template's [`EVENT_PREFIX`](encode::EVENT_PREFIX) bytes as little-endian words, what
+/// [`TraceWriter::write_event_run`] takes: loaded straight into registers.
+#[inline(always)]
+const fn prefix_words(p: &[u8; encode::EVENT_PREFIX]) -> [u64; 3] {
+    let mut words = [0u64; 3];
+    let mut i = 0;
+    while i < encode::EVENT_PREFIX {
+        words[i / 8] |= (p[i] as u64) << (8 * (i % 8));
+        i += 1;
+    }
+    words
+}
+
 /// Who drains the queues, and so how ([`drain_all`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Drain {
@@ -623,9 +636,82 @@ impl ThreadState {
     /// before it, nor put them into the next session's writer.
     fn drain_queue(st: &mut Guard<'_, ThreadState>) -> usize {
         st.pin = Some(st.epoch);
-        let n = st.drain(ThreadState::replay);
+        let n = st.drain_runs(ThreadState::replay_all);
         st.pin = None;
         n
+    }
+
+    /// Encodes a run of queued events, in order: as many as [`replay_run`](Self::replay_run)
+    /// takes at a time, and each event it does not take through [`replay`](Self::replay).
+    fn replay_all(&mut self, mut records: &[Record]) {
+        while !records.is_empty() {
+            records = records.get(self.replay_run(records)..).unwrap_or_default();
+            if let Some((first, rest)) = records.split_first() {
+                self.replay(*first);
+                records = rest;
+            }
+        }
+    }
+
+    /// Encodes the longest prefix of `records` that the fast paths of slice begins, instants
+    /// and slice ends take, through the writer's run path
+    /// ([`TraceWriter::write_event_run`]); the number encoded. The same packets as
+    /// [`replay`](Self::replay) would write one at a time, with what a run has in common checked
+    /// once: the state pinned to its session (as [`drain_queue`](Self::drain_queue) leaves it),
+    /// the writer's fast path open. Per event: the timestamp delta within the fast path's window
+    /// (three varint bytes, before the next clock snapshot), a slice end of the state's session,
+    /// a begin's or instant's template interned in this generation.
+    fn replay_run(&mut self, records: &[Record]) -> usize {
+        if self.epoch != self.epoch_now() {
+            return 0;
+        }
+        let session = session_of(self.epoch);
+        let ThreadState {
+            clock,
+            last_ts,
+            next_snapshot,
+            seen,
+            generation,
+            writer,
+            ..
+        } = self;
+        let Some(w) = writer.as_mut() else {
+            return 0;
+        };
+        let (clock, next_snapshot, generation) = (*clock, *next_snapshot, *generation);
+        const SLICE_END_WORDS: [u64; 3] = prefix_words(&encode::SLICE_END_EVENT_PREFIX);
+        let mut i = 0;
+        w.write_event_run::<{ encode::EVENT_PREFIX }, 3>(|| {
+            let record = records.get(i)?;
+            let ts = clock.ticks_to_ns(record.ticks);
+            let delta = ts.wrapping_sub(*last_ts);
+            if delta >= TraceWriter::FAST_DELTA_LIMIT || ts >= next_snapshot {
+                return None;
+            }
+            let word = record.word.addr();
+            let ty = (word & 3) as u8;
+            let prefix = if ty == TYPE_SLICE_END {
+                if (word >> 2) as u32 != session {
+                    return None;
+                }
+                SLICE_END_WORDS
+            } else if ty == 0 {
+                // A lock record: `replay`'s.
+                return None;
+            } else {
+                // SAFETY: as in `replay`: a begin's or an instant's word is a
+                // `&'static Callsite` with the event type in its low bits.
+                let cs: &'static Callsite = unsafe { &*record.word.map_addr(|a| a & !3).cast() };
+                let e = seen
+                    .get(cs.id() as usize)
+                    .filter(|e| e.generation == generation)?;
+                prefix_words(e.template.event_prefix())
+            };
+            *last_ts = ts;
+            i += 1;
+            Some((prefix, delta))
+        });
+        i
     }
 
     /// Encodes one queued event (the state pinned to its epoch: [`drain_queue`]) through the

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use protozero::{ContiguousMemoryRange, Delegate, Message, MessageWriter, ScatteredStreamWriter};
 use tachyon_abi::{
     Chunk, ChunkFlags, ChunkHeader, ChunkToMove, CommitRequest, Packets,
-    DROP_PACKET_FRAGMENT_HEADER, FRAGMENT_HEADER_SIZE, MAX_WRITER_PACKET_COUNT,
+    DROP_PACKET_FRAGMENT_HEADER, FRAGMENT_HEADER_SIZE, MAX_PACKET_COUNT, MAX_WRITER_PACKET_COUNT,
 };
 use tachyon_protos::TracePacket;
 
@@ -1145,6 +1145,90 @@ impl TraceWriter {
                 .try_write_block_prefix(&varint.to_le_bytes(), varint_len)
         {
             self.small_packet_written();
+        }
+    }
+
+    /// The track-event layer's fast path for a run of events (what the drainer encodes from a
+    /// thread's queue): writes packets as [`try_write_event`](Self::try_write_event) does,
+    /// one for each `(prefix, value)` that `next` hands out (`value` below
+    /// [`Self::FAST_DELTA_LIMIT`]), while they go straight into the current chunk; the number
+    /// written. `next` is asked for an event only once there is room for it, and returns `None`
+    /// to end the run (an event the fast path cannot take, or none left); an event it hands out
+    /// is written.
+    ///
+    /// What does not change between the packets of a run is checked once, at its start: no
+    /// flag but [`Flags::INFLATED`] (nothing pending, the sequence in sync), no flush asked for
+    /// since the last packet (one asked for during the run is noticed by the packet after it,
+    /// as by the next event of [`write_event`](Self::write_event)'s caller). The chunk's packet
+    /// count is stored once at the end of the run (one release store for the run's packets):
+    /// until then a scraping service sees the packets counted before the run, the first of the
+    /// run as the unfinished last one, as it would while that packet was being written. The
+    /// run stops at the writer's maximum packet count, where the next packet switches chunks.
+    ///
+    /// A prefix comes as the little-endian words of its `N = 8 * W` bytes (the packet's length
+    /// in the low byte of the first): words go from the template into registers and from there
+    /// into the chunk, with nothing built on the stack and read back.
+    #[inline(always)]
+    pub(crate) fn write_event_run<const N: usize, const W: usize>(
+        &mut self,
+        mut next: impl FnMut() -> Option<([u64; W], u64)>,
+    ) -> usize {
+        const { assert!(N == 8 * W && 8 <= N && N <= 128) };
+        let core = self.stream.delegate();
+        if core.flags.0 != Flags::INFLATED || core.flush_seen != core.arbiter.flush_generation() {
+            return 0;
+        }
+        // With `INFLATED`, the count (at most the writer's maximum) already covers the first
+        // packet of the run; after `k` packets it is `count + k`, at most `MAX_PACKET_COUNT`.
+        let max = usize::from(MAX_PACKET_COUNT.saturating_sub(core.count));
+        let mut k = 0;
+        while k < max && self.stream.bytes_available() >= N + 8 {
+            let Some((mut words, value)) = next() else {
+                break;
+            };
+            let n = (words[0] as u8 as usize).min(N - 1);
+            debug_assert!(value < Self::FAST_DELTA_LIMIT);
+            let (varint, varint_len) = varint3_le(value);
+            // The fragment header: the packet's length grown by the varint's (no carry:
+            // n + 3 < 256).
+            words[0] += varint_len as u64;
+            let mut block = [0u8; N];
+            for (dst, word) in block.chunks_exact_mut(8).zip(words) {
+                dst.copy_from_slice(&word.to_le_bytes());
+            }
+            // Both fit: `N + 8` bytes are available (checked above).
+            if !(self.stream.try_write_block_prefix(&block, n + 1)
+                && self
+                    .stream
+                    .try_write_block_prefix(&varint.to_le_bytes(), varint_len))
+            {
+                break;
+            }
+            k += 1;
+        }
+        if k > 0 {
+            self.packets_written(k);
+        }
+        k
+    }
+
+    /// [`small_packet_written`](Self::small_packet_written) for `k` packets written whole in a
+    /// row by [`write_event_run`](Self::write_event_run).
+    #[inline(always)]
+    fn packets_written(&mut self, k: usize) {
+        let end = self.stream.write_ptr();
+        let core = self.stream.delegate_mut();
+        core.stats.packets += k as u64;
+        core.data_end = end;
+        if let Some(count) = core
+            .cur
+            .as_mut()
+            .and_then(|chunk| chunk.add_packet_count(k as u16).ok())
+        {
+            core.count = count;
+        }
+        if core.count > MAX_WRITER_PACKET_COUNT {
+            core.flags.set(Flags::NEED_SWITCH, true);
         }
     }
 
