@@ -15,9 +15,12 @@ fn perf_allowed() -> bool {
 }
 
 #[test]
-#[ignore = "flaky: about 1 run in 20 finds no samples of the program and reports no refusal \
-            (cause not found; suspect: the probe attaching to the child in its window between \
-            fork and exec); tachyon-probes' tests/perf.rs samples a pid reliably"]
+#[ignore = "flaky: about 1 run in 15 on a loaded machine finds no samples of the program. Cause \
+            (traced with the probe's rescans): the probe finds the program right after its exec, \
+            with one thread, and opens that thread's events with `inherit`; the threads the \
+            program starts while those events are being opened inherit none, and the probe never \
+            looks at a sampled process's threads again. Fix needs per-sample stream ids \
+            (PERF_SAMPLE_STREAM_ID) so threads can be re-added without double counting"]
 fn record_samples_the_program_named_by_its_command_line() {
     if !perf_allowed() {
         eprintln!("skipped: perf_event_paranoid forbids sampling");
