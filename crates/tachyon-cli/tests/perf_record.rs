@@ -15,9 +15,13 @@ fn perf_allowed() -> bool {
 }
 
 #[test]
-#[ignore = "flaky: about 1 run in 20 finds no samples of the program and reports no refusal \
-            (cause not found; suspect: the probe attaching to the child in its window between \
-            fork and exec); tachyon-probes' tests/perf.rs samples a pid reliably"]
+#[ignore = "flaky: about 1 run in 15 on a loaded machine finds no samples of the program. What \
+            the probe's rescans show: in passing and failing runs alike it finds the program \
+            right after its exec, with one thread, and opens that thread's events with \
+            `inherit`; it never looks at a sampled process's threads again. Likely cause: the \
+            threads the program starts while those events are being opened inherit none. A fix \
+            re-adds threads at each rescan, with per-sample stream ids (PERF_SAMPLE_STREAM_ID) \
+            so a thread that did inherit is not sampled twice"]
 fn record_samples_the_program_named_by_its_command_line() {
     if !perf_allowed() {
         eprintln!("skipped: perf_event_paranoid forbids sampling");

@@ -193,12 +193,8 @@ fn open_all(hz: u64, skip_tid: i32) -> Result<Vec<sys::Event>, SamplingError> {
     };
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let cpus = online_cpus().unwrap_or(cpus);
-    let mut tids: Vec<i32> = std::fs::read_dir("/proc/self/task")
-        .map_err(err)?
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .filter(|&t| t != skip_tid)
-        .collect();
-    tids.sort_unstable();
+    let mut tids = thread_ids("/proc/self/task").map_err(err)?;
+    tids.retain(|&t| t != skip_tid);
     let mut events: Vec<sys::Event> = Vec::new();
     // The first event of each CPU has the ring buffer; the others write into it.
     let mut leaders: Vec<Option<i32>> = vec![None; cpus];
@@ -209,8 +205,7 @@ fn open_all(hz: u64, skip_tid: i32) -> Result<Vec<sys::Event>, SamplingError> {
                     leader.get_or_insert(e.fd());
                     events.push(e);
                 }
-                // A thread that exited meanwhile, or a CPU that is offline.
-                Err(e) if matches!(e.raw_os_error(), Some(3 | 19)) => {}
+                Err(e) if thread_or_cpu_gone(&e) => {}
                 Err(e) => return Err(err(e)),
             }
         }
@@ -219,6 +214,21 @@ fn open_all(hz: u64, skip_tid: i32) -> Result<Vec<sys::Event>, SamplingError> {
         return Err(err(io::Error::other("no thread could be sampled")));
     }
     Ok(events)
+}
+
+/// The thread ids listed in a `/proc/PID/task` directory, in order.
+fn thread_ids(task_dir: &str) -> io::Result<Vec<i32>> {
+    let mut tids: Vec<i32> = std::fs::read_dir(task_dir)?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    tids.sort_unstable();
+    Ok(tids)
+}
+
+/// `perf_event_open` failed because the thread exited meanwhile (ESRCH) or the CPU is offline
+/// (ENODEV): nothing to sample there, not an error.
+fn thread_or_cpu_gone(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(3 | 19))
 }
 
 /// The number of CPUs the kernel may run threads on (`/sys/devices/system/cpu/possible`).
@@ -363,21 +373,17 @@ impl ProcessSampler {
             error,
             paranoid: paranoid(),
         };
-        let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        let Ok(mut tids) = thread_ids(&format!("/proc/{pid}/task")) else {
             return Ok(0);
         };
-        let mut tids: Vec<i32> = dir
-            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-            .filter(|t| !self.threads.contains(t))
-            .collect();
-        tids.sort_unstable();
+        tids.retain(|t| !self.threads.contains(t));
         let mut added = 0;
         for tid in tids {
             let mut any = false;
             for cpu in 0..self.leaders.len() {
                 match self.open(tid, cpu) {
                     Ok(()) => any = true,
-                    Err(e) if matches!(e.raw_os_error(), Some(3 | 19)) => {}
+                    Err(e) if thread_or_cpu_gone(&e) => {}
                     Err(e) => return Err(err(e)),
                 }
             }
