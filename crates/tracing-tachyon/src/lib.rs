@@ -107,6 +107,47 @@ impl TachyonLayer {
     }
 }
 
+impl TachyonLayer {
+    /// A span with something to keep in its extensions (fields, an async track): out of line,
+    /// so that the hot case's frame stays small.
+    #[inline(never)]
+    fn new_span_kept<S>(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>)
+    where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+    {
+        let meta = attrs.metadata();
+        match self.mode {
+            SpanMode::PerEntry => {
+                let mut fields = OwnedFields::default();
+                attrs.record(&mut fields);
+                if let Some(span) = ctx.span(id) {
+                    span.extensions_mut().insert(SpanData {
+                        fields,
+                        ..SpanData::default()
+                    });
+                }
+            }
+            SpanMode::AsyncTrack => {
+                let cs = cache::callsite(meta);
+                let mut data = SpanData::default();
+                if let Some(en) = cs.check() {
+                    let track = Track::new_async(meta.name());
+                    let slice = integration::track_begin(cs, en, &track, |cx| {
+                        attrs.record(&mut ArgWriter::new(cx));
+                    });
+                    data.track = Some((track, slice));
+                } else if meta.fields().is_empty() {
+                    return;
+                }
+                attrs.record(&mut data.fields);
+                if let Some(span) = ctx.span(id) {
+                    span.extensions_mut().insert(data);
+                }
+            }
+        }
+    }
+}
+
 /// Flows that end at a span's next slice (`follows_from`), by span id; rare, so kept out of
 /// the spans' extensions: an entry of a span without fields then needs no extensions lock,
 /// only the relaxed load of [`PENDING`].
@@ -264,41 +305,13 @@ where
 
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
         let meta = attrs.metadata();
-        match self.mode {
-            SpanMode::PerEntry => {
-                if meta.fields().is_empty() {
-                    // The hot case: nothing to keep; the callsite for the first entry.
-                    let e = cache::entry(meta);
-                    let _ = LOCAL.try_with(|l| l.created.set((id.into_u64(), Some(e))));
-                    return;
-                }
-                let mut fields = OwnedFields::default();
-                attrs.record(&mut fields);
-                if let Some(span) = ctx.span(id) {
-                    span.extensions_mut().insert(SpanData {
-                        fields,
-                        ..SpanData::default()
-                    });
-                }
-            }
-            SpanMode::AsyncTrack => {
-                let cs = cache::callsite(meta);
-                let mut data = SpanData::default();
-                if let Some(en) = cs.check() {
-                    let track = Track::new_async(meta.name());
-                    let slice = integration::track_begin(cs, en, &track, |cx| {
-                        attrs.record(&mut ArgWriter::new(cx));
-                    });
-                    data.track = Some((track, slice));
-                } else if meta.fields().is_empty() {
-                    return;
-                }
-                attrs.record(&mut data.fields);
-                if let Some(span) = ctx.span(id) {
-                    span.extensions_mut().insert(data);
-                }
-            }
+        if self.mode == SpanMode::PerEntry && meta.fields().is_empty() {
+            // The hot case: nothing to keep; the callsite for the first entry.
+            let e = cache::entry(meta);
+            let _ = LOCAL.try_with(|l| l.created.set((id.into_u64(), Some(e))));
+            return;
         }
+        self.new_span_kept(attrs, id, ctx);
     }
 
     fn on_record(&self, id: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
