@@ -706,6 +706,8 @@ impl Service {
             return;
         }
         session.state = State::Flushing;
+        // The final read at the end of the session reads what a periodic pass had left.
+        session.writing = false;
         let timeout = session.config().flush_timeout;
         self.start_flush(sid, Purpose::Stop, timeout);
     }
