@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use tachyon_abi::{CommitRequest, OwnedSmb};
 
 use crate::readout::ProducerIdentity;
-use crate::session::{ServiceCore, SessionConfig};
+use crate::session::{ServiceCore, SessionConfig, STREAM_STEP_CHUNKS};
 use crate::trace_buffer::ProducerId;
 
 /// How long the service thread sleeps when no commit is waiting. The thread polls rather than
@@ -55,8 +55,14 @@ impl std::fmt::Debug for ProducerHooks {
 
 #[derive(Debug)]
 enum Control {
-    Flush { scrape: bool, done: Sender<()> },
-    Stop { scrape: bool },
+    Flush {
+        scrape: bool,
+        done: Sender<()>,
+    },
+    Stop {
+        scrape: bool,
+        final_flush: Option<bool>,
+    },
 }
 
 /// A running in-process session. See the module docs.
@@ -123,8 +129,22 @@ impl InProcessService {
     /// Stops the session: applies the remaining commits (waiting until every sender is gone
     /// or the channel is empty), optionally scrapes, reads everything out and writes the
     /// `TraceStats` packet. Returns the trace if it was kept in memory (no output path).
-    pub fn stop(mut self, scrape: bool) -> io::Result<Vec<u8>> {
-        let _ = self.control.send(Control::Stop { scrape });
+    pub fn stop(self, scrape: bool) -> io::Result<Vec<u8>> {
+        self.stop_with(scrape, None)
+    }
+
+    /// [`stop`](Self::stop) after the process side's final flush: `succeeded` says whether
+    /// every writer committed what it held in time. The outcome goes into the `TraceStats`
+    /// (`final_flush_outcome`), so a trace missing a late writer's last chunk says so.
+    pub fn stop_after_final_flush(self, scrape: bool, succeeded: bool) -> io::Result<Vec<u8>> {
+        self.stop_with(scrape, Some(succeeded))
+    }
+
+    fn stop_with(mut self, scrape: bool, final_flush: Option<bool>) -> io::Result<Vec<u8>> {
+        let _ = self.control.send(Control::Stop {
+            scrape,
+            final_flush,
+        });
         match self.thread.take().expect("stopped once").join() {
             Ok(r) => r,
             Err(_) => Err(io::Error::other("the tachyon service thread panicked")),
@@ -135,7 +155,10 @@ impl InProcessService {
 impl Drop for InProcessService {
     fn drop(&mut self) {
         if let Some(t) = self.thread.take() {
-            let _ = self.control.send(Control::Stop { scrape: false });
+            let _ = self.control.send(Control::Stop {
+                scrape: false,
+                final_flush: None,
+            });
             let _ = t.join();
         }
     }
@@ -161,8 +184,10 @@ fn run(
     let clear_period = core.config().incremental_state_clear_period;
     let mut next_clear = clear_period.map(|p| start + p);
     let mut commits_open = true;
+    // A streaming pass under way (its steps alternate with the commits).
+    let mut streaming = false;
     loop {
-        let mut busy = false;
+        let mut busy = streaming;
         while commits_open {
             match commits.try_next() {
                 Ok(Some(req)) => {
@@ -190,13 +215,21 @@ fn run(
                     }
                     core.record_flush(true);
                     if write_period.is_some() {
+                        // A whole pass (it finishes one under way).
                         core.drain(false)?;
+                        streaming = false;
                     }
                     let _ = done.send(());
                 }
-                Control::Stop { scrape } => {
+                Control::Stop {
+                    scrape,
+                    final_flush,
+                } => {
                     if scrape {
                         core.scrape(producer, &view);
+                    }
+                    if let Some(ok) = final_flush {
+                        core.record_final_flush(ok);
                     }
                     core.remove_producer(producer);
                     return core.finish();
@@ -205,9 +238,12 @@ fn run(
         }
         if let (Some(at), Some(period)) = (next_write, write_period) {
             if Instant::now() >= at {
-                core.drain(false)?;
+                streaming = true;
                 next_write = Some(at + period);
             }
+        }
+        if streaming {
+            streaming = !core.drain_some(STREAM_STEP_CHUNKS)?;
         }
         if let (Some(at), Some(period)) = (next_flush, flush_period) {
             if Instant::now() >= at {
