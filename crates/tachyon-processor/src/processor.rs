@@ -2,7 +2,9 @@
 
 use std::path::Path;
 
-use crate::{crashes, db, import, memory, stats, zones, Crash, Error, ZoneStats};
+use crate::storage::stats;
+use crate::tokenize::{self, Tokenizer};
+use crate::{crashes, memory, sql, zones, Crash, Error, ZoneStats};
 
 /// How events are ordered by timestamp before they are parsed into tables.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -144,17 +146,17 @@ impl TraceProcessor {
         options: &Options,
         progress: &mut dyn FnMut(Progress),
     ) -> Result<Self, Error> {
-        let mut importer = import::Importer::new(options.sort);
+        let mut importer = Tokenizer::new(options.sort);
         importer.crop_track_events = options.crop_track_events;
         let gunzipped;
-        let trace: &[u8] = if bytes.starts_with(&import::GZIP_MAGIC) {
+        let trace: &[u8] = if bytes.starts_with(&tokenize::GZIP_MAGIC) {
             let limit = options.max_inflated_bytes;
-            let (data, complete) = import::inflate(bytes, limit.saturating_add(1));
+            let (data, complete) = tokenize::inflate(bytes, limit.saturating_add(1));
             if data.len() as u64 > limit {
                 return Err(Error::TooLarge(limit));
             }
             if !complete {
-                importer.st.stats.inc(stats::Stat::trace_truncated);
+                importer.parser.st.stats.inc(stats::Stat::trace_truncated);
             }
             gunzipped = data;
             &gunzipped
@@ -173,10 +175,10 @@ impl TraceProcessor {
         importer.finish();
         // Only the tables outlive the import: the event arenas and sequence state are freed
         // before the tables are built, which lowers the peak.
-        let st = std::mem::take(&mut importer.st);
+        let st = std::mem::take(&mut importer.parser.st);
         drop(importer);
         let conn = rusqlite::Connection::open_in_memory()?;
-        db::load(&conn, st)?;
+        sql::load(&conn, st)?;
         crate::trim::release_free_memory();
         Ok(TraceProcessor { conn })
     }
@@ -237,7 +239,7 @@ impl TraceProcessor {
     /// The memory summary: per process and heap with heap profiles, peak live bytes and when,
     /// totals, and the top `top` sites by bytes still live (leaks) and by bytes allocated.
     pub fn memory(&self, top: usize) -> Result<Vec<crate::HeapReport>, Error> {
-        Ok(crate::heap::memory_report(&self.conn, top)?)
+        Ok(crate::heap_report::memory_report(&self.conn, top)?)
     }
 
     /// Every `stats` row with severity `data_loss` or `error` and a non-zero value.

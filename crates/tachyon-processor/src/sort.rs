@@ -20,7 +20,7 @@
 //! Thread and process naming events carry `i64::MIN` (a name holds for the whole trace) and
 //! are never dropped as out of order.
 
-use crate::import::Event;
+use crate::importers::Event;
 use crate::SortMode;
 
 #[derive(Debug)]
@@ -105,7 +105,7 @@ impl Sorter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::import::EventKind;
+    use crate::importers::EventKind;
 
     fn ev(ts: i64) -> Event {
         Event::bare(EventKind::Instant, ts, 0, 0)

@@ -7,9 +7,9 @@
 //! 24-byte [`PendingArg`] per argument is never held. The parser adds the id to its slice's arg
 //! set as it is.
 
-use crate::import::PendingArg;
+use crate::importers::PendingArg;
+use crate::storage::tables::ArgBuilder;
 use crate::storage::NONE;
-use crate::tables::ArgBuilder;
 
 /// Pending arguments, by arena index (events refer to runs of them).
 #[derive(Debug, Default)]
