@@ -123,16 +123,52 @@ impl TraceProcessor {
     }
 
     /// Imports a trace file, calling `progress` now and then while it loads.
+    ///
+    /// A plain trace is read a window at a time ([`Tokenizer::push_stream`]), so only the
+    /// import's own memory counts against the limit; a gzip-compressed one is read whole and
+    /// inflated first.
     pub fn open_with_progress(
         path: impl AsRef<Path>,
         options: &Options,
         progress: &mut dyn FnMut(Progress),
     ) -> Result<Self, Error> {
-        // The file is read whole, then imported: both count against the limit.
-        let len = std::fs::metadata(path.as_ref())?.len();
-        check_memory(len, len.saturating_add(memory::estimate(len)), options)?;
-        let bytes = std::fs::read(path)?;
-        Self::from_bytes_with_progress(&bytes, options, progress)
+        Self::open_windowed(path, options, tokenize::STREAM_WINDOW, progress)
+    }
+
+    /// Not an API (for the corpus test): [`Self::open_with_progress`] reading the file
+    /// `window` bytes at a time.
+    #[doc(hidden)]
+    pub fn open_windowed(
+        path: impl AsRef<Path>,
+        options: &Options,
+        window: usize,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<Self, Error> {
+        use std::io::{Read, Seek};
+        let path = path.as_ref();
+        let len = std::fs::metadata(path)?.len();
+        let mut file = std::fs::File::open(path)?;
+        let mut head = Vec::with_capacity(2);
+        (&mut file).take(2).read_to_end(&mut head)?;
+        if head.starts_with(&tokenize::GZIP_MAGIC) {
+            // The file is read whole, then inflated and imported: all count against the limit.
+            check_memory(len, len.saturating_add(memory::estimate(len)), options)?;
+            let mut bytes = head;
+            file.read_to_end(&mut bytes)?;
+            return Self::from_bytes_with_progress(&bytes, options, progress);
+        }
+        check_format(&head)?;
+        check_memory(len, memory::estimate(len), options)?;
+        file.rewind()?;
+        let mut importer = Tokenizer::new(options.sort);
+        importer.crop_track_events = options.crop_track_events;
+        importer.push_stream(&mut file, len, window, &mut |done| {
+            progress(Progress {
+                done: done as u64,
+                total: len,
+            })
+        })?;
+        Self::finish_import(importer)
     }
 
     /// Imports a trace held in memory (plain or gzip-compressed).
@@ -172,6 +208,11 @@ impl TraceProcessor {
                 total,
             })
         });
+        Self::finish_import(importer)
+    }
+
+    /// The end of an import: the last events sorted and parsed, the tables handed to SQL.
+    fn finish_import(mut importer: Tokenizer) -> Result<Self, Error> {
         importer.finish();
         // Only the tables outlive the import: the event arenas and sequence state are freed
         // before the tables are built, which lowers the peak.

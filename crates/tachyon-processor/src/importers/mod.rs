@@ -98,6 +98,9 @@ pub(crate) struct Event {
     pub(crate) nterm: u16,
     pub(crate) kind: EventKind,
     pub(crate) legacy_thread: bool,
+    /// Arrival number (modulo 2^32), set by the sorter: the tie-break between events with equal
+    /// timestamps. It fills what was padding.
+    pub(crate) order: u32,
 }
 
 /// An argument before it gets its arg set id.
@@ -174,6 +177,7 @@ impl Event {
             nterm: 0,
             kind,
             legacy_thread: false,
+            order: 0,
         }
     }
 

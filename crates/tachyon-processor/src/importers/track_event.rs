@@ -98,7 +98,7 @@ impl Parser {
         }
     }
 
-    fn apply(&mut self, ev: &Event) {
+    pub(crate) fn apply(&mut self, ev: &Event) {
         match ev.kind {
             EventKind::Thread => {
                 let a = self.aux[ev.data as usize];

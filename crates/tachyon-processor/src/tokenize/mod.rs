@@ -82,6 +82,8 @@ const MAX_ANNOTATION_DEPTH: u32 = 32;
 /// A decompressed `compressed_packets` payload larger than this is refused (a zip bomb would
 /// otherwise exhaust memory).
 const MAX_INFLATED_BYTES: u64 = 1 << 30;
+/// How much of a trace file [`Tokenizer::push_stream`] reads at a time.
+pub(crate) const STREAM_WINDOW: usize = 8 << 20;
 /// The first bytes of a gzip stream.
 pub(crate) const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 
@@ -172,6 +174,9 @@ pub(crate) struct Tokenizer {
     keys_source: [StrId; 3],
     /// Reused for the events of one TrackEvent, so that tokenizing does not allocate.
     scratch: Vec<Event>,
+    /// The sequence of the packet being tokenized: the sorter keeps each sequence's events
+    /// together.
+    cur_seq: u32,
 }
 
 impl Tokenizer {
@@ -201,10 +206,103 @@ impl Tokenizer {
             key_debug,
             keys_source,
             scratch: Vec::new(),
+            cur_seq: 0,
         }
     }
 
     // === Trace framing ===
+
+    /// Imports the packets of a `Trace` message read from `r` (a plain trace file of `len`
+    /// bytes), holding only a window of it (`window` bytes, more for a larger packet): the packets are framed as in [`Self::push_trace`],
+    /// and the bytes of those already tokenized are dropped as the window moves on, so the file
+    /// never needs to fit in memory beside the import. `progress` is called with the offset
+    /// reached, now and then.
+    pub(crate) fn push_stream(
+        &mut self,
+        r: &mut dyn Read,
+        len: u64,
+        window: usize,
+        progress: &mut dyn FnMut(usize),
+    ) -> std::io::Result<()> {
+        use protozero::decoder::DecodeError;
+        let mut buf: Vec<u8> = Vec::new();
+        // File offset of `buf[0]`.
+        let mut base = 0u64;
+        let mut eof = false;
+        let mut count = 0u32;
+        loop {
+            // Frame what the window holds.
+            let mut dec = ProtoDecoder::new(&buf);
+            let mut done = 0;
+            let mut need = None;
+            loop {
+                match dec.read_field() {
+                    Ok(Some(f)) => {
+                        if f.id() == 1 {
+                            match f.value() {
+                                FieldValue::Bytes(packet) => {
+                                    self.push_packet(packet, false);
+                                    count += 1;
+                                    if count % 4096 == 0 {
+                                        progress((base as usize).saturating_add(dec.offset()));
+                                    }
+                                }
+                                _ => self.parser.st.stats.inc(Stat::trace_packet_malformed),
+                            }
+                        }
+                        done = dec.offset();
+                    }
+                    Ok(None) => break,
+                    // Cut by the window's end: read on, unless the file ends there too.
+                    Err(DecodeError::PayloadPastEnd { offset, len: n })
+                        if !eof && base + offset as u64 + n <= len =>
+                    {
+                        need = Some(offset + n as usize);
+                        break;
+                    }
+                    Err(
+                        DecodeError::TruncatedVarint { .. }
+                        | DecodeError::TruncatedFixed32 { .. }
+                        | DecodeError::TruncatedFixed64 { .. },
+                    ) if !eof => {
+                        need = Some(buf.len() + 16);
+                        break;
+                    }
+                    Err(_) => {
+                        // A broken length or tag: nothing after it can be framed again.
+                        self.parser.st.stats.inc(Stat::trace_truncated);
+                        progress(len as usize);
+                        return Ok(());
+                    }
+                }
+            }
+            if eof && need.is_none() {
+                break;
+            }
+            // Drop what was framed; read at least what the cut field needs.
+            buf.drain(..done);
+            base += done as u64;
+            let want = need.map_or(0, |n| n - done).max(window.max(1));
+            if buf.capacity() > 2 * want {
+                buf.shrink_to(want); // After a packet larger than the window.
+            }
+            while buf.len() < want && !eof {
+                let at = buf.len();
+                buf.resize(want, 0);
+                let n = loop {
+                    match r.read(&mut buf[at..]) {
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                        other => break other,
+                    }
+                };
+                buf.truncate(at + *n.as_ref().unwrap_or(&0));
+                let n = n?;
+                eof = n == 0;
+            }
+        }
+        progress(len as usize);
+        Ok(())
+    }
 
     /// Imports the packets of a `Trace` message (a whole file, or the payload of
     /// `compressed_packets`). `progress` is called with the offset reached, now and then.
@@ -300,6 +398,7 @@ impl Tokenizer {
     ) -> Result<(), ()> {
         let seq_id = p.trusted_packet_sequence_id.unwrap_or(0);
         let has_seq = p.trusted_packet_sequence_id.is_some();
+        self.cur_seq = seq_id;
         let dropped = p.previous_packet_dropped;
         // The first packet of a sequence always says "dropped" (the service cannot know what
         // came before), so it is not counted as a loss, as in Perfetto.
@@ -1531,6 +1630,7 @@ impl Tokenizer {
                 nterm,
                 kind,
                 legacy_thread,
+                order: 0,
             };
             out.push(event);
             if let Some((flow_kind, id)) = bound_flow {
@@ -1980,7 +2080,7 @@ impl Tokenizer {
         if ev.ts != i64::MIN {
             self.latest_ts = self.latest_ts.max(ev.ts);
         }
-        self.sorter.push(ev);
+        self.sorter.push(ev, self.cur_seq);
     }
 
     /// End of input: converts deferred packets, sorts what is left, parses it, and computes
@@ -1997,8 +2097,8 @@ impl Tokenizer {
                 None => self.parser.st.stats.inc(Stat::clock_sync_failure),
             }
         }
-        let mut rest = self.sorter.drain_all();
-        self.parser.apply_batch(&mut rest);
+        let parser = &mut self.parser;
+        self.sorter.drain_all(|ev| parser.apply(ev));
         self.parser.st.stats.add(
             Stat::sorter_push_event_out_of_order,
             self.sorter.out_of_order,
