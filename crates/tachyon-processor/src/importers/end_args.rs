@@ -46,7 +46,9 @@ impl Parser {
         let mut added: Vec<PendingArg> = Vec::new();
         let mut added_at: FxHashMap<StrId, usize> = FxHashMap::default();
         for i in ev.args as usize..(ev.args + ev.nargs) as usize {
-            let mut a = self.arena_args.get(&self.st.args, i);
+            let Some(mut a) = self.arena_args.get(&self.st.args, i) else {
+                continue;
+            };
             if a.key == crate::storage::NONE {
                 match self.passthrough_utid(i, ev, true) {
                     Some(v) => (a.key, a.value) = (a.flat_key, v),

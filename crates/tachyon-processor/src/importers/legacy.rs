@@ -257,8 +257,8 @@ impl Parser {
             return None;
         }
         let at = e.passthrough_arg as usize;
-        if let (Some(utid), true) = (utid, at < self.arena_args.len()) {
-            let key = self.arena_args.get(&self.st.args, at).flat_key;
+        if let (Some(utid), Some(old)) = (utid, self.arena_args.get(&self.st.args, at)) {
+            let key = old.flat_key;
             let arg = PendingArg {
                 flat_key: key,
                 key,

@@ -99,6 +99,11 @@ impl Parser {
     }
 
     pub(crate) fn apply(&mut self, ev: &Event) {
+        self.apply_event(ev);
+        self.arena_args.release(ev.args, ev.nargs);
+    }
+
+    fn apply_event(&mut self, ev: &Event) {
         match ev.kind {
             EventKind::Thread => {
                 let a = self.aux[ev.data as usize];
@@ -442,7 +447,9 @@ impl Parser {
         let (merging, mut set) = (set != NONE, set);
         let range = ev.args as usize..(ev.args + ev.nargs) as usize;
         for i in range {
-            let id = self.arena_args.id(i);
+            let Some(id) = self.arena_args.id(i) else {
+                continue;
+            };
             if self.arena_args.is_placeholder(id) {
                 let a = self.st.args.entry(id);
                 // An arg decided at parse time (`legacy.rs`: the emitting thread).

@@ -1547,6 +1547,7 @@ impl Tokenizer {
                 }
             }
             let nargs = self.parser.arena_args.len() as u32 - args;
+            self.parser.arena_args.hold(args, nargs);
             let flows = self.parser.arena_flows.len() as u32;
             self.parser
                 .arena_flows
