@@ -79,6 +79,35 @@ pub(crate) enum EventKind {
     State,
 }
 
+impl EventKind {
+    /// Every kind, in declaration order (`ALL[k as usize] == k`): how the sorter reads a kind
+    /// back from its byte.
+    pub(crate) const ALL: [EventKind; 22] = [
+        EventKind::SliceBegin,
+        EventKind::SliceEnd,
+        EventKind::Instant,
+        EventKind::Complete,
+        EventKind::Counter,
+        EventKind::Thread,
+        EventKind::Process,
+        EventKind::TreeProcess,
+        EventKind::TreeThread,
+        EventKind::SystemCounter,
+        EventKind::PerfSample,
+        EventKind::CpuProfileSample,
+        EventKind::Log,
+        EventKind::FlowOut,
+        EventKind::FlowStep,
+        EventKind::FlowIn,
+        EventKind::FlowEnd,
+        EventKind::FlowEndNext,
+        EventKind::ThreadTime,
+        EventKind::ThreadInstructions,
+        EventKind::TrackRename,
+        EventKind::State,
+    ];
+}
+
 /// One timestamped event. Variable-length parts (args, flow ids) live in the importer's arenas
 /// and are referenced by range, so an event is a fixed 56 bytes.
 #[derive(Clone, Copy, Debug)]
