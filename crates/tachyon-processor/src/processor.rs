@@ -437,5 +437,20 @@ mod tests {
             ..Options::default()
         };
         assert!(TraceProcessor::from_bytes(&trace, &options).is_ok());
+        // From a file: read in windows, so only the import's own estimate counts.
+        let file =
+            std::env::temp_dir().join(format!("tachyon-limit-{}.pftrace", std::process::id()));
+        std::fs::write(&file, &trace).unwrap();
+        let small = Options {
+            memory_limit: Some(1000),
+            ..Options::default()
+        };
+        let e = TraceProcessor::open(&file, &small).unwrap_err();
+        assert!(
+            matches!(e, Error::OutOfMemory { trace_bytes: 2048, needed, .. } if needed == memory::estimate(2048)),
+            "{e:?}"
+        );
+        assert!(TraceProcessor::open(&file, &options).is_ok());
+        std::fs::remove_file(&file).unwrap();
     }
 }
