@@ -52,7 +52,19 @@ fn demo_stacks_are_imported_symbolized_and_shown() {
         &tp,
         "SELECT count(*) FROM __intrinsic_track_event_callstacks",
     );
-    assert!(with_stack > 100, "{with_stack}");
+    assert!(with_stack > 10, "{with_stack}");
+    // The count of zones depends on the machine's load; that none lacks a stack does not.
+    // (Lock waits and log messages are Tachyon's own slices, in `tachyon.*` categories.)
+    assert_eq!(
+        count(
+            &tp,
+            "SELECT count(*) FROM slice s JOIN thread_track tt ON s.track_id = tt.id \
+             LEFT JOIN __intrinsic_track_event_callstacks c ON c.slice_id = s.id \
+             WHERE c.slice_id IS NULL AND coalesce(s.category, '') NOT LIKE 'tachyon.%'"
+        ),
+        0,
+        "zones and instants without a stack"
+    );
     assert!(count(&tp, "SELECT count(*) FROM stack_profile_callsite") > 8);
     assert_eq!(
         count(&tp, "SELECT max(depth) FROM stack_profile_callsite"),

@@ -12,7 +12,8 @@
 //! file name, is the string), minus `exclude_pid`s and `exclude_cmdline`s. The targets get one
 //! event per thread and CPU with `inherit`, so threads they create later are sampled too;
 //! processes that match a `target_cmdline` after the start are found at the next rescan of
-//! `/proc` (every [`RESCAN`]). No target at all means the whole system: one event per CPU
+//! `/proc` (every [`RESCAN`]), and threads a target started while its events were being
+//! opened (which inherit none) get their own then. No target at all means the whole system: one event per CPU
 //! (which the kernel grants only to root, `CAP_PERFMON` or `perf_event_paranoid` ≤ 0), its
 //! samples of excluded processes dropped here. `kernel_frames` adds kernel samples and frames.
 //!
@@ -232,7 +233,7 @@ impl Perf {
         }
     }
 
-    /// Opens events for the targets not sampled yet.
+    /// Opens events for the targets' threads that have none of their own yet.
     fn rescan(&mut self) {
         if self.failed {
             return;
@@ -250,6 +251,12 @@ impl Perf {
         let result = if self.cfg.whole_system() {
             sampler.add_all_cpus()
         } else {
+            // Every target, sampled already or not: threads a sampled process started while
+            // its events were being opened inherited none (or not every CPU's), and each rescan
+            // gives every thread without events of its own some (the sampler keeps one chain
+            // per thread, so none is counted twice). A pid no longer a target (the process
+            // exited, or its pid went to another program) gets nothing more.
+            self.sampled.retain(|p| pids.contains(p));
             // A process the kernel refuses (it is being replaced by `exec` right now, or it is
             // not ours) is said once and tried again at the next rescan; the others are
             // sampled meanwhile.
@@ -277,7 +284,7 @@ impl Perf {
         }
     }
 
-    /// The processes the scope names that have no events yet.
+    /// The processes the scope names, sampled already or not.
     fn target_pids(&mut self) -> Vec<i32> {
         let mut pids: Vec<i32> = self.cfg.target_pids.clone();
         if !self.cfg.target_cmdlines.is_empty() || !self.cfg.exclude_cmdlines.is_empty() {
@@ -298,7 +305,7 @@ impl Perf {
                 }
             }
         }
-        pids.retain(|p| !self.cfg.exclude_pids.contains(p) && !self.sampled.contains(p));
+        pids.retain(|p| !self.cfg.exclude_pids.contains(p));
         pids.sort_unstable();
         pids.dedup();
         pids
@@ -453,7 +460,7 @@ impl Probe for Perf {
     fn poll(&mut self, w: &mut TraceWriter) {
         self.drain(w);
         let due = self.last_rescan.is_none_or(|t| t.elapsed() >= RESCAN);
-        if due && !self.cfg.target_cmdlines.is_empty() {
+        if due && !self.cfg.whole_system() {
             self.rescan();
         }
         // Processes that exited: forget their mappings (a reused pid reads its own).

@@ -55,8 +55,14 @@ impl std::fmt::Debug for ProducerHooks {
 
 #[derive(Debug)]
 enum Control {
-    Flush { scrape: bool, done: Sender<()> },
-    Stop { scrape: bool },
+    Flush {
+        scrape: bool,
+        done: Sender<()>,
+    },
+    Stop {
+        scrape: bool,
+        final_flush: Option<bool>,
+    },
 }
 
 /// A running in-process session. See the module docs.
@@ -123,8 +129,22 @@ impl InProcessService {
     /// Stops the session: applies the remaining commits (waiting until every sender is gone
     /// or the channel is empty), optionally scrapes, reads everything out and writes the
     /// `TraceStats` packet. Returns the trace if it was kept in memory (no output path).
-    pub fn stop(mut self, scrape: bool) -> io::Result<Vec<u8>> {
-        let _ = self.control.send(Control::Stop { scrape });
+    pub fn stop(self, scrape: bool) -> io::Result<Vec<u8>> {
+        self.stop_with(scrape, None)
+    }
+
+    /// [`stop`](Self::stop) after the process side's final flush: `succeeded` says whether
+    /// every writer committed what it held in time. The outcome goes into the `TraceStats`
+    /// (`final_flush_outcome`), so a trace missing a late writer's last chunk says so.
+    pub fn stop_after_final_flush(self, scrape: bool, succeeded: bool) -> io::Result<Vec<u8>> {
+        self.stop_with(scrape, Some(succeeded))
+    }
+
+    fn stop_with(mut self, scrape: bool, final_flush: Option<bool>) -> io::Result<Vec<u8>> {
+        let _ = self.control.send(Control::Stop {
+            scrape,
+            final_flush,
+        });
         match self.thread.take().expect("stopped once").join() {
             Ok(r) => r,
             Err(_) => Err(io::Error::other("the tachyon service thread panicked")),
@@ -135,7 +155,10 @@ impl InProcessService {
 impl Drop for InProcessService {
     fn drop(&mut self) {
         if let Some(t) = self.thread.take() {
-            let _ = self.control.send(Control::Stop { scrape: false });
+            let _ = self.control.send(Control::Stop {
+                scrape: false,
+                final_flush: None,
+            });
             let _ = t.join();
         }
     }
@@ -194,9 +217,15 @@ fn run(
                     }
                     let _ = done.send(());
                 }
-                Control::Stop { scrape } => {
+                Control::Stop {
+                    scrape,
+                    final_flush,
+                } => {
                     if scrape {
                         core.scrape(producer, &view);
+                    }
+                    if let Some(ok) = final_flush {
+                        core.record_final_flush(ok);
                     }
                     core.remove_producer(producer);
                     return core.finish();

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use protozero::ProtoDecoder;
 use tachyon_abi::{CommitRequest, ServiceView};
-use tachyon_protos::{trace_config, Trace, TraceConfig, TraceConfigView, TraceStats};
+use tachyon_protos::{trace_config, trace_stats, Trace, TraceConfig, TraceConfigView, TraceStats};
 
 use crate::commit::{apply_commit, scrape_with, CommitStats, ProducerState};
 use crate::fast_hash::IdMap;
@@ -404,6 +404,9 @@ pub struct SessionStats {
     pub bytes_written: u64,
     /// Records not written because the file reached `max_file_size_bytes`.
     pub records_dropped_file_full: u64,
+    /// The outcome of the flush that ended the session: `None` when the session ended without
+    /// one, `Some(false)` when a writer's last data may be missing from the trace.
+    pub final_flush_succeeded: Option<bool>,
     /// With [`Compression::Deflate`]: bytes of records that went into compressed packets (what
     /// `bytes_written` would have been for them without compression).
     pub bytes_before_compression: u64,
@@ -651,6 +654,14 @@ impl ServiceCore {
         }
     }
 
+    /// Records the outcome of the flush that ends the session. The `TraceStats` carry it as
+    /// `final_flush_outcome`, which Perfetto's processors turn into the `traced_final_flush_*`
+    /// stats: a failed one marks the trace as possibly missing each late writer's last data.
+    pub fn record_final_flush(&mut self, succeeded: bool) {
+        self.record_flush(succeeded);
+        self.stats.final_flush_succeeded = Some(succeeded);
+    }
+
     /// Reads every complete packet out of the buffers into the output (streaming). With `last`,
     /// nothing is left waiting (see [`TraceBuffer::read_packets`]), and each sequence whose last
     /// packets were lost gets an empty packet carrying the loss bits no later packet could (see
@@ -850,6 +861,13 @@ impl ServiceCore {
         ts.set_flushes_requested(self.stats.flushes_requested);
         ts.set_flushes_succeeded(self.stats.flushes_succeeded);
         ts.set_flushes_failed(self.stats.flushes_failed);
+        if let Some(ok) = self.stats.final_flush_succeeded {
+            ts.set_final_flush_outcome(if ok {
+                trace_stats::FinalFlushOutcome::FinalFlushSucceeded
+            } else {
+                trace_stats::FinalFlushOutcome::FinalFlushFailed
+            });
+        }
     }
 }
 

@@ -39,8 +39,19 @@ fn an_acknowledged_flush_succeeds_and_scrapes_uncommitted_chunks() {
         (1, 1, 0)
     );
     assert_eq!(daemon.stats().flushes_succeeded, 1);
+    assert_eq!(
+        s.final_flush_outcome, 0,
+        "no final flush while the session runs"
+    );
     consumer.disable_tracing().unwrap();
     consumer.wait_for_end(Some(TIMEOUT)).unwrap().unwrap();
+    let mut trace = Vec::new();
+    consumer.read_buffers(&mut trace).unwrap();
+    let s = stats(&trace_stats(&trace));
+    assert_eq!(
+        s.final_flush_outcome, 1,
+        "the stop's flush succeeded: FINAL_FLUSH_SUCCEEDED"
+    );
 }
 
 #[test]
@@ -71,6 +82,10 @@ fn a_flush_nobody_acknowledges_times_out_and_still_scrapes() {
     assert_eq!(timestamps(&trace), [5]);
     let s = stats(&trace_stats(&trace));
     assert_eq!(s.flushes_failed, 2);
+    assert_eq!(
+        s.final_flush_outcome, 2,
+        "the stop's flush failed: FINAL_FLUSH_FAILED"
+    );
 }
 
 /// A data source that promised to say when it stopped and never does holds the session's end

@@ -21,6 +21,7 @@
 //! When the kernel refuses (`kernel.perf_event_paranoid` above 2, a seccomp filter, no
 //! `perf_event_open` at all), [`start`] says why and tracing goes on without samples.
 
+use std::collections::{HashMap, HashSet};
 use std::ffi::c_void;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -46,6 +47,9 @@ pub(crate) struct Sample<'a> {
     pub(crate) pcs: &'a [u64],
     /// Not a sample: records the kernel lost on this CPU.
     pub(crate) lost: u64,
+    /// The id of the event the sample's event was inherited from (its own id when it was
+    /// opened, not inherited): `PERF_SAMPLE_STREAM_ID`.
+    pub(crate) stream: u64,
 }
 
 /// Why sampling did not start.
@@ -193,12 +197,8 @@ fn open_all(hz: u64, skip_tid: i32) -> Result<Vec<sys::Event>, SamplingError> {
     };
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let cpus = online_cpus().unwrap_or(cpus);
-    let mut tids: Vec<i32> = std::fs::read_dir("/proc/self/task")
-        .map_err(err)?
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .filter(|&t| t != skip_tid)
-        .collect();
-    tids.sort_unstable();
+    let mut tids = thread_ids("/proc/self/task").map_err(err)?;
+    tids.retain(|&t| t != skip_tid);
     let mut events: Vec<sys::Event> = Vec::new();
     // The first event of each CPU has the ring buffer; the others write into it.
     let mut leaders: Vec<Option<i32>> = vec![None; cpus];
@@ -209,8 +209,7 @@ fn open_all(hz: u64, skip_tid: i32) -> Result<Vec<sys::Event>, SamplingError> {
                     leader.get_or_insert(e.fd());
                     events.push(e);
                 }
-                // A thread that exited meanwhile, or a CPU that is offline.
-                Err(e) if matches!(e.raw_os_error(), Some(3 | 19)) => {}
+                Err(e) if thread_or_cpu_gone(&e) => {}
                 Err(e) => return Err(err(e)),
             }
         }
@@ -219,6 +218,21 @@ fn open_all(hz: u64, skip_tid: i32) -> Result<Vec<sys::Event>, SamplingError> {
         return Err(err(io::Error::other("no thread could be sampled")));
     }
     Ok(events)
+}
+
+/// The thread ids listed in a `/proc/PID/task` directory, in order.
+fn thread_ids(task_dir: &str) -> io::Result<Vec<i32>> {
+    let mut tids: Vec<i32> = std::fs::read_dir(task_dir)?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    tids.sort_unstable();
+    Ok(tids)
+}
+
+/// `perf_event_open` failed because the thread exited meanwhile (ESRCH) or the CPU is offline
+/// (ENODEV): nothing to sample there, not an error.
+fn thread_or_cpu_gone(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(3 | 19))
 }
 
 /// The number of CPUs the kernel may run threads on (`/sys/devices/system/cpu/possible`).
@@ -308,13 +322,27 @@ pub struct PerfRecord<'a> {
 /// [`drain`](Self::drain) hands out what the kernel wrote since the last call.
 ///
 /// One ring buffer per CPU (the other events of that CPU write into it), of `pages` pages.
+///
+/// A thread the process starts while its events are being opened may inherit none of them (or
+/// only some CPUs'), so [`add_process`](Self::add_process) is meant to be called again: it opens
+/// events for every thread that has none of its own yet, inherited or not. A thread then holds
+/// several events that sample it (its own, and those inherited along one or more chains); each
+/// sample says which chain it came from (its stream id), and `drain` keeps one chain per thread
+/// and CPU: the thread's own event once it has one, else the first chain seen. A thread's
+/// `PERF_RECORD_EXIT` closes its own events (not a CPU's ring buffer owner) and forgets its
+/// chains, so a thread id the kernel reuses is sampled afresh.
 pub struct ProcessSampler {
     attr: sys::Attr,
-    events: Vec<sys::Event>,
+    /// Every open event by (thread, CPU); thread -1 for the whole-system events.
+    events: HashMap<(i32, u32), sys::Event>,
     /// The event of each CPU that owns the ring buffer.
     leaders: Vec<Option<i32>>,
-    /// Threads with events (a rescan opens only the new ones).
-    threads: std::collections::HashSet<i32>,
+    /// The id of each thread's own event, by (thread, CPU).
+    own: HashMap<(i32, u32), u64>,
+    /// The chain kept for a thread without an event of its own on that CPU.
+    chosen: HashMap<(i32, u32), u64>,
+    /// Threads with events of their own (a rescan opens only the new ones).
+    threads: HashSet<i32>,
     record: Vec<u8>,
     pcs: Box<[u64; MAX_DEPTH]>,
 }
@@ -346,38 +374,38 @@ impl ProcessSampler {
                 user_stack: false,
                 inherit: true,
                 kernel,
+                task: true,
             },
-            events: Vec::new(),
+            events: HashMap::new(),
             leaders: vec![None; cpus],
-            threads: std::collections::HashSet::new(),
+            own: HashMap::new(),
+            chosen: HashMap::new(),
+            threads: HashSet::new(),
             record: Vec::with_capacity(16 << 10),
             pcs: Box::new([0; MAX_DEPTH]),
         }
     }
 
-    /// Samples every thread of process `pid` that is not sampled yet (call it again to pick up
-    /// threads created by a thread that was not sampled). The number of threads added; an
-    /// error when the kernel refuses (a process that exited meanwhile adds 0).
+    /// Samples every thread of process `pid` that has no event of its own yet (call it again to
+    /// pick up threads started since, or while, the process's events were opened). The number
+    /// of threads added; an error when the kernel refuses (a process that exited meanwhile adds
+    /// 0).
     pub fn add_process(&mut self, pid: i32) -> Result<usize, SamplingError> {
         let err = |error| SamplingError {
             error,
             paranoid: paranoid(),
         };
-        let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        let Ok(mut tids) = thread_ids(&format!("/proc/{pid}/task")) else {
             return Ok(0);
         };
-        let mut tids: Vec<i32> = dir
-            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-            .filter(|t| !self.threads.contains(t))
-            .collect();
-        tids.sort_unstable();
+        tids.retain(|t| !self.threads.contains(t));
         let mut added = 0;
         for tid in tids {
             let mut any = false;
             for cpu in 0..self.leaders.len() {
                 match self.open(tid, cpu) {
                     Ok(()) => any = true,
-                    Err(e) if matches!(e.raw_os_error(), Some(3 | 19)) => {}
+                    Err(e) if thread_or_cpu_gone(&e) => {}
                     Err(e) => return Err(err(e)),
                 }
             }
@@ -394,8 +422,10 @@ impl ProcessSampler {
         if self.threads.contains(&-1) {
             return Ok(());
         }
-        // A per-CPU event follows every task: there is nothing to inherit.
+        // A per-CPU event follows every task: there is nothing to inherit, and no thread's
+        // exit to follow.
         self.attr.inherit = false;
+        self.attr.task = false;
         for cpu in 0..self.leaders.len() {
             match self.open(-1, cpu) {
                 Ok(()) => {}
@@ -414,8 +444,14 @@ impl ProcessSampler {
 
     fn open(&mut self, tid: i32, cpu: usize) -> io::Result<()> {
         let e = sys::Event::open(tid, cpu as i32, &self.attr, self.leaders[cpu])?;
+        if tid > 0 {
+            // Without its id the thread's samples are kept by the first-chain rule.
+            if let Ok(id) = e.id() {
+                self.own.insert((tid, cpu as u32), id);
+            }
+        }
         self.leaders[cpu].get_or_insert(e.fd());
-        self.events.push(e);
+        self.events.insert((tid, cpu as u32), e);
         Ok(())
     }
 
@@ -426,32 +462,93 @@ impl ProcessSampler {
 
     /// Calls `f` with every record the kernel wrote since the last call.
     pub fn drain(&mut self, mut f: impl FnMut(&PerfRecord<'_>)) {
+        let whole = self.threads.contains(&-1);
+        let mut exited = Vec::new();
         let (record, pcs) = (&mut self.record, &mut *self.pcs);
-        for e in &mut self.events {
+        let (own, chosen) = (&self.own, &mut self.chosen);
+        for e in self.events.values_mut().filter(|e| e.has_ring()) {
             e.drain(record, |rec| {
-                if let Some((s, ts)) = parse(rec, pcs, false) {
-                    f(&PerfRecord {
-                        timestamp: ts,
-                        cpu: s.cpu,
-                        pid: s.pid,
-                        tid: s.tid,
-                        cpu_mode: s.cpu_mode,
-                        period: s.period,
-                        pcs: s.pcs,
-                        lost: s.lost,
-                    });
+                if let Some(tid) = exit_of(rec) {
+                    exited.push(tid);
+                    return;
                 }
+                let Some((s, ts)) = parse(rec, pcs, false) else {
+                    return;
+                };
+                if s.lost == 0 && !whole && !keep(own, chosen, s.tid as i32, s.cpu, s.stream) {
+                    return;
+                }
+                f(&PerfRecord {
+                    timestamp: ts,
+                    cpu: s.cpu,
+                    pid: s.pid,
+                    tid: s.tid,
+                    cpu_mode: s.cpu_mode,
+                    period: s.period,
+                    pcs: s.pcs,
+                    lost: s.lost,
+                });
             });
+        }
+        for tid in exited {
+            self.forget(tid);
+        }
+    }
+
+    /// A thread exited: its own events are closed (except a CPU's ring buffer owner, which the
+    /// other events write into) and its chains forgotten.
+    fn forget(&mut self, tid: i32) {
+        if tid <= 0 || !self.threads.remove(&tid) {
+            self.chosen.retain(|&(t, _), _| t != tid);
+            return;
+        }
+        for cpu in 0..self.leaders.len() as u32 {
+            self.own.remove(&(tid, cpu));
+            self.chosen.remove(&(tid, cpu));
+            if let Some(e) = self.events.get(&(tid, cpu)) {
+                if Some(e.fd()) != self.leaders[cpu as usize] {
+                    self.events.remove(&(tid, cpu));
+                }
+            }
         }
     }
 }
 
+/// Whether a sample of `tid` on `cpu` from chain `stream` is kept: the thread's own event's
+/// when it has one, else the first chain seen for it on that CPU (the others sample the same
+/// thread again).
+fn keep(
+    own: &HashMap<(i32, u32), u64>,
+    chosen: &mut HashMap<(i32, u32), u64>,
+    tid: i32,
+    cpu: u32,
+    stream: u64,
+) -> bool {
+    if let Some(&id) = own.get(&(tid, cpu)) {
+        return stream == id;
+    }
+    *chosen.entry((tid, cpu)).or_insert(stream) == stream
+}
+
+/// The thread of a `PERF_RECORD_EXIT` record (header, pid, ppid, tid, ...).
+fn exit_of(rec: &[u8]) -> Option<i32> {
+    let ty = u32::from_ne_bytes(rec.get(0..4)?.try_into().ok()?);
+    if ty != PERF_RECORD_EXIT {
+        return None;
+    }
+    Some(i32::from_ne_bytes(rec.get(16..20)?.try_into().ok()?))
+}
+
 const PERF_RECORD_LOST: u32 = 2;
+const PERF_RECORD_EXIT: u32 = 4;
 const PERF_RECORD_SAMPLE: u32 = 9;
+/// Where a sample's call chain starts (after its header, ip, pid/tid, time, stream id, cpu,
+/// period and the chain's length).
+const CHAIN: usize = 64;
 const PERF_CONTEXT_MAX: u64 = -4095i64 as u64;
 
 /// Decodes one ring-buffer record (header included) laid out as `sys::SAMPLE_TYPE` says:
-/// ip, pid/tid, time, cpu, period, callchain. Garbage gives `None`, never a panic.
+/// ip, pid/tid, time, stream id, cpu, period, callchain. Garbage gives `None`, never a panic.
 fn parse<'a>(rec: &[u8], pcs: &'a mut [u64; MAX_DEPTH], own: bool) -> Option<(Sample<'a>, u64)> {
     let u32_at = |o: usize| Some(u32::from_ne_bytes(rec.get(o..o + 4)?.try_into().ok()?));
     let u64_at = |o: usize| Some(u64::from_ne_bytes(rec.get(o..o + 8)?.try_into().ok()?));
@@ -469,6 +566,7 @@ fn parse<'a>(rec: &[u8], pcs: &'a mut [u64; MAX_DEPTH], own: bool) -> Option<(Sa
                     period: 0,
                     pcs: &[],
                     lost,
+                    stream: 0,
                 },
                 0,
             ))
@@ -478,9 +576,10 @@ fn parse<'a>(rec: &[u8], pcs: &'a mut [u64; MAX_DEPTH], own: bool) -> Option<(Sa
             let pid = u32_at(16)?;
             let tid = u32_at(20)?;
             let time = u64_at(24)?;
-            let cpu = u32_at(32)?;
-            let period = u64_at(40)?;
-            let nr = usize::try_from(u64_at(48)?).ok()?;
+            let stream = u64_at(32)?;
+            let cpu = u32_at(40)?;
+            let period = u64_at(48)?;
+            let nr = usize::try_from(u64_at(56)?).ok()?;
             // Without `.eh_frame` unwinding every stack is the kernel's chain, whoever's it is.
             #[cfg(not(all(
                 feature = "dwarf-unwind",
@@ -491,7 +590,7 @@ fn parse<'a>(rec: &[u8], pcs: &'a mut [u64; MAX_DEPTH], own: bool) -> Option<(Sa
             #[cfg(all(feature = "dwarf-unwind", target_arch = "x86_64", target_os = "linux"))]
             if !own {
                 // Another process's stack: not unwindable with this process's binaries.
-            } else if let Some(n) = unwind_copy(rec, 56 + 8 * nr.min(4096), ip, pcs) {
+            } else if let Some(n) = unwind_copy(rec, CHAIN + 8 * nr.min(4096), ip, pcs) {
                 return Some((
                     Sample {
                         cpu,
@@ -501,6 +600,7 @@ fn parse<'a>(rec: &[u8], pcs: &'a mut [u64; MAX_DEPTH], own: bool) -> Option<(Sa
                         period,
                         pcs: &pcs[..n],
                         lost: 0,
+                        stream,
                     },
                     time,
                 ));
@@ -508,7 +608,7 @@ fn parse<'a>(rec: &[u8], pcs: &'a mut [u64; MAX_DEPTH], own: bool) -> Option<(Sa
             let mut n = 0;
             let mut first = true;
             for i in 0..nr.min(4096) {
-                let pc = u64_at(56 + 8 * i)?;
+                let pc = u64_at(CHAIN + 8 * i)?;
                 if pc >= PERF_CONTEXT_MAX {
                     continue; // a context marker (user, kernel)
                 }
@@ -533,6 +633,7 @@ fn parse<'a>(rec: &[u8], pcs: &'a mut [u64; MAX_DEPTH], own: bool) -> Option<(Sa
                     period,
                     pcs: &pcs[..n],
                     lost: 0,
+                    stream,
                 },
                 time,
             ))
@@ -568,8 +669,8 @@ mod sys {
 
     const PERF_TYPE_SOFTWARE: u32 = 1;
     const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
-    /// IP | TID | TIME | CALLCHAIN | CPU | PERIOD: the layout `parse` reads.
-    const SAMPLE_TYPE_CHAIN: u64 = 1 | 2 | 4 | 32 | 128 | 256;
+    /// IP | TID | TIME | CALLCHAIN | CPU | PERIOD | STREAM_ID: the layout `parse` reads.
+    const SAMPLE_TYPE_CHAIN: u64 = 1 | 2 | 4 | 32 | 128 | 256 | 512;
     /// The same + REGS_USER | STACK_USER (the registers and stack copy `unwind_copy` reads).
     const SAMPLE_TYPE_STACK: u64 = SAMPLE_TYPE_CHAIN | (1 << 12) | (1 << 13);
 
@@ -584,6 +685,8 @@ mod sys {
         pub(crate) inherit: bool,
         /// Kernel samples and kernel frames too.
         pub(crate) kernel: bool,
+        /// `PERF_RECORD_EXIT` (and `FORK`) records of the sampled threads.
+        pub(crate) task: bool,
     }
 
     impl Attr {
@@ -600,6 +703,7 @@ mod sys {
                 )),
                 inherit: true,
                 kernel: false,
+                task: false,
             }
         }
     }
@@ -612,6 +716,9 @@ mod sys {
     const FLAG_EXCLUDE_KERNEL: u64 = 1 << 5;
     const FLAG_EXCLUDE_HV: u64 = 1 << 6;
     const FLAG_FREQ: u64 = 1 << 10;
+    const FLAG_TASK: u64 = 1 << 13;
+    /// `_IOR('$', 7, u64)`: the event's id, as samples' stream ids give it.
+    const PERF_EVENT_IOC_ID: u64 = 0x8008_2407;
     const FLAG_EXCLUDE_CALLCHAIN_KERNEL: u64 = 1 << 21;
     const FLAG_USE_CLOCKID: u64 = 1 << 25;
     const CLOCK_BOOTTIME: i32 = 7;
@@ -664,6 +771,22 @@ mod sys {
             self.fd
         }
 
+        /// The kernel's id of this event (the stream id of its samples and its inheritors').
+        pub(super) fn id(&self) -> io::Result<u64> {
+            let mut id = 0u64;
+            // SAFETY: PERF_EVENT_IOC_ID writes one u64 through the pointer, which is valid and
+            // writable for the call; `fd` is an open perf event.
+            if unsafe { ioctl(self.fd, PERF_EVENT_IOC_ID, &mut id as *mut u64) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(id)
+        }
+
+        /// Whether this event owns a ring buffer (other events write into it).
+        pub(super) fn has_ring(&self) -> bool {
+            !self.base.is_null()
+        }
+
         pub(super) fn open(tid: i32, cpu: i32, a: &Attr, output: Option<i32>) -> io::Result<Event> {
             // perf_event_attr, PERF_ATTR_SIZE_VER7 (128 bytes), zeroed then filled by offset.
             let mut attr = [0u8; 128];
@@ -691,6 +814,9 @@ mod sys {
             }
             if !a.kernel {
                 flags |= FLAG_EXCLUDE_KERNEL | FLAG_EXCLUDE_CALLCHAIN_KERNEL;
+            }
+            if a.task {
+                flags |= FLAG_TASK;
             }
             put64(&mut attr, 40, flags);
             put32(&mut attr, 92, CLOCK_BOOTTIME as u32);
@@ -813,7 +939,7 @@ mod tests {
         rec.extend_from_slice(&PERF_RECORD_SAMPLE.to_ne_bytes());
         rec.extend_from_slice(&2u16.to_ne_bytes()); // user mode
         rec.extend_from_slice(&0u16.to_ne_bytes());
-        for v in [0x1000u64, (7u64 << 32) | 5, 123, 1, 1_000_000, 3] {
+        for v in [0x1000u64, (7u64 << 32) | 5, 123, 77, 1, 1_000_000, 3] {
             rec.extend_from_slice(&v.to_ne_bytes());
         }
         for v in [-512i64 as u64, 0x1000, 0x2001] {
@@ -822,15 +948,46 @@ mod tests {
         let mut pcs = [0u64; MAX_DEPTH];
         let (s, ts) = parse(&rec, &mut pcs, true).unwrap();
         assert_eq!((s.pid, s.tid, s.cpu, s.cpu_mode, ts), (5, 7, 1, 2, 123));
+        assert_eq!(s.stream, 77);
         assert_eq!(s.pcs, &[0x1000, 0x2000]);
         for cut in 0..rec.len() {
             let mut pcs = [0u64; MAX_DEPTH];
             let _ = parse(&rec[..cut], &mut pcs, true);
         }
         let mut big = rec.clone();
-        big[48..56].copy_from_slice(&u64::MAX.to_ne_bytes());
+        big[56..64].copy_from_slice(&u64::MAX.to_ne_bytes());
         let mut pcs = [0u64; MAX_DEPTH];
         assert!(parse(&big, &mut pcs, true).is_none());
+    }
+
+    #[test]
+    fn one_chain_per_thread_and_cpu_is_kept() {
+        let mut own = HashMap::new();
+        let mut chosen = HashMap::new();
+        // Thread 7 has no event of its own: the first chain seen on a CPU is kept there.
+        assert!(keep(&own, &mut chosen, 7, 0, 100));
+        assert!(!keep(&own, &mut chosen, 7, 0, 200));
+        assert!(keep(&own, &mut chosen, 7, 1, 200));
+        assert!(keep(&own, &mut chosen, 7, 0, 100));
+        // Once it has its own event, only that one counts.
+        own.insert((7, 0), 300);
+        assert!(!keep(&own, &mut chosen, 7, 0, 100));
+        assert!(keep(&own, &mut chosen, 7, 0, 300));
+        assert!(keep(&own, &mut chosen, 7, 1, 200));
+    }
+
+    #[test]
+    fn exit_records_name_their_thread() {
+        let mut rec = Vec::new();
+        rec.extend_from_slice(&PERF_RECORD_EXIT.to_ne_bytes());
+        rec.extend_from_slice(&0u32.to_ne_bytes());
+        for v in [10u32, 1, 12, 11] {
+            rec.extend_from_slice(&v.to_ne_bytes());
+        }
+        assert_eq!(exit_of(&rec), Some(12));
+        assert_eq!(exit_of(&rec[..18]), None);
+        rec[0] = PERF_RECORD_SAMPLE as u8;
+        assert_eq!(exit_of(&rec), None);
     }
 
     #[test]

@@ -8,7 +8,8 @@
 //! so reading a chunk a live writer may be writing would be a data race. Instead every writer
 //! flushes on [`InProcessSession::flush`]/[`stop`](InProcessSession::stop) requests (at its
 //! next packet), when its thread exits, and when dropped. A thread that stays idle across the
-//! stop keeps its last, unfinished chunk: [`StopReport::writers_still_active`] says how many.
+//! stop keeps its last, unfinished chunk: [`StopReport::writers_still_active`] says how many,
+//! and the trace's `TraceStats` say the final flush failed (`traced_final_flush_failed`).
 
 use std::io;
 use std::sync::Arc;
@@ -156,7 +157,7 @@ impl InProcessSession {
         let writers_still_active = self.arbiter.active_writers();
         let arbiter = self.arbiter.stats();
         let service = self.service.take().expect("stopped once");
-        let trace = service.stop(false)?;
+        let trace = service.stop_after_final_flush(false, writers_still_active == 0)?;
         Ok(StopReport {
             trace,
             writers_still_active,

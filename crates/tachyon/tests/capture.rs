@@ -90,9 +90,11 @@ fn a_stalled_capture_never_blocks_the_program() {
     // A small receive window (the window clamp), so that the stall reaches the program within
     // the run instead of filling megabytes of kernel buffers first.
     set_option(&w, IPPROTO_TCP, TCP_WINDOW_CLAMP, 4096);
-    // The capture reads nothing for most of the run: the socket's buffers fill, then the
-    // program's.
-    std::thread::sleep(Duration::from_millis(1500));
+    // The capture reads nothing while the program works: the socket's buffers fill, then the
+    // program's. The stall lasts the whole workload (until the worker thread has exited), so
+    // a program that blocked on its capture would never get there.
+    wait_for_thread(child.id(), "worker-0", true);
+    wait_for_thread(child.id(), "worker-0", false);
     // Then it reads all it can, the window open again. (A window shrunk with SO_RCVBUF does
     // not grow back on loopback: the megabytes in the program's socket buffer would trickle
     // in for tens of seconds.) On a loaded machine the program's exit budget may still run
@@ -157,26 +159,58 @@ fn a_stalled_capture_never_blocks_the_program() {
     std::fs::write(&path, &trace).unwrap();
     let tp = TraceProcessor::open(&path, &Options::default()).unwrap();
     let in_trace = int(&tp, "SELECT count(*) FROM slice WHERE name = 'work'");
-    // The threads went on while nothing was read: they did more zones than reached the trace,
-    // and the trace says data was lost (the central buffer overwrote what was not sent).
-    assert!(in_trace > 0);
-    assert!(zones > in_trace, "zones {zones}, in the trace {in_trace}");
     let lost = int(
         &tp,
         "SELECT coalesce(sum(value), 0) FROM stats WHERE severity = 'data_loss'",
     );
     eprintln!("zones {zones}, in the trace {in_trace}, lost {lost}, ended {ended}, {status:?}");
-    assert!(lost > 0, "no loss recorded");
-    // The program's buffers took the stall: its central buffer overwrote what the capture did
-    // not take (or its writers dropped when the shared memory buffer filled), and said so.
-    assert!(
-        status.chunks_lost + status.packets_dropped > 0,
-        "{status:?}"
-    );
+    assert!(in_trace > 0);
+    if zones == in_trace {
+        // A machine so loaded that the worker did less than the kernel's socket buffers hold
+        // (the window clamp keeps the receiver's small, not the sender's): nothing was lost,
+        // and the trace must not say otherwise.
+        assert_eq!(lost, 0);
+        assert_eq!(status.chunks_lost + status.packets_dropped, 0, "{status:?}");
+    } else {
+        // The threads went on while nothing was read: they did more zones than reached the
+        // trace, and the trace says data was lost: the central buffer overwrote what the
+        // capture did not take (or the writers dropped when the shared memory buffer filled).
+        assert!(zones > in_trace, "zones {zones}, in the trace {in_trace}");
+        assert!(lost > 0, "no loss recorded");
+        assert!(
+            status.chunks_lost + status.packets_dropped > 0,
+            "{status:?}"
+        );
+    }
     // Apart from the losses, the trace is clean.
     let errors = tp
         .query("SELECT name, value FROM stats WHERE severity = 'error' AND value != 0")
         .unwrap()
         .rows;
     assert!(errors.is_empty(), "{errors:?}");
+}
+
+/// Waits until process `pid` has (`present`) or no longer has a thread named `name`; panics
+/// after a minute (a program that blocks on a stalled capture never finishes its workload).
+fn wait_for_thread(pid: u32, name: &str, present: bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let found = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|dir| {
+                dir.filter_map(Result::ok).any(|t| {
+                    std::fs::read_to_string(t.path().join("comm"))
+                        .is_ok_and(|c| c.trim_end() == name)
+                })
+            })
+            .unwrap_or(false);
+        if found == present {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "thread {name} of {pid}: still {} after 60 s",
+            if present { "absent" } else { "running" }
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }

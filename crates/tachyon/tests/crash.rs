@@ -14,6 +14,8 @@ use std::sync::{Arc, Barrier};
 
 use tachyon_processor::{Crash, Options, TraceProcessor, Value};
 
+mod oracle;
+
 /// Set in a child: the scenario [`child`] runs.
 const CHILD_ENV: &str = "TACHYON_CRASH_TEST_CHILD";
 
@@ -94,11 +96,18 @@ fn describe(out: &Output) -> String {
 
 /// The trace the child wrote, decoded; no error or data-loss stat.
 fn open_trace(dir: &Path, out: &Output) -> TraceProcessor {
+    open_trace_losing(dir, out, &[])
+}
+
+/// The trace the child wrote, decoded; its error and data-loss stats are exactly `expected`.
+fn open_trace_losing(dir: &Path, out: &Output, expected: &[&str]) -> TraceProcessor {
     let path = dir.join("trace.pftrace");
     assert!(path.is_file(), "no trace written\n{}", describe(out));
     let tp = TraceProcessor::open(&path, &Options::default()).unwrap();
     let bad = tp.data_loss().unwrap();
-    assert!(bad.is_empty(), "{bad:?}\n{}", describe(out));
+    let mut names: Vec<&str> = bad.iter().map(|s| s.name.as_str()).collect();
+    names.sort_unstable();
+    assert_eq!(names, expected, "{bad:?}\n{}", describe(out));
     tp
 }
 
@@ -198,85 +207,42 @@ fn null_dereference_saves_the_trace_and_dies_of_sigsegv() {
     assert_same_death(&out, without_handler(base));
 }
 
-/// Perfetto's own trace processor (`TRACE_PROCESSOR_SHELL`, else the workspace's
-/// `../shared/tools/trace_processor_shell`), if present.
-fn perfetto_shell() -> Option<PathBuf> {
-    std::env::var_os("TRACE_PROCESSOR_SHELL")
-        .map(PathBuf::from)
-        .or_else(|| {
-            Some(
-                Path::new(env!("CARGO_MANIFEST_DIR"))
-                    .join("../../../shared/tools/trace_processor_shell"),
-            )
-        })
-        .filter(|p| p.is_file())
-}
-
 /// Perfetto's trace processor sees the crash event on the crashing thread, with its arguments.
 #[test]
 fn perfettos_trace_processor_shows_the_crash() {
-    let Some(shell) = perfetto_shell() else {
-        eprintln!("skipped: no trace_processor_shell");
+    let Some(shell) = oracle::shell() else {
         return;
     };
     let (cmd, dir) = example("segv");
     let out = run(cmd);
     assert_died_of(&out, libc::SIGSEGV);
-    let sql = dir.join("q.sql");
-    std::fs::write(
-        &sql,
+    let trace = dir.join("trace.pftrace");
+    let crash = oracle::perfetto_rows_of_file(
+        &shell,
+        &trace,
         "SELECT s.name, t.name AS thread, extract_arg(s.arg_set_id, 'debug.code') AS code \
          FROM slice s JOIN thread_track tt ON s.track_id = tt.id JOIN thread t USING (utid) \
-         WHERE s.category = 'tachyon.crash';",
-    )
-    .unwrap();
-    let q = Command::new(shell)
-        .arg("-q")
-        .arg(&sql)
-        .arg(dir.join("trace.pftrace"))
-        .output()
-        .unwrap();
-    let stdout = text(&q.stdout);
-    assert!(q.status.success(), "{stdout}\n{}", text(&q.stderr));
-    assert!(
-        stdout.contains("\"crash: SIGSEGV\",\"main\",\"SEGV_MAPERR\""),
-        "{stdout}"
+         WHERE s.category = 'tachyon.crash'",
     );
+    assert_eq!(crash, ["\"crash: SIGSEGV\",\"main\",\"SEGV_MAPERR\""]);
     // And it finds nothing wrong with the trace.
-    std::fs::write(
-        &sql,
-        "SELECT name, value FROM stats WHERE value != 0 AND severity IN ('error', 'data_loss');",
-    )
-    .unwrap();
-    let q = Command::new(perfetto_shell().unwrap())
-        .arg("-q")
-        .arg(&sql)
-        .arg(dir.join("trace.pftrace"))
-        .output()
-        .unwrap();
-    assert_eq!(
-        text(&q.stdout).trim(),
-        "\"name\",\"value\"",
-        "{}",
-        text(&q.stderr)
+    let problems = oracle::perfetto_rows_of_file(
+        &shell,
+        &trace,
+        "SELECT name, value FROM stats WHERE value != 0 AND severity IN ('error', 'data_loss')",
     );
+    assert!(problems.is_empty(), "{problems:?}");
 
     // A panic's call stack is Perfetto's inline call stack too: its frames are imported.
     let (cmd, dir) = example("panic");
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(101), "{}", describe(&out));
-    std::fs::write(
-        &sql,
-        "SELECT count(*) AS n FROM stack_profile_frame WHERE name = 'crash::main';",
-    )
-    .unwrap();
-    let q = Command::new(perfetto_shell().unwrap())
-        .arg("-q")
-        .arg(&sql)
-        .arg(dir.join("trace.pftrace"))
-        .output()
-        .unwrap();
-    assert_eq!(text(&q.stdout).trim(), "\"n\"\n1", "{}", text(&q.stderr));
+    let frames = oracle::perfetto_rows_of_file(
+        &shell,
+        &dir.join("trace.pftrace"),
+        "SELECT count(*) AS n FROM stack_profile_frame WHERE name = 'crash::main'",
+    );
+    assert_eq!(frames, ["1"]);
 }
 
 #[test]
@@ -486,13 +452,18 @@ fn a_later_session_is_saved_by_the_handler_the_first_installed() {
 }
 
 /// A crash while the thread holds its own tracing state (in an event's argument): nothing
-/// waits for that state (its unfinished chunk is lost), the rest is saved.
+/// waits for that state (its unfinished chunk is lost, and the trace says so: the final flush
+/// failed), the rest is saved.
 #[test]
 fn a_crash_inside_an_events_argument_still_saves_the_trace() {
     let (cmd, dir) = child_of_this_test("in-argument");
     let out = run(cmd);
     assert_died_of(&out, libc::SIGSEGV);
-    let tp = open_trace(&dir, &out);
+    let tp = open_trace_losing(
+        &dir,
+        &out,
+        &["traced_final_flush_failed", "traced_flushes_failed"],
+    );
     let crashes = tp.crashes().unwrap();
     assert_eq!(crashes.len(), 1, "{crashes:?}");
     assert_eq!(crashes[0].thread.as_deref(), Some("child"));

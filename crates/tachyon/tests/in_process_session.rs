@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use tachyon::backend::{InProcessSession, SessionConfig};
-use tachyon_protos::{track_event, TraceView};
+use tachyon_protos::{trace_stats, track_event, TraceView};
 use tachyon_service::SERVICE_SEQUENCE_ID;
 
 const THREADS: u64 = 8;
@@ -67,6 +67,10 @@ fn eight_threads_into_an_in_process_session() {
             .push(p.timestamp());
     }
     assert_eq!((stats_packets, uuids, configs), (1, 1, 1));
+    assert_eq!(
+        final_flush_outcome(&report.trace),
+        Some(trace_stats::FinalFlushOutcome::FinalFlushSucceeded)
+    );
     assert_eq!(
         per_sequence.len(),
         THREADS as usize,
@@ -132,4 +136,54 @@ fn periodic_flush_streams_a_slow_writer() {
     writer.join().unwrap();
     session.stop().unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The `final_flush_outcome` of the trace's `TraceStats`.
+fn final_flush_outcome(trace: &[u8]) -> Option<trace_stats::FinalFlushOutcome> {
+    let trace = TraceView::decode(trace).unwrap();
+    let mut outcome = None;
+    for p in trace.packet() {
+        let p = p.unwrap();
+        if p.has_trace_stats() {
+            outcome = p.trace_stats().unwrap().final_flush_outcome();
+        }
+    }
+    outcome
+}
+
+/// A thread that keeps its writer, idle, across the stop: its unfinished chunk never reaches
+/// the service (the in-process service does not read chunks a live writer may be writing), and
+/// the trace says so: the final flush failed, as Perfetto's `traced_final_flush_failed` reports.
+#[test]
+fn a_writer_idle_across_the_stop_marks_the_final_flush_failed() {
+    let config = SessionConfig {
+        flush_timeout: std::time::Duration::from_millis(50),
+        ..SessionConfig::default()
+    };
+    let session = InProcessSession::start(config).unwrap();
+    let arbiter = session.arbiter().clone();
+    let (wrote_tx, wrote_rx) = std::sync::mpsc::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let idle = std::thread::spawn(move || {
+        let mut w = arbiter.create_trace_writer(0).unwrap();
+        {
+            let mut handle = w.new_trace_packet();
+            let mut p = handle.packet();
+            p.set_timestamp(7);
+            p.set_track_event().set_name("unfinished");
+        }
+        wrote_tx.send(()).unwrap();
+        // Holds the writer (and its chunk) until the session has stopped.
+        release_rx.recv().unwrap();
+        drop(w);
+    });
+    wrote_rx.recv().unwrap();
+    let report = session.stop().unwrap();
+    release_tx.send(()).unwrap();
+    idle.join().unwrap();
+    assert_eq!(report.writers_still_active, 1);
+    assert_eq!(
+        final_flush_outcome(&report.trace),
+        Some(trace_stats::FinalFlushOutcome::FinalFlushFailed)
+    );
 }

@@ -8,6 +8,7 @@
 //! the other.
 
 mod model;
+mod oracle;
 
 use std::sync::{Arc, Barrier, Mutex as StdMutex, MutexGuard as StdGuard};
 use std::time::Duration;
@@ -629,24 +630,9 @@ fn thread_hint_orders_threads(trace: &[u8], tid: i64) {
     let tp = TraceProcessor::from_bytes(trace, &Options::default()).unwrap();
     let ours = tp.query(&sql).unwrap();
     assert_eq!(ours.rows, vec![vec![Value::Integer(3)]]);
-    let shell = std::path::Path::new("/work/shared/tools/trace_processor_shell");
-    if !shell.exists() {
-        eprintln!("trace_processor_shell absent: skipping the comparison");
-        return;
+    if let Some(theirs) = oracle::perfetto_rows(trace, &sql) {
+        assert_eq!(theirs, ["3"]);
     }
-    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let (tfile, qfile) = (dir.join("hint.pftrace"), dir.join("hint.sql"));
-    std::fs::write(&tfile, trace).unwrap();
-    std::fs::write(&qfile, format!("{sql};\n")).unwrap();
-    let out = std::process::Command::new(shell)
-        .arg("-q")
-        .arg(&qfile)
-        .arg(&tfile)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(text.lines().last().map(str::trim), Some("3"), "{text}");
 }
 
 #[test]
@@ -832,8 +818,7 @@ fn processor_lock_frame_and_message_stats_match_the_trace() {
 /// the tool is absent).
 #[test]
 fn android_logs_match_perfettos_trace_processor() {
-    use tachyon_processor::{Options, TraceProcessor, Value};
-    let shell = std::path::Path::new("/work/shared/tools/trace_processor_shell");
+    use tachyon_processor::{Options, TraceProcessor};
     let _l = lock();
     let (_, trace) = record(|| {
         tachyon::message!("plain");
@@ -844,55 +829,13 @@ fn android_logs_match_perfettos_trace_processor() {
         tachyon::trace!("verbose");
     });
     let tp = TraceProcessor::from_bytes(&trace, &Options::default()).unwrap();
-    let ours = tp
-        .query("SELECT prio, tag, msg FROM android_logs ORDER BY ts")
-        .unwrap();
-    let ours: Vec<String> = ours
-        .rows
-        .iter()
-        .map(|r| {
-            r.iter()
-                .map(|v| match v {
-                    Value::Integer(i) => i.to_string(),
-                    Value::Text(s) => format!("\"{s}\""),
-                    Value::Null => "[NULL]".into(),
-                    other => format!("{other:?}"),
-                })
-                .collect::<Vec<_>>()
-                .join(",")
-        })
-        .collect();
+    let sql = "SELECT prio, tag, msg FROM android_logs ORDER BY ts";
+    let ours = oracle::our_rows(&tp, sql);
     assert_eq!(ours.len(), 4);
     assert!(ours[1].starts_with("7,"), "{ours:?}");
-    if !shell.exists() {
-        eprintln!("trace_processor_shell absent: skipping the comparison");
-        return;
+    if let Some(theirs) = oracle::perfetto_rows(&trace, sql) {
+        assert_eq!(ours, theirs);
     }
-    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let (tfile, qfile) = (dir.join("logs.pftrace"), dir.join("logs.sql"));
-    std::fs::write(&tfile, &trace).unwrap();
-    std::fs::write(
-        &qfile,
-        "SELECT prio, tag, msg FROM android_logs ORDER BY ts;\n",
-    )
-    .unwrap();
-    let out = std::process::Command::new(shell)
-        .arg("-q")
-        .arg(&qfile)
-        .arg(&tfile)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let text = String::from_utf8_lossy(&out.stdout);
-    // CSV: a header, then one line per row; strings quoted, quotes doubled.
-    let theirs: Vec<String> = text
-        .lines()
-        .skip_while(|l| !l.starts_with("\"prio\""))
-        .skip(1)
-        .filter(|l| !l.is_empty())
-        .map(str::to_owned)
-        .collect();
-    assert_eq!(ours, theirs);
 }
 
 /// The `log` crate's records, through `tachyon::log_bridge`.

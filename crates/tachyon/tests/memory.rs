@@ -10,6 +10,8 @@ use tachyon::alloc::{MemoryConfig, MemoryMode, MemorySummary, Tracked};
 use tachyon::Config;
 use tachyon_processor::{Options, TraceProcessor, Value};
 
+mod oracle;
+
 #[global_allocator]
 static ALLOC: Tracked<System> = Tracked::new(System);
 
@@ -372,8 +374,8 @@ fn allocations_carry_native_call_stacks() {
         FROM heap_profile_allocation a JOIN stack_profile_callsite c ON a.callsite_id = c.id \
         JOIN stack_profile_frame f ON c.frame_id = f.id \
         JOIN stack_profile_mapping m ON f.mapping = m.id ORDER BY a.id";
-    if let Some(theirs) = perfetto_rows(&report.trace, compare) {
-        assert_eq!(our_rows(&tp, compare), theirs);
+    if let Some(theirs) = oracle::perfetto_rows(&report.trace, compare) {
+        assert_eq!(oracle::our_rows(&tp, compare), theirs);
     }
     // `tachyon stats`' summary lists the site with a stack of frames (unsymbolized here:
     // binary+offset names).
@@ -469,105 +471,12 @@ fn periodic_dumps_import_like_perfetto() {
     let profiles = query_ints(&tp, "SELECT count(*) FROM heap_profile");
     assert_eq!(profiles[0][0], m.dumps as i64);
 
-    let shell = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/tools/trace_processor_shell");
-    if !shell.exists() {
-        eprintln!("trace_processor_shell absent: comparison skipped");
-        return;
-    }
-    let dir = std::env::temp_dir().join(format!("tachyon-memory-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let trace = dir.join("t.pftrace");
-    std::fs::write(&trace, &report.trace).unwrap();
     let compare = "SELECT a.ts, a.heap_name, a.count, a.size, \
         (SELECT group_concat(f.name, '>') FROM stack_profile_callsite c JOIN stack_profile_frame f ON c.frame_id = f.id WHERE c.id = a.callsite_id) AS leaf \
         FROM heap_profile_allocation a ORDER BY a.id";
-    let sql = dir.join("q.sql");
-    std::fs::write(&sql, format!("{compare};\n")).unwrap();
-    let out = std::process::Command::new(&shell)
-        .arg("-q")
-        .arg(&sql)
-        .arg(&trace)
-        .output()
-        .unwrap();
-    let theirs: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .skip(1)
-        .map(|l| l.replace('"', ""))
-        .collect();
-    let mine: Vec<String> = tp
-        .query(compare)
-        .unwrap()
-        .rows
-        .iter()
-        .map(|r| {
-            r.iter()
-                .map(|v| match v {
-                    Value::Integer(i) => i.to_string(),
-                    Value::Text(t) => t.clone(),
-                    Value::Null => "[NULL]".into(),
-                    other => format!("{other:?}"),
-                })
-                .collect::<Vec<_>>()
-                .join(",")
-        })
-        .collect();
-    std::fs::remove_dir_all(&dir).ok();
+    let mine = oracle::our_rows(&tp, compare);
     assert!(!mine.is_empty());
-    assert_eq!(mine, theirs);
-}
-
-/// `sql`'s rows as Perfetto's `trace_processor_shell` gives them for `trace` (CSV lines without
-/// quotes); `None` when the tool is absent.
-fn perfetto_rows(trace: &[u8], sql: &str) -> Option<Vec<String>> {
-    let shell = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/tools/trace_processor_shell");
-    if !shell.exists() {
-        eprintln!("trace_processor_shell absent: comparison skipped");
-        return None;
+    if let Some(theirs) = oracle::perfetto_rows(&report.trace, compare) {
+        assert_eq!(mine, theirs);
     }
-    let dir = std::env::temp_dir().join(format!(
-        "tachyon-memory-stacks-{}-{}",
-        std::process::id(),
-        trace.len()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("t.pftrace");
-    std::fs::write(&path, trace).unwrap();
-    let q = dir.join("q.sql");
-    std::fs::write(&q, format!("{sql};\n")).unwrap();
-    let out = std::process::Command::new(&shell)
-        .arg("-q")
-        .arg(&q)
-        .arg(&path)
-        .output()
-        .unwrap();
-    std::fs::remove_dir_all(&dir).ok();
-    Some(
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .skip(1)
-            .map(|l| l.replace('"', ""))
-            .collect(),
-    )
-}
-
-/// The same rows from Tachyon's processor.
-fn our_rows(tp: &TraceProcessor, sql: &str) -> Vec<String> {
-    tp.query(sql)
-        .unwrap()
-        .rows
-        .iter()
-        .map(|r| {
-            r.iter()
-                .map(|v| match v {
-                    Value::Integer(i) => i.to_string(),
-                    Value::Text(t) => t.clone(),
-                    Value::Null => "[NULL]".into(),
-                    other => format!("{other:?}"),
-                })
-                .collect::<Vec<_>>()
-                .join(",")
-        })
-        .collect()
 }

@@ -4,56 +4,9 @@
 //! the nanosecond only if they choose the same series for each conversion.
 
 use tachyon::Config;
-use tachyon_processor::{Options, TraceProcessor, Value};
+use tachyon_processor::{Options, TraceProcessor};
 
-const SHELL: &str = "/work/shared/tools/trace_processor_shell";
-
-fn rows(tp: &TraceProcessor, sql: &str) -> Vec<String> {
-    tp.query(sql)
-        .unwrap()
-        .rows
-        .iter()
-        .map(|r| {
-            r.iter()
-                .map(|v| match v {
-                    Value::Integer(i) => i.to_string(),
-                    Value::Text(s) => format!("\"{s}\""),
-                    Value::Null => "[NULL]".into(),
-                    other => format!("{other:?}"),
-                })
-                .collect::<Vec<_>>()
-                .join(",")
-        })
-        .collect()
-}
-
-fn shell_rows(trace: &[u8], name: &str, sql: &str) -> Vec<String> {
-    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let (tfile, qfile) = (
-        dir.join(format!("{name}.pftrace")),
-        dir.join(format!("{name}.sql")),
-    );
-    std::fs::write(&tfile, trace).unwrap();
-    std::fs::write(&qfile, format!("{sql};\n")).unwrap();
-    let out = std::process::Command::new(SHELL)
-        .arg("-q")
-        .arg(&qfile)
-        .arg(&tfile)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .skip_while(|l| !l.starts_with('"'))
-        .skip(1)
-        .filter(|l| !l.is_empty())
-        .map(str::to_owned)
-        .collect()
-}
+mod oracle;
 
 #[test]
 fn sdk_timestamps_match_perfetto() {
@@ -82,23 +35,18 @@ fn sdk_timestamps_match_perfetto() {
     let tp = TraceProcessor::from_bytes(&trace, &Options::default()).unwrap();
     let slices = "SELECT ts, dur, name FROM slice ORDER BY ts, name, dur";
     let counters = "SELECT ts, CAST(value AS INT) FROM counter ORDER BY ts, value";
-    let (ours_s, ours_c) = (rows(&tp, slices), rows(&tp, counters));
+    let (ours_s, ours_c) = (
+        oracle::our_rows(&tp, slices),
+        oracle::our_rows(&tp, counters),
+    );
     assert_eq!(ours_s.len(), 4 * 200 + 2 * 100, "{:?}", &ours_s[..3]);
     assert_eq!(ours_c.len(), 4 * 200);
-    if !std::path::Path::new(SHELL).exists() {
-        eprintln!("trace_processor_shell absent: skipping the comparison");
-        return;
+    if let Some(theirs) = oracle::perfetto_rows(&trace, slices) {
+        same(&ours_s, &theirs, "slices");
     }
-    same(
-        &ours_s,
-        &shell_rows(&trace, "oracle_slices", slices),
-        "slices",
-    );
-    same(
-        &ours_c,
-        &shell_rows(&trace, "oracle_counters", counters),
-        "counters",
-    );
+    if let Some(theirs) = oracle::perfetto_rows(&trace, counters) {
+        same(&ours_c, &theirs, "counters");
+    }
 }
 
 /// The two lists are equal; if not, says where they first differ (they are long).

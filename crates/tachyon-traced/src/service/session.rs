@@ -622,7 +622,11 @@ impl Service {
         let Some(session) = self.sessions.get_mut(&sid) else {
             return;
         };
-        session.core.record_flush(ok);
+        if matches!(flush.purpose, Purpose::Stop) {
+            session.core.record_final_flush(ok);
+        } else {
+            session.core.record_flush(ok);
+        }
         if session.streaming() && session.state == State::Running {
             self.write_to_file(sid);
         }

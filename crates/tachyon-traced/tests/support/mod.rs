@@ -248,6 +248,8 @@ pub struct Stats {
     pub flushes_requested: u64,
     pub flushes_succeeded: u64,
     pub flushes_failed: u64,
+    /// `final_flush_outcome`: 0 unspecified, 1 succeeded, 2 failed.
+    pub final_flush_outcome: i32,
     /// Per buffer: (chunks_written, chunks_discarded, chunks_overwritten, abi_violations).
     pub buffers: Vec<(u64, u64, u64, u64)>,
 }
@@ -262,6 +264,7 @@ pub fn stats(encoded: &[u8]) -> Stats {
         flushes_requested: v.flushes_requested(),
         flushes_succeeded: v.flushes_succeeded(),
         flushes_failed: v.flushes_failed(),
+        final_flush_outcome: v.final_flush_outcome_raw(),
         buffers: v
             .buffer_stats()
             .map(|b| {
