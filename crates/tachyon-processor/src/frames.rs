@@ -4,7 +4,7 @@
 
 use rusqlite::Connection;
 
-use crate::strings::FxHashMap;
+use crate::storage::strings::FxHashMap;
 use crate::{Error, TraceProcessor};
 
 /// One frame set's frame times.

@@ -48,55 +48,47 @@
 //! follows Perfetto's incremental extraction for streamed traces.
 //!
 //! SQL functions: `extract_arg(arg_set_id, key)`.
-// `unsafe` is allowed in `vtab` (SQLite's virtual table interface) and `trim` (`malloc_trim`)
+// `unsafe` is allowed in `sql::vtab` (SQLite's virtual table interface) and `trim` (`malloc_trim`)
 // only.
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
-mod arg_arena;
-mod clock;
+// The import, by stage (data flows down the list; each stage imports only those below it,
+// and the driver, `processor`, all of them): bytes → `tokenize` → `sort` → `importers` →
+// `storage` → `sql`. ARCHITECTURE.md has the map.
+mod importers;
+mod sort;
+mod sql;
+mod storage;
+mod tokenize;
+
+// The driver and what it reports.
 mod crashes;
-mod db;
-mod end_args;
 mod error;
 mod frames;
-mod heap;
-mod import;
-mod json_args;
-mod lazy;
-mod legacy;
+mod heap_report;
 mod locks;
-mod logs;
 mod memory;
-mod parse;
+mod messages;
 mod processor;
-mod profile;
 pub mod profiles;
-mod sort;
-mod state;
-mod stats;
-mod storage;
-mod strings;
-mod system;
-mod tables;
 mod trim;
-mod vtab;
 mod zones;
 
 pub use crashes::{Crash, CRASH_CATEGORY};
 pub use error::Error;
 pub use frames::FrameStats;
-pub use heap::{HeapReport, HeapSite};
+pub use heap_report::{HeapReport, HeapSite};
 pub use locks::LockStats;
-pub use logs::{priority_name, MessageStats};
+pub use messages::{priority_name, MessageStats};
 pub use processor::{
     is_complete_statement, Options, Progress, QueryResult, SortMode, StatRow, TraceProcessor, Value,
 };
-pub use stats::{Severity, Source};
+pub use storage::stats::{Severity, Source};
 pub use zones::ZoneStats;
 
 /// Not an API (for the `lazy_views` fuzz target): whether the importer's hand-written decoders
 /// of its per-event messages read `bytes` as the generated views do; `Err` names the first
 /// difference.
 #[doc(hidden)]
-pub use lazy::agrees_with_views as lazy_decoders_agree_with_views;
+pub use tokenize::lazy::agrees_with_views as lazy_decoders_agree_with_views;

@@ -6,7 +6,7 @@
 
 use rusqlite::Connection;
 
-use crate::strings::FxHashMap;
+use crate::storage::strings::FxHashMap;
 use crate::{Error, TraceProcessor};
 
 /// One lock's contention.

@@ -1,11 +1,13 @@
 //! Whether a trace can be imported in the memory this machine has: checked before the import
 //! starts, so that a trace too large ends in a clear error instead of the out-of-memory killer.
 
-/// Peak import memory per byte of (decompressed) trace, on top of the trace bytes themselves,
-/// measured with the import bench (`cargo bench -p tachyon-processor --bench import`: an
-/// SDK-written trace of nested zones with arguments, the densest in events per byte that
-/// Tachyon writes: 5.5 on 2026-11-26, 5.3 for the generator-written trace) and rounded up.
-pub(crate) const PEAK_BYTES_PER_TRACE_BYTE: u64 = 6;
+/// Peak import memory per byte of (decompressed) trace, measured with the import bench
+/// (`cargo bench -p tachyon-processor --bench import`, 1 M events): 2.1 for the SDK-written
+/// trace of nested zones with five arguments each (the densest in events per byte Tachyon
+/// writes) and 1.9 for the generator-written one, since the sorter frees events and their
+/// arguments as it hands them on (2026-11-26; 4.0 before). Rounded up, with room for traces
+/// whose sequences go back in time often (more runs) and for the SQL load.
+pub(crate) const PEAK_BYTES_PER_TRACE_BYTE: u64 = 3;
 
 /// The memory an import of `trace_bytes` needs at its peak (beyond the trace itself).
 pub(crate) fn estimate(trace_bytes: u64) -> u64 {
@@ -54,7 +56,7 @@ mod tests {
         let m = "MemTotal:       16000000 kB\nMemAvailable:    8000000 kB\n";
         assert_eq!(meminfo_field(m, "MemAvailable:"), Some(8_192_000_000));
         assert_eq!(meminfo_field(m, "SwapFree:"), None);
-        assert_eq!(estimate(1 << 30), 6 << 30);
+        assert_eq!(estimate(1 << 30), 3 << 30);
         assert_eq!(estimate(u64::MAX), u64::MAX);
     }
 }

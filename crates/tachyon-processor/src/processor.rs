@@ -2,7 +2,9 @@
 
 use std::path::Path;
 
-use crate::{crashes, db, import, memory, stats, zones, Crash, Error, ZoneStats};
+use crate::storage::stats;
+use crate::tokenize::{self, Tokenizer};
+use crate::{crashes, memory, sql, zones, Crash, Error, ZoneStats};
 
 /// How events are ordered by timestamp before they are parsed into tables.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -121,16 +123,52 @@ impl TraceProcessor {
     }
 
     /// Imports a trace file, calling `progress` now and then while it loads.
+    ///
+    /// A plain trace is read a window at a time ([`Tokenizer::push_stream`]), so only the
+    /// import's own memory counts against the limit; a gzip-compressed one is read whole and
+    /// inflated first.
     pub fn open_with_progress(
         path: impl AsRef<Path>,
         options: &Options,
         progress: &mut dyn FnMut(Progress),
     ) -> Result<Self, Error> {
-        // The file is read whole, then imported: both count against the limit.
-        let len = std::fs::metadata(path.as_ref())?.len();
-        check_memory(len, len.saturating_add(memory::estimate(len)), options)?;
-        let bytes = std::fs::read(path)?;
-        Self::from_bytes_with_progress(&bytes, options, progress)
+        Self::open_windowed(path, options, tokenize::STREAM_WINDOW, progress)
+    }
+
+    /// Not an API (for the corpus test): [`Self::open_with_progress`] reading the file
+    /// `window` bytes at a time.
+    #[doc(hidden)]
+    pub fn open_windowed(
+        path: impl AsRef<Path>,
+        options: &Options,
+        window: usize,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<Self, Error> {
+        use std::io::{Read, Seek};
+        let path = path.as_ref();
+        let len = std::fs::metadata(path)?.len();
+        let mut file = std::fs::File::open(path)?;
+        let mut head = Vec::with_capacity(2);
+        (&mut file).take(2).read_to_end(&mut head)?;
+        if head.starts_with(&tokenize::GZIP_MAGIC) {
+            // The file is read whole, then inflated and imported: all count against the limit.
+            check_memory(len, len.saturating_add(memory::estimate(len)), options)?;
+            let mut bytes = head;
+            file.read_to_end(&mut bytes)?;
+            return Self::from_bytes_with_progress(&bytes, options, progress);
+        }
+        check_format(&head)?;
+        check_memory(len, memory::estimate(len), options)?;
+        file.rewind()?;
+        let mut importer = Tokenizer::new(options.sort);
+        importer.crop_track_events = options.crop_track_events;
+        importer.push_stream(&mut file, len, window, &mut |done| {
+            progress(Progress {
+                done: done as u64,
+                total: len,
+            })
+        })?;
+        Self::finish_import(importer)
     }
 
     /// Imports a trace held in memory (plain or gzip-compressed).
@@ -144,17 +182,17 @@ impl TraceProcessor {
         options: &Options,
         progress: &mut dyn FnMut(Progress),
     ) -> Result<Self, Error> {
-        let mut importer = import::Importer::new(options.sort);
+        let mut importer = Tokenizer::new(options.sort);
         importer.crop_track_events = options.crop_track_events;
         let gunzipped;
-        let trace: &[u8] = if bytes.starts_with(&import::GZIP_MAGIC) {
+        let trace: &[u8] = if bytes.starts_with(&tokenize::GZIP_MAGIC) {
             let limit = options.max_inflated_bytes;
-            let (data, complete) = import::inflate(bytes, limit.saturating_add(1));
+            let (data, complete) = tokenize::inflate(bytes, limit.saturating_add(1));
             if data.len() as u64 > limit {
                 return Err(Error::TooLarge(limit));
             }
             if !complete {
-                importer.st.stats.inc(stats::Stat::trace_truncated);
+                importer.parser.st.stats.inc(stats::Stat::trace_truncated);
             }
             gunzipped = data;
             &gunzipped
@@ -170,13 +208,18 @@ impl TraceProcessor {
                 total,
             })
         });
+        Self::finish_import(importer)
+    }
+
+    /// The end of an import: the last events sorted and parsed, the tables handed to SQL.
+    fn finish_import(mut importer: Tokenizer) -> Result<Self, Error> {
         importer.finish();
         // Only the tables outlive the import: the event arenas and sequence state are freed
         // before the tables are built, which lowers the peak.
-        let st = std::mem::take(&mut importer.st);
+        let st = std::mem::take(&mut importer.parser.st);
         drop(importer);
         let conn = rusqlite::Connection::open_in_memory()?;
-        db::load(&conn, st)?;
+        sql::load(&conn, st)?;
         crate::trim::release_free_memory();
         Ok(TraceProcessor { conn })
     }
@@ -237,7 +280,7 @@ impl TraceProcessor {
     /// The memory summary: per process and heap with heap profiles, peak live bytes and when,
     /// totals, and the top `top` sites by bytes still live (leaks) and by bytes allocated.
     pub fn memory(&self, top: usize) -> Result<Vec<crate::HeapReport>, Error> {
-        Ok(crate::heap::memory_report(&self.conn, top)?)
+        Ok(crate::heap_report::memory_report(&self.conn, top)?)
     }
 
     /// Every `stats` row with severity `data_loss` or `error` and a non-zero value.
@@ -394,5 +437,20 @@ mod tests {
             ..Options::default()
         };
         assert!(TraceProcessor::from_bytes(&trace, &options).is_ok());
+        // From a file: read in windows, so only the import's own estimate counts.
+        let file =
+            std::env::temp_dir().join(format!("tachyon-limit-{}.pftrace", std::process::id()));
+        std::fs::write(&file, &trace).unwrap();
+        let small = Options {
+            memory_limit: Some(1000),
+            ..Options::default()
+        };
+        let e = TraceProcessor::open(&file, &small).unwrap_err();
+        assert!(
+            matches!(e, Error::OutOfMemory { trace_bytes: 2048, needed, .. } if needed == memory::estimate(2048)),
+            "{e:?}"
+        );
+        assert!(TraceProcessor::open(&file, &options).is_ok());
+        std::fs::remove_file(&file).unwrap();
     }
 }

@@ -4,9 +4,18 @@
 //! file, so events must be sorted before slices can be stacked. Two modes, after Perfetto's
 //! `TraceSorter`:
 //!
-//! * **Full sort** (the default): every event is kept until the end of the file, then sorted
-//!   (stably, so events with equal timestamps keep file order) and parsed. Nothing is ever out
-//!   of order; memory grows with the trace.
+//! * **Full sort** (the default): every event is kept until the end of the file, then handed
+//!   on in timestamp order (events with equal timestamps in file order). Nothing is ever out of
+//!   order. The events are kept in *runs*: each event joins the current run of its sequence
+//!   (the tokenizer names it) if its timestamp is not before that run's last, else it starts a
+//!   new run of that sequence. Every run is thus already sorted, and the end of the file is a
+//!   k-way merge of the runs by (timestamp, arrival number), the same order as a stable sort
+//!   of everything. A run keeps its events encoded as differences from the event before
+//!   (`encode`: about 6 to 12 bytes instead of 56) in blocks, and a block is freed as soon as
+//!   the merge has handed its last event on, so the events' memory shrinks while the parser's
+//!   tables grow instead of both peaking together (with no sort scratch either). Sequences
+//!   write in time order, so there are few runs; a trace with very many (a sequence going
+//!   back in time over and over) is sorted as one array instead, in place.
 //! * **Windowed**: for traces streamed to a file (`write_into_file`), where the service writes
 //!   a `read_tracing_buffers_completed` event after every read of its buffers. On such an
 //!   event, if at least two `all_data_sources_flushed` events arrived since the last
@@ -20,12 +29,238 @@
 //! Thread and process naming events carry `i64::MIN` (a name holds for the whole trace) and
 //! are never dropped as out of order.
 
-use crate::import::Event;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+
+use crate::importers::{Event, EventKind};
+use crate::storage::strings::FxHashMap;
 use crate::SortMode;
+
+/// Largest block of a run, in bytes; a run's first block is small and each next one doubles,
+/// so the many short runs of a trace with many sequences stay small.
+const MAX_BLOCK: usize = 256 << 10;
+const FIRST_BLOCK: usize = 256;
+/// Beyond this many runs the merge would cost more than sorting everything at once.
+const MAX_RUNS: usize = 4096;
+/// While merging, freed memory (event blocks, and the argument pages of the events parsed) is
+/// handed back to the system after about this many bytes of blocks: glibc would otherwise keep
+/// it resident below the top of its heap while the tables grow elsewhere, and the peak would
+/// not drop.
+const RELEASE_EVERY: usize = 8 << 20;
+
+/// Events of one sequence in timestamp order, encoded (`encode`) in blocks of bytes. Each
+/// block starts from `Event::bare`'s zeros, so a block decodes on its own.
+#[derive(Debug, Default)]
+struct Run {
+    blocks: VecDeque<Vec<u8>>,
+    /// Read position in `blocks[0]`, and the event decoded before it.
+    head: usize,
+    read_prev: Option<Event>,
+    /// The last event written to the last block.
+    write_prev: Option<Event>,
+    last_ts: i64,
+    len: usize,
+}
+
+impl Run {
+    fn push(&mut self, ev: Event) {
+        let fits = self
+            .blocks
+            .back()
+            .is_some_and(|b| b.capacity() - b.len() >= MAX_ENCODED);
+        if !fits {
+            let cap = self
+                .blocks
+                .back()
+                .map_or(FIRST_BLOCK, |b| (b.capacity() * 2).min(MAX_BLOCK));
+            self.blocks.push_back(Vec::with_capacity(cap));
+            self.write_prev = None;
+            if self.blocks.len() == 1 {
+                self.head = 0;
+                self.read_prev = None;
+            }
+        }
+        let prev = self.write_prev.unwrap_or_else(zero);
+        if let Some(b) = self.blocks.back_mut() {
+            encode(b, &prev, &ev);
+        }
+        self.write_prev = Some(ev);
+        self.last_ts = ev.ts;
+        self.len += 1;
+    }
+
+    /// Takes the next event, if any; adds the bytes of a block it frees to `freed`.
+    fn pop(&mut self, freed: &mut usize) -> Option<Event> {
+        let b = self.blocks.front()?;
+        let prev = self.read_prev.unwrap_or_else(zero);
+        let Some((e, n)) = b.get(self.head..).and_then(|rest| decode(rest, &prev)) else {
+            self.blocks.clear(); // Unreachable: the run reads back what it wrote.
+            return None;
+        };
+        self.len -= 1;
+        self.head += n;
+        self.read_prev = Some(e);
+        if self.head >= b.len() {
+            *freed += b.capacity();
+            self.blocks.pop_front();
+            self.head = 0;
+            self.read_prev = None;
+        }
+        Some(e)
+    }
+}
+
+/// What the first event of a block is encoded against.
+fn zero() -> Event {
+    Event::bare(EventKind::SliceBegin, 0, 0, 0)
+}
+
+/// The most bytes one event takes encoded.
+const MAX_ENCODED: usize = 96;
+
+fn put(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn get(b: &[u8], at: &mut usize) -> Option<u64> {
+    let mut v = 0u64;
+    for shift in (0..64).step_by(7) {
+        let byte = *b.get(*at)?;
+        *at += 1;
+        v |= u64::from(byte & 0x7f) << shift;
+        if byte < 0x80 {
+            return Some(v);
+        }
+    }
+    None
+}
+
+const SAME_TRACK: u8 = 1;
+const SAME_NAME: u8 = 2;
+const SAME_CATEGORY: u8 = 4;
+const NO_DATA: u8 = 8;
+const NO_FLOWS: u8 = 16;
+const LEGACY_THREAD: u8 = 32;
+
+/// Appends `e` to `out` as the difference from `prev`, the event before it in the block: an
+/// event of a sorted run mostly repeats its predecessor's track, name and category and
+/// advances its timestamp, arrival number and arguments a little, so it takes about 6 to 12
+/// bytes instead of 56.
+fn encode(out: &mut Vec<u8>, prev: &Event, e: &Event) {
+    let mut flags = 0;
+    if e.track == prev.track {
+        flags |= SAME_TRACK;
+    }
+    if e.name == prev.name {
+        flags |= SAME_NAME;
+    }
+    if e.category == prev.category {
+        flags |= SAME_CATEGORY;
+    }
+    if e.data == 0 {
+        flags |= NO_DATA;
+    }
+    if e.flows == 0 && e.nflows == 0 && e.nterm == 0 {
+        flags |= NO_FLOWS;
+    }
+    if e.legacy_thread {
+        flags |= LEGACY_THREAD;
+    }
+    out.push(e.kind as u8);
+    out.push(flags);
+    put(out, e.ts.wrapping_sub(prev.ts) as u64);
+    put(out, u64::from(e.order.wrapping_sub(prev.order)));
+    let args = i64::from(e.args) - i64::from(prev.args);
+    put(out, ((args << 1) ^ (args >> 63)) as u64);
+    put(out, u64::from(e.nargs));
+    if flags & SAME_TRACK == 0 {
+        put(out, e.track);
+    }
+    if flags & NO_DATA == 0 {
+        put(out, e.data);
+    }
+    if flags & SAME_NAME == 0 {
+        put(out, u64::from(e.name));
+    }
+    if flags & SAME_CATEGORY == 0 {
+        put(out, u64::from(e.category));
+    }
+    if flags & NO_FLOWS == 0 {
+        put(out, u64::from(e.flows));
+        put(out, u64::from(e.nflows));
+        put(out, u64::from(e.nterm));
+    }
+}
+
+/// The event `encode` wrote at the start of `b` after `prev`, and its length.
+fn decode(b: &[u8], prev: &Event) -> Option<(Event, usize)> {
+    let kind = *EventKind::ALL.get(usize::from(*b.first()?))?;
+    let flags = *b.get(1)?;
+    let mut at = 2;
+    let ts = prev.ts.wrapping_add(get(b, &mut at)? as i64);
+    let order = prev.order.wrapping_add(get(b, &mut at)? as u32);
+    let z = get(b, &mut at)?;
+    let args = i64::from(prev.args) + ((z >> 1) as i64 ^ -((z & 1) as i64));
+    let nargs = get(b, &mut at)? as u32;
+    let track = if flags & SAME_TRACK != 0 {
+        prev.track
+    } else {
+        get(b, &mut at)?
+    };
+    let data = if flags & NO_DATA != 0 {
+        0
+    } else {
+        get(b, &mut at)?
+    };
+    let name = if flags & SAME_NAME != 0 {
+        prev.name
+    } else {
+        get(b, &mut at)? as u32
+    };
+    let category = if flags & SAME_CATEGORY != 0 {
+        prev.category
+    } else {
+        get(b, &mut at)? as u32
+    };
+    let (flows, nflows, nterm) = if flags & NO_FLOWS != 0 {
+        (0, 0, 0)
+    } else {
+        (
+            get(b, &mut at)? as u32,
+            get(b, &mut at)? as u16,
+            get(b, &mut at)? as u16,
+        )
+    };
+    let e = Event {
+        ts,
+        track,
+        data,
+        name,
+        category,
+        args: args as u32,
+        nargs,
+        flows,
+        nflows,
+        nterm,
+        kind,
+        legacy_thread: flags & LEGACY_THREAD != 0,
+        order,
+    };
+    Some((e, at))
+}
 
 #[derive(Debug)]
 pub(crate) struct Sorter {
     mode: SortMode,
+    /// Whether events go into `runs` (a sorter created in full-sort mode) or `pending`.
+    use_runs: bool,
+    runs: Vec<Run>,
+    /// A sequence's current run.
+    run_of: FxHashMap<u32, usize>,
     pending: Vec<Event>,
     /// Arrival number of `pending[0]`.
     base: u64,
@@ -42,6 +277,9 @@ impl Sorter {
     pub(crate) fn new(mode: SortMode) -> Self {
         Sorter {
             mode,
+            use_runs: mode == SortMode::Full,
+            runs: Vec::new(),
+            run_of: FxHashMap::default(),
             pending: Vec::new(),
             base: 0,
             next: 0,
@@ -52,9 +290,25 @@ impl Sorter {
         }
     }
 
-    pub(crate) fn push(&mut self, ev: Event) {
-        self.pending.push(ev);
+    /// An event of sequence `seq` (the run it joins: any number is correct, the sequence's
+    /// keeps runs long).
+    pub(crate) fn push(&mut self, mut ev: Event, seq: u32) {
+        ev.order = self.next as u32; // Modulo 2^32: see `Event::order`.
         self.next += 1;
+        if !self.use_runs {
+            self.pending.push(ev);
+            return;
+        }
+        let current = self.run_of.get(&seq).copied();
+        match current {
+            Some(r) if self.runs[r].last_ts <= ev.ts => self.runs[r].push(ev),
+            _ => {
+                self.run_of.insert(seq, self.runs.len());
+                let mut run = Run::default();
+                run.push(ev);
+                self.runs.push(run);
+            }
+        }
     }
 
     pub(crate) fn force_full_sort(&mut self) {
@@ -82,11 +336,57 @@ impl Sorter {
         self.sorted(batch)
     }
 
-    /// End of file: everything left, sorted.
-    pub(crate) fn drain_all(&mut self) -> Vec<Event> {
-        let batch = std::mem::take(&mut self.pending);
+    /// End of file: hands everything left to `apply`, in order, freeing the events' memory as
+    /// it goes.
+    pub(crate) fn drain_all(&mut self, mut apply: impl FnMut(&Event)) {
+        if self.use_runs && self.runs.len() > MAX_RUNS {
+            // Too many runs to merge: one array, sorted in place (arrival numbers make the
+            // unstable sort's order that of a stable one).
+            let mut all = Vec::with_capacity(self.runs.iter().map(Run::len).sum());
+            let mut freed = 0;
+            for mut run in std::mem::take(&mut self.runs) {
+                while let Some(e) = run.pop(&mut freed) {
+                    all.push(e);
+                }
+            }
+            all.sort_unstable_by_key(|e| (e.ts, e.order));
+            self.base = self.next;
+            for ev in &all {
+                apply(ev);
+            }
+            return;
+        }
+        if !self.use_runs {
+            let batch = std::mem::take(&mut self.pending);
+            self.base = self.next;
+            for ev in &self.sorted(batch) {
+                apply(ev);
+            }
+            return;
+        }
+        self.run_of.clear();
+        let mut runs = std::mem::take(&mut self.runs);
+        let mut freed = 0;
+        let mut current: Vec<Option<Event>> = runs.iter_mut().map(|r| r.pop(&mut freed)).collect();
+        let mut heads: BinaryHeap<Reverse<(i64, u32, usize)>> = current
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| e.map(|e| Reverse((e.ts, e.order, i))))
+            .collect();
+        while let Some(Reverse((_, _, i))) = heads.pop() {
+            if let Some(ev) = current[i].take() {
+                apply(&ev);
+            }
+            current[i] = runs[i].pop(&mut freed);
+            if let Some(e) = current[i] {
+                heads.push(Reverse((e.ts, e.order, i)));
+            }
+            if freed >= RELEASE_EVERY {
+                crate::trim::release_free_memory();
+                freed = 0;
+            }
+        }
         self.base = self.next;
-        self.sorted(batch)
     }
 
     fn sorted(&mut self, mut batch: Vec<Event>) -> Vec<Event> {
@@ -102,10 +402,16 @@ impl Sorter {
     }
 }
 
+impl Run {
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::import::EventKind;
+    use crate::importers::EventKind;
 
     fn ev(ts: i64) -> Event {
         Event::bare(EventKind::Instant, ts, 0, 0)
@@ -115,36 +421,149 @@ mod tests {
         v.iter().map(|e| e.ts).collect()
     }
 
+    fn drain(s: &mut Sorter) -> Vec<Event> {
+        let mut out = Vec::new();
+        s.drain_all(|e| out.push(*e));
+        out
+    }
+
     #[test]
     fn full_sort_waits_for_the_end() {
         let mut s = Sorter::new(SortMode::Full);
         for t in [5, 1, 3] {
-            s.push(ev(t));
+            s.push(ev(t), 1);
         }
         s.notify_flush();
         s.notify_flush();
         assert!(s.on_read_buffers().is_empty());
-        assert_eq!(ts(&s.drain_all()), vec![1, 3, 5]);
+        assert_eq!(ts(&drain(&mut s)), vec![1, 3, 5]);
+    }
+
+    /// The merge of runs hands events on exactly as a stable sort of everything would: by
+    /// timestamp, equal timestamps in arrival order, whatever sequences they came from.
+    #[test]
+    fn full_sort_is_a_stable_sort_of_everything() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = move |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        for case in 0..50 {
+            let mut s = Sorter::new(SortMode::Full);
+            let mut all = Vec::new();
+            let mut clocks = [0i64; 5];
+            let n = 1 + rnd(3000);
+            for i in 0..n {
+                let seq = rnd(5) as u32;
+                // Mostly forward per sequence, sometimes back, sometimes a naming event.
+                let t = match rnd(20) {
+                    0 => i64::MIN,
+                    1 => clocks[seq as usize] - rnd(50) as i64,
+                    _ => {
+                        clocks[seq as usize] += rnd(4) as i64;
+                        clocks[seq as usize]
+                    }
+                };
+                let mut e = ev(t);
+                e.data = i; // Identifies the event.
+                all.push(e);
+                s.push(e, seq);
+            }
+            all.sort_by_key(|e| e.ts);
+            let got: Vec<u64> = drain(&mut s).iter().map(|e| e.data).collect();
+            let want: Vec<u64> = all.iter().map(|e| e.data).collect();
+            assert_eq!(got, want, "case {case}");
+        }
+    }
+
+    /// Every field of an event reads back as written, whatever its predecessor.
+    #[test]
+    fn events_read_back_as_encoded() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut prev = zero();
+        let mut out = Vec::new();
+        let mut want = Vec::new();
+        for i in 0..5000 {
+            let r = rnd();
+            // Extreme and ordinary values alike.
+            let pick = |v: u64, small: u64| if r % 3 == 0 { v } else { small };
+            let e = Event {
+                ts: [i64::MIN, i64::MAX, -1, 0, (r >> 8) as i64][i % 5],
+                track: pick(rnd(), prev.track),
+                data: pick(rnd(), 0),
+                name: pick(rnd(), 7) as u32,
+                category: pick(rnd(), u64::from(crate::storage::NONE)) as u32,
+                args: pick(rnd(), 3) as u32,
+                nargs: pick(rnd(), 0) as u32,
+                flows: pick(rnd(), 0) as u32,
+                nflows: pick(rnd(), 0) as u16,
+                nterm: pick(rnd(), 1) as u16,
+                kind: EventKind::ALL[(r % 22) as usize],
+                legacy_thread: r & 64 != 0,
+                order: rnd() as u32,
+            };
+            let start = out.len();
+            encode(&mut out, &prev, &e);
+            assert!(out.len() - start <= MAX_ENCODED);
+            want.push(e);
+            prev = e;
+        }
+        let (mut at, mut prev) = (0, zero());
+        for w in &want {
+            let (e, n) = decode(&out[at..], &prev).expect("decodes");
+            assert_eq!(format!("{e:?}"), format!("{w:?}"));
+            at += n;
+            prev = e;
+        }
+        assert_eq!(at, out.len());
+        for (i, k) in EventKind::ALL.iter().enumerate() {
+            assert_eq!(*k as usize, i);
+        }
+    }
+
+    #[test]
+    fn many_runs_are_sorted_as_one_array() {
+        let mut s = Sorter::new(SortMode::Full);
+        let n = (MAX_RUNS as i64 + 10) * 2;
+        for t in 0..n {
+            // Each event goes back in time: a new run every time.
+            let mut e = ev(n - t / 2);
+            e.data = t as u64;
+            s.push(e, 7);
+        }
+        let got = drain(&mut s);
+        assert_eq!(got.len(), n as usize);
+        assert!(got
+            .windows(2)
+            .all(|w| (w[0].ts, w[0].data) < (w[1].ts, w[1].data)));
     }
 
     #[test]
     fn windowed_extracts_up_to_the_previous_read_and_drops_late_events() {
         let mut s = Sorter::new(SortMode::Windowed);
-        s.push(ev(10));
-        s.push(ev(5));
+        s.push(ev(10), 1);
+        s.push(ev(5), 1);
         s.notify_flush();
         s.notify_flush();
         // First read: the previous marker is the start, nothing to extract yet.
         assert!(s.on_read_buffers().is_empty());
-        s.push(ev(20));
+        s.push(ev(20), 1);
         // Too few flushes since the last extraction: nothing.
         assert!(s.on_read_buffers().is_empty());
         s.notify_flush();
         s.notify_flush();
         assert_eq!(ts(&s.on_read_buffers()), vec![5, 10]);
-        s.push(ev(7)); // Before 10, already handed on: dropped.
-        s.push(ev(i64::MIN)); // Naming events are never late.
-        assert_eq!(ts(&s.drain_all()), vec![i64::MIN, 20]);
+        s.push(ev(7), 1); // Before 10, already handed on: dropped.
+        s.push(ev(i64::MIN), 1); // Naming events are never late.
+        assert_eq!(ts(&drain(&mut s)), vec![i64::MIN, 20]);
         assert_eq!(s.out_of_order, 1);
     }
 }

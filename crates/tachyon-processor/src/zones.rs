@@ -2,7 +2,7 @@
 
 use rusqlite::Connection;
 
-use crate::strings::FxHashMap;
+use crate::storage::strings::FxHashMap;
 use crate::Error;
 
 /// Statistics of all zones (slices with a duration) sharing one name.

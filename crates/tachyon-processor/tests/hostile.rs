@@ -256,3 +256,43 @@ fn streaming_profiles_and_merged_args_at_the_edges() {
     );
     assert!(has(&stats, "stackprofile_parser_error"), "{stats:?}");
 }
+
+/// A trace file cut at every byte (a truncated length, tag or payload, or a packet whose
+/// length runs past the file's end) and read from the file a few bytes at a time gives what
+/// the same bytes give in memory: the same stats (`trace_truncated` among them) and slices.
+#[test]
+fn truncated_files_streamed_in_windows() {
+    let full = text_trace(
+        r#"
+        packet { trusted_packet_sequence_id: 1 timestamp: 10
+                 track_event { type: TYPE_SLICE_BEGIN name: "a" } }
+        packet { trusted_packet_sequence_id: 1 timestamp: 20
+                 track_event { type: TYPE_SLICE_END } }
+        packet { trusted_packet_sequence_id: 2 timestamp: 15
+                 track_event { type: TYPE_INSTANT name: "b"
+                               debug_annotations { name: "k" int_value: 7 } } }
+        "#,
+    );
+    let file = std::env::temp_dir().join(format!("tachyon-hostile-{}.pftrace", std::process::id()));
+    let dump = |tp: &TraceProcessor| {
+        let q = "SELECT (SELECT group_concat(name || '=' || value) FROM stats WHERE value != 0), \
+                 (SELECT group_concat(ts || ':' || dur || ':' || name) FROM slice)";
+        format!("{:?}", tp.query(q).expect("query").rows)
+    };
+    for cut in 1..=full.len() {
+        let bytes = &full[..cut];
+        std::fs::write(&file, bytes).unwrap();
+        let in_memory = TraceProcessor::from_bytes(bytes, &Options::default()).expect("imports");
+        for window in [1, 3, 64] {
+            let streamed =
+                TraceProcessor::open_windowed(&file, &Options::default(), window, &mut |_| {})
+                    .expect("imports");
+            assert_eq!(
+                dump(&streamed),
+                dump(&in_memory),
+                "cut at {cut}, window {window}"
+            );
+        }
+    }
+    std::fs::remove_file(&file).unwrap();
+}

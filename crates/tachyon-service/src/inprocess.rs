@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use tachyon_abi::{CommitRequest, OwnedSmb};
 
 use crate::readout::ProducerIdentity;
-use crate::session::{ServiceCore, SessionConfig};
+use crate::session::{ServiceCore, SessionConfig, STREAM_STEP_CHUNKS};
 use crate::trace_buffer::ProducerId;
 
 /// How long the service thread sleeps when no commit is waiting. The thread polls rather than
@@ -184,8 +184,10 @@ fn run(
     let clear_period = core.config().incremental_state_clear_period;
     let mut next_clear = clear_period.map(|p| start + p);
     let mut commits_open = true;
+    // A streaming pass under way (its steps alternate with the commits).
+    let mut streaming = false;
     loop {
-        let mut busy = false;
+        let mut busy = streaming;
         while commits_open {
             match commits.try_next() {
                 Ok(Some(req)) => {
@@ -213,7 +215,9 @@ fn run(
                     }
                     core.record_flush(true);
                     if write_period.is_some() {
+                        // A whole pass (it finishes one under way).
                         core.drain(false)?;
+                        streaming = false;
                     }
                     let _ = done.send(());
                 }
@@ -234,9 +238,12 @@ fn run(
         }
         if let (Some(at), Some(period)) = (next_write, write_period) {
             if Instant::now() >= at {
-                core.drain(false)?;
+                streaming = true;
                 next_write = Some(at + period);
             }
+        }
+        if streaming {
+            streaming = !core.drain_some(STREAM_STEP_CHUNKS)?;
         }
         if let (Some(at), Some(period)) = (next_flush, flush_period) {
             if Instant::now() >= at {

@@ -41,7 +41,7 @@ pub use readout::{
 pub use session::{
     BufferSpec, Compression, ConfigError, DataSourceSpec, ProducerFilter, ServiceCore,
     ServiceWideStats, SessionConfig, SessionStats, DEFAULT_DATA_SOURCE_STOP_TIMEOUT,
-    DEFAULT_FILE_WRITE_PERIOD, DEFAULT_FLUSH_TIMEOUT, MIN_FILE_WRITE_PERIOD,
+    DEFAULT_FILE_WRITE_PERIOD, DEFAULT_FLUSH_TIMEOUT, MIN_FILE_WRITE_PERIOD, STREAM_STEP_CHUNKS,
 };
 pub use stats::{BufferStats, LossCounters};
 /// A patch for [`TraceBuffer::try_patch_chunk`] (the shared ABI vocabulary).

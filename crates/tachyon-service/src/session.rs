@@ -461,6 +461,12 @@ impl Sink {
     }
 }
 
+/// How many chunks a step of a streaming read-out ([`ServiceCore::drain_some`]) reads before
+/// the service looks at the commits again: about 0.5–1 ms of read-out for 4 KiB chunks of small
+/// packets, where a producer's 4 MiB SMB holds 1024 chunks and fills in about 20 ms at 20 M
+/// events/s.
+pub const STREAM_STEP_CHUNKS: usize = 128;
+
 /// The synchronous service of one session. See the module docs.
 #[derive(Debug)]
 pub struct ServiceCore {
@@ -475,6 +481,8 @@ pub struct ServiceCore {
     commit_stats: CommitStats,
     stats: SessionStats,
     staged: Vec<u8>,
+    /// The buffer a [`ServiceCore::drain_some`] pass under way reads next.
+    drain_cursor: usize,
     sink: Sink,
     file_full: bool,
     /// The last read and the `TraceStats` packet are written ([`ServiceCore::end`]).
@@ -540,6 +548,7 @@ impl ServiceCore {
             commit_stats: CommitStats::default(),
             stats: SessionStats::default(),
             staged: Vec::new(),
+            drain_cursor: 0,
             sink,
             file_full: false,
             ended: false,
@@ -667,11 +676,9 @@ impl ServiceCore {
     /// packets were lost gets an empty packet carrying the loss bits no later packet could (see
     /// [`TraceBuffer::take_trailing_losses`]).
     pub fn drain(&mut self, last: bool) -> io::Result<()> {
-        if !self.preamble_written {
-            self.preamble_written = true;
-            let preamble = self.preamble_packets();
-            self.staged.extend_from_slice(&preamble);
-        }
+        self.write_preamble();
+        // A whole pass: one under way by `drain_some` is finished by it.
+        self.drain_cursor = 0;
         let ServiceCore {
             buffers,
             identities,
@@ -703,6 +710,60 @@ impl ServiceCore {
             }
         }
         self.flush_staged()
+    }
+
+    /// One step of a streaming read-out ([`drain`](Self::drain) without `last`, made in
+    /// steps): reads on from where the previous step stopped until `max_chunks` chunks are
+    /// read, writes the records to the output, and returns whether the pass is complete (every
+    /// sequence of every buffer reached). A service that streams calls it until it returns
+    /// true, applying the commits that arrived between the calls, so that no producer waits
+    /// for the read-out of a whole period to get its chunks back.
+    pub fn drain_some(&mut self, max_chunks: usize) -> io::Result<bool> {
+        self.write_preamble();
+        let ServiceCore {
+            buffers,
+            identities,
+            packets,
+            staged,
+            drain_cursor,
+            ..
+        } = self;
+        let mut cached: Option<(ProducerId, ProducerIdentity)> = None;
+        let mut identity_of = |producer| match cached {
+            Some((p, identity)) if p == producer => identity,
+            _ => {
+                let identity = identities
+                    .get(&producer)
+                    .copied()
+                    .unwrap_or(ProducerIdentity { pid: 0, uid: 0 });
+                cached = Some((producer, identity));
+                identity
+            }
+        };
+        let mut complete = true;
+        while let Some(buf) = buffers.get_mut(*drain_cursor) {
+            let done = buf.read_some_packets(max_chunks, |info, fragments| {
+                packets.write_packet(info, fragments, identity_of(info.producer), staged);
+            });
+            if !done {
+                complete = false;
+                break;
+            }
+            *drain_cursor += 1;
+        }
+        if complete {
+            *drain_cursor = 0;
+        }
+        self.flush_staged()?;
+        Ok(complete)
+    }
+
+    fn write_preamble(&mut self) {
+        if !self.preamble_written {
+            self.preamble_written = true;
+            let preamble = self.preamble_packets();
+            self.staged.extend_from_slice(&preamble);
+        }
     }
 
     fn flush_staged(&mut self) -> io::Result<()> {

@@ -269,6 +269,9 @@ pub struct TraceBuffer {
     sequences: IdMap<SeqKey, Sequence>,
     /// Sequences in order of first commit (read-out order).
     seq_order: Vec<SeqKey>,
+    /// Where the pass of [`TraceBuffer::read_some_packets`] under way goes on: the index in
+    /// `seq_order` of the next sequence to read (0: no pass under way).
+    read_cursor: usize,
     /// DISCARD mode after the first refusal: everything new is refused.
     discarding: bool,
     stats: BufferStats,
@@ -288,6 +291,7 @@ impl TraceBuffer {
             free: Vec::new(),
             sequences: IdMap::default(),
             seq_order: Vec::new(),
+            read_cursor: 0,
             discarding: false,
             stats: BufferStats {
                 buffer_size: size as u64,
@@ -672,10 +676,40 @@ impl TraceBuffer {
     /// With `last` set (the final read of a session), nothing is left waiting: packets still
     /// missing fragments and chunks still waiting for patches are counted lost.
     pub fn read_packets(&mut self, last: bool, mut sink: impl FnMut(PacketInfo, &[&[u8]])) {
-        let order = self.seq_order.clone();
-        for key in order {
-            self.read_sequence(key, last, &mut sink);
+        // A whole pass: one left under way by `read_some_packets` is finished by it too.
+        self.read_cursor = 0;
+        let mut unlimited = usize::MAX;
+        for i in 0..self.seq_order.len() {
+            let key = self.seq_order[i];
+            self.read_sequence(key, last, &mut unlimited, &mut sink);
         }
+    }
+
+    /// Part of a pass of [`read_packets`](Self::read_packets) (without `last`): reads on from
+    /// where the previous call stopped until `max_chunks` chunks are read (a chunk is never
+    /// left half read by this limit), and returns whether the pass reached the end of the last
+    /// sequence. A streaming service reads a period's data in such steps so that the commits
+    /// arriving meanwhile are applied between them: a producer's shared memory buffer is not
+    /// left full while the read-out of a whole period runs. Each sequence is still read in
+    /// order, so a pass made of steps reads what one call would (and what was committed
+    /// meanwhile to the sequences it had not reached yet).
+    pub fn read_some_packets(
+        &mut self,
+        max_chunks: usize,
+        mut sink: impl FnMut(PacketInfo, &[&[u8]]),
+    ) -> bool {
+        let mut budget = max_chunks.max(1);
+        while self.read_cursor < self.seq_order.len() {
+            let key = self.seq_order[self.read_cursor];
+            self.read_sequence(key, false, &mut budget, &mut sink);
+            if budget == 0 {
+                // The sequence may have more: the next step starts with it.
+                return false;
+            }
+            self.read_cursor += 1;
+        }
+        self.read_cursor = 0;
+        true
     }
 
     /// After the final read: the loss no packet reported, because nothing was read after it
@@ -710,9 +744,13 @@ impl TraceBuffer {
         &mut self,
         key: SeqKey,
         last: bool,
+        budget: &mut usize,
         sink: &mut impl FnMut(PacketInfo, &[&[u8]]),
     ) {
         loop {
+            if *budget == 0 {
+                return;
+            }
             let seq = self
                 .sequences
                 .get_mut(&key)
@@ -785,6 +823,7 @@ impl TraceBuffer {
                 self.drop_rest_of_chunk(idx, data_loss::CHUNK_CORRUPTED);
             }
             self.finish_chunk(key, ext, idx);
+            *budget -= 1;
         }
     }
 

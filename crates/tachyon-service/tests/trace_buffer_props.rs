@@ -187,6 +187,9 @@ enum Step {
     /// taken the chunk after it too (as a writer does before handing back a chunk whose last
     /// packet continues), and that one is scraped with its first `k` fragments as well.
     Scrape(usize, usize, bool),
+    /// A step of a streaming read-out: at most `n % 4 + 1` chunks
+    /// (`TraceBuffer::read_some_packets`), going on from where the previous step stopped.
+    ReadSome(usize),
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -194,6 +197,7 @@ fn step() -> impl Strategy<Value = Step> {
         12 => any::<usize>().prop_map(Step::Commit),
         3 => Just(Step::Patch),
         1 => Just(Step::Read),
+        2 => any::<usize>().prop_map(Step::ReadSome),
         2 => (any::<usize>(), any::<usize>(), any::<bool>())
             .prop_map(|(w, k, ahead)| Step::Scrape(w, k, ahead)),
     ]
@@ -243,6 +247,9 @@ fn run(
                 }
             }
             Step::Read => buf.read_packets(false, &mut sink),
+            Step::ReadSome(n) => {
+                buf.read_some_packets(n % 4 + 1, &mut sink);
+            }
             Step::Scrape(w, k, ahead) => {
                 let w = w % chunks.len();
                 let take = if ahead { 2 } else { 1 };

@@ -7,9 +7,10 @@
 //! - `alloc/tracked/off`: `Tracked<System>` (this binary's global allocator) with no session:
 //!   one relaxed load more per call.
 //! - `alloc/tracked/exact`: the same while a session records every allocation and free (goal:
-//!   ≤ 4× `alloc/system`). The hook appends two records to the thread's ring; the
-//!   `tachyon-memory` thread applies them to the live table meanwhile, and when it falls behind
-//!   the ring fills and the allocating thread waits: the figure includes that back-pressure.
+//!   ≤ 4× `alloc/system`). The hook appends one record to the thread's ring (the free, right
+//!   after, marks it freed instead of appending its own); the `tachyon-memory` thread applies
+//!   them to the live table meanwhile, and when it falls behind the ring fills and the
+//!   allocating thread waits: the figure includes that back-pressure.
 //! - `alloc/tracked/sampled`: the same while a session samples every 4096 bytes on average
 //!   (heapprofd's default; goal: ≤ 1.2× `alloc/system`), each sample with its native call
 //!   stack (the default, 32 frames deep).
@@ -222,13 +223,12 @@ fn ratio(rounds: usize) {
         );
         if let Some(m) = summary.and_then(|r| r.memory) {
             println!("  {m}");
-            // The tracker's CPU per record (2 records per pair).
+            // The tracker's CPU per allocation it applied (with its free).
             if let (Some(cpu), Some(heap)) = (tracker_cpu_ns.take(), m.heaps.first()) {
-                let records = 2.0 * heap.alloc_count as f64;
                 println!(
-                    "  tachyon-memory thread: {:.1} ns of CPU per record ({} records), {:.1} ns per pair",
-                    cpu as f64 / records,
-                    records,
+                    "  tachyon-memory thread: {:.1} ns of CPU per allocation ({} allocations), {:.1} ns per pair",
+                    cpu as f64 / heap.alloc_count as f64,
+                    heap.alloc_count,
                     cpu as f64 / pairs
                 );
             }

@@ -2,7 +2,7 @@
 //! are), found on the hot path through a per-thread direct-mapped cache keyed by the address of
 //! the callsite's `Metadata` (unique and `'static` per callsite), with a global map behind it.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 
@@ -26,8 +26,9 @@ pub(crate) struct Entry {
 const WAYS: usize = 256;
 
 thread_local! {
-    static NEAR: RefCell<[(usize, Option<&'static Entry>); WAYS]> =
-        const { RefCell::new([(0, None); WAYS]) };
+    /// Cells, not a `RefCell`: a lookup is one load and one compare, with no borrow flag.
+    static NEAR: [Cell<(usize, Option<&'static Entry>)>; WAYS] =
+        const { [const { Cell::new((0, None)) }; WAYS] };
 }
 
 fn global() -> MutexGuard<'static, HashMap<usize, &'static Entry>> {
@@ -49,19 +50,15 @@ pub(crate) fn entry(meta: &'static Metadata<'static>) -> &'static Entry {
     let key = std::ptr::from_ref(meta) as usize;
     // Metadata are at least 8-aligned and larger than 64 bytes: the bits above them spread.
     let way = (key >> 6 ^ key >> 14) & (WAYS - 1);
-    let near = NEAR.try_with(|n| match n.try_borrow() {
-        Ok(n) if n[way].0 == key => n[way].1,
+    let near = NEAR.try_with(|n| match n[way].get() {
+        (k, e) if k == key => e,
         _ => None,
     });
     if let Ok(Some(e)) = near {
         return e;
     }
     let e = far(meta, key);
-    let _ = NEAR.try_with(|n| {
-        if let Ok(mut n) = n.try_borrow_mut() {
-            n[way] = (key, Some(e));
-        }
-    });
+    let _ = NEAR.try_with(|n| n[way].set((key, Some(e))));
     e
 }
 

@@ -107,6 +107,47 @@ impl TachyonLayer {
     }
 }
 
+impl TachyonLayer {
+    /// A span with something to keep in its extensions (fields, an async track): out of line,
+    /// so that the hot case's frame stays small.
+    #[inline(never)]
+    fn new_span_kept<S>(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>)
+    where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+    {
+        let meta = attrs.metadata();
+        match self.mode {
+            SpanMode::PerEntry => {
+                let mut fields = OwnedFields::default();
+                attrs.record(&mut fields);
+                if let Some(span) = ctx.span(id) {
+                    span.extensions_mut().insert(SpanData {
+                        fields,
+                        ..SpanData::default()
+                    });
+                }
+            }
+            SpanMode::AsyncTrack => {
+                let cs = cache::callsite(meta);
+                let mut data = SpanData::default();
+                if let Some(en) = cs.check() {
+                    let track = Track::new_async(meta.name());
+                    let slice = integration::track_begin(cs, en, &track, |cx| {
+                        attrs.record(&mut ArgWriter::new(cx));
+                    });
+                    data.track = Some((track, slice));
+                } else if meta.fields().is_empty() {
+                    return;
+                }
+                attrs.record(&mut data.fields);
+                if let Some(span) = ctx.span(id) {
+                    span.extensions_mut().insert(data);
+                }
+            }
+        }
+    }
+}
+
 /// Flows that end at a span's next slice (`follows_from`), by span id; rare, so kept out of
 /// the spans' extensions: an entry of a span without fields then needs no extensions lock,
 /// only the relaxed load of [`PENDING`].
@@ -139,16 +180,108 @@ fn take_incoming_slow(id: u64) -> Vec<Flow> {
     }
 }
 
-thread_local! {
+/// Entries of the per-thread entered stack kept inline (no heap line to touch per entry or
+/// exit); deeper nesting continues in [`DEEP`].
+const INLINE_DEPTH: usize = 32;
+
+/// The Layer's per-thread state, one thread-local without a destructor (no lazy registration
+/// to test on each access).
+struct Local {
     /// The span last created on this thread and its callsite, until its first entry: the
     /// common `span!(...).entered()` / `#[instrument]` case then enters without looking the
     /// span up in the registry. Taken on use, so it only ever names a span created here and
     /// not entered yet; the `Registry`'s ids carry a generation, so another span cannot have
     /// this id while that one lives, and one created later on this thread replaces the memo.
-    static CREATED: Cell<(u64, Option<&'static Entry>)> = const { Cell::new((0, None)) };
-    /// The spans entered on this thread that are not exited yet, innermost last, with the
-    /// session their slice went to (0: not recorded).
-    static ENTERED: RefCell<Vec<(u64, ZoneSession)>> = const { RefCell::new(Vec::new()) };
+    created: Cell<(u64, Option<&'static Entry>)>,
+    /// How many spans are entered on this thread and not exited yet.
+    depth: Cell<usize>,
+    /// The first [`INLINE_DEPTH`] of them, innermost last, with the session their slice went
+    /// to (0: not recorded).
+    stack: [Cell<(u64, ZoneSession)>; INLINE_DEPTH],
+}
+
+thread_local! {
+    static LOCAL: Local = const {
+        Local {
+            created: Cell::new((0, None)),
+            depth: Cell::new(0),
+            stack: [const { Cell::new((0, 0)) }; INLINE_DEPTH],
+        }
+    };
+    /// The entered spans beyond [`INLINE_DEPTH`] (`DEEP[i]` is entry `INLINE_DEPTH + i`).
+    static DEEP: RefCell<Vec<(u64, ZoneSession)>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Local {
+    fn get(&self, i: usize) -> (u64, ZoneSession) {
+        match self.stack.get(i) {
+            Some(c) => c.get(),
+            None => DEEP.with(|d| d.borrow()[i - INLINE_DEPTH]),
+        }
+    }
+
+    fn set(&self, i: usize, v: (u64, ZoneSession)) {
+        match self.stack.get(i) {
+            Some(c) => c.set(v),
+            None => DEEP.with(|d| {
+                let mut d = d.borrow_mut();
+                let k = i - INLINE_DEPTH;
+                if k == d.len() {
+                    d.push(v);
+                } else {
+                    d[k] = v;
+                }
+            }),
+        }
+    }
+
+    /// Pushes an entry.
+    #[inline]
+    fn push(&self, v: (u64, ZoneSession)) {
+        let d = self.depth.get();
+        match self.stack.get(d) {
+            Some(c) => c.set(v),
+            None => self.set(d, v),
+        }
+        self.depth.set(d + 1);
+    }
+
+    /// Removes the innermost entry of span `id`: its session (0 when it has none).
+    #[inline]
+    fn pop(&self, id: u64) -> ZoneSession {
+        let d = self.depth.get();
+        if d == 0 {
+            return 0;
+        }
+        if let Some(c) = self.stack.get(d - 1) {
+            let (top, session) = c.get();
+            if top == id {
+                self.depth.set(d - 1);
+                return session;
+            }
+        }
+        self.remove_slow(id)
+    }
+
+    /// An exit out of order (guards dropped out of order), or one beyond the inline entries:
+    /// the slice that ends is the innermost open one on the track, as the trace format nests
+    /// them.
+    #[cold]
+    fn remove_slow(&self, id: u64) -> ZoneSession {
+        let d = self.depth.get();
+        let Some(k) = (0..d).rev().find(|&i| self.get(i).0 == id) else {
+            return 0;
+        };
+        let session = self.get(k).1;
+        for i in k..d - 1 {
+            self.set(i, self.get(i + 1));
+        }
+        if d > INLINE_DEPTH {
+            DEEP.with(|v| v.borrow_mut().truncate(d - 1 - INLINE_DEPTH));
+        }
+        self.depth.set(d - 1);
+        session
+    }
 }
 
 /// What the Layer keeps in a span's extensions (only spans with fields, flows or async
@@ -172,41 +305,13 @@ where
 
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
         let meta = attrs.metadata();
-        match self.mode {
-            SpanMode::PerEntry => {
-                if meta.fields().is_empty() {
-                    // The hot case: nothing to keep; the callsite for the first entry.
-                    let e = cache::entry(meta);
-                    let _ = CREATED.try_with(|c| c.set((id.into_u64(), Some(e))));
-                    return;
-                }
-                let mut fields = OwnedFields::default();
-                attrs.record(&mut fields);
-                if let Some(span) = ctx.span(id) {
-                    span.extensions_mut().insert(SpanData {
-                        fields,
-                        ..SpanData::default()
-                    });
-                }
-            }
-            SpanMode::AsyncTrack => {
-                let cs = cache::callsite(meta);
-                let mut data = SpanData::default();
-                if let Some(en) = cs.check() {
-                    let track = Track::new_async(meta.name());
-                    let slice = integration::track_begin(cs, en, &track, |cx| {
-                        attrs.record(&mut ArgWriter::new(cx));
-                    });
-                    data.track = Some((track, slice));
-                } else if meta.fields().is_empty() {
-                    return;
-                }
-                attrs.record(&mut data.fields);
-                if let Some(span) = ctx.span(id) {
-                    span.extensions_mut().insert(data);
-                }
-            }
+        if self.mode == SpanMode::PerEntry && meta.fields().is_empty() {
+            // The hot case: nothing to keep; the callsite for the first entry.
+            let e = cache::entry(meta);
+            let _ = LOCAL.try_with(|l| l.created.set((id.into_u64(), Some(e))));
+            return;
         }
+        self.new_span_kept(attrs, id, ctx);
     }
 
     fn on_record(&self, id: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
@@ -265,29 +370,26 @@ where
             return;
         }
         let raw = id.into_u64();
-        let memo = CREATED
-            .try_with(|c| match c.get() {
+        let memo = LOCAL
+            .try_with(|l| match l.created.get() {
                 (i, Some(e)) if i == raw => {
-                    c.set((0, None));
+                    l.created.set((0, None));
                     Some(e)
                 }
                 _ => None,
             })
             .ok()
             .flatten();
-        let incoming = take_incoming(raw);
         let session = match memo {
-            // Created here without fields and not entered yet: no lookup needed.
-            Some(e) if incoming.is_empty() => match e.cs.check() {
+            // Created here without fields and not entered yet, no flow waiting for any span:
+            // no lookup needed.
+            Some(e) if PENDING.load(Ordering::Relaxed) == 0 => match e.cs.check() {
                 Some(en) => integration::zone_begin(e.cs, en),
                 None => 0,
             },
-            _ => match ctx.span(id) {
-                Some(span) => begin_entry(&span, incoming),
-                None => 0,
-            },
+            _ => enter_looked_up(id, ctx),
         };
-        ENTERED.with(|e| e.borrow_mut().push((id.into_u64(), session)));
+        let _ = LOCAL.try_with(|l| l.push((raw, session)));
     }
 
     fn on_exit(&self, id: &Id, _ctx: Context<'_, S>) {
@@ -295,34 +397,44 @@ where
             return;
         }
         let id = id.into_u64();
-        let session = ENTERED.with(|e| {
-            let mut e = e.borrow_mut();
-            match e.last() {
-                Some(&(top, session)) if top == id => {
-                    e.pop();
-                    session
-                }
-                // An exit out of order (guards dropped out of order): the slice that ends is
-                // the innermost open one on the track, as the trace format nests them.
-                _ => match e.iter().rposition(|&(i, _)| i == id) {
-                    Some(k) => e.remove(k).1,
-                    None => 0,
-                },
-            }
-        });
+        let session = LOCAL.try_with(|l| l.pop(id)).unwrap_or(0);
         integration::zone_end(session);
     }
 
     fn on_close(&self, id: Id, ctx: Context<'_, S>) {
         // Flows to a span that is never entered again end nowhere; the id may be reused.
-        drop(take_incoming(id.into_u64()));
-        if self.mode != SpanMode::AsyncTrack {
-            return;
+        if PENDING.load(Ordering::Relaxed) != 0 {
+            drop(take_incoming_slow(id.into_u64()));
         }
-        if let Some(span) = ctx.span(&id) {
-            // Dropping the slice ends it, on this thread's clock.
-            span.extensions_mut().remove::<SpanData>();
+        if self.mode == SpanMode::AsyncTrack {
+            close_async(&id, ctx);
         }
+    }
+}
+
+/// Ends an async-track span's slice (out of line: a per-entry span's close is two loads).
+#[inline(never)]
+fn close_async<S>(id: &Id, ctx: Context<'_, S>)
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    if let Some(span) = ctx.span(id) {
+        // Dropping the slice ends it, on this thread's clock.
+        span.extensions_mut().remove::<SpanData>();
+    }
+}
+
+/// Begins the slice of one entry of span `id` found in the registry, ending the flows that wait
+/// for it (out of line: the memo in [`Local`] spares the common entry this lookup).
+#[inline(never)]
+fn enter_looked_up<S>(id: &Id, ctx: Context<'_, S>) -> ZoneSession
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    let incoming = take_incoming(id.into_u64());
+    match ctx.span(id) {
+        Some(span) => begin_entry(&span, incoming),
+        None => 0,
     }
 }
 

@@ -349,6 +349,40 @@ fn exits_out_of_order_keep_the_track_nested() {
     );
 }
 
+/// Nesting deeper than the Layer's inline entry stack (32 entries, then a spill vector): every
+/// level is a closed slice at its own depth, also when a guard in the spilled part is dropped
+/// out of order.
+#[test]
+fn nesting_deeper_than_the_inline_entry_stack() {
+    let _l = lock();
+    const N: u64 = 40;
+    let tp = record(Config::in_memory(), &dispatch(TachyonLayer::new()), || {
+        let spans: Vec<_> = (0..N).map(|k| tracing::info_span!("deep", k)).collect();
+        let mut guards: Vec<_> = spans.iter().map(|s| s.enter()).collect();
+        drop(guards.remove(35));
+        while let Some(g) = guards.pop() {
+            drop(g);
+        }
+        let _after = tracing::info_span!("after").entered();
+    });
+    assert_eq!(
+        rows(
+            &tp,
+            "SELECT count(*), count(DISTINCT depth), min(depth), max(depth) FROM slice \
+             WHERE name = 'deep' AND dur >= 0"
+        ),
+        [[i(N as i64), i(N as i64), i(0), i(N as i64 - 1)]]
+    );
+    // Every entry was popped: the next span is a root slice again.
+    assert_eq!(
+        rows(
+            &tp,
+            "SELECT depth, dur >= 0 FROM slice WHERE name = 'after'"
+        ),
+        [[i(0), i(1)]]
+    );
+}
+
 /// `log` records through `tracing-log`, and `tracing` events whose only field is the message:
 /// log messages (`android_logs`) with the level as the priority, instants named after the level
 /// with the record's target as the category, inside the span entered then.

@@ -38,6 +38,10 @@ use consumer::Consumer;
 use producer::Producer;
 use session::Session;
 
+/// While a periodic write is under way in steps, at most this many events are handled
+/// between two steps (a flood of frames does not hold the read-out up for ever).
+const MAX_EVENTS_BETWEEN_STEPS: usize = 4096;
+
 /// A connection, numbered by the acceptors (never reused).
 pub(crate) type ConnId = u64;
 /// A tracing session.
@@ -174,6 +178,26 @@ impl Service {
                 Ok(Event::Shutdown) | Err(RecvTimeoutError::Disconnected) => break,
                 Ok(event) => self.handle(event),
                 Err(RecvTimeoutError::Timeout) => {}
+            }
+            if self.sessions.values().any(|s| s.writing) {
+                // A periodic write is under way in steps: everything that arrived meanwhile
+                // (the producers' commits, above all) is handled before the next step, so
+                // that their chunks go back to them while the read-out goes on.
+                let mut shutdown = false;
+                for _ in 0..MAX_EVENTS_BETWEEN_STEPS {
+                    self.reap();
+                    match events.try_recv() {
+                        Ok(Event::Shutdown) => {
+                            shutdown = true;
+                            break;
+                        }
+                        Ok(event) => self.handle(event),
+                        Err(_) => break,
+                    }
+                }
+                if shutdown {
+                    break;
+                }
             }
             loop {
                 self.reap();

@@ -28,7 +28,7 @@ use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
 use tachyon_ipc::rpc::method_reply;
-use tachyon_service::{ProducerId, ServiceCore, SessionConfig};
+use tachyon_service::{ProducerId, ServiceCore, SessionConfig, STREAM_STEP_CHUNKS};
 
 use super::producer::{Command, Producer};
 use super::{ConnId, Service, SessionId, Who};
@@ -98,6 +98,9 @@ pub(super) struct Session {
     stop_at: Option<Instant>,
     next_flush: Option<Instant>,
     next_write: Option<Instant>,
+    /// A periodic write's read-out is under way, in steps between which the service thread
+    /// handles what arrived (see [`ServiceCore::drain_some`]).
+    pub(super) writing: bool,
     next_clear: Option<Instant>,
     pub(super) error: Option<String>,
 }
@@ -131,6 +134,7 @@ impl Session {
                 consider(self.stop_at);
                 consider(self.next_flush);
                 consider(self.next_write);
+                consider(self.writing.then_some(now));
                 consider(self.next_clear);
             }
             State::Stopping { deadline } => {
@@ -274,6 +278,7 @@ impl Service {
             stop_at: in_period(config.duration),
             next_flush: in_period(config.flush_period),
             next_write: in_period(write_period),
+            writing: false,
             next_clear: in_period(config.incremental_state_clear_period),
             core: match file {
                 Some(f) => ServiceCore::with_file(config, f),
@@ -516,7 +521,10 @@ impl Service {
                 };
                 if session.next_write.is_some_and(|t| now >= t) {
                     advance(&mut session.next_write, write_period, now);
-                    self.write_to_file(sid);
+                    session.writing = true;
+                }
+                if session.writing {
+                    self.write_step(sid);
                 }
                 let Some(session) = self.sessions.get_mut(&sid) else {
                     return;
@@ -541,12 +549,37 @@ impl Service {
         let Some(session) = self.sessions.get_mut(&sid) else {
             return;
         };
-        if let Err(e) = session.core.drain(false) {
+        // A whole pass (it finishes a periodic one under way).
+        session.writing = false;
+        let result = session.core.drain(false);
+        self.after_write(sid, result);
+    }
+
+    /// One step of the periodic write's read-out ([`STREAM_STEP_CHUNKS`] chunks): the service
+    /// loop handles the commits that arrived before the next step, so producers get their
+    /// chunks back while a period's data is read out and written.
+    fn write_step(&mut self, sid: SessionId) {
+        let Some(session) = self.sessions.get_mut(&sid) else {
+            return;
+        };
+        let result = session.core.drain_some(STREAM_STEP_CHUNKS).map(|complete| {
+            session.writing = !complete;
+        });
+        self.after_write(sid, result);
+    }
+
+    fn after_write(&mut self, sid: SessionId, result: std::io::Result<()>) {
+        let Some(session) = self.sessions.get_mut(&sid) else {
+            return;
+        };
+        if let Err(e) = result {
+            session.writing = false;
             session
                 .error
                 .get_or_insert_with(|| format!("writing the trace failed: {e}"));
             self.begin_stop(sid);
         } else if session.core.file_full() {
+            session.writing = false;
             self.begin_stop(sid);
         }
     }
@@ -673,6 +706,8 @@ impl Service {
             return;
         }
         session.state = State::Flushing;
+        // The final read at the end of the session reads what a periodic pass had left.
+        session.writing = false;
         let timeout = session.config().flush_timeout;
         self.start_flush(sid, Purpose::Stop, timeout);
     }

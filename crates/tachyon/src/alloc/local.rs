@@ -8,7 +8,7 @@
 //! Rust TLS destructors.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::{Cell, UnsafeCell};
+use std::cell::Cell;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -28,6 +28,16 @@ pub(crate) const KIND_POOL_DISCARD: u64 = 5;
 /// In a free's `meta`: the address was found through the overflow filter, not the sampled
 /// table (the tracker decrements the filter when it matches a sampled block).
 pub(crate) const FREE_FROM_FILTER: u64 = 1 << 24;
+/// In an allocation's `meta`: the same thread freed the block right after (no other record of
+/// the thread between); the record stands for the allocation and its free, at one reading
+/// ([`Ring::flag_pair`]).
+pub(crate) const PAIR_FREED: u64 = 1 << 25;
+/// With [`PAIR_FREED`]: the free was found through the overflow filter ([`FREE_FROM_FILTER`]).
+pub(crate) const PAIR_VIA_FILTER: u64 = 1 << 26;
+/// In a free's `meta`: the free of a block whose allocation the tracker claimed before the
+/// thread could mark it [`PAIR_FREED`]; its `size` is the allocation's reading. The tracker
+/// drops it when it saw the mark after all ([`Ring::settle`]).
+pub(crate) const LATE_FREE: u64 = 1 << 27;
 
 /// `ACTIVE` values: what the hook records.
 pub(crate) const OFF: u8 = 0;
@@ -62,6 +72,7 @@ pub(crate) struct Record {
 }
 
 impl Record {
+    #[cfg(test)]
     const ZERO: Record = Record {
         addr: 0,
         size: 0,
@@ -129,22 +140,69 @@ struct Producer {
     seen_tail: AtomicUsize,
 }
 
+/// The consumer's line: what it has taken (`tail`), the allocation it claimed
+/// ([`Ring::settle`]), and the claimed allocation it saw marked freed (only the consumer
+/// reads those two).
+struct Consumer {
+    tail: AtomicUsize,
+    /// Index + 1 of the newest record the consumer took while it was an allocation not marked
+    /// [`PAIR_FREED`] (the producer reads it after marking, [`Ring::flag_pair`]).
+    claimed: AtomicUsize,
+    late_addr: AtomicU64,
+    late_ticks: AtomicU64,
+}
+
+/// A ring slot: a [`Record`] in atomics (relaxed: plain loads and stores). The producer writes
+/// all four words before it publishes the slot (release of `head`), and afterwards only
+/// `meta`, while the slot holds its newest record ([`Ring::flag_pair`]); the consumer reads
+/// them after it acquired `head`.
+struct Slot {
+    addr: AtomicU64,
+    size: AtomicU64,
+    ticks: AtomicU64,
+    meta: AtomicU64,
+}
+
+impl Slot {
+    const fn zero() -> Slot {
+        Slot {
+            addr: AtomicU64::new(0),
+            size: AtomicU64::new(0),
+            ticks: AtomicU64::new(0),
+            meta: AtomicU64::new(0),
+        }
+    }
+
+    #[inline(always)]
+    fn store(&self, r: &Record) {
+        self.addr.store(r.addr, Ordering::Relaxed);
+        self.size.store(r.size, Ordering::Relaxed);
+        self.ticks.store(r.ticks, Ordering::Relaxed);
+        self.meta.store(r.meta, Ordering::Relaxed);
+    }
+
+    #[inline(always)]
+    fn load(&self) -> Record {
+        Record {
+            addr: self.addr.load(Ordering::Relaxed),
+            size: self.size.load(Ordering::Relaxed),
+            ticks: self.ticks.load(Ordering::Relaxed),
+            meta: self.meta.load(Ordering::Relaxed),
+        }
+    }
+}
+
 /// A single-producer (the owning thread) single-consumer (the tracker) ring of records.
 pub(crate) struct Ring {
     /// Producer's line: where it writes next (`head`), and the consumer's `tail` as last read (only
     /// read again when the ring looks half full: most pushes touch no shared line but the
     /// slot's).
     prod: Line<Producer>,
-    tail: Line<AtomicUsize>,
+    cons: Line<Consumer>,
     owner: AtomicU8,
     tid: AtomicI32,
-    buf: [UnsafeCell<Record>; RING_CAP],
+    buf: [Slot; RING_CAP],
 }
-
-// SAFETY: `buf` slots are written only by the producer between `tail` and `head + 1` and read
-// only by the consumer below `head` (published with release/acquire): no slot is accessed by
-// both at once. The orphan ring's producers serialize on `ORPHAN_LOCK`.
-unsafe impl Sync for Ring {}
 
 impl Ring {
     const fn new() -> Ring {
@@ -153,10 +211,15 @@ impl Ring {
                 head: AtomicUsize::new(0),
                 seen_tail: AtomicUsize::new(0),
             }),
-            tail: Line(AtomicUsize::new(0)),
+            cons: Line(Consumer {
+                tail: AtomicUsize::new(0),
+                claimed: AtomicUsize::new(0),
+                late_addr: AtomicU64::new(0),
+                late_ticks: AtomicU64::new(0),
+            }),
             owner: AtomicU8::new(RING_OWNED),
             tid: AtomicI32::new(0),
-            buf: [const { UnsafeCell::new(Record::ZERO) }; RING_CAP],
+            buf: [const { Slot::zero() }; RING_CAP],
         }
     }
 
@@ -176,11 +239,27 @@ impl Ring {
     /// Stores `rec` in slot `h` and publishes it.
     #[inline(always)]
     fn put(&self, h: usize, rec: Record) {
-        // SAFETY: slot `h` is outside what the consumer may read (it reads below `head`), and
-        // only this producer writes (see the `Sync` impl); `h - tail < RING_CAP` (checked by
-        // the callers against a `tail` read at or before now: `tail` only grows).
-        unsafe { *self.buf[h % RING_CAP].get() = rec };
+        // Slot `h` is outside what the consumer reads (below `head`); `h - tail < RING_CAP`
+        // (checked by the callers against a `tail` read at or before now: `tail` only grows).
+        self.buf[h % RING_CAP].store(&rec);
         self.prod.head.store(h.wrapping_add(1), Ordering::Release);
+    }
+
+    /// Producer: the newest record (index `h`, an allocation) has its block freed now, by
+    /// this thread: marks it ([`PAIR_FREED`] | `bits`) instead of pushing a free. Returns
+    /// whether the consumer claimed it meanwhile ([`Ring::settle`]), in which case it may
+    /// have missed the mark and the caller pushes a [`LATE_FREE`].
+    ///
+    /// A store-load pair against the consumer's ([`settle`](Ring::settle)): mark, then read
+    /// `claimed`; the consumer stores `claimed`, then reads the mark. The producer's side is
+    /// a compiler fence; the consumer's [`heavy_barrier`] makes it a full one on every
+    /// thread, so at least one of the two sees the other's store.
+    #[inline(always)]
+    fn flag_pair(&self, h: usize, bits: u64) -> bool {
+        let m = &self.buf[h % RING_CAP].meta;
+        m.store(m.load(Ordering::Relaxed) | bits, Ordering::Relaxed);
+        light_barrier();
+        self.cons.claimed.load(Ordering::Relaxed) == h.wrapping_add(1)
     }
 
     /// The ring looked half full with the `tail` last read: read it again, wake the tracker,
@@ -189,7 +268,7 @@ impl Ring {
     #[inline(never)]
     fn push_slow(&self, rec: Record, may_wait: bool) -> bool {
         let h = self.prod.head.load(Ordering::Relaxed);
-        let mut t = self.tail.load(Ordering::Acquire);
+        let mut t = self.cons.tail.load(Ordering::Acquire);
         self.prod.seen_tail.store(t, Ordering::Relaxed);
         let used = h.wrapping_sub(t);
         if used >= RING_CAP / 2 {
@@ -213,7 +292,7 @@ impl Ring {
                 }
                 wake_tracker();
                 self.wait_for_room(h);
-                t = self.tail.load(Ordering::Acquire);
+                t = self.cons.tail.load(Ordering::Acquire);
                 if h.wrapping_sub(t) < RING_CAP {
                     self.prod.seen_tail.store(t, Ordering::Relaxed);
                     break;
@@ -233,56 +312,72 @@ impl Ring {
         // Checked under the lock and after `WAITING` went up: the tracker moves `tail`, then
         // reads `WAITING` and takes the lock before it notifies, so either this sees the new
         // `tail` or the notification comes after this thread waits.
-        if h.wrapping_sub(self.tail.load(Ordering::SeqCst)) >= RING_CAP {
+        if h.wrapping_sub(self.cons.tail.load(Ordering::SeqCst)) >= RING_CAP {
             let _ = ROOM_CV.wait_timeout(g, ROOM_WAIT);
         }
         WAITING.fetch_sub(1, Ordering::SeqCst);
     }
 
-    /// Calls `f` with the published records the consumer has not taken, oldest first, as (at
-    /// most) two runs (to the end of the buffer, then from its start), and takes as many as
-    /// it returns (consumer side). The runs cannot outlive the call: once `tail` passes a
-    /// slot the producer may write it again.
-    fn take_with(&self, f: impl FnOnce(&[Record], &[Record]) -> usize) {
-        let t = self.tail.load(Ordering::Relaxed);
+    /// Copies the published records into `out` and takes them (consumer side). With `pairs`
+    /// (producers mark allocations freed right after, [`flag_pair`](Ring::flag_pair)), an
+    /// allocation that is the newest record and not marked stays un-taken: it is returned
+    /// (its index) for [`settle`](Ring::settle), and its copy is `out`'s last record.
+    fn drain_into(&self, out: &mut Vec<Record>, pairs: bool) -> (usize, Option<usize>) {
+        let t = self.cons.tail.load(Ordering::Relaxed);
         let h = self.prod.head.load(Ordering::Acquire);
         let n = h.wrapping_sub(t);
-        let start = t % RING_CAP;
-        let first = n.min(RING_CAP - start);
-        let run = |from: usize, len: usize| -> &[Record] {
-            // SAFETY: slots in `[t, h)` were published by the producer's release store of
-            // `head` (acquired above) and are not written again until `tail` passes them;
-            // `tail` moves only below, after `f` returned (the runs' borrows end with it).
-            // `from + len <= RING_CAP`. `UnsafeCell<Record>` has `Record`'s layout.
-            unsafe { std::slice::from_raw_parts(self.buf.as_ptr().add(from).cast::<Record>(), len) }
-        };
-        let taken = f(run(start, first), run(0, n - first)).min(n);
-        self.tail.store(t.wrapping_add(taken), Ordering::Release);
+        out.reserve(n);
+        let mut i = t;
+        while i != h {
+            out.push(self.buf[i % RING_CAP].load());
+            i = i.wrapping_add(1);
+        }
+        if pairs && n > 0 {
+            let last = out[out.len() - 1];
+            if last.kind() == KIND_ALLOC && last.meta & PAIR_FREED == 0 {
+                // Slot `h - 1` is not given back yet: the producer cannot reuse it before
+                // `settle` has read it again.
+                self.cons.tail.store(h.wrapping_sub(1), Ordering::Release);
+                return (n, Some(h.wrapping_sub(1)));
+            }
+        }
+        self.cons.tail.store(h, Ordering::Release);
+        (n, None)
     }
 
-    /// Moves the published records into `out` (consumer side).
-    fn drain_into(&self, out: &mut Vec<Record>) -> usize {
-        let t = self.tail.load(Ordering::Relaxed);
-        let h = self.prod.head.load(Ordering::Acquire);
-        let n = h.wrapping_sub(t);
-        // The published slots as (at most) two runs: to the end of the buffer, then from its
-        // start.
-        let start = t % RING_CAP;
-        let first = n.min(RING_CAP - start);
-        for (from, len) in [(start, first), (0, n - first)] {
-            if len == 0 {
-                continue;
-            }
-            // SAFETY: slots in `[t, h)` were published by the producer's release store of
-            // `head` (acquired above) and are not written again until `tail` passes them;
-            // `from + len <= RING_CAP`. `UnsafeCell<Record>` has `Record`'s layout.
-            let run = unsafe {
-                std::slice::from_raw_parts(self.buf.as_ptr().add(from).cast::<Record>(), len)
-            };
-            out.extend_from_slice(run);
+    /// Consumer, first half of taking the open allocation at index `i`
+    /// ([`drain_into`](Ring::drain_into)): claims it. Then [`heavy_barrier`], then
+    /// [`settle`](Ring::settle).
+    fn claim(&self, i: usize) {
+        self.cons
+            .claimed
+            .store(i.wrapping_add(1), Ordering::Relaxed);
+    }
+
+    /// Consumer, second half: reads the claimed allocation's `meta` again (after the
+    /// barrier: a mark the producer made before it read `claimed` is seen here, and a mark
+    /// made after it saw the claim comes with a [`LATE_FREE`] record instead), takes the slot
+    /// and returns the `meta`. A mark seen here is remembered (`late`) so the consumer drops
+    /// the [`LATE_FREE`] the producer may push as well.
+    fn settle(&self, i: usize, addr: u64, ticks: u64) -> u64 {
+        let m = self.buf[i % RING_CAP].meta.load(Ordering::Relaxed);
+        if m & PAIR_FREED != 0 {
+            self.cons.late_addr.store(addr, Ordering::Relaxed);
+            self.cons.late_ticks.store(ticks, Ordering::Relaxed);
         }
-        self.tail.store(h, Ordering::Release);
-        n
+        self.cons.tail.store(i.wrapping_add(1), Ordering::Release);
+        m
+    }
+
+    /// Consumer: whether `r`, the first record taken after a [`settle`](Ring::settle) saw a
+    /// mark, is the [`LATE_FREE`] that duplicates it (forgotten either way: only the record
+    /// right after a claimed one can be its late free).
+    fn is_duplicate(&self, r: &Record) -> bool {
+        let (a, t) = (
+            self.cons.late_addr.swap(0, Ordering::Relaxed),
+            self.cons.late_ticks.swap(0, Ordering::Relaxed),
+        );
+        r.meta & LATE_FREE != 0 && r.kind() == KIND_FREE && r.addr == a && r.size == t && a != 0
     }
 }
 
@@ -335,31 +430,114 @@ impl RingView {
         self.ring.tid.load(Ordering::Relaxed)
     }
 
-    pub(crate) fn drain_into(&self, out: &mut Vec<Record>) -> usize {
-        self.ring.drain_into(out)
-    }
-
-    /// Whether records wait in the ring.
-    pub(crate) fn has_records(&self) -> bool {
-        let r = self.ring;
-        r.prod.head.load(Ordering::Acquire) != r.tail.load(Ordering::Relaxed)
-    }
-
-    /// Calls `f` with the records waiting, oldest first, in (at most) two runs, and takes as
-    /// many as it returns. Only the tracker (the one consumer) calls this.
-    pub(crate) fn take_with(&self, f: impl FnOnce(&[Record], &[Record]) -> usize) {
-        self.ring.take_with(f)
+    /// Copies the ring's records into `out` and takes them; an allocation left open (the
+    /// newest record, which its thread may still mark freed) is returned for [`settle`],
+    /// its copy at `out`'s end. A [`LATE_FREE`] that duplicates a mark [`settle`] saw is
+    /// copied with `meta` 0 (no kind: skipped).
+    pub(crate) fn drain_into(&self, out: &mut Vec<Record>) -> (usize, Option<Open>) {
+        // Only a thread's own ring has marks (not the orphan ring).
+        let pairs = PAIR_FLAGS.load(Ordering::Relaxed) && !ptr::eq(self.ring, &ORPHAN);
+        let from = out.len();
+        let (n, open) = self.ring.drain_into(out, pairs);
+        if n > 0 && self.ring.is_duplicate(&out[from]) {
+            out[from].meta = 0;
+        }
+        let open = open.map(|index| Open {
+            ring: self.ring,
+            index,
+            pos: out.len() - 1,
+        });
+        (n, open)
     }
 
     /// After a drain: an exited thread's ring becomes free for the next thread once empty.
     pub(crate) fn recycle_if_exited(&self) {
         let r = self.ring;
         if r.owner.load(Ordering::Acquire) == RING_EXITED
-            && r.prod.head.load(Ordering::Acquire) == r.tail.load(Ordering::Relaxed)
+            && r.prod.head.load(Ordering::Acquire) == r.cons.tail.load(Ordering::Relaxed)
         {
             r.owner.store(RING_FREE, Ordering::Release);
         }
     }
+}
+
+/// An allocation a drain left open: its ring, its index there, its copy's place in the batch.
+pub(crate) struct Open {
+    ring: &'static Ring,
+    index: usize,
+    pos: usize,
+}
+
+/// Takes the allocations the drains left open, with one [`heavy_barrier`] for all: each is
+/// claimed, then read again, and its copy in `batch` gets the `meta` read (marked
+/// [`PAIR_FREED`] if its thread freed it meanwhile).
+pub(crate) fn settle(open: &[Open], batch: &mut [Record]) {
+    if open.is_empty() {
+        return;
+    }
+    for o in open {
+        o.ring.claim(o.index);
+    }
+    heavy_barrier();
+    for o in open {
+        let r = &mut batch[o.pos];
+        r.meta = o.ring.settle(o.index, r.addr, r.ticks);
+    }
+}
+
+/// Whether threads mark an allocation freed right after instead of pushing a free
+/// ([`Ring::flag_pair`]): on when [`heavy_barrier`] is available (set at session start).
+pub(crate) static PAIR_FLAGS: AtomicBool = AtomicBool::new(false);
+
+#[cfg(all(target_os = "linux", not(miri)))]
+mod membarrier {
+    // From <linux/membarrier.h>.
+    pub(super) const PRIVATE_EXPEDITED: libc::c_int = 1 << 3;
+    pub(super) const REGISTER_PRIVATE_EXPEDITED: libc::c_int = 1 << 4;
+
+    pub(super) fn call(cmd: libc::c_int) -> bool {
+        // SAFETY: membarrier(2) takes two integers and a CPU id (unused: flags 0); it reads
+        // and writes no memory of the caller's.
+        unsafe { libc::syscall(libc::SYS_membarrier, cmd, 0, 0) == 0 }
+    }
+}
+
+/// Registers the process for [`heavy_barrier`]; whether it is available.
+pub(crate) fn register_barrier() -> bool {
+    #[cfg(all(target_os = "linux", not(miri)))]
+    {
+        membarrier::call(membarrier::REGISTER_PRIVATE_EXPEDITED)
+    }
+    #[cfg(not(all(target_os = "linux", not(miri))))]
+    {
+        // Without membarrier the producer's side would need a full fence per mark: no marks.
+        false
+    }
+}
+
+/// The producer's side of the asymmetric store-load barrier ([`Ring::flag_pair`]): keeps the
+/// compiler from moving the mark after the read of `claimed`; [`heavy_barrier`] does the rest.
+#[inline(always)]
+fn light_barrier() {
+    #[cfg(all(target_os = "linux", not(miri)))]
+    std::sync::atomic::compiler_fence(Ordering::SeqCst);
+    #[cfg(not(all(target_os = "linux", not(miri))))]
+    std::sync::atomic::fence(Ordering::SeqCst);
+}
+
+/// The consumer's side: a full memory barrier on every running thread of the process
+/// (`membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`), so each thread's [`light_barrier`] acts
+/// as a full fence against this one. Without membarrier (Miri, not Linux) a fence, matched by
+/// a fence in [`light_barrier`].
+fn heavy_barrier() {
+    #[cfg(all(target_os = "linux", not(miri)))]
+    if !membarrier::call(membarrier::PRIVATE_EXPEDITED) {
+        // Registered at session start, so not expected; should it fail, threads stop marking
+        // (a mark made now may be missed: counted as lost).
+        PAIR_FLAGS.store(false, Ordering::Relaxed);
+        LOST.fetch_add(1, Ordering::Relaxed);
+    }
+    std::sync::atomic::fence(Ordering::SeqCst);
 }
 
 /// Every ring, the orphan ring first.
@@ -426,6 +604,7 @@ unsafe extern "C" fn ring_exit(p: *mut std::ffi::c_void) {
     let _ = LOCAL.try_with(|l| {
         l.ring.set(ptr::null());
         l.state.set(STATE_EXITED);
+        l.last_alloc.set(NO_BLOCK);
     });
     if !p.is_null() {
         // SAFETY: the value set for the key is this thread's ring, never freed.
@@ -572,12 +751,13 @@ fn with_guard<R>(l: &Local, f: impl FnOnce() -> R) -> R {
     r
 }
 
-fn push(l: &Local, rec: Record) {
+/// Appends `rec` to the thread's ring (or the orphan ring); `true` when it is now the newest
+/// record of the thread's own ring.
+fn push(l: &Local, rec: Record) -> bool {
     match l.state.get() {
         STATE_RING => {
             // SAFETY: a non-null ring in `STATE_RING` is this thread's, never freed.
-            unsafe { &*l.ring.get() }.push(rec, true);
-            return;
+            return unsafe { &*l.ring.get() }.push(rec, true);
         }
         STATE_FRESH => {
             let r = claim_ring();
@@ -585,8 +765,7 @@ fn push(l: &Local, rec: Record) {
                 l.ring.set(r);
                 l.state.set(STATE_RING);
                 // SAFETY: as above.
-                unsafe { &*r }.push(rec, true);
-                return;
+                return unsafe { &*r }.push(rec, true);
             }
             l.state.set(STATE_EXITED);
         }
@@ -602,38 +781,18 @@ fn push(l: &Local, rec: Record) {
         spins += 1;
         if spins > 100_000 {
             LOST.fetch_add(1, Ordering::Relaxed);
-            return;
+            return false;
         }
         std::hint::spin_loop();
     }
     ORPHAN.push(rec, false);
     ORPHAN_LOCK.store(false, Ordering::Release);
+    false
 }
 
 /// The tracker's latest pass began at this counter reading (set before it drains a ring; the
 /// session's start before the first pass).
 pub(crate) static PASS_TICKS: AtomicU64 = AtomicU64::new(u64::MAX);
-
-/// The time of a free of `addr`: the reading of the thread's previous record when that record
-/// allocated this very block and was made since the tracker's latest pass began, else a new
-/// reading. Reading the counter costs more than the rest of an exact-mode event on some
-/// machines (a virtual machine's `rdtsc`), and a short-lived block freed right after its
-/// allocation is the common case.
-///
-/// Order is kept: between its allocation and its free a block is live, so no event of that
-/// address (on any thread) falls between them; an event of the address after the free comes
-/// after the block went back to the allocator and takes a new reading, later than the
-/// allocation's. The two records share a reading and keep their ring order. The free's time
-/// is early by at most the block's life, which is within one tracker pass (a pass starts every
-/// millisecond, sooner when rings fill).
-#[inline(always)]
-fn free_ticks(l: &Local, addr: u64) -> u64 {
-    let (last, at) = l.last_alloc.replace(NO_BLOCK);
-    if last == addr && at >= PASS_TICKS.load(Ordering::Relaxed) {
-        return at;
-    }
-    ticks()
-}
 
 #[inline(always)]
 fn ticks() -> u64 {
@@ -870,7 +1029,7 @@ fn on_alloc_slow(mode: u8, addr: *mut u8, size: usize) {
         }
         let site = stack_site(l, site(l));
         let now = ticks();
-        push(
+        let own = push(
             l,
             Record {
                 addr: addr as u64,
@@ -879,7 +1038,8 @@ fn on_alloc_slow(mode: u8, addr: *mut u8, size: usize) {
                 meta: KIND_ALLOC | (site as u64) << 32,
             },
         );
-        l.last_alloc.set((addr as u64, now));
+        l.last_alloc
+            .set(if own { (addr as u64, now) } else { NO_BLOCK });
         l.busy.set(false);
     });
 }
@@ -902,6 +1062,20 @@ pub(crate) fn on_free(mode: u8, addr: *mut u8, size: usize) {
     on_free_slow(addr, size, flags);
 }
 
+/// A free right after its block's allocation (the thread's newest record allocated it) costs
+/// no record: the allocation is marked freed ([`Ring::flag_pair`]), at the allocation's
+/// reading. Without marks (no membarrier) it is a free record that takes the allocation's
+/// reading when that was made since the tracker's latest pass began, else a new reading.
+/// Reading the counter costs more than the rest of an exact-mode event on some machines (a
+/// virtual machine's `rdtsc`), and a short-lived block freed right after its allocation is the
+/// common case.
+///
+/// Order is kept: between its allocation and its free a block is live, so no event of that
+/// address (on any thread) falls between them; an event of the address after the free comes
+/// after the block went back to the allocator and takes a new reading, later than the
+/// allocation's. The free's time is early by at most the block's life, which is within one
+/// tracker pass (a pass that takes the allocation before the mark claims it, and the free
+/// then comes as its own record at a new reading).
 #[inline(never)]
 fn on_free_slow(addr: *mut u8, size: usize, flags: u64) {
     let _ = LOCAL.try_with(|l| {
@@ -910,16 +1084,48 @@ fn on_free_slow(addr: *mut u8, size: usize, flags: u64) {
             return;
         }
         l.busy.set(true);
-        let now = free_ticks(l, addr as u64);
-        push(
-            l,
-            Record {
-                addr: addr as u64,
-                size: size as u64,
-                ticks: now,
-                meta: KIND_FREE | flags,
-            },
-        );
+        let (last, at) = l.last_alloc.replace(NO_BLOCK);
+        if last == addr as u64 && PAIR_FLAGS.load(Ordering::Relaxed) {
+            // The thread's newest record allocated this block (it is in the thread's own
+            // ring: `last_alloc` is set only then, and reset when the thread exits): mark it
+            // instead of pushing a free, unless the tracker claimed it meanwhile.
+            // SAFETY: `last_alloc` is set only while `ring` is this thread's, never freed.
+            let ring = unsafe { &*l.ring.get() };
+            let h = ring.prod.head.load(Ordering::Relaxed).wrapping_sub(1);
+            let bits = if flags & FREE_FROM_FILTER != 0 {
+                PAIR_FREED | PAIR_VIA_FILTER
+            } else {
+                PAIR_FREED
+            };
+            if ring.flag_pair(h, bits) {
+                // Maybe too late: a free of its own, at a new reading (after the pass that
+                // claimed the allocation began), that the tracker drops if it saw the mark.
+                push(
+                    l,
+                    Record {
+                        addr: addr as u64,
+                        size: at,
+                        ticks: ticks(),
+                        meta: KIND_FREE | flags | LATE_FREE,
+                    },
+                );
+            }
+        } else {
+            let now = if last == addr as u64 && at >= PASS_TICKS.load(Ordering::Relaxed) {
+                at
+            } else {
+                ticks()
+            };
+            push(
+                l,
+                Record {
+                    addr: addr as u64,
+                    size: size as u64,
+                    ticks: now,
+                    meta: KIND_FREE | flags,
+                },
+            );
+        }
         l.busy.set(false);
     });
 }
@@ -1040,7 +1246,7 @@ mod tests {
         assert!(!ring.push(Record::ZERO, false));
         assert!(LOST.load(Ordering::Relaxed) > lost);
         let mut out = Vec::new();
-        assert_eq!(ring.drain_into(&mut out), RING_CAP);
+        assert_eq!(ring.drain_into(&mut out, false), (RING_CAP, None));
         assert!(out.iter().enumerate().all(|(i, r)| r.addr == i as u64));
         assert!(ring.push(Record::ZERO, false));
     }
@@ -1063,51 +1269,85 @@ mod tests {
                 next += 1;
             }
             out.clear();
-            assert_eq!(ring.drain_into(&mut out), n);
+            assert_eq!(ring.drain_into(&mut out, false), (n, None));
             let first = next - n as u64;
             assert!(out.iter().zip(first..).all(|(r, i)| r.addr == i));
         }
     }
 
-    /// Records read in place: across the buffer's end in two runs, and those not taken stay
-    /// for the next read.
+    /// The mark of an allocation freed right after: seen in the drain when made before it;
+    /// made after a drain left the allocation open, seen by `settle` (and a late free the
+    /// producer pushes is dropped) or not seen (and the late free stands); the claimed slot
+    /// is not reused before it is settled.
     #[test]
-    fn ring_is_read_in_place_and_keeps_what_is_not_taken() {
+    fn marks_are_seen_once_whenever_they_are_made() {
         let ring = Box::new(Ring::new());
-        let push_n = |from: u64, n: u64| {
-            for i in from..from + n {
-                assert!(ring.push(
-                    Record {
-                        addr: i,
-                        ..Record::ZERO
-                    },
-                    false
-                ));
-            }
+        let alloc = |addr: u64, ticks: u64| Record {
+            addr,
+            ticks,
+            meta: KIND_ALLOC,
+            ..Record::ZERO
         };
-        let cap = RING_CAP as u64;
-        push_n(0, cap - 2);
-        ring.take_with(|a, b| {
-            assert_eq!((a.len(), b.len()), (RING_CAP - 2, 0));
-            RING_CAP - 4
-        });
-        push_n(cap - 2, 5);
-        let mut seen = Vec::new();
-        ring.take_with(|a, b| {
-            assert_eq!((a.len(), b.len()), (4, 3), "across the end: two runs");
-            seen.extend(a.iter().chain(b).map(|r| r.addr));
-            3
-        });
-        assert_eq!(seen, (cap - 4..cap + 3).collect::<Vec<_>>());
-        ring.take_with(|a, b| {
-            let rest: Vec<u64> = a.iter().chain(b).map(|r| r.addr).collect();
-            assert_eq!(rest, (cap - 1..cap + 3).collect::<Vec<_>>());
-            usize::MAX
-        });
-        ring.take_with(|a, b| {
-            assert!(a.is_empty() && b.is_empty());
-            0
-        });
+        let newest = |ring: &Ring| ring.prod.head.load(Ordering::Relaxed).wrapping_sub(1);
+        let mut out = Vec::new();
+        // Marked before the drain: one record, taken whole.
+        assert!(ring.push(alloc(0x10, 1), false));
+        assert!(!ring.flag_pair(newest(&ring), PAIR_FREED));
+        assert_eq!(ring.drain_into(&mut out, true), (1, None));
+        assert_ne!(out[0].meta & PAIR_FREED, 0);
+        // Unmarked at the drain: left open; its slot stays the producer's to mark...
+        out.clear();
+        assert!(ring.push(alloc(0x20, 2), false));
+        let (n, open) = ring.drain_into(&mut out, true);
+        assert_eq!(n, 1);
+        let i = open.expect("an open allocation");
+        ring.claim(i);
+        // ...and the producer, marking after the claim, learns it may be late.
+        assert!(ring.flag_pair(newest(&ring), PAIR_FREED));
+        let late = Record {
+            addr: 0x20,
+            size: 2,
+            ticks: 3,
+            meta: KIND_FREE | LATE_FREE,
+        };
+        assert!(ring.push(late, false));
+        heavy_barrier();
+        let m = ring.settle(i, 0x20, 2);
+        assert_ne!(m & PAIR_FREED, 0, "the mark is seen after the barrier");
+        out.clear();
+        assert_eq!(ring.drain_into(&mut out, true), (1, None));
+        assert!(ring.is_duplicate(&out[0]), "the late free is dropped");
+        // Unmarked at the settle: the late free stands.
+        out.clear();
+        assert!(ring.push(alloc(0x30, 4), false));
+        let (_, open) = ring.drain_into(&mut out, true);
+        let i = open.expect("open");
+        ring.claim(i);
+        heavy_barrier();
+        assert_eq!(ring.settle(i, 0x30, 4) & PAIR_FREED, 0);
+        assert!(ring.flag_pair(newest(&ring), PAIR_FREED));
+        let late = Record {
+            addr: 0x30,
+            size: 4,
+            ticks: 5,
+            meta: KIND_FREE | LATE_FREE,
+        };
+        assert!(ring.push(late, false));
+        out.clear();
+        assert_eq!(ring.drain_into(&mut out, true), (1, None));
+        assert!(!ring.is_duplicate(&out[0]), "a free the tracker must apply");
+        // An open slot is not given back before it is settled.
+        out.clear();
+        assert!(ring.push(alloc(0x40, 6), false));
+        let (_, open) = ring.drain_into(&mut out, true);
+        assert!(open.is_some());
+        for a in 0..RING_CAP as u64 - 1 {
+            assert!(ring.push(alloc(0x100 + a, 10 + a), false));
+        }
+        assert!(
+            !ring.push(alloc(2, 2), false),
+            "the open slot is still held"
+        );
     }
 
     /// What a signal handler (or the tracker's own interner) allocating while its thread is
@@ -1152,7 +1392,7 @@ mod tests {
         LOCAL.with(|l| {
             assert_eq!(l.state.get(), STATE_RING);
             // SAFETY: this thread's ring, never freed.
-            unsafe { &*l.ring.get() }.drain_into(&mut out);
+            unsafe { &*l.ring.get() }.drain_into(&mut out, false);
         });
         let out: Vec<(u64, u64, u64)> = out.iter().map(|r| (r.kind(), r.addr, r.ticks)).collect();
         assert_eq!(out.len(), 7, "{out:?}");

@@ -32,7 +32,10 @@
 //! record (kind, address, size, raw counter reading, site) to a ring of its thread's (Tracy's
 //! per-thread queue, `local.rs`): memory taken from the system allocator directly, reused when
 //! the thread exits (a `pthread` key destructor gives it back, after the thread's Rust TLS
-//! destructors have run). A background thread, `tachyon-memory` (`tracker.rs`), drains the
+//! destructors have run). A free right after its block's allocation on the same thread (the
+//! common short-lived block) appends nothing: it marks the allocation's record freed, and the
+//! tracker takes each ring's newest record, which may still be marked, through an asymmetric
+//! barrier (`membarrier`; `local.rs`). A background thread, `tachyon-memory` (`tracker.rs`), drains the
 //! rings every millisecond (sooner when a ring is half full), merges them in time order, keeps
 //! the live-allocation table (address → size, site) and per-site totals, and writes:
 //!

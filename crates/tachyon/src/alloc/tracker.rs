@@ -420,6 +420,8 @@ struct Tracker {
     runs: Vec<std::ops::Range<usize>>,
     scratch: Vec<Record>,
     pending: Vec<Record>,
+    /// The drains' open allocations (reused space).
+    open: Vec<local::Open>,
     counter_period: u64,
     writer: Option<crate::writer::TraceWriter>,
     profile_index: u64,
@@ -450,32 +452,6 @@ impl Tracker {
         local::PASS_TICKS.store(now_ticks, Ordering::Relaxed);
         let watermark = if last { u64::MAX } else { now_ticks };
         let exact = self.mode_bits & EXACT != 0;
-        if self.pending.is_empty() {
-            // The common case: one ring has records (one busy thread). They are applied where
-            // they lie, without a copy; those from after the watermark stay for the next pass.
-            let mut busy = local::rings().filter(|r| r.has_records());
-            if let (Some(only), None) = (busy.next(), busy.next()) {
-                only.take_with(|a, b| {
-                    let na = a.partition_point(|r| r.ticks < watermark);
-                    let nb = if na == a.len() {
-                        b.partition_point(|r| r.ticks < watermark)
-                    } else {
-                        0
-                    };
-                    if na + nb > 0 {
-                        self.threads.insert(only.tid());
-                    }
-                    self.apply(&a[..na], exact);
-                    self.apply(&b[..nb], exact);
-                    na + nb
-                });
-                for ring in local::rings() {
-                    ring.recycle_if_exited();
-                }
-                self.tick_counters();
-                return;
-            }
-        }
         let mut batch = std::mem::take(&mut self.batch);
         let mut runs = std::mem::take(&mut self.runs);
         runs.clear();
@@ -485,14 +461,24 @@ impl Tracker {
         if !batch.is_empty() {
             runs.push(0..batch.len());
         }
+        let mut open = std::mem::take(&mut self.open);
+        open.clear();
         for ring in local::rings() {
             let from = batch.len();
-            if ring.drain_into(&mut batch) > 0 {
+            let (n, left_open) = ring.drain_into(&mut batch);
+            if n > 0 {
                 self.threads.insert(ring.tid());
                 runs.push(from..batch.len());
             }
-            ring.recycle_if_exited();
+            match left_open {
+                Some(o) => open.push(o),
+                None => ring.recycle_if_exited(),
+            }
         }
+        // The allocations left open (each ring's newest record, which its thread may still
+        // mark freed): taken now, with their marks as they are after the barrier.
+        local::settle(&open, &mut batch);
+        self.open = open;
         if runs.len() > 1 {
             merge_runs(&mut batch, &mut runs, &mut self.scratch);
         }
@@ -517,6 +503,10 @@ impl Tracker {
             i += 1;
             let ts = clock.ticks_to_ns(r.ticks);
             match r.kind() {
+                local::KIND_ALLOC if r.meta & local::PAIR_FREED != 0 => {
+                    let via_filter = r.meta & local::PAIR_VIA_FILTER != 0;
+                    self.heap(0).alloc_then_free(r, ts, ts, via_filter);
+                }
                 local::KIND_ALLOC => match batch.get(i) {
                     Some(f) if f.kind() == local::KIND_FREE && f.addr == r.addr => {
                         i += 1;
@@ -670,6 +660,9 @@ pub(crate) fn start_session(config: &MemoryConfig) {
     if !local::INSTALLED.load(Ordering::Relaxed) {
         return;
     }
+    // Threads mark an allocation freed right after it instead of pushing a free when the
+    // tracker can take their newest records with an asymmetric barrier (membarrier).
+    local::PAIR_FLAGS.store(local::register_barrier(), Ordering::Relaxed);
     let session = global::session_of(global::EPOCH.load(Ordering::Relaxed));
     let clock = crate::clock::clock();
     let (bits, interval) = match config.mode {
@@ -707,6 +700,7 @@ pub(crate) fn start_session(config: &MemoryConfig) {
         runs: Vec::new(),
         scratch: Vec::new(),
         pending: Vec::new(),
+        open: Vec::new(),
         counter_period: config.counter_period.as_nanos().min(u64::MAX as u128) as u64,
         writer: None,
         profile_index: 0,

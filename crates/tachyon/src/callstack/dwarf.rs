@@ -228,6 +228,16 @@ struct FastRules {
     slots: [FastRule; FAST_SLOTS],
 }
 
+/// In a [`FastRule`]'s `addr`: the rule is for a first frame's exact pc (where
+/// [`capture`](super::capture), inlined, read the registers: one pc per call site), not for a
+/// return address. Bit 63: never set in a user-space address.
+const EXACT_PC: u64 = 1 << 63;
+
+/// The slot of an exact pc's rule (apart from a return address's at the same place).
+fn exact_slot_of(pc: u64) -> usize {
+    slot_of(pc ^ 0x2a5)
+}
+
 const EMPTY_RULE: FastRule = FastRule {
     addr: 0,
     cfa_from_bp: false,
@@ -245,13 +255,19 @@ fn slot_of(ra: u64) -> usize {
 /// made-up stack whose every word names its own address: where the return address and the
 /// caller's `bp` were read from, and where the stack pointer went, is the rule. `None` when
 /// the rule is not of that form (framehop then unwinds that frame itself).
+/// `exact_pc`: `ra` is the first frame's exact pc, not a return address (its rule is looked
+/// up at `ra` itself, not at `ra - 1`).
 #[cold]
-fn learn(st: &State, cache: &mut Cache, ra: u64) -> Option<FastRule> {
+fn learn(st: &State, cache: &mut Cache, ra: u64, exact_pc: bool) -> Option<FastRule> {
     const SP: u64 = 0x4000_0000_0000;
     const BP: u64 = 0x5000_0000_0000;
     const TAG: u64 = 0x0a00_0000_0000_0000;
     const NEAR: u64 = 1 << 24;
-    let address = FrameAddress::from_return_address(ra)?;
+    let address = if exact_pc {
+        FrameAddress::InstructionPointer(ra)
+    } else {
+        FrameAddress::from_return_address(ra)?
+    };
     let mut regs = UnwindRegsX86_64::new(ra, SP, BP);
     let mut read = |a: u64| -> Result<u64, ()> { Ok(a ^ TAG) };
     let got = st
@@ -294,8 +310,9 @@ fn learn(st: &State, cache: &mut Cache, ra: u64) -> Option<FastRule> {
     })
 }
 
-/// [`run`] for the calling thread: the first step (from the exact pc) by framehop, then each
-/// frame by its [`FastRule`] (learned the first time its return address is seen). `None` when
+/// [`run`] for the calling thread: each frame by its [`FastRule`], the first (from the exact
+/// pc) too, learned the first time its return address (or pc) is seen; framehop takes the
+/// first step when its pc's rule is not compact. `None` when
 /// the thread's tables are in use (a nested call) or a frame's rule cannot be made compact
 /// and the walk has to start over with framehop alone.
 #[inline(always)]
@@ -342,18 +359,57 @@ fn fast_walk(
                     return Some(n);
                 }
                 // The first step, from the exact pc (whose rule may differ from a return
-                // address's at the same place).
-                let mut regs = UnwindRegsX86_64::new(ip, sp, bp);
-                let first = st.unwinder.unwind_frame(
-                    FrameAddress::InstructionPointer(ip),
-                    &mut regs,
-                    cache,
-                    read,
-                );
-                let Ok(Some(mut ra)) = first else {
-                    return Some(n);
+                // address's at the same place): by its cached compact rule, else by framehop.
+                let first = exact_slot_of(ip);
+                if f.slots[first].addr != ip | EXACT_PC {
+                    // A pc whose rule is not compact (or that ends the stack) is kept as an
+                    // `end` rule: framehop takes that first step each time.
+                    let rule = learn(st, cache, ip, true).unwrap_or(FastRule {
+                        end: true,
+                        ..EMPTY_RULE
+                    });
+                    f.slots[first] = FastRule {
+                        addr: ip | EXACT_PC,
+                        ..rule
+                    };
+                }
+                let (mut ra, mut sp, mut bp) = match f.slots[first] {
+                    rule if rule.addr == ip | EXACT_PC
+                        && !rule.end
+                        && !(rule.cfa_from_bp && bp == 0) =>
+                    {
+                        let base = if rule.cfa_from_bp { bp } else { sp };
+                        let cfa = base.wrapping_add(rule.cfa_off as i64 as u64);
+                        if cfa <= sp {
+                            return Some(n);
+                        }
+                        let Ok(ra) = read(cfa.wrapping_add(rule.ra_off as i64 as u64)) else {
+                            return Some(n);
+                        };
+                        let bp = if rule.bp_off == BP_SAME {
+                            bp
+                        } else {
+                            match read(cfa.wrapping_add(rule.bp_off as i64 as u64)) {
+                                Ok(b) => b,
+                                Err(()) => return Some(n),
+                            }
+                        };
+                        (ra, cfa, bp)
+                    }
+                    _ => {
+                        let mut regs = UnwindRegsX86_64::new(ip, sp, bp);
+                        let first = st.unwinder.unwind_frame(
+                            FrameAddress::InstructionPointer(ip),
+                            &mut regs,
+                            cache,
+                            read,
+                        );
+                        let Ok(Some(ra)) = first else {
+                            return Some(n);
+                        };
+                        (ra, regs.sp(), regs.bp())
+                    }
                 };
-                let (mut sp, mut bp) = (regs.sp(), regs.bp());
                 for _ in 0..1024 {
                     if n == len || ra == 0 {
                         break;
@@ -365,7 +421,7 @@ fn fast_walk(
                     let slot = slot_of(ra);
                     let mut rule = f.slots[slot];
                     if rule.addr != ra {
-                        rule = learn(st, cache, ra)?;
+                        rule = learn(st, cache, ra, false)?;
                         f.slots[slot] = rule;
                     }
                     if rule.end || (rule.cfa_from_bp && bp == 0) {

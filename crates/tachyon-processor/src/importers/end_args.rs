@@ -8,8 +8,8 @@
 //! set starts is kept while the slice is open ([`EndArgs`]); the storage reads and updates the
 //! set (`Storage::arg_set_keys`, `Storage::update_arg`).
 
-use crate::import::{Event, Importer, PendingArg};
-use crate::strings::{FxHashMap, StrId};
+use crate::importers::{Event, Parser, PendingArg};
+use crate::storage::strings::{FxHashMap, StrId};
 
 /// Where each open slice's arg set starts (`Storage::arg_mark`).
 #[derive(Debug, Default)]
@@ -17,7 +17,7 @@ pub(crate) struct EndArgs {
     open: FxHashMap<u32, usize>,
 }
 
-impl Importer {
+impl Parser {
     /// Called when a slice that may be ended later gets arg set `set`, whose args come after
     /// `mark` ([`crate::storage::Storage::arg_mark`]).
     pub(crate) fn note_open_arg_set(&mut self, set: u32, mark: usize) {
@@ -46,7 +46,9 @@ impl Importer {
         let mut added: Vec<PendingArg> = Vec::new();
         let mut added_at: FxHashMap<StrId, usize> = FxHashMap::default();
         for i in ev.args as usize..(ev.args + ev.nargs) as usize {
-            let mut a = self.arena_args.get(&self.st.args, i);
+            let Some(mut a) = self.arena_args.get(&self.st.args, i) else {
+                continue;
+            };
             if a.key == crate::storage::NONE {
                 match self.passthrough_utid(i, ev, true) {
                     Some(v) => (a.key, a.value) = (a.flat_key, v),

@@ -16,23 +16,28 @@
 
 use tachyon_protos::TracePacketView;
 
-use super::{Event, EventKind, Importer};
-use crate::clock;
-use crate::profile::{resolve_callstack, PendingCpuSample};
-use crate::stats::Stat;
+use super::Tokenizer;
+use crate::importers::profile::resolve_callstack;
+use crate::importers::{Event, EventKind};
+use crate::storage::profile::PendingCpuSample;
+use crate::storage::stats::Stat;
+use crate::tokenize::clock;
 
-impl Importer {
+impl Tokenizer {
     /// Tokenizes a packet's `streaming_profile_packet` (the packet has a sequence id).
     pub(super) fn streaming_profile_packet(&mut self, seq_id: u32, p: &TracePacketView<'_>) {
         let Ok(sp) = p.streaming_profile_packet() else {
-            self.st.stats.inc(Stat::stackprofile_parser_error);
+            self.parser.st.stats.inc(Stat::stackprofile_parser_error);
             return;
         };
         let seq = self.seqs.or_default(seq_id);
         // The reference timestamp, in ns: Perfetto reads it with a zero delta first.
         let packet_ns = seq.legacy_ts_us.map(|us| us.saturating_mul(1000));
         let Some(packet_ns) = packet_ns.filter(|&ns| ns >= 0) else {
-            self.st.stats.inc(Stat::streaming_profile_invalid_timestamp);
+            self.parser
+                .st
+                .stats
+                .inc(Stat::streaming_profile_invalid_timestamp);
             return;
         };
         let (pid, tid) = match seq.legacy_thread {
@@ -51,7 +56,7 @@ impl Importer {
         let mut invalid = false;
         for iid in sp.callstack_iid() {
             let (Ok(iid), Some(Ok(delta_us))) = (iid, deltas.next()) else {
-                self.st.stats.inc(Stat::stackprofile_parser_error);
+                self.parser.st.stats.inc(Stat::stackprofile_parser_error);
                 break;
             };
             if !advance(&mut seq.legacy_ts_us, delta_us) {
@@ -59,20 +64,22 @@ impl Importer {
                 break;
             }
             sample_ts = sample_ts.saturating_add(delta_us.saturating_mul(1000));
-            match resolve_callstack(&mut seq.profile, &mut self.st, Some(pid), iid) {
+            match resolve_callstack(&mut seq.profile, &mut self.parser.st, Some(pid), iid) {
                 // Negative only when the clock conversion moved it below 0.
-                Some(_) if sample_ts < 0 => {
-                    self.st.stats.inc(Stat::streaming_profile_invalid_timestamp)
-                }
+                Some(_) if sample_ts < 0 => self
+                    .parser
+                    .st
+                    .stats
+                    .inc(Stat::streaming_profile_invalid_timestamp),
                 Some(callsite) => samples.push((sample_ts, callsite)),
-                None => self.st.stats.inc(Stat::stackprofile_parser_error),
+                None => self.parser.st.stats.inc(Stat::stackprofile_parser_error),
             }
         }
         // Deltas beyond the last callstack still move the reference, as in Perfetto.
         if !invalid {
             for delta_us in deltas.by_ref() {
                 let Ok(delta_us) = delta_us else {
-                    self.st.stats.inc(Stat::stackprofile_parser_error);
+                    self.parser.st.stats.inc(Stat::stackprofile_parser_error);
                     break;
                 };
                 if !advance(&mut seq.legacy_ts_us, delta_us) {
@@ -82,16 +89,23 @@ impl Importer {
             }
         }
         if invalid {
-            self.st.stats.inc(Stat::streaming_profile_invalid_timestamp);
+            self.parser
+                .st
+                .stats
+                .inc(Stat::streaming_profile_invalid_timestamp);
         }
         for (ts, callsite) in samples {
-            let idx = self.st.profile.pending_cpu_samples.len() as u64;
-            self.st.profile.pending_cpu_samples.push(PendingCpuSample {
-                pid,
-                tid,
-                callsite,
-                priority,
-            });
+            let idx = self.parser.st.profile.pending_cpu_samples.len() as u64;
+            self.parser
+                .st
+                .profile
+                .pending_cpu_samples
+                .push(PendingCpuSample {
+                    pid,
+                    tid,
+                    callsite,
+                    priority,
+                });
             self.emit(Event::bare(EventKind::CpuProfileSample, ts, 0, idx));
         }
     }

@@ -6,15 +6,21 @@
 //! views over them, so that alias columns (`slice.cat`, `thread.utid`, `args.display_value`)
 //! and the per-kind track tables cost nothing to store.
 
+mod heap;
+mod logs;
+mod profile;
+mod state;
+pub(crate) mod vtab;
+
 use std::sync::Arc;
 
 use rusqlite::functions::FunctionFlags;
 use rusqlite::types::{Value as SqlValue, ValueRef};
 use rusqlite::{params, Connection};
 
-use crate::stats::STATS;
+use crate::storage::stats::STATS;
+use crate::storage::tables::Tables;
 use crate::storage::{ArgValue, EventType, Storage, NONE};
-use crate::tables::Tables;
 
 const SCHEMA: &str = r#"
 CREATE TABLE __intrinsic_track(
@@ -66,7 +72,7 @@ CREATE TABLE stats(
   machine_id INTEGER, trace_id INTEGER);
 "#;
 
-/// The tables read in place from [`Tables`] (`crate::vtab`), and the views over them.
+/// The tables read in place from [`Tables`] (`crate::sql::vtab`), and the views over them.
 const IN_MEMORY_SCHEMA: &str = r#"
 CREATE VIRTUAL TABLE __intrinsic_slice USING tachyon_slice;
 CREATE VIEW slice AS SELECT *, category AS cat, id AS slice_id FROM __intrinsic_slice;
@@ -105,9 +111,9 @@ pub(crate) fn load(conn: &Connection, mut st: Storage) -> rusqlite::Result<()> {
         "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA temp_store = MEMORY;",
     )?;
     conn.execute_batch(SCHEMA)?;
-    conn.execute_batch(crate::profile::SCHEMA)?;
-    conn.execute_batch(crate::heap::SCHEMA)?;
-    conn.execute_batch(crate::state::SCHEMA)?;
+    conn.execute_batch(profile::SCHEMA)?;
+    conn.execute_batch(heap::SCHEMA)?;
+    conn.execute_batch(state::SCHEMA)?;
     let slices = std::mem::take(&mut st.slices);
     let slice_names = std::mem::take(&mut st.slice_names);
     let args = std::mem::take(&mut st.args);
@@ -212,15 +218,15 @@ pub(crate) fn load(conn: &Connection, mut st: Storage) -> rusqlite::Result<()> {
             ])?;
         }
     }
-    crate::profile::load(&tx, &st)?;
-    crate::heap::load(&tx, &st)?;
-    crate::state::load(&tx, &st)?;
-    crate::logs::load(&tx, &st)?;
+    profile::load(&tx, &st)?;
+    heap::load(&tx, &st)?;
+    state::load(&tx, &st)?;
+    logs::load(&tx, &st)?;
     tx.commit()?;
 
     // The large tables stay in memory as they are; SQL reads them through virtual tables.
     let tables = Arc::new(Tables::new(st.strings, slices, slice_names, args));
-    crate::vtab::register(conn, &tables)?;
+    crate::sql::vtab::register(conn, &tables)?;
     conn.execute_batch(IN_MEMORY_SCHEMA)?;
     let index = tables;
     conn.create_scalar_function(

@@ -11,9 +11,9 @@ use std::fmt;
 
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
-use crate::import::PendingArg;
+use crate::importers::PendingArg;
+use crate::storage::strings::{StrId, StringPool};
 use crate::storage::ArgValue;
-use crate::strings::{StrId, StringPool};
 
 /// Appends the args of annotation value `json` (at `flat_key`/`key`) to `out`: its leaves, or
 /// the JSON string itself if it does not parse.

@@ -6,7 +6,7 @@
 //! loss bookkeeping (`previous_packet_dropped`), clock snapshots and incremental clocks, and
 //! the reservation of track descriptors. What comes out is an [`Event`] with its timestamp in
 //! trace time and every interned id already resolved to a pooled string, so the sorter may
-//! reorder events freely and the parser ([`crate::parse`]) needs no sequence state.
+//! reorder events freely and the parser ([`crate::importers::track_event`]) needs no sequence state.
 
 use std::collections::hash_map::Entry;
 use std::io::Read;
@@ -18,25 +18,24 @@ use tachyon_protos::{
     debug_annotation, DebugAnnotationView, TracePacketView, TrackDescriptorView, TrackEventView,
 };
 
-use crate::lazy;
-
-use crate::clock::{self, ClockId, ClockReading, ClockTracker, Converted, Pending};
+use crate::importers::{
+    Aux, CounterDetails, Event, EventKind, Parser, Reservation, LEGACY_SCOPE_THREAD,
+};
 use crate::sort::Sorter;
-use crate::stats::Stat;
-use crate::storage::{ArgValue, Storage, NONE};
-use crate::strings::{FxHashMap, StrId};
+use crate::storage::stats::Stat;
+use crate::storage::strings::{FxHashMap, StrId};
+use crate::storage::{ArgValue, NONE};
 use crate::SortMode;
+use clock::{ClockId, ClockReading, ClockTracker, Converted, Pending};
 
+pub(crate) mod clock;
+pub(crate) mod json_args;
+pub(crate) mod lazy;
 mod sequences;
 mod streaming;
 
 use sequences::Sequences;
 
-/// Where a legacy event goes (`Importer::legacy_threads`): its thread's track, or, for instants
-/// with `instant_event_scope`, the global (1) or its process's (2) legacy instant track.
-pub(crate) const LEGACY_SCOPE_GLOBAL: u8 = 1;
-pub(crate) const LEGACY_SCOPE_PROCESS: u8 = 2;
-pub(crate) const LEGACY_SCOPE_THREAD: u8 = 3;
 const SEQ_INCREMENTAL_STATE_CLEARED: u32 = SequenceFlags::SeqIncrementalStateCleared as u32;
 const SEQ_NEEDS_INCREMENTAL_STATE: u32 = SequenceFlags::SeqNeedsIncrementalState as u32;
 /// The loss causes `previous_packet_dropped` can name, each with the per-buffer stat it is
@@ -83,136 +82,10 @@ const MAX_ANNOTATION_DEPTH: u32 = 32;
 /// A decompressed `compressed_packets` payload larger than this is refused (a zip bomb would
 /// otherwise exhaust memory).
 const MAX_INFLATED_BYTES: u64 = 1 << 30;
+/// How much of a trace file [`Tokenizer::push_stream`] reads at a time.
+pub(crate) const STREAM_WINDOW: usize = 8 << 20;
 /// The first bytes of a gzip stream.
 pub(crate) const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
-
-/// What a tokenized event does once sorted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum EventKind {
-    SliceBegin,
-    SliceEnd,
-    Instant,
-    /// A legacy complete event (phase `X`); `data` is its duration.
-    Complete,
-    /// A counter value; `data` is the `f64` bits.
-    Counter,
-    /// Names a thread; `data` indexes `Importer::aux`.
-    Thread,
-    /// Names a process; `data` indexes `Importer::aux`.
-    Process,
-    /// A `ProcessTree` process (pid, ppid, uid, name, cmdline); `data` indexes
-    /// `Importer::aux`.
-    TreeProcess,
-    /// A `ProcessTree` thread (tid, tgid as `pid`, name); `data` indexes `Importer::aux`.
-    TreeThread,
-    /// A `SysStats` counter value: `track` indexes the system tracks of
-    /// [`crate::system::SystemState`], `data` is the `f64` bits.
-    SystemCounter,
-    /// A CPU sample; `data` indexes the pending samples of `crate::profile`.
-    PerfSample,
-    /// A StreamingProfilePacket sample; `data` indexes `StackProfile::pending_cpu_samples`.
-    CpuProfileSample,
-    /// A log message (`android_logs`, `logs.rs`); `data` indexes `Importer::arena_logs`.
-    Log,
-    /// Flow events (`data` is the flow id), each bound to the slice open on its track: a flow
-    /// starts there (`FlowOut`: legacy phase `s`, `bind_id` with `FLOW_OUT`), passes through
-    /// (`FlowStep`: phase `t`, `FLOW_INOUT`), arrives and stays open (`FlowIn`: `FLOW_IN`),
-    /// or arrives and ends (`FlowEnd`: phase `f` with `bind_to_enclosing`). `FlowEndNext`
-    /// (phase `f` without it) arrives at the next slice that begins on the track.
-    FlowOut,
-    FlowStep,
-    FlowIn,
-    FlowEnd,
-    FlowEndNext,
-    /// The CPU time of the event's thread (`thread_time_*_us`, in ns) and its instruction
-    /// count (`thread_instruction_count_*`); `data` is the `f64` bits. They go to the thread's
-    /// `thread_time` and `thread_instruction_count` counter tracks.
-    ThreadTime,
-    ThreadInstructions,
-    /// A later descriptor's name for track uuid `track` (`data`: the name's `StrId`).
-    TrackRename,
-    /// A `TYPE_STATE` event on state track `track` (`state.rs`); its name is the state.
-    State,
-}
-
-/// One timestamped event. Variable-length parts (args, flow ids) live in the importer's arenas
-/// and are referenced by range, so an event is a fixed 56 bytes.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Event {
-    pub(crate) ts: i64,
-    /// A track uuid or, if `legacy_thread`, an index into `Importer::legacy_threads` (events
-    /// on a sequence with a ThreadDescriptor and no track uuid). Kept apart by the flag
-    /// because track uuids use all 64 bits.
-    pub(crate) track: u64,
-    pub(crate) data: u64,
-    pub(crate) name: StrId,
-    pub(crate) category: StrId,
-    pub(crate) args: u32,
-    pub(crate) nargs: u32,
-    pub(crate) flows: u32,
-    pub(crate) nflows: u16,
-    pub(crate) nterm: u16,
-    pub(crate) kind: EventKind,
-    pub(crate) legacy_thread: bool,
-}
-
-/// An argument before it gets its arg set id.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct PendingArg {
-    pub(crate) flat_key: StrId,
-    pub(crate) key: StrId,
-    pub(crate) value: ArgValue,
-}
-
-/// Thread or process naming, from descriptors and ProcessTree.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Aux {
-    pub(crate) pid: Option<i64>,
-    pub(crate) tid: i64,
-    pub(crate) name: StrId,
-    pub(crate) cmdline: StrId,
-    /// ProcessTree processes only.
-    pub(crate) ppid: Option<i64>,
-    /// ProcessTree processes only.
-    pub(crate) uid: Option<u32>,
-}
-
-/// What a TrackDescriptor said about a track (Perfetto's "reservation").
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Reservation {
-    pub(crate) parent: u64,
-    pub(crate) name: Option<StrId>,
-    pub(crate) pid: Option<i64>,
-    pub(crate) tid: Option<i64>,
-    pub(crate) counter: Option<CounterDetails>,
-    pub(crate) description: Option<StrId>,
-    pub(crate) child_ordering: i32,
-    pub(crate) sibling_order_rank: Option<i32>,
-    /// A thread's descriptor track stays apart from the thread's own track.
-    pub(crate) disallow_merging: bool,
-    /// A state track (`state`: a `StateDescriptor`), for `TYPE_STATE` events (`state.rs`).
-    pub(crate) state: bool,
-    /// `SIBLING_MERGE_BEHAVIOR_NONE`: the name is no merge key, later descriptors may change it.
-    pub(crate) never_merged: bool,
-    /// On the root track: processes (threads) are ordered by their tracks'
-    /// `sibling_order_rank` (the `*_sort_index_hint` args).
-    pub(crate) explicit_process_order: bool,
-    pub(crate) explicit_thread_order: bool,
-    /// Chrome's `host_app_package_name` of a process track.
-    pub(crate) host_app: Option<StrId>,
-    /// The sequence that described the track first.
-    pub(crate) seq_id: u32,
-}
-
-#[derive(Clone, Debug, Default)]
-pub(crate) struct CounterDetails {
-    pub(crate) unit: Option<StrId>,
-    pub(crate) multiplier: i64,
-    pub(crate) incremental: bool,
-    pub(crate) builtin_type: i32,
-    pub(crate) category: Option<StrId>,
-    pub(crate) y_axis_share_key: Option<StrId>,
-}
 
 #[derive(Debug, Default)]
 struct Defaults {
@@ -249,7 +122,7 @@ struct Sequence {
     needs_total: u64,
     needs_skipped: u64,
     /// Interned call stacks (`profile.rs`).
-    profile: crate::profile::SeqProfile,
+    profile: crate::importers::profile::SeqProfile,
 }
 
 impl Sequence {
@@ -275,33 +148,20 @@ struct Deferred {
     event: Event,
 }
 
-/// The whole import: tokenizer state here, parser state in [`crate::parse`].
+/// The tokenize stage's state; the stages after it are the sorter and the [`Parser`] it feeds.
 #[derive(Debug)]
-pub(crate) struct Importer {
-    pub(crate) st: Storage,
+pub(crate) struct Tokenizer {
+    /// The importers' state (and the storage they write), downstream of the sorter.
+    pub(crate) parser: Parser,
     clocks: ClockTracker,
     seqs: Sequences<Sequence>,
-    pub(crate) reservations: FxHashMap<u64, Reservation>,
     pub(crate) sorter: Sorter,
-    pub(crate) arena_args: crate::arg_arena::ArgArena,
-    pub(crate) arena_flows: Vec<u64>,
-    pub(crate) arena_logs: Vec<crate::logs::PendingLog>,
-    pub(crate) aux: Vec<Aux>,
-    /// Targets of legacy events: (pid, tid, scope), scope one of `LEGACY_SCOPE_*`.
-    pub(crate) legacy_threads: Vec<(Option<i64>, i64, u8)>,
     legacy_thread_ids: FxHashMap<(Option<i64>, i64, u8), u64>,
     /// With a `write_into_file` config draining at least daily: how many buffers it had.
     streamed_buffers: Option<i64>,
     /// Drop TrackEvents before the range of interest (Options::crop_track_events).
     pub(crate) crop_track_events: bool,
     range_of_interest: Option<i64>,
-    /// Sequences that said `first_packet_on_sequence` (their tracks are complete from the
-    /// start).
-    pub(crate) first_packet_seqs: FxHashMap<u32, ()>,
-    /// What a ProcessTree process says besides its `Aux` (by `aux` index).
-    pub(crate) tree_process_extra: FxHashMap<u64, crate::system::TreeProcessExtra>,
-    /// The track uuid of a descriptor's thread or process naming event (by `aux` index).
-    pub(crate) aux_uuid: FxHashMap<u64, u64>,
     latest_ts: i64,
     deferred: Vec<Deferred>,
     writer_buffers: Vec<(u32, u32)>,
@@ -314,38 +174,27 @@ pub(crate) struct Importer {
     keys_source: [StrId; 3],
     /// Reused for the events of one TrackEvent, so that tokenizing does not allocate.
     scratch: Vec<Event>,
-    pub(crate) parse: crate::parse::ParseState,
-    /// Legacy async events (`legacy.rs`).
-    pub(crate) legacy: crate::legacy::LegacyState,
-    /// ProcessTree and SysStats (the system probes' packets).
-    pub(crate) system: crate::system::SystemState,
+    /// The sequence of the packet being tokenized: the sorter keeps each sequence's events
+    /// together.
+    cur_seq: u32,
 }
 
-impl Importer {
+impl Tokenizer {
     pub(crate) fn new(sort: SortMode) -> Self {
-        let mut st = Storage::default();
-        let key_debug = st.strings.intern("debug");
+        let mut parser = Parser::default();
+        let key_debug = parser.st.strings.intern("debug");
         let keys_source = [
             "source.file_name",
             "source.function_name",
             "source.line_number",
         ]
-        .map(|k| st.strings.intern(k));
-        Importer {
-            st,
+        .map(|k| parser.st.strings.intern(k));
+        Tokenizer {
+            parser,
             clocks: ClockTracker::default(),
             seqs: Sequences::default(),
-            reservations: FxHashMap::default(),
             sorter: Sorter::new(sort),
-            arena_args: Default::default(),
-            arena_flows: Vec::new(),
-            arena_logs: Vec::new(),
-            aux: Vec::new(),
-            legacy_threads: Vec::new(),
             legacy_thread_ids: FxHashMap::default(),
-            aux_uuid: FxHashMap::default(),
-            tree_process_extra: FxHashMap::default(),
-            first_packet_seqs: FxHashMap::default(),
             crop_track_events: false,
             streamed_buffers: None,
             range_of_interest: None,
@@ -357,13 +206,103 @@ impl Importer {
             key_debug,
             keys_source,
             scratch: Vec::new(),
-            parse: Default::default(),
-            legacy: Default::default(),
-            system: Default::default(),
+            cur_seq: 0,
         }
     }
 
     // === Trace framing ===
+
+    /// Imports the packets of a `Trace` message read from `r` (a plain trace file of `len`
+    /// bytes), holding only a window of it (`window` bytes, more for a larger packet): the packets are framed as in [`Self::push_trace`],
+    /// and the bytes of those already tokenized are dropped as the window moves on, so the file
+    /// never needs to fit in memory beside the import. `progress` is called with the offset
+    /// reached, now and then.
+    pub(crate) fn push_stream(
+        &mut self,
+        r: &mut dyn Read,
+        len: u64,
+        window: usize,
+        progress: &mut dyn FnMut(usize),
+    ) -> std::io::Result<()> {
+        use protozero::decoder::DecodeError;
+        let mut buf: Vec<u8> = Vec::new();
+        // File offset of `buf[0]`.
+        let mut base = 0u64;
+        let mut eof = false;
+        let mut count = 0u32;
+        loop {
+            // Frame what the window holds.
+            let mut dec = ProtoDecoder::new(&buf);
+            let mut done = 0;
+            let mut need = None;
+            loop {
+                match dec.read_field() {
+                    Ok(Some(f)) => {
+                        if f.id() == 1 {
+                            match f.value() {
+                                FieldValue::Bytes(packet) => {
+                                    self.push_packet(packet, false);
+                                    count += 1;
+                                    if count % 4096 == 0 {
+                                        progress((base as usize).saturating_add(dec.offset()));
+                                    }
+                                }
+                                _ => self.parser.st.stats.inc(Stat::trace_packet_malformed),
+                            }
+                        }
+                        done = dec.offset();
+                    }
+                    Ok(None) => break,
+                    // Cut by the window's end: read on, unless the file ends there too.
+                    Err(DecodeError::PayloadPastEnd { offset, len: n })
+                        if !eof && base + offset as u64 + n <= len =>
+                    {
+                        need = Some(offset + n as usize);
+                        break;
+                    }
+                    Err(
+                        DecodeError::TruncatedVarint { .. }
+                        | DecodeError::TruncatedFixed32 { .. }
+                        | DecodeError::TruncatedFixed64 { .. },
+                    ) if !eof => {
+                        need = Some(buf.len() + 16);
+                        break;
+                    }
+                    Err(_) => {
+                        // A broken length or tag: nothing after it can be framed again.
+                        self.parser.st.stats.inc(Stat::trace_truncated);
+                        progress(len as usize);
+                        return Ok(());
+                    }
+                }
+            }
+            if eof && need.is_none() {
+                break;
+            }
+            // Drop what was framed; read at least what the cut field needs.
+            buf.drain(..done);
+            base += done as u64;
+            let want = need.map_or(0, |n| n - done).max(window.max(1));
+            if buf.capacity() > 2 * want {
+                buf.shrink_to(want); // After a packet larger than the window.
+            }
+            while buf.len() < want && !eof {
+                let at = buf.len();
+                buf.resize(want, 0);
+                let n = loop {
+                    match r.read(&mut buf[at..]) {
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                        other => break other,
+                    }
+                };
+                buf.truncate(at + *n.as_ref().unwrap_or(&0));
+                let n = n?;
+                eof = n == 0;
+            }
+        }
+        progress(len as usize);
+        Ok(())
+    }
 
     /// Imports the packets of a `Trace` message (a whole file, or the payload of
     /// `compressed_packets`). `progress` is called with the offset reached, now and then.
@@ -389,13 +328,13 @@ impl Importer {
                                 progress(dec.offset());
                             }
                         }
-                        _ => self.st.stats.inc(Stat::trace_packet_malformed),
+                        _ => self.parser.st.stats.inc(Stat::trace_packet_malformed),
                     }
                 }
                 Ok(None) => break,
                 Err(_) => {
                     // A broken length or tag: nothing after it can be framed again.
-                    self.st.stats.inc(Stat::trace_truncated);
+                    self.parser.st.stats.inc(Stat::trace_truncated);
                     break;
                 }
             }
@@ -407,14 +346,14 @@ impl Importer {
         // The fields every event's packet has, read straight from the bytes; a packet with
         // anything else (descriptors, interned data, clock snapshots, …) also gets its view.
         let Ok(packet) = lazy::Packet::decode(bytes) else {
-            self.st.stats.inc(Stat::trace_packet_malformed);
+            self.parser.st.stats.inc(Stat::trace_packet_malformed);
             return;
         };
         let view = if packet.other {
             match lazy::Packet::view(bytes) {
                 Ok(v) => Some(v),
                 Err(_) => {
-                    self.st.stats.inc(Stat::trace_packet_malformed);
+                    self.parser.st.stats.inc(Stat::trace_packet_malformed);
                     return;
                 }
             }
@@ -428,18 +367,18 @@ impl Importer {
             }
         }
         if let Err(()) = self.tokenize_packet(&packet, view.as_ref()) {
-            self.st.stats.inc(Stat::trace_packet_malformed);
+            self.parser.st.stats.inc(Stat::trace_packet_malformed);
         }
     }
 
     fn push_compressed(&mut self, packet: &TracePacketView<'_>, nested: bool) {
         if nested || packet.has_zstd_compressed_packets() {
-            self.st.stats.inc(Stat::compressed_packets_errors);
+            self.parser.st.stats.inc(Stat::compressed_packets_errors);
             return;
         }
         let (out, complete) = inflate(packet.compressed_packets(), MAX_INFLATED_BYTES + 1);
         if !complete || out.len() as u64 > MAX_INFLATED_BYTES {
-            self.st.stats.inc(Stat::compressed_packets_errors);
+            self.parser.st.stats.inc(Stat::compressed_packets_errors);
             if out.len() as u64 > MAX_INFLATED_BYTES {
                 return;
             }
@@ -459,6 +398,7 @@ impl Importer {
     ) -> Result<(), ()> {
         let seq_id = p.trusted_packet_sequence_id.unwrap_or(0);
         let has_seq = p.trusted_packet_sequence_id.is_some();
+        self.cur_seq = seq_id;
         let dropped = p.previous_packet_dropped;
         // The first packet of a sequence always says "dropped" (the service cannot know what
         // came before), so it is not counted as a loss, as in Perfetto.
@@ -480,14 +420,15 @@ impl Importer {
             seq.writer_dropped = seq.writer_dropped.saturating_add_unsigned(writer_dropped);
         }
         if p.first_packet_on_sequence {
-            self.first_packet_seqs.insert(seq_id, ());
+            self.parser.first_packet_seqs.insert(seq_id, ());
         }
         let flags = p.sequence_flags;
         if p.incremental_state_cleared || flags & SEQ_INCREMENTAL_STATE_CLEARED != 0 {
             if has_seq {
                 self.seq(seq_id).clear();
             } else {
-                self.st
+                self.parser
+                    .st
                     .stats
                     .inc(Stat::incremental_state_cleared_missing_sequence_id);
             }
@@ -495,7 +436,8 @@ impl Importer {
             if has_seq {
                 self.seq(seq_id).valid = false;
             } else {
-                self.st
+                self.parser
+                    .st
                     .stats
                     .inc(Stat::previous_packet_dropped_missing_sequence_id);
             }
@@ -510,7 +452,8 @@ impl Importer {
         if flags & SEQ_NEEDS_INCREMENTAL_STATE != 0 {
             if !has_seq || seq_id == 0 {
                 // Perfetto rejects this outright (the service is too old): count and skip.
-                self.st
+                self.parser
+                    .st
                     .stats
                     .inc(Stat::packet_skipped_seq_needs_incremental_state_invalid);
                 return Ok(());
@@ -519,7 +462,8 @@ impl Importer {
             seq.needs_total += 1;
             if !seq.valid {
                 seq.needs_skipped += 1;
-                self.st
+                self.parser
+                    .st
                     .stats
                     .inc(Stat::packet_skipped_seq_needs_incremental_state_invalid);
                 return Ok(());
@@ -575,16 +519,21 @@ impl Importer {
                 }
                 self.seq(seq_id).defaults = Some(defaults);
             } else {
-                self.st
+                self.parser
+                    .st
                     .stats
                     .inc(Stat::trace_packet_defaults_missing_sequence_id);
             }
         }
         if p.has_interned_data() {
             if !has_seq {
-                self.st.stats.inc(Stat::interned_data_missing_sequence_id);
+                self.parser
+                    .st
+                    .stats
+                    .inc(Stat::interned_data_missing_sequence_id);
             } else if !self.seq(seq_id).valid {
-                self.st
+                self.parser
+                    .st
                     .stats
                     .inc(Stat::interned_data_skipped_incremental_state_invalid);
             } else {
@@ -640,7 +589,7 @@ impl Importer {
             let d = p.thread_descriptor().map_err(drop)?;
             let (pid, tid) = (d.pid() as i64, d.tid());
             let name = if d.has_thread_name() {
-                self.st.strings.intern_bytes(d.thread_name_bytes())
+                self.parser.st.strings.intern_bytes(d.thread_name_bytes())
             } else {
                 NONE
             };
@@ -684,11 +633,17 @@ impl Importer {
         }
         if p.has_process_tree() {
             let ts = self.naming_time(&time);
-            self.process_tree(p, ts)?;
+            let mut out = std::mem::take(&mut self.scratch);
+            let result = self.parser.process_tree(p, ts, &mut out);
+            for ev in out.drain(..) {
+                self.emit(ev);
+            }
+            self.scratch = out;
+            result?;
         }
         if p.has_sys_stats() {
             let mut out = std::mem::take(&mut self.scratch);
-            let result = self.sys_stats(p, &mut out);
+            let result = self.parser.sys_stats(p, &mut out);
             self.emit_timed(&time, &mut out);
             self.scratch = out;
             result?;
@@ -706,14 +661,22 @@ impl Importer {
                 Converted::At(ts) => Some(ts),
                 _ => None,
             };
-            crate::heap::profile_packet(&mut self.st, seq_id, ts, p, &mut to_trace)?;
+            crate::importers::heap::profile_packet(
+                &mut self.parser.st,
+                seq_id,
+                ts,
+                p,
+                &mut to_trace,
+            )?;
         }
         if p.has_perf_sample() && has_seq {
             let s = p.perf_sample().map_err(drop)?;
             let seq = self.seqs.get_mut(&seq_id).expect("sequence exists");
-            if let Some(idx) =
-                crate::profile::tokenize_perf_sample(&mut seq.profile, &mut self.st, &s)
-            {
+            if let Some(idx) = crate::importers::profile::tokenize_perf_sample(
+                &mut seq.profile,
+                &mut self.parser.st,
+                &s,
+            ) {
                 let mut out = std::mem::take(&mut self.scratch);
                 out.push(Event::bare(EventKind::PerfSample, 0, 0, idx));
                 self.emit_timed(&time, &mut out);
@@ -725,7 +688,7 @@ impl Importer {
         }
         if p.has_module_symbols() {
             let m = p.module_symbols().map_err(drop)?;
-            crate::profile::queue_module_symbols(&mut self.st, &m)?;
+            crate::importers::profile::queue_module_symbols(&mut self.parser.st, &m)?;
         }
         Ok(())
     }
@@ -757,7 +720,7 @@ impl Importer {
                 }
             }
             Time::At(_) | Time::Failed => {
-                self.st.stats.inc(Stat::clock_sync_failure);
+                self.parser.st.stats.inc(Stat::clock_sync_failure);
                 events.clear();
             }
         }
@@ -768,12 +731,12 @@ impl Importer {
     }
 
     fn legacy_thread(&mut self, pid: Option<i64>, tid: i64, scope: u8) -> u64 {
-        let next = self.legacy_threads.len() as u64;
+        let next = self.parser.legacy_threads.len() as u64;
         *self
             .legacy_thread_ids
             .entry((pid, tid, scope))
             .or_insert_with(|| {
-                self.legacy_threads.push((pid, tid, scope));
+                self.parser.legacy_threads.push((pid, tid, scope));
                 next
             })
     }
@@ -787,12 +750,12 @@ impl Importer {
         let cmdline = if args.is_empty() {
             NONE
         } else {
-            self.st.strings.intern(&args.join(" "))
+            self.parser.st.strings.intern(&args.join(" "))
         };
         let name = if d.has_process_name() {
-            self.st.strings.intern_bytes(d.process_name_bytes())
+            self.parser.st.strings.intern_bytes(d.process_name_bytes())
         } else if let Some(first) = args.first() {
-            self.st.strings.intern(first)
+            self.parser.st.strings.intern(first)
         } else {
             NONE
         };
@@ -811,9 +774,8 @@ impl Importer {
     /// Queues a thread/process naming event (`kind` is `Thread`, `Process`, `TreeThread` or
     /// `TreeProcess`) at `ts`.
     pub(crate) fn push_aux(&mut self, ts: i64, kind: EventKind, aux: Aux) {
-        let idx = self.aux.len() as u64;
-        self.aux.push(aux);
-        self.emit(Event::bare(kind, ts, 0, idx));
+        let ev = self.parser.aux_event(ts, kind, aux);
+        self.emit(ev);
     }
 
     // === Interned data ===
@@ -823,38 +785,42 @@ impl Importer {
         let mut names = Vec::new();
         for e in d.event_names() {
             let e = e.map_err(drop)?;
-            names.push((e.iid(), self.st.strings.intern_bytes(e.name_bytes())));
+            names.push((e.iid(), self.parser.st.strings.intern_bytes(e.name_bytes())));
         }
         let mut cats = Vec::new();
         for e in d.event_categories() {
             let e = e.map_err(drop)?;
-            cats.push((e.iid(), self.st.strings.intern_bytes(e.name_bytes())));
+            cats.push((e.iid(), self.parser.st.strings.intern_bytes(e.name_bytes())));
         }
         let mut ann = Vec::new();
         for e in d.debug_annotation_names() {
             let e = e.map_err(drop)?;
-            let name = self.st.strings.intern_bytes(e.name_bytes());
+            let name = self.parser.st.strings.intern_bytes(e.name_bytes());
             ann.push((e.iid(), (name, self.top_key(name))));
         }
         let mut strs = Vec::new();
         for e in d.debug_annotation_string_values() {
             let e = e.map_err(drop)?;
-            strs.push((e.iid(), self.st.strings.intern_bytes(e.str())));
+            strs.push((e.iid(), self.parser.st.strings.intern_bytes(e.str())));
         }
         let mut locs = Vec::new();
         for e in d.source_locations() {
             let e = e.map_err(drop)?;
-            let file = self.st.strings.intern_bytes(e.file_name_bytes());
-            let func = self.st.strings.intern_bytes(e.function_name_bytes());
+            let file = self.parser.st.strings.intern_bytes(e.file_name_bytes());
+            let func = self.parser.st.strings.intern_bytes(e.function_name_bytes());
             locs.push((e.iid(), (file, func, e.line_number())));
         }
         let mut bodies = Vec::new();
         for e in d.log_message_body() {
             let e = e.map_err(drop)?;
-            bodies.push((e.iid(), self.st.strings.intern_bytes(e.body_bytes())));
+            bodies.push((e.iid(), self.parser.st.strings.intern_bytes(e.body_bytes())));
         }
         let seq = self.seqs.get_mut(&seq_id).expect("sequence exists");
-        crate::profile::ingest_interned(&mut seq.profile, &d, &mut self.st.strings)?;
+        crate::importers::profile::ingest_interned(
+            &mut seq.profile,
+            &d,
+            &mut self.parser.st.strings,
+        )?;
         seq.log_bodies.extend(bodies);
         seq.names.extend(names);
         seq.categories.extend(cats);
@@ -873,7 +839,7 @@ impl Importer {
                 .clocks
                 .set_trace_clock(snap.primary_trace_clock_raw() as ClockId)
         {
-            self.st.stats.inc(Stat::invalid_clock_snapshots);
+            self.parser.st.stats.inc(Stat::invalid_clock_snapshots);
         }
         let mut readings = Vec::new();
         for c in snap.clocks() {
@@ -881,7 +847,7 @@ impl Importer {
             let mut id = c.clock_id() as ClockId;
             if clock::is_sequence_clock(c.clock_id()) {
                 if seq_id == 0 {
-                    self.st.stats.inc(Stat::invalid_clock_snapshots);
+                    self.parser.st.stats.inc(Stat::invalid_clock_snapshots);
                     return Ok(());
                 }
                 id = clock::sequence_clock(seq_id, c.clock_id());
@@ -894,7 +860,7 @@ impl Importer {
             });
         }
         if self.clocks.add_snapshot(&readings).is_err() {
-            self.st.stats.inc(Stat::invalid_clock_snapshots);
+            self.parser.st.stats.inc(Stat::invalid_clock_snapshots);
         }
         Ok(())
     }
@@ -942,7 +908,7 @@ impl Importer {
 
     fn trace_stats(&mut self, p: &TracePacketView<'_>) -> Result<(), ()> {
         let t = p.trace_stats().map_err(drop)?;
-        let s = &mut self.st.stats;
+        let s = &mut self.parser.st.stats;
         let u = |v: u64| v.min(i64::MAX as u64) as i64;
         s.set(
             Stat::traced_producers_connected,
@@ -1036,7 +1002,7 @@ impl Importer {
     fn notify_read_buffers(&mut self) {
         let mut batch = self.sorter.on_read_buffers();
         if !batch.is_empty() {
-            self.apply_batch(&mut batch);
+            self.parser.apply_batch(&mut batch);
         }
     }
 
@@ -1051,11 +1017,14 @@ impl Importer {
         ts: i64,
     ) -> Result<(), ()> {
         if !d.has_uuid() {
-            self.st.stats.inc(Stat::track_descriptor_missing_uuid);
+            self.parser
+                .st
+                .stats
+                .inc(Stat::track_descriptor_missing_uuid);
             return Ok(());
         }
         let uuid = d.uuid();
-        let strings = &mut self.st.strings;
+        let strings = &mut self.parser.st.strings;
         let name = if d.has_name() {
             Some(strings.intern_bytes(d.name_bytes()))
         } else if d.has_static_name() {
@@ -1099,7 +1068,8 @@ impl Importer {
             let c = d.chrome_process().map_err(drop)?;
             if c.has_host_app_package_name() {
                 r.host_app = Some(
-                    self.st
+                    self.parser
+                        .st
                         .strings
                         .intern_bytes(c.host_app_package_name_bytes()),
                 );
@@ -1115,7 +1085,7 @@ impl Importer {
         }
         if d.has_counter() {
             let c = d.counter().map_err(drop)?;
-            let strings = &mut self.st.strings;
+            let strings = &mut self.parser.st.strings;
             let unit = if c.has_unit_name() {
                 Some(strings.intern_bytes(c.unit_name_bytes()))
             } else {
@@ -1141,7 +1111,7 @@ impl Importer {
             });
         }
         let (pid, tid) = (r.pid, r.tid);
-        match self.reservations.entry(uuid) {
+        match self.parser.reservations.entry(uuid) {
             Entry::Vacant(e) => {
                 e.insert(r);
             }
@@ -1152,7 +1122,8 @@ impl Importer {
                     && old.tid == r.tid
                     && old.counter.is_some() == r.counter.is_some();
                 if !same {
-                    self.st
+                    self.parser
+                        .st
                         .stats
                         .inc(Stat::track_descriptor_conflicting_reservation);
                     return Ok(());
@@ -1175,11 +1146,15 @@ impl Importer {
                 ppid: None,
                 uid: None,
             };
-            self.aux_uuid.insert(self.aux.len() as u64, uuid);
+            self.parser
+                .aux_uuid
+                .insert(self.parser.aux.len() as u64, uuid);
             self.push_aux(i64::MIN, EventKind::Thread, aux);
         }
         if let Some((pid, (name, cmdline))) = process {
-            self.aux_uuid.insert(self.aux.len() as u64, uuid);
+            self.parser
+                .aux_uuid
+                .insert(self.parser.aux.len() as u64, uuid);
             let aux = Aux {
                 pid: Some(pid),
                 tid: 0,
@@ -1205,12 +1180,15 @@ impl Importer {
         let ev = match lazy::TrackEvent::decode(bytes) {
             Ok(ev) => ev,
             Err(_) => {
-                self.st.stats.inc(Stat::track_event_tokenizer_errors);
+                self.parser.st.stats.inc(Stat::track_event_tokenizer_errors);
                 return Ok(());
             }
         };
         if !has_seq {
-            self.st.stats.inc(Stat::track_event_missing_sequence_id);
+            self.parser
+                .st
+                .stats
+                .inc(Stat::track_event_missing_sequence_id);
             return Ok(());
         }
         // Fields outside the common set (legacy events and timestamps, inline categories,
@@ -1229,7 +1207,7 @@ impl Importer {
                     Some(t)
                 }
                 None => {
-                    self.st.stats.inc(Stat::clock_sync_failure);
+                    self.parser.st.stats.inc(Stat::clock_sync_failure);
                     return Ok(());
                 }
             }
@@ -1238,7 +1216,10 @@ impl Importer {
         };
         let time = match legacy_us.map(|us| us.saturating_mul(1000)) {
             Some(ns) if ns < 0 => {
-                self.st.stats.inc(Stat::track_event_invalid_timestamp);
+                self.parser
+                    .st
+                    .stats
+                    .inc(Stat::track_event_invalid_timestamp);
                 return Ok(());
             }
             Some(ns) => match self.clocks.convert(clock::MONOTONIC, ns as u64) {
@@ -1252,16 +1233,22 @@ impl Importer {
             Time::At(ts) => (ts, None),
             Time::Deferred(time) => (0, Some(time)),
             Time::Missing => {
-                self.st.stats.inc(Stat::track_event_missing_timestamp);
+                self.parser
+                    .st
+                    .stats
+                    .inc(Stat::track_event_missing_timestamp);
                 return Ok(());
             }
             Time::Failed => {
-                self.st.stats.inc(Stat::clock_sync_failure);
+                self.parser.st.stats.inc(Stat::clock_sync_failure);
                 return Ok(());
             }
         };
         if deferred.is_none() && ts < 0 {
-            self.st.stats.inc(Stat::track_event_invalid_timestamp);
+            self.parser
+                .st
+                .stats
+                .inc(Stat::track_event_invalid_timestamp);
             return Ok(());
         }
         if self.crop_track_events
@@ -1326,7 +1313,7 @@ impl Importer {
                     .then(|| (Some(l.pid_override() as i64), l.tid_override() as i64))
             });
             let thread = overridden.or(seq.legacy_thread).or_else(|| {
-                let r = self.reservations.get(&default_uuid?)?;
+                let r = self.parser.reservations.get(&default_uuid?)?;
                 Some((r.pid, r.tid?))
             });
             if let Some((pid, tid)) = thread {
@@ -1352,7 +1339,8 @@ impl Importer {
             3 => EventKind::Instant,
             4 => EventKind::Counter,
             5 if !ev.has_track_uuid() && default_uuid.is_none() => {
-                self.st
+                self.parser
+                    .st
                     .stats
                     .inc(Stat::track_event_state_missing_track_uuid);
                 return;
@@ -1360,7 +1348,7 @@ impl Importer {
             // TYPE_STATE: only on a described state track, never a legacy thread's.
             5 if !legacy_thread
                 && uuid != 0
-                && self.reservations.get(&uuid).is_some_and(|r| r.state) =>
+                && self.parser.reservations.get(&uuid).is_some_and(|r| r.state) =>
             {
                 EventKind::State
             }
@@ -1369,7 +1357,7 @@ impl Importer {
             // TYPE_STATE (state tracks are not modelled) and types this importer does not
             // know: counted, not guessed.
             _ => {
-                self.st.stats.inc(Stat::track_event_parser_errors);
+                self.parser.st.stats.inc(Stat::track_event_parser_errors);
                 return;
             }
         };
@@ -1395,16 +1383,16 @@ impl Importer {
         if ev.type_raw() == 0 || !ev.has_type() {
             // A legacy (TRACE_EVENT-era) event: the phase says what it is.
             let Some(l) = &legacy else {
-                self.st.stats.inc(Stat::track_event_parser_errors);
+                self.parser.st.stats.inc(Stat::track_event_parser_errors);
                 return;
             };
             kind = match l.phase() as u8 {
                 b'B' => EventKind::SliceBegin,
                 b'E' => EventKind::SliceEnd,
                 b'I' | b'i' | b'R' => EventKind::Instant,
-                phase if crate::legacy::is_async_phase(phase) => {
+                phase if crate::importers::legacy::is_async_phase(phase) => {
                     async_phase = Some(phase);
-                    crate::legacy::slice_kind(phase)
+                    crate::importers::legacy::slice_kind(phase)
                 }
                 b'X' => {
                     data = l.duration_us().saturating_mul(1000).max(0) as u64;
@@ -1429,7 +1417,7 @@ impl Importer {
                     }
                 }
                 _ => {
-                    self.st.stats.inc(Stat::track_event_parser_errors);
+                    self.parser.st.stats.inc(Stat::track_event_parser_errors);
                     return;
                 }
             };
@@ -1438,7 +1426,7 @@ impl Importer {
         // Name and categories, through the sequence's interned data.
         let mut interned_misses = 0;
         let name = if ev.has_name() {
-            self.st.strings.intern_bytes(ev.name_bytes())
+            self.parser.st.strings.intern_bytes(ev.name_bytes())
         } else if let Some(iid) = ev.has_name_iid().then(|| ev.name_iid()).or(legacy_name_iid) {
             match seq.names.get(&iid) {
                 Some(&n) => n,
@@ -1467,9 +1455,9 @@ impl Importer {
         let category = match (interned_categories, inline.next()) {
             (0, None) => NONE,
             (1, None) => interned_category,
-            (0, Some(c)) if inline.next().is_none() => self.st.strings.intern(c),
+            (0, Some(c)) if inline.next().is_none() => self.parser.st.strings.intern(c),
             _ => {
-                let strings = &self.st.strings;
+                let strings = &self.parser.st.strings;
                 let joined = ev
                     .category_iids()
                     .filter_map(|iid| seq.categories.get(&iid.ok()?))
@@ -1477,7 +1465,7 @@ impl Importer {
                     .chain(rare.into_iter().flat_map(|r| r.categories().flatten()))
                     .collect::<Vec<_>>()
                     .join(",");
-                self.st.strings.intern(&joined)
+                self.parser.st.strings.intern(&joined)
             }
         };
 
@@ -1485,11 +1473,14 @@ impl Importer {
         let mut async_track = None;
         if let (Some(phase), Some(l)) = (async_phase, &legacy) {
             let emitter = if legacy_thread {
-                crate::legacy::Emitter::LegacyThread(track)
+                crate::importers::legacy::Emitter::LegacyThread(track)
             } else {
-                crate::legacy::Emitter::Track(track)
+                crate::importers::legacy::Emitter::Track(track)
             };
-            match self.tokenize_async(phase, l, emitter, name, category) {
+            match self
+                .parser
+                .tokenize_async(phase, l, emitter, name, category)
+            {
                 Some(t) => async_track = Some((t, phase)),
                 None => return,
             }
@@ -1509,7 +1500,10 @@ impl Importer {
             } else if ev.has_double_counter_value() {
                 ev.double_counter_value()
             } else {
-                self.st.stats.inc(Stat::track_event_counter_missing_value);
+                self.parser
+                    .st
+                    .stats
+                    .inc(Stat::track_event_counter_missing_value);
                 return;
             };
             // A legacy thread's track is never a counter track.
@@ -1521,6 +1515,7 @@ impl Importer {
             match value {
                 Some(v) => out.push(Event::counter(ts, track, v)),
                 None => self
+                    .parser
                     .st
                     .stats
                     .inc(Stat::track_event_counter_invalid_track_uuid),
@@ -1532,51 +1527,62 @@ impl Importer {
         }
 
         if kind != EventKind::Counter {
-            let args = self.arena_args.len() as u32;
+            let args = self.parser.arena_args.len() as u32;
             if let Some((t, phase)) = async_track {
-                self.async_args_before(t, phase);
+                self.parser.async_args_before(t, phase);
             }
             self.annotations(seq_id, ev, rare, &mut interned_misses);
             if let Some((t, phase)) = async_track {
-                self.async_args_after(t, phase);
+                self.parser.async_args_after(t, phase);
             } else if !legacy_thread && kind != EventKind::SliceEnd {
                 if let Some(thread) = self.seqs.get(&seq_id).and_then(|s| s.legacy_thread) {
-                    self.passthrough_placeholder(track, thread);
+                    self.parser.passthrough_placeholder(track, thread);
                 }
             } else if legacy_thread {
                 // A legacy instant with a process or global scope names its thread.
-                if let Some(&(pid, tid, scope)) = self.legacy_threads.get(track as usize) {
+                if let Some(&(pid, tid, scope)) = self.parser.legacy_threads.get(track as usize) {
                     if scope != LEGACY_SCOPE_THREAD {
-                        self.passthrough_placeholder(u64::MAX, (pid, tid));
+                        self.parser.passthrough_placeholder(u64::MAX, (pid, tid));
                     }
                 }
             }
-            let nargs = self.arena_args.len() as u32 - args;
-            let flows = self.arena_flows.len() as u32;
-            self.arena_flows
+            let nargs = self.parser.arena_args.len() as u32 - args;
+            self.parser.arena_args.hold(args, nargs);
+            let flows = self.parser.arena_flows.len() as u32;
+            self.parser
+                .arena_flows
                 .extend(ev.flow_ids().filter_map(Result::ok));
             if let Some(r) = rare {
-                self.arena_flows
+                self.parser
+                    .arena_flows
                     .extend(r.flow_ids_old().filter_map(Result::ok));
             }
             // An event carries at most u16::MAX flow ids of each kind; more are dropped and
             // counted.
-            let all_flows = self.arena_flows.len() as u32 - flows;
+            let all_flows = self.parser.arena_flows.len() as u32 - flows;
             let nflows = all_flows.min(u16::MAX as u32) as u16;
-            self.arena_flows.truncate((flows + nflows as u32) as usize);
-            self.arena_flows
+            self.parser
+                .arena_flows
+                .truncate((flows + nflows as u32) as usize);
+            self.parser
+                .arena_flows
                 .extend(ev.terminating_flow_ids().filter_map(Result::ok));
             if let Some(r) = rare {
-                self.arena_flows
+                self.parser
+                    .arena_flows
                     .extend(r.terminating_flow_ids_old().filter_map(Result::ok));
             }
-            let all_terms = self.arena_flows.len() as u32 - flows - nflows as u32;
+            let all_terms = self.parser.arena_flows.len() as u32 - flows - nflows as u32;
             let nterm = all_terms.min(u16::MAX as u32) as u16;
-            self.arena_flows
+            self.parser
+                .arena_flows
                 .truncate((flows + nflows as u32 + nterm as u32) as usize);
             let dropped = (all_flows - nflows as u32) + (all_terms - nterm as u32);
             if dropped > 0 {
-                self.st.stats.add(Stat::flow_ids_dropped, dropped as i64);
+                self.parser
+                    .st
+                    .stats
+                    .add(Stat::flow_ids_dropped, dropped as i64);
             }
             // (Call stacks are rare fields: an event without them has no callsite.)
             if let (Some(r), EventKind::SliceBegin | EventKind::SliceEnd | EventKind::Instant) =
@@ -1586,17 +1592,23 @@ impl Importer {
                 // The event's process, if its track has one: its mappings are that process's
                 // (Perfetto resolves track event stacks with the track's upid).
                 let pid = if legacy_thread {
-                    self.legacy_threads.get(track as usize).and_then(|t| t.0)
+                    self.parser
+                        .legacy_threads
+                        .get(track as usize)
+                        .and_then(|t| t.0)
                 } else {
-                    self.reservations.get(&track).and_then(|r| r.pid)
+                    self.parser.reservations.get(&track).and_then(|r| r.pid)
                 };
                 let seq = self.seqs.get_mut(&seq_id).expect("sequence exists");
-                if let Some(c) =
-                    crate::profile::track_event_callsite(&mut seq.profile, &mut self.st, pid, r)
-                {
+                if let Some(c) = crate::importers::profile::track_event_callsite(
+                    &mut seq.profile,
+                    &mut self.parser.st,
+                    pid,
+                    r,
+                ) {
                     data = u64::from(c) + 1;
                     if r.has_callstack_weight() {
-                        let w = &mut self.st.profile.callstack_weights;
+                        let w = &mut self.parser.st.profile.callstack_weights;
                         w.push(r.callstack_weight());
                         data |= (w.len() as u64) << 32;
                     }
@@ -1619,6 +1631,7 @@ impl Importer {
                 nterm,
                 kind,
                 legacy_thread,
+                order: 0,
             };
             out.push(event);
             if let Some((flow_kind, id)) = bound_flow {
@@ -1631,16 +1644,17 @@ impl Importer {
                 // As Perfetto: an unresolved body or location is an interning miss and a
                 // parser error, and no row.
                 match self.log_message(seq_id, r) {
-                    Some(log) => self.push_log(&event, log, out),
+                    Some(log) => self.parser.push_log(&event, log, out),
                     None => {
                         interned_misses += 1;
-                        self.st.stats.inc(Stat::track_event_parser_errors);
+                        self.parser.st.stats.inc(Stat::track_event_parser_errors);
                     }
                 }
             }
         }
         if interned_misses > 0 {
-            self.st
+            self.parser
+                .st
                 .stats
                 .add(Stat::interned_data_tokenizer_errors, interned_misses);
         }
@@ -1652,7 +1666,7 @@ impl Importer {
         &mut self,
         seq_id: u32,
         ev: &TrackEventView<'_>,
-    ) -> Option<crate::logs::PendingLog> {
+    ) -> Option<crate::importers::logs::PendingLog> {
         let m = ev.log_message().ok()?;
         let seq = &self.seqs[&seq_id];
         let msg = *seq.log_bodies.get(&m.body_iid())?;
@@ -1663,17 +1677,17 @@ impl Importer {
         };
         let tag = match loc {
             Some((file, _, line)) => {
-                let t = format!("{}:{line}", self.st.strings.get(file));
-                self.st.strings.intern(&t)
+                let t = format!("{}:{line}", self.parser.st.strings.get(file));
+                self.parser.st.strings.intern(&t)
             }
             None => NONE,
         };
         let prio = if m.has_prio() {
             m.prio_raw().clamp(0, 7) as u32
         } else {
-            crate::logs::PRIO_INFO
+            crate::importers::logs::PRIO_INFO
         };
-        Some(crate::logs::PendingLog { prio, tag, msg })
+        Some(crate::importers::logs::PendingLog { prio, tag, msg })
     }
 
     fn extra_counters(
@@ -1718,7 +1732,8 @@ impl Importer {
         );
         for (values, uuids) in [(int_values, int_uuids), (dbl_values, dbl_uuids)] {
             if values.len() > uuids.len() {
-                self.st
+                self.parser
+                    .st
                     .stats
                     .inc(Stat::track_event_extra_counter_track_uuid_mismatch);
             }
@@ -1726,6 +1741,7 @@ impl Importer {
                 match self.counter_value(seq_id, uuid, v) {
                     Some(v) => out.push(Event::counter(ts, uuid, v)),
                     None => self
+                        .parser
                         .st
                         .stats
                         .inc(Stat::track_event_extra_counter_invalid_track),
@@ -1781,7 +1797,7 @@ impl Importer {
     /// Applies the counter track's multiplier and, for incremental counters, the sequence's
     /// running total (reset with the incremental state). `None` if `uuid` is not a counter.
     fn counter_value(&mut self, seq_id: u32, uuid: u64, value: f64) -> Option<f64> {
-        let c = self.reservations.get(&uuid)?.counter.as_ref()?;
+        let c = self.parser.reservations.get(&uuid)?.counter.as_ref()?;
         let mut v = value;
         if c.multiplier > 0 {
             v *= c.multiplier as f64;
@@ -1805,11 +1821,11 @@ impl Importer {
     ) {
         for a in ev.debug_annotations() {
             let Ok(a) = a else {
-                self.st.stats.inc(Stat::track_event_tokenizer_errors);
+                self.parser.st.stats.inc(Stat::track_event_tokenizer_errors);
                 continue;
             };
             let key = if let Some(name) = a.name {
-                let name = self.st.strings.intern_bytes(name);
+                let name = self.parser.st.strings.intern_bytes(name);
                 self.top_key(name)
             } else if let Some(&(_, key)) = self.seqs[&seq_id]
                 .annotation_names
@@ -1838,8 +1854,8 @@ impl Importer {
         } else if let Some(r) = rare.filter(|r| r.has_source_location()) {
             r.source_location().ok().map(|l| {
                 (
-                    self.st.strings.intern_bytes(l.file_name_bytes()),
-                    self.st.strings.intern_bytes(l.function_name_bytes()),
+                    self.parser.st.strings.intern_bytes(l.file_name_bytes()),
+                    self.parser.st.strings.intern_bytes(l.function_name_bytes()),
                     l.line_number(),
                 )
             })
@@ -1853,22 +1869,9 @@ impl Importer {
                 (kn, ArgValue::Str(func)),
                 (kl, ArgValue::Int(line as i64)),
             ] {
-                self.pend_arg(k, k, v);
+                self.parser.pend_arg(k, k, v);
             }
         }
-    }
-
-    /// Appends an argument of the event being tokenized (its entry id, in `arena_args`).
-    #[inline]
-    pub(crate) fn pend_arg(&mut self, flat_key: StrId, key: StrId, value: ArgValue) {
-        self.arena_args.push(
-            &mut self.st.args,
-            PendingArg {
-                flat_key,
-                key,
-                value,
-            },
-        );
     }
 
     /// The arg key of a top-level annotation named `name`: `debug.<name>`.
@@ -1878,16 +1881,16 @@ impl Importer {
         }
         let k = format!(
             "{}.{}",
-            self.st.strings.get(self.key_debug),
-            self.st.strings.get(name)
+            self.parser.st.strings.get(self.key_debug),
+            self.parser.st.strings.get(name)
         );
-        let k = self.st.strings.intern(&k);
+        let k = self.parser.st.strings.intern(&k);
         self.top_key_cache.insert(name, k);
         k
     }
 
     /// A top-level annotation with a scalar value (or none): the common case of
-    /// [`Importer::annotation_value`], read from the lazily decoded annotation. The order of
+    /// [`Tokenizer::annotation_value`], read from the lazily decoded annotation. The order of
     /// precedence between values is the same.
     fn scalar_annotation(
         &mut self,
@@ -1905,7 +1908,7 @@ impl Importer {
         } else if let Some(v) = a.double_value {
             ArgValue::Real(v)
         } else if let Some(s) = a.string_value {
-            ArgValue::Str(self.st.strings.intern_bytes(s))
+            ArgValue::Str(self.parser.st.strings.intern_bytes(s))
         } else if let Some(iid) = a.string_value_iid {
             match self.seqs[&seq_id].annotation_strings.get(&iid) {
                 Some(&s) => ArgValue::Str(s),
@@ -1920,7 +1923,7 @@ impl Importer {
             // No value: nothing (dictionaries, arrays and the rest take the view's path).
             return;
         };
-        self.pend_arg(key, key, value);
+        self.parser.pend_arg(key, key, value);
     }
 
     fn annotation_value(
@@ -1933,10 +1936,10 @@ impl Importer {
         misses: &mut i64,
     ) {
         if depth > MAX_ANNOTATION_DEPTH {
-            self.st.stats.inc(Stat::track_event_tokenizer_errors);
+            self.parser.st.stats.inc(Stat::track_event_tokenizer_errors);
             return;
         }
-        let strings = &mut self.st.strings;
+        let strings = &mut self.parser.st.strings;
         let value = if a.has_bool_value() {
             ArgValue::Bool(a.bool_value())
         } else if a.has_uint_value() {
@@ -1963,15 +1966,15 @@ impl Importer {
         } else if a.has_legacy_json_value() {
             let json = a.legacy_json_value_bytes();
             let mut out = Vec::new();
-            crate::json_args::push(strings, &mut out, flat_key, key, json);
+            crate::tokenize::json_args::push(strings, &mut out, flat_key, key, json);
             for a in out {
-                self.arena_args.push(&mut self.st.args, a);
+                self.parser.arena_args.push(&mut self.parser.st.args, a);
             }
             return;
         } else if a.has_nested_value() {
             match a.nested_value() {
                 Ok(n) => self.nested_value(&n, flat_key, key, depth + 1),
-                Err(_) => self.st.stats.inc(Stat::track_event_tokenizer_errors),
+                Err(_) => self.parser.st.stats.inc(Stat::track_event_tokenizer_errors),
             }
             return;
         } else {
@@ -1979,14 +1982,14 @@ impl Importer {
             let entries: Vec<_> = a.dict_entries().collect();
             for e in entries {
                 let Ok(e) = e else {
-                    self.st.stats.inc(Stat::track_event_tokenizer_errors);
+                    self.parser.st.stats.inc(Stat::track_event_tokenizer_errors);
                     continue;
                 };
                 let name = if e.has_name() {
                     String::from_utf8_lossy(e.name_bytes()).into_owned()
                 } else if let Some(&(n, _)) = self.seqs[&seq_id].annotation_names.get(&e.name_iid())
                 {
-                    self.st.strings.get(n).to_owned()
+                    self.parser.st.strings.get(n).to_owned()
                 } else {
                     *misses += 1;
                     continue;
@@ -1997,22 +2000,25 @@ impl Importer {
             let elems: Vec<_> = a.array_values().collect();
             for (i, e) in elems.into_iter().enumerate() {
                 let Ok(e) = e else {
-                    self.st.stats.inc(Stat::track_event_tokenizer_errors);
+                    self.parser.st.stats.inc(Stat::track_event_tokenizer_errors);
                     continue;
                 };
-                let k = format!("{}[{i}]", self.st.strings.get(key));
-                let k = self.st.strings.intern(&k);
+                let k = format!("{}[{i}]", self.parser.st.strings.get(key));
+                let k = self.parser.st.strings.intern(&k);
                 self.annotation_value(seq_id, &e, flat_key, k, depth + 1, misses);
             }
             return;
         };
-        self.pend_arg(flat_key, key, value);
+        self.parser.pend_arg(flat_key, key, value);
     }
 
     fn child_keys(&mut self, flat_key: StrId, key: StrId, name: &str) -> (StrId, StrId) {
-        let fk = format!("{}.{name}", self.st.strings.get(flat_key));
-        let k = format!("{}.{name}", self.st.strings.get(key));
-        (self.st.strings.intern(&fk), self.st.strings.intern(&k))
+        let fk = format!("{}.{name}", self.parser.st.strings.get(flat_key));
+        let k = format!("{}.{name}", self.parser.st.strings.get(key));
+        (
+            self.parser.st.strings.intern(&fk),
+            self.parser.st.strings.intern(&k),
+        )
     }
 
     /// The legacy `NestedValue` form of nested annotations.
@@ -2024,7 +2030,7 @@ impl Importer {
         depth: u32,
     ) {
         if depth > MAX_ANNOTATION_DEPTH {
-            self.st.stats.inc(Stat::track_event_tokenizer_errors);
+            self.parser.st.stats.inc(Stat::track_event_tokenizer_errors);
             return;
         }
         match n.nested_type_raw() {
@@ -2046,8 +2052,8 @@ impl Importer {
                 let values: Vec<_> = n.array_values().collect();
                 for (i, v) in values.into_iter().enumerate() {
                     if let Ok(v) = v {
-                        let k = format!("{}[{i}]", self.st.strings.get(key));
-                        let k = self.st.strings.intern(&k);
+                        let k = format!("{}[{i}]", self.parser.st.strings.get(key));
+                        let k = self.parser.st.strings.intern(&k);
                         self.nested_value(&v, flat_key, k, depth + 1);
                     }
                 }
@@ -2060,11 +2066,11 @@ impl Importer {
                 } else if n.has_bool_value() {
                     ArgValue::Bool(n.bool_value())
                 } else if n.has_string_value() {
-                    ArgValue::Str(self.st.strings.intern_bytes(n.string_value_bytes()))
+                    ArgValue::Str(self.parser.st.strings.intern_bytes(n.string_value_bytes()))
                 } else {
                     return;
                 };
-                self.pend_arg(flat_key, key, value);
+                self.parser.pend_arg(flat_key, key, value);
             }
         }
     }
@@ -2075,7 +2081,7 @@ impl Importer {
         if ev.ts != i64::MIN {
             self.latest_ts = self.latest_ts.max(ev.ts);
         }
-        self.sorter.push(ev);
+        self.sorter.push(ev, self.cur_seq);
     }
 
     /// End of input: converts deferred packets, sorts what is left, parses it, and computes
@@ -2084,20 +2090,29 @@ impl Importer {
         for d in std::mem::take(&mut self.deferred) {
             match self.clocks.finish(d.time) {
                 Some(ts) if ts >= 0 => self.emit(Event { ts, ..d.event }),
-                Some(_) => self.st.stats.inc(Stat::track_event_invalid_timestamp),
-                None => self.st.stats.inc(Stat::clock_sync_failure),
+                Some(_) => self
+                    .parser
+                    .st
+                    .stats
+                    .inc(Stat::track_event_invalid_timestamp),
+                None => self.parser.st.stats.inc(Stat::clock_sync_failure),
             }
         }
-        let mut rest = self.sorter.drain_all();
-        self.apply_batch(&mut rest);
-        self.finish_parse();
-        crate::profile::finish(&mut self.st);
-        crate::heap::finish(&mut self.st);
+        let parser = &mut self.parser;
+        self.sorter.drain_all(|ev| parser.apply(ev));
+        self.parser.st.stats.add(
+            Stat::sorter_push_event_out_of_order,
+            self.sorter.out_of_order,
+        );
+        self.sorter.out_of_order = 0;
+        self.parser.finish_parse();
+        crate::importers::profile::finish(&mut self.parser.st);
+        crate::importers::heap::finish(&mut self.parser.st);
 
         // How many packets each writer says it dropped, per sequence (whatever its buffer).
         for (&seq_id, seq) in self.seqs.iter() {
             if seq.writer_dropped != 0 {
-                self.st.stats.add_indexed(
+                self.parser.st.stats.add_indexed(
                     Stat::sequence_writer_packets_dropped,
                     seq_id as i64,
                     seq.writer_dropped,
@@ -2109,11 +2124,13 @@ impl Importer {
         // reached the file: data loss.
         for b in 0..self.streamed_buffers.unwrap_or(0) {
             let overwritten = self
+                .parser
                 .st
                 .stats
                 .get_indexed(Stat::traced_buf_bytes_overwritten, b);
             if let Some(v) = overwritten.filter(|&v| v > 0) {
-                self.st
+                self.parser
+                    .st
                     .stats
                     .set_indexed(Stat::long_trace_mode_bytes_overwritten, b, v);
             }
@@ -2128,14 +2145,17 @@ impl Importer {
             let b = buffer as i64;
             if !seen_buffers.contains(&b) {
                 seen_buffers.push(b);
-                self.st
+                self.parser
+                    .st
                     .stats
                     .add_indexed(Stat::traced_buf_sequence_packet_loss, b, 0);
-                self.st
-                    .stats
-                    .add_indexed(Stat::traced_buf_incremental_sequences_dropped, b, 0);
+                self.parser.st.stats.add_indexed(
+                    Stat::traced_buf_incremental_sequences_dropped,
+                    b,
+                    0,
+                );
             }
-            let s = &mut self.st.stats;
+            let s = &mut self.parser.st.stats;
             s.add_indexed(Stat::traced_buf_sequence_packet_loss, b, seq.dropped);
             if seq.writer_dropped != 0 {
                 s.add_indexed(
@@ -2156,30 +2176,6 @@ impl Importer {
                 }
             }
         }
-    }
-}
-
-impl Event {
-    /// An event with no name, category, args or flows, on track uuid `track`.
-    pub(crate) fn bare(kind: EventKind, ts: i64, track: u64, data: u64) -> Event {
-        Event {
-            ts,
-            track,
-            data,
-            name: NONE,
-            category: NONE,
-            args: 0,
-            nargs: 0,
-            flows: 0,
-            nflows: 0,
-            nterm: 0,
-            kind,
-            legacy_thread: false,
-        }
-    }
-
-    fn counter(ts: i64, track: u64, value: f64) -> Event {
-        Event::bare(EventKind::Counter, ts, track, value.to_bits())
     }
 }
 

@@ -5,8 +5,16 @@
 //! Optional ids use [`NONE`] instead of `Option<u32>` to keep rows small: a slice row is 34
 //! bytes.
 
-use crate::stats::Stats;
-use crate::strings::{FxHashMap, StrId, StringPool};
+pub(crate) mod heap;
+pub(crate) mod logs;
+pub(crate) mod profile;
+pub(crate) mod state;
+pub(crate) mod stats;
+pub(crate) mod strings;
+pub(crate) mod tables;
+
+use stats::Stats;
+use strings::{FxHashMap, StrId, StringPool};
 
 /// "No value" for the `u32` id columns.
 pub(crate) const NONE: u32 = u32::MAX;
@@ -38,7 +46,7 @@ impl ArgValue {
 }
 
 /// One argument: `flat_key` omits array indexes, `key` keeps them (`debug.a[1].b` has the flat
-/// key `debug.a.b`). The import stores args deduplicated ([`crate::tables::ArgBuilder`]);
+/// key `debug.a.b`). The import stores args deduplicated ([`crate::storage::tables::ArgBuilder`]);
 /// this row form is for tests.
 #[cfg(test)]
 #[derive(Clone, Copy, Debug)]
@@ -190,15 +198,15 @@ pub(crate) struct Storage {
     pub(crate) counters: Vec<CounterRow>,
     pub(crate) flows: Vec<FlowRow>,
     /// Arguments, deduplicated as they arrive (`tables.rs`).
-    pub(crate) args: crate::tables::ArgBuilder,
+    pub(crate) args: crate::storage::tables::ArgBuilder,
     /// Call stacks and CPU samples (`profile.rs`).
-    pub(crate) profile: crate::profile::StackProfile,
+    pub(crate) profile: profile::StackProfile,
     /// Heap profiles (`heap.rs`).
-    pub(crate) heap: crate::heap::HeapStore,
+    pub(crate) heap: heap::HeapStore,
     /// TrackEvent states (`state.rs`).
-    pub(crate) states: crate::state::StateStore,
+    pub(crate) states: state::StateStore,
     /// `android_logs` (`logs.rs`).
-    pub(crate) android_logs: Vec<crate::logs::LogRow>,
+    pub(crate) android_logs: Vec<logs::LogRow>,
     /// Slices that began and ended on the same nanosecond (`dur = 0` like an instant, but a
     /// zone: `tachyon stats` counts them).
     pub(crate) zero_length_zones: Vec<u32>,

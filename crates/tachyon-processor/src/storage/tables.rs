@@ -1,5 +1,5 @@
 //! The large tables of a loaded trace, kept in memory in compact form and read by SQL through
-//! virtual tables ([`crate::vtab`]) instead of being copied into SQLite.
+//! virtual tables ([`crate::sql::vtab`]) instead of being copied into SQLite.
 //!
 //! Copying every slice and argument into SQLite row by row cost most of the import time and
 //! held each name and key as text once per row. Here a slice is its fixed-size 34-byte
@@ -9,10 +9,10 @@
 //! 4-byte entry ids, so the source location and constant arguments every zone repeats cost 4
 //! bytes per slice instead of a row each.
 
+use crate::storage::strings::{FxHashMap, StrId, StringPool};
 #[cfg(test)]
 use crate::storage::ArgRow;
 use crate::storage::{ArgValue, SliceNames, SliceRow};
-use crate::strings::{FxHashMap, StrId, StringPool};
 
 /// One distinct argument.
 #[derive(Clone, Copy, Debug)]

@@ -6,7 +6,7 @@
 
 use std::cell::Cell;
 
-use crate::strings::FxHashMap;
+use crate::storage::strings::FxHashMap;
 
 /// Sequence states by id, in the order they were first seen.
 #[derive(Debug)]

@@ -44,7 +44,7 @@
 
 use std::collections::VecDeque;
 
-use crate::strings::FxHashMap;
+use crate::storage::strings::FxHashMap;
 
 /// A clock id; sequence-scoped ids carry the sequence id in the upper 32 bits.
 pub(crate) type ClockId = u64;

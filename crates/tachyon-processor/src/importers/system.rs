@@ -39,10 +39,10 @@
 
 use tachyon_protos::TracePacketView;
 
-use crate::import::{Aux, Event, EventKind, Importer};
-use crate::stats::Stat;
+use crate::importers::{Aux, Event, EventKind, Parser};
+use crate::storage::stats::Stat;
+use crate::storage::strings::{FxHashMap, StrId};
 use crate::storage::{name_priority, ArgValue, CounterRow, EventType, TrackRow, NONE};
-use crate::strings::{FxHashMap, StrId};
 
 use tachyon_protos::sys_stats_keys::{MEMINFO_KEYS, VMSTAT_KEYS};
 
@@ -130,11 +130,16 @@ fn truncate_kworker(name: &str) -> &str {
     name
 }
 
-impl Importer {
+impl Parser {
     // === Tokenizing ===
 
     /// Queues the processes and threads of a ProcessTree packet at `ts`.
-    pub(crate) fn process_tree(&mut self, p: &TracePacketView<'_>, ts: i64) -> Result<(), ()> {
+    pub(crate) fn process_tree(
+        &mut self,
+        p: &TracePacketView<'_>,
+        ts: i64,
+        out: &mut Vec<Event>,
+    ) -> Result<(), ()> {
         let tree = p.process_tree().map_err(drop)?;
         let mut kthreads = Vec::new();
         for proc in tree.processes() {
@@ -179,7 +184,7 @@ impl Importer {
             if extra != TreeProcessExtra::default() {
                 self.tree_process_extra.insert(self.aux.len() as u64, extra);
             }
-            self.push_aux(ts, EventKind::TreeProcess, aux);
+            out.push(self.aux_event(ts, EventKind::TreeProcess, aux));
         }
         for t in tree.threads() {
             let t = t.map_err(drop)?;
@@ -203,7 +208,7 @@ impl Importer {
                 ppid: None,
                 uid: None,
             };
-            self.push_aux(ts, EventKind::TreeThread, aux);
+            out.push(self.aux_event(ts, EventKind::TreeThread, aux));
         }
         Ok(())
     }

@@ -23,10 +23,10 @@ use rusqlite::vtab::{
 };
 use rusqlite::{ffi, Connection, Result};
 
-use crate::db::opt;
+use crate::sql::opt;
+use crate::storage::strings::StrId;
+use crate::storage::tables::Tables;
 use crate::storage::{ArgValue, NONE};
-use crate::strings::StrId;
-use crate::tables::Tables;
 
 /// Registers the modules; the schema then creates the tables with
 /// `CREATE VIRTUAL TABLE __intrinsic_slice USING tachyon_slice` (and `tachyon_args`).

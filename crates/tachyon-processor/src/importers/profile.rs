@@ -24,152 +24,17 @@
 
 use tachyon_protos::{InternedDataView, ModuleSymbolsView, PerfSampleView, TrackEventView};
 
-use crate::stats::Stat;
+use crate::storage::profile::{
+    CallsiteRow, CpuSampleRow, FrameRow, MappingKey, MappingRow, ModuleSymbols, PendingSample,
+    PerfSampleRow, StackProfile, SymbolLine, SymbolRow,
+};
+use crate::storage::stats::Stat;
+use crate::storage::strings::{FxHashMap, StrId, StringPool};
 use crate::storage::{Storage, NONE};
-use crate::strings::{FxHashMap, StrId, StringPool};
 
 /// Frames beyond this depth of one stack are dropped (a hostile trace cannot make a callsite
 /// chain as long as the file).
 const MAX_STACK_DEPTH: usize = 1024;
-
-#[derive(Clone, Debug)]
-pub(crate) struct MappingRow {
-    /// Hex of the raw build id ("" when the binary has none, as Perfetto).
-    pub(crate) build_id: StrId,
-    /// The raw build id, for matching `ModuleSymbols`.
-    pub(crate) build_id_raw: Box<[u8]>,
-    pub(crate) exact_offset: u64,
-    pub(crate) start_offset: u64,
-    pub(crate) start: u64,
-    pub(crate) end: u64,
-    pub(crate) load_bias: u64,
-    pub(crate) name: StrId,
-}
-
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct FrameRow {
-    pub(crate) name: StrId,
-    pub(crate) mapping: u32,
-    pub(crate) rel_pc: u64,
-    pub(crate) symbol_set: u32,
-}
-
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct CallsiteRow {
-    pub(crate) depth: u32,
-    pub(crate) parent: u32,
-    pub(crate) frame: u32,
-}
-
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct SymbolRow {
-    pub(crate) set: u32,
-    pub(crate) name: StrId,
-    pub(crate) file: StrId,
-    pub(crate) line: Option<u32>,
-}
-
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct PerfSampleRow {
-    pub(crate) ts: i64,
-    pub(crate) utid: u32,
-    pub(crate) cpu: Option<u32>,
-    pub(crate) cpu_mode: StrId,
-    pub(crate) callsite: u32,
-    pub(crate) unwind_error: StrId,
-    pub(crate) session: u32,
-}
-
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct TrackEventCallstackRow {
-    pub(crate) slice: u32,
-    pub(crate) track: u32,
-    pub(crate) callsite: u32,
-    pub(crate) end_callsite: u32,
-    /// The event's `callstack_weight`.
-    pub(crate) weight: Option<f64>,
-}
-
-/// A sample between tokenizing and parsing (its thread is resolved once sorted).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct PendingSample {
-    pid: u32,
-    tid: u32,
-    cpu: Option<u32>,
-    cpu_mode: StrId,
-    callsite: u32,
-    unwind_error: StrId,
-    session: u32,
-}
-
-/// A StreamingProfilePacket sample before sorting: the sequence's thread, its stack.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct PendingCpuSample {
-    pub(crate) pid: i64,
-    pub(crate) tid: i64,
-    pub(crate) callsite: u32,
-    pub(crate) priority: i32,
-}
-
-/// A `cpu_profile_stack_sample` row.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct CpuSampleRow {
-    ts: i64,
-    utid: u32,
-    callsite: u32,
-    priority: i32,
-}
-
-/// One source line of a symbolized address: function, file (NONE: unknown), line.
-type SymbolLine = (StrId, StrId, Option<u32>);
-
-/// A `ModuleSymbols` packet, kept until the end of the file.
-#[derive(Debug)]
-struct ModuleSymbols {
-    path: StrId,
-    build_id: Box<[u8]>,
-    /// (address, lines) with lines as (function, file, line).
-    addresses: Vec<(u64, Vec<SymbolLine>)>,
-}
-
-/// Identity of a shared mapping.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct MappingKey {
-    name: StrId,
-    build_id: Box<[u8]>,
-    exact_offset: u64,
-    start_offset: u64,
-    start: u64,
-    end: u64,
-    load_bias: u64,
-}
-
-/// The trace's call-stack tables and their interning (see the module docs).
-#[derive(Debug, Default)]
-pub(crate) struct StackProfile {
-    pub(crate) mappings: Vec<MappingRow>,
-    pub(crate) frames: Vec<FrameRow>,
-    pub(crate) callsites: Vec<CallsiteRow>,
-    pub(crate) symbols: Vec<SymbolRow>,
-    pub(crate) perf_samples: Vec<PerfSampleRow>,
-    pub(crate) track_event_callstacks: Vec<TrackEventCallstackRow>,
-    /// `callstack_weight`s of track events, referenced from the upper half of their event's
-    /// `data` (index + 1; the lower half is the callsite + 1).
-    pub(crate) callstack_weights: Vec<f64>,
-    pending_samples: Vec<PendingSample>,
-    /// StreamingProfilePacket samples (`import/streaming.rs`): tokenized, then as sorted.
-    pub(crate) pending_cpu_samples: Vec<PendingCpuSample>,
-    pub(crate) cpu_samples: Vec<CpuSampleRow>,
-    module_symbols: Vec<ModuleSymbols>,
-    shared_mappings: FxHashMap<MappingKey, u32>,
-    frame_index: FxHashMap<(u32, u64, StrId), u32>,
-    dummy_frames: FxHashMap<(bool, SymbolLine), u32>,
-    /// The dummy mappings of interned frames without a mapping (false) and of inline track
-    /// event stacks (true).
-    dummy_mappings: [Option<u32>; 2],
-    callsite_index: FxHashMap<(u32, u32), u32>,
-    next_perf_session: u32,
-}
 
 /// A mapping as a producer describes it, resolved to strings.
 #[derive(Debug)]
@@ -332,7 +197,7 @@ impl StackProfile {
     }
 
     /// Applies the `ModuleSymbols` packets of the trace to the frames of their mappings.
-    fn apply_symbols(&mut self, stats: &mut crate::stats::Stats) {
+    fn apply_symbols(&mut self, stats: &mut crate::storage::stats::Stats) {
         let mut by_mapping_pc: FxHashMap<(u32, u64), Vec<u32>> = FxHashMap::default();
         for (i, f) in self.frames.iter().enumerate() {
             by_mapping_pc
@@ -800,124 +665,4 @@ pub(crate) fn queue_module_symbols(st: &mut Storage, m: &ModuleSymbolsView<'_>) 
 pub(crate) fn finish(st: &mut Storage) {
     let Storage { profile, stats, .. } = st;
     profile.apply_symbols(stats);
-}
-
-/// The tables and views, with Perfetto's names and columns.
-pub(crate) const SCHEMA: &str = "
-CREATE TABLE __intrinsic_stack_profile_mapping(
-    id INTEGER PRIMARY KEY, type TEXT NOT NULL DEFAULT '__intrinsic_stack_profile_mapping',
-    build_id TEXT, exact_offset INTEGER, start_offset INTEGER, start INTEGER, \"end\" INTEGER,
-    load_bias INTEGER, name TEXT);
-CREATE VIEW stack_profile_mapping AS SELECT id, build_id, exact_offset, start_offset, start,
-    \"end\", load_bias, name FROM __intrinsic_stack_profile_mapping;
-CREATE TABLE __intrinsic_stack_profile_frame(
-    id INTEGER PRIMARY KEY, name TEXT, mapping INTEGER, rel_pc INTEGER, symbol_set_id INTEGER,
-    deobfuscated_name TEXT, type TEXT);
-CREATE VIEW stack_profile_frame AS SELECT * FROM __intrinsic_stack_profile_frame;
-CREATE TABLE __intrinsic_stack_profile_callsite(
-    id INTEGER PRIMARY KEY, depth INTEGER, parent_id INTEGER, frame_id INTEGER);
-CREATE VIEW stack_profile_callsite AS SELECT * FROM __intrinsic_stack_profile_callsite;
-CREATE TABLE __intrinsic_stack_profile_symbol(
-    id INTEGER PRIMARY KEY, symbol_set_id INTEGER, name TEXT, source_file TEXT,
-    line_number INTEGER, inlined INTEGER);
-CREATE VIEW stack_profile_symbol AS SELECT * FROM __intrinsic_stack_profile_symbol;
-CREATE TABLE perf_sample(
-    id INTEGER PRIMARY KEY, ts INTEGER, utid INTEGER, cpu INTEGER, cpu_mode TEXT,
-    callsite_id INTEGER, unwind_error TEXT, perf_session_id INTEGER);
-CREATE TABLE cpu_profile_stack_sample(
-    id INTEGER PRIMARY KEY, ts INTEGER, callsite_id INTEGER, utid INTEGER,
-    process_priority INTEGER);
-CREATE TABLE __intrinsic_track_event_callstacks(
-    id INTEGER PRIMARY KEY, slice_id INTEGER, track_id INTEGER, callsite_id INTEGER,
-    end_callsite_id INTEGER, weight REAL);
-";
-
-/// Copies the rows into the tables of [`SCHEMA`].
-pub(crate) fn load(tx: &rusqlite::Connection, st: &Storage) -> rusqlite::Result<()> {
-    use rusqlite::params;
-    let s = &st.strings;
-    let text = |id: u32| (id != NONE).then(|| s.get(id));
-    let opt = |id: u32| (id != NONE).then_some(i64::from(id));
-    let p = &st.profile;
-    let mut ins = tx.prepare(
-        "INSERT INTO __intrinsic_stack_profile_mapping(id, build_id, exact_offset, \
-         start_offset, start, \"end\", load_bias, name) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-    )?;
-    for (i, m) in p.mappings.iter().enumerate() {
-        ins.execute(params![
-            i as i64,
-            text(m.build_id),
-            m.exact_offset as i64,
-            m.start_offset as i64,
-            m.start as i64,
-            m.end as i64,
-            m.load_bias as i64,
-            text(m.name)
-        ])?;
-    }
-    let mut ins = tx.prepare(
-        "INSERT INTO __intrinsic_stack_profile_frame(id, name, mapping, rel_pc, symbol_set_id) \
-         VALUES (?1, ?2, ?3, ?4, ?5)",
-    )?;
-    for (i, f) in p.frames.iter().enumerate() {
-        ins.execute(params![
-            i as i64,
-            text(f.name),
-            f.mapping,
-            f.rel_pc as i64,
-            opt(f.symbol_set)
-        ])?;
-    }
-    let mut ins = tx.prepare(
-        "INSERT INTO __intrinsic_stack_profile_callsite(id, depth, parent_id, frame_id) \
-         VALUES (?1, ?2, ?3, ?4)",
-    )?;
-    for (i, c) in p.callsites.iter().enumerate() {
-        ins.execute(params![i as i64, c.depth, opt(c.parent), c.frame])?;
-    }
-    let mut ins = tx.prepare(
-        "INSERT INTO __intrinsic_stack_profile_symbol(id, symbol_set_id, name, source_file, \
-         line_number) VALUES (?1, ?2, ?3, ?4, ?5)",
-    )?;
-    for (i, r) in p.symbols.iter().enumerate() {
-        ins.execute(params![i as i64, r.set, text(r.name), text(r.file), r.line])?;
-    }
-    let mut ins = tx.prepare(
-        "INSERT INTO perf_sample(id, ts, utid, cpu, cpu_mode, callsite_id, unwind_error, \
-         perf_session_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-    )?;
-    for (i, r) in p.perf_samples.iter().enumerate() {
-        ins.execute(params![
-            i as i64,
-            r.ts,
-            r.utid,
-            r.cpu,
-            text(r.cpu_mode),
-            opt(r.callsite),
-            text(r.unwind_error),
-            r.session
-        ])?;
-    }
-    let mut ins = tx.prepare(
-        "INSERT INTO cpu_profile_stack_sample(id, ts, callsite_id, utid, process_priority) \
-         VALUES (?1, ?2, ?3, ?4, ?5)",
-    )?;
-    for (i, r) in p.cpu_samples.iter().enumerate() {
-        ins.execute(params![i as i64, r.ts, r.callsite, r.utid, r.priority])?;
-    }
-    let mut ins = tx.prepare(
-        "INSERT INTO __intrinsic_track_event_callstacks(id, slice_id, track_id, callsite_id, \
-         end_callsite_id, weight) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-    )?;
-    for (i, r) in p.track_event_callstacks.iter().enumerate() {
-        ins.execute(params![
-            i as i64,
-            r.slice,
-            r.track,
-            opt(r.callsite),
-            opt(r.end_callsite),
-            r.weight
-        ])?;
-    }
-    Ok(())
 }

@@ -17,11 +17,11 @@
 //! Perfetto also merges sibling tracks with equal names into one UI track; we keep one track
 //! per uuid.
 
-use crate::import::{Event, EventKind, Importer, LEGACY_SCOPE_GLOBAL, LEGACY_SCOPE_PROCESS};
-use crate::profile::TrackEventCallstackRow;
-use crate::stats::Stat;
+use crate::importers::{Event, EventKind, Parser, LEGACY_SCOPE_GLOBAL, LEGACY_SCOPE_PROCESS};
+use crate::storage::profile::TrackEventCallstackRow;
+use crate::storage::stats::Stat;
+use crate::storage::strings::{FxHashMap, StrId};
 use crate::storage::{name_priority, ArgValue, EventType, SliceRow, TrackRow, NONE};
-use crate::strings::{FxHashMap, StrId};
 
 /// Deeper stacks are refused (Perfetto has the same kind of limit); a runaway producer that
 /// never ends its slices would otherwise make every later begin slower.
@@ -88,17 +88,22 @@ pub(crate) struct ParseState {
     /// (utid, track type) → the thread's `thread_time` / `thread_instructions` track.
     thread_counter_tracks: FxHashMap<(u32, &'static str), u32>,
     /// Where open slices' args start (`end_args.rs`).
-    pub(crate) end_args: crate::end_args::EndArgs,
+    pub(crate) end_args: crate::importers::end_args::EndArgs,
 }
 
-impl Importer {
+impl Parser {
     pub(crate) fn apply_batch(&mut self, batch: &mut Vec<Event>) {
         for ev in batch.drain(..) {
             self.apply(&ev);
         }
     }
 
-    fn apply(&mut self, ev: &Event) {
+    pub(crate) fn apply(&mut self, ev: &Event) {
+        self.apply_event(ev);
+        self.arena_args.release(ev.args, ev.nargs);
+    }
+
+    fn apply_event(&mut self, ev: &Event) {
         match ev.kind {
             EventKind::Thread => {
                 let a = self.aux[ev.data as usize];
@@ -160,10 +165,10 @@ impl Importer {
             }
             EventKind::SystemCounter => self.apply_system_counter(ev),
             EventKind::PerfSample => {
-                crate::profile::apply_perf_sample(&mut self.st, ev.ts, ev.data)
+                crate::importers::profile::apply_perf_sample(&mut self.st, ev.ts, ev.data)
             }
             EventKind::CpuProfileSample => {
-                crate::profile::apply_cpu_profile_sample(&mut self.st, ev.ts, ev.data)
+                crate::importers::profile::apply_cpu_profile_sample(&mut self.st, ev.ts, ev.data)
             }
             EventKind::Log => {
                 let track = self.event_track(ev, NONE);
@@ -230,7 +235,7 @@ impl Importer {
                             track,
                             callsite: (ev.data as u32).wrapping_sub(1),
                             end_callsite: NONE,
-                            weight: crate::profile::event_callstack_weight(
+                            weight: crate::importers::profile::event_callstack_weight(
                                 &self.st.profile,
                                 ev.data,
                             ),
@@ -287,7 +292,7 @@ impl Importer {
                             track,
                             callsite: NONE,
                             end_callsite: (ev.data as u32).wrapping_sub(1),
-                            weight: crate::profile::event_callstack_weight(
+                            weight: crate::importers::profile::event_callstack_weight(
                                 &self.st.profile,
                                 ev.data,
                             ),
@@ -442,7 +447,9 @@ impl Importer {
         let (merging, mut set) = (set != NONE, set);
         let range = ev.args as usize..(ev.args + ev.nargs) as usize;
         for i in range {
-            let id = self.arena_args.id(i);
+            let Some(id) = self.arena_args.id(i) else {
+                continue;
+            };
             if self.arena_args.is_placeholder(id) {
                 let a = self.st.args.entry(id);
                 // An arg decided at parse time (`legacy.rs`: the emitting thread).
@@ -494,11 +501,6 @@ impl Importer {
     }
 
     pub(crate) fn finish_parse(&mut self) {
-        self.st.stats.add(
-            Stat::sorter_push_event_out_of_order,
-            self.sorter.out_of_order,
-        );
-        self.sorter.out_of_order = 0;
         // The arenas were only needed until every event was parsed.
         self.arena_args = Default::default();
         self.arena_flows = Vec::new();
@@ -512,7 +514,7 @@ impl Importer {
         if !ev.legacy_thread {
             return self.intern_track(ev.track, event_name);
         }
-        if ev.track & crate::legacy::ASYNC_TRACK != 0 {
+        if ev.track & crate::importers::legacy::ASYNC_TRACK != 0 {
             return self.async_track(ev.track, ev.name);
         }
         // Resolved anew each time: the pid or tid may have been reused since.

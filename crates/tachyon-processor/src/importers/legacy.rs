@@ -28,11 +28,11 @@
 //! event's track, tagged with [`ASYNC_TRACK`]); the track is chosen when the sorted events are
 //! parsed, in timestamp order, since the compressor's state depends on that order.
 
-use crate::import::{Event, Importer, PendingArg};
-use crate::parse::Scope;
-use crate::stats::Stat;
+use crate::importers::track_event::Scope;
+use crate::importers::{Event, Parser, PendingArg};
+use crate::storage::stats::Stat;
+use crate::storage::strings::{FxHashMap, StrId};
 use crate::storage::{ArgValue, EventType, TrackRow, NONE};
-use crate::strings::{FxHashMap, StrId};
 
 /// The tag, in an event's `track` (with `legacy_thread` set), of an index into
 /// [`LegacyState::events`].
@@ -49,7 +49,7 @@ enum CompressorStep {
 /// Who emitted an async event: which thread or track the event would have gone to.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Emitter {
-    /// An index into `Importer::legacy_threads`.
+    /// An index into `Parser::legacy_threads`.
     LegacyThread(u64),
     /// A track uuid.
     Track(u64),
@@ -96,8 +96,8 @@ pub(crate) fn is_async_phase(phase: u8) -> bool {
 }
 
 /// The slice an async phase makes: `b`/`S` begin one, `e`/`F` end one, the others are instants.
-pub(crate) fn slice_kind(phase: u8) -> crate::import::EventKind {
-    use crate::import::EventKind;
+pub(crate) fn slice_kind(phase: u8) -> crate::importers::EventKind {
+    use crate::importers::EventKind;
     match phase {
         b'b' | b'S' => EventKind::SliceBegin,
         b'e' | b'F' => EventKind::SliceEnd,
@@ -105,7 +105,7 @@ pub(crate) fn slice_kind(phase: u8) -> crate::import::EventKind {
     }
 }
 
-impl Importer {
+impl Parser {
     /// After the debug annotations of an event on track `uuid`, from a sequence whose thread is
     /// `thread` (a ThreadDescriptor or a thread's TrackDescriptor): Perfetto gives events on a
     /// process's track (from a thread of that process) or a global track the emitting thread
@@ -257,8 +257,8 @@ impl Importer {
             return None;
         }
         let at = e.passthrough_arg as usize;
-        if let (Some(utid), true) = (utid, at < self.arena_args.len()) {
-            let key = self.arena_args.get(&self.st.args, at).flat_key;
+        if let (Some(utid), Some(old)) = (utid, self.arena_args.get(&self.st.args, at)) {
+            let key = old.flat_key;
             let arg = PendingArg {
                 flat_key: key,
                 key,
