@@ -686,26 +686,17 @@ impl ServiceCore {
             staged,
             ..
         } = self;
-        // Packets come sequence by sequence: the last producer's identity is the next one's.
-        let mut cached: Option<(ProducerId, ProducerIdentity)> = None;
-        let mut identity_of = |producer| match cached {
-            Some((p, identity)) if p == producer => identity,
-            _ => {
-                let identity = identities
-                    .get(&producer)
-                    .copied()
-                    .unwrap_or(ProducerIdentity { pid: 0, uid: 0 });
-                cached = Some((producer, identity));
-                identity
-            }
+        let mut identity = IdentityLookup {
+            identities,
+            cached: None,
         };
         for buf in buffers.iter_mut() {
             buf.read_packets(last, |info, fragments| {
-                packets.write_packet(info, fragments, identity_of(info.producer), staged);
+                packets.write_packet(info, fragments, identity.get(info.producer), staged);
             });
             if last {
                 for info in buf.take_trailing_losses() {
-                    packets.write_packet(info, &[], identity_of(info.producer), staged);
+                    packets.write_packet(info, &[], identity.get(info.producer), staged);
                 }
             }
         }
@@ -728,22 +719,14 @@ impl ServiceCore {
             drain_cursor,
             ..
         } = self;
-        let mut cached: Option<(ProducerId, ProducerIdentity)> = None;
-        let mut identity_of = |producer| match cached {
-            Some((p, identity)) if p == producer => identity,
-            _ => {
-                let identity = identities
-                    .get(&producer)
-                    .copied()
-                    .unwrap_or(ProducerIdentity { pid: 0, uid: 0 });
-                cached = Some((producer, identity));
-                identity
-            }
+        let mut identity = IdentityLookup {
+            identities,
+            cached: None,
         };
         let mut complete = true;
         while let Some(buf) = buffers.get_mut(*drain_cursor) {
             let done = buf.read_some_packets(max_chunks, |info, fragments| {
-                packets.write_packet(info, fragments, identity_of(info.producer), staged);
+                packets.write_packet(info, fragments, identity.get(info.producer), staged);
             });
             if !done {
                 complete = false;
@@ -928,6 +911,30 @@ impl ServiceCore {
             } else {
                 trace_stats::FinalFlushOutcome::FinalFlushFailed
             });
+        }
+    }
+}
+
+/// A producer's identity by id (pid and uid 0 for one never seen), remembering the last one:
+/// packets come sequence by sequence, so the last producer's identity is mostly the next one's.
+struct IdentityLookup<'a> {
+    identities: &'a IdMap<ProducerId, ProducerIdentity>,
+    cached: Option<(ProducerId, ProducerIdentity)>,
+}
+
+impl IdentityLookup<'_> {
+    fn get(&mut self, producer: ProducerId) -> ProducerIdentity {
+        match self.cached {
+            Some((p, identity)) if p == producer => identity,
+            _ => {
+                let identity = self
+                    .identities
+                    .get(&producer)
+                    .copied()
+                    .unwrap_or(ProducerIdentity { pid: 0, uid: 0 });
+                self.cached = Some((producer, identity));
+                identity
+            }
         }
     }
 }

@@ -1288,6 +1288,12 @@ mod tests {
             meta: KIND_ALLOC,
             ..Record::ZERO
         };
+        let late_free = |addr: u64, size: u64, ticks: u64| Record {
+            addr,
+            size,
+            ticks,
+            meta: KIND_FREE | LATE_FREE,
+        };
         let newest = |ring: &Ring| ring.prod.head.load(Ordering::Relaxed).wrapping_sub(1);
         let mut out = Vec::new();
         // Marked before the drain: one record, taken whole.
@@ -1304,13 +1310,7 @@ mod tests {
         ring.claim(i);
         // ...and the producer, marking after the claim, learns it may be late.
         assert!(ring.flag_pair(newest(&ring), PAIR_FREED));
-        let late = Record {
-            addr: 0x20,
-            size: 2,
-            ticks: 3,
-            meta: KIND_FREE | LATE_FREE,
-        };
-        assert!(ring.push(late, false));
+        assert!(ring.push(late_free(0x20, 2, 3), false));
         heavy_barrier();
         let m = ring.settle(i, 0x20, 2);
         assert_ne!(m & PAIR_FREED, 0, "the mark is seen after the barrier");
@@ -1326,13 +1326,7 @@ mod tests {
         heavy_barrier();
         assert_eq!(ring.settle(i, 0x30, 4) & PAIR_FREED, 0);
         assert!(ring.flag_pair(newest(&ring), PAIR_FREED));
-        let late = Record {
-            addr: 0x30,
-            size: 4,
-            ticks: 5,
-            meta: KIND_FREE | LATE_FREE,
-        };
-        assert!(ring.push(late, false));
+        assert!(ring.push(late_free(0x30, 4, 5), false));
         out.clear();
         assert_eq!(ring.drain_into(&mut out, true), (1, None));
         assert!(!ring.is_duplicate(&out[0]), "a free the tracker must apply");
