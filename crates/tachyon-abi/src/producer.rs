@@ -208,11 +208,7 @@ impl Chunk<'_> {
     // Inlined across crates: a trace writer calls this for every packet.
     #[inline]
     pub fn increment_packet_count(&mut self) -> Result<u16, AbiError> {
-        self.inner
-            // The count is the low 10 bits: below 1023, adding 1 leaves the flags alone.
-            .update_packets(|p| (p.count() < MAX_PACKET_COUNT).then_some(Packets(p.0 + 1)))
-            .map(Packets::count)
-            .ok_or(AbiError::PacketCountOverflow)
+        self.add_packet_count(1)
     }
 
     /// Adds `n` to the packet count with one release store and returns the new count: for a

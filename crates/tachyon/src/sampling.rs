@@ -498,13 +498,16 @@ impl ProcessSampler {
     /// A thread exited: its own events are closed (except a CPU's ring buffer owner, which the
     /// other events write into) and its chains forgotten.
     fn forget(&mut self, tid: i32) {
-        if tid <= 0 || !self.threads.remove(&tid) {
-            self.chosen.retain(|&(t, _), _| t != tid);
+        if tid <= 0 {
             return;
         }
+        let had_own = self.threads.remove(&tid);
         for cpu in 0..self.leaders.len() as u32 {
-            self.own.remove(&(tid, cpu));
             self.chosen.remove(&(tid, cpu));
+            if !had_own {
+                continue;
+            }
+            self.own.remove(&(tid, cpu));
             if let Some(e) = self.events.get(&(tid, cpu)) {
                 if Some(e.fd()) != self.leaders[cpu as usize] {
                     self.events.remove(&(tid, cpu));

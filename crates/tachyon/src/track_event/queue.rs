@@ -292,22 +292,7 @@ impl<S> Guard<'_, S> {
     /// [`drain_runs`](Self::drain_runs).)
     #[cfg(test)]
     pub(crate) fn drain(&mut self, mut f: impl FnMut(&mut S, Record)) -> usize {
-        let slot = self.slot;
-        let tail = slot.tail.0.load(Ordering::Acquire);
-        let head = slot.head.0.load(Ordering::Relaxed);
-        let n = tail.wrapping_sub(head);
-        for i in 0..n {
-            let cell = &slot.ring[head.wrapping_add(i) & (CAPACITY - 1)];
-            // SAFETY: the position is in `head..tail`: the producer wrote the record before
-            // its release store of `tail` (loaded above with acquire) and writes this cell
-            // again only after `head` passes it (the store below, after this read). Only the
-            // lock holder consumes, and this guard holds the lock.
-            let record = unsafe { cell.get().read() };
-            // SAFETY: the lock is held (see `deref_mut`).
-            f(unsafe { &mut *slot.state.get() }, record);
-        }
-        slot.head.0.store(tail, Ordering::Release);
-        n
+        self.drain_runs(|state, run| run.iter().for_each(|r| f(state, *r)))
     }
 }
 

@@ -309,6 +309,15 @@ const fn prefix_words(p: &[u8; encode::EVENT_PREFIX]) -> [u64; 3] {
     words
 }
 
+/// The delta from `last_ts` to `ts` if a fast path may write it: at most three varint bytes
+/// (`FAST_DELTA_LIMIT`; one unsigned compare covers time going back too) and before the next
+/// clock snapshot is due.
+#[inline(always)]
+fn fast_window_delta(ts: u64, last_ts: u64, next_snapshot: u64) -> Option<u64> {
+    let delta = ts.wrapping_sub(last_ts);
+    (delta < TraceWriter::FAST_DELTA_LIMIT && ts < next_snapshot).then_some(delta)
+}
+
 /// Who drains the queues, and so how ([`drain_all`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Drain {
@@ -574,16 +583,12 @@ impl ThreadState {
         self.pin.unwrap_or_else(|| EPOCH.load(Ordering::Relaxed))
     }
 
-    /// The fast paths' [`in_window`](Self::in_window): also refuses a delta of more than
-    /// three varint bytes (`FAST_DELTA_LIMIT`; one unsigned compare covers time going back
-    /// too). The delta since the last packet, if the event may take the fast path.
+    /// The fast paths' [`in_window`](Self::in_window): [`fast_window_delta`] in the state's
+    /// session. The delta since the last packet, if the event may take the fast path.
     #[inline(always)]
     fn fast_delta(&self, ts: u64) -> Option<u64> {
-        let delta = ts.wrapping_sub(self.last_ts);
-        (delta < TraceWriter::FAST_DELTA_LIMIT
-            && ts < self.next_snapshot
-            && self.epoch == self.epoch_now())
-        .then_some(delta)
+        fast_window_delta(ts, self.last_ts, self.next_snapshot)
+            .filter(|_| self.epoch == self.epoch_now())
     }
 
     #[inline(always)]
@@ -684,10 +689,7 @@ impl ThreadState {
         w.write_event_run::<{ encode::EVENT_PREFIX }, 3>(|| {
             let record = records.get(i)?;
             let ts = clock.ticks_to_ns(record.ticks);
-            let delta = ts.wrapping_sub(*last_ts);
-            if delta >= TraceWriter::FAST_DELTA_LIMIT || ts >= next_snapshot {
-                return None;
-            }
+            let delta = fast_window_delta(ts, *last_ts, next_snapshot)?;
             let word = record.word.addr();
             let ty = (word & 3) as u8;
             let prefix = if ty == TYPE_SLICE_END {

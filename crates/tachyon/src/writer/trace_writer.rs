@@ -1217,6 +1217,8 @@ impl TraceWriter {
     #[inline(always)]
     fn packets_written(&mut self, k: usize) {
         let end = self.stream.write_ptr();
+        // `bump_count`, written out: keeping the count only when it changed saves reading it
+        // again (under callgrind, calling `bump_count` here cost a zone a few instructions).
         let core = self.stream.delegate_mut();
         core.stats.packets += k as u64;
         core.data_end = end;
@@ -1227,6 +1229,8 @@ impl TraceWriter {
         {
             core.count = count;
         }
+        // The count now covers the next packet too: above the maximum, the last one written
+        // was the chunk's last.
         if core.count > MAX_WRITER_PACKET_COUNT {
             core.flags.set(Flags::NEED_SWITCH, true);
         }
@@ -1236,23 +1240,7 @@ impl TraceWriter {
     /// where a filler or marker goes) and the count inflated, as `finish_packet` leaves it.
     #[inline(always)]
     fn small_packet_written(&mut self) {
-        let end = self.stream.write_ptr();
-        let core = self.stream.delegate_mut();
-        core.stats.packets += 1;
-        core.data_end = end;
-        // `bump_count`, written out: keeping the count only when it changed saves reading it
-        // again (under callgrind, calling `bump_count` here cost a zone a few instructions).
-        if let Some(count) = core
-            .cur
-            .as_mut()
-            .and_then(|chunk| chunk.increment_packet_count().ok())
-        {
-            core.count = count;
-        }
-        // The count now covers the next packet too: above the maximum, this one was the last.
-        if core.count > MAX_WRITER_PACKET_COUNT {
-            core.flags.set(Flags::NEED_SWITCH, true);
-        }
+        self.packets_written(1);
     }
 
     /// Whether the sequence's incremental state was set up since the writer's last loss (see
