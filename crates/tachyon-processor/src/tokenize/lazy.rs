@@ -621,6 +621,51 @@ impl<'a> Annotation<'a> {
     }
 }
 
+// === The decode-only walk ===
+
+/// Walks a whole trace (`Trace.packet` fields) with the importer's decoders, reading the
+/// fields the import bench's `decode_only` baseline reads with the generated views (packet
+/// timestamp, clock, sequence id and flags, and each TrackEvent's type, track, name, counter
+/// value, categories, flows and annotations' name and scalar values), and nothing else: what
+/// decoding costs the import. Stops at the first framing error. Returns a checksum, so that
+/// the walk cannot be optimised away.
+pub fn decode_walk(trace: &[u8]) -> u64 {
+    let mut sum = 0u64;
+    let _ = walk(trace, |id, v, _| {
+        let (1, Value::Bytes(bytes)) = (id, v) else {
+            return;
+        };
+        let Ok(p) = Packet::decode(bytes) else {
+            return;
+        };
+        sum = sum
+            .wrapping_add(p.timestamp.unwrap_or(0))
+            .wrapping_add(u64::from(p.timestamp_clock_id.unwrap_or(0)))
+            .wrapping_add(u64::from(p.trusted_packet_sequence_id.unwrap_or(0)))
+            .wrapping_add(u64::from(p.sequence_flags))
+            .wrapping_add(u64::from(p.previous_packet_dropped));
+        let Some(Ok(e)) = p.track_event.map(TrackEvent::decode) else {
+            return;
+        };
+        sum = sum
+            .wrapping_add(e.type_raw() as u64)
+            .wrapping_add(e.track_uuid())
+            .wrapping_add(e.name_iid())
+            .wrapping_add(e.name_bytes().len() as u64)
+            .wrapping_add(e.counter_value() as u64);
+        for c in e.category_iids().chain(e.flow_ids()).flatten() {
+            sum = sum.wrapping_add(c);
+        }
+        for a in e.debug_annotations().flatten() {
+            sum = sum
+                .wrapping_add(a.name_iid.unwrap_or(0))
+                .wrapping_add(a.int_value.unwrap_or(0) as u64)
+                .wrapping_add(a.string_value.map_or(0, <[u8]>::len) as u64);
+        }
+    });
+    sum
+}
+
 // === Checking against the views ===
 
 /// Whether the lazy decoders read `bytes` as the generated views do, taken as a
