@@ -935,7 +935,8 @@ fn sampled_free(addr: u64) -> Option<u64> {
     let hash = addr_hash(addr);
     let slot = table_slot(hash);
     let v = slot.load(Ordering::Relaxed);
-    if v & !OVERFLOWED == addr && addr != 0 {
+    // `addr` is never 0 (a block being freed), so an empty slot never matches.
+    if v & !OVERFLOWED == addr {
         return Some(sampled_take(slot));
     }
     if v & OVERFLOWED == 0 {
