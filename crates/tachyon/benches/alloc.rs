@@ -29,6 +29,11 @@
 //! costs in CPU is told apart from how the two threads got scheduled. First, the floor of
 //! exact mode: the `System` pairs with the two counter reads an exact record per event needs
 //! (one at the allocation, one at the free), nothing recorded, as a ratio to `System` alone.
+//!
+//! `TACHYON_ALLOC_ONLY=LABEL,...` runs only the named rows (for a profiler; the floor is then
+//! skipped): labels are `MODE/STACKS` as `off/None`, `exact/None`, `sampled:4096/None`,
+//! `sampled:4096/Some(0)`, `sampled:1099511627776/Some(0)`, `exact/Some(16)`, and
+//! `sampled:1/Some(0)` (every allocation sampled: the cost of one sample, run only when named).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
