@@ -64,8 +64,8 @@
 //! the two alternating, std's lock + unlock, and std's lock + unlock with two reads: both
 //! while it is held (the lock goal's floor), or the first before the lock, clamped to the last
 //! holder's end kept beside it (the order a traced hold needs).
-//! Where the counter's read overlaps nothing around it (as on a VM whose `rdtsc` acts as a
-//! barrier), the costs add up, whatever the order.
+//! Where the counter's read overlaps little of the work around it (as on the project's VM),
+//! the costs add up, and a read beside an atomic pays part of the atomic's latency too.
 
 use std::hint::black_box;
 use std::sync::{Arc, Barrier};
