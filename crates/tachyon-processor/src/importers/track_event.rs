@@ -68,9 +68,6 @@ impl Stacks {
 pub(crate) struct ParseState {
     /// uuid → track id.
     tracks: FxHashMap<u64, u32>,
-    /// The entry of `tracks` found last (entries never change once made): events come in runs
-    /// on one track.
-    last_track: Option<(u64, u32)>,
     /// upid (`NONE`: global) → its legacy instant track.
     legacy_tracks: FxHashMap<u32, u32>,
     /// The descriptor track uuid of each thread and process that has one: a second uuid for
@@ -576,13 +573,7 @@ impl Parser {
     /// The track id for `uuid`, created on first use. `event_name` names global child tracks
     /// that have no name of their own, as in Perfetto.
     fn intern_track(&mut self, uuid: u64, event_name: StrId) -> Option<u32> {
-        if let Some((u, t)) = self.parse.last_track {
-            if u == uuid {
-                return Some(t);
-            }
-        }
         if let Some(&t) = self.parse.tracks.get(&uuid) {
-            self.parse.last_track = Some((uuid, t));
             return Some(t);
         }
         let (scope, is_root) = self.resolve(uuid)?;
@@ -716,7 +707,6 @@ impl Parser {
             id
         };
         self.parse.tracks.insert(uuid, id);
-        self.parse.last_track = Some((uuid, id));
         Some(id)
     }
 
