@@ -338,13 +338,17 @@ impl TraceBuffer {
     /// service thread's CPU time in a session's first 64 MiB). Prefaulting moves those faults
     /// to the session's start and commits the whole buffer's memory at once: worth it when the
     /// session is expected to fill its buffer anyway and the writes must keep up from the first
-    /// event. Safe code: a store of zero per 4 KiB, which the compiler must keep because it
-    /// cannot see that the bytes are zero already.
+    /// event. One `madvise(MADV_POPULATE_WRITE)` over the ring; where the kernel does not offer
+    /// it, a store of zero per 4 KiB, which the compiler must keep because it cannot see that
+    /// the bytes are zero already.
     pub fn prefault(&mut self) {
         const PAGE: usize = 4096;
-        let ring = std::hint::black_box(&mut self.ring[..]);
-        for page in ring.chunks_mut(PAGE) {
-            page[0] = 0;
+        // One `madvise` for the whole ring where the kernel offers it (no trap per page).
+        if !crate::populate::populate_for_write(&mut self.ring[..]) {
+            let ring = std::hint::black_box(&mut self.ring[..]);
+            for page in ring.chunks_mut(PAGE) {
+                page[0] = 0;
+            }
         }
         self.populated = self.ring.len();
     }
