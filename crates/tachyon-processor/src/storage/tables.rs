@@ -284,6 +284,9 @@ impl ArgTable {
             at: 0,
             left: 0,
         };
+        if set + 1 >= self.offsets.len() {
+            return none;
+        }
         let rows = self.set_rows(set as i64);
         let first = set - set % GROUP;
         let (Some(&at), Some(&base)) = (self.group.get(set / GROUP), self.offsets.get(first))
@@ -293,7 +296,7 @@ impl ArgTable {
         let mut it = SetIds {
             data: &self.data,
             at: at as usize,
-            left: rows.start - base as usize,
+            left: rows.start.saturating_sub(base as usize),
         };
         // Skip the sets of the group before this one: one byte without the high bit ends
         // each varint.
