@@ -117,7 +117,7 @@ mod tests {
     #[test]
     fn a_guarded_reader_stops_once_memory_grew_past_the_limit() {
         use std::io::Read;
-        let data = vec![7u8; 64];
+        let data = [7u8; 64];
         let mut r = Guarded::new(&data[..], Some(1 << 40));
         let mut buf = [0u8; 16];
         assert_eq!(r.read(&mut buf).unwrap(), 16);
