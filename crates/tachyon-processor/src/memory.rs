@@ -1,13 +1,13 @@
 //! Whether a trace can be imported in the memory this machine has: checked before the import
 //! starts, so that a trace too large ends in a clear error instead of the out-of-memory killer.
 
-/// Peak import memory per byte of (decompressed) trace, measured with the import bench
-/// (`cargo bench -p tachyon-processor --bench import`, 1 M events): 2.1 for the SDK-written
-/// trace of nested zones with five arguments each (the densest in events per byte Tachyon
-/// writes) and 1.9 for the generator-written one, since the sorter frees events and their
-/// arguments as it hands them on (2026-11-26; 4.0 before). Rounded up, with room for traces
-/// whose sequences go back in time often (more runs) and for the SQL load.
-pub(crate) const PEAK_BYTES_PER_TRACE_BYTE: u64 = 3;
+/// Peak import memory per byte of (decompressed) trace, measured: 1.16 with the import bench
+/// (`cargo bench -p tachyon-processor --bench import`, 1 M events, SDK-written: 72 bytes of
+/// peak per slice) and 1.48 for `tachyon query` on a 2.15 GB SDK-written trace (3.19 GB peak
+/// RSS, the whole process), since the import fixes glibc's mmap threshold (`trim.rs`,
+/// 2026-11-27; 2.1-2.3 before). Rounded up, with room for traces whose sequences go back in
+/// time often (more runs); [`Guarded`] stops a file's import that outgrows the limit anyway.
+pub(crate) const PEAK_BYTES_PER_TRACE_BYTE: u64 = 2;
 
 /// The memory an import of `trace_bytes` needs at its peak (beyond the trace itself).
 pub(crate) fn estimate(trace_bytes: u64) -> u64 {
@@ -110,7 +110,7 @@ mod tests {
         let m = "MemTotal:       16000000 kB\nMemAvailable:    8000000 kB\n";
         assert_eq!(meminfo_field(m, "MemAvailable:"), Some(8_192_000_000));
         assert_eq!(meminfo_field(m, "SwapFree:"), None);
-        assert_eq!(estimate(1 << 30), 3 << 30);
+        assert_eq!(estimate(1 << 30), 2 << 30);
         assert_eq!(estimate(u64::MAX), u64::MAX);
     }
 
