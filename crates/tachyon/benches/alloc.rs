@@ -29,6 +29,11 @@
 //! costs in CPU is told apart from how the two threads got scheduled. First, the floor of
 //! exact mode: the `System` pairs with the two counter reads an exact record per event needs
 //! (one at the allocation, one at the free), nothing recorded, as a ratio to `System` alone.
+//!
+//! `TACHYON_ALLOC_ONLY=LABEL,...` runs only the named rows (for a profiler; the floor is then
+//! skipped): labels are `MODE/STACKS` as `off/None`, `exact/None`, `sampled:4096/None`,
+//! `sampled:4096/Some(0)`, `sampled:1099511627776/Some(0)`, `exact/Some(16)`, and
+//! `sampled:1/Some(0)` (every allocation sampled: the cost of one sample, run only when named).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
@@ -118,6 +123,8 @@ fn own_cpu_ns() -> u64 {
 
 fn ratio(rounds: usize) {
     let layout = Layout::new::<[u8; 64]>();
+    // `TACHYON_ALLOC_ONLY=exact/None,sampled:4096/Some(0)`: only these rows (for a profiler).
+    let only = std::env::var("TACHYON_ALLOC_ONLY").unwrap_or_default();
     const PAIRS: u32 = 20_000;
     let time = |f: &dyn Fn()| {
         let t = std::time::Instant::now();
@@ -129,7 +136,7 @@ fn ratio(rounds: usize) {
     // The floor of exact mode's "one counter reading and one record per event": the same pairs
     // on `System` with a counter read after the allocation and one before the free, nothing
     // recorded.
-    {
+    if only.is_empty() {
         let clock = tachyon::clock::clock();
         let (mut ratios, mut sys, mut floor) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..rounds {
@@ -171,7 +178,17 @@ fn ratio(rounds: usize) {
         // The sampled hooks' fast paths alone: a 64-byte block never reaches 2^40 bytes.
         (Some(MemoryMode::Sampled { interval: 1 << 40 }), Some(0)),
         (Some(MemoryMode::Exact), Some(16)),
+        // Every allocation sampled: what one sample costs (only when asked for by name).
+        (Some(MemoryMode::Sampled { interval: 1 }), Some(0)),
     ] {
+        let label = format!(
+            "{}/{stacks:?}",
+            mode.map_or("off".into(), |m| m.to_string())
+        );
+        let asked = only.split(',').any(|o| label == o);
+        if (!only.is_empty() || mode == Some(MemoryMode::Sampled { interval: 1 })) && !asked {
+            continue;
+        }
         if let Some(m) = mode {
             session_with_stacks(m, stacks);
         }

@@ -57,6 +57,15 @@
 //! record (200 000 holds: what encoding a queued hold costs the drainer). Two passes: the
 //! loops back to back, then with the thread's queue emptied before each timed loop (the hot
 //! path alone, without the records this thread encodes itself when the drainer falls behind).
+//!
+//! With `TACHYON_CLIENT_CLOCK_PROBE=N` the bench skips criterion and times, as the fastest of N
+//! rounds of 2 000 iterations each, what the counter costs beside the atomics a lock uses:
+//! one raw read of the trace clock's counter, two, a locked read-modify-write (`fetch_add`),
+//! the two alternating, std's lock + unlock, and std's lock + unlock with two reads: both
+//! while it is held (the lock goal's floor), or the first before the lock, clamped to the last
+//! holder's end kept beside it (the order a traced hold needs).
+//! Where the counter's read overlaps little of the work around it (as on the project's VM),
+//! the costs add up, and a read beside an atomic pays part of the atomic's latency too.
 
 use std::hint::black_box;
 use std::sync::{Arc, Barrier};
@@ -507,6 +516,123 @@ fn lock_ratio(rounds: usize) {
     println!("{} packets dropped", report.writers.packets_dropped);
 }
 
+/// The cases of `TACHYON_CLIENT_CLOCK_PROBE`: each a loop of its own (a call per iteration
+/// would put a call and a return beside every counter read).
+mod probe {
+    use std::hint::black_box;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Mutex;
+    use tachyon::clock::Clock;
+
+    #[inline(never)]
+    pub(super) fn read(c: &Clock, n: u32) {
+        for _ in 0..n {
+            black_box(c.ticks());
+        }
+    }
+
+    #[inline(never)]
+    pub(super) fn two_reads(c: &Clock, n: u32) {
+        for _ in 0..n {
+            let a = c.ticks();
+            black_box((a, c.ticks()));
+        }
+    }
+
+    #[inline(never)]
+    pub(super) fn fetch_add(w: &AtomicU64, n: u32) {
+        for _ in 0..n {
+            black_box(black_box(w).fetch_add(1, Ordering::Relaxed));
+        }
+    }
+
+    #[inline(never)]
+    pub(super) fn fetch_add_read(c: &Clock, w: &AtomicU64, n: u32) {
+        for _ in 0..n {
+            black_box(black_box(w).fetch_add(1, Ordering::Relaxed));
+            black_box(c.ticks());
+        }
+    }
+
+    #[inline(never)]
+    pub(super) fn lock(m: &Mutex<u64>, n: u32) {
+        for _ in 0..n {
+            *black_box(m).lock().unwrap() += 1;
+        }
+    }
+
+    /// Both reads while the lock is held (the lock goal's floor).
+    #[inline(never)]
+    pub(super) fn lock_read_read(c: &Clock, m: &Mutex<u64>, n: u32) {
+        for _ in 0..n {
+            let mut g = black_box(m).lock().unwrap();
+            let begin = c.ticks();
+            *g += 1;
+            black_box(c.ticks().wrapping_sub(begin));
+            drop(g);
+        }
+    }
+
+    /// The first read before the lock's compare-and-swap, clamped to the last holder's end
+    /// kept beside the lock (what keeps the holds in order on the lock's track).
+    #[inline(never)]
+    pub(super) fn read_lock_clamp_read(c: &Clock, m: &Mutex<u64>, last: &AtomicU64, n: u32) {
+        for _ in 0..n {
+            let t = c.ticks();
+            let mut g = black_box(m).lock().unwrap();
+            let begin = t.max(last.load(Ordering::Relaxed));
+            *g += 1;
+            let end = c.ticks();
+            last.store(end, Ordering::Relaxed);
+            black_box(end.wrapping_sub(begin));
+            drop(g);
+        }
+    }
+}
+
+/// `TACHYON_CLIENT_CLOCK_PROBE` (module docs).
+fn clock_probe(rounds: usize) {
+    use std::sync::atomic::AtomicU64;
+    const ITERS: u32 = 2_000;
+    let c = tachyon::clock::clock();
+    let word = AtomicU64::new(0);
+    let lock = std::sync::Mutex::new(0u64);
+    let last = AtomicU64::new(0);
+    type Case<'a> = (&'static str, Box<dyn Fn() + 'a>);
+    let cases: Vec<Case<'_>> = vec![
+        ("counter read", Box::new(|| probe::read(c, ITERS))),
+        ("two counter reads", Box::new(|| probe::two_reads(c, ITERS))),
+        (
+            "locked fetch_add",
+            Box::new(|| probe::fetch_add(&word, ITERS)),
+        ),
+        (
+            "locked fetch_add and a counter read",
+            Box::new(|| probe::fetch_add_read(c, &word, ITERS)),
+        ),
+        ("std lock + unlock", Box::new(|| probe::lock(&lock, ITERS))),
+        (
+            "std lock, read, read, unlock (the lock goal's floor)",
+            Box::new(|| probe::lock_read_read(c, &lock, ITERS)),
+        ),
+        (
+            "read, std lock, clamp to the last release, read, store it, unlock",
+            Box::new(|| probe::read_lock_clamp_read(c, &lock, &last, ITERS)),
+        ),
+    ];
+    let mut best = vec![f64::MAX; cases.len()];
+    for _ in 0..rounds {
+        for ((_, f), best) in cases.iter().zip(&mut best) {
+            let t = Instant::now();
+            f();
+            *best = best.min(t.elapsed().as_secs_f64() * 1e9 / f64::from(ITERS));
+        }
+    }
+    for ((name, _), best) in cases.iter().zip(&best) {
+        println!("{name}: {best:.2} ns");
+    }
+}
+
 criterion_group!(benches, bench);
 
 fn main() {
@@ -525,6 +651,13 @@ fn main() {
         .and_then(|v| v.parse().ok())
     {
         ratio(n);
+        return;
+    }
+    if let Some(n) = std::env::var("TACHYON_CLIENT_CLOCK_PROBE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        clock_probe(n);
         return;
     }
     if let Some(n) = std::env::var("TACHYON_CLIENT_LOCK_RATIO")

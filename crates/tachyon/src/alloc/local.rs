@@ -888,17 +888,23 @@ fn stack_site_walk(l: &Local, path: u32, depth: usize) -> u32 {
 // its free finds it there, clears the slot itself and is recorded. When the slot is taken by
 // another sampled block, the address is counted in the overflow filter instead (a counting
 // filter: a free whose count is non-zero is recorded, and the tracker decrements the count
-// when such a free matches a sampled block). A free that finds neither is not recorded: the
-// common case costs a hash and two loads.
+// when such a free matches a sampled block), and the slot gets its [`OVERFLOWED`] bit (kept
+// until the session ends), so only frees that hash to such a slot look at the filter. The
+// common free costs a multiplication, one load and a compare.
 
 const TABLE_BITS: u32 = 16;
 static SAMPLED_TABLE: [AtomicU64; 1 << TABLE_BITS] = [const { AtomicU64::new(0) }; 1 << TABLE_BITS];
+
+/// In a table slot: some sampled block that hashes here went to the overflow filter (an
+/// address's bit 0 is free: blocks the hook sees are at least 2-aligned, and an odd address
+/// only ever misses its slot, which costs a filter load, never a wrong answer).
+const OVERFLOWED: u64 = 1;
 
 /// The address's hash: its top bits index the table, the bits below them the filter (one
 /// multiplication for both lookups of a free).
 #[inline(always)]
 fn addr_hash(addr: u64) -> u64 {
-    (addr >> 4).wrapping_mul(0xd6e8_feb8_6659_fd93)
+    addr.wrapping_mul(0xd6e8_feb8_6659_fd93)
 }
 
 #[inline(always)]
@@ -906,14 +912,20 @@ fn table_slot(hash: u64) -> &'static AtomicU64 {
     &SAMPLED_TABLE[(hash >> (64 - TABLE_BITS)) as usize]
 }
 
-/// A sampled block at `addr`: into the table, or the overflow filter.
+/// A sampled block at `addr`: into its table slot when that is empty, else into the overflow
+/// filter (counted before the slot is marked, so a free that sees the mark sees the count).
 fn sampled_add(addr: u64) {
     let hash = addr_hash(addr);
-    if table_slot(hash)
-        .compare_exchange(0, addr, Ordering::Relaxed, Ordering::Relaxed)
-        .is_err()
+    let slot = table_slot(hash);
+    let v = slot.load(Ordering::Relaxed);
+    // An empty slot keeps its mark.
+    if v & !OVERFLOWED != 0
+        || slot
+            .compare_exchange(v, addr | v, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
     {
         filter_add(addr);
+        slot.fetch_or(OVERFLOWED, Ordering::Release);
     }
 }
 
@@ -922,13 +934,35 @@ fn sampled_add(addr: u64) {
 fn sampled_free(addr: u64) -> Option<u64> {
     let hash = addr_hash(addr);
     let slot = table_slot(hash);
-    if slot.load(Ordering::Relaxed) == addr {
-        // A plain store: a slot holding `addr` changes only here. Other threads' adds only
-        // fill an empty slot, and no other free of `addr` runs now (the block is live until
-        // this free reaches the inner allocator, after this).
-        slot.store(0, Ordering::Relaxed);
-        return Some(0);
+    let v = slot.load(Ordering::Relaxed);
+    // `addr` is never 0 (a block being freed), so an empty slot never matches.
+    if v & !OVERFLOWED == addr {
+        return Some(sampled_take(slot));
     }
+    if v & OVERFLOWED == 0 {
+        return None;
+    }
+    sampled_overflow(hash)
+}
+
+/// The free of the sampled block in `slot`: empties the slot, keeping its [`OVERFLOWED`] mark.
+/// An atomic read-modify-write, not a store: another thread may set the mark meanwhile. The
+/// address itself changes only here: other threads' adds only fill an empty slot, and no other
+/// free of this address runs now (the block is live until this free reaches the inner
+/// allocator, after this).
+#[cold]
+#[inline(never)]
+fn sampled_take(slot: &AtomicU64) -> u64 {
+    slot.fetch_and(OVERFLOWED, Ordering::Relaxed);
+    0
+}
+
+/// A free whose slot is marked [`OVERFLOWED`]: recorded when the filter counts its hash.
+#[cold]
+#[inline(never)]
+fn sampled_overflow(hash: u64) -> Option<u64> {
+    // Acquire: pairs with the mark's release, so the count made before it is seen.
+    std::sync::atomic::fence(Ordering::Acquire);
     (filter_slot(hash).load(Ordering::Relaxed) != 0).then_some(FREE_FROM_FILTER)
 }
 
@@ -1001,6 +1035,14 @@ pub(crate) fn on_alloc(mode: u8, addr: *mut u8, size: usize) {
 
 #[inline(never)]
 fn on_alloc_slow(mode: u8, addr: *mut u8, size: usize) {
+    if mode == EXACT
+        && !addr.is_null()
+        && LOCAL
+            .try_with(|l| exact_alloc(l, addr as u64, size as u64))
+            .unwrap_or(false)
+    {
+        return;
+    }
     if mode & PROBE != 0 {
         INSTALLED.store(true, Ordering::Relaxed);
         if mode == PROBE {
@@ -1042,6 +1084,47 @@ fn on_alloc_slow(mode: u8, addr: *mut u8, size: usize) {
             .set(if own { (addr as u64, now) } else { NO_BLOCK });
         l.busy.set(false);
     });
+}
+
+/// Exact mode's common allocation, with as little as possible between its counter reading
+/// and the return: the thread has its ring with room, its zone path is interned (or it is in
+/// no zone) and no stack is walked. `false`: not done, the general path records it.
+#[inline(always)]
+fn exact_alloc(l: &Local, addr: u64, size: u64) -> bool {
+    if l.busy.get() || l.state.get() != STATE_RING || STACK_DEPTH.load(Ordering::Relaxed) != 0 {
+        return false;
+    }
+    let depth = (l.depth.get() as usize).min(MAX_ZONES);
+    let site = if depth == 0 {
+        0
+    } else if l.interned.get() as usize >= depth {
+        l.paths[depth - 1].get()
+    } else {
+        return false;
+    };
+    // Set before the ring's `head` is read: an event of a signal handler that interrupts
+    // from here on is not recorded, so `head` cannot move under this push.
+    l.busy.set(true);
+    // SAFETY: a non-null ring in `STATE_RING` is this thread's, never freed.
+    let ring = unsafe { &*l.ring.get() };
+    let h = ring.prod.head.load(Ordering::Relaxed);
+    if h.wrapping_sub(ring.prod.seen_tail.load(Ordering::Relaxed)) >= RING_CAP / 2 {
+        l.busy.set(false);
+        return false;
+    }
+    let now = ticks();
+    ring.put(
+        h,
+        Record {
+            addr,
+            size,
+            ticks: now,
+            meta: KIND_ALLOC | (site as u64) << 32,
+        },
+    );
+    l.last_alloc.set((addr, now));
+    l.busy.set(false);
+    true
 }
 
 /// The block at `addr` (`size` bytes) is about to be freed (before the inner allocator runs,
@@ -1457,12 +1540,23 @@ mod tests {
         if filter_slot(addr_hash(a)).load(Ordering::Relaxed) == 0 {
             assert_eq!(sampled_free(a), None);
         }
-        // A colliding address goes through the filter.
+        // A colliding address goes through the filter, and marks the slot.
         let slot = table_slot(addr_hash(b));
         slot.store(0xdead_0000, Ordering::Relaxed);
+        if filter_slot(addr_hash(b)).load(Ordering::Relaxed) == 0 {
+            assert_eq!(sampled_free(b), None, "an unmarked slot: no filter lookup");
+        }
         sampled_add(b);
+        assert_eq!(slot.load(Ordering::Relaxed), 0xdead_0000 | OVERFLOWED);
         assert_eq!(sampled_free(b), Some(FREE_FROM_FILTER));
         filter_remove(b);
+        // The slot's own block is freed: the slot is empty, still marked, and takes the next
+        // block that hashes to it.
+        assert_eq!(sampled_take(slot), 0);
+        assert_eq!(slot.load(Ordering::Relaxed), OVERFLOWED);
+        sampled_add(b);
+        assert_eq!(slot.load(Ordering::Relaxed), b | OVERFLOWED);
+        assert_eq!(sampled_free(b), Some(0));
         slot.store(0, Ordering::Relaxed);
     }
 }

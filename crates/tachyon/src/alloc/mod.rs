@@ -54,8 +54,9 @@
 //! In [`MemoryMode::Sampled`] mode allocations are sampled as heapprofd does: a Poisson
 //! process over allocated bytes with mean interval `BYTES` (each thread draws exponential
 //! gaps), a sampled allocation stands for `interval × crossings` bytes, and one of at least
-//! `interval` bytes is always taken at its size. Frees are recorded only for addresses a small
-//! counting filter says may be sampled, so the common free costs a hash and a load.
+//! `interval` bytes is always taken at its size. Frees are recorded only for addresses in the
+//! table of sampled addresses or counted in its overflow filter; the common free costs a hash
+//! and one load (the table's slot, which also says whether the filter holds anything for it).
 //!
 //! Sites are native call stacks when [`MemoryConfig::callstack_depth`] asks for them (by
 //! default 32 frames on each sampled allocation; none in exact mode, where a stack walk per

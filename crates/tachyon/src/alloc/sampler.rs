@@ -57,7 +57,20 @@ fn neg_ln(u: f64) -> f64 {
         e += 1;
     }
     let x = m - 1.0;
-    let p = LN1P_OVER_X.iter().rev().fold(0.0, |acc, c| acc * x + c);
+    // Estrin's scheme: pairs, then quads, then the whole, so the chain of dependent
+    // multiply-adds is four long instead of Horner's nine (this runs once per sample, on the
+    // allocating thread).
+    let c = &LN1P_OVER_X;
+    let x2 = x * x;
+    let x4 = x2 * x2;
+    let p01 = c[0] + c[1] * x;
+    let p23 = c[2] + c[3] * x;
+    let p45 = c[4] + c[5] * x;
+    let p67 = c[6] + c[7] * x;
+    let p89 = c[8] + c[9] * x;
+    let p03 = p01 + p23 * x2;
+    let p47 = p45 + p67 * x2;
+    let p = p03 + (p47 + p89 * x4) * x4;
     -(e as f64 * std::f64::consts::LN_2 + x * p)
 }
 

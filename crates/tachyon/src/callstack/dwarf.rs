@@ -153,6 +153,28 @@ thread_local! {
     static FAST: RefCell<Option<Box<FastRules>>> = const { RefCell::new(None) };
     /// The calling thread's stack, (lowest, highest) address; (0, 0) before it is known.
     static STACK: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+    /// The calling thread's last walk ([`Memo`]).
+    static MEMO: RefCell<Option<Box<Memo>>> = const { RefCell::new(None) };
+}
+
+/// Stack words a [`Memo`] keeps (a walk that reads more is not kept).
+const MEMO_READS: usize = 4 * super::MAX_DEPTH;
+
+/// The calling thread's last walk by [`fast_walk`]: where it started, what it gave, and every
+/// stack word it read. Each step of a walk is a function of the unwinder (`state`), the
+/// registers it starts from and the words it reads, so a walk from the same registers whose
+/// words all still hold the same values gives the same frames: checking those words (a load
+/// and a compare each) replaces the walk (a rule lookup and its arithmetic per frame). The
+/// common case it serves: allocations from the same call path, one after another.
+struct Memo {
+    state: *const State,
+    /// (ip, sp, bp, skip, out.len()) of the walk.
+    key: (u64, u64, u64, usize, usize),
+    valid: bool,
+    n: usize,
+    frames: [u64; super::MAX_DEPTH],
+    reads: usize,
+    words: [(u64, u64); MEMO_READS],
 }
 
 /// The registers unwinding starts from: inlined, so they are the caller's (the function that
@@ -200,7 +222,80 @@ pub(super) fn walk_from(
             Err(())
         }
     };
-    fast_walk(ip, sp, bp, skip, out, &mut read).or_else(|| run(ip, sp, bp, skip, out, &mut read))
+    memo_walk(ip, sp, bp, skip, out, &mut read).or_else(|| run(ip, sp, bp, skip, out, &mut read))
+}
+
+/// [`fast_walk`] through the thread's [`Memo`]: the last walk's frames when it started from
+/// the same registers and every word it read is unchanged; otherwise a walk, kept for next
+/// time when it succeeds.
+#[inline(always)]
+fn memo_walk(
+    ip: u64,
+    sp: u64,
+    bp: u64,
+    skip: usize,
+    out: &mut [u64],
+    read: &mut impl FnMut(u64) -> Result<u64, ()>,
+) -> Option<usize> {
+    let key = (ip, sp, bp, skip, out.len());
+    let kept = MEMO.try_with(|m| {
+        // A nested call (the memo in use): walk without it.
+        let mut m = m.try_borrow_mut().ok()?;
+        let m = m.get_or_insert_with(|| {
+            Box::new(Memo {
+                state: std::ptr::null(),
+                key: (0, 0, 0, 0, 0),
+                valid: false,
+                n: 0,
+                frames: [0; super::MAX_DEPTH],
+                reads: 0,
+                words: [(0, 0); MEMO_READS],
+            })
+        });
+        if m.valid
+            && m.key == key
+            && std::ptr::eq(m.state, STATE.load(Ordering::Acquire))
+            && m.n <= out.len()
+            && m.words[..m.reads].iter().all(|&(a, v)| read(a) == Ok(v))
+        {
+            out[..m.n].copy_from_slice(&m.frames[..m.n]);
+            return Some(Some(m.n));
+        }
+        m.valid = false;
+        m.reads = 0;
+        let mut full = false;
+        let got = {
+            let (words, reads) = (&mut m.words, &mut m.reads);
+            let mut rec = |a: u64| -> Result<u64, ()> {
+                let v = read(a)?;
+                match words.get_mut(*reads) {
+                    Some(w) => {
+                        *w = (a, v);
+                        *reads += 1;
+                    }
+                    None => full = true,
+                }
+                Ok(v)
+            };
+            fast_walk(ip, sp, bp, skip, out, &mut rec)
+        };
+        if let Some(n) = got {
+            if !full && n <= m.frames.len() {
+                m.frames[..n].copy_from_slice(&out[..n]);
+                m.n = n;
+                m.key = key;
+                // The unwinder the walk used (`fast_walk` builds it again when a module
+                // appeared): a later one may have other rules.
+                m.state = STATE.load(Ordering::Acquire);
+                m.valid = true;
+            }
+        }
+        Some(got)
+    });
+    match kept {
+        Ok(Some(got)) => got,
+        _ => fast_walk(ip, sp, bp, skip, out, read),
+    }
 }
 
 /// One frame's unwind rule in a form that needs no framehop to apply: the caller's stack

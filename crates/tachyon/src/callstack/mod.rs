@@ -149,6 +149,46 @@ mod tests {
         assert_eq!(capture(&mut [], 0), 0);
     }
 
+    #[inline(never)]
+    fn via_a(out: &mut [u64]) -> usize {
+        std::hint::black_box(leaf(out))
+    }
+
+    #[inline(never)]
+    fn via_b(out: &mut [u64]) -> usize {
+        std::hint::black_box(leaf(out))
+    }
+
+    /// Repeated walks from the same place (which the last walk's memo answers) and walks that
+    /// start from the same registers but return into different callers (which it must not).
+    #[cfg_attr(
+        miri,
+        ignore = "walks the real stack and the loader's module list, which Miri does not model"
+    )]
+    #[test]
+    fn repeated_walks_follow_the_stack() {
+        let in_fn = |pc: u64, f: usize| pc > f as u64 && pc < f as u64 + 4096;
+        let mut first: Option<Vec<u64>> = None;
+        for _ in 0..3 {
+            let (mut a, mut b) = ([0u64; MAX_DEPTH], [0u64; MAX_DEPTH]);
+            // Twice from one call site: the second walk is answered by the memo, the same.
+            let mut runs = [[0u64; MAX_DEPTH]; 2];
+            let mut ns = [0usize; 2];
+            for (buf, n) in runs.iter_mut().zip(ns.iter_mut()) {
+                *n = via_a(buf);
+            }
+            assert_eq!(runs[0][..ns[0]], runs[1][..ns[1]]);
+            let na = via_a(&mut a);
+            let nb = via_b(&mut b);
+            assert!(in_fn(a[1], via_a as *const () as usize), "{:#x}", a[1]);
+            assert!(in_fn(b[1], via_b as *const () as usize), "{:#x}", b[1]);
+            let first = first.get_or_insert_with(|| a[..na].to_vec());
+            assert_eq!(a[..na], first[..], "the same stack, the same frames");
+            // Frame 2: the two call sites in this function; above it, the same callers.
+            assert_eq!(a[3..na], b[3..nb], "the same callers above");
+        }
+    }
+
     #[cfg(all(feature = "dwarf-unwind", target_arch = "x86_64", target_os = "linux"))]
     #[cfg_attr(
         miri,
