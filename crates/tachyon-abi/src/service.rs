@@ -225,6 +225,20 @@ impl ReadChunk<'_> {
         Ok(header)
     }
 
+    /// The header as it is in memory now, validated against the payload size: the snapshot
+    /// the service decides on (the producer may change the memory itself at any time).
+    pub fn validated_header(&self) -> Result<ChunkHeader, AbiError> {
+        let header = self.inner.header();
+        header.validate(self.inner.payload_size())?;
+        Ok(header)
+    }
+
+    /// Copies the payload into `dst[..payload_size]` (relaxed atomic loads), e.g. straight
+    /// into a central buffer: the bytes are a snapshot, to be parsed only in `dst`.
+    pub fn copy_payload_into(&self, dst: &mut [u8]) -> Result<(), AbiError> {
+        self.inner.copy_payload(dst)
+    }
+
     /// Copies the chunk (validated header + payload) into a new buffer.
     pub fn copy(&self) -> Result<ChunkCopy, AbiError> {
         copy_chunk(&self.inner, true)

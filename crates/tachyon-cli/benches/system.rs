@@ -31,7 +31,8 @@
 //! in-process `write_into_file` figure: N = 1, 2, 4 threads of this process into an in-process
 //! session (`Config::stream`, `stream_period` 100 ms, the same 64 MiB ring buffer), counted back
 //! from its file and searched for the zero-loss rate the same way (`N=… in-process threads:
-//! sustained X events/s with zero loss`).
+//! sustained X events/s with zero loss`); `TACHYON_PREFAULT=1` maps its ring when the session
+//! starts. Every round prints the CPU time each thread spent per event.
 //!
 //! Run: `cargo bench -p tachyon-cli --bench system`. `TACHYON_BENCH_QUICK=1` shortens
 //! everything (criterion 0.5 s warm-up and 1 s measurement, 0.5 s producer runs). A criterion
@@ -69,6 +70,107 @@ fn quick() -> bool {
     std::env::var_os("TACHYON_BENCH_QUICK").is_some()
 }
 
+// === CPU time per thread ===
+
+/// CPU time (user + system) of each live thread of process `pid` whose name is `comm`, summed,
+/// in nanoseconds (`/proc/PID/task/TID/schedstat`, the scheduler's own count, since the thread
+/// started), and the share of it spent in the kernel (from the same threads' `stat` ticks).
+fn threads_cpu(pid: u32, comm: &str) -> (u64, f64) {
+    let c = threads_counts(pid, comm);
+    (c.ns, c.kernel)
+}
+
+/// What [`threads_cpu`] reads, with the threads' minor page faults and context switches.
+#[derive(Clone, Copy, Debug, Default)]
+struct ThreadCounts {
+    ns: u64,
+    kernel: f64,
+    /// Clock ticks in user space and in the kernel.
+    user: u64,
+    system: u64,
+    faults: u64,
+    switches: u64,
+}
+
+fn threads_counts(pid: u32, comm: &str) -> ThreadCounts {
+    let (mut ns, mut user, mut system, mut faults, mut switches) = (0u64, 0u64, 0u64, 0u64, 0u64);
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return ThreadCounts::default();
+    };
+    for task in tasks.flatten() {
+        let dir = task.path();
+        let name = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if name.trim_end() != comm {
+            continue;
+        }
+        let sched = std::fs::read_to_string(dir.join("schedstat")).unwrap_or_default();
+        ns += sched
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+        let stat = std::fs::read_to_string(dir.join("stat")).unwrap_or_default();
+        let (u, s) = stat_ticks(&stat);
+        user += u;
+        system += s;
+        faults += stat_field(&stat, 10);
+        let status = std::fs::read_to_string(dir.join("status")).unwrap_or_default();
+        switches += status
+            .lines()
+            .filter(|l| l.contains("ctxt_switches"))
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .sum::<u64>();
+    }
+    let kernel = if user + system == 0 {
+        0.0
+    } else {
+        system as f64 / (user + system) as f64
+    };
+    ThreadCounts {
+        ns,
+        kernel,
+        user,
+        system,
+        faults,
+        switches,
+    }
+}
+
+/// Field `i` (1-based, as in proc(5); 3 or later) of a `/proc/…/stat` line.
+fn stat_field(stat: &str, i: usize) -> u64 {
+    stat.rfind(')')
+        .and_then(|at| stat[at + 1..].split_whitespace().nth(i - 3)?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// `utime` and `stime` (clock ticks) of a `/proc/…/stat` line (the fields after the name, which
+/// is in parentheses and may hold spaces).
+fn stat_ticks(stat: &str) -> (u64, u64) {
+    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+        return (0, 0);
+    };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // After the name: state is field 3, utime 14 and stime 15 (1-based, as in proc(5)).
+    let get = |i: usize| f.get(i - 3).and_then(|v| v.parse().ok()).unwrap_or(0);
+    (get(14), get(15))
+}
+
+/// CPU time of process `pid`, every thread it ever had (exited ones too), in nanoseconds
+/// (`/proc/PID/stat` ticks: 10 ms each).
+fn process_cpu_ns(pid: u32) -> u64 {
+    let (u, s) =
+        stat_ticks(&std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default());
+    (u + s) * 10_000_000
+}
+
+/// This thread's CPU time so far, in nanoseconds.
+fn this_thread_cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
 // === the roles ===
 
 /// The daemon: runs until its stdin closes (the benchmark process holds it).
@@ -102,11 +204,20 @@ fn run_producer() {
     std::io::stdout().flush().unwrap();
     let mut line = String::new();
     std::io::stdin().read_line(&mut line).unwrap();
+    let hot_before = this_thread_cpu_ns();
     let (zones, elapsed) = write_zones(seconds, rate);
+    let hot_ns = this_thread_cpu_ns() - hot_before;
+    // The helpers' CPU since they started (with the session), before the shutdown joins them:
+    // the drainer, and the thread that reads the daemon's commands.
+    let pid = std::process::id();
+    let drain_ns = threads_cpu(pid, "tachyon-drain").0
+        + threads_cpu(pid, "tachyon-producer").0
+        + threads_cpu(pid, "tachyon-commit").0;
     let report = tachyon::shutdown().unwrap().expect("a session");
     let system = report.system.as_ref().expect("system mode");
     println!(
-        "RESULT zones={zones} ns={} dropped={} episodes={} stalls={} started={} lost={}",
+        "RESULT zones={zones} ns={} hot_ns={hot_ns} drain_ns={drain_ns} dropped={} episodes={} \
+         stalls={} started={} lost={}",
         elapsed.as_nanos(),
         report.writers.packets_dropped,
         report.writers.drop_episodes,
@@ -116,8 +227,13 @@ fn run_producer() {
     );
 }
 
-/// Zones on this thread for `seconds`, as fast as it can (`rate` 0) or paced to `rate` events
-/// per second; the zones written and the time taken.
+/// Zones on this thread: for `seconds` as fast as it can (`rate` 0), or `rate × seconds` events
+/// on a schedule of `rate` events per second; the zones written and the time taken.
+///
+/// A paced thread writes its whole count whatever the scheduler does: it catches up with the
+/// schedule in bursts after each short sleep, and when it cannot keep up (no core, or its
+/// writer stalling on a full SMB) it takes longer than `seconds`, so the rate it reports
+/// (events over the time taken) is the one it reached, never the target.
 fn write_zones(seconds: f64, rate: f64) -> (u64, Duration) {
     let duration = Duration::from_secs_f64(seconds);
     let start = Instant::now();
@@ -130,19 +246,18 @@ fn write_zones(seconds: f64, rate: f64) -> (u64, Duration) {
             zones += 1000;
         }
     } else {
-        // Two events a zone; catch up with the schedule, then sleep a little.
+        // Two events a zone.
         let zones_per_s = rate / 2.0;
-        loop {
-            let elapsed = start.elapsed();
-            if elapsed >= duration {
-                break;
-            }
-            let due = (elapsed.as_secs_f64() * zones_per_s) as u64;
+        let total = (seconds * zones_per_s) as u64;
+        while zones < total {
+            let due = ((start.elapsed().as_secs_f64() * zones_per_s) as u64).min(total);
             while zones < due {
                 let _z = tachyon::zone!("bench zone");
                 zones += 1;
             }
-            std::thread::sleep(Duration::from_micros(200));
+            if zones < total {
+                std::thread::sleep(Duration::from_micros(100));
+            }
         }
     }
     (zones, start.elapsed())
@@ -216,7 +331,7 @@ impl Drop for Proc {
 
 /// The daemon child and its sockets.
 struct DaemonChild {
-    _proc: Proc,
+    proc: Proc,
     dir: PathBuf,
 }
 
@@ -227,7 +342,11 @@ impl DaemonChild {
         tachyon_ipc::paths::ensure_private_dir(&dir).unwrap();
         let mut proc = Proc::spawn("daemon", &[(DIR, dir.display().to_string())]);
         proc.line("READY");
-        DaemonChild { _proc: proc, dir }
+        DaemonChild { proc, dir }
+    }
+
+    fn pid(&self) -> u32 {
+        self.proc.child.id()
     }
 
     fn producer_socket(&self) -> PathBuf {
@@ -433,6 +552,22 @@ struct Round {
     patches_failed: u64,
     /// Packets marked `previous_packet_dropped` (not first on their sequence).
     sequence_losses: u64,
+    /// CPU time, in nanoseconds, of the producers' writing threads (over their writing time),
+    /// of their drainers (since their session started; with a producer process's command
+    /// and commit-sending threads), of the service thread (the daemon's
+    /// `tachyon-traced` over the round, to the end of its final read; in-process the
+    /// `tachyon-service` thread from its start to just before the final read), and of the
+    /// daemon's other threads (its connection readers; 10 ms ticks).
+    hot_ns: u64,
+    drain_ns: u64,
+    service_ns: u64,
+    others_ns: u64,
+    /// The share of the service thread's CPU time spent in the kernel (writing the file, the
+    /// socket, page faults).
+    service_kernel: f64,
+    /// The service thread's minor page faults and context switches over the same time.
+    service_faults: u64,
+    service_switches: u64,
 }
 
 impl Round {
@@ -479,6 +614,23 @@ impl Round {
             self.patches_failed,
             self.sequence_losses
         );
+        let per_event = |ns: u64| ns as f64 / self.written.max(1) as f64;
+        println!(
+            "      CPU per event: writing threads {:.1} ns, drainers {:.1} ns, service thread \
+             {:.1} ns ({:.0} % in the kernel; {} page faults, {} context switches), other \
+             daemon threads {:.1} ns; total {:.1} ns ({:.2} cores at this rate)",
+            per_event(self.hot_ns),
+            per_event(self.drain_ns),
+            per_event(self.service_ns),
+            self.service_kernel * 100.0,
+            self.service_faults,
+            self.service_switches,
+            per_event(self.others_ns),
+            per_event(self.hot_ns + self.drain_ns + self.service_ns + self.others_ns),
+            (self.hot_ns + self.drain_ns + self.service_ns + self.others_ns) as f64
+                / 1e9
+                / self.seconds
+        );
     }
 }
 
@@ -521,6 +673,8 @@ fn round(daemon: &DaemonChild, mode: Mode, n: usize, seconds: f64, rate: f64) ->
     for p in &mut producers {
         p.line("READY");
     }
+    let service_before = threads_counts(daemon.pid(), "tachyon-traced");
+    let daemon_before = process_cpu_ns(daemon.pid());
     for p in &mut producers {
         p.send("go");
     }
@@ -536,6 +690,8 @@ fn round(daemon: &DaemonChild, mode: Mode, n: usize, seconds: f64, rate: f64) ->
         r.writer_dropped += field(&line, "dropped");
         r.drop_episodes += field(&line, "episodes");
         r.stalls += field(&line, "stalls");
+        r.hot_ns += field(&line, "hot_ns");
+        r.drain_ns += field(&line, "drain_ns");
     }
     drop(producers);
     consumer.disable_tracing().unwrap();
@@ -544,6 +700,19 @@ fn round(daemon: &DaemonChild, mode: Mode, n: usize, seconds: f64, rate: f64) ->
         .unwrap()
         .expect("the session ended");
     assert_eq!(end.error, None);
+    let service_after = threads_counts(daemon.pid(), "tachyon-traced");
+    r.service_ns = service_after.ns.saturating_sub(service_before.ns);
+    let (user, system) = (
+        service_after.user - service_before.user,
+        service_after.system - service_before.system,
+    );
+    r.service_kernel = system as f64 / (user + system).max(1) as f64;
+    r.service_faults = service_after.faults.saturating_sub(service_before.faults);
+    r.service_switches = service_after
+        .switches
+        .saturating_sub(service_before.switches);
+    r.others_ns =
+        (process_cpu_ns(daemon.pid()).saturating_sub(daemon_before)).saturating_sub(r.service_ns);
     let trace = match mode {
         Mode::Stream => std::fs::read(&path).unwrap(),
         Mode::Ring => {
@@ -569,17 +738,28 @@ fn inprocess_round(dir: &std::path::Path, n: usize, seconds: f64, rate: f64) -> 
         buffer_size: (BUFFER_KB as usize) << 10,
         stream: true,
         stream_period: Duration::from_millis(100),
+        // `TACHYON_PREFAULT=1` as the SDK reads it: the ring mapped at the session's start
+        // (before the round's clock starts), to tell its first-touch faults apart.
+        prefault_buffer: std::env::var_os("TACHYON_PREFAULT").is_some_and(|v| v == "1"),
         ..Config::default()
     })
     .expect("start the in-process session");
+    // The drainer thread lives as long as the process: its CPU over this round is a difference.
+    let pid = std::process::id();
+    let (drain_before, _) = threads_cpu(pid, "tachyon-drain");
     let barrier = std::sync::Arc::new(std::sync::Barrier::new(n + 1));
     let threads: Vec<_> = (0..n)
         .map(|_| {
             let barrier = std::sync::Arc::clone(&barrier);
-            std::thread::spawn(move || {
-                barrier.wait();
-                write_zones(seconds, rate)
-            })
+            std::thread::Builder::new()
+                .name("bench-producer".into())
+                .spawn(move || {
+                    barrier.wait();
+                    let before = this_thread_cpu_ns();
+                    let (zones, elapsed) = write_zones(seconds, rate);
+                    (zones, elapsed, this_thread_cpu_ns() - before)
+                })
+                .unwrap()
         })
         .collect();
     barrier.wait();
@@ -588,10 +768,19 @@ fn inprocess_round(dir: &std::path::Path, n: usize, seconds: f64, rate: f64) -> 
         ..Round::default()
     };
     for t in threads {
-        let (zones, elapsed) = t.join().unwrap();
+        let (zones, elapsed, hot_ns) = t.join().unwrap();
         r.written += 2 * zones;
         r.seconds = r.seconds.max(elapsed.as_secs_f64());
+        r.hot_ns += hot_ns;
     }
+    // The service thread since the session started, before the shutdown joins it (its final
+    // read is not in it), and the drainer over the round so far.
+    r.drain_ns = threads_cpu(pid, "tachyon-drain")
+        .0
+        .saturating_sub(drain_before);
+    let service = threads_counts(pid, "tachyon-service");
+    (r.service_ns, r.service_kernel) = (service.ns, service.kernel);
+    (r.service_faults, r.service_switches) = (service.faults, service.switches);
     let report = tachyon::shutdown().unwrap().expect("a session");
     r.writer_dropped = report.writers.packets_dropped;
     r.drop_episodes = report.writers.drop_episodes;
@@ -647,13 +836,19 @@ fn count(trace: &[u8], r: &mut Round) {
     }
 }
 
-/// Full speed; if anything is lost, halves the total rate until nothing is (at most 5 times),
-/// then bisects twice between the lowest lossy and the highest lossless rate. Returns the rate
-/// of the best lossless round.
+/// Full speed; if anything is lost, halves the rate until nothing is (at most 5 times), then
+/// bisects three times between the highest lossless and the lowest lossy rate. Every bound is
+/// the rate a round *reached* (events over the longest producer's time), not the one it was
+/// paced to, so a round that fell short of its target does not pass for a faster one. Returns
+/// the reached rate of the fastest lossless round.
 fn zero_loss_rate(n: usize, run: impl Fn(f64) -> Round) -> Option<f64> {
     let paced = |target: f64| {
         let r = run(target / n as f64);
-        r.print(&format!("paced to {:.2} M events/s", target / 1e6));
+        r.print(&format!(
+            "paced to {:.2} M events/s, reached {:.2}",
+            target / 1e6,
+            r.rate() / 1e6
+        ));
         r
     };
     let full = run(0.0);
@@ -662,31 +857,30 @@ fn zero_loss_rate(n: usize, run: impl Fn(f64) -> Round) -> Option<f64> {
         return Some(full.rate());
     }
     let mut lossy = full.rate();
-    let mut lossless = None;
-    let mut best: Option<f64> = None;
+    let mut lossless: Option<f64> = None;
     let mut target = lossy / 2.0;
     for _ in 0..5 {
         let r = paced(target);
         if r.lossless() {
-            lossless = Some(target);
-            best = Some(r.rate());
+            lossless = Some(r.rate());
             break;
         }
-        lossy = target;
-        target /= 2.0;
+        lossy = lossy.min(r.rate());
+        target = lossy / 2.0;
     }
     let mut lossless = lossless?;
-    for _ in 0..2 {
-        let mid = (lossless + lossy) / 2.0;
-        let r = paced(mid);
+    for _ in 0..3 {
+        if lossless >= lossy {
+            break;
+        }
+        let r = paced((lossless + lossy) / 2.0);
         if r.lossless() {
-            lossless = mid;
-            best = best.map(|b| b.max(r.rate()));
+            lossless = lossless.max(r.rate());
         } else {
-            lossy = mid;
+            lossy = lossy.min(r.rate());
         }
     }
-    best
+    Some(lossless)
 }
 
 fn sustained(daemon: &DaemonChild) {

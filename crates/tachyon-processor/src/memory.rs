@@ -1,13 +1,13 @@
 //! Whether a trace can be imported in the memory this machine has: checked before the import
 //! starts, so that a trace too large ends in a clear error instead of the out-of-memory killer.
 
-/// Peak import memory per byte of (decompressed) trace, measured with the import bench
-/// (`cargo bench -p tachyon-processor --bench import`, 1 M events): 2.1 for the SDK-written
-/// trace of nested zones with five arguments each (the densest in events per byte Tachyon
-/// writes) and 1.9 for the generator-written one, since the sorter frees events and their
-/// arguments as it hands them on (2026-11-26; 4.0 before). Rounded up, with room for traces
-/// whose sequences go back in time often (more runs) and for the SQL load.
-pub(crate) const PEAK_BYTES_PER_TRACE_BYTE: u64 = 3;
+/// Peak import memory per byte of (decompressed) trace, measured: 1.16 with the import bench
+/// (`cargo bench -p tachyon-processor --bench import`, 1 M events, SDK-written: 72 bytes of
+/// peak per slice) and 1.48 for `tachyon query` on a 2.15 GB SDK-written trace (3.19 GB peak
+/// RSS, the whole process), since the import fixes glibc's mmap threshold (`trim.rs`,
+/// 2026-11-27; 2.1-2.3 before). Rounded up, with room for traces whose sequences go back in
+/// time often (more runs); [`Guarded`] stops a file's import that outgrows the limit anyway.
+pub(crate) const PEAK_BYTES_PER_TRACE_BYTE: u64 = 2;
 
 /// The memory an import of `trace_bytes` needs at its peak (beyond the trace itself).
 pub(crate) fn estimate(trace_bytes: u64) -> u64 {
@@ -47,6 +47,60 @@ fn cgroup_headroom() -> Option<u64> {
     Some(max.saturating_sub(current))
 }
 
+/// This process's resident memory, in bytes (`VmRSS`; `None` where it cannot be read).
+pub(crate) fn resident() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    meminfo_field(&status, "VmRSS:")
+}
+
+/// The least growth [`Guarded`] stops at: it measures the whole process, whose other threads
+/// may allocate too, so a small limit (tests, tiny traces) is left to the check before the
+/// import.
+const GUARD_FLOOR: u64 = 64 << 20;
+
+/// A trace file's reader that watches the import's memory as it reads: once the process has
+/// grown by more than `limit` since the reader was made, the next read fails, and
+/// [`Guarded::tripped`] says how much it had grown. The check before the import estimates the
+/// peak; this one stops an import whose trace needs more than the estimate before the
+/// out-of-memory killer would, with the same error.
+pub(crate) struct Guarded<R> {
+    inner: R,
+    limit: Option<u64>,
+    base: u64,
+    tripped: Option<u64>,
+}
+
+impl<R> Guarded<R> {
+    pub(crate) fn new(inner: R, limit: Option<u64>) -> Self {
+        Guarded {
+            inner,
+            limit,
+            base: resident().unwrap_or(0),
+            tripped: None,
+        }
+    }
+
+    /// The memory growth that stopped the import, if it was stopped.
+    pub(crate) fn tripped(&self) -> Option<u64> {
+        self.tripped
+    }
+}
+
+impl<R: std::io::Read> std::io::Read for Guarded<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if let (Some(limit), Some(now)) = (self.limit, resident()) {
+            let grown = now.saturating_sub(self.base);
+            if grown > limit.max(GUARD_FLOOR) {
+                self.tripped = Some(grown);
+                return Err(std::io::Error::other(
+                    "the import's memory limit was reached",
+                ));
+            }
+        }
+        self.inner.read(buf)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -56,7 +110,28 @@ mod tests {
         let m = "MemTotal:       16000000 kB\nMemAvailable:    8000000 kB\n";
         assert_eq!(meminfo_field(m, "MemAvailable:"), Some(8_192_000_000));
         assert_eq!(meminfo_field(m, "SwapFree:"), None);
-        assert_eq!(estimate(1 << 30), 3 << 30);
+        assert_eq!(estimate(1 << 30), 2 << 30);
         assert_eq!(estimate(u64::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn a_guarded_reader_stops_once_memory_grew_past_the_limit() {
+        use std::io::Read;
+        let data = [7u8; 64];
+        let mut r = Guarded::new(&data[..], Some(1 << 40));
+        let mut buf = [0u8; 16];
+        assert_eq!(r.read(&mut buf).unwrap(), 16);
+        assert_eq!(r.tripped(), None);
+        if resident().is_some() {
+            // A limit already exceeded: growth since `base`, forced by lowering it.
+            let mut r = Guarded::new(&data[..], Some(0));
+            r.base = 0;
+            r.limit = Some(1);
+            if resident().is_some_and(|now| now <= GUARD_FLOOR) {
+                return; // A process this small is below the floor.
+            }
+            assert!(r.read(&mut buf).is_err());
+            assert!(r.tripped().is_some_and(|g| g > 0));
+        }
     }
 }

@@ -160,14 +160,26 @@ impl TraceProcessor {
         check_format(&head)?;
         check_memory(len, memory::estimate(len), options)?;
         file.rewind()?;
+        crate::trim::fix_mmap_threshold();
         let mut importer = Tokenizer::new(options.sort);
         importer.crop_track_events = options.crop_track_events;
-        importer.push_stream(&mut file, len, window, &mut |done| {
+        // Stops the import with the same error if it outgrows the limit after all.
+        let limit = options.memory_limit.or_else(memory::available);
+        let mut reader = memory::Guarded::new(&mut file, limit);
+        let read = importer.push_stream(&mut reader, len, window, &mut |done| {
             progress(Progress {
                 done: done as u64,
                 total: len,
             })
-        })?;
+        });
+        if let (Some(needed), Some(limit)) = (reader.tripped(), limit) {
+            return Err(Error::OutOfMemory {
+                trace_bytes: len,
+                needed,
+                limit,
+            });
+        }
+        read?;
         Self::finish_import(importer)
     }
 
@@ -182,6 +194,7 @@ impl TraceProcessor {
         options: &Options,
         progress: &mut dyn FnMut(Progress),
     ) -> Result<Self, Error> {
+        crate::trim::fix_mmap_threshold();
         let mut importer = Tokenizer::new(options.sort);
         importer.crop_track_events = options.crop_track_events;
         let gunzipped;

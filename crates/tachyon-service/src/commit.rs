@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use tachyon_abi::{ChunkCopy, ChunkHeader, CommitRequest, ServiceView};
 
-use crate::trace_buffer::{ChunkToCopy, ProducerId, TraceBuffer, WriterId};
+use crate::trace_buffer::{ChunkToCopy, CommittedChunk, ProducerId, TraceBuffer, WriterId};
 
 /// Session-wide counters for commits that could not be attributed to a buffer (they become
 /// the top-level `TraceStats` fields of the same names).
@@ -82,6 +82,31 @@ pub fn apply_commit(
             continue;
         }
         let size = chunk.payload_size();
+        // The plain case (a chunk new to its sequence): validate the header, then copy the
+        // payload from shared memory straight into the ring, where it is parsed when read.
+        if let Ok(header) = chunk.validated_header() {
+            let meta = CommittedChunk {
+                producer: producer.id,
+                writer: header.writer_id,
+                chunk_id: header.chunk_id,
+                num_fragments: header.packets.count(),
+                flags: header.packets.flags().0,
+            };
+            let target = &mut buffers[mv.target_buffer as usize];
+            // `copy_payload_into` fails only on a destination shorter than the payload, and
+            // the buffer gives it exactly `size` bytes.
+            if target.copy_new_committed_chunk(&meta, size, |dst| {
+                let _ = chunk.copy_payload_into(dst);
+            }) {
+                let _ = view.release_chunk_as_free(chunk);
+                producer
+                    .writer_targets
+                    .insert(header.writer_id, mv.target_buffer);
+                continue;
+            }
+        }
+        // Anything else (or a header that did not validate, checked again on the copy's
+        // snapshot): a copy out of shared memory first, which the buffer compares or counts.
         if producer.scratch.len() < size {
             // Grows to the largest chunk size once; the bytes past a chunk's payload are never
             // read.

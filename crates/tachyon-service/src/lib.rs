@@ -18,7 +18,8 @@
 //! assert_eq!(packets, [b"abc".to_vec(), b"d".to_vec()]);
 //! assert_eq!(buf.losses().total(), 0);
 //! ```
-#![forbid(unsafe_code)]
+// `unsafe` only in `populate` (one `madvise`).
+#![deny(unsafe_code)]
 #![deny(missing_docs)]
 
 mod chunk_index;
@@ -27,6 +28,7 @@ mod commit;
 mod compress;
 mod fast_hash;
 mod inprocess;
+mod populate;
 mod readout;
 mod session;
 mod stats;

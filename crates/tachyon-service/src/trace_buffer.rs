@@ -107,6 +107,22 @@ pub struct ChunkToCopy<'a> {
     pub complete: bool,
 }
 
+/// A committed chunk's header as the service loaded and validated it, for
+/// [`TraceBuffer::copy_new_committed_chunk`] (the payload is copied by the caller).
+#[derive(Clone, Copy, Debug)]
+pub struct CommittedChunk {
+    /// The producer (from the connection).
+    pub producer: ProducerId,
+    /// From the chunk header.
+    pub writer: WriterId,
+    /// From the chunk header.
+    pub chunk_id: ChunkId,
+    /// Packet count from the chunk header (fragments in the chunk).
+    pub num_fragments: u16,
+    /// Flags from the chunk header.
+    pub flags: u8,
+}
+
 /// What a read-out packet came with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PacketInfo {
@@ -124,6 +140,12 @@ type SeqKey = (ProducerId, WriterId);
 type RecIdx = usize;
 
 const ALIGN: usize = 16;
+
+/// How far ahead of the first pass's writes the ring's pages are mapped, in one `madvise`:
+/// 64 pages of 4 KiB, about 70 µs of the kernel's time here, so that a batch does not hold up
+/// the commits behind it for long, while the per-page cost is already the batched one
+/// (measured the same from 64 KiB to 1 MiB steps).
+const POPULATE_STEP: usize = 256 << 10;
 
 fn align_up(n: usize) -> usize {
     n.div_ceil(ALIGN) * ALIGN
@@ -274,6 +296,11 @@ pub struct TraceBuffer {
     read_cursor: usize,
     /// DISCARD mode after the first refusal: everything new is refused.
     discarding: bool,
+    /// Ring bytes from 0 already mapped, on the first pass round the ring: the writes map the
+    /// pages ahead of them a batch at a time ([`POPULATE_STEP`]). The ring's length once it
+    /// has been round once, or prefaulted, or where the kernel cannot populate (then each page
+    /// faults in on its first write).
+    populated: usize,
     stats: BufferStats,
     losses: LossCounters,
 }
@@ -293,6 +320,7 @@ impl TraceBuffer {
             seq_order: Vec::new(),
             read_cursor: 0,
             discarding: false,
+            populated: 0,
             stats: BufferStats {
                 buffer_size: size as u64,
                 ..BufferStats::default()
@@ -310,13 +338,36 @@ impl TraceBuffer {
     /// service thread's CPU time in a session's first 64 MiB). Prefaulting moves those faults
     /// to the session's start and commits the whole buffer's memory at once: worth it when the
     /// session is expected to fill its buffer anyway and the writes must keep up from the first
-    /// event. Safe code: a store of zero per 4 KiB, which the compiler must keep because it
-    /// cannot see that the bytes are zero already.
+    /// event. One `madvise(MADV_POPULATE_WRITE)` over the ring; where the kernel does not offer
+    /// it, a store of zero per 4 KiB, which the compiler must keep because it cannot see that
+    /// the bytes are zero already.
     pub fn prefault(&mut self) {
         const PAGE: usize = 4096;
-        let ring = std::hint::black_box(&mut self.ring[..]);
-        for page in ring.chunks_mut(PAGE) {
-            page[0] = 0;
+        // One `madvise` for the whole ring where the kernel offers it (no trap per page).
+        if !crate::populate::populate_for_write(&mut self.ring[..]) {
+            let ring = std::hint::black_box(&mut self.ring[..]);
+            for page in ring.chunks_mut(PAGE) {
+                page[0] = 0;
+            }
+        }
+        self.populated = self.ring.len();
+    }
+
+    /// Maps the ring's pages up to `end` (and a batch beyond) before a write reaches them: one
+    /// `madvise` per [`POPULATE_STEP`] bytes instead of a page fault per page in the copy.
+    fn populate_to(&mut self, end: usize) {
+        if end <= self.populated {
+            return;
+        }
+        let to = end
+            .saturating_add(POPULATE_STEP)
+            .min(self.ring.len())
+            .max(end);
+        if crate::populate::populate_for_write(&mut self.ring[self.populated..to]) {
+            self.populated = to;
+        } else {
+            // Not offered: the pages fault in on first write, and nothing is asked again.
+            self.populated = self.ring.len();
         }
     }
 
@@ -348,6 +399,67 @@ impl TraceBuffer {
     /// stored is counted.
     pub fn copy_chunk(&mut self, chunk: &ChunkToCopy<'_>) {
         self.copy(chunk, false);
+    }
+
+    /// Stores a committed chunk that is new to its sequence straight into the ring: `fill` is
+    /// given the `payload_len` bytes reserved for the payload and writes them (the commit path
+    /// copies them there out of the producer's shared memory, so the chunk crosses memory
+    /// once). Nothing is parsed before the copy: `chunk`'s fields are the header the service
+    /// loaded and validated, and the payload is only parsed when it is read, from the ring,
+    /// where the producer can no longer change it; a producer that rewrites the chunk while it
+    /// is copied gets garbage into its own packets, which the read-out counts and marks as it
+    /// does any corrupt chunk.
+    ///
+    /// Returns false, having stored nothing and counted nothing, when the chunk is not the
+    /// plain case: already present (a scraped chunk now committed, a recommit), partly
+    /// accounted for by a scrape, older than what the sequence read or holds, too large, or
+    /// refused by a full `DISCARD` buffer. The caller then copies it out and hands it to
+    /// [`copy_chunk`](Self::copy_chunk), which deals with each of those with the payload in
+    /// hand (comparing or counting its fragments).
+    pub fn copy_new_committed_chunk(
+        &mut self,
+        chunk: &CommittedChunk,
+        payload_len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> bool {
+        let key = (chunk.producer, chunk.writer);
+        let Some(seq) = self.sequences.get(&key) else {
+            return false;
+        };
+        let ext = seq.extend(chunk.chunk_id);
+        if seq.chunks.get(ext).is_some()
+            || seq.partial.get(&ext).is_some_and(|&n| n > 0)
+            || seq.last_read_ext.is_some_and(|last| ext <= last)
+            || seq.max_ext.is_some_and(|max| ext < max)
+        {
+            return false;
+        }
+        let size = align_up(payload_len.max(1));
+        if payload_len > u32::MAX as usize || size > self.ring.len() || self.discarding {
+            return false;
+        }
+        // Evicts what is in the way (counting it); a refusal leaves the buffer discarding, and
+        // `copy_chunk` then refuses the chunk and counts what it held.
+        let Some(offset) = self.reserve(size) else {
+            return false;
+        };
+        fill(&mut self.ring[offset..offset + payload_len]);
+        let rec = Record {
+            seq: key,
+            ext,
+            offset,
+            payload_len,
+            num_fragments: chunk.num_fragments,
+            flags: chunk.flags,
+            complete: true,
+            fragments_read: 0,
+            read_offset: 0,
+            live: true,
+            pinned: false,
+            scraped: false,
+        };
+        self.store_record(key, ext, offset, size, rec);
+        true
     }
 
     /// Copies a chunk the service scraped out of a producer's shared memory without a commit
@@ -453,6 +565,11 @@ impl TraceBuffer {
                 }
             }
         }
+        self.store_record(key, ext, offset, size, rec);
+    }
+
+    /// Indexes a chunk just copied to `offset` (`size` ring bytes).
+    fn store_record(&mut self, key: SeqKey, ext: u64, offset: usize, size: usize, rec: Record) {
         let idx = match self.free.pop() {
             Some(i) => {
                 self.slab[i] = Some(rec);
@@ -596,12 +713,15 @@ impl TraceBuffer {
             }
             self.wptr = 0;
             self.stats.write_wrap_count += 1;
+            // Round once: every page the writes use is mapped.
+            self.populated = cap;
         }
         if !self.clear(self.wptr, self.wptr + size) {
             return None;
         }
         let offset = self.wptr;
         self.wptr += size;
+        self.populate_to(self.wptr);
         Some(offset)
     }
 

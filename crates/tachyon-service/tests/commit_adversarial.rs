@@ -271,3 +271,48 @@ fn concurrent_scribbler_cannot_crash_the_service() {
     assert!(s.chunks_written > 0 && read > 0);
     assert!(stats.chunks_discarded >= 40);
 }
+
+/// Commits take one of two ways into a buffer: a chunk new to its sequence is copied straight
+/// from shared memory into the ring; anything else (the sequence's first chunk, a recommit, a
+/// chunk older than what the sequence holds, a full `DISCARD` buffer) is copied out first and
+/// compared or counted. Through both, in a `DISCARD` buffer that fills up: every packet
+/// committed is read or counted lost.
+#[test]
+fn direct_and_copied_commits_account_for_every_packet() {
+    let smb = OwnedSmb::new(16 * 4096, PageSize::Kib4).unwrap();
+    let mut producer = ProducerState::new(1, vec![0, 1]);
+    // 8 KiB: seven 1 KiB chunks fit (each takes its payload rounded up to 16 bytes).
+    let mut bufs = vec![
+        TraceBuffer::new(64 * 1024, FillPolicy::RingBuffer),
+        TraceBuffer::new(8 * 1024, FillPolicy::Discard),
+    ];
+    let mut stats = CommitStats::default();
+    let packet = [0x08u8; 200];
+    let mut committed = 0u64;
+    let mut commit = |bufs: &mut Vec<TraceBuffer>, id: u32, stats: &mut CommitStats| {
+        let mut mv = honest_chunk(&smb, 5, id, &[&packet, &packet, &packet[..100]]);
+        mv.target_buffer = 1;
+        let req = CommitRequest {
+            chunks_to_move: vec![mv],
+            ..Default::default()
+        };
+        apply_commit(&smb.service(), &mut producer, &req, bufs, stats);
+    };
+    for id in [0, 1, 2, 4, 3, 5, 6, 7, 8, 9, 10, 11] {
+        commit(&mut bufs, id, &mut stats);
+        committed += 3;
+    }
+    assert_eq!(stats, CommitStats::default());
+    let mut read = 0u64;
+    bufs[1].read_packets(true, |_, f| {
+        assert!(f.concat().len() == 200 || f.concat().len() == 100);
+        read += 1;
+    });
+    let b = &bufs[1];
+    assert!(b.stats().chunks_discarded > 0, "the buffer filled up");
+    assert_eq!(read + b.losses().total(), committed);
+    // Chunk 3 came after chunk 4 (counted out of order, stored all the same); what DISCARD
+    // refused at the end is counted.
+    assert_eq!(b.stats().chunks_committed_out_of_order, 1);
+    assert!(b.losses().discarded > 0);
+}

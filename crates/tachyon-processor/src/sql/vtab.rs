@@ -423,6 +423,8 @@ unsafe impl<'vtab> VTab<'vtab> for ArgsTab {
             pos: 0,
             end: 0,
             set: 0,
+            set_rows: 0..0,
+            ids: Vec::new(),
             key: None,
         })
     }
@@ -439,20 +441,48 @@ struct ArgsCursor<'vtab> {
     t: &'vtab Tables,
     pos: usize,
     end: usize,
-    /// The arg set of row `pos`.
+    /// The arg set of row `pos`, its rows, and its entry ids (decoded once per set).
     set: usize,
+    set_rows: Range<usize>,
+    ids: Vec<u32>,
     key: Option<StrId>,
 }
 
 impl ArgsCursor<'_> {
-    fn skip_unmatched(&mut self) {
-        if let Some(k) = self.key {
-            while self.pos < self.end && self.t.args.row(self.pos).key != k {
-                self.pos += 1;
-            }
+    /// Makes `set`, `set_rows` and `ids` those of row `pos` (if `pos < end`).
+    fn load_set(&mut self) {
+        if self.pos >= self.end || self.set_rows.contains(&self.pos) {
+            return;
         }
-        if self.pos < self.end {
-            self.set = self.t.args.set_of(self.pos);
+        let args = &self.t.args;
+        if self.pos >= self.set_rows.end && !self.set_rows.is_empty() {
+            // Sequential: the next sets (some may be empty).
+            while self.set + 1 < args.offsets.len()
+                && args.offsets[self.set + 1] as usize <= self.pos
+            {
+                self.set += 1;
+            }
+        } else {
+            self.set = args.set_of(self.pos);
+        }
+        self.set_rows = args.set_rows(self.set as i64);
+        self.ids.clear();
+        self.ids.extend(args.set_ids(self.set));
+    }
+
+    /// The argument at row `pos` (`pos < end`, after [`Self::load_set`]).
+    fn arg(&self) -> Option<&crate::storage::tables::ArgEntry> {
+        let id = *self.ids.get(self.pos.checked_sub(self.set_rows.start)?)?;
+        Some(self.t.args.entry(id))
+    }
+
+    fn skip_unmatched(&mut self) {
+        self.load_set();
+        if let Some(k) = self.key {
+            while self.pos < self.end && self.arg().is_none_or(|a| a.key != k) {
+                self.pos += 1;
+                self.load_set();
+            }
         }
     }
 }
@@ -479,21 +509,14 @@ unsafe impl VTabCursor for ArgsCursor<'_> {
         }
         self.pos = range.start;
         self.end = range.end.max(range.start);
+        self.set_rows = 0..0;
         self.skip_unmatched();
         Ok(())
     }
 
     fn next(&mut self) -> Result<()> {
         self.pos += 1;
-        if self.key.is_some() {
-            self.skip_unmatched();
-        } else {
-            // Sequential: the set changes when the next set's first row is reached.
-            let offsets = &self.t.args.offsets;
-            while self.set + 1 < offsets.len() && offsets[self.set + 1] as usize <= self.pos {
-                self.set += 1;
-            }
-        }
+        self.skip_unmatched();
         Ok(())
     }
 
@@ -502,7 +525,9 @@ unsafe impl VTabCursor for ArgsCursor<'_> {
     }
 
     fn column(&self, ctx: &mut Context, i: c_int) -> Result<()> {
-        let a = self.t.args.row(self.pos);
+        let Some(&a) = self.arg() else {
+            return ctx.set_result(&Null);
+        };
         let s = &self.t.strings;
         match (i, a.value) {
             (0, _) => ctx.set_result(&(self.pos as i64)),

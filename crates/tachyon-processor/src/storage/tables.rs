@@ -23,14 +23,63 @@ pub(crate) struct ArgEntry {
 }
 
 /// Every arg set, as runs of entry ids.
+///
+/// The runs are stored as LEB128 varints (`data`): the arguments every slice of a callsite
+/// repeats (its source location, constant values) are among the first distinct entries and
+/// take one byte each, so the SDK's five args per slice take about 7 bytes instead of 20.
+/// A set is found from `group` (where every [`GROUP`]th set starts in `data`) by skipping the
+/// varints of at most `GROUP - 1` sets before it.
 #[derive(Debug, Default)]
 pub(crate) struct ArgTable {
     /// The distinct arguments.
     pub(crate) entries: Vec<ArgEntry>,
-    /// `ids[offsets[s]..offsets[s + 1]]` are arg set `s`'s entries, in the order they were
-    /// added; a position in `ids` is the row's `args.id`.
-    pub(crate) ids: Vec<u32>,
+    /// Rows `offsets[s]..offsets[s + 1]` are arg set `s`'s entries, in the order they were
+    /// added; a row's position is its `args.id`.
     pub(crate) offsets: Vec<u32>,
+    /// The entry ids of every row, in row order, as varints.
+    data: Vec<u8>,
+    /// `group[g]`: the position in `data` of set `g * GROUP`'s first id.
+    group: Vec<u64>,
+}
+
+/// Sets per [`ArgTable::group`] entry.
+const GROUP: usize = 16;
+
+fn put_varint(out: &mut Vec<u8>, mut v: u32) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// The entry ids of one arg set, decoded from [`ArgTable`]'s varints.
+#[derive(Clone, Debug)]
+pub(crate) struct SetIds<'a> {
+    data: &'a [u8],
+    at: usize,
+    left: usize,
+}
+
+impl Iterator for SetIds<'_> {
+    type Item = u32;
+
+    fn next(&mut self) -> Option<u32> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        let mut v = 0u32;
+        for shift in (0..35).step_by(7) {
+            let byte = *self.data.get(self.at)?;
+            self.at += 1;
+            v |= u32::from(byte & 0x7f) << shift;
+            if byte < 0x80 {
+                return Some(v);
+            }
+        }
+        None
+    }
 }
 
 /// Collects arguments during the import straight into [`ArgTable`]'s form: each argument is
@@ -44,6 +93,9 @@ pub(crate) struct ArgTable {
 #[derive(Debug, Default)]
 pub(crate) struct ArgBuilder {
     table: ArgTable,
+    /// `ids[table.offsets[s]..table.offsets[s + 1]]` are set `s`'s entry ids so far (the
+    /// newest set's run ends at `ids.len()`); [`ArgBuilder::finish`] packs them.
+    ids: Vec<u32>,
     seen: FxHashMap<(StrId, StrId, u8, u64), u32>,
     /// (set, entry id) of arguments for sets older than the newest one.
     late: Vec<(u32, u32)>,
@@ -90,9 +142,9 @@ impl ArgBuilder {
             return;
         }
         while (t.offsets.len() as i64) <= set as i64 {
-            t.offsets.push(t.ids.len() as u32);
+            t.offsets.push(self.ids.len() as u32);
         }
-        t.ids.push(id);
+        self.ids.push(id);
     }
 
     /// The number of arguments added to older sets so far: a mark for [`ArgBuilder::set_keys`]
@@ -109,9 +161,9 @@ impl ArgBuilder {
         let mut out = Vec::new();
         let s = set as usize;
         if let Some(&start) = t.offsets.get(s) {
-            let end = t.offsets.get(s + 1).map_or(t.ids.len(), |&e| e as usize);
+            let end = t.offsets.get(s + 1).map_or(self.ids.len(), |&e| e as usize);
             for p in start as usize..end {
-                out.push((p, t.entries[t.ids[p] as usize].key));
+                out.push((p, t.entries[self.ids[p] as usize].key));
             }
         }
         for (i, &(ls, id)) in self.late.iter().enumerate().skip(mark) {
@@ -128,7 +180,7 @@ impl ArgBuilder {
         let old = if pos & LATE != 0 {
             self.late.get(pos & !LATE).map(|l| l.1)
         } else {
-            self.table.ids.get(pos).copied()
+            self.ids.get(pos).copied()
         };
         let Some(old) = old else { return };
         let key = self.table.entries[old as usize].key;
@@ -136,46 +188,58 @@ impl ArgBuilder {
         if pos & LATE != 0 {
             self.late[pos & !LATE].1 = id;
         } else {
-            self.table.ids[pos] = id;
+            self.ids[pos] = id;
         }
     }
 
-    /// The finished table.
+    /// The finished table: each set's ids packed as varints, its late arguments after its
+    /// in-order ones (arrival order within a set is kept).
     pub(crate) fn finish(self) -> ArgTable {
         let ArgBuilder {
             mut table,
+            ids,
             seen,
-            late,
+            mut late,
         } = self;
         drop(seen);
-        if !late.is_empty() {
-            // Every set's in-order arguments arrived before its late ones: a stable sort by
-            // set of the in-order rows followed by the late rows keeps arrival order.
-            let mut rows: Vec<(u32, u32)> = Vec::with_capacity(table.ids.len() + late.len());
-            for s in 0..table.offsets.len() {
-                let end = table
-                    .offsets
-                    .get(s + 1)
-                    .map_or(table.ids.len(), |&e| e as usize);
-                for &id in &table.ids[table.offsets[s] as usize..end] {
-                    rows.push((s as u32, id));
-                }
+        // Stable: a set's late arguments keep their arrival order.
+        late.sort_by_key(|l| l.0);
+        let sets = table
+            .offsets
+            .len()
+            .max(late.last().map_or(0, |l| l.0 as usize + 1));
+        let mut data = Vec::new();
+        let mut group = Vec::with_capacity(sets.div_ceil(GROUP));
+        let mut rows = 0u32;
+        let mut li = 0;
+        for s in 0..sets {
+            // The set's in-order run (before `offsets[s]` is rewritten to count late rows).
+            let start = table.offsets.get(s).map_or(ids.len(), |&o| o as usize);
+            let end = table.offsets.get(s + 1).map_or(ids.len(), |&o| o as usize);
+            match table.offsets.get_mut(s) {
+                Some(o) => *o = rows,
+                None => table.offsets.push(rows),
             }
-            rows.extend(late);
-            rows.sort_by_key(|r| r.0);
-            table.ids.clear();
-            table.offsets.clear();
-            for (set, id) in rows {
-                while table.offsets.len() <= set as usize {
-                    table.offsets.push(table.ids.len() as u32);
-                }
-                table.ids.push(id);
+            if s % GROUP == 0 {
+                group.push(data.len() as u64);
+            }
+            for &id in ids.get(start..end).unwrap_or(&[]) {
+                put_varint(&mut data, id);
+                rows += 1;
+            }
+            while late.get(li).is_some_and(|l| l.0 as usize == s) {
+                put_varint(&mut data, late[li].1);
+                rows += 1;
+                li += 1;
             }
         }
-        table.offsets.push(table.ids.len() as u32);
+        drop(ids);
+        table.offsets.push(rows);
         table.entries.shrink_to_fit();
-        table.ids.shrink_to_fit();
         table.offsets.shrink_to_fit();
+        data.shrink_to_fit();
+        table.data = data;
+        table.group = group;
         table
     }
 }
@@ -193,7 +257,7 @@ impl ArgTable {
 
     /// The number of argument rows (`args` rows).
     pub(crate) fn len(&self) -> usize {
-        self.ids.len()
+        self.offsets.last().map_or(0, |&n| n as usize)
     }
 
     /// Row positions of arg set `set` (empty if there is no such set).
@@ -213,16 +277,61 @@ impl ArgTable {
         self.offsets.partition_point(|&o| o as usize <= row) - 1
     }
 
-    /// The argument at row `row`.
+    /// The entry ids of set `set`, in row order (none if there is no such set).
+    pub(crate) fn set_ids(&self, set: usize) -> SetIds<'_> {
+        let none = SetIds {
+            data: &[],
+            at: 0,
+            left: 0,
+        };
+        if set + 1 >= self.offsets.len() {
+            return none;
+        }
+        let rows = self.set_rows(set as i64);
+        let first = set - set % GROUP;
+        let (Some(&at), Some(&base)) = (self.group.get(set / GROUP), self.offsets.get(first))
+        else {
+            return none;
+        };
+        let mut it = SetIds {
+            data: &self.data,
+            at: at as usize,
+            left: rows.start.saturating_sub(base as usize),
+        };
+        // Skip the sets of the group before this one: one byte without the high bit ends
+        // each varint.
+        while it.left > 0 {
+            match it.data.get(it.at) {
+                Some(b) if b & 0x80 == 0 => it.left -= 1,
+                Some(_) => {}
+                None => return none,
+            }
+            it.at += 1;
+        }
+        it.left = rows.len();
+        it
+    }
+
+    /// The distinct argument with id `id` (from [`ArgTable::set_ids`]).
+    pub(crate) fn entry(&self, id: u32) -> &ArgEntry {
+        &self.entries[id as usize]
+    }
+
+    /// The argument at row `row` (`row < len()`), found through its set.
+    #[cfg(test)]
     pub(crate) fn row(&self, row: usize) -> &ArgEntry {
-        &self.entries[self.ids[row] as usize]
+        let set = self.set_of(row);
+        let skip = row - self.set_rows(set as i64).start;
+        let id = self.set_ids(set).nth(skip).expect("row exists");
+        self.entry(id)
     }
 
     /// `extract_arg`: the value of `key` in arg set `set`.
     pub(crate) fn lookup(&self, strings: &StringPool, set: i64, key: &str) -> Option<ArgValue> {
         let key = strings.lookup(key)?;
-        self.set_rows(set)
-            .map(|r| self.row(r))
+        let set = usize::try_from(set).ok()?;
+        self.set_ids(set)
+            .map(|id| self.entry(id))
             .find(|a| a.key == key)
             .map(|a| a.value)
     }
@@ -349,5 +458,60 @@ mod tests {
         assert_eq!(t.row(0).value, ArgValue::Int(10));
         assert_eq!((t.row(1).key, t.row(1).value), (c, ArgValue::Int(30)));
         assert_eq!(t.lookup(&s, 1, "b"), Some(ArgValue::Int(1)));
+    }
+
+    /// Packed arg sets read back as pushed: many sets (across several groups), ids of one to
+    /// five varint bytes, empty sets, and late arguments merged after each set's own.
+    #[test]
+    fn packed_sets_read_back_as_pushed() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = move |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let mut s = StringPool::default();
+        let k = s.intern("k");
+        let mut b = ArgBuilder::default();
+        // Enough distinct values for ids of three varint bytes.
+        for v in 0..20_000 {
+            b.entry_id(k, k, ArgValue::Int(v));
+        }
+        let mut want: Vec<Vec<i64>> = Vec::new();
+        for set in 0..3000u32 {
+            want.push(Vec::new());
+            for _ in 0..rnd(6) {
+                let v = if rnd(2) == 0 { rnd(4) } else { rnd(20_000) } as i64;
+                b.push(set, k, k, ArgValue::Int(v));
+                want[set as usize].push(v);
+            }
+            if set > 0 && rnd(4) == 0 {
+                let old = rnd(u64::from(set)) as u32;
+                let v = rnd(20_000) as i64;
+                b.push(old, k, k, ArgValue::Int(v));
+                want[old as usize].push(v);
+            }
+        }
+        let t = b.finish();
+        let mut row = 0;
+        for (set, vals) in want.iter().enumerate() {
+            let got: Vec<i64> = t
+                .set_ids(set)
+                .map(|id| match t.entry(id).value {
+                    ArgValue::Int(v) => v,
+                    _ => -1,
+                })
+                .collect();
+            assert_eq!(&got, vals, "set {set}");
+            assert_eq!(t.set_rows(set as i64), row..row + vals.len());
+            for r in row..row + vals.len() {
+                assert_eq!(t.set_of(r), set);
+                assert_eq!(t.row(r).value, ArgValue::Int(vals[r - row]));
+            }
+            row += vals.len();
+        }
+        assert_eq!(t.len(), row);
+        assert_eq!(t.set_ids(want.len()).count(), 0);
     }
 }
