@@ -21,6 +21,8 @@
 //!
 //! * `import/decode_only`: walks every packet with the generated views and visits every field
 //!   the importer reads (the floor: what decoding alone costs);
+//! * `import/decode_lazy`: the same walk with the importer's own decoders (`lazy.rs`: what
+//!   the import reads its per-event packets with);
 //! * `import/full`: `TraceProcessor::from_bytes`, i.e. tokenize, sort, parse and copy into
 //!   SQLite.
 //!
@@ -235,6 +237,14 @@ fn report(trace: &[u8], events: u64) {
     let decode_s = t0.elapsed().as_secs_f64();
     let decode_cpu = thread_cpu_s().zip(cpu0).map(|(b, a)| b - a);
 
+    // The same walk with the importer's own decoders (`lazy.rs`), which the import uses
+    // instead of the generated views for its per-event messages.
+    let cpu0 = thread_cpu_s();
+    let t0 = Instant::now();
+    black_box(tachyon_processor::lazy_decode_walk(black_box(trace)));
+    let lazy_s = t0.elapsed().as_secs_f64();
+    let lazy_cpu = thread_cpu_s().zip(cpu0).map(|(b, a)| b - a);
+
     // Reset the peak-RSS mark so VmHWM measures this import only.
     let reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
     let before = rss();
@@ -271,6 +281,20 @@ fn report(trace: &[u8], events: u64) {
             events as f64 / d / 1e6,
             events as f64 / i / 1e6,
             i / d,
+        );
+    }
+    println!(
+        "decode with the importer's decoders: {lazy_s:.3} s = {:.1} MB/s, {:.2} M events/s",
+        mb / lazy_s,
+        events as f64 / lazy_s / 1e6,
+    );
+    if let (Some(l), Some(i)) = (lazy_cpu, import_cpu) {
+        println!(
+            "CPU time: importer's decoders {l:.3} s = {:.1} MB/s, {:.2} M events/s; full import \
+             {:.1}x that",
+            mb / l,
+            events as f64 / l / 1e6,
+            i / l,
         );
     }
     if let (true, Some((rss0, _)), Some((rss1, hwm))) = (reset, before, after) {
@@ -345,6 +369,9 @@ fn bench(c: &mut Criterion) {
     group.throughput(Throughput::Bytes(trace.len() as u64));
     group.sample_size(10);
     group.bench_function("decode_only", |b| b.iter(|| decode_only(black_box(&trace))));
+    group.bench_function("decode_lazy", |b| {
+        b.iter(|| tachyon_processor::lazy_decode_walk(black_box(&trace)))
+    });
     group.bench_function("full", |b| {
         b.iter(|| {
             TraceProcessor::from_bytes(black_box(&trace), &Options::default()).expect("imports")

@@ -92,3 +92,8 @@ pub use zones::ZoneStats;
 /// difference.
 #[doc(hidden)]
 pub use tokenize::lazy::agrees_with_views as lazy_decoders_agree_with_views;
+
+/// Not an API (for the import bench): walks a trace with the importer's own decoders, reading
+/// the fields its `decode_only` baseline reads with the generated views; returns a checksum.
+#[doc(hidden)]
+pub use tokenize::lazy::decode_walk as lazy_decode_walk;

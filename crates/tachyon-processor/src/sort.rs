@@ -261,6 +261,8 @@ pub(crate) struct Sorter {
     runs: Vec<Run>,
     /// A sequence's current run.
     run_of: FxHashMap<u32, usize>,
+    /// The sequence pushed to last and its current run (what `run_of` says).
+    last_run: Option<(u32, usize)>,
     pending: Vec<Event>,
     /// Arrival number of `pending[0]`.
     base: u64,
@@ -280,6 +282,7 @@ impl Sorter {
             use_runs: mode == SortMode::Full,
             runs: Vec::new(),
             run_of: FxHashMap::default(),
+            last_run: None,
             pending: Vec::new(),
             base: 0,
             next: 0,
@@ -299,11 +302,20 @@ impl Sorter {
             self.pending.push(ev);
             return;
         }
-        let current = self.run_of.get(&seq).copied();
+        // Events come in runs of one sequence: the last sequence's run is remembered.
+        let current = match self.last_run {
+            Some((s, r)) if s == seq => Some(r),
+            _ => self.run_of.get(&seq).copied(),
+        };
         match current {
-            Some(r) if self.runs[r].last_ts <= ev.ts => self.runs[r].push(ev),
+            Some(r) if self.runs[r].last_ts <= ev.ts => {
+                self.last_run = Some((seq, r));
+                self.runs[r].push(ev)
+            }
             _ => {
-                self.run_of.insert(seq, self.runs.len());
+                let r = self.runs.len();
+                self.run_of.insert(seq, r);
+                self.last_run = Some((seq, r));
                 let mut run = Run::default();
                 run.push(ev);
                 self.runs.push(run);
@@ -339,6 +351,9 @@ impl Sorter {
     /// End of file: hands everything left to `apply`, in order, freeing the events' memory as
     /// it goes.
     pub(crate) fn drain_all(&mut self, mut apply: impl FnMut(&Event)) {
+        // Every run is taken below: later events start new ones.
+        self.run_of.clear();
+        self.last_run = None;
         if self.use_runs && self.runs.len() > MAX_RUNS {
             // Too many runs to merge: one array, sorted in place (arrival numbers make the
             // unstable sort's order that of a stable one).
@@ -364,7 +379,6 @@ impl Sorter {
             }
             return;
         }
-        self.run_of.clear();
         let mut runs = std::mem::take(&mut self.runs);
         let mut freed = 0;
         let mut current: Vec<Option<Event>> = runs.iter_mut().map(|r| r.pop(&mut freed)).collect();
@@ -373,13 +387,19 @@ impl Sorter {
             .enumerate()
             .filter_map(|(i, e)| e.map(|e| Reverse((e.ts, e.order, i))))
             .collect();
-        while let Some(Reverse((_, _, i))) = heads.pop() {
+        while let Some(mut top) = heads.peek_mut() {
+            let i = top.0 .2;
             if let Some(ev) = current[i].take() {
                 apply(&ev);
             }
             current[i] = runs[i].pop(&mut freed);
-            if let Some(e) = current[i] {
-                heads.push(Reverse((e.ts, e.order, i)));
+            // The run's next event replaces its head in place (one sift instead of a pop
+            // and a push).
+            match current[i] {
+                Some(e) => *top = Reverse((e.ts, e.order, i)),
+                None => {
+                    std::collections::binary_heap::PeekMut::pop(top);
+                }
             }
             if freed >= RELEASE_EVERY {
                 crate::trim::release_free_memory();

@@ -170,6 +170,9 @@ pub(crate) struct ClockTracker {
     links: FxHashMap<(ClockId, ClockId), usize>,
     adjacency: FxHashMap<ClockId, Vec<ClockId>>,
     path_cache: FxHashMap<ClockId, Option<Vec<Hop>>>,
+    /// The path converted along last, and its clock (a copy of its `path_cache` entry): a
+    /// sequence's packets come in runs, each converting its timestamp on the same clock.
+    last_path: Option<(ClockId, Vec<Hop>)>,
     any_snapshot: bool,
     converted: bool,
 }
@@ -184,6 +187,7 @@ impl Default for ClockTracker {
             links: FxHashMap::default(),
             adjacency: FxHashMap::default(),
             path_cache: FxHashMap::default(),
+            last_path: None,
             any_snapshot: false,
             converted: false,
         }
@@ -198,7 +202,7 @@ impl ClockTracker {
             return false;
         }
         self.trace_clock = id;
-        self.path_cache.clear();
+        self.clear_paths();
         true
     }
 
@@ -276,11 +280,13 @@ impl ClockTracker {
                         self.adjacency.entry(a).or_default().push(b);
                         self.adjacency.entry(b).or_default().push(a);
                         self.path_cache.clear();
+                        self.last_path = None;
                     }
                     std::collections::hash_map::Entry::Occupied(mut e) => {
                         if hash < self.series[*e.get()].hash {
                             e.insert(s);
                             self.path_cache.clear();
+                            self.last_path = None;
                         }
                     }
                 }
@@ -342,18 +348,25 @@ impl ClockTracker {
             self.converted = true;
             return Converted::At(ns);
         }
-        let path = match self.path_cache.get(&clock) {
-            Some(path) => path,
-            None => {
-                let path = self.find_path(clock);
-                self.path_cache.entry(clock).or_insert(path)
-            }
-        };
-        let Some(path) = path.as_deref() else {
-            return Converted::Later(Pending {
-                clock,
-                value: PendingValue::Ns { ns, anchor },
-            });
+        if !matches!(&self.last_path, Some((c, _)) if *c == clock) {
+            let path = match self.path_cache.get(&clock) {
+                Some(path) => path.clone(),
+                None => {
+                    let path = self.find_path(clock);
+                    self.path_cache.insert(clock, path.clone());
+                    path
+                }
+            };
+            let Some(path) = path else {
+                return Converted::Later(Pending {
+                    clock,
+                    value: PendingValue::Ns { ns, anchor },
+                });
+            };
+            self.last_path = Some((clock, path));
+        }
+        let Some((_, path)) = &self.last_path else {
+            return Converted::Failed; // Unreachable: set just above.
         };
         self.converted = true;
         let mut ts = ns;
@@ -374,6 +387,12 @@ impl ClockTracker {
             ts = next;
         }
         Converted::At(ts)
+    }
+
+    /// Forgets every path (the graph or the trace clock changed).
+    fn clear_paths(&mut self) {
+        self.path_cache.clear();
+        self.last_path = None;
     }
 
     /// The path Perfetto's breadth-first search takes from `clock` to the trace clock: a

@@ -29,11 +29,14 @@ use crate::SortMode;
 use clock::{ClockId, ClockReading, ClockTracker, Converted, Pending};
 
 pub(crate) mod clock;
+mod iid_map;
 pub(crate) mod json_args;
 pub(crate) mod lazy;
+mod recent_strings;
 mod sequences;
 mod streaming;
 
+use iid_map::IidMap;
 use sequences::Sequences;
 
 const SEQ_INCREMENTAL_STATE_CLEARED: u32 = SequenceFlags::SeqIncrementalStateCleared as u32;
@@ -100,13 +103,13 @@ struct Defaults {
 struct Sequence {
     valid: bool,
     defaults: Option<Defaults>,
-    names: FxHashMap<u64, StrId>,
-    categories: FxHashMap<u64, StrId>,
+    names: IidMap<StrId>,
+    categories: IidMap<StrId>,
     /// Interned annotation names: the name, and its top-level arg key (`debug.<name>`).
-    annotation_names: FxHashMap<u64, (StrId, StrId)>,
-    annotation_strings: FxHashMap<u64, StrId>,
-    source_locations: FxHashMap<u64, (StrId, StrId, u32)>,
-    log_bodies: FxHashMap<u64, StrId>,
+    annotation_names: IidMap<(StrId, StrId)>,
+    annotation_strings: IidMap<StrId>,
+    source_locations: IidMap<(StrId, StrId, u32)>,
+    log_bodies: IidMap<StrId>,
     counter_values: FxHashMap<u64, f64>,
     /// The (pid, tid) of the sequence's legacy ThreadDescriptor.
     legacy_thread: Option<(Option<i64>, i64)>,
@@ -174,6 +177,8 @@ pub(crate) struct Tokenizer {
     keys_source: [StrId; 3],
     /// Reused for the events of one TrackEvent, so that tokenizing does not allocate.
     scratch: Vec<Event>,
+    /// Inline strings of events (names, string values) seen recently.
+    recent_strings: recent_strings::RecentStrings,
     /// The sequence of the packet being tokenized: the sorter keeps each sequence's events
     /// together.
     cur_seq: u32,
@@ -206,6 +211,7 @@ impl Tokenizer {
             key_debug,
             keys_source,
             scratch: Vec::new(),
+            recent_strings: Default::default(),
             cur_seq: 0,
         }
     }
@@ -1426,7 +1432,8 @@ impl Tokenizer {
         // Name and categories, through the sequence's interned data.
         let mut interned_misses = 0;
         let name = if ev.has_name() {
-            self.parser.st.strings.intern_bytes(ev.name_bytes())
+            self.recent_strings
+                .intern(&mut self.parser.st.strings, ev.name_bytes())
         } else if let Some(iid) = ev.has_name_iid().then(|| ev.name_iid()).or(legacy_name_iid) {
             match seq.names.get(&iid) {
                 Some(&n) => n,
@@ -1825,7 +1832,9 @@ impl Tokenizer {
                 continue;
             };
             let key = if let Some(name) = a.name {
-                let name = self.parser.st.strings.intern_bytes(name);
+                let name = self
+                    .recent_strings
+                    .intern(&mut self.parser.st.strings, name);
                 self.top_key(name)
             } else if let Some(&(_, key)) = self.seqs[&seq_id]
                 .annotation_names
@@ -1908,7 +1917,7 @@ impl Tokenizer {
         } else if let Some(v) = a.double_value {
             ArgValue::Real(v)
         } else if let Some(s) = a.string_value {
-            ArgValue::Str(self.parser.st.strings.intern_bytes(s))
+            ArgValue::Str(self.recent_strings.intern(&mut self.parser.st.strings, s))
         } else if let Some(iid) = a.string_value_iid {
             match self.seqs[&seq_id].annotation_strings.get(&iid) {
                 Some(&s) => ArgValue::Str(s),
