@@ -33,6 +33,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
 use crate::importers::{Event, EventKind};
+use crate::storage::put_varint as put;
 use crate::storage::strings::FxHashMap;
 use crate::SortMode;
 
@@ -117,14 +118,6 @@ fn zero() -> Event {
 
 /// The most bytes one event takes encoded.
 const MAX_ENCODED: usize = 96;
-
-fn put(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
 
 fn get(b: &[u8], at: &mut usize) -> Option<u64> {
     let mut v = 0u64;

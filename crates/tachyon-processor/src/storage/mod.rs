@@ -19,6 +19,16 @@ use strings::{FxHashMap, StrId, StringPool};
 /// "No value" for the `u32` id columns.
 pub(crate) const NONE: u32 = u32::MAX;
 
+/// Appends `v` as a LEB128 varint (the sorter's runs and the packed arg sets store numbers so).
+#[inline]
+pub(crate) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
 /// A typed argument value (`args.value_type` is derived from the variant).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) enum ArgValue {

@@ -12,7 +12,7 @@
 use crate::storage::strings::{FxHashMap, StrId, StringPool};
 #[cfg(test)]
 use crate::storage::ArgRow;
-use crate::storage::{ArgValue, SliceNames, SliceRow};
+use crate::storage::{put_varint, ArgValue, SliceNames, SliceRow};
 
 /// One distinct argument.
 #[derive(Clone, Copy, Debug)]
@@ -44,14 +44,6 @@ pub(crate) struct ArgTable {
 
 /// Sets per [`ArgTable::group`] entry.
 const GROUP: usize = 16;
-
-fn put_varint(out: &mut Vec<u8>, mut v: u32) {
-    while v >= 0x80 {
-        out.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
 
 /// The entry ids of one arg set, decoded from [`ArgTable`]'s varints.
 #[derive(Clone, Debug)]
@@ -224,11 +216,11 @@ impl ArgBuilder {
                 group.push(data.len() as u64);
             }
             for &id in ids.get(start..end).unwrap_or(&[]) {
-                put_varint(&mut data, id);
+                put_varint(&mut data, u64::from(id));
                 rows += 1;
             }
             while late.get(li).is_some_and(|l| l.0 as usize == s) {
-                put_varint(&mut data, late[li].1);
+                put_varint(&mut data, u64::from(late[li].1));
                 rows += 1;
                 li += 1;
             }
