@@ -56,6 +56,17 @@
 // The import, by stage (data flows down the list; each stage imports only those below it,
 // and the driver, `processor`, all of them): bytes → `tokenize` → `sort` → `importers` →
 // `storage` → `sql`. ARCHITECTURE.md has the map.
+/// A xorshift64 generator for the crate's randomized tests (fixed seeds, so a failure repeats).
+#[cfg(test)]
+pub(crate) fn xorshift(mut x: u64) -> impl FnMut() -> u64 {
+    move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    }
+}
+
 mod importers;
 mod sort;
 mod sql;

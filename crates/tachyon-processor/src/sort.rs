@@ -456,13 +456,8 @@ mod tests {
     /// timestamp, equal timestamps in arrival order, whatever sequences they came from.
     #[test]
     fn full_sort_is_a_stable_sort_of_everything() {
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut rnd = move |n: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % n
-        };
+        let mut next = crate::xorshift(0x9e37_79b9_7f4a_7c15u64);
+        let mut rnd = move |n: u64| next() % n;
         for case in 0..50 {
             let mut s = Sorter::new(SortMode::Full);
             let mut all = Vec::new();
@@ -494,13 +489,7 @@ mod tests {
     /// Every field of an event reads back as written, whatever its predecessor.
     #[test]
     fn events_read_back_as_encoded() {
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        let mut rnd = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut rnd = crate::xorshift(0x2545_f491_4f6c_dd1du64);
         let mut prev = zero();
         let mut out = Vec::new();
         let mut want = Vec::new();

@@ -14,7 +14,7 @@
 
 use crate::importers::PendingArg;
 use crate::storage::tables::ArgBuilder;
-use crate::storage::{ArgValue, NONE};
+use crate::storage::NONE;
 
 /// Arguments per page (256 KiB).
 const PAGE: usize = 1 << 16;
@@ -31,74 +31,6 @@ pub(crate) struct ArgArena {
     /// are one or two distinct ones, so the parser tells them apart without reading the entry
     /// of every argument (a cache miss each, in sorted order).
     placeholders: Vec<u32>,
-    /// Recently seen distinct arguments and their entry ids (see [`RecentArgs`]).
-    recent: RecentArgs,
-}
-
-/// Slots of [`RecentArgs`] (a power of two; 24 bytes each, so the cache stays in L2).
-const RECENT_SLOTS: usize = 1 << 12;
-
-/// A direct-mapped cache in front of the arg table's deduplication map: a trace repeats most
-/// of its arguments within a few events (a callsite's source location, an enum-like string, a
-/// thread index), and the map, holding every distinct argument of the trace, costs a cache
-/// miss per lookup once it is large. A hit gives the same entry id the map would (entries are
-/// never removed or changed), so the arg sets are the same with or without it.
-#[derive(Debug, Default)]
-struct RecentArgs {
-    /// Empty until the first argument; a slot with `id == u32::MAX` holds nothing.
-    slots: Vec<RecentSlot>,
-}
-
-#[derive(Clone, Copy, Debug)]
-struct RecentSlot {
-    bits: u64,
-    flat_key: u32,
-    key: u32,
-    id: u32,
-    tag: u8,
-}
-
-impl RecentArgs {
-    #[inline]
-    fn slot(flat_key: u32, key: u32, tag: u8, bits: u64) -> usize {
-        let k = (u64::from(flat_key) << 32 | u64::from(key)) ^ u64::from(tag).rotate_right(8);
-        let h = (k.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ bits).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        (h >> (64 - RECENT_SLOTS.trailing_zeros())) as usize
-    }
-
-    #[inline]
-    fn get(&self, flat_key: u32, key: u32, tag: u8, bits: u64) -> Option<u32> {
-        let s = self.slots.get(Self::slot(flat_key, key, tag, bits))?;
-        (s.id != u32::MAX
-            && s.bits == bits
-            && s.flat_key == flat_key
-            && s.key == key
-            && s.tag == tag)
-            .then_some(s.id)
-    }
-
-    #[inline]
-    fn put(&mut self, flat_key: u32, key: u32, tag: u8, bits: u64, id: u32) {
-        if self.slots.is_empty() {
-            self.slots = vec![
-                RecentSlot {
-                    bits: 0,
-                    flat_key: 0,
-                    key: 0,
-                    id: u32::MAX,
-                    tag: 0,
-                };
-                RECENT_SLOTS
-            ];
-        }
-        self.slots[Self::slot(flat_key, key, tag, bits)] = RecentSlot {
-            bits,
-            flat_key,
-            key,
-            id,
-            tag,
-        };
-    }
 }
 
 impl ArgArena {
@@ -125,15 +57,10 @@ impl ArgArena {
 
     #[inline]
     fn entry(&mut self, table: &mut ArgBuilder, a: PendingArg) -> u32 {
-        let (tag, bits) = tag_bits(a.value);
-        if let Some(id) = self.recent.get(a.flat_key, a.key, tag, bits) {
-            return id;
-        }
         let id = table.entry_id(a.flat_key, a.key, a.value);
         if a.key == NONE && !self.placeholders.contains(&id) {
             self.placeholders.push(id);
         }
-        self.recent.put(a.flat_key, a.key, tag, bits, id);
         id
     }
 
@@ -208,23 +135,10 @@ impl ArgArena {
     }
 }
 
-/// `value` as a kind and 64 bits, together naming it exactly (as the table's map keys it).
-#[inline]
-fn tag_bits(value: ArgValue) -> (u8, u64) {
-    match value {
-        ArgValue::Int(x) => (0, x as u64),
-        ArgValue::UInt(x) => (1, x),
-        ArgValue::Real(x) => (2, x.to_bits()),
-        ArgValue::Str(x) => (3, u64::from(x)),
-        ArgValue::Bool(x) => (4, u64::from(x)),
-        ArgValue::Pointer(x) => (5, x),
-        ArgValue::Json(x) => (6, u64::from(x)),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::ArgValue;
 
     #[test]
     fn arguments_read_back_as_pushed_and_share_entries() {
@@ -271,12 +185,10 @@ mod tests {
     fn recent_arguments_get_the_tables_ids() {
         let mut table = ArgBuilder::default();
         let mut arena = ArgArena::default();
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = crate::xorshift(0x9e37_79b9_7f4a_7c15);
         let mut args = Vec::new();
         for _ in 0..50_000 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            let x = next();
             let v = (x >> 20) % 3000;
             let value = match x % 7 {
                 0 => ArgValue::Int(v as i64),

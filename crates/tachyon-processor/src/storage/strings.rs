@@ -72,7 +72,19 @@ pub(crate) type FxHashMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
 pub(crate) struct StringPool {
     ids: FxHashMap<Box<str>, StrId>,
     strings: Vec<Box<str>>,
+    /// A direct-mapped cache of recently interned byte strings, (hash, id), in front of `ids`:
+    /// strings that come inline with every event (string annotation values, inline names)
+    /// repeat, and a hit costs a hash and one comparison where the map, holding every string
+    /// of the trace, costs a UTF-8 check, a hash and a probe that misses the cache once it is
+    /// large. A hit gives the id the map would (pooled strings never change). Empty until
+    /// first used; `id == StrId::MAX` holds nothing.
+    recent: Vec<(u64, StrId)>,
 }
+
+/// Slots of [`StringPool::recent`] (a power of two; 16 bytes each).
+const RECENT_SLOTS: usize = 1 << 10;
+/// Longer strings skip the cache (few repeat, and comparing them costs more).
+const RECENT_MAX_LEN: usize = 256;
 
 impl StringPool {
     /// The id of `s`, adding it if new.
@@ -88,6 +100,32 @@ impl StringPool {
 
     /// Interns raw bytes from the trace; invalid UTF-8 is replaced, never rejected.
     pub(crate) fn intern_bytes(&mut self, b: &[u8]) -> StrId {
+        if b.len() > RECENT_MAX_LEN {
+            return self.intern_bytes_uncached(b);
+        }
+        let mut h = FxHasher::default();
+        h.write(b);
+        h.write_usize(b.len());
+        let hash = h.finish();
+        if self.recent.is_empty() {
+            self.recent = vec![(0, StrId::MAX); RECENT_SLOTS];
+        }
+        let slot = (hash.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            >> (64 - RECENT_SLOTS.trailing_zeros())) as usize;
+        let (h, id) = self.recent[slot];
+        if h == hash && id != StrId::MAX && self.get(id).as_bytes() == b {
+            return id;
+        }
+        let id = self.intern_bytes_uncached(b);
+        // Only valid UTF-8 is cached (an invalid string's pooled form differs from its bytes).
+        if self.get(id).as_bytes() == b {
+            self.recent[slot] = (hash, id);
+        }
+        id
+    }
+
+    /// [`intern_bytes`](Self::intern_bytes) without the cache of recent strings.
+    fn intern_bytes_uncached(&mut self, b: &[u8]) -> StrId {
         match std::str::from_utf8(b) {
             Ok(s) => self.intern(s),
             Err(_) => self.intern(&String::from_utf8_lossy(b)),
@@ -118,5 +156,25 @@ mod tests {
         assert_eq!(p.get(b), "b");
         let bad = p.intern_bytes(&[b'x', 0xff]);
         assert_eq!(p.get(bad), "x\u{fffd}");
+    }
+
+    /// The cache of recent strings gives the ids the map gives, whatever collides in it:
+    /// repeats, invalid UTF-8 (pooled lossily), strings too long for the cache, the empty one.
+    #[test]
+    fn recent_strings_get_the_maps_ids() {
+        let mut pool = StringPool::default();
+        let mut plain = StringPool::default();
+        let mut next = crate::xorshift(0x2545_f491_4f6c_dd1d);
+        for _ in 0..20_000 {
+            let x = next();
+            let s: Vec<u8> = match x % 5 {
+                0 => vec![b'x', 0xff], // Invalid UTF-8: pooled as "x\u{fffd}".
+                1 => vec![b'a'; (x >> 8) as usize % 300],
+                _ => format!("v{}", (x >> 8) % 3000).into_bytes(),
+            };
+            assert_eq!(pool.intern_bytes(&s), plain.intern_bytes_uncached(&s));
+        }
+        let empty = pool.intern_bytes(b"");
+        assert_eq!(pool.get(empty), "");
     }
 }

@@ -91,6 +91,74 @@ pub(crate) struct ArgBuilder {
     seen: FxHashMap<(StrId, StrId, u8, u64), u32>,
     /// (set, entry id) of arguments for sets older than the newest one.
     late: Vec<(u32, u32)>,
+    /// Recently seen distinct arguments and their entry ids, before `seen`.
+    recent: RecentArgs,
+}
+
+/// Slots of [`RecentArgs`] (a power of two; 24 bytes each, so the cache stays in L2).
+const RECENT_SLOTS: usize = 1 << 12;
+
+/// A direct-mapped cache in front of [`ArgBuilder`]'s deduplication map: a trace repeats most
+/// of its arguments within a few events (a callsite's source location, an enum-like string, a
+/// thread index), and the map, holding every distinct argument of the trace, costs a cache
+/// miss per lookup once it is large. A hit gives the same entry id the map would (entries are
+/// never removed or changed), so the arg sets are the same with or without it.
+#[derive(Debug, Default)]
+struct RecentArgs {
+    /// Empty until the first argument; a slot with `id == u32::MAX` holds nothing.
+    slots: Vec<RecentSlot>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct RecentSlot {
+    bits: u64,
+    flat_key: u32,
+    key: u32,
+    id: u32,
+    tag: u8,
+}
+
+impl RecentArgs {
+    #[inline]
+    fn slot(flat_key: u32, key: u32, tag: u8, bits: u64) -> usize {
+        let k = (u64::from(flat_key) << 32 | u64::from(key)) ^ u64::from(tag).rotate_right(8);
+        let h = (k.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ bits).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        (h >> (64 - RECENT_SLOTS.trailing_zeros())) as usize
+    }
+
+    #[inline]
+    fn get(&self, flat_key: u32, key: u32, tag: u8, bits: u64) -> Option<u32> {
+        let s = self.slots.get(Self::slot(flat_key, key, tag, bits))?;
+        (s.id != u32::MAX
+            && s.bits == bits
+            && s.flat_key == flat_key
+            && s.key == key
+            && s.tag == tag)
+            .then_some(s.id)
+    }
+
+    #[inline]
+    fn put(&mut self, flat_key: u32, key: u32, tag: u8, bits: u64, id: u32) {
+        if self.slots.is_empty() {
+            self.slots = vec![
+                RecentSlot {
+                    bits: 0,
+                    flat_key: 0,
+                    key: 0,
+                    id: u32::MAX,
+                    tag: 0,
+                };
+                RECENT_SLOTS
+            ];
+        }
+        self.slots[Self::slot(flat_key, key, tag, bits)] = RecentSlot {
+            bits,
+            flat_key,
+            key,
+            id,
+            tag,
+        };
+    }
 }
 
 /// The bit of an [`ArgBuilder::set_keys`] position that says it indexes `late`.
@@ -99,6 +167,17 @@ const LATE: usize = 1 << (usize::BITS - 1);
 impl ArgBuilder {
     /// The id of the distinct argument `(flat_key, key, value)`, stored on first sight.
     pub(crate) fn entry_id(&mut self, flat_key: StrId, key: StrId, value: ArgValue) -> u32 {
+        let (tag, bits) = (tag(&value), bits(&value));
+        if let Some(id) = self.recent.get(flat_key, key, tag, bits) {
+            return id;
+        }
+        let id = self.entry_id_uncached(flat_key, key, value);
+        self.recent.put(flat_key, key, tag, bits, id);
+        id
+    }
+
+    /// [`entry_id`](Self::entry_id) without the cache of recent arguments.
+    fn entry_id_uncached(&mut self, flat_key: StrId, key: StrId, value: ArgValue) -> u32 {
         let entries = &mut self.table.entries;
         *self
             .seen
@@ -192,8 +271,9 @@ impl ArgBuilder {
             ids,
             seen,
             mut late,
+            recent,
         } = self;
-        drop(seen);
+        drop((seen, recent));
         // Stable: a set's late arguments keep their arrival order.
         late.sort_by_key(|l| l.0);
         let sets = table
@@ -452,17 +532,39 @@ mod tests {
         assert_eq!(t.lookup(&s, 1, "b"), Some(ArgValue::Int(1)));
     }
 
+    /// The cache of recent arguments gives the ids the map gives, whatever collides in it: a
+    /// small value space over every value kind and several keys (repeats, slot collisions,
+    /// evictions).
+    #[test]
+    fn recent_arguments_get_the_maps_ids() {
+        let (mut cached, mut plain) = (ArgBuilder::default(), ArgBuilder::default());
+        let mut next = crate::xorshift(0x853c_49e6_748f_ea9b);
+        for _ in 0..50_000 {
+            let x = next();
+            let v = (x >> 20) % 3000;
+            let value = match x % 7 {
+                0 => ArgValue::Int(v as i64),
+                1 => ArgValue::UInt(v),
+                2 => ArgValue::Real(v as f64),
+                3 => ArgValue::Str(v as u32),
+                4 => ArgValue::Bool(v & 1 != 0),
+                5 => ArgValue::Pointer(v),
+                _ => ArgValue::Json(v as u32),
+            };
+            let (flat_key, key) = ((x >> 8) as u32 % 5, (x >> 12) as u32 % 6);
+            assert_eq!(
+                cached.entry_id(flat_key, key, value),
+                plain.entry_id_uncached(flat_key, key, value)
+            );
+        }
+    }
+
     /// Packed arg sets read back as pushed: many sets (across several groups), ids of one to
     /// five varint bytes, empty sets, and late arguments merged after each set's own.
     #[test]
     fn packed_sets_read_back_as_pushed() {
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut rnd = move |n: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % n
-        };
+        let mut next = crate::xorshift(0x9e37_79b9_7f4a_7c15u64);
+        let mut rnd = move |n: u64| next() % n;
         let mut s = StringPool::default();
         let k = s.intern("k");
         let mut b = ArgBuilder::default();

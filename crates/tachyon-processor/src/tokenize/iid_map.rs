@@ -89,13 +89,7 @@ mod tests {
     /// vector stays proportional to what it holds.
     #[test]
     fn answers_as_a_hash_map_does() {
-        let mut x = 0x853c_49e6_748f_ea9bu64;
-        let mut rnd = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut rnd = crate::xorshift(0x853c_49e6_748f_ea9bu64);
         for round in 0..20 {
             let mut m = IidMap::default();
             let mut want = HashMap::new();

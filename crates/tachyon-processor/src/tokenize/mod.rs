@@ -32,7 +32,6 @@ pub(crate) mod clock;
 mod iid_map;
 pub(crate) mod json_args;
 pub(crate) mod lazy;
-mod recent_strings;
 mod sequences;
 mod streaming;
 
@@ -177,8 +176,6 @@ pub(crate) struct Tokenizer {
     keys_source: [StrId; 3],
     /// Reused for the events of one TrackEvent, so that tokenizing does not allocate.
     scratch: Vec<Event>,
-    /// Inline strings of events (names, string values) seen recently.
-    recent_strings: recent_strings::RecentStrings,
     /// The sequence of the packet being tokenized: the sorter keeps each sequence's events
     /// together.
     cur_seq: u32,
@@ -211,7 +208,6 @@ impl Tokenizer {
             key_debug,
             keys_source,
             scratch: Vec::new(),
-            recent_strings: Default::default(),
             cur_seq: 0,
         }
     }
@@ -1432,8 +1428,7 @@ impl Tokenizer {
         // Name and categories, through the sequence's interned data.
         let mut interned_misses = 0;
         let name = if ev.has_name() {
-            self.recent_strings
-                .intern(&mut self.parser.st.strings, ev.name_bytes())
+            self.parser.st.strings.intern_bytes(ev.name_bytes())
         } else if let Some(iid) = ev.has_name_iid().then(|| ev.name_iid()).or(legacy_name_iid) {
             match seq.names.get(&iid) {
                 Some(&n) => n,
@@ -1832,9 +1827,7 @@ impl Tokenizer {
                 continue;
             };
             let key = if let Some(name) = a.name {
-                let name = self
-                    .recent_strings
-                    .intern(&mut self.parser.st.strings, name);
+                let name = self.parser.st.strings.intern_bytes(name);
                 self.top_key(name)
             } else if let Some(&(_, key)) = self.seqs[&seq_id]
                 .annotation_names
@@ -1917,7 +1910,7 @@ impl Tokenizer {
         } else if let Some(v) = a.double_value {
             ArgValue::Real(v)
         } else if let Some(s) = a.string_value {
-            ArgValue::Str(self.recent_strings.intern(&mut self.parser.st.strings, s))
+            ArgValue::Str(self.parser.st.strings.intern_bytes(s))
         } else if let Some(iid) = a.string_value_iid {
             match self.seqs[&seq_id].annotation_strings.get(&iid) {
                 Some(&s) => ArgValue::Str(s),
