@@ -37,7 +37,8 @@ pub(crate) enum Value<'a> {
 ///
 /// The fast paths: a one-byte varint, then any varint of up to 8 bytes when 8 bytes are left
 /// (read as one little-endian word, no per-byte bounds check), then 9 and 10 bytes when 10
-/// are left. Varints near the end of `buf` take [`varint_slow`], which has the exact rules (and errors) of
+/// are left; within the last 7 bytes, the word padded with zeros. Anything else takes
+/// [`varint_slow`], which has the exact rules (and errors) of
 /// `protozero::decoder`: bits past the 64th dropped, an 11th byte `VarintTooLong`, the end of
 /// the buffer first `TruncatedVarint`. A property test compares the two on random, encoded,
 /// redundant and truncated input.
@@ -77,6 +78,22 @@ fn varint(buf: &[u8], pos: usize) -> Result<(u64, usize), DecodeError> {
             }
             return Err(DecodeError::VarintTooLong { offset: pos });
         }
+    } else if let Some(rest) = buf.get(pos..).filter(|r| !r.is_empty() && r.len() < 8) {
+        // The last few bytes of a message (an SDK packet ends with its timestamp delta): the
+        // same word, padded with zero bytes, which end any varint they are reached in.
+        let mut w = [0u8; 8];
+        w[..rest.len()].copy_from_slice(rest);
+        let x = u64::from_le_bytes(w);
+        let stops = !x & 0x8080_8080_8080_8080;
+        let len = (stops.trailing_zeros() as usize + 1) / 8;
+        if len > rest.len() {
+            return Err(DecodeError::TruncatedVarint { offset: pos });
+        }
+        let x = x & (stops ^ (stops - 1));
+        let x = (x & 0x007f_007f_007f_007f) | ((x & 0x7f00_7f00_7f00_7f00) >> 1);
+        let x = (x & 0x0000_3fff_0000_3fff) | ((x & 0x3fff_0000_3fff_0000) >> 2);
+        let x = (x & 0x0000_0000_0fff_ffff) | ((x & 0x0fff_ffff_0000_0000) >> 4);
+        return Ok((x, pos + len));
     }
     varint_slow(buf, pos)
 }
@@ -373,11 +390,29 @@ impl<'a> Iterator for Messages<'a> {
 
     #[inline]
     fn next(&mut self) -> Option<&'a [u8]> {
-        loop {
-            if let Value::Bytes(b) = self.fields.next()? {
-                return Some(b);
+        let o = &mut self.fields;
+        let want = tag(o.id, LEN);
+        while o.left > 0 && o.pos < o.buf.len() {
+            // The message was walked whole before: no field in it is malformed.
+            let (t, at) = varint(o.buf, o.pos).ok()?;
+            if t == want {
+                let (b, next) = len_value(o.buf, at).ok()?;
+                o.pos = next;
+                if b.is_some() {
+                    o.left -= 1;
+                    return b;
+                }
+                continue;
+            }
+            let (f, next) = field_after_tag(o.buf, o.pos, t, at).ok()?;
+            o.pos = next;
+            if let Some((id, _)) = f {
+                if id == o.id {
+                    o.left -= 1;
+                }
             }
         }
+        None
     }
 }
 
