@@ -6,11 +6,10 @@
 //! field numbered 500 costs one slot, not 500), and repeated fields are found again by
 //! re-scanning the message instead of being copied aside. The result needs no heap at all.
 //!
-//! A slot is 12 bytes (the offset of the last occurrence and the count; the id is read back
-//! from the tag at that offset): a view is built for every message a reader touches, so the
-//! size of this struct — initialized and moved each time — is what decoding a trace costs.
-//! Storing decoded `Field`s instead (48 bytes a slot) made decoding a trace-shaped buffer about
-//! twice as slow.
+//! A slot is 16 bytes (the offset of the last occurrence, the id, the count): a view is built
+//! for every message a reader touches, so the size of this struct — initialized and moved each
+//! time — is what decoding a trace costs. Storing decoded `Field`s instead (48 bytes a slot)
+//! made decoding a trace-shaped buffer about twice as slow.
 
 use std::iter::FusedIterator;
 
@@ -23,8 +22,8 @@ use super::{
 
 /// The fields of one message, parsed up front and indexed by a dense slot number.
 ///
-/// [`new`](Self::new) walks the whole message once (the checks of a [`ProtoDecoder`]) and
-/// records, for each slot, the offset of the last occurrence and the number of occurrences, in
+/// [`new`](Self::new) walks the whole message once with a [`ProtoDecoder`] and records, for each
+/// slot, the offset of the last occurrence, the field id and the number of occurrences, in
 /// fixed arrays of `N` entries (no heap allocation). Fields whose id maps to no slot are unknown
 /// fields and are skipped. Parsing stops at the first malformed field: the fields before it stay
 /// available and [`error`](Self::error) reports what went wrong.
@@ -56,6 +55,8 @@ pub struct TypedDecoder<'a, const N: usize> {
     /// Per slot: the offset of the last occurrence's tag (protobuf's "last one wins"); only
     /// meaningful when `count` is non-zero.
     last: [usize; N],
+    /// Per slot: the field id that owns it (the first id seen for it).
+    ids: [u32; N],
     /// Per slot: the number of occurrences; 0 means absent.
     count: [u32; N],
 }
@@ -75,6 +76,7 @@ impl<'a, const N: usize> TypedDecoder<'a, N> {
             end: buf.len(),
             error: None,
             last: [0; N],
+            ids: [0; N],
             count: [0; N],
         };
         // One pass with the lean field scanner (no `Field` built): the same fields, skips and
@@ -89,10 +91,9 @@ impl<'a, const N: usize> TypedDecoder<'a, N> {
                     let Some(slot) = slot_of(id).filter(|&slot| slot < N) else {
                         continue;
                     };
-                    // The slot belongs to the first id seen for it (read back from the tag
-                    // of its last occurrence: the struct keeps no id array, which would be
-                    // copied with every view).
-                    if this.count[slot] != 0 && this.id(slot) != id {
+                    if this.count[slot] == 0 {
+                        this.ids[slot] = id;
+                    } else if this.ids[slot] != id {
                         continue;
                     }
                     this.last[slot] = start;
@@ -108,16 +109,6 @@ impl<'a, const N: usize> TypedDecoder<'a, N> {
             }
         }
         this
-    }
-
-    /// The id of the field in `slot` (which occurs): the tag at its last occurrence, read
-    /// without fail since that field was parsed from the same bytes (0 if that ever breaks).
-    #[inline]
-    fn id(&self, slot: usize) -> u32 {
-        self.last
-            .get(slot)
-            .and_then(|&at| super::read_varint(self.buf, at).ok())
-            .map_or(0, |(tag, _)| (tag >> 3) as u32)
     }
 
     /// The error that stopped parsing, if the message is malformed. The fields before the
@@ -168,12 +159,12 @@ impl<'a, const N: usize> TypedDecoder<'a, N> {
             // A single occurrence is the last one: start there instead of scanning.
             1 => RepeatedFields {
                 decoder: ProtoDecoder::with_offset(&self.buf[..self.end], self.last[slot]),
-                id: self.id(slot),
+                id: self.ids[slot],
                 remaining: 1,
             },
             n => RepeatedFields {
                 decoder: ProtoDecoder::new(&self.buf[..self.end]),
-                id: self.id(slot),
+                id: self.ids[slot],
                 remaining: n,
             },
         }

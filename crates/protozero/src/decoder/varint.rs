@@ -26,26 +26,15 @@ pub(super) fn read_varint(buf: &[u8], start: usize) -> Result<(u64, usize), Deco
     }
 }
 
-/// A varint of up to 8 bytes at the start of `rest`, read as one little-endian word (padded
-/// with zeros when fewer than 8 bytes are left): its value and length. `None` for a longer
-/// varint or a truncated one (the byte-by-byte reader has the rules and errors for those).
-/// No per-byte bounds checks.
+/// A varint of up to 8 bytes at the start of `rest`, read as one little-endian word when 8
+/// bytes are left: its value and length. `None` for a longer varint or fewer than 8 bytes
+/// left (the byte-by-byte reader has the rules for those). No per-byte bounds checks.
 #[inline(always)]
 fn read_varint_word(rest: &[u8]) -> Option<(u64, usize)> {
-    let x = match rest.first_chunk::<8>() {
-        Some(&w) => u64::from_le_bytes(w),
-        None => {
-            // The last few bytes of a message: the word padded with zero bytes, which end any
-            // varint they are reached in; one that ends there is truncated (the slow path's
-            // error).
-            let mut w = [0u8; 8];
-            w[..rest.len()].copy_from_slice(rest);
-            u64::from_le_bytes(w)
-        }
-    };
+    let x = u64::from_le_bytes(*rest.first_chunk::<8>()?);
     // The high bit of each byte that would end the varint, cleared: the lowest is its end.
     let stops = !x & 0x8080_8080_8080_8080;
-    if stops == 0 || (stops.trailing_zeros() as usize + 1) / 8 > rest.len() {
+    if stops == 0 {
         return None;
     }
     // The bytes up to and including the last one (a mask up to its stop bit).

@@ -37,9 +37,8 @@ pub(crate) enum Value<'a> {
 ///
 /// The fast paths: a one-byte varint, then any varint of up to 8 bytes when 8 bytes are left
 /// (read as one little-endian word, no per-byte bounds check), then 9 and 10 bytes when 10
-/// are left; within the last 7 bytes, the word padded with zeros. Anything else takes
-/// [`varint_slow`], which has the exact rules (and errors) of
-/// `protozero::decoder`: bits past the 64th dropped, an 11th byte `VarintTooLong`, the end of
+/// are left. Varints near the end of `buf` take [`varint_slow`], which has the exact rules
+/// (and errors) of `protozero::decoder`: bits past the 64th dropped, an 11th byte `VarintTooLong`, the end of
 /// the buffer first `TruncatedVarint`. A property test compares the two on random, encoded,
 /// redundant and truncated input.
 #[inline(always)]
@@ -78,45 +77,30 @@ fn varint(buf: &[u8], pos: usize) -> Result<(u64, usize), DecodeError> {
             }
             return Err(DecodeError::VarintTooLong { offset: pos });
         }
-    } else if let Some(rest) = buf.get(pos..).filter(|r| !r.is_empty() && r.len() < 8) {
-        // The last few bytes of a message (an SDK packet ends with its timestamp delta): the
-        // same word, padded with zero bytes, which end any varint they are reached in.
-        let mut w = [0u8; 8];
-        w[..rest.len()].copy_from_slice(rest);
-        let x = u64::from_le_bytes(w);
-        let stops = !x & 0x8080_8080_8080_8080;
-        let len = (stops.trailing_zeros() as usize + 1) / 8;
-        if len > rest.len() {
-            return Err(DecodeError::TruncatedVarint { offset: pos });
-        }
-        let x = x & (stops ^ (stops - 1));
-        let x = (x & 0x007f_007f_007f_007f) | ((x & 0x7f00_7f00_7f00_7f00) >> 1);
-        let x = (x & 0x0000_3fff_0000_3fff) | ((x & 0x3fff_0000_3fff_0000) >> 2);
-        let x = (x & 0x0000_0000_0fff_ffff) | ((x & 0x0fff_ffff_0000_0000) >> 4);
-        return Ok((x, pos + len));
     }
     varint_slow(buf, pos)
 }
 
-/// Any varint, byte by byte with bounds checks: the reference the fast path agrees with.
-#[cold]
+/// Any varint, byte by byte with bounds checks: the reference the fast path agrees with, and
+/// what a varint in the last bytes of a message takes (an SDK packet ends with its timestamp
+/// delta, so this is not cold).
 #[inline(never)]
 fn varint_slow(buf: &[u8], pos: usize) -> Result<(u64, usize), DecodeError> {
-    let rest = buf.get(pos..).unwrap_or_default();
     let mut value = 0u64;
-    for (i, &b) in rest.iter().take(MAX_VARINT_SIZE).enumerate() {
+    let mut i = 0;
+    while i < MAX_VARINT_SIZE {
+        let Some(&b) = buf.get(pos + i) else {
+            return Err(DecodeError::TruncatedVarint { offset: pos });
+        };
         // `7 * i <= 63`: the shift never overflows; bits past the 64th are dropped, as
         // protozero's decoder and Perfetto's `ParseVarInt` do.
         value |= u64::from(b & 0x7f) << (7 * i);
         if b < 0x80 {
             return Ok((value, pos + i + 1));
         }
+        i += 1;
     }
-    if rest.len() >= MAX_VARINT_SIZE {
-        Err(DecodeError::VarintTooLong { offset: pos })
-    } else {
-        Err(DecodeError::TruncatedVarint { offset: pos })
-    }
+    Err(DecodeError::VarintTooLong { offset: pos })
 }
 
 /// The payload of the length-delimited value whose length varint is at `pos`, and the offset
