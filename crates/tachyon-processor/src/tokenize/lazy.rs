@@ -199,22 +199,6 @@ const VARINT: u64 = 0;
 const FIXED64: u64 = 1;
 const LEN: u64 = 2;
 
-/// Calls `each` with every field of `buf` in wire order; the first malformed field ends the
-/// walk with its error.
-#[inline(always)]
-fn walk<'a>(buf: &'a [u8], mut each: impl FnMut(u32, Value<'a>, usize)) -> Result<(), DecodeError> {
-    let mut pos = 0;
-    while pos < buf.len() {
-        let start = pos;
-        let (f, next) = field(buf, pos)?;
-        pos = next;
-        if let Some((id, v)) = f {
-            each(id, v, start);
-        }
-    }
-    Ok(())
-}
-
 /// Where a repeated field's occurrences are: the tag offset of the first and their number
 /// (of any wire type; the iterators pick the usable ones).
 #[derive(Clone, Copy, Debug, Default)]
@@ -352,6 +336,10 @@ impl<'a, P: Packed<'a>> Iterator for Scalars<'a, P> {
                     }
                     None => self.packed = None,
                 }
+            }
+            if self.fields.left == 0 {
+                // No occurrence left (or none at all): done without a call into the walk.
+                return None;
             }
             let v = self.fields.next()?;
             if let Value::Bytes(b) = v {
@@ -914,39 +902,64 @@ impl<'a> Annotation<'a> {
 /// decoding costs the import. Stops at the first framing error. Returns a checksum, so that
 /// the walk cannot be optimised away.
 pub fn decode_walk(trace: &[u8]) -> u64 {
+    const TRACE_PACKET: u64 = tag(1, LEN);
     let mut sum = 0u64;
-    let _ = walk(trace, |id, v, _| {
-        let (1, Value::Bytes(bytes)) = (id, v) else {
-            return;
+    let mut pos = 0;
+    while pos < trace.len() {
+        let start = pos;
+        let Ok((t, at)) = varint(trace, pos) else {
+            break;
         };
-        let Ok(p) = Packet::decode(bytes) else {
-            return;
+        let read = if t == TRACE_PACKET {
+            len_value(trace, at)
+        } else {
+            field_after_tag(trace, start, t, at).map(|(_, next)| (None, next))
         };
-        sum = sum
-            .wrapping_add(p.timestamp.unwrap_or(0))
-            .wrapping_add(u64::from(p.timestamp_clock_id.unwrap_or(0)))
-            .wrapping_add(u64::from(p.trusted_packet_sequence_id.unwrap_or(0)))
-            .wrapping_add(u64::from(p.sequence_flags))
-            .wrapping_add(u64::from(p.previous_packet_dropped));
-        let Some(Ok(e)) = p.track_event.map(TrackEvent::decode) else {
-            return;
+        let Ok((packet, next)) = read else {
+            break;
         };
-        sum = sum
-            .wrapping_add(e.type_raw() as u64)
-            .wrapping_add(e.track_uuid())
-            .wrapping_add(e.name_iid())
-            .wrapping_add(e.name_bytes().len() as u64)
-            .wrapping_add(e.counter_value() as u64);
-        for c in e.category_iids().chain(e.flow_ids()).flatten() {
-            sum = sum.wrapping_add(c);
+        pos = next;
+        if let Some(bytes) = packet {
+            sum = sum.wrapping_add(walk_packet(bytes));
         }
-        for a in e.debug_annotations().flatten() {
-            sum = sum
-                .wrapping_add(a.name_iid.unwrap_or(0))
-                .wrapping_add(a.int_value.unwrap_or(0) as u64)
-                .wrapping_add(a.string_value.map_or(0, <[u8]>::len) as u64);
-        }
-    });
+    }
+    sum
+}
+
+/// [`decode_walk`]'s reading of one packet: its checksum.
+#[inline(always)]
+fn walk_packet(bytes: &[u8]) -> u64 {
+    let Ok(p) = Packet::decode(bytes) else {
+        return 0;
+    };
+    let mut sum = p
+        .timestamp
+        .unwrap_or(0)
+        .wrapping_add(u64::from(p.timestamp_clock_id.unwrap_or(0)))
+        .wrapping_add(u64::from(p.trusted_packet_sequence_id.unwrap_or(0)))
+        .wrapping_add(u64::from(p.sequence_flags))
+        .wrapping_add(u64::from(p.previous_packet_dropped));
+    let Some(Ok(e)) = p.track_event.map(TrackEvent::decode) else {
+        return sum;
+    };
+    sum = sum
+        .wrapping_add(e.type_raw() as u64)
+        .wrapping_add(e.track_uuid())
+        .wrapping_add(e.name_iid())
+        .wrapping_add(e.name_bytes().len() as u64)
+        .wrapping_add(e.counter_value() as u64);
+    for c in e.category_iids().flatten() {
+        sum = sum.wrapping_add(c);
+    }
+    for f in e.flow_ids().flatten() {
+        sum = sum.wrapping_add(f);
+    }
+    for a in e.debug_annotations().flatten() {
+        sum = sum
+            .wrapping_add(a.name_iid.unwrap_or(0))
+            .wrapping_add(a.int_value.unwrap_or(0) as u64)
+            .wrapping_add(a.string_value.map_or(0, <[u8]>::len) as u64);
+    }
     sum
 }
 
