@@ -242,9 +242,13 @@ impl Parser {
                         });
                 }
                 self.flows_for(id, ev);
-                if let Some(ids) = self.parse.flows_to_next.remove(&track) {
-                    for flow in ids {
-                        self.flow_arrives(flow, id, true);
+                // Legacy flows waiting for the next slice are rare: most traces never hash
+                // the track here.
+                if !self.parse.flows_to_next.is_empty() {
+                    if let Some(ids) = self.parse.flows_to_next.remove(&track) {
+                        for flow in ids {
+                            self.flow_arrives(flow, id, true);
+                        }
                     }
                 }
             }
