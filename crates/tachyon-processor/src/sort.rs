@@ -86,10 +86,10 @@ impl Default for Run {
 impl Run {
     #[inline]
     fn push(&mut self, ev: &Event) {
-        if !self
+        if self
             .blocks
             .back()
-            .is_some_and(|b| b.len() - self.fill >= MAX_ENCODED)
+            .is_none_or(|b| b.len() - self.fill < MAX_ENCODED)
         {
             self.new_block();
         }
