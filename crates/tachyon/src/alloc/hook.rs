@@ -41,10 +41,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Tracked<A> {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: the caller's contract, forwarded.
         let p = unsafe { self.inner.alloc(layout) };
-        let mode = ACTIVE.load(Ordering::Relaxed);
-        if mode != OFF {
-            local::on_alloc(mode, p, layout.size());
-        }
+        local::on_alloc(ACTIVE.load(Ordering::Relaxed), p, layout.size());
         p
     }
 
@@ -52,21 +49,15 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Tracked<A> {
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // SAFETY: the caller's contract, forwarded.
         let p = unsafe { self.inner.alloc_zeroed(layout) };
-        let mode = ACTIVE.load(Ordering::Relaxed);
-        if mode != OFF {
-            local::on_alloc(mode, p, layout.size());
-        }
+        local::on_alloc(ACTIVE.load(Ordering::Relaxed), p, layout.size());
         p
     }
 
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        let mode = ACTIVE.load(Ordering::Relaxed);
-        if mode != OFF {
-            // Before the block is released: its address cannot be reused by another thread
-            // (and recorded as a new allocation) before this free is in the ring.
-            local::on_free(mode, ptr, layout.size());
-        }
+        // Before the block is released: its address cannot be reused by another thread (and
+        // recorded as a new allocation) before this free is in the ring.
+        local::on_free(ACTIVE.load(Ordering::Relaxed), ptr, layout.size());
         // SAFETY: the caller's contract, forwarded.
         unsafe { self.inner.dealloc(ptr, layout) }
     }

@@ -932,8 +932,7 @@ fn sampled_add(addr: u64) {
 /// A free in sampled mode: `Some(meta flags)` if it must be recorded.
 #[inline(always)]
 fn sampled_free(addr: u64) -> Option<u64> {
-    let hash = addr_hash(addr);
-    let slot = table_slot(hash);
+    let slot = table_slot(addr_hash(addr));
     let v = slot.load(Ordering::Relaxed);
     // `addr` is never 0 (a block being freed), so an empty slot never matches.
     if v & !OVERFLOWED == addr {
@@ -942,7 +941,8 @@ fn sampled_free(addr: u64) -> Option<u64> {
     if v & OVERFLOWED == 0 {
         return None;
     }
-    sampled_overflow(hash)
+    // The hash again (not kept from above: keeping it costs the common case a register copy).
+    sampled_overflow(addr)
 }
 
 /// The free of the sampled block in `slot`: empties the slot, keeping its [`OVERFLOWED`] mark.
@@ -960,10 +960,10 @@ fn sampled_take(slot: &AtomicU64) -> u64 {
 /// A free whose slot is marked [`OVERFLOWED`]: recorded when the filter counts its hash.
 #[cold]
 #[inline(never)]
-fn sampled_overflow(hash: u64) -> Option<u64> {
+fn sampled_overflow(addr: u64) -> Option<u64> {
     // Acquire: pairs with the mark's release, so the count made before it is seen.
     std::sync::atomic::fence(Ordering::Acquire);
-    (filter_slot(hash).load(Ordering::Relaxed) != 0).then_some(FREE_FROM_FILTER)
+    (filter_slot(addr_hash(addr)).load(Ordering::Relaxed) != 0).then_some(FREE_FROM_FILTER)
 }
 
 const FILTER_BITS: u32 = 16;
@@ -1010,27 +1010,32 @@ pub(crate) static SAMPLE_SEED: AtomicU64 = AtomicU64::new(0);
 pub(crate) static SAMPLER_GEN: AtomicU32 = AtomicU32::new(1);
 static THREAD_COUNTER: AtomicU64 = AtomicU64::new(0);
 
-/// An allocation of `size` bytes at `addr` happened (after the inner allocator returned).
-/// Sampled mode's common case (the countdown not run out) is inline: one thread-local
-/// subtraction.
+/// An allocation of `size` bytes at `addr` happened (after the inner allocator returned);
+/// `mode` is [`ACTIVE`] as loaded by the hook. Sampled mode's common case (the countdown not
+/// run out) is inline: one compare of `mode`, one thread-local subtraction. `mode` is
+/// compared with [`SAMPLED`] first, then with [`OFF`]: one compare more when nothing is
+/// recorded, one compare and branch less on every sampled-mode call.
 #[inline(always)]
 pub(crate) fn on_alloc(mode: u8, addr: *mut u8, size: usize) {
-    if mode == SAMPLED {
-        let skip = LOCAL
-            .try_with(|l| {
-                let left = l.to_sample.get() - size as i64;
-                let skip = left > 0;
-                if skip {
-                    l.to_sample.set(left);
-                }
-                skip
-            })
-            .unwrap_or(true);
-        if skip {
-            return;
+    if mode != SAMPLED {
+        if mode != OFF {
+            on_alloc_slow(mode, addr, size);
         }
+        return;
     }
-    on_alloc_slow(mode, addr, size);
+    let skip = LOCAL
+        .try_with(|l| {
+            let left = l.to_sample.get() - size as i64;
+            let skip = left > 0;
+            if skip {
+                l.to_sample.set(left);
+            }
+            skip
+        })
+        .unwrap_or(true);
+    if !skip {
+        on_alloc_slow(mode, addr, size);
+    }
 }
 
 #[inline(never)]
@@ -1132,6 +1137,7 @@ fn exact_alloc(l: &Local, addr: u64, size: u64) -> bool {
 /// mode most frees stop at the filter (a hash and a load).
 #[inline(always)]
 pub(crate) fn on_free(mode: u8, addr: *mut u8, size: usize) {
+    // Sampled first, as in `on_alloc`.
     let flags = if mode == SAMPLED {
         match sampled_free(addr as u64) {
             Some(f) => f,
