@@ -45,6 +45,9 @@
 //! process's CPU time (`getrusage`, every thread: the workload's, the session's and the
 //! tracker's) from the session's start to its end, per job done, as a slowdown against the
 //! same round's run with tracking off (median and quartiles over the rounds).
+//! `TACHYON_ALLOC_DEMO_ONLY=off|sampled|sampled-nostacks|exact` runs one mode only (to count
+//! its instructions per job under `valgrind --tool=callgrind`, which the load of a shared
+//! machine does not change).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
@@ -140,20 +143,26 @@ fn demo_workload(rounds: usize) {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1.0);
-    let modes: [(&str, MemoryMode, Option<usize>); 4] = [
+    let only = std::env::var("TACHYON_ALLOC_DEMO_ONLY").unwrap_or_default();
+    let modes: Vec<(&str, MemoryMode, Option<usize>)> = [
         ("off", MemoryMode::Off, None),
+        ("sampled", MemoryMode::Sampled { interval: 4096 }, None),
         (
-            "sampled:4096 (32-frame stacks, the default)",
-            MemoryMode::Sampled { interval: 4096 },
-            None,
-        ),
-        (
-            "sampled:4096 (no stacks)",
+            "sampled-nostacks",
             MemoryMode::Sampled { interval: 4096 },
             Some(0),
         ),
         ("exact", MemoryMode::Exact, None),
-    ];
+    ]
+    .into_iter()
+    .filter(|(label, _, _)| only.is_empty() || only == *label)
+    .collect();
+    if modes.is_empty() {
+        eprintln!(
+            "TACHYON_ALLOC_DEMO_ONLY={only:?}: expected off, sampled, sampled-nostacks or exact"
+        );
+        return;
+    }
     // Per mode: CPU ns per job of each round.
     let mut per_job: Vec<Vec<f64>> = vec![Vec::new(); modes.len()];
     let mut jobs: Vec<u64> = vec![0; modes.len()];
@@ -190,7 +199,14 @@ fn demo_workload(rounds: usize) {
     println!(
         "the demo's jobs ({rounds} rounds of {seconds} s per mode, 4 workers): process CPU per job, and the slowdown against tracking off in the same round"
     );
-    for (m, (label, _, _)) in modes.iter().enumerate() {
+    for (m, (label, mode, stacks)) in modes.iter().enumerate() {
+        let label = match (mode, stacks) {
+            (MemoryMode::Sampled { interval }, None) => {
+                format!("{label} ({interval}, 32-frame stacks: the default)")
+            }
+            (MemoryMode::Sampled { interval }, Some(_)) => format!("{label} ({interval})"),
+            _ => label.to_string(),
+        };
         let mut slow: Vec<f64> = per_job[m]
             .iter()
             .zip(&per_job[0])
@@ -199,15 +215,22 @@ fn demo_workload(rounds: usize) {
         let mut cpu = per_job[m].clone();
         slow.sort_by(f64::total_cmp);
         cpu.sort_by(f64::total_cmp);
+        let slowdown = if modes[0].0 == "off" && m > 0 {
+            format!(
+                "; slowdown median {:+.1} % (quartiles {:+.1}..{:+.1} %)",
+                q(&slow, 0.5),
+                q(&slow, 0.25),
+                q(&slow, 0.75),
+            )
+        } else {
+            String::new()
+        };
         println!(
-            "  {label}: {:.0} µs per job (median; rounds {:.0}..{:.0}), {} jobs; slowdown median {:+.1} % (quartiles {:+.1}..{:+.1} %)",
+            "  {label}: {:.0} µs per job (median; rounds {:.0}..{:.0}), {} jobs{slowdown}",
             q(&cpu, 0.5) / 1e3,
             cpu[0] / 1e3,
             cpu[cpu.len() - 1] / 1e3,
             jobs[m],
-            q(&slow, 0.5),
-            q(&slow, 0.25),
-            q(&slow, 0.75),
         );
     }
 }

@@ -1499,6 +1499,21 @@ mod tests {
         }
     }
 
+    /// With the mode off (no session) the hook records nothing and keeps no state: no ring is
+    /// claimed, no counter moves, whatever the pointer.
+    #[test]
+    fn off_records_nothing() {
+        let failed = FAILED.load(Ordering::Relaxed);
+        on_alloc(OFF, ptr::without_provenance_mut(0x7300_0000), 64);
+        on_alloc(OFF, ptr::null_mut(), 64);
+        on_free(OFF, ptr::without_provenance_mut(0x7300_0000), 64);
+        LOCAL.with(|l| {
+            assert_eq!(l.state.get(), STATE_FRESH, "no ring claimed");
+            assert_eq!(l.last_alloc.get(), NO_BLOCK);
+        });
+        assert_eq!(FAILED.load(Ordering::Relaxed), failed);
+    }
+
     #[test]
     fn zone_stack_survives_unbalanced_pops() {
         zone_pop();
