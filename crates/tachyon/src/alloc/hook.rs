@@ -41,7 +41,10 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Tracked<A> {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: the caller's contract, forwarded.
         let p = unsafe { self.inner.alloc(layout) };
-        local::on_alloc(ACTIVE.load(Ordering::Relaxed), p, layout.size());
+        let mode = ACTIVE.load(Ordering::Relaxed);
+        if mode != OFF {
+            local::on_alloc(mode, p, layout.size());
+        }
         p
     }
 
@@ -49,15 +52,21 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Tracked<A> {
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // SAFETY: the caller's contract, forwarded.
         let p = unsafe { self.inner.alloc_zeroed(layout) };
-        local::on_alloc(ACTIVE.load(Ordering::Relaxed), p, layout.size());
+        let mode = ACTIVE.load(Ordering::Relaxed);
+        if mode != OFF {
+            local::on_alloc(mode, p, layout.size());
+        }
         p
     }
 
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // Before the block is released: its address cannot be reused by another thread (and
-        // recorded as a new allocation) before this free is in the ring.
-        local::on_free(ACTIVE.load(Ordering::Relaxed), ptr, layout.size());
+        let mode = ACTIVE.load(Ordering::Relaxed);
+        if mode != OFF {
+            // Before the block is released: its address cannot be reused by another thread
+            // (and recorded as a new allocation) before this free is in the ring.
+            local::on_free(mode, ptr, layout.size());
+        }
         // SAFETY: the caller's contract, forwarded.
         unsafe { self.inner.dealloc(ptr, layout) }
     }
