@@ -226,6 +226,16 @@ fn thread_cpu_ns(name: &str) -> Option<u64> {
     None
 }
 
+/// CPU time (ns) of the calling thread, from `/proc/thread-self/schedstat`.
+fn this_thread_cpu_ns() -> Option<u64> {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// The threads the hot path hands work to: the SDK's drainer (encoding queued events into
 /// packets) and the in-process service (copying committed chunks into the central buffer).
 const HELPERS: [&str; 2] = ["tachyon-drain", "tachyon-service"];
@@ -247,6 +257,24 @@ fn thread_minor_faults(name: &str) -> Option<u64> {
                 .1
                 .split_whitespace()
                 .nth(7)?
+                .parse()
+                .ok();
+        }
+    }
+    None
+}
+
+/// Voluntary context switches of this process's thread named `name` so far (`status`'s
+/// `voluntary_ctxt_switches`): how often it went to sleep, so how often it was woken.
+fn thread_sleeps(name: &str) -> Option<u64> {
+    for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        let dir = task.path();
+        if std::fs::read_to_string(dir.join("comm")).is_ok_and(|c| c.trim() == name) {
+            let status = std::fs::read_to_string(dir.join("status")).ok()?;
+            return status
+                .lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))?
+                .trim()
                 .parse()
                 .ok();
         }
@@ -294,22 +322,40 @@ fn service_cpu_per_event(prefault: bool) {
     std::thread::sleep(Duration::from_millis(20));
     let before = helpers_cpu_ns();
     let faults_before = thread_minor_faults("tachyon-service");
+    let sleeps_before = HELPERS.map(thread_sleeps);
+    let owner_before = tachyon::__rt::owner_encoded();
+    let hot_cpu_before = this_thread_cpu_ns();
     let t = Instant::now();
     for _ in 0..ZONES {
         let _z = tachyon::zone!("bench zone");
     }
     let hot = t.elapsed();
+    let hot_cpu = this_thread_cpu_ns().zip(hot_cpu_before).map(|(a, b)| a - b);
     // Let the drainer encode what is queued and the service copy out everything committed (it
     // polls every 2 ms).
     std::thread::sleep(Duration::from_millis(50));
     let after = helpers_cpu_ns();
     let faults_after = thread_minor_faults("tachyon-service");
+    let sleeps_after = HELPERS.map(thread_sleeps);
+    let owner = tachyon::__rt::owner_encoded() - owner_before;
     let events = 2 * ZONES;
+    for ((name, b), a) in HELPERS.iter().zip(sleeps_before).zip(sleeps_after) {
+        if let (Some(b), Some(a)) = (b, a) {
+            eprintln!("{name} thread: {} sleeps", a - b);
+        }
+    }
+    eprintln!("events encoded on the traced thread itself: {owner}");
     eprintln!(
         "hot path {:.2} ns per event ({} events)",
         hot.as_nanos() as f64 / events as f64,
         events
     );
+    if let Some(ns) = hot_cpu {
+        eprintln!(
+            "hot thread CPU: {:.2} ns per event",
+            ns as f64 / events as f64
+        );
+    }
     report_helpers_cpu(before, after, events);
     if let (Some(b), Some(a)) = (faults_before, faults_after) {
         eprintln!(
