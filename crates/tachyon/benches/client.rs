@@ -39,6 +39,11 @@
 //! enabled zones in `zones` (after one warm-up zone): run it under callgrind and divide
 //! `zones`' inclusive instruction count by N (command in the README).
 //!
+//! With `TACHYON_CLIENT_STREAM=N` the bench skips criterion, writes N zones into a session
+//! streaming into a file every 100 ms (blocks of 20 000 zones, 5 ms apart) and prints
+//! the helper threads' CPU per event (the periods' read-out included) and the service thread's
+//! page faults: a streamed session's read-out frees the ring, which the writes then reuse.
+//!
 //! With `TACHYON_CLIENT_RATIO=N` the bench skips criterion too and measures the goal's ratio on
 //! a machine others share: N rounds, each timing 2 000 enabled zones then 2 000 pairs of raw
 //! counter reads (`client/zone/enabled` and `client/baseline/two_timestamps`, the same code)
@@ -384,6 +389,62 @@ fn zones(n: u64) {
     }
 }
 
+/// `TACHYON_CLIENT_STREAM` (module docs): `n` zones into a session streaming into a file every
+/// 100 ms, in blocks of 20 000 zones with 5 ms of pause between them (a busy program,
+/// not a flood: the read-out keeps up), then the helpers' CPU and the service thread's page
+/// faults per event, the read-out of each period included.
+fn streamed(n: u64) {
+    const BLOCK: u64 = 20_000;
+    let path = std::env::temp_dir().join(format!(
+        "tachyon-client-stream-{}.pftrace",
+        std::process::id()
+    ));
+    tachyon::start(Config {
+        output: Some(path.clone()),
+        stream: true,
+        stream_period: Duration::from_millis(100),
+        buffer_size: 64 << 20,
+        categories: CategoryFilter::new(&[], &["disabled"]),
+        ..Config::default()
+    })
+    .expect("start the session");
+    zones(1);
+    std::thread::sleep(Duration::from_millis(20));
+    let before = helpers_cpu_ns();
+    let faults_before = thread_minor_faults("tachyon-service");
+    let owner_before = tachyon::__rt::owner_encoded();
+    let t = Instant::now();
+    let mut done = 0;
+    while done < n {
+        zones(BLOCK.min(n - done));
+        done += BLOCK;
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let wall = t.elapsed();
+    // The last period's read-out.
+    std::thread::sleep(Duration::from_millis(150));
+    let after = helpers_cpu_ns();
+    let faults = thread_minor_faults("tachyon-service")
+        .zip(faults_before)
+        .map(|(a, b)| a - b);
+    let events = 2 * n;
+    eprintln!(
+        "streamed every 100 ms: {events} events in {:.2} s, {} encoded on the traced thread",
+        wall.as_secs_f64(),
+        tachyon::__rt::owner_encoded() - owner_before
+    );
+    report_helpers_cpu(before, after, events);
+    if let Some(f) = faults {
+        eprintln!("tachyon-service thread: {f} minor page faults");
+    }
+    let report = tachyon::shutdown().unwrap().unwrap();
+    eprintln!(
+        "{} bytes of trace, {} packets dropped",
+        report.bytes, report.writers.packets_dropped
+    );
+    let _ = std::fs::remove_file(path);
+}
+
 /// `TACHYON_CLIENT_RATIO` (module docs).
 fn ratio(rounds: usize) {
     const ITERS: u32 = 2_000;
@@ -697,6 +758,13 @@ fn main() {
         .and_then(|v| v.parse().ok())
     {
         ratio(n);
+        return;
+    }
+    if let Some(n) = std::env::var("TACHYON_CLIENT_STREAM")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        streamed(n);
         return;
     }
     if let Some(n) = std::env::var("TACHYON_CLIENT_CLOCK_PROBE")
