@@ -28,6 +28,10 @@
 //! path hands to other threads (the SDK's `tachyon-drain` thread encoding the queued events into
 //! packets, the in-process service thread copying chunks into the central buffer), then the
 //! wall time of stopping that session per event: the read-out of the buffer into the trace.
+//! Beside them: the traced thread's own CPU per event, how many events it encoded itself (its
+//! queue full, the drainer behind: that encoding is in the traced thread's CPU, not the
+//! helpers'), how often each helper slept, and each helper's page faults. The total CPU an
+//! event costs is the traced thread's plus the helpers'.
 //! It does so twice: with the central buffer mapped page by page as chunks first reach it (the
 //! default; one page fault per 4 KiB chunk on the service thread, since these 2M zones are the
 //! buffer's first pass), then prefaulted at the session's start (`Config::prefault_buffer`),
@@ -327,6 +331,7 @@ fn service_cpu_per_event(prefault: bool) {
     std::thread::sleep(Duration::from_millis(20));
     let before = helpers_cpu_ns();
     let faults_before = thread_minor_faults("tachyon-service");
+    let drain_faults_before = thread_minor_faults("tachyon-drain");
     let sleeps_before = HELPERS.map(thread_sleeps);
     let owner_before = tachyon::__rt::owner_encoded();
     let hot_cpu_before = this_thread_cpu_ns();
@@ -341,6 +346,9 @@ fn service_cpu_per_event(prefault: bool) {
     std::thread::sleep(Duration::from_millis(50));
     let after = helpers_cpu_ns();
     let faults_after = thread_minor_faults("tachyon-service");
+    let drain_faults = thread_minor_faults("tachyon-drain")
+        .zip(drain_faults_before)
+        .map(|(a, b)| a - b);
     let sleeps_after = HELPERS.map(thread_sleeps);
     let owner = tachyon::__rt::owner_encoded() - owner_before;
     let events = 2 * ZONES;
@@ -350,6 +358,10 @@ fn service_cpu_per_event(prefault: bool) {
         }
     }
     eprintln!("events encoded on the traced thread itself: {owner}");
+    if let Some(f) = drain_faults {
+        // The shared memory buffer's pages, on the drainer's first pass round it.
+        eprintln!("tachyon-drain thread: {f} minor page faults");
+    }
     eprintln!(
         "hot path {:.2} ns per event ({} events)",
         hot.as_nanos() as f64 / events as f64,
