@@ -1,5 +1,6 @@
 //! Tracy's statistics view: per zone name, how often it ran and how long.
 
+use rusqlite::types::ValueRef;
 use rusqlite::Connection;
 
 use crate::storage::strings::FxHashMap;
@@ -36,44 +37,109 @@ pub struct ZoneStats {
     pub max_ns: i64,
 }
 
-pub(crate) fn compute(conn: &Connection) -> Result<Vec<ZoneStats>, Error> {
-    let mut st = conn.prepare(
-        "SELECT id, parent_id, name, dur FROM slice WHERE (dur > 0 \
-         OR (dur = 0 AND id IN (SELECT slice_id FROM __intrinsic_zero_length_zone))) \
-         AND (category IS NULL OR category NOT IN ('tachyon.lock', 'tachyon.frame'))",
-    )?;
-    let mut zones: Vec<(i64, Option<i64>, Option<String>, i64)> = Vec::new();
-    let mut rows = st.query([])?;
-    while let Some(r) = rows.next()? {
-        zones.push((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?));
+/// The zones' filter: slices that began and ended, lock and frame slices left out.
+const ZONE_FILTER: &str = "(dur > 0 \
+     OR (dur = 0 AND id IN (SELECT slice_id FROM __intrinsic_zero_length_zone))) \
+     AND (category IS NULL OR category NOT IN ('tachyon.lock', 'tachyon.frame'))";
+
+/// Name given to zones without one.
+const UNNAMED: &[u8] = b"<unnamed>";
+
+/// Per-slice sums indexed by slice id. The processor numbers slices densely from 0, so a
+/// vector holds them in 8 bytes a slice; an id far outside that range (never written by the
+/// importer, but the table is read through SQL) goes to a map instead of growing the vector.
+#[derive(Default)]
+struct SumsById {
+    dense: Vec<i64>,
+    sparse: FxHashMap<i64, i64>,
+}
+
+impl SumsById {
+    fn dense_index(&self, id: i64, seen: usize) -> Option<usize> {
+        let limit = seen.saturating_mul(2).saturating_add(1 << 16);
+        usize::try_from(id).ok().filter(|&i| i < limit)
     }
-    let mut children: FxHashMap<i64, i64> = FxHashMap::default();
-    for &(_, parent, _, dur) in &zones {
-        if let Some(p) = parent {
-            let c = children.entry(p).or_insert(0);
-            *c = c.saturating_add(dur);
+
+    fn add(&mut self, id: i64, v: i64, seen: usize) {
+        match self.dense_index(id, seen) {
+            Some(i) => {
+                if i >= self.dense.len() {
+                    self.dense.resize(i + 1, 0);
+                }
+                self.dense[i] = self.dense[i].saturating_add(v);
+            }
+            None => {
+                let e = self.sparse.entry(id).or_insert(0);
+                *e = e.saturating_add(v);
+            }
         }
     }
-    let mut by_name: FxHashMap<String, (Vec<i64>, i64)> = FxHashMap::default();
-    for (id, _, name, dur) in zones {
-        let e = by_name
-            .entry(name.unwrap_or_else(|| "<unnamed>".to_owned()))
-            .or_default();
-        e.0.push(dur);
-        let own = dur
-            .saturating_sub(children.get(&id).copied().unwrap_or(0))
-            .max(0);
-        e.1 = e.1.saturating_add(own);
+
+    fn get(&self, id: i64) -> i64 {
+        match usize::try_from(id).ok().and_then(|i| self.dense.get(i)) {
+            Some(&v) => v,
+            None => self.sparse.get(&id).copied().unwrap_or(0),
+        }
     }
-    let mut out: Vec<ZoneStats> = by_name
+}
+
+/// Reads the zones twice through SQL instead of holding them: the first pass sums each
+/// parent's children, the second gathers each name's durations and self time. What is held is
+/// about 16 bytes a zone (its duration and its children's sum), so statistics over a trace of
+/// tens of millions of zones fit beside the loaded trace.
+pub(crate) fn compute(conn: &Connection) -> Result<Vec<ZoneStats>, Error> {
+    let mut children = SumsById::default();
+    {
+        let mut st = conn.prepare(&format!(
+            "SELECT parent_id, dur FROM slice WHERE parent_id IS NOT NULL AND {ZONE_FILTER}"
+        ))?;
+        let mut rows = st.query([])?;
+        let mut seen = 0usize;
+        while let Some(r) = rows.next()? {
+            let parent: i64 = r.get(0)?;
+            children.add(parent, r.get(1)?, seen);
+            seen += 1;
+        }
+    }
+
+    let mut index: FxHashMap<Box<[u8]>, usize> = FxHashMap::default();
+    let mut groups: Vec<(Box<[u8]>, Vec<i64>, i64)> = Vec::new();
+    let mut st = conn.prepare(&format!(
+        "SELECT id, name, dur FROM slice WHERE {ZONE_FILTER}"
+    ))?;
+    let mut rows = st.query([])?;
+    while let Some(r) = rows.next()? {
+        let id: i64 = r.get(0)?;
+        let dur: i64 = r.get(2)?;
+        let name = match r.get_ref(1)? {
+            ValueRef::Text(t) | ValueRef::Blob(t) => t,
+            _ => UNNAMED,
+        };
+        let g = match index.get(name) {
+            Some(&g) => g,
+            None => {
+                index.insert(name.into(), groups.len());
+                groups.push((name.into(), Vec::new(), 0));
+                groups.len() - 1
+            }
+        };
+        let own = dur.saturating_sub(children.get(id)).max(0);
+        let group = &mut groups[g];
+        group.1.push(dur);
+        group.2 = group.2.saturating_add(own);
+    }
+    drop(children);
+    drop(index);
+
+    let mut out: Vec<ZoneStats> = groups
         .into_iter()
-        .map(|(name, (mut durs, self_ns))| {
+        .map(|(name, mut durs, self_ns)| {
             durs.sort_unstable();
             let n = durs.len();
             let total = durs.iter().fold(0i64, |a, &d| a.saturating_add(d));
             let rank = |p: f64| durs[((p * n as f64).ceil() as usize).clamp(1, n) - 1];
             ZoneStats {
-                name,
+                name: String::from_utf8_lossy(&name).into_owned(),
                 count: n as u64,
                 total_ns: total,
                 self_ns,
