@@ -33,7 +33,6 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
 use crate::importers::{Event, EventKind};
-use crate::storage::put_varint as put;
 use crate::storage::strings::FxHashMap;
 use crate::SortMode;
 
@@ -51,61 +50,104 @@ const RELEASE_EVERY: usize = 8 << 20;
 
 /// Events of one sequence in timestamp order, encoded (`encode`) in blocks of bytes. Each
 /// block starts from `Event::bare`'s zeros, so a block decodes on its own.
-#[derive(Debug, Default)]
+///
+/// The last block is allocated at its full size (zeroed) and filled up to `fill`: an event is
+/// encoded straight into the block's next `MAX_ENCODED` bytes, with no per-byte capacity
+/// check. A block is cut to its filled length when the next one starts (and when the merge
+/// reads it), so every other block's length is what it holds.
+#[derive(Debug)]
 struct Run {
     blocks: VecDeque<Vec<u8>>,
+    /// Bytes written to the last block.
+    fill: usize,
     /// Read position in `blocks[0]`, and the event decoded before it.
     head: usize,
-    read_prev: Option<Event>,
+    read_prev: Event,
     /// The last event written to the last block.
-    write_prev: Option<Event>,
+    write_prev: Event,
     last_ts: i64,
     len: usize,
 }
 
+impl Default for Run {
+    fn default() -> Self {
+        Run {
+            blocks: VecDeque::new(),
+            fill: 0,
+            head: 0,
+            read_prev: zero(),
+            write_prev: zero(),
+            last_ts: 0,
+            len: 0,
+        }
+    }
+}
+
 impl Run {
-    fn push(&mut self, ev: Event) {
-        let fits = self
+    #[inline]
+    fn push(&mut self, ev: &Event) {
+        if self
             .blocks
             .back()
-            .is_some_and(|b| b.capacity() - b.len() >= MAX_ENCODED);
-        if !fits {
-            let cap = self
-                .blocks
-                .back()
-                .map_or(FIRST_BLOCK, |b| (b.capacity() * 2).min(MAX_BLOCK));
-            self.blocks.push_back(Vec::with_capacity(cap));
-            self.write_prev = None;
-            if self.blocks.len() == 1 {
-                self.head = 0;
-                self.read_prev = None;
-            }
+            .is_none_or(|b| b.len() - self.fill < MAX_ENCODED)
+        {
+            self.new_block();
         }
-        let prev = self.write_prev.unwrap_or_else(zero);
-        if let Some(b) = self.blocks.back_mut() {
-            encode(b, &prev, &ev);
+        let fill = self.fill;
+        if let Some(dst) = self
+            .blocks
+            .back_mut()
+            .and_then(|b| b.get_mut(fill..fill + MAX_ENCODED))
+            .and_then(|d| <&mut [u8; MAX_ENCODED]>::try_from(d).ok())
+        {
+            self.fill = fill + encode(dst, &self.write_prev, ev);
         }
-        self.write_prev = Some(ev);
+        self.write_prev = *ev;
         self.last_ts = ev.ts;
         self.len += 1;
     }
 
+    /// Cuts the last block to what it holds and starts the next, twice its size up to
+    /// `MAX_BLOCK`.
+    #[cold]
+    fn new_block(&mut self) {
+        let cap = match self.blocks.back_mut() {
+            Some(b) => {
+                b.truncate(self.fill);
+                (b.capacity() * 2).min(MAX_BLOCK)
+            }
+            None => FIRST_BLOCK,
+        };
+        self.blocks.push_back(vec![0; cap]);
+        self.fill = 0;
+        self.write_prev = zero();
+        if self.blocks.len() == 1 {
+            self.head = 0;
+            self.read_prev = zero();
+        }
+    }
+
     /// Takes the next event, if any; adds the bytes of a block it frees to `freed`.
+    #[inline]
     fn pop(&mut self, freed: &mut usize) -> Option<Event> {
+        let last = self.blocks.len() == 1;
         let b = self.blocks.front()?;
-        let prev = self.read_prev.unwrap_or_else(zero);
-        let Some((e, n)) = b.get(self.head..).and_then(|rest| decode(rest, &prev)) else {
+        let end = if last { self.fill } else { b.len() };
+        let Some((e, n)) = b
+            .get(self.head..end)
+            .and_then(|rest| decode(rest, &self.read_prev))
+        else {
             self.blocks.clear(); // Unreachable: the run reads back what it wrote.
             return None;
         };
         self.len -= 1;
         self.head += n;
-        self.read_prev = Some(e);
-        if self.head >= b.len() {
+        self.read_prev = e;
+        if self.head >= end {
             *freed += b.capacity();
             self.blocks.pop_front();
             self.head = 0;
-            self.read_prev = None;
+            self.read_prev = zero();
         }
         Some(e)
     }
@@ -119,17 +161,45 @@ fn zero() -> Event {
 /// The most bytes one event takes encoded.
 const MAX_ENCODED: usize = 96;
 
+/// The LEB128 varint at `b[*at..]`. Most of an encoded event's fields are one byte, which
+/// takes the first branch.
+#[inline(always)]
 fn get(b: &[u8], at: &mut usize) -> Option<u64> {
-    let mut v = 0u64;
-    for shift in (0..64).step_by(7) {
+    let byte = *b.get(*at)?;
+    *at += 1;
+    if byte < 0x80 {
+        return Some(u64::from(byte));
+    }
+    get_long(b, at, u64::from(byte & 0x7f))
+}
+
+/// The rest of a varint longer than one byte, whose first 7 bits are `v`.
+#[inline(never)]
+fn get_long(b: &[u8], at: &mut usize, mut v: u64) -> Option<u64> {
+    let mut shift = 7;
+    while shift < 64 {
         let byte = *b.get(*at)?;
         *at += 1;
         v |= u64::from(byte & 0x7f) << shift;
         if byte < 0x80 {
             return Some(v);
         }
+        shift += 7;
     }
     None
+}
+
+/// Writes `v` as a LEB128 varint at `out[*at..]`; `encode`'s bound (`MAX_ENCODED`) leaves
+/// room for every field's longest form.
+#[inline(always)]
+fn put(out: &mut [u8; MAX_ENCODED], at: &mut usize, mut v: u64) {
+    while v >= 0x80 {
+        out[*at] = v as u8 | 0x80;
+        *at += 1;
+        v >>= 7;
+    }
+    out[*at] = v as u8;
+    *at += 1;
 }
 
 const SAME_TRACK: u8 = 1;
@@ -142,8 +212,11 @@ const LEGACY_THREAD: u8 = 32;
 /// Appends `e` to `out` as the difference from `prev`, the event before it in the block: an
 /// event of a sorted run mostly repeats its predecessor's track, name and category and
 /// advances its timestamp, arrival number and arguments a little, so it takes about 6 to 12
-/// bytes instead of 56.
-fn encode(out: &mut Vec<u8>, prev: &Event, e: &Event) {
+/// bytes instead of 56. Returns the number of bytes written at the start of `out`: at most
+/// 2 + 10 (ts) + 5 (order) + 5 (args, zigzag of a 33-bit difference) + 5 (nargs) + 10 (track)
+/// + 10 (data) + 5 + 5 (name, category) + 5 + 3 + 3 (flows) = 68, below `MAX_ENCODED`.
+#[inline(always)]
+fn encode(out: &mut [u8; MAX_ENCODED], prev: &Event, e: &Event) -> usize {
     let mut flags = 0;
     if e.track == prev.track {
         flags |= SAME_TRACK;
@@ -163,30 +236,32 @@ fn encode(out: &mut Vec<u8>, prev: &Event, e: &Event) {
     if e.legacy_thread {
         flags |= LEGACY_THREAD;
     }
-    out.push(e.kind as u8);
-    out.push(flags);
-    put(out, e.ts.wrapping_sub(prev.ts) as u64);
-    put(out, u64::from(e.order.wrapping_sub(prev.order)));
+    out[0] = e.kind as u8;
+    out[1] = flags;
+    let at = &mut 2;
+    put(out, at, e.ts.wrapping_sub(prev.ts) as u64);
+    put(out, at, u64::from(e.order.wrapping_sub(prev.order)));
     let args = i64::from(e.args) - i64::from(prev.args);
-    put(out, ((args << 1) ^ (args >> 63)) as u64);
-    put(out, u64::from(e.nargs));
+    put(out, at, ((args << 1) ^ (args >> 63)) as u64);
+    put(out, at, u64::from(e.nargs));
     if flags & SAME_TRACK == 0 {
-        put(out, e.track);
+        put(out, at, e.track);
     }
     if flags & NO_DATA == 0 {
-        put(out, e.data);
+        put(out, at, e.data);
     }
     if flags & SAME_NAME == 0 {
-        put(out, u64::from(e.name));
+        put(out, at, u64::from(e.name));
     }
     if flags & SAME_CATEGORY == 0 {
-        put(out, u64::from(e.category));
+        put(out, at, u64::from(e.category));
     }
     if flags & NO_FLOWS == 0 {
-        put(out, u64::from(e.flows));
-        put(out, u64::from(e.nflows));
-        put(out, u64::from(e.nterm));
+        put(out, at, u64::from(e.flows));
+        put(out, at, u64::from(e.nflows));
+        put(out, at, u64::from(e.nterm));
     }
+    *at
 }
 
 /// The event `encode` wrote at the start of `b` after `prev`, and its length.
@@ -303,14 +378,14 @@ impl Sorter {
         match current {
             Some(r) if self.runs[r].last_ts <= ev.ts => {
                 self.last_run = Some((seq, r));
-                self.runs[r].push(ev)
+                self.runs[r].push(&ev)
             }
             _ => {
                 let r = self.runs.len();
                 self.run_of.insert(seq, r);
                 self.last_run = Some((seq, r));
                 let mut run = Run::default();
-                run.push(ev);
+                run.push(&ev);
                 self.runs.push(run);
             }
         }
@@ -512,9 +587,9 @@ mod tests {
                 legacy_thread: r & 64 != 0,
                 order: rnd() as u32,
             };
-            let start = out.len();
-            encode(&mut out, &prev, &e);
-            assert!(out.len() - start <= MAX_ENCODED);
+            let mut buf = [0u8; MAX_ENCODED];
+            let n = encode(&mut buf, &prev, &e);
+            out.extend_from_slice(&buf[..n]);
             want.push(e);
             prev = e;
         }

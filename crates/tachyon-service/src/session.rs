@@ -461,6 +461,44 @@ impl Sink {
     }
 }
 
+/// Bytes of records a whole pass ([`ServiceCore::drain`]) into a file stages before it writes
+/// them out (a step of [`ServiceCore::drain_some`] stages about 1 MiB).
+const STAGE_LIMIT: usize = 4 << 20;
+
+/// Writes the staged records (whole records: compressed first when the session asks, cut to
+/// whole records at `max_file_size_bytes`, setting `file_full`) and empties `staged`, keeping
+/// its capacity.
+fn flush_staged(
+    config: &SessionConfig,
+    stats: &mut SessionStats,
+    sink: &mut Sink,
+    staged: &mut Vec<u8>,
+    file_full: &mut bool,
+) -> io::Result<()> {
+    if staged.is_empty() {
+        return Ok(());
+    }
+    #[cfg(feature = "deflate")]
+    if config.compression == Compression::Deflate {
+        let plain = std::mem::take(staged);
+        crate::compress::deflate_records(&plain, staged);
+        stats.bytes_before_compression += plain.len() as u64;
+    }
+    let mut take = staged.len();
+    if let Some(max) = config.max_file_size_bytes {
+        if stats.bytes_written + take as u64 > max {
+            // Keep whole records that fit; the rest is dropped and the session should stop.
+            take = fit_records(staged, max.saturating_sub(stats.bytes_written));
+            stats.records_dropped_file_full += count_records(&staged[take..]);
+            *file_full = true;
+        }
+    }
+    sink.write(&staged[..take])?;
+    stats.bytes_written += take as u64;
+    staged.clear();
+    Ok(())
+}
+
 /// How many chunks a step of a streaming read-out ([`ServiceCore::drain_some`]) reads before
 /// the service looks at the commits again: about 0.5–1 ms of read-out for 4 KiB chunks of small
 /// packets, where a producer's 4 MiB SMB holds 1024 chunks and fills in about 20 ms at 20 M
@@ -680,25 +718,42 @@ impl ServiceCore {
         // A whole pass: one under way by `drain_some` is finished by it.
         self.drain_cursor = 0;
         let ServiceCore {
+            config,
             buffers,
             identities,
             packets,
             staged,
+            stats,
+            sink,
+            file_full,
             ..
         } = self;
         let mut identity = IdentityLookup {
             identities,
             cached: None,
         };
+        // A whole pass can read a whole buffer (a stop, a flush, a final read behind a
+        // read-out that lagged): into a file, the records go out every `STAGE_LIMIT` bytes
+        // instead of all at once, so the staging buffer stays that size (reused, its pages
+        // mapped once) rather than growing to twice the buffer's size, a page fault per 4 KiB.
+        let to_file = matches!(sink, Sink::File(_));
+        let mut error = None;
         for buf in buffers.iter_mut() {
             buf.read_packets(last, |info, fragments| {
                 packets.write_packet(info, fragments, identity.get(info.producer), staged);
+                if to_file && staged.len() >= STAGE_LIMIT && error.is_none() {
+                    // Between two packets: `staged` holds whole records.
+                    error = flush_staged(config, stats, sink, staged, file_full).err();
+                }
             });
             if last {
                 for info in buf.take_trailing_losses() {
                     packets.write_packet(info, &[], identity.get(info.producer), staged);
                 }
             }
+        }
+        if let Some(e) = error {
+            return Err(e);
         }
         self.flush_staged()
     }
@@ -750,28 +805,13 @@ impl ServiceCore {
     }
 
     fn flush_staged(&mut self) -> io::Result<()> {
-        if self.staged.is_empty() {
-            return Ok(());
-        }
-        #[cfg(feature = "deflate")]
-        if self.config.compression == Compression::Deflate {
-            let plain = std::mem::take(&mut self.staged);
-            crate::compress::deflate_records(&plain, &mut self.staged);
-            self.stats.bytes_before_compression += plain.len() as u64;
-        }
-        let mut take = self.staged.len();
-        if let Some(max) = self.config.max_file_size_bytes {
-            if self.stats.bytes_written + take as u64 > max {
-                // Keep whole records that fit; the rest is dropped and the session should stop.
-                take = fit_records(&self.staged, max.saturating_sub(self.stats.bytes_written));
-                self.stats.records_dropped_file_full += count_records(&self.staged[take..]);
-                self.file_full = true;
-            }
-        }
-        self.sink.write(&self.staged[..take])?;
-        self.stats.bytes_written += take as u64;
-        self.staged.clear();
-        Ok(())
+        flush_staged(
+            &self.config,
+            &mut self.stats,
+            &mut self.sink,
+            &mut self.staged,
+            &mut self.file_full,
+        )
     }
 
     /// Whether the output reached `max_file_size_bytes` (the session should stop).

@@ -349,3 +349,56 @@ fn a_streaming_reader_hands_its_vectors_back() {
     trace.extend_from_slice(&core.take_output());
     check_trace(&trace, 200);
 }
+
+/// A final read of a whole buffer into a file is written out in parts as it is read (the
+/// staging buffer stays a few MiB instead of growing to the read's whole output): the file is
+/// the same well-formed trace, every packet in order, whatever the parts' boundaries.
+#[test]
+#[cfg_attr(miri, ignore = "threads and files; too slow under Miri")]
+fn a_large_final_read_into_a_file_is_written_in_parts() {
+    let dir = std::env::temp_dir().join(format!("tachyon-session-large-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("trace.pftrace");
+    let config = SessionConfig {
+        // No periodic write during the run: the whole buffer is read at the stop.
+        write_into_file: true,
+        file_write_period: Duration::from_secs(3600),
+        output_path: Some(path.clone()),
+        ..SessionConfig::default()
+    };
+    let smb = Arc::new(OwnedSmb::new(64 * 4096, PageSize::Kib4).unwrap());
+    let (tx, rx) = mpsc::channel();
+    let identity = ProducerIdentity {
+        pid: 4242,
+        uid: 1000,
+    };
+    let service = InProcessService::start(config, smb.clone(), rx, identity).unwrap();
+    // 1 000 chunks of 400 packets: about 7 MiB of records, more than one part.
+    let (chunks, per_chunk) = (1000u32, 400);
+    let mut ts = 1;
+    for id in 0..chunks {
+        let packets: Vec<Vec<u8>> = (0..per_chunk)
+            .map(|_| {
+                ts += 1;
+                packet(ts)
+            })
+            .collect();
+        // The service gives chunks back as it copies them: wait for a free one.
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let abi = smb.producer();
+        while !(0..abi.num_pages())
+            .any(|p| abi.is_page_free(p).unwrap_or(false) || abi.free_chunks(p).unwrap_or(0) > 0)
+        {
+            assert!(std::time::Instant::now() < deadline, "no chunk came back");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        tx.send(commit_packets(&smb, 1, id, &packets)).unwrap();
+    }
+    drop(tx);
+    let mem = service.stop(false).unwrap();
+    assert!(mem.is_empty(), "a file session returns nothing in memory");
+    let bytes = std::fs::read(&path).unwrap();
+    assert!(bytes.len() > 5 << 20, "{} bytes", bytes.len());
+    check_trace(&bytes, chunks as usize * per_chunk);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -34,6 +34,20 @@
 //! skipped): labels are `MODE/STACKS` as `off/None`, `exact/None`, `sampled:4096/None`,
 //! `sampled:4096/Some(0)`, `sampled:1099511627776/Some(0)`, `exact/Some(16)`, and
 //! `sampled:1/Some(0)` (every allocation sampled: the cost of one sample, run only when named).
+//!
+//! `TACHYON_ALLOC_DEMO=ROUNDS` (with `--features log-bridge`, which the demo's logging needs)
+//! measures the realistic workload instead: the very jobs `tachyon demo` runs
+//! (`crates/tachyon-cli/src/demo.rs`, compiled into this bench: a producer, four workers, a
+//! metrics thread, every part of the tracing API), traced in-process as `tachyon demo` traces
+//! them, with memory tracking off, sampled (4096 bytes, with its default 32-frame stacks and
+//! without stacks) and exact. Per round every mode runs for `TACHYON_ALLOC_DEMO_SECONDS`
+//! (default 1) of jobs, in an order that rotates from round to round; the figure is the
+//! process's CPU time (`getrusage`, every thread: the workload's, the session's and the
+//! tracker's) from the session's start to its end, per job done, as a slowdown against the
+//! same round's run with tracking off (median and quartiles over the rounds).
+//! `TACHYON_ALLOC_DEMO_ONLY=off|sampled|sampled-nostacks|exact` runs one mode only (to count
+//! its instructions per job under `valgrind --tool=callgrind`, which the load of a shared
+//! machine does not change).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
@@ -100,6 +114,126 @@ fn bench(c: &mut Criterion) {
 }
 
 criterion_group!(benches, bench);
+
+/// The demo's workload, as `tachyon demo` runs it (this bench only uses its `run`).
+#[cfg(feature = "log-bridge")]
+// Its unit tests come along (benches build with `cfg(test)`) but do not run here.
+#[allow(dead_code, unreachable_pub, unused_imports)]
+#[path = "../../tachyon-cli/src/demo.rs"]
+mod demo;
+
+/// CPU time (ns) of the whole process, every thread (`getrusage(RUSAGE_SELF)`).
+#[cfg(feature = "log-bridge")]
+fn process_cpu_ns() -> u64 {
+    // SAFETY: an all-zero `rusage` is a valid value of the plain C struct.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `u` is a valid, writable `rusage`; RUSAGE_SELF needs nothing else.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
+        return 0;
+    }
+    let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1_000;
+    ns(u.ru_utime) + ns(u.ru_stime)
+}
+
+/// `TACHYON_ALLOC_DEMO=ROUNDS`: the demo's jobs with tracking off, sampled and exact (module
+/// docs).
+#[cfg(feature = "log-bridge")]
+fn demo_workload(rounds: usize) {
+    let seconds: f64 = std::env::var("TACHYON_ALLOC_DEMO_SECONDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1.0);
+    let only = std::env::var("TACHYON_ALLOC_DEMO_ONLY").unwrap_or_default();
+    let modes: Vec<(&str, MemoryMode, Option<usize>)> = [
+        ("off", MemoryMode::Off, None),
+        ("sampled", MemoryMode::Sampled { interval: 4096 }, None),
+        (
+            "sampled-nostacks",
+            MemoryMode::Sampled { interval: 4096 },
+            Some(0),
+        ),
+        ("exact", MemoryMode::Exact, None),
+    ]
+    .into_iter()
+    .filter(|(label, _, _)| only.is_empty() || only == *label)
+    .collect();
+    if modes.is_empty() {
+        eprintln!(
+            "TACHYON_ALLOC_DEMO_ONLY={only:?}: expected off, sampled, sampled-nostacks or exact"
+        );
+        return;
+    }
+    // Per mode: CPU ns per job of each round.
+    let mut per_job: Vec<Vec<f64>> = vec![Vec::new(); modes.len()];
+    let mut jobs: Vec<u64> = vec![0; modes.len()];
+    for round in 0..rounds {
+        for k in 0..modes.len() {
+            let m = (round + k) % modes.len();
+            let (_, mode, stacks) = modes[m];
+            let cpu0 = process_cpu_ns();
+            // As `tachyon demo` traces it (CPU usage plots on), in memory instead of a file.
+            tachyon::start(Config {
+                output: None,
+                cpu_usage: true,
+                memory: MemoryConfig {
+                    mode,
+                    callstack_depth: stacks,
+                    ..MemoryConfig::default()
+                },
+                ..Config::default()
+            })
+            .expect("start the session");
+            let summary = demo::run(demo::Settings {
+                threads: 4,
+                duration: Duration::from_secs_f64(seconds),
+            });
+            let report = tachyon::shutdown().expect("stop").expect("a session");
+            let cpu = process_cpu_ns() - cpu0;
+            drop(report);
+            let summary = summary.expect("the demo ran");
+            per_job[m].push(cpu as f64 / summary.jobs.max(1) as f64);
+            jobs[m] += summary.jobs;
+        }
+    }
+    let q = |v: &[f64], f: f64| v[((v.len() - 1) as f64 * f) as usize];
+    println!(
+        "the demo's jobs ({rounds} rounds of {seconds} s per mode, 4 workers): process CPU per job, and the slowdown against tracking off in the same round"
+    );
+    for (m, (label, mode, stacks)) in modes.iter().enumerate() {
+        let label = match (mode, stacks) {
+            (MemoryMode::Sampled { interval }, None) => {
+                format!("{label} ({interval}, 32-frame stacks: the default)")
+            }
+            (MemoryMode::Sampled { interval }, Some(_)) => format!("{label} ({interval})"),
+            _ => label.to_string(),
+        };
+        let mut slow: Vec<f64> = per_job[m]
+            .iter()
+            .zip(&per_job[0])
+            .map(|(t, off)| (t / off - 1.0) * 100.0)
+            .collect();
+        let mut cpu = per_job[m].clone();
+        slow.sort_by(f64::total_cmp);
+        cpu.sort_by(f64::total_cmp);
+        let slowdown = if modes[0].0 == "off" && m > 0 {
+            format!(
+                "; slowdown median {:+.1} % (quartiles {:+.1}..{:+.1} %)",
+                q(&slow, 0.5),
+                q(&slow, 0.25),
+                q(&slow, 0.75),
+            )
+        } else {
+            String::new()
+        };
+        println!(
+            "  {label}: {:.0} µs per job (median; rounds {:.0}..{:.0}), {} jobs{slowdown}",
+            q(&cpu, 0.5) / 1e3,
+            cpu[0] / 1e3,
+            cpu[cpu.len() - 1] / 1e3,
+            jobs[m],
+        );
+    }
+}
 
 /// CPU time (ns) the thread named `name` has used (`/proc/self/task/*/schedstat`).
 fn thread_cpu_ns(name: &str) -> Option<u64> {
@@ -254,6 +388,18 @@ fn ratio(rounds: usize) {
 }
 
 fn main() {
+    if let Some(n) = std::env::var("TACHYON_ALLOC_DEMO")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        #[cfg(feature = "log-bridge")]
+        demo_workload(n.max(1));
+        #[cfg(not(feature = "log-bridge"))]
+        eprintln!(
+            "TACHYON_ALLOC_DEMO={n}: the demo's workload needs `--features log-bridge` (its logging goes through the `log` crate)"
+        );
+        return;
+    }
     if let Some(n) = std::env::var("TACHYON_ALLOC_RATIO")
         .ok()
         .and_then(|v| v.parse().ok())

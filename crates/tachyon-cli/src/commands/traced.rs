@@ -23,6 +23,11 @@ pub(crate) struct Args {
     /// The consumer socket (only this user may connect: mode 0600).
     #[arg(long)]
     consumer_socket: Option<PathBuf>,
+    /// Map every page of a session's central buffers when the session starts, not on the
+    /// first write to each (the whole buffer's memory is held from the start; a session
+    /// streaming at a high rate then pays no page faults on its first pass round the buffer).
+    #[arg(long)]
+    prefault_buffers: bool,
 }
 
 pub(crate) fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
@@ -33,6 +38,7 @@ pub(crate) fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     if let Some(c) = args.consumer_socket {
         config.consumer_socket = c;
     }
+    config.prefault_buffers = args.prefault_buffers;
     let stop = Arc::new(AtomicBool::new(false));
     {
         let stop = stop.clone();

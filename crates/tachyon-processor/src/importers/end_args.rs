@@ -5,32 +5,20 @@
 //! the end give `debug.a[0..3]`). Other args are appended.
 //!
 //! To find the slice's args without scanning the whole args table, where each open slice's arg
-//! set starts is kept while the slice is open ([`EndArgs`]); the storage reads and updates the
-//! set (`Storage::arg_set_keys`, `Storage::update_arg`).
+//! set starts is kept beside it on its track's stack while the slice is open (`track_event.rs`);
+//! the storage reads and updates the set (`Storage::arg_set_keys`, `Storage::update_arg`).
 
 use crate::importers::{Event, Parser, PendingArg};
 use crate::storage::strings::{FxHashMap, StrId};
 
-/// Where each open slice's arg set starts (`Storage::arg_mark`).
-#[derive(Debug, Default)]
-pub(crate) struct EndArgs {
-    open: FxHashMap<u32, usize>,
-}
-
 impl Parser {
-    /// Called when a slice that may be ended later gets arg set `set`, whose args come after
-    /// `mark` ([`crate::storage::Storage::arg_mark`]).
-    pub(crate) fn note_open_arg_set(&mut self, set: u32, mark: usize) {
-        self.parse.end_args.open.insert(set, mark);
-    }
-
-    /// Merges the args of end event `ev` into the slice's arg set `set` (not `NONE`).
-    pub(crate) fn merge_end_args(&mut self, set: u32, ev: &Event) {
+    /// Merges the args of end event `ev` into the slice's arg set `set` (not `NONE`), whose
+    /// late args come after `mark` ([`crate::storage::Storage::arg_mark`] when the slice
+    /// began).
+    pub(crate) fn merge_end_args(&mut self, set: u32, mark: usize, ev: &Event) {
         if ev.nargs == 0 {
-            self.parse.end_args.open.remove(&set);
             return;
         }
-        let mark = self.parse.end_args.open.remove(&set).unwrap_or(0);
         // The slice's args: key → row, and each array's next index (from its keys' `[i]`s).
         let mut rows: FxHashMap<StrId, usize> = FxHashMap::default();
         let mut next_index: FxHashMap<String, u64> = FxHashMap::default();

@@ -39,15 +39,25 @@ pub(crate) enum Scope {
     Global,
 }
 
+/// An open slice on its track's stack, and where its arg set's late args start
+/// (`Storage::arg_mark` when it began): a slice end that carries args merges them into the set
+/// from there (`end_args.rs`). Kept here rather than in a map by arg set, so a slice costs no
+/// hash insert and remove.
+#[derive(Clone, Copy, Debug)]
+struct Open {
+    slice: u32,
+    mark: usize,
+}
+
 /// The open slices of each track, by track id. Track ids are dense (positions in the track
 /// table), so this is a vector rather than a map: every slice begin and end looks its track's
 /// stack up twice.
 #[derive(Debug, Default)]
-struct Stacks(Vec<Vec<u32>>);
+struct Stacks(Vec<Vec<Open>>);
 
 impl Stacks {
     /// Track `track`'s stack, created empty if new.
-    fn entry(&mut self, track: u32) -> &mut Vec<u32> {
+    fn entry(&mut self, track: u32) -> &mut Vec<Open> {
         let i = track as usize;
         if i >= self.0.len() {
             self.0.resize_with(i + 1, Vec::new);
@@ -55,11 +65,11 @@ impl Stacks {
         &mut self.0[i]
     }
 
-    fn get(&self, track: &u32) -> Option<&Vec<u32>> {
+    fn get(&self, track: &u32) -> Option<&Vec<Open>> {
         self.0.get(*track as usize)
     }
 
-    fn get_mut(&mut self, track: &u32) -> Option<&mut Vec<u32>> {
+    fn get_mut(&mut self, track: &u32) -> Option<&mut Vec<Open>> {
         self.0.get_mut(*track as usize)
     }
 }
@@ -87,8 +97,6 @@ pub(crate) struct ParseState {
     flows_to_next: FxHashMap<u32, Vec<u64>>,
     /// (utid, track type) → the thread's `thread_time` / `thread_instructions` track.
     thread_counter_tracks: FxHashMap<(u32, &'static str), u32>,
-    /// Where open slices' args start (`end_args.rs`).
-    pub(crate) end_args: crate::importers::end_args::EndArgs,
 }
 
 impl Parser {
@@ -188,23 +196,27 @@ impl Parser {
                     return;
                 };
                 self.close_completed(track, ev.ts);
+                // Where this slice's late args will start (nothing below adds any before
+                // `args_for`).
+                let mark = self.st.arg_mark();
                 let stack = self.parse.stacks.entry(track);
                 if stack.len() >= MAX_DEPTH {
                     self.st.stats.inc(Stat::slice_max_depth_exceeded);
                     return;
                 }
                 let id = self.st.slices.len() as u32;
-                let parent = stack.last().copied().unwrap_or(NONE);
+                let parent = stack.last().map_or(NONE, |o| o.slice);
                 let depth = stack.len() as u16; // Below MAX_DEPTH.
+                let open = Open { slice: id, mark };
                 let dur = match ev.kind {
                     EventKind::SliceBegin => {
-                        stack.push(id);
+                        stack.push(open);
                         -1
                     }
                     EventKind::Complete => {
                         // On the stack until a later event on the track starts at or after
                         // its end, so that what it encloses nests under it.
-                        stack.push(id);
+                        stack.push(open);
                         ev.data.min(i64::MAX as u64) as i64
                     }
                     _ => 0,
@@ -212,11 +224,7 @@ impl Parser {
                 if ev.kind == EventKind::Complete && dur == 0 {
                     self.st.zero_length_zones.push(id);
                 }
-                let mark = self.st.arg_mark();
                 let arg_set = self.args_for(NONE, ev);
-                if ev.kind == EventKind::SliceBegin && arg_set != NONE {
-                    self.note_open_arg_set(arg_set, mark);
-                }
                 self.st.slices.push(SliceRow {
                     ts: ev.ts,
                     dur,
@@ -242,9 +250,13 @@ impl Parser {
                         });
                 }
                 self.flows_for(id, ev);
-                if let Some(ids) = self.parse.flows_to_next.remove(&track) {
-                    for flow in ids {
-                        self.flow_arrives(flow, id, true);
+                // Legacy flows waiting for the next slice are rare: most traces never hash
+                // the track here.
+                if !self.parse.flows_to_next.is_empty() {
+                    if let Some(ids) = self.parse.flows_to_next.remove(&track) {
+                        for flow in ids {
+                            self.flow_arrives(flow, id, true);
+                        }
                     }
                 }
             }
@@ -261,12 +273,14 @@ impl Parser {
                 // The innermost slice still open (completed slices above it end with it).
                 let slices = &self.st.slices;
                 let open = self.parse.stacks.get_mut(&track).and_then(|stack| {
-                    let at = stack.iter().rposition(|&s| slices[s as usize].dur == -1)?;
-                    let id = stack[at];
+                    let at = stack
+                        .iter()
+                        .rposition(|o| slices[o.slice as usize].dur == -1)?;
+                    let open = stack[at];
                     stack.truncate(at);
-                    Some(id)
+                    Some(open)
                 });
-                let Some(id) = open else {
+                let Some(Open { slice: id, mark }) = open else {
                     self.st.stats.inc(Stat::misplaced_end_event);
                     return;
                 };
@@ -274,7 +288,9 @@ impl Parser {
                 let arg_set = if existing == NONE {
                     self.args_for(NONE, ev)
                 } else {
-                    self.merge_end_args(existing, ev);
+                    if ev.nargs != 0 {
+                        self.merge_end_args(existing, mark, ev);
+                    }
                     existing
                 };
                 let row = &mut self.st.slices[id as usize];
@@ -382,7 +398,12 @@ impl Parser {
                     return;
                 }
                 self.close_completed(track, ev.ts);
-                let Some(&slice) = self.parse.stacks.get(&track).and_then(|s| s.last()) else {
+                let Some(slice) = self
+                    .parse
+                    .stacks
+                    .get(&track)
+                    .and_then(|s| Some(s.last()?.slice))
+                else {
                     self.st.stats.inc(Stat::flow_without_enclosing_slice);
                     return;
                 };
@@ -409,8 +430,8 @@ impl Parser {
         let Some(stack) = self.parse.stacks.get_mut(&track) else {
             return;
         };
-        while let Some(&top) = stack.last() {
-            let row = &self.st.slices[top as usize];
+        while let Some(top) = stack.last() {
+            let row = &self.st.slices[top.slice as usize];
             if row.dur < 0 || row.ts.saturating_add(row.dur) > ts {
                 break;
             }

@@ -158,7 +158,12 @@ pub(crate) struct InvalidSnapshot;
 #[derive(Debug)]
 pub(crate) struct ClockTracker {
     trace_clock: ClockId,
-    clocks: FxHashMap<ClockId, ClockInfo>,
+    /// Each clock a snapshot described → its position in `infos` (positions never change).
+    clocks: FxHashMap<ClockId, usize>,
+    infos: Vec<ClockInfo>,
+    /// The clock converted last and its position in `infos`: a sequence's packets come in
+    /// runs on one clock, so most conversions skip the map.
+    last_clock: (ClockId, usize),
     series: Vec<Series>,
     /// Clocks in snapshot order → the series' index in `series`. Keyed as Perfetto keys its
     /// snapshot hashes: a snapshot with a sequence-scoped clock is a different series on every
@@ -182,6 +187,8 @@ impl Default for ClockTracker {
         ClockTracker {
             trace_clock: BOOTTIME,
             clocks: FxHashMap::default(),
+            infos: Vec::new(),
+            last_clock: (0, usize::MAX),
             series: Vec::new(),
             series_of_set: FxHashMap::default(),
             links: FxHashMap::default(),
@@ -254,15 +261,19 @@ impl ClockTracker {
         for (r, &v) in readings.iter().zip(&ns) {
             let col = self.series[s].column(r.id);
             self.series[s].readings[col].push(v);
-            self.clocks.insert(
-                r.id,
-                ClockInfo {
-                    unit_ns: r.unit_multiplier_ns.max(1).min(i64::MAX as u64) as i64,
-                    incremental: r.is_incremental,
-                    last_ns: v,
-                    anchor: (s, row),
-                },
-            );
+            let info = ClockInfo {
+                unit_ns: r.unit_multiplier_ns.max(1).min(i64::MAX as u64) as i64,
+                incremental: r.is_incremental,
+                last_ns: v,
+                anchor: (s, row),
+            };
+            match self.clocks.get(&r.id) {
+                Some(&i) => self.infos[i] = info,
+                None => {
+                    self.clocks.insert(r.id, self.infos.len());
+                    self.infos.push(info);
+                }
+            }
         }
         if existing.is_some() {
             // A set seen before linked its pairs then; links are never removed.
@@ -302,8 +313,15 @@ impl ClockTracker {
             // Perfetto's rule: without any ClockSnapshot, timestamps are already trace time.
             return Converted::At(raw as i64);
         }
-        let info = match self.clocks.get_mut(&clock) {
-            Some(info) => info,
+        let found = match self.last_clock {
+            (c, i) if c == clock && i != usize::MAX => Some(i),
+            _ => self.clocks.get(&clock).copied(),
+        };
+        let info = match found.and_then(|i| Some((i, self.infos.get_mut(i)?))) {
+            Some((i, info)) => {
+                self.last_clock = (clock, i);
+                info
+            }
             None if clock == self.trace_clock => {
                 self.converted = true;
                 return Converted::At(raw as i64);

@@ -263,6 +263,7 @@ impl Service {
         // The daemon writes only into descriptors consumers pass: opening a path would let a
         // consumer write anywhere the daemon can.
         config.output_path = None;
+        config.prefault_buffers = self.config.prefault_buffers;
         let buffers = self.allocate_buffers(config.buffers.len())?;
         let sid = self.next_session;
         self.next_session += 1;
