@@ -301,6 +301,10 @@ pub struct TraceBuffer {
     /// has been round once, or prefaulted, or where the kernel cannot populate (then each page
     /// faults in on its first write).
     populated: usize,
+    /// How many entries at the front of `fifo` are known to hold nothing anyone needs (read,
+    /// or padding, and no pending packet's fragment): a record never becomes needed again once
+    /// read, so the count only grows until those entries are popped.
+    dead_front: usize,
     stats: BufferStats,
     losses: LossCounters,
 }
@@ -321,6 +325,7 @@ impl TraceBuffer {
             read_cursor: 0,
             discarding: false,
             populated: 0,
+            dead_front: 0,
             stats: BufferStats {
                 buffer_size: size as u64,
                 ..BufferStats::default()
@@ -698,6 +703,9 @@ impl TraceBuffer {
     /// offset, or `None` if the policy refuses to overwrite unread data.
     fn reserve(&mut self, size: usize) -> Option<usize> {
         let cap = self.ring.len();
+        if self.wptr > 0 && self.all_read() {
+            self.rewind();
+        }
         if self.wptr + size > cap {
             if !self.clear(self.wptr, cap) {
                 return None;
@@ -725,6 +733,40 @@ impl TraceBuffer {
         Some(offset)
     }
 
+    /// Whether every entry in the ring was read (or is padding) and no pending packet has a
+    /// fragment there: nothing in the ring is needed any more. Amortized O(1): each entry is
+    /// passed once (`dead_front`), and a needed one stops the walk.
+    fn all_read(&mut self) -> bool {
+        while let Some(entry) = self.fifo.get(self.dead_front) {
+            let needed = entry
+                .rec
+                .is_some_and(|idx| self.slab[idx].as_ref().is_some_and(|r| r.live || r.pinned));
+            if needed {
+                return false;
+            }
+            self.dead_front += 1;
+        }
+        true
+    }
+
+    /// Starts writing at the ring's start again when nothing in it is needed ([`all_read`]):
+    /// a session whose read-out keeps up (streaming into a file) then writes into pages it
+    /// has written before, already mapped and likely in the cache, instead of going round the
+    /// whole ring and taking a page fault per 4 KiB of it on the first pass. Nothing is lost
+    /// or counted: the entries dropped were read, or are padding.
+    ///
+    /// [`all_read`]: Self::all_read
+    fn rewind(&mut self) {
+        while let Some(front) = self.fifo.pop_front() {
+            match front.rec {
+                None => self.stats.padding_bytes_cleared += front.size as u64,
+                Some(idx) => self.evict(idx, front.size),
+            }
+        }
+        self.dead_front = 0;
+        self.wptr = 0;
+    }
+
     /// Evicts the entries occupying `[a, b)`. They are always the oldest ones: entries ahead of
     /// the write position, in order. Returns false (and evicts nothing more) when DISCARD meets
     /// unread data.
@@ -745,6 +787,7 @@ impl TraceBuffer {
                 }
             }
             self.fifo.pop_front();
+            self.dead_front = self.dead_front.saturating_sub(1);
         }
         true
     }

@@ -28,6 +28,10 @@
 //! path hands to other threads (the SDK's `tachyon-drain` thread encoding the queued events into
 //! packets, the in-process service thread copying chunks into the central buffer), then the
 //! wall time of stopping that session per event: the read-out of the buffer into the trace.
+//! Beside them: the traced thread's own CPU per event, how many events it encoded itself (its
+//! queue full, the drainer behind: that encoding is in the traced thread's CPU, not the
+//! helpers'), how often each helper slept, and each helper's page faults. The total CPU an
+//! event costs is the traced thread's plus the helpers'.
 //! It does so twice: with the central buffer mapped page by page as chunks first reach it (the
 //! default; one page fault per 4 KiB chunk on the service thread, since these 2M zones are the
 //! buffer's first pass), then prefaulted at the session's start (`Config::prefault_buffer`),
@@ -38,6 +42,11 @@
 //! With `TACHYON_CLIENT_CALLGRIND=N` the bench skips criterion, starts a session and writes N
 //! enabled zones in `zones` (after one warm-up zone): run it under callgrind and divide
 //! `zones`' inclusive instruction count by N (command in the README).
+//!
+//! With `TACHYON_CLIENT_STREAM=N` the bench skips criterion, writes N zones into a session
+//! streaming into a file every 100 ms (blocks of 20 000 zones, 5 ms apart) and prints
+//! the helper threads' CPU per event (the periods' read-out included) and the service thread's
+//! page faults: a streamed session's read-out frees the ring, which the writes then reuse.
 //!
 //! With `TACHYON_CLIENT_RATIO=N` the bench skips criterion too and measures the goal's ratio on
 //! a machine others share: N rounds, each timing 2 000 enabled zones then 2 000 pairs of raw
@@ -226,6 +235,16 @@ fn thread_cpu_ns(name: &str) -> Option<u64> {
     None
 }
 
+/// CPU time (ns) of the calling thread, from `/proc/thread-self/schedstat`.
+fn this_thread_cpu_ns() -> Option<u64> {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// The threads the hot path hands work to: the SDK's drainer (encoding queued events into
 /// packets) and the in-process service (copying committed chunks into the central buffer).
 const HELPERS: [&str; 2] = ["tachyon-drain", "tachyon-service"];
@@ -247,6 +266,24 @@ fn thread_minor_faults(name: &str) -> Option<u64> {
                 .1
                 .split_whitespace()
                 .nth(7)?
+                .parse()
+                .ok();
+        }
+    }
+    None
+}
+
+/// Voluntary context switches of this process's thread named `name` so far (`status`'s
+/// `voluntary_ctxt_switches`): how often it went to sleep, so how often it was woken.
+fn thread_sleeps(name: &str) -> Option<u64> {
+    for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        let dir = task.path();
+        if std::fs::read_to_string(dir.join("comm")).is_ok_and(|c| c.trim() == name) {
+            let status = std::fs::read_to_string(dir.join("status")).ok()?;
+            return status
+                .lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))?
+                .trim()
                 .parse()
                 .ok();
         }
@@ -294,22 +331,48 @@ fn service_cpu_per_event(prefault: bool) {
     std::thread::sleep(Duration::from_millis(20));
     let before = helpers_cpu_ns();
     let faults_before = thread_minor_faults("tachyon-service");
+    let drain_faults_before = thread_minor_faults("tachyon-drain");
+    let sleeps_before = HELPERS.map(thread_sleeps);
+    let owner_before = tachyon::__rt::owner_encoded();
+    let hot_cpu_before = this_thread_cpu_ns();
     let t = Instant::now();
     for _ in 0..ZONES {
         let _z = tachyon::zone!("bench zone");
     }
     let hot = t.elapsed();
+    let hot_cpu = this_thread_cpu_ns().zip(hot_cpu_before).map(|(a, b)| a - b);
     // Let the drainer encode what is queued and the service copy out everything committed (it
     // polls every 2 ms).
     std::thread::sleep(Duration::from_millis(50));
     let after = helpers_cpu_ns();
     let faults_after = thread_minor_faults("tachyon-service");
+    let drain_faults = thread_minor_faults("tachyon-drain")
+        .zip(drain_faults_before)
+        .map(|(a, b)| a - b);
+    let sleeps_after = HELPERS.map(thread_sleeps);
+    let owner = tachyon::__rt::owner_encoded() - owner_before;
     let events = 2 * ZONES;
+    for ((name, b), a) in HELPERS.iter().zip(sleeps_before).zip(sleeps_after) {
+        if let (Some(b), Some(a)) = (b, a) {
+            eprintln!("{name} thread: {} sleeps", a - b);
+        }
+    }
+    eprintln!("events encoded on the traced thread itself: {owner}");
+    if let Some(f) = drain_faults {
+        // The shared memory buffer's pages, on the drainer's first pass round it.
+        eprintln!("tachyon-drain thread: {f} minor page faults");
+    }
     eprintln!(
         "hot path {:.2} ns per event ({} events)",
         hot.as_nanos() as f64 / events as f64,
         events
     );
+    if let Some(ns) = hot_cpu {
+        eprintln!(
+            "hot thread CPU: {:.2} ns per event",
+            ns as f64 / events as f64
+        );
+    }
     report_helpers_cpu(before, after, events);
     if let (Some(b), Some(a)) = (faults_before, faults_after) {
         eprintln!(
@@ -336,6 +399,62 @@ fn zones(n: u64) {
     for _ in 0..n {
         let _z = tachyon::zone!("bench zone");
     }
+}
+
+/// `TACHYON_CLIENT_STREAM` (module docs): `n` zones into a session streaming into a file every
+/// 100 ms, in blocks of 20 000 zones with 5 ms of pause between them (a busy program,
+/// not a flood: the read-out keeps up), then the helpers' CPU and the service thread's page
+/// faults per event, the read-out of each period included.
+fn streamed(n: u64) {
+    const BLOCK: u64 = 20_000;
+    let path = std::env::temp_dir().join(format!(
+        "tachyon-client-stream-{}.pftrace",
+        std::process::id()
+    ));
+    tachyon::start(Config {
+        output: Some(path.clone()),
+        stream: true,
+        stream_period: Duration::from_millis(100),
+        buffer_size: 64 << 20,
+        categories: CategoryFilter::new(&[], &["disabled"]),
+        ..Config::default()
+    })
+    .expect("start the session");
+    zones(1);
+    std::thread::sleep(Duration::from_millis(20));
+    let before = helpers_cpu_ns();
+    let faults_before = thread_minor_faults("tachyon-service");
+    let owner_before = tachyon::__rt::owner_encoded();
+    let t = Instant::now();
+    let mut done = 0;
+    while done < n {
+        zones(BLOCK.min(n - done));
+        done += BLOCK;
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let wall = t.elapsed();
+    // The last period's read-out.
+    std::thread::sleep(Duration::from_millis(150));
+    let after = helpers_cpu_ns();
+    let faults = thread_minor_faults("tachyon-service")
+        .zip(faults_before)
+        .map(|(a, b)| a - b);
+    let events = 2 * n;
+    eprintln!(
+        "streamed every 100 ms: {events} events in {:.2} s, {} encoded on the traced thread",
+        wall.as_secs_f64(),
+        tachyon::__rt::owner_encoded() - owner_before
+    );
+    report_helpers_cpu(before, after, events);
+    if let Some(f) = faults {
+        eprintln!("tachyon-service thread: {f} minor page faults");
+    }
+    let report = tachyon::shutdown().unwrap().unwrap();
+    eprintln!(
+        "{} bytes of trace, {} packets dropped",
+        report.bytes, report.writers.packets_dropped
+    );
+    let _ = std::fs::remove_file(path);
 }
 
 /// `TACHYON_CLIENT_RATIO` (module docs).
@@ -651,6 +770,13 @@ fn main() {
         .and_then(|v| v.parse().ok())
     {
         ratio(n);
+        return;
+    }
+    if let Some(n) = std::env::var("TACHYON_CLIENT_STREAM")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        streamed(n);
         return;
     }
     if let Some(n) = std::env::var("TACHYON_CLIENT_CLOCK_PROBE")

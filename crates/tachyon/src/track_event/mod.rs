@@ -426,6 +426,12 @@ pub mod __rt {
     use super::*;
     use crate::clock;
 
+    /// Events encoded so far by the threads that recorded them (not by the drainer), for the
+    /// client bench's account of where encoding ran.
+    pub fn owner_encoded() -> u64 {
+        state::OWNER_ENCODED.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     #[inline(always)]
     pub fn zone_begin(cs: &'static Callsite, en: Enabled) -> ZoneGuard {
         ZoneGuard {
