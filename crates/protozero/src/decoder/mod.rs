@@ -450,5 +450,60 @@ fn parse_field(buf: &[u8], start: usize) -> Result<Parsed<'_>, DecodeError> {
     Ok(Parsed::Field(Field::new(id as u32, value), pos))
 }
 
+/// [`parse_field`] without building the value: the id of the field whose tag starts at
+/// `start` (`None` for a field that is skipped) and the offset just past it. The same checks
+/// in the same order, so the same errors; what [`TypedDecoder::new`] indexes a message with.
+#[inline(always)]
+pub(crate) fn scan_field(buf: &[u8], start: usize) -> Result<(Option<u32>, usize), DecodeError> {
+    let (tag, pos) = match buf.get(start) {
+        Some(&b) if b < 0x80 => (u64::from(b), start + 1),
+        _ => read_varint(buf, start)?,
+    };
+    let id = tag >> 3;
+    if id == 0 {
+        return Err(DecodeError::ZeroFieldId { offset: start });
+    }
+    let end = match tag & 7 {
+        0 => read_varint(buf, pos)?.1,
+        1 => {
+            if buf.len() - pos < 8 {
+                return Err(DecodeError::TruncatedFixed64 { offset: pos });
+            }
+            pos + 8
+        }
+        2 => {
+            let (len, payload_start) = read_varint(buf, pos)?;
+            let left = buf.len() - payload_start;
+            if len > left as u64 {
+                return Err(DecodeError::PayloadPastEnd {
+                    offset: payload_start,
+                    len,
+                });
+            }
+            let end = payload_start + len as usize;
+            if len > u64::from(MAX_MESSAGE_LENGTH) {
+                return Ok((None, end));
+            }
+            end
+        }
+        5 => {
+            if buf.len() - pos < 4 {
+                return Err(DecodeError::TruncatedFixed32 { offset: pos });
+            }
+            pos + 4
+        }
+        w => {
+            return Err(DecodeError::InvalidWireType {
+                offset: start,
+                wire_type: w as u8,
+            })
+        }
+    };
+    if id > u64::from(MAX_FIELD_ID) {
+        return Ok((None, end));
+    }
+    Ok((Some(id as u32), end))
+}
+
 #[cfg(test)]
 mod tests;

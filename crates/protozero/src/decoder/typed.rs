@@ -14,7 +14,8 @@
 use std::iter::FusedIterator;
 
 use super::{
-    DecodeError, Field, FieldValue, PackedFixed32, PackedFixed64, PackedVarints, ProtoDecoder,
+    scan_field, DecodeError, Field, FieldValue, PackedFixed32, PackedFixed64, PackedVarints,
+    ProtoDecoder,
 };
 
 // === impl TypedDecoder ===
@@ -78,17 +79,21 @@ impl<'a, const N: usize> TypedDecoder<'a, N> {
             ids: [0; N],
             count: [0; N],
         };
-        let mut decoder = ProtoDecoder::new(buf);
-        loop {
-            let start = decoder.offset();
-            match decoder.read_field() {
-                Ok(Some(field)) => {
-                    let Some(slot) = slot_of(field.id()).filter(|&slot| slot < N) else {
+        // One pass with the lean field scanner (no `Field` built): the same fields, skips and
+        // errors as walking with a `ProtoDecoder` (whose cursor stays at a malformed field).
+        let mut pos = 0;
+        while pos < buf.len() {
+            let start = pos;
+            match scan_field(buf, pos) {
+                Ok((id, next)) => {
+                    pos = next;
+                    let Some(id) = id else { continue };
+                    let Some(slot) = slot_of(id).filter(|&slot| slot < N) else {
                         continue;
                     };
                     if this.count[slot] == 0 {
-                        this.ids[slot] = field.id();
-                    } else if this.ids[slot] != field.id() {
+                        this.ids[slot] = id;
+                    } else if this.ids[slot] != id {
                         continue;
                     }
                     this.last[slot] = start;
@@ -96,10 +101,9 @@ impl<'a, const N: usize> TypedDecoder<'a, N> {
                     // one-byte fields; saturate rather than wrap if it ever is.
                     this.count[slot] = this.count[slot].saturating_add(1);
                 }
-                Ok(None) => break,
                 Err(e) => {
                     this.error = Some(e);
-                    this.end = decoder.offset();
+                    this.end = start;
                     break;
                 }
             }

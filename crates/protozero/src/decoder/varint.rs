@@ -18,9 +18,33 @@ pub(super) fn read_varint(buf: &[u8], start: usize) -> Result<(u64, usize), Deco
     match rest.first() {
         // Fast path: one-byte varints (small values, short lengths, one-byte tags).
         Some(&b) if b < 0x80 => Ok((u64::from(b), start + 1)),
-        Some(_) => read_varint_slow(rest, start),
+        Some(_) => match read_varint_word(rest) {
+            Some((v, len)) => Ok((v, start + len)),
+            None => read_varint_slow(rest, start),
+        },
         None => Err(DecodeError::TruncatedVarint { offset: start }),
     }
+}
+
+/// A varint of up to 8 bytes at the start of `rest`, read as one little-endian word when 8
+/// bytes are left: its value and length. `None` for a longer varint or fewer than 8 bytes
+/// left (the byte-by-byte reader has the rules for those). No per-byte bounds checks.
+#[inline(always)]
+fn read_varint_word(rest: &[u8]) -> Option<(u64, usize)> {
+    let x = u64::from_le_bytes(*rest.first_chunk::<8>()?);
+    // The high bit of each byte that would end the varint, cleared: the lowest is its end.
+    let stops = !x & 0x8080_8080_8080_8080;
+    if stops == 0 {
+        return None;
+    }
+    // The bytes up to and including the last one (a mask up to its stop bit).
+    let x = x & (stops ^ (stops - 1));
+    let len = (stops.trailing_zeros() as usize + 1) / 8;
+    // Gather the 7-bit groups: pairs into 14 bits, then 28, then 56.
+    let x = (x & 0x007f_007f_007f_007f) | ((x & 0x7f00_7f00_7f00_7f00) >> 1);
+    let x = (x & 0x0000_3fff_0000_3fff) | ((x & 0x3fff_0000_3fff_0000) >> 2);
+    let x = (x & 0x0000_0000_0fff_ffff) | ((x & 0x0fff_ffff_0000_0000) >> 4);
+    Some((x, len))
 }
 
 #[inline(never)]
@@ -129,6 +153,52 @@ mod tests {
             read_varint(&[0x80; 10], 0),
             Err(DecodeError::VarintTooLong { offset: 0 })
         );
+    }
+
+    proptest::proptest! {
+        /// The one-word fast path against the byte-by-byte reader, on random bytes at every
+        /// offset (past the end too) and on every length of encoded value, plain and with
+        /// redundant continuation bytes (up to over-long), whole, truncated and followed by
+        /// other bytes.
+        #[test]
+        fn the_word_fast_path_matches_the_byte_reader(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..24),
+            v in proptest::prelude::any::<u64>(),
+            shift in 0u32..64,
+            pad in 0usize..12,
+            tail in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..10),
+        ) {
+            let reference = |buf: &[u8], at: usize| match buf.get(at..) {
+                Some(rest) if !rest.is_empty() => read_varint_slow(rest, at),
+                _ => Err(DecodeError::TruncatedVarint { offset: at }),
+            };
+            for at in 0..=bytes.len() + 1 {
+                proptest::prop_assert_eq!(read_varint(&bytes, at), reference(&bytes, at));
+            }
+            let v = v >> shift;
+            let mut enc = [0u8; MAX_VARINT_SIZE];
+            let n = encode_varint(v, &mut enc);
+            let plain = enc[..n].to_vec();
+            let mut long = plain.clone();
+            if let Some(last) = long.pop() {
+                long.push(last | 0x80);
+                long.extend(std::iter::repeat_n(0x80, pad.saturating_sub(1)));
+                long.push(0);
+            }
+            for e in [plain, long] {
+                for cut in 0..=e.len() {
+                    for extra in 0..=tail.len() {
+                        let mut buf = e[..cut].to_vec();
+                        buf.extend_from_slice(&tail[..extra]);
+                        let fast = read_varint(&buf, 0);
+                        proptest::prop_assert_eq!(fast, reference(&buf, 0));
+                        if cut == e.len() && e.len() <= MAX_VARINT_SIZE {
+                            proptest::prop_assert_eq!(fast, Ok((v, e.len())));
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -33,24 +33,101 @@ pub(crate) enum Value<'a> {
     Bytes(&'a [u8]),
 }
 
-/// Reads the varint at `pos`: its value and the offset past it. The one-byte case is the
-/// caller's fast path; longer ones are decoded here, inline.
+/// Reads the varint at `pos`: its value and the offset past it.
+///
+/// The fast paths: a one-byte varint, then any varint of up to 8 bytes when 8 bytes are left
+/// (read as one little-endian word, no per-byte bounds check), then 9 and 10 bytes when 10
+/// are left. Varints near the end of `buf` take [`varint_slow`], which has the exact rules
+/// (and errors) of `protozero::decoder`: bits past the 64th dropped, an 11th byte `VarintTooLong`, the end of
+/// the buffer first `TruncatedVarint`. A property test compares the two on random, encoded,
+/// redundant and truncated input.
 #[inline(always)]
 fn varint(buf: &[u8], pos: usize) -> Result<(u64, usize), DecodeError> {
-    let rest = buf.get(pos..).unwrap_or_default();
+    if let Some(&b) = buf.get(pos) {
+        if b < 0x80 {
+            return Ok((u64::from(b), pos + 1));
+        }
+    }
+    if let Some(&w) = buf.get(pos..).and_then(|rest| rest.first_chunk::<8>()) {
+        let x = u64::from_le_bytes(w);
+        // The high bit of each byte that ends the varint, cleared: the lowest one is its end.
+        let stops = !x & 0x8080_8080_8080_8080;
+        if stops != 0 {
+            // Keep the bytes up to and including the last one (mask up to its stop bit).
+            let x = x & (stops ^ (stops - 1));
+            let len = (stops.trailing_zeros() as usize + 1) / 8;
+            // Gather the 7-bit groups: pairs into 14 bits, then 28, then 56.
+            let x = (x & 0x007f_007f_007f_007f) | ((x & 0x7f00_7f00_7f00_7f00) >> 1);
+            let x = (x & 0x0000_3fff_0000_3fff) | ((x & 0x3fff_0000_3fff_0000) >> 2);
+            let x = (x & 0x0000_0000_0fff_ffff) | ((x & 0x0fff_ffff_0000_0000) >> 4);
+            return Ok((x, pos + len));
+        }
+        // Nine or ten bytes (negative int64s, 64-bit ids and hashes) when ten are left.
+        if let Some(&[.., b8, b9]) = buf.get(pos..).and_then(|rest| rest.first_chunk::<10>()) {
+            let x = (x & 0x007f_007f_007f_007f) | ((x & 0x7f00_7f00_7f00_7f00) >> 1);
+            let x = (x & 0x0000_3fff_0000_3fff) | ((x & 0x3fff_0000_3fff_0000) >> 2);
+            let x = (x & 0x0000_0000_0fff_ffff) | ((x & 0x0fff_ffff_0000_0000) >> 4);
+            let x = x | (u64::from(b8 & 0x7f) << 56);
+            if b8 < 0x80 {
+                return Ok((x, pos + 9));
+            }
+            // The tenth byte: only its lowest bit lands inside 64 bits.
+            if b9 < 0x80 {
+                return Ok((x | (u64::from(b9) << 63), pos + 10));
+            }
+            return Err(DecodeError::VarintTooLong { offset: pos });
+        }
+    }
+    varint_slow(buf, pos)
+}
+
+/// Any varint, byte by byte with bounds checks: the reference the fast path agrees with, and
+/// what a varint in the last bytes of a message takes (an SDK packet ends with its timestamp
+/// delta, so this is not cold).
+#[inline(never)]
+fn varint_slow(buf: &[u8], pos: usize) -> Result<(u64, usize), DecodeError> {
     let mut value = 0u64;
-    for (i, &b) in rest.iter().take(MAX_VARINT_SIZE).enumerate() {
+    let mut i = 0;
+    while i < MAX_VARINT_SIZE {
+        let Some(&b) = buf.get(pos + i) else {
+            return Err(DecodeError::TruncatedVarint { offset: pos });
+        };
         // `7 * i <= 63`: the shift never overflows; bits past the 64th are dropped, as
         // protozero's decoder and Perfetto's `ParseVarInt` do.
         value |= u64::from(b & 0x7f) << (7 * i);
         if b < 0x80 {
             return Ok((value, pos + i + 1));
         }
+        i += 1;
     }
-    if rest.len() >= MAX_VARINT_SIZE {
-        Err(DecodeError::VarintTooLong { offset: pos })
-    } else {
-        Err(DecodeError::TruncatedVarint { offset: pos })
+    Err(DecodeError::VarintTooLong { offset: pos })
+}
+
+/// The payload of the length-delimited value whose length varint is at `pos`, and the offset
+/// past it; `None` for a payload protozero skips (longer than `MAX_MESSAGE_LENGTH`).
+#[inline(always)]
+fn len_value(buf: &[u8], pos: usize) -> Result<(Option<&[u8]>, usize), DecodeError> {
+    let (len, payload) = varint(buf, pos)?;
+    let left = buf.len() - payload;
+    if len > left as u64 {
+        return Err(DecodeError::PayloadPastEnd {
+            offset: payload,
+            len,
+        });
+    }
+    let end = payload + len as usize;
+    if len > u64::from(MAX_MESSAGE_LENGTH) {
+        return Ok((None, end));
+    }
+    Ok((Some(&buf[payload..end]), end))
+}
+
+/// The fixed64 value at `pos` and the offset past it.
+#[inline(always)]
+fn fixed64_value(buf: &[u8], pos: usize) -> Result<(u64, usize), DecodeError> {
+    match buf.get(pos..).and_then(|rest| rest.first_chunk::<8>()) {
+        Some(&b) => Ok((u64::from_le_bytes(b), pos + 8)),
+        None => Err(DecodeError::TruncatedFixed64 { offset: pos }),
     }
 }
 
@@ -59,52 +136,41 @@ fn varint(buf: &[u8], pos: usize) -> Result<(u64, usize), DecodeError> {
 /// checks and their order are `protozero::decoder`'s.
 #[inline(always)]
 fn field(buf: &[u8], pos: usize) -> Result<(Option<(u32, Value<'_>)>, usize), DecodeError> {
-    let start = pos;
-    let (tag, mut pos) = match buf.get(pos) {
-        Some(&b) if b < 0x80 => (u64::from(b), pos + 1),
-        _ => varint(buf, pos)?,
-    };
+    let (tag, next) = varint(buf, pos)?;
+    field_after_tag(buf, pos, tag, next)
+}
+
+/// [`field`] once its tag (`tag`, read from `start`; the value at `pos`) is known: what the
+/// decoders' dispatch on whole tags falls back to for a tag it has no arm for.
+#[inline(always)]
+fn field_after_tag(
+    buf: &[u8],
+    start: usize,
+    tag: u64,
+    mut pos: usize,
+) -> Result<(Option<(u32, Value<'_>)>, usize), DecodeError> {
     let id = tag >> 3;
     if id == 0 {
         return Err(DecodeError::ZeroFieldId { offset: start });
     }
     let value = match tag & 7 {
         0 => {
-            let (v, next) = match buf.get(pos) {
-                Some(&b) if b < 0x80 => (u64::from(b), pos + 1),
-                _ => varint(buf, pos)?,
-            };
+            let (v, next) = varint(buf, pos)?;
             pos = next;
             Value::Varint(v)
         }
         1 => {
-            let Some(b) = buf.get(pos..pos + 8) else {
-                return Err(DecodeError::TruncatedFixed64 { offset: pos });
-            };
-            pos += 8;
-            let mut le = [0u8; 8];
-            le.copy_from_slice(b);
-            Value::Fixed64(u64::from_le_bytes(le))
+            let (v, next) = fixed64_value(buf, pos)?;
+            pos = next;
+            Value::Fixed64(v)
         }
-        2 => {
-            let (len, payload) = match buf.get(pos) {
-                Some(&b) if b < 0x80 => (u64::from(b), pos + 1),
-                _ => varint(buf, pos)?,
-            };
-            let left = buf.len() - payload;
-            if len > left as u64 {
-                return Err(DecodeError::PayloadPastEnd {
-                    offset: payload,
-                    len,
-                });
+        2 => match len_value(buf, pos)? {
+            (Some(b), end) => {
+                pos = end;
+                Value::Bytes(b)
             }
-            let end = payload + len as usize;
-            if len > u64::from(MAX_MESSAGE_LENGTH) {
-                return Ok((None, end));
-            }
-            pos = end;
-            Value::Bytes(&buf[payload..end])
-        }
+            (None, end) => return Ok((None, end)),
+        },
         5 => {
             if buf.len() < pos + 4 {
                 return Err(DecodeError::TruncatedFixed32 { offset: pos });
@@ -125,21 +191,13 @@ fn field(buf: &[u8], pos: usize) -> Result<(Option<(u32, Value<'_>)>, usize), De
     Ok((Some((id as u32, value)), pos))
 }
 
-/// Calls `each` with every field of `buf` in wire order; the first malformed field ends the
-/// walk with its error.
-#[inline(always)]
-fn walk<'a>(buf: &'a [u8], mut each: impl FnMut(u32, Value<'a>, usize)) -> Result<(), DecodeError> {
-    let mut pos = 0;
-    while pos < buf.len() {
-        let start = pos;
-        let (f, next) = field(buf, pos)?;
-        pos = next;
-        if let Some((id, v)) = f {
-            each(id, v, start);
-        }
-    }
-    Ok(())
+/// The tag of field `id` with wire type `wire`, for matching whole tags.
+const fn tag(id: u32, wire: u64) -> u64 {
+    ((id as u64) << 3) | wire
 }
+const VARINT: u64 = 0;
+const FIXED64: u64 = 1;
+const LEN: u64 = 2;
 
 /// Where a repeated field's occurrences are: the tag offset of the first and their number
 /// (of any wire type; the iterators pick the usable ones).
@@ -279,6 +337,10 @@ impl<'a, P: Packed<'a>> Iterator for Scalars<'a, P> {
                     None => self.packed = None,
                 }
             }
+            if self.fields.left == 0 {
+                // No occurrence left (or none at all): done without a call into the walk.
+                return None;
+            }
             let v = self.fields.next()?;
             if let Value::Bytes(b) = v {
                 self.packed = Some(P::new(b));
@@ -300,11 +362,29 @@ impl<'a> Iterator for Messages<'a> {
 
     #[inline]
     fn next(&mut self) -> Option<&'a [u8]> {
-        loop {
-            if let Value::Bytes(b) = self.fields.next()? {
-                return Some(b);
+        let o = &mut self.fields;
+        let want = tag(o.id, LEN);
+        while o.left > 0 && o.pos < o.buf.len() {
+            // The message was walked whole before: no field in it is malformed.
+            let (t, at) = varint(o.buf, o.pos).ok()?;
+            if t == want {
+                let (b, next) = len_value(o.buf, at).ok()?;
+                o.pos = next;
+                if b.is_some() {
+                    o.left -= 1;
+                    return b;
+                }
+                continue;
+            }
+            let (f, next) = field_after_tag(o.buf, o.pos, t, at).ok()?;
+            o.pos = next;
+            if let Some((id, _)) = f {
+                if id == o.id {
+                    o.left -= 1;
+                }
             }
         }
+        None
     }
 }
 
@@ -349,13 +429,62 @@ const PACKET_PREVIOUS_PACKET_DROPPED: u32 = 42;
 const PACKET_TIMESTAMP_CLOCK_ID: u32 = 58;
 const PACKET_FIRST_PACKET_ON_SEQUENCE: u32 = 87;
 const PACKET_TACHYON_PACKETS_DROPPED: u32 = 1900;
+const PACKET_TRUSTED_UID: u32 = 3;
+const PACKET_TRUSTED_PID: u32 = 79;
 
 impl<'a> Packet<'a> {
     /// Decodes `bytes`; fails exactly when [`TracePacketView::decode`] does.
     #[inline]
     pub(crate) fn decode(bytes: &'a [u8]) -> Result<Self, DecodeError> {
         let mut p = Packet::default();
-        walk(bytes, |id, v, _| match (id, v) {
+        // One arm per whole tag (id and wire type) the importer reads or an SDK packet
+        // carries; any other tag takes the general field reader and the rules below it.
+        let mut pos = 0;
+        while pos < bytes.len() {
+            let start = pos;
+            let (t, at) = varint(bytes, pos)?;
+            pos = match t {
+                PACKET_TIMESTAMP_VARINT => {
+                    let (v, next) = varint(bytes, at)?;
+                    p.timestamp = Some(v);
+                    next
+                }
+                PACKET_TRUSTED_SEQUENCE_ID_VARINT => {
+                    let (v, next) = varint(bytes, at)?;
+                    p.trusted_packet_sequence_id = Some(v as u32);
+                    next
+                }
+                PACKET_TRACK_EVENT_LEN => {
+                    let (b, next) = len_value(bytes, at)?;
+                    if b.is_some() {
+                        p.track_event = b;
+                    }
+                    next
+                }
+                PACKET_SEQUENCE_FLAGS_VARINT => {
+                    let (v, next) = varint(bytes, at)?;
+                    p.sequence_flags = v as u32;
+                    next
+                }
+                // The service's trusted_uid and trusted_pid: not read.
+                PACKET_TRUSTED_UID_VARINT | PACKET_TRUSTED_PID_VARINT => varint(bytes, at)?.1,
+                _ => {
+                    let (f, next) = field_after_tag(bytes, start, t, at)?;
+                    if let Some((id, v)) = f {
+                        p.field(id, v);
+                    }
+                    next
+                }
+            };
+        }
+        Ok(p)
+    }
+
+    /// A field the tag dispatch in [`Packet::decode`] has no arm for.
+    #[inline(never)]
+    fn field(&mut self, id: u32, v: Value<'a>) {
+        let p = self;
+        match (id, v) {
             (PACKET_TIMESTAMP, Value::Varint(v)) => p.timestamp = Some(v),
             (PACKET_TRUSTED_SEQUENCE_ID, Value::Varint(v)) => {
                 p.trusted_packet_sequence_id = Some(v as u32)
@@ -386,8 +515,7 @@ impl<'a> Packet<'a> {
                 _,
             ) => {} // The wrong wire type: ignored, as the views do.
             (id, _) => p.other |= is_view_field(id),
-        })?;
-        Ok(p)
+        }
     }
 
     /// The generated view of the same bytes, for the fields this decoder does not keep.
@@ -465,8 +593,63 @@ impl<'a> TrackEvent<'a> {
             first_category: None,
             rare: false,
         };
-        let mut rare = false;
-        walk(bytes, |id, v, at| match (id, v) {
+        let mut pos = 0;
+        while pos < bytes.len() {
+            let start = pos;
+            let (t, at) = varint(bytes, pos)?;
+            pos = match t {
+                EVENT_CATEGORY_IIDS_VARINT => {
+                    let (v, next) = varint(bytes, at)?;
+                    if e.category_iids.count == 0 {
+                        e.first_category = Some(v);
+                    }
+                    e.category_iids.note(start);
+                    next
+                }
+                EVENT_DEBUG_ANNOTATIONS_LEN => {
+                    let (b, next) = len_value(bytes, at)?;
+                    if b.is_some() {
+                        e.debug_annotations.note(start);
+                    }
+                    next
+                }
+                EVENT_TYPE_VARINT => {
+                    let (v, next) = varint(bytes, at)?;
+                    e.type_raw = Some(v as i32);
+                    next
+                }
+                EVENT_NAME_IID_VARINT => {
+                    let (v, next) = varint(bytes, at)?;
+                    e.name_iid = Some(v);
+                    next
+                }
+                EVENT_TRACK_UUID_VARINT => {
+                    let (v, next) = varint(bytes, at)?;
+                    e.track_uuid = Some(v);
+                    next
+                }
+                EVENT_SOURCE_LOCATION_IID_VARINT => {
+                    let (v, next) = varint(bytes, at)?;
+                    e.source_location_iid = Some(v);
+                    next
+                }
+                _ => {
+                    let (f, next) = field_after_tag(bytes, start, t, at)?;
+                    if let Some((id, v)) = f {
+                        e.field(id, v, start);
+                    }
+                    next
+                }
+            };
+        }
+        Ok(e)
+    }
+
+    /// A field the tag dispatch in [`TrackEvent::decode`] has no arm for (its tag at `at`).
+    #[inline(never)]
+    fn field(&mut self, id: u32, v: Value<'a>, at: usize) {
+        let e = self;
+        match (id, v) {
             (EVENT_CATEGORY_IIDS, v) => {
                 if let (0, Value::Varint(v)) = (e.category_iids.count, v) {
                     e.first_category = Some(v);
@@ -485,10 +668,8 @@ impl<'a> TrackEvent<'a> {
             (EVENT_DOUBLE_COUNTER_VALUE, Value::Fixed64(v)) => {
                 e.double_counter_value = Some(f64::from_bits(v))
             }
-            (id, _) => rare |= is_rare_event_field(id),
-        })?;
-        e.rare = rare;
-        Ok(e)
+            (id, _) => e.rare |= is_rare_event_field(id),
+        }
     }
 
     /// The event's generated view, if it has fields this decoder does not keep (`None`
@@ -588,6 +769,26 @@ const ANN_POINTER: u32 = 7;
 const ANN_NAME: u32 = 10;
 const ANN_STRING_IID: u32 = 17;
 
+// The whole tags the decoders' dispatch has arms for.
+const ANN_DOUBLE_FIXED64: u64 = tag(ANN_DOUBLE, FIXED64);
+const ANN_INT_VARINT: u64 = tag(ANN_INT, VARINT);
+const ANN_NAME_IID_VARINT: u64 = tag(ANN_NAME_IID, VARINT);
+const ANN_STRING_IID_VARINT: u64 = tag(ANN_STRING_IID, VARINT);
+const ANN_STRING_LEN: u64 = tag(ANN_STRING, LEN);
+const ANN_UINT_VARINT: u64 = tag(ANN_UINT, VARINT);
+const EVENT_CATEGORY_IIDS_VARINT: u64 = tag(EVENT_CATEGORY_IIDS, VARINT);
+const EVENT_DEBUG_ANNOTATIONS_LEN: u64 = tag(EVENT_DEBUG_ANNOTATIONS, LEN);
+const EVENT_NAME_IID_VARINT: u64 = tag(EVENT_NAME_IID, VARINT);
+const EVENT_SOURCE_LOCATION_IID_VARINT: u64 = tag(EVENT_SOURCE_LOCATION_IID, VARINT);
+const EVENT_TRACK_UUID_VARINT: u64 = tag(EVENT_TRACK_UUID, VARINT);
+const EVENT_TYPE_VARINT: u64 = tag(EVENT_TYPE, VARINT);
+const PACKET_SEQUENCE_FLAGS_VARINT: u64 = tag(PACKET_SEQUENCE_FLAGS, VARINT);
+const PACKET_TIMESTAMP_VARINT: u64 = tag(PACKET_TIMESTAMP, VARINT);
+const PACKET_TRACK_EVENT_LEN: u64 = tag(PACKET_TRACK_EVENT, LEN);
+const PACKET_TRUSTED_PID_VARINT: u64 = tag(PACKET_TRUSTED_PID, VARINT);
+const PACKET_TRUSTED_SEQUENCE_ID_VARINT: u64 = tag(PACKET_TRUSTED_SEQUENCE_ID, VARINT);
+const PACKET_TRUSTED_UID_VARINT: u64 = tag(PACKET_TRUSTED_UID, VARINT);
+
 /// The name and scalar value of a `DebugAnnotation`. One with any other field known to the
 /// schema (nested values, dictionaries, arrays, JSON, proto values) is read through its
 /// generated view ([`Annotation::view`]).
@@ -616,8 +817,60 @@ impl<'a> Annotation<'a> {
             bytes,
             ..Annotation::default()
         };
-        let mut rare = false;
-        walk(bytes, |id, v, _| match (id, v) {
+        let mut pos = 0;
+        while pos < bytes.len() {
+            let start = pos;
+            let (t, at) = varint(bytes, pos)?;
+            pos = match t {
+                ANN_NAME_IID_VARINT => {
+                    let (v, next) = varint(bytes, at)?;
+                    a.name_iid = Some(v);
+                    next
+                }
+                ANN_INT_VARINT => {
+                    let (v, next) = varint(bytes, at)?;
+                    a.int_value = Some(v as i64);
+                    next
+                }
+                ANN_UINT_VARINT => {
+                    let (v, next) = varint(bytes, at)?;
+                    a.uint_value = Some(v);
+                    next
+                }
+                ANN_STRING_LEN => {
+                    let (b, next) = len_value(bytes, at)?;
+                    if b.is_some() {
+                        a.string_value = b;
+                    }
+                    next
+                }
+                ANN_STRING_IID_VARINT => {
+                    let (v, next) = varint(bytes, at)?;
+                    a.string_value_iid = Some(v);
+                    next
+                }
+                ANN_DOUBLE_FIXED64 => {
+                    let (v, next) = fixed64_value(bytes, at)?;
+                    a.double_value = Some(f64::from_bits(v));
+                    next
+                }
+                _ => {
+                    let (f, next) = field_after_tag(bytes, start, t, at)?;
+                    if let Some((id, v)) = f {
+                        a.field(id, v);
+                    }
+                    next
+                }
+            };
+        }
+        Ok(a)
+    }
+
+    /// A field the tag dispatch in [`Annotation::decode`] has no arm for.
+    #[inline(never)]
+    fn field(&mut self, id: u32, v: Value<'a>) {
+        let a = self;
+        match (id, v) {
             (ANN_NAME_IID, Value::Varint(v)) => a.name_iid = Some(v),
             (ANN_NAME, Value::Bytes(b)) => a.name = Some(b),
             (ANN_BOOL, Value::Varint(v)) => a.bool_value = Some(v != 0),
@@ -627,11 +880,9 @@ impl<'a> Annotation<'a> {
             (ANN_STRING, Value::Bytes(b)) => a.string_value = Some(b),
             (ANN_STRING_IID, Value::Varint(v)) => a.string_value_iid = Some(v),
             (ANN_POINTER, Value::Varint(v)) => a.pointer_value = Some(v),
-            (8 | 9 | 11..=14 | 16, _) => rare = true,
+            (8 | 9 | 11..=14 | 16, _) => a.rare = true,
             _ => {}
-        })?;
-        a.rare = rare;
-        Ok(a)
+        }
     }
 
     /// The annotation's generated view, if it has fields this decoder does not keep.
@@ -651,39 +902,64 @@ impl<'a> Annotation<'a> {
 /// decoding costs the import. Stops at the first framing error. Returns a checksum, so that
 /// the walk cannot be optimised away.
 pub fn decode_walk(trace: &[u8]) -> u64 {
+    const TRACE_PACKET: u64 = tag(1, LEN);
     let mut sum = 0u64;
-    let _ = walk(trace, |id, v, _| {
-        let (1, Value::Bytes(bytes)) = (id, v) else {
-            return;
+    let mut pos = 0;
+    while pos < trace.len() {
+        let start = pos;
+        let Ok((t, at)) = varint(trace, pos) else {
+            break;
         };
-        let Ok(p) = Packet::decode(bytes) else {
-            return;
+        let read = if t == TRACE_PACKET {
+            len_value(trace, at)
+        } else {
+            field_after_tag(trace, start, t, at).map(|(_, next)| (None, next))
         };
-        sum = sum
-            .wrapping_add(p.timestamp.unwrap_or(0))
-            .wrapping_add(u64::from(p.timestamp_clock_id.unwrap_or(0)))
-            .wrapping_add(u64::from(p.trusted_packet_sequence_id.unwrap_or(0)))
-            .wrapping_add(u64::from(p.sequence_flags))
-            .wrapping_add(u64::from(p.previous_packet_dropped));
-        let Some(Ok(e)) = p.track_event.map(TrackEvent::decode) else {
-            return;
+        let Ok((packet, next)) = read else {
+            break;
         };
-        sum = sum
-            .wrapping_add(e.type_raw() as u64)
-            .wrapping_add(e.track_uuid())
-            .wrapping_add(e.name_iid())
-            .wrapping_add(e.name_bytes().len() as u64)
-            .wrapping_add(e.counter_value() as u64);
-        for c in e.category_iids().chain(e.flow_ids()).flatten() {
-            sum = sum.wrapping_add(c);
+        pos = next;
+        if let Some(bytes) = packet {
+            sum = sum.wrapping_add(walk_packet(bytes));
         }
-        for a in e.debug_annotations().flatten() {
-            sum = sum
-                .wrapping_add(a.name_iid.unwrap_or(0))
-                .wrapping_add(a.int_value.unwrap_or(0) as u64)
-                .wrapping_add(a.string_value.map_or(0, <[u8]>::len) as u64);
-        }
-    });
+    }
+    sum
+}
+
+/// [`decode_walk`]'s reading of one packet: its checksum.
+#[inline(always)]
+fn walk_packet(bytes: &[u8]) -> u64 {
+    let Ok(p) = Packet::decode(bytes) else {
+        return 0;
+    };
+    let mut sum = p
+        .timestamp
+        .unwrap_or(0)
+        .wrapping_add(u64::from(p.timestamp_clock_id.unwrap_or(0)))
+        .wrapping_add(u64::from(p.trusted_packet_sequence_id.unwrap_or(0)))
+        .wrapping_add(u64::from(p.sequence_flags))
+        .wrapping_add(u64::from(p.previous_packet_dropped));
+    let Some(Ok(e)) = p.track_event.map(TrackEvent::decode) else {
+        return sum;
+    };
+    sum = sum
+        .wrapping_add(e.type_raw() as u64)
+        .wrapping_add(e.track_uuid())
+        .wrapping_add(e.name_iid())
+        .wrapping_add(e.name_bytes().len() as u64)
+        .wrapping_add(e.counter_value() as u64);
+    for c in e.category_iids().flatten() {
+        sum = sum.wrapping_add(c);
+    }
+    for f in e.flow_ids().flatten() {
+        sum = sum.wrapping_add(f);
+    }
+    for a in e.debug_annotations().flatten() {
+        sum = sum
+            .wrapping_add(a.name_iid.unwrap_or(0))
+            .wrapping_add(a.int_value.unwrap_or(0) as u64)
+            .wrapping_add(a.string_value.map_or(0, <[u8]>::len) as u64);
+    }
     sum
 }
 

@@ -291,6 +291,50 @@ proptest! {
         check_annotation(&bytes)?;
     }
 
+    /// The varint fast paths (one byte; up to 8 bytes from one word) against the byte-by-byte
+    /// reader, on random bytes at every offset (past the end too) and on encoded values of
+    /// every length, plain, redundant and over-long, whole and truncated, followed by random
+    /// bytes.
+    #[test]
+    fn the_varint_fast_path_matches_the_reference(
+        bytes in proptest::collection::vec(any::<u8>(), 0..24),
+        v in any::<u64>(),
+        shift in 0u32..64,
+        pad in 0usize..12,
+        seed in any::<u64>(),
+    ) {
+        for pos in 0..=bytes.len() + 1 {
+            prop_assert_eq!(varint(&bytes, pos), varint_slow(&bytes, pos), "offset {}", pos);
+        }
+        let mut r = Rng(seed);
+        let v = v >> shift;
+        let mut enc = Vec::new();
+        put_varint(&mut enc, v);
+        // The same value with `pad` redundant continuation bytes (up to 11 bytes long).
+        let mut long = enc.clone();
+        if let Some(last) = long.pop() {
+            long.push(last | 0x80);
+            long.extend(std::iter::repeat_n(0x80, pad.saturating_sub(1)));
+            long.push(0);
+        }
+        for e in [enc, long] {
+            for cut in 0..=e.len() {
+                let mut buf = e[..cut].to_vec();
+                let whole = cut == e.len();
+                for tail in 0..3 {
+                    if tail > 0 {
+                        buf.push(r.next() as u8);
+                    }
+                    let fast = varint(&buf, 0);
+                    prop_assert_eq!(fast, varint_slow(&buf, 0));
+                    if whole && e.len() <= MAX_VARINT_SIZE {
+                        prop_assert_eq!(fast, Ok((v, e.len())));
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn arbitrary_bytes_match_the_views(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
         agrees_with_views(&bytes).map_err(TestCaseError::fail)?;
