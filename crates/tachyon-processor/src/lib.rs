@@ -67,6 +67,23 @@ pub(crate) fn xorshift(mut x: u64) -> impl FnMut() -> u64 {
     }
 }
 
+/// An argument value of any kind from one random word, drawn from a small value space so
+/// values repeat: the arg tables' randomized tests.
+#[cfg(test)]
+pub(crate) fn random_arg_value(x: u64) -> storage::ArgValue {
+    use storage::ArgValue;
+    let v = (x >> 20) % 3000;
+    match x % 7 {
+        0 => ArgValue::Int(v as i64),
+        1 => ArgValue::UInt(v),
+        2 => ArgValue::Real(v as f64),
+        3 => ArgValue::Str(v as u32),
+        4 => ArgValue::Bool(v & 1 != 0),
+        5 => ArgValue::Pointer(v),
+        _ => ArgValue::Json(v as u32),
+    }
+}
+
 mod importers;
 mod sort;
 mod sql;

@@ -45,60 +45,27 @@ const ZONE_FILTER: &str = "(dur > 0 \
 /// Name given to zones without one.
 const UNNAMED: &[u8] = b"<unnamed>";
 
-/// Per-slice sums indexed by slice id. The processor numbers slices densely from 0, so a
-/// vector holds them in 8 bytes a slice; an id far outside that range (never written by the
-/// importer, but the table is read through SQL) goes to a map instead of growing the vector.
-#[derive(Default)]
-struct SumsById {
-    dense: Vec<i64>,
-    sparse: FxHashMap<i64, i64>,
-}
-
-impl SumsById {
-    fn dense_index(&self, id: i64, seen: usize) -> Option<usize> {
-        let limit = seen.saturating_mul(2).saturating_add(1 << 16);
-        usize::try_from(id).ok().filter(|&i| i < limit)
-    }
-
-    fn add(&mut self, id: i64, v: i64, seen: usize) {
-        match self.dense_index(id, seen) {
-            Some(i) => {
-                if i >= self.dense.len() {
-                    self.dense.resize(i + 1, 0);
-                }
-                self.dense[i] = self.dense[i].saturating_add(v);
-            }
-            None => {
-                let e = self.sparse.entry(id).or_insert(0);
-                *e = e.saturating_add(v);
-            }
-        }
-    }
-
-    fn get(&self, id: i64) -> i64 {
-        match usize::try_from(id).ok().and_then(|i| self.dense.get(i)) {
-            Some(&v) => v,
-            None => self.sparse.get(&id).copied().unwrap_or(0),
-        }
-    }
-}
-
 /// Reads the zones twice through SQL instead of holding them: the first pass sums each
 /// parent's children, the second gathers each name's durations and self time. What is held is
 /// about 16 bytes a zone (its duration and its children's sum), so statistics over a trace of
 /// tens of millions of zones fit beside the loaded trace.
 pub(crate) fn compute(conn: &Connection) -> Result<Vec<ZoneStats>, Error> {
-    let mut children = SumsById::default();
+    // Each parent's children's durations, by the parent's id: the slice table's ids are its
+    // row numbers, so the vector is at most a slot per slice.
+    let mut children: Vec<i64> = Vec::new();
     {
         let mut st = conn.prepare(&format!(
             "SELECT parent_id, dur FROM slice WHERE parent_id IS NOT NULL AND {ZONE_FILTER}"
         ))?;
         let mut rows = st.query([])?;
-        let mut seen = 0usize;
         while let Some(r) = rows.next()? {
-            let parent: i64 = r.get(0)?;
-            children.add(parent, r.get(1)?, seen);
-            seen += 1;
+            let Ok(parent) = usize::try_from(r.get::<_, i64>(0)?) else {
+                continue;
+            };
+            if parent >= children.len() {
+                children.resize(parent + 1, 0);
+            }
+            children[parent] = children[parent].saturating_add(r.get(1)?);
         }
     }
 
@@ -123,7 +90,12 @@ pub(crate) fn compute(conn: &Connection) -> Result<Vec<ZoneStats>, Error> {
                 groups.len() - 1
             }
         };
-        let own = dur.saturating_sub(children.get(id)).max(0);
+        let below = usize::try_from(id)
+            .ok()
+            .and_then(|i| children.get(i))
+            .copied()
+            .unwrap_or(0);
+        let own = dur.saturating_sub(below).max(0);
         let group = &mut groups[g];
         group.1.push(dur);
         group.2 = group.2.saturating_add(own);

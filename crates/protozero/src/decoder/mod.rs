@@ -379,17 +379,41 @@ impl<'a> Iterator for ProtoDecoder<'a> {
 
 impl FusedIterator for ProtoDecoder<'_> {}
 
+/// The tag starting at `start` and the offset past it. One-byte tags (field ids below 16, the
+/// common case in trace packets) skip the varint reader.
+#[inline(always)]
+fn read_tag(buf: &[u8], start: usize) -> Result<(u64, usize), DecodeError> {
+    match buf.get(start) {
+        Some(&b) if b < 0x80 => Ok((u64::from(b), start + 1)),
+        _ => read_varint(buf, start),
+    }
+}
+
+/// The payload of the length-delimited value whose length varint is at `pos`: where it starts
+/// and ends, and whether protozero skips it (longer than [`MAX_MESSAGE_LENGTH`]).
+#[inline(always)]
+fn payload_bounds(buf: &[u8], pos: usize) -> Result<(usize, usize, bool), DecodeError> {
+    let (len, payload_start) = read_varint(buf, pos)?;
+    let left = buf.len() - payload_start;
+    // `left` fits in u64 on every supported target; compare before converting `len` down so a
+    // huge length cannot wrap.
+    if len > left as u64 {
+        return Err(DecodeError::PayloadPastEnd {
+            offset: payload_start,
+            len,
+        });
+    }
+    let end = payload_start + len as usize;
+    Ok((payload_start, end, len > u64::from(MAX_MESSAGE_LENGTH)))
+}
+
 /// Parses the field whose tag starts at `start` (`start < buf.len()`).
 ///
 /// The order of checks follows Perfetto's `ParseOneField`: tag, field id 0, wire type, value;
 /// only a field that is well-formed can be skipped.
 #[inline]
 fn parse_field(buf: &[u8], start: usize) -> Result<Parsed<'_>, DecodeError> {
-    // Fast path: a one-byte tag (field id < 16), the common case in trace packets.
-    let (tag, mut pos) = match buf.get(start) {
-        Some(&b) if b < 0x80 => (u64::from(b), start + 1),
-        _ => read_varint(buf, start)?,
-    };
+    let (tag, mut pos) = read_tag(buf, start)?;
     let id = tag >> 3;
     if id == 0 {
         return Err(DecodeError::ZeroFieldId { offset: start });
@@ -426,18 +450,8 @@ fn parse_field(buf: &[u8], start: usize) -> Result<Parsed<'_>, DecodeError> {
             FieldValue::Fixed64(u64::from_le_bytes(le))
         }
         WireType::LengthDelimited => {
-            let (len, payload_start) = read_varint(buf, pos)?;
-            let left = buf.len() - payload_start;
-            // `left` fits in u64 on every supported target; compare before converting `len`
-            // down so a huge length cannot wrap.
-            if len > left as u64 {
-                return Err(DecodeError::PayloadPastEnd {
-                    offset: payload_start,
-                    len,
-                });
-            }
-            let end = payload_start + len as usize;
-            if len > u64::from(MAX_MESSAGE_LENGTH) {
+            let (payload_start, end, skipped) = payload_bounds(buf, pos)?;
+            if skipped {
                 return Ok(Parsed::Skip(end));
             }
             pos = end;
@@ -455,10 +469,7 @@ fn parse_field(buf: &[u8], start: usize) -> Result<Parsed<'_>, DecodeError> {
 /// in the same order, so the same errors; what [`TypedDecoder::new`] indexes a message with.
 #[inline(always)]
 pub(crate) fn scan_field(buf: &[u8], start: usize) -> Result<(Option<u32>, usize), DecodeError> {
-    let (tag, pos) = match buf.get(start) {
-        Some(&b) if b < 0x80 => (u64::from(b), start + 1),
-        _ => read_varint(buf, start)?,
-    };
+    let (tag, pos) = read_tag(buf, start)?;
     let id = tag >> 3;
     if id == 0 {
         return Err(DecodeError::ZeroFieldId { offset: start });
@@ -472,16 +483,8 @@ pub(crate) fn scan_field(buf: &[u8], start: usize) -> Result<(Option<u32>, usize
             pos + 8
         }
         2 => {
-            let (len, payload_start) = read_varint(buf, pos)?;
-            let left = buf.len() - payload_start;
-            if len > left as u64 {
-                return Err(DecodeError::PayloadPastEnd {
-                    offset: payload_start,
-                    len,
-                });
-            }
-            let end = payload_start + len as usize;
-            if len > u64::from(MAX_MESSAGE_LENGTH) {
+            let (_, end, skipped) = payload_bounds(buf, pos)?;
+            if skipped {
                 return Ok((None, end));
             }
             end

@@ -189,16 +189,7 @@ mod tests {
         let mut args = Vec::new();
         for _ in 0..50_000 {
             let x = next();
-            let v = (x >> 20) % 3000;
-            let value = match x % 7 {
-                0 => ArgValue::Int(v as i64),
-                1 => ArgValue::UInt(v),
-                2 => ArgValue::Real(v as f64),
-                3 => ArgValue::Str(v as u32),
-                4 => ArgValue::Bool(v & 1 != 0),
-                5 => ArgValue::Pointer(v),
-                _ => ArgValue::Json(v as u32),
-            };
+            let value = crate::random_arg_value(x);
             let key = (x >> 8) as u32 % 5;
             let a = PendingArg {
                 flat_key: key,

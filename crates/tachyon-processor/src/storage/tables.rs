@@ -541,16 +541,7 @@ mod tests {
         let mut next = crate::xorshift(0x853c_49e6_748f_ea9b);
         for _ in 0..50_000 {
             let x = next();
-            let v = (x >> 20) % 3000;
-            let value = match x % 7 {
-                0 => ArgValue::Int(v as i64),
-                1 => ArgValue::UInt(v),
-                2 => ArgValue::Real(v as f64),
-                3 => ArgValue::Str(v as u32),
-                4 => ArgValue::Bool(v & 1 != 0),
-                5 => ArgValue::Pointer(v),
-                _ => ArgValue::Json(v as u32),
-            };
+            let value = crate::random_arg_value(x);
             let (flat_key, key) = ((x >> 8) as u32 % 5, (x >> 12) as u32 % 6);
             assert_eq!(
                 cached.entry_id(flat_key, key, value),
