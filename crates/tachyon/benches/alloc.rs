@@ -57,6 +57,10 @@ use criterion::{criterion_group, Criterion, Throughput};
 use tachyon::alloc::{MemoryConfig, MemoryMode, Tracked};
 use tachyon::Config;
 
+#[path = "support/threads.rs"]
+mod threads;
+use threads::{this_thread_cpu_ns, thread_cpu_ns};
+
 #[global_allocator]
 static ALLOC: Tracked<System> = Tracked::new(System);
 
@@ -235,24 +239,9 @@ fn demo_workload(rounds: usize) {
     }
 }
 
-/// CPU time (ns) the thread named `name` has used (`/proc/self/task/*/schedstat`).
-fn thread_cpu_ns(name: &str) -> Option<u64> {
-    for t in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
-        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
-        if comm.trim() == name {
-            let s = std::fs::read_to_string(t.path().join("schedstat")).ok()?;
-            return s.split_whitespace().next()?.parse().ok();
-        }
-    }
-    None
-}
-
 /// CPU time (ns) the calling thread has used.
 fn own_cpu_ns() -> u64 {
-    std::fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
+    this_thread_cpu_ns().unwrap_or(0)
 }
 
 fn ratio(rounds: usize) {

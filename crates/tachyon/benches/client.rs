@@ -83,6 +83,10 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, Criterion, Throughput};
 use tachyon::{CategoryFilter, Config};
 
+#[path = "support/threads.rs"]
+mod threads;
+use threads::{this_thread_cpu_ns, thread_cpu_ns, thread_dir};
+
 fn start_session() {
     start_session_with(false);
 }
@@ -206,45 +210,6 @@ fn bench(c: &mut Criterion) {
     service_cpu_per_event(true);
 }
 
-/// CPU time (ns) of this process's thread named `name`: from `schedstat` (nanoseconds), or
-/// where the kernel has none, `stat`'s utime + stime (clock ticks, assumed 100 Hz). A task that
-/// exits while the directory is listed is skipped, not taken as "no such thread".
-fn thread_cpu_ns(name: &str) -> Option<u64> {
-    for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
-        let dir = task.path();
-        let Ok(comm) = std::fs::read_to_string(dir.join("comm")) else {
-            continue;
-        };
-        if comm.trim() != name {
-            continue;
-        }
-        if let Some(ns) = std::fs::read_to_string(dir.join("schedstat"))
-            .ok()
-            .and_then(|s| s.split_whitespace().next()?.parse().ok())
-        {
-            return Some(ns);
-        }
-        // `stat`: fields after the parenthesised command; utime and stime are the 14th and
-        // 15th fields of the line, the 12th and 13th after the `)`.
-        let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
-        let mut rest = stat.rsplit_once(')')?.1.split_whitespace().skip(11);
-        let utime: u64 = rest.next()?.parse().ok()?;
-        let stime: u64 = rest.next()?.parse().ok()?;
-        return Some((utime + stime) * 10_000_000);
-    }
-    None
-}
-
-/// CPU time (ns) of the calling thread, from `/proc/thread-self/schedstat`.
-fn this_thread_cpu_ns() -> Option<u64> {
-    std::fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-}
-
 /// The threads the hot path hands work to: the SDK's drainer (encoding queued events into
 /// packets) and the in-process service (copying committed chunks into the central buffer).
 const HELPERS: [&str; 2] = ["tachyon-drain", "tachyon-service"];
@@ -257,38 +222,25 @@ fn helpers_cpu_ns() -> [Option<u64>; 2] {
 /// first write to each page of a fresh central buffer faults, and its cost is in the thread's
 /// CPU time (kernel side).
 fn thread_minor_faults(name: &str) -> Option<u64> {
-    for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
-        let dir = task.path();
-        if std::fs::read_to_string(dir.join("comm")).is_ok_and(|c| c.trim() == name) {
-            let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
-            return stat
-                .rsplit_once(')')?
-                .1
-                .split_whitespace()
-                .nth(7)?
-                .parse()
-                .ok();
-        }
-    }
-    None
+    let stat = std::fs::read_to_string(thread_dir(name)?.join("stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(7)?
+        .parse()
+        .ok()
 }
 
 /// Voluntary context switches of this process's thread named `name` so far (`status`'s
 /// `voluntary_ctxt_switches`): how often it went to sleep, so how often it was woken.
 fn thread_sleeps(name: &str) -> Option<u64> {
-    for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
-        let dir = task.path();
-        if std::fs::read_to_string(dir.join("comm")).is_ok_and(|c| c.trim() == name) {
-            let status = std::fs::read_to_string(dir.join("status")).ok()?;
-            return status
-                .lines()
-                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))?
-                .trim()
-                .parse()
-                .ok();
-        }
-    }
-    None
+    let status = std::fs::read_to_string(thread_dir(name)?.join("status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// Prints each helper thread's CPU time between `before` and `after`, per event.
