@@ -18,7 +18,7 @@
 //! assert_eq!(packets, [b"abc".to_vec(), b"d".to_vec()]);
 //! assert_eq!(buf.losses().total(), 0);
 //! ```
-// `unsafe` only in `populate` (one `madvise`).
+// `unsafe` only in `populate` (the `madvise` calls).
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -36,6 +36,7 @@ mod trace_buffer;
 
 pub use commit::{apply_commit, scrape, scrape_with, CommitStats, ProducerState};
 pub use inprocess::{CommitSource, InProcessService, ProducerHooks};
+pub use populate::advise_huge_pages;
 pub use readout::{
     validate_packet, write_record, InvalidPacket, PacketWriter, ProducerIdentity,
     RESERVED_PACKET_FIELDS, SERVICE_SEQUENCE_ID,
