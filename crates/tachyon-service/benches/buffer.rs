@@ -1,7 +1,6 @@
 //! The central buffer, shaped like Perfetto's `trace_buffer_benchmark.cc`: 4 KiB chunks holding
 //! 5–15 packets of 50–500 bytes, a 64 MiB buffer. Reported as bytes/s beside `buffer/memcpy`,
-//! which copies the same bytes into a 64 MiB ring in the same run (asking for transparent huge
-//! pages, as the buffer's ring does).
+//! which copies the same bytes into a 64 MiB ring in the same run.
 //!
 //! - `buffer/write/single_writer`: one sequence.
 //! - `buffer/write/many_writers`: 1000 sequences, round robin.
@@ -88,8 +87,6 @@ fn bench<M: Measurement>(c: &mut Criterion<M>) {
     group.sample_size(20);
 
     let mut ring = vec![0u8; BUFFER];
-    // The same kind of memory as the buffer's ring, which asks for transparent huge pages.
-    tachyon_service::advise_huge_pages(&mut ring);
     let mut pos = 0;
     group.bench_function("memcpy", |b| {
         b.iter(|| {

@@ -36,7 +36,6 @@ mod trace_buffer;
 
 pub use commit::{apply_commit, scrape, scrape_with, CommitStats, ProducerState};
 pub use inprocess::{CommitSource, InProcessService, ProducerHooks};
-pub use populate::advise_huge_pages;
 pub use readout::{
     validate_packet, write_record, InvalidPacket, PacketWriter, ProducerIdentity,
     RESERVED_PACKET_FIELDS, SERVICE_SEQUENCE_ID,

@@ -8,9 +8,8 @@
 //! allocation and zeroing without a trap per page, and still commits memory only as far as the
 //! writes have reached (plus one batch).
 //!
-//! The ring also asks for transparent huge pages ([`advise_huge_pages`]): then the kernel maps
-//! 2 MiB at a time, one fault (or one step of a batch) per 512 pages, and the ring's writes and
-//! read-out miss the TLB 512 times less often.
+//! A prefaulted ring also asks for transparent huge pages ([`advise_huge_pages`]): the kernel
+//! then maps it 2 MiB at a time, and its writes and read-out miss the TLB 512 times less often.
 //!
 //! This is the crate's one module with `unsafe` code (the `madvise` calls).
 #![allow(unsafe_code)]
@@ -62,7 +61,7 @@ pub(crate) const HUGE_PAGE: usize = 2 << 20;
 /// VM), memory gets huge pages only when asked like this; under `always` it gets them anyway.
 /// A stretch the kernel cannot find a free 2 MiB page for falls back to 4 KiB pages.
 #[cfg(all(target_os = "linux", not(miri)))]
-pub fn advise_huge_pages(bytes: &mut [u8]) -> bool {
+pub(crate) fn advise_huge_pages(bytes: &mut [u8]) -> bool {
     if bytes.len() < HUGE_PAGE {
         // No whole huge page can fit inside.
         return false;
@@ -90,7 +89,7 @@ pub fn advise_huge_pages(bytes: &mut [u8]) -> bool {
 
 /// Not offered here.
 #[cfg(not(all(target_os = "linux", not(miri))))]
-pub fn advise_huge_pages(_bytes: &mut [u8]) -> bool {
+pub(crate) fn advise_huge_pages(_bytes: &mut [u8]) -> bool {
     false
 }
 

@@ -326,12 +326,14 @@ impl TraceBuffer {
     /// A buffer of `size` bytes (rounded down to a multiple of 16, at least 4 KiB).
     pub fn new(size: usize, policy: FillPolicy) -> Self {
         let size = (size.max(4096) / ALIGN) * ALIGN;
-        let mut ring = vec![0; size];
-        // Still mapped lazily (nothing is committed here), but 2 MiB at a time where the kernel
-        // can: a 64 MiB ring's first pass takes 32 faults instead of 16 384 (each allocating
-        // and zeroing its page: the zeroing stays, the per-page trap and bookkeeping go), and
-        // its writes and read-out walk 32 TLB entries instead of 16 384.
-        crate::populate::advise_huge_pages(&mut ring);
+        // Mapped lazily, in 4 KiB pages. Not huge pages here: a 2 MiB page faulted in on the
+        // service thread mid-stream costs the kernel's search for 2 MiB of free contiguous
+        // memory (direct compaction and reclaim, under `defrag = madvise`), and on the
+        // project's VM, whose memory is mostly page cache, that made a fresh ring's first
+        // pass cost the service 12.7-13.2 ns an event against 5.7-8.4 ns with 4 KiB pages
+        // (`cargo bench -p tachyon --bench client`, alternately, docs/data-path.md), for 20
+        // times fewer faults. [`TraceBuffer::prefault`] asks for them, at the session's start.
+        let ring = vec![0; size];
         TraceBuffer {
             ring,
             policy,
@@ -367,6 +369,10 @@ impl TraceBuffer {
     /// the bytes are zero already.
     pub fn prefault(&mut self) {
         const PAGE: usize = 4096;
+        // Committing it all anyway: in 2 MiB pages where the kernel has them, so that the
+        // writes and the read-out walk 32 TLB entries for 64 MiB instead of 16 384 (the
+        // service's CPU per event, prefaulted: 2.4-3.0 ns against 3.1-3.8 ns in 4 KiB pages).
+        crate::populate::advise_huge_pages(&mut self.ring[..]);
         // One `madvise` for the whole ring where the kernel offers it (no trap per page).
         if !crate::populate::populate_for_write(&mut self.ring[..]) {
             let ring = std::hint::black_box(&mut self.ring[..]);
