@@ -32,10 +32,28 @@
 //! | `num_softirq_total` | `num_softirq_total` | `num_softirq_total` | – | as is |
 //! | `num_irq` | `num_irq` | `num_irq (id: N)` | `irq` | as is |
 //! | `num_softirq` | `num_softirq` | `num_softirq (id: N)` | `irq` | as is |
+//! | `devfreq` | `clock_frequency` | `KEY Frequency` | `linux_device` | kHz |
+//! | `cpufreq_khz` | `cpu_frequency` | `cpufreq` | `cpu` (the index) | kHz |
+//! | `disk_stat` | `diskstat` | `diskstat.[DEV].{read,write,discard}_{amount,throughput}`, `…flush_amount`, `…flush_time` | `device_name`, `counter_name` | deltas: MB, MB/s, count, ms |
+//! | `psi` | `psi` | `psi.{cpu,io,mem}.{some,full}` | `psi_resource` | stall ns |
+//! | `thermal_zone` | `thermal_temperature_sys` | the zone's `type` | `thermal_zone` | unit `C` |
+//! | `cpuidle_state` | `cpu_idle_state` | `cpuidleN.STATE` | `cpu`, `state` | unit `us` |
+//! | `gpufreq_mhz` | `gpu_frequency` | `gpufreq` | `ugpu`, `gpu` (both 0) | unit `kHz` (as Perfetto labels it) |
 //!
 //! The CPU tracks are listed in `cpu_counter_track` (its `cpu` column is the `cpu` dimension).
 //! Unknown meminfo/vmstat keys and CPU times without `cpu_id` are dropped and counted
-//! (`meminfo_unknown_keys`, `vmstat_unknown_keys`, `invalid_cpu_times`).
+//! (`meminfo_unknown_keys`, `vmstat_unknown_keys`, `invalid_cpu_times`), as are PSI samples of
+//! an unknown resource (`psi_unknown_resource`; Perfetto also stops reading the rest of that
+//! packet, we keep its other sections).
+//!
+//! A disk's counters are the differences between two consecutive `disk_stat` entries of the
+//! device (/proc/diskstats is cumulative; sectors are 512 bytes, 2048 per MB; a throughput is
+//! the amount over the time spent, 0 when no time passed), so its first entry only sets the
+//! baseline, as in Perfetto. They are computed in file order, which is time order on the one
+//! sequence a probe writes.
+//!
+//! Not imported: `buddy_info` and `slab_info`, whose values Perfetto scales by the page size of
+//! a `SystemInfo` packet, which Tachyon does not import.
 
 use tachyon_protos::TracePacketView;
 
@@ -72,6 +90,13 @@ enum Kind {
     NumSoftirqTotal,
     NumIrq,
     NumSoftirq,
+    Devfreq,
+    CpuFreq,
+    DiskStat,
+    Psi,
+    Thermal,
+    CpuIdle,
+    GpuFreq,
 }
 
 impl Kind {
@@ -85,17 +110,93 @@ impl Kind {
             Kind::NumSoftirqTotal => "num_softirq_total",
             Kind::NumIrq => "num_irq",
             Kind::NumSoftirq => "num_softirq",
+            Kind::Devfreq => "clock_frequency",
+            Kind::CpuFreq => "cpu_frequency",
+            Kind::DiskStat => "diskstat",
+            Kind::Psi => "psi",
+            Kind::Thermal => "thermal_temperature_sys",
+            Kind::CpuIdle => "cpu_idle_state",
+            Kind::GpuFreq => "gpu_frequency",
         }
     }
 }
 
-/// One system track, identified by its kind, string dimension (the meminfo/vmstat/cpustat
-/// key) and numeric dimension (cpu or irq).
+/// One system track, identified by its kind, static string dimension (the meminfo, vmstat or
+/// cpustat key, a disk counter's name, a PSI resource), string dimension from the trace (a
+/// device, thermal zone or idle state name) and numeric dimension (cpu or irq).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct TrackKey {
     kind: Kind,
     key: Option<&'static str>,
+    name: StrId,
     num: Option<i64>,
+}
+
+impl TrackKey {
+    fn new(kind: Kind) -> TrackKey {
+        TrackKey {
+            kind,
+            key: None,
+            name: NONE,
+            num: None,
+        }
+    }
+}
+
+/// The cumulative /proc/diskstats counters of one device, in `DiskStat` field order after the
+/// name: read sectors and ms, write sectors and ms, discard sectors and ms, flush count and ms.
+type DiskCounters = [u64; 8];
+
+/// `SysStats.DiskStat` sectors are 512 bytes.
+const SECTORS_PER_MB: f64 = 2048.0;
+
+/// Perfetto's names of the `PsiSample.PsiResource` values (`psi.` + name is the track name).
+fn psi_resource_key(resource: i32) -> Option<&'static str> {
+    Some(match resource {
+        0 => "resource.unspecified",
+        1 => "cpu.some",
+        2 => "cpu.full",
+        3 => "io.some",
+        4 => "io.full",
+        5 => "mem.some",
+        6 => "mem.full",
+        _ => return None,
+    })
+}
+
+/// The eight counters Perfetto derives from two consecutive readings of one disk: (counter
+/// name, unit, value).
+fn disk_deltas(prev: &DiskCounters, cur: &DiskCounters) -> [(&'static str, &'static str, f64); 8] {
+    // Differences as Perfetto takes them (signed: a counter reset gives a negative delta).
+    let d = |i: usize| cur[i] as i64 - prev[i] as i64;
+    let mb = |i: usize| d(i) as f64 / SECTORS_PER_MB;
+    let throughput = |amount: f64, ms: i64| {
+        if ms == 0 {
+            0.0
+        } else {
+            amount * 1000.0 / ms as f64
+        }
+    };
+    [
+        ("read_amount", "MB", mb(0)),
+        ("read_throughput", "MB/s", throughput(mb(0), d(1))),
+        ("write_amount", "MB", mb(2)),
+        ("write_throughput", "MB/s", throughput(mb(2), d(3))),
+        ("discard_amount", "MB", mb(4)),
+        ("discard_throughput", "MB/s", throughput(mb(4), d(5))),
+        ("flush_amount", "count", d(6) as f64),
+        ("flush_time", "ms", d(7) as f64),
+    ]
+}
+
+/// The unit of a disk counter track, by counter name.
+fn disk_unit(counter: &str) -> &'static str {
+    match counter {
+        "flush_amount" => "count",
+        "flush_time" => "ms",
+        c if c.ends_with("_throughput") => "MB/s",
+        _ => "MB",
+    }
 }
 
 /// System tracks, described at tokenizing and created (in parse order, like every other track)
@@ -106,6 +207,8 @@ pub(crate) struct SystemState {
     ids: FxHashMap<TrackKey, u32>,
     /// Index into `keys` → track id (`NONE` until created).
     tracks: Vec<u32>,
+    /// The last `disk_stat` reading of each device (by name).
+    disks: FxHashMap<StrId, DiskCounters>,
 }
 
 impl SystemState {
@@ -213,7 +316,8 @@ impl Parser {
         Ok(())
     }
 
-    /// Turns a SysStats packet into counter events (timestamps to be set by the caller).
+    /// Turns a SysStats packet into counter events (timestamps to be set by the caller), in
+    /// Perfetto's order of sections (the order new tracks get their ids in).
     pub(crate) fn sys_stats(
         &mut self,
         p: &TracePacketView<'_>,
@@ -234,9 +338,8 @@ impl Parser {
             match MEMINFO_KEYS.get(m.key_raw() as usize) {
                 Some(&name) if m.key_raw() > 0 => {
                     let key = TrackKey {
-                        kind: Kind::Meminfo,
                         key: Some(name),
-                        num: None,
+                        ..TrackKey::new(Kind::Meminfo)
                     };
                     // /proc/meminfo is in kB; the table is in bytes.
                     push(&mut self.system, key, m.value() as f64 * 1024.0);
@@ -244,14 +347,28 @@ impl Parser {
                 _ => self.st.stats.inc(Stat::meminfo_unknown_keys),
             }
         }
+        for d in s.devfreq() {
+            let d = d.map_err(drop)?;
+            let key = TrackKey {
+                name: self.st.strings.intern_bytes(d.key_bytes()),
+                ..TrackKey::new(Kind::Devfreq)
+            };
+            push(&mut self.system, key, d.value() as f64);
+        }
+        for (cpu, khz) in s.cpufreq_khz().enumerate() {
+            let key = TrackKey {
+                num: Some(cpu as i64),
+                ..TrackKey::new(Kind::CpuFreq)
+            };
+            push(&mut self.system, key, khz.map_err(drop)? as f64);
+        }
         for v in s.vmstat() {
             let v = v.map_err(drop)?;
             match VMSTAT_KEYS.get(v.key_raw() as usize) {
                 Some(&name) if v.key_raw() > 0 => {
                     let key = TrackKey {
-                        kind: Kind::Vmstat,
                         key: Some(name),
-                        num: None,
+                        ..TrackKey::new(Kind::Vmstat)
                     };
                     push(&mut self.system, key, v.value() as f64);
                 }
@@ -276,9 +393,9 @@ impl Parser {
             ];
             for (name, v) in CPU_TIMES.into_iter().zip(values) {
                 let key = TrackKey {
-                    kind: Kind::CpuStat,
                     key: Some(name),
                     num: Some(c.cpu_id() as i64),
+                    ..TrackKey::new(Kind::CpuStat)
                 };
                 push(&mut self.system, key, v as f64);
             }
@@ -288,9 +405,8 @@ impl Parser {
         for (kind, i) in irqs.chain(softirqs) {
             let i = i.map_err(drop)?;
             let key = TrackKey {
-                kind,
-                key: None,
                 num: Some(i.irq() as i64),
+                ..TrackKey::new(kind)
             };
             push(&mut self.system, key, i.count() as f64);
         }
@@ -304,13 +420,71 @@ impl Parser {
             ),
         ] {
             if has {
-                let key = TrackKey {
-                    kind,
-                    key: None,
-                    num: None,
-                };
-                push(&mut self.system, key, value as f64);
+                push(&mut self.system, TrackKey::new(kind), value as f64);
             }
+        }
+        for d in s.disk_stat() {
+            let d = d.map_err(drop)?;
+            let device = self.st.strings.intern_bytes(d.device_name_bytes());
+            let cur: DiskCounters = [
+                d.read_sectors(),
+                d.read_time_ms(),
+                d.write_sectors(),
+                d.write_time_ms(),
+                d.discard_sectors(),
+                d.discard_time_ms(),
+                d.flush_count(),
+                d.flush_time_ms(),
+            ];
+            if let Some(prev) = self.system.disks.insert(device, cur) {
+                for (counter, _unit, value) in disk_deltas(&prev, &cur) {
+                    let key = TrackKey {
+                        key: Some(counter),
+                        name: device,
+                        ..TrackKey::new(Kind::DiskStat)
+                    };
+                    push(&mut self.system, key, value);
+                }
+            }
+        }
+        for psi in s.psi() {
+            let psi = psi.map_err(drop)?;
+            let Some(resource) = psi_resource_key(psi.resource_raw()) else {
+                self.st.stats.inc(Stat::psi_unknown_resource);
+                continue;
+            };
+            let key = TrackKey {
+                key: Some(resource),
+                ..TrackKey::new(Kind::Psi)
+            };
+            push(&mut self.system, key, psi.total_ns() as f64);
+        }
+        for t in s.thermal_zone() {
+            let t = t.map_err(drop)?;
+            let key = TrackKey {
+                name: self.st.strings.intern_bytes(t.type_bytes()),
+                ..TrackKey::new(Kind::Thermal)
+            };
+            push(&mut self.system, key, t.temp() as f64);
+        }
+        for c in s.cpuidle_state() {
+            let c = c.map_err(drop)?;
+            for e in c.cpuidle_state_entry() {
+                let e = e.map_err(drop)?;
+                let key = TrackKey {
+                    name: self.st.strings.intern_bytes(e.state_bytes()),
+                    num: Some(c.cpu_id() as i64),
+                    ..TrackKey::new(Kind::CpuIdle)
+                };
+                push(&mut self.system, key, e.duration_us() as f64);
+            }
+        }
+        for mhz in s.gpufreq_mhz() {
+            push(
+                &mut self.system,
+                TrackKey::new(Kind::GpuFreq),
+                mhz.map_err(drop)? as f64,
+            );
         }
         Ok(())
     }
@@ -390,35 +564,58 @@ impl Parser {
 
     fn create_system_track(&mut self, k: TrackKey) -> u32 {
         let strings = &mut self.st.strings;
-        let name = match (k.kind, k.key, k.num) {
-            (Kind::CpuStat, Some(key), _) => strings.intern(&format!("cpu.times.{key}")),
-            (Kind::NumIrq, _, Some(n)) => strings.intern(&format!("num_irq (id: {n})")),
-            (Kind::NumSoftirq, _, Some(n)) => strings.intern(&format!("num_softirq (id: {n})")),
-            (_, Some(key), _) => strings.intern(key),
-            (kind, ..) => strings.intern(kind.type_name()),
+        let dynamic = (k.name != NONE).then(|| strings.get(k.name).to_owned());
+        let dynamic = dynamic.as_deref().unwrap_or("");
+        let num = k.num.unwrap_or(0);
+        let key = k.key.unwrap_or("");
+        let name = match k.kind {
+            Kind::CpuStat => strings.intern(&format!("cpu.times.{key}")),
+            Kind::NumIrq => strings.intern(&format!("num_irq (id: {num})")),
+            Kind::NumSoftirq => strings.intern(&format!("num_softirq (id: {num})")),
+            Kind::Devfreq => strings.intern(&format!("{dynamic} Frequency")),
+            Kind::CpuFreq => strings.intern("cpufreq"),
+            Kind::DiskStat => strings.intern(&format!("diskstat.[{dynamic}].{key}")),
+            Kind::Psi => strings.intern(&format!("psi.{key}")),
+            Kind::Thermal => k.name,
+            Kind::CpuIdle => strings.intern(&format!("cpuidle{num}.{dynamic}")),
+            Kind::GpuFreq => strings.intern("gpufreq"),
+            Kind::Meminfo | Kind::Vmstat => strings.intern(key),
+            Kind::NumForks | Kind::NumIrqTotal | Kind::NumSoftirqTotal => {
+                strings.intern(k.kind.type_name())
+            }
         };
         let unit: StrId = match k.kind {
             Kind::Meminfo => strings.intern("bytes"),
+            Kind::DiskStat => strings.intern(disk_unit(key)),
+            Kind::Thermal => strings.intern("C"),
+            Kind::CpuIdle => strings.intern("us"),
+            Kind::GpuFreq => strings.intern("kHz"),
             _ => NONE,
         };
+        let key_str =
+            |strings: &mut crate::storage::strings::StringPool| ArgValue::Str(strings.intern(key));
         let dims: Vec<(&str, ArgValue)> = match k.kind {
-            Kind::Meminfo | Kind::Vmstat => {
-                let key_name = if k.kind == Kind::Meminfo {
-                    "meminfo_key"
-                } else {
-                    "vmstat_key"
-                };
-                let v = strings.intern(k.key.unwrap_or(""));
-                vec![(key_name, ArgValue::Str(v))]
-            }
-            Kind::CpuStat => {
-                let v = strings.intern(k.key.unwrap_or(""));
-                vec![
-                    ("cpu", ArgValue::Int(k.num.unwrap_or(0))),
-                    ("cpustat_key", ArgValue::Str(v)),
-                ]
-            }
-            Kind::NumIrq | Kind::NumSoftirq => vec![("irq", ArgValue::Int(k.num.unwrap_or(0)))],
+            Kind::Meminfo => vec![("meminfo_key", key_str(strings))],
+            Kind::Vmstat => vec![("vmstat_key", key_str(strings))],
+            Kind::CpuStat => vec![
+                ("cpu", ArgValue::Int(num)),
+                ("cpustat_key", key_str(strings)),
+            ],
+            Kind::NumIrq | Kind::NumSoftirq => vec![("irq", ArgValue::Int(num))],
+            Kind::Devfreq => vec![("linux_device", ArgValue::Str(k.name))],
+            Kind::CpuFreq => vec![("cpu", ArgValue::Int(num))],
+            Kind::DiskStat => vec![
+                ("device_name", ArgValue::Str(k.name)),
+                ("counter_name", key_str(strings)),
+            ],
+            Kind::Psi => vec![("psi_resource", key_str(strings))],
+            Kind::Thermal => vec![("thermal_zone", ArgValue::Str(k.name))],
+            Kind::CpuIdle => vec![
+                ("cpu", ArgValue::Int(num)),
+                ("state", ArgValue::Str(k.name)),
+            ],
+            // Perfetto's GPU 0 (`ugpu`, its row in the gpu table) and its id.
+            Kind::GpuFreq => vec![("ugpu", ArgValue::Int(0)), ("gpu", ArgValue::Int(0))],
             Kind::NumForks | Kind::NumIrqTotal | Kind::NumSoftirqTotal => Vec::new(),
         };
         let dimension_arg_set = if dims.is_empty() {

@@ -171,6 +171,8 @@ stats! {
         "SysStats vmstat values whose key is not a VmstatCounters value this importer knows; dropped.";
     invalid_cpu_times: Single, Error, Analysis,
         "SysStats cpu_stat entries without a cpu_id; dropped.";
+    psi_unknown_resource: Single, Error, Analysis,
+        "SysStats psi samples of a PsiResource value this importer does not know; dropped.";
     // --- Call stacks and CPU samples ---
     stackprofile_invalid_string_id: Single, Error, Trace,
         "Interned strings (function names, build ids, source paths) a frame or mapping refers to that the sequence never interned.";
