@@ -124,7 +124,7 @@ impl<'a> Reader<'a> {
         let mut out = String::new();
         loop {
             let mut raw = false;
-            while let Some(c @ (b'r' | b'R' | b'f' | b'b' | b'u')) = self.peek() {
+            while let Some(c @ (b'r' | b'R' | b'f' | b'F' | b'b' | b'B' | b'u' | b'U')) = self.peek() {
                 raw |= c == b'r' || c == b'R';
                 self.i += 1;
             }
@@ -170,7 +170,9 @@ impl<'a> Reader<'a> {
             self.skip_ws();
             let next_is_string = match self.peek() {
                 Some(b'"' | b'\'') => true,
-                Some(b'r' | b'f') => matches!(self.s.get(self.i + 1), Some(b'"' | b'\'')),
+                Some(b'r' | b'R' | b'f' | b'F') => {
+                    matches!(self.s.get(self.i + 1), Some(b'"' | b'\''))
+                }
                 _ => false,
             };
             if !next_is_string {
@@ -184,7 +186,7 @@ impl<'a> Reader<'a> {
         self.skip_ws();
         match self.peek() {
             Some(b'"' | b'\'') => return Ok(Py::Str(self.string()?)),
-            Some(b'r' | b'f' | b'b' | b'u')
+            Some(b'r' | b'R' | b'f' | b'F' | b'b' | b'B' | b'u' | b'U')
                 if matches!(self.s.get(self.i + 1), Some(b'"' | b'\'')) =>
             {
                 return Ok(Py::Str(self.string()?))

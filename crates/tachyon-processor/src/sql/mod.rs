@@ -34,7 +34,7 @@ CREATE VIEW thread_track AS SELECT id, name, type, parent_id, source_arg_set_id,
   utid FROM __intrinsic_track WHERE event_type = 'slice' AND utid IS NOT NULL;
 CREATE VIEW process_track AS SELECT id, name, type, parent_id, source_arg_set_id, machine_id,
   upid FROM __intrinsic_track WHERE event_type = 'slice' AND upid IS NOT NULL;
-CREATE VIEW counter_track AS SELECT id, name, NULL AS parent_id, type, dimension_arg_set_id,
+CREATE VIEW counter_track AS SELECT id, name, parent_id, type, dimension_arg_set_id,
   source_arg_set_id, machine_id, counter_unit AS unit, description
   FROM __intrinsic_track WHERE event_type = 'counter';
 CREATE VIEW thread_counter_track AS SELECT id, name, type, parent_id, source_arg_set_id,
