@@ -20,7 +20,7 @@ use rusqlite::{params, Connection};
 
 use crate::storage::stats::STATS;
 use crate::storage::tables::Tables;
-use crate::storage::{ArgValue, EventType, Storage, NONE};
+use crate::storage::{ArgValue, EventType, SliceRow, Storage, NONE};
 
 const SCHEMA: &str = r#"
 CREATE TABLE __intrinsic_track(
@@ -98,6 +98,17 @@ CREATE VIEW cpu_counter_track AS SELECT ct.id, ct.name, ct.type, ct.parent_id,
   WHERE a.key = 'cpu';
 
 "#;
+
+/// A flow goes from the earlier slice to the later one, whichever carried its id first, as
+/// Perfetto's `FlowTracker` orders them (equal timestamps keep the carrying order): a flow
+/// step or end can land on a slice that began before the slice that started it.
+fn flow_direction(slices: &[SliceRow], from: u32, to: u32) -> (u32, u32) {
+    let ts = |id: u32| slices.get(id as usize).map(|s| s.ts);
+    match (ts(from), ts(to)) {
+        (Some(a), Some(b)) if a > b => (to, from),
+        _ => (from, to),
+    }
+}
 
 /// A row reference as SQL sees it: NULL for none.
 pub(crate) fn opt(id: u32) -> Option<i64> {
@@ -188,12 +199,8 @@ pub(crate) fn load(conn: &Connection, mut st: Storage) -> rusqlite::Result<()> {
             "INSERT INTO flow(id, slice_out, slice_in, trace_id) VALUES (?1, ?2, ?3, ?4)",
         )?;
         for (i, f) in st.flows.iter().enumerate() {
-            ins.execute(params![
-                i as i64,
-                f.slice_out,
-                f.slice_in,
-                f.trace_id as i64
-            ])?;
+            let (slice_out, slice_in) = flow_direction(&slices, f.slice_out, f.slice_in);
+            ins.execute(params![i as i64, slice_out, slice_in, f.trace_id as i64])?;
         }
         let mut ins =
             tx.prepare("INSERT INTO __intrinsic_zero_length_zone(slice_id) VALUES (?1)")?;
@@ -255,4 +262,32 @@ pub(crate) fn load(conn: &Connection, mut st: Storage) -> rusqlite::Result<()> {
         },
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slice_at(ts: i64) -> SliceRow {
+        SliceRow {
+            ts,
+            dur: 0,
+            track: 0,
+            name_id: 0,
+            parent: NONE,
+            arg_set: NONE,
+            depth: 0,
+        }
+    }
+
+    #[test]
+    fn flows_go_from_the_earlier_slice() {
+        let slices = [slice_at(100), slice_at(50), slice_at(100)];
+        // Slice 0 carried the flow first, slice 1 began earlier: Perfetto links 1 -> 0.
+        assert_eq!(flow_direction(&slices, 0, 1), (1, 0));
+        assert_eq!(flow_direction(&slices, 1, 0), (1, 0));
+        // Equal timestamps keep the carrying order; unknown ids are left alone.
+        assert_eq!(flow_direction(&slices, 2, 0), (2, 0));
+        assert_eq!(flow_direction(&slices, 0, 9), (0, 9));
+    }
 }
