@@ -32,13 +32,17 @@ mod compare;
 use tachyon_processor::{Options, TraceProcessor, Value};
 
 /// The suites run when none is named: the TrackEvent suite and the ones that touch what Tachyon
-/// writes and reads.
+/// writes and reads (data-loss stats, debug annotations, system probes, process tracking, heap
+/// profiles, log messages, counter tracks).
 const DEFAULT_SUITES: &[&str] = &[
     "parser/track_event",
     "parser/parsing/tests_traced_stats.py",
     "parser/parsing/tests_debug_annotation.py",
     "parser/parsing/tests_sys_stats.py",
     "parser/process_tracking",
+    "parser/profiling/tests_heap_profiling.py",
+    "parser/chrome",
+    "stdlib/counters",
 ];
 
 const USAGE: &str = "usage: cargo xtask difftests PERFETTO_DIR [--suite DIR]... \
@@ -52,7 +56,7 @@ const USAGE: &str = "usage: cargo xtask difftests PERFETTO_DIR [--suite DIR]... 
   --suite S      a suite under test/trace_processor/diff_tests: a directory (its tests.py)
                  or a tests_*.py file; repeatable. Default: parser/track_event and the suites
                  that touch what Tachyon writes and reads (data-loss stats, debug annotations,
-                 sys stats, process tracking)
+                 sys stats, process tracking, heap profiles, log messages, counter tracks)
   --filter S     only tests whose name contains S
   --oracle PATH  run the queries with Perfetto's trace_processor_shell instead (checks the
                  harness: it should pass everything)
@@ -687,10 +691,14 @@ class T(TestSuite):
 
     #[test]
     fn reads_uppercase_string_prefixes() {
-        let py = "def test_c(self):\n  return DiffTestBlueprint(trace=TextProto(R\"\"\"x\\n\"\"\"), \
+        let py =
+            "def test_c(self):\n  return DiffTestBlueprint(trace=TextProto(R\"\"\"x\\n\"\"\"), \
                   query=\"SELECT 1\", out=Csv(\"\"\"a\"\"\"))";
         let bps = parse_tests_py(py).unwrap();
-        assert_eq!(bps[0].args["trace"].call(), Some(("TextProto", Some("x\\n"))));
+        assert_eq!(
+            bps[0].args["trace"].call(),
+            Some(("TextProto", Some("x\\n")))
+        );
     }
 
     #[test]

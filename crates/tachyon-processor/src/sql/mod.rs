@@ -83,7 +83,7 @@ CREATE VIRTUAL TABLE __intrinsic_args USING tachyon_args;
 CREATE VIEW args AS SELECT *,
   CASE value_type
     WHEN 'int' THEN CAST(int_value AS TEXT)
-    WHEN 'uint' THEN CAST(int_value AS TEXT)
+    WHEN 'uint' THEN printf('%llu', int_value)
     WHEN 'string' THEN string_value
     WHEN 'real' THEN CAST(real_value AS TEXT)
     WHEN 'pointer' THEN printf('0x%x', int_value)
