@@ -94,6 +94,10 @@ pub(crate) const QUERIES: &[(&str, &str)] = &[
          ORDER BY ts, utid",
     ),
     (
+        "trace_bounds",
+        "SELECT start_ts, end_ts, trace_start(), trace_end(), trace_dur() FROM trace_bounds",
+    ),
+    (
         "stats",
         "SELECT name, idx, severity, source, value FROM stats WHERE value != 0 \
          AND name NOT GLOB '*_duration_ns' ORDER BY name, idx",

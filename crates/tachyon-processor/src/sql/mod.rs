@@ -99,6 +99,37 @@ CREATE VIEW cpu_counter_track AS SELECT ct.id, ct.name, ct.type, ct.parent_id,
 
 "#;
 
+/// `trace_bounds` as Perfetto computes it (`StorageTablesPlugin::GetTimestampBounds`): the
+/// first and last timestamp of the slices (their ends, for a finished slice), counters, heap
+/// profile rows, log messages, states and CPU samples; `(0, 0)` for a trace with none of them,
+/// and an end one past the start when both are equal.
+fn trace_bounds(st: &Storage, slices: &[SliceRow]) -> (i64, i64) {
+    let (mut start, mut end) = (i64::MAX, 0i64);
+    let mut add = |ts: i64, dur: i64| {
+        start = start.min(ts);
+        end = end.max(ts.saturating_add(dur.max(0)));
+    };
+    for s in slices {
+        add(s.ts, s.dur);
+    }
+    for s in &st.states.rows {
+        add(s.ts, s.dur);
+    }
+    let points = st.counters.iter().map(|c| c.ts);
+    let points = points.chain(st.heap.allocations.iter().map(|a| a.ts));
+    let points = points.chain(st.android_logs.iter().map(|l| l.ts));
+    let points = points.chain(st.profile.perf_samples.iter().map(|p| p.ts));
+    let points = points.chain(st.profile.cpu_samples.iter().map(|p| p.ts));
+    for ts in points {
+        add(ts, 0);
+    }
+    match (start, end) {
+        (i64::MAX, _) => (0, 0),
+        (s, e) if s == e => (s, e.saturating_add(1)),
+        bounds => bounds,
+    }
+}
+
 /// A flow goes from the earlier slice to the later one, whichever carried its id first, as
 /// Perfetto's `FlowTracker` orders them (equal timestamps keep the carrying order): a flow
 /// step or end can land on a slice that began before the slice that started it.
@@ -128,6 +159,28 @@ pub(crate) fn load(conn: &Connection, mut st: Storage) -> rusqlite::Result<()> {
     let slices = std::mem::take(&mut st.slices);
     let slice_names = std::mem::take(&mut st.slice_names);
     let args = std::mem::take(&mut st.args);
+    let (start_ts, end_ts) = trace_bounds(&st, &slices);
+    conn.execute(
+        "CREATE TABLE _trace_bounds(start_ts INTEGER, end_ts INTEGER)",
+        [],
+    )?;
+    conn.execute(
+        "INSERT INTO _trace_bounds VALUES (?1, ?2)",
+        params![start_ts, end_ts],
+    )?;
+    conn.execute_batch("CREATE VIEW trace_bounds AS SELECT start_ts, end_ts FROM _trace_bounds;")?;
+    for (name, value) in [
+        ("trace_start", start_ts),
+        ("trace_end", end_ts),
+        ("trace_dur", end_ts - start_ts),
+    ] {
+        conn.create_scalar_function(
+            name,
+            0,
+            FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC,
+            move |_| Ok(value),
+        )?;
+    }
     let tx = conn.unchecked_transaction()?;
     {
         let s = &st.strings;
@@ -278,6 +331,26 @@ mod tests {
             arg_set: NONE,
             depth: 0,
         }
+    }
+
+    #[test]
+    fn trace_bounds_are_perfettos() {
+        let mut st = Storage::default();
+        assert_eq!(trace_bounds(&st, &[]), (0, 0));
+        // A lone point: the end is one past the start.
+        assert_eq!(trace_bounds(&st, &[slice_at(70)]), (70, 71));
+        // A finished slice counts to its end, an unfinished one (dur -1) to its start.
+        let mut done = slice_at(1000);
+        done.dur = 1000;
+        let mut open = slice_at(3000);
+        open.dur = -1;
+        assert_eq!(trace_bounds(&st, &[done, open]), (1000, 3000));
+        st.counters.push(crate::storage::CounterRow {
+            ts: 500,
+            track: 0,
+            value: 1.0,
+        });
+        assert_eq!(trace_bounds(&st, &[done, open]), (500, 3000));
     }
 
     #[test]
