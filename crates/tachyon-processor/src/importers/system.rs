@@ -236,8 +236,9 @@ const PROCESS_STATS_CHROME_FIELDS: [(u32, Kind, Option<&str>); 3] = [
 /// The eight counters Perfetto derives from two consecutive readings of one disk: (counter
 /// name, unit, value).
 fn disk_deltas(prev: &DiskCounters, cur: &DiskCounters) -> [(&'static str, &'static str, f64); 8] {
-    // Differences as Perfetto takes them (signed: a counter reset gives a negative delta).
-    let d = |i: usize| cur[i] as i64 - prev[i] as i64;
+    // Differences as Perfetto takes them (signed: a counter reset gives a negative delta),
+    // wrapping where a hostile value would overflow.
+    let d = |i: usize| (cur[i] as i64).wrapping_sub(prev[i] as i64);
     let mb = |i: usize| d(i) as f64 / SECTORS_PER_MB;
     let throughput = |amount: f64, ms: i64| {
         if ms == 0 {
@@ -1014,6 +1015,11 @@ mod tests {
         assert_eq!(d[7], ("flush_time", "ms", 4.0));
         // A counter that went down (a device reset) gives a negative delta, as in Perfetto.
         assert_eq!(disk_deltas(&cur, &prev)[0].2, -2.0);
+        // Extreme values from a hostile trace wrap instead of overflowing.
+        let huge = disk_deltas(&[u64::MAX; 8], &[i64::MAX as u64; 8]);
+        let huge2 = disk_deltas(&[i64::MAX as u64; 8], &[u64::MAX; 8]);
+        assert!(huge2.iter().all(|(_, _, v)| v.is_finite()));
+        assert!(huge.iter().all(|(_, _, v)| v.is_finite()));
         for (name, unit, _) in d {
             assert_eq!(disk_unit(name), unit);
         }
