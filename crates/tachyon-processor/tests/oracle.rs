@@ -48,6 +48,13 @@ const AGREED: &[(&str, &str)] = &[
     ("sys_stats_sections", "dimensions"),
     ("trace_stats", "data_loss"),
     ("track_hierarchy", "slice"),
+    // Cases waiting for a tokenizer hook (`tests/pending/README.md`): their expectations are
+    // Perfetto's already.
+    ("pending/process_stats", "counters"),
+    ("pending/process_stats", "dimensions"),
+    ("pending/process_stats", "process_args"),
+    ("pending/process_stats", "stats"),
+    ("pending/process_stats", "threads"),
 ];
 
 fn shell() -> Option<PathBuf> {
@@ -74,14 +81,17 @@ fn corpus_expectations_are_perfettos() {
         eprintln!("skipped: no trace_processor_shell (set TACHYON_TRACE_PROCESSOR_SHELL)");
         return;
     };
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata");
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let tmp = std::env::temp_dir().join(format!("tachyon-oracle-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).unwrap();
     let mut failures = Vec::new();
     for &(case, query) in AGREED {
-        let dir = root.join(case);
+        let dir = match case.strip_prefix("pending/") {
+            Some(pending) => manifest.join("tests/pending").join(pending),
+            None => manifest.join("../../testdata").join(case),
+        };
         let text = std::fs::read_to_string(dir.join("trace.textproto")).unwrap();
-        let trace = tmp.join(format!("{case}.pb"));
+        let trace = tmp.join(format!("{}.pb", case.replace('/', "_")));
         std::fs::write(&trace, common::text_trace(&text)).unwrap();
         let out = std::process::Command::new(&shell)
             .arg("-q")
