@@ -428,10 +428,10 @@ impl Model {
         self.newest.store(0, Ordering::Release);
     }
 
-    /// A model for tests: started, owned by nobody else.
+    /// A model for tests: started, owned by the test.
     #[cfg(test)]
-    fn leaked(ticks: u64, ns: u64, mult: u64) -> &'static Model {
-        let m: &'static Model = Box::leak(Box::new(Model::new()));
+    fn started(ticks: u64, ns: u64, mult: u64) -> Box<Model> {
+        let m = Box::new(Model::new());
         m.start(ticks, ns, mult);
         m
     }
@@ -879,9 +879,11 @@ mod tests {
 
     #[test]
     fn ticks_convert_with_the_calibrated_scale() {
+        static MODEL: Model = Model::new();
+        MODEL.start(1000, 5000, 3 << 31);
         let c = Clock {
             source: Source::Tsc,
-            model: Model::leaked(1000, 5000, 3 << 31),
+            model: &MODEL,
         };
         assert_eq!(c.ticks_to_ns(1000), 5000);
         assert_eq!(c.ticks_to_ns(1002), 5003); // 1.5 ns per tick
@@ -892,12 +894,15 @@ mod tests {
 
     /// A simulated counter at 3 GHz (`ticks / 3` ns of BOOTTIME) and a model calibrated
     /// `ppm_off` parts per million too fast, from tick 0 = BOOTTIME 0.
-    fn simulated(ppm_off: i64) -> (&'static Model, impl Fn(u64) -> u64) {
+    fn simulated(ppm_off: i64) -> (Box<Model>, impl Fn(u64) -> u64) {
         let true_mult = (1u128 << 32) / 3;
         let mult = (true_mult as i128 * (1_000_000 + ppm_off as i128) / 1_000_000) as u64;
         let boot = |ticks: u64| ticks / 3;
-        (Model::leaked(0, 0, mult), boot)
+        (Model::started(0, 0, mult), boot)
     }
+
+    /// Ticks checked on each side of a segment's start and end.
+    const EDGE: u64 = 30;
 
     /// Checks that the model is continuous and increasing across each of its segments'
     /// starts and ends, tick by tick.
@@ -922,6 +927,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "safe arithmetic on atomics, no unsafe code; slow under Miri"
+    )]
     fn the_discipline_brings_a_drifting_clock_onto_boottime_without_steps() {
         let (m, boot) = simulated(12);
         let sec = 3_000_000_000u64;
@@ -929,7 +938,7 @@ mod tests {
         for i in 1..=20u64 {
             let ticks = i * sec;
             m.observe(ticks, boot(ticks), || ticks);
-            assert_continuous(m);
+            assert_continuous(&m);
             errors.push(m.to_ns(ticks + sec / 2) as i64 - boot(ticks + sec / 2) as i64);
         }
         // 12 ppm is 12 µs after the first second; from the third second on, within 100 ns.
@@ -938,6 +947,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "safe arithmetic on atomics, no unsafe code; slow under Miri"
+    )]
     fn a_converted_tick_keeps_its_value_as_segments_are_added() {
         let (m, boot) = simulated(-8);
         let sec = 3_000_000_000u64;
@@ -956,6 +969,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "safe arithmetic on atomics, no unsafe code; slow under Miri"
+    )]
     fn a_bad_pairing_bends_the_clock_little_and_a_long_pause_adds_no_error() {
         let (m, boot) = simulated(0);
         let sec = 3_000_000_000u64;
@@ -972,7 +989,7 @@ mod tests {
         let err = m.to_ns(later) as i64 - boot(later) as i64;
         assert!(err.abs() < 2_000_000, "{err}");
         m.observe(later, boot(later), || later);
-        assert_continuous(m);
+        assert_continuous(&m);
         // A model younger than the minimum segment length ignores a measurement.
         let n = m.newest.load(Ordering::Relaxed);
         m.observe(later + 1_000, boot(later), || later + 1_000);
@@ -980,6 +997,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "safe arithmetic on atomics, no unsafe code; slow under Miri"
+    )]
     fn a_bad_calibration_is_corrected_at_a_bounded_rate() {
         let (m, boot) = simulated(2_000);
         let sec = 3_000_000_000u64;
@@ -992,7 +1013,7 @@ mod tests {
             let (mult, rate) = (s.pieces[0].slope as f64, s.rate() as f64);
             assert!((rate / true_mult - 1.0).abs() < 0.01e-6, "{s:?}");
             assert!((mult / rate - 1.0).abs() <= 500.5e-6, "{s:?}");
-            assert_continuous(m);
+            assert_continuous(&m);
             errors.push(m.to_ns(ticks + sec) as i64 - boot(ticks + sec) as i64);
         }
         // 2 ms after a second, then 0.5 ms less each second, then within 100 ns.
@@ -1006,6 +1027,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "safe arithmetic on atomics, no unsafe code; slow under Miri"
+    )]
     fn a_counter_that_stopped_steps_forward() {
         let (m, boot) = simulated(0);
         let sec = 3_000_000_000u64;
@@ -1029,6 +1054,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "safe arithmetic on atomics, no unsafe code; slow under Miri"
+    )]
     fn readings_older_than_every_kept_segment_convert_with_the_oldest() {
         let (m, boot) = simulated(3);
         let sec = 3_000_000_000u64;
