@@ -901,9 +901,6 @@ mod tests {
         (Model::started(0, 0, mult), boot)
     }
 
-    /// Ticks checked on each side of a segment's start and end.
-    const EDGE: u64 = 30;
-
     /// Checks that the model is continuous and increasing across each of its segments'
     /// starts and ends, tick by tick.
     fn assert_continuous(m: &Model) {
