@@ -10,7 +10,7 @@
 //!   (the tokenizer names it) if its timestamp is not before that run's last, else it starts a
 //!   new run of that sequence. Every run is thus already sorted, and the end of the file is a
 //!   k-way merge of the runs by (timestamp, arrival number), the same order as a stable sort
-//!   of everything. A run keeps its events encoded as differences from the event before
+//!   of everything (a loser tree: one comparison per level of the runs' tree). A run keeps its events encoded as differences from the event before
 //!   (`encode`: about 6 to 12 bytes instead of 56) in blocks, and a block is freed as soon as
 //!   the merge has handed its last event on, so the events' memory shrinks while the parser's
 //!   tables grow instead of both peaking together (with no sort scratch either). Sequences
