@@ -1025,16 +1025,11 @@ pub(crate) static SAMPLE_SEED: AtomicU64 = AtomicU64::new(0);
 pub(crate) static SAMPLER_GEN: AtomicU32 = AtomicU32::new(1);
 static THREAD_COUNTER: AtomicU64 = AtomicU64::new(0);
 
-/// An allocation of `size` bytes at `addr` happened (after the inner allocator returned).
-/// Sampled mode's common case (the countdown not run out) is inline: one thread-local
-/// subtraction. The hook calls this only when `mode` is not [`OFF`], so with no session the
-/// hook is one load, one compare and one branch. (Comparing with [`SAMPLED`] first saves a
-/// sampled-mode pair 5 instructions of its ~180 and costs an off-mode pair 2: callgrind,
-/// docs/memory.md "Session 7"; off mode, the state of every installed allocator most of the
-/// time, keeps the shorter path.)
-///
-/// The hook itself makes the two steps apart ([`alloc_not_sampled`] before the inner
-/// allocator runs, [`on_alloc_counted`] after); this is both, for `realloc` and the tests.
+/// An allocation of `size` bytes at `addr` happened (after the inner allocator returned);
+/// `mode` is not [`OFF`]. Sampled mode's common case (the countdown not run out) is one
+/// thread-local subtraction. The allocator's `alloc` makes the two steps apart
+/// ([`alloc_not_sampled`] before the inner allocator runs, [`on_alloc_counted`] after, out of
+/// line); this is both, for `realloc` and the tests.
 #[inline(always)]
 pub(crate) fn on_alloc(mode: u8, addr: *mut u8, size: usize) -> *mut u8 {
     if alloc_not_sampled(mode, size) {
