@@ -822,6 +822,10 @@ mod tests {
     /// A run of identical pair records applied as one step leaves the heap as applying each
     /// pair does (totals, peak, sites), also when the block was live before (an unseen free).
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "the counter's samples start the tracer's drain thread, which outlives the test under Miri; safe code"
+    )]
     fn a_run_of_pairs_equals_its_pairs_one_by_one() {
         for live_before in [false, true] {
             let r = Record {
