@@ -48,13 +48,11 @@ const AGREED: &[(&str, &str)] = &[
     ("sys_stats_sections", "dimensions"),
     ("trace_stats", "data_loss"),
     ("track_hierarchy", "slice"),
-    // Cases waiting for a tokenizer hook (`tests/pending/README.md`): their expectations are
-    // Perfetto's already.
-    ("pending/process_stats", "counters"),
-    ("pending/process_stats", "dimensions"),
-    ("pending/process_stats", "process_args"),
-    ("pending/process_stats", "stats"),
-    ("pending/process_stats", "threads"),
+    ("process_stats", "counters"),
+    ("process_stats", "dimensions"),
+    ("process_stats", "process_args"),
+    ("process_stats", "stats"),
+    ("process_stats", "threads"),
 ];
 
 fn shell() -> Option<PathBuf> {
@@ -86,10 +84,7 @@ fn corpus_expectations_are_perfettos() {
     std::fs::create_dir_all(&tmp).unwrap();
     let mut failures = Vec::new();
     for &(case, query) in AGREED {
-        let dir = match case.strip_prefix("pending/") {
-            Some(pending) => manifest.join("tests/pending").join(pending),
-            None => manifest.join("../../testdata").join(case),
-        };
+        let dir = manifest.join("../../testdata").join(case);
         let text = std::fs::read_to_string(dir.join("trace.textproto")).unwrap();
         let trace = tmp.join(format!("{}.pb", case.replace('/', "_")));
         std::fs::write(&trace, common::text_trace(&text)).unwrap();

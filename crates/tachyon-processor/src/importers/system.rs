@@ -565,9 +565,6 @@ impl Parser {
     /// `oom_score_adj` and the runtimes are as is), `threads` attach threads to the process,
     /// and a field it does not know is counted (`proc_stat_unknown_counters`). Not imported:
     /// `fds` (Perfetto's `filedescriptor` table, which Tachyon does not have).
-    // The tokenizer's dispatch of `TracePacket.process_stats` to this is pending (see
-    // `tests/pending/README.md`); until then only the tests call it.
-    #[allow(dead_code)]
     pub(crate) fn process_stats(
         &mut self,
         p: &TracePacketView<'_>,
