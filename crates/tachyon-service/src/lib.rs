@@ -18,7 +18,7 @@
 //! assert_eq!(packets, [b"abc".to_vec(), b"d".to_vec()]);
 //! assert_eq!(buf.losses().total(), 0);
 //! ```
-// `unsafe` only in `populate` (one `madvise`).
+// `unsafe` only in `populate` (the `madvise` calls).
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 

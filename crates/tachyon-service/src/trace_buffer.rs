@@ -218,8 +218,21 @@ impl Record {
         // bad header ends the reading of a chunk, and sets `read_offset` past its end), so
         // the walk starts at the first unread one.
         let payload = &ring[self.offset..self.offset + self.payload_len];
-        if starts > 0 && ends_with_filler(payload, self.read_offset, self.fragments_read, n) {
-            starts -= 1;
+        if starts > 0 {
+            // The walk is a chain of dependent loads, and an overwritten chunk is cold (written
+            // a ring ago): with packets longer than a cache line, a miss per fragment header,
+            // one after the other, was half of `buffer/write/single_writer`'s time. Loading
+            // every line of the unread part first, each load independent of the others, lets
+            // the misses overlap; they are the lines the write evicting this chunk then stores
+            // over. Packets shorter than a line (the SDK's zones) walk the lines in order,
+            // which the hardware prefetcher follows already: the extra loads only cost there.
+            let unread = payload.get(self.read_offset..).unwrap_or_default();
+            if usize::from(n - self.fragments_read) * 64 < unread.len() {
+                touch_lines(unread);
+            }
+            if ends_with_filler(payload, self.read_offset, self.fragments_read, n) {
+                starts -= 1;
+            }
         }
         starts
     }
@@ -313,8 +326,16 @@ impl TraceBuffer {
     /// A buffer of `size` bytes (rounded down to a multiple of 16, at least 4 KiB).
     pub fn new(size: usize, policy: FillPolicy) -> Self {
         let size = (size.max(4096) / ALIGN) * ALIGN;
+        // Mapped lazily, in 4 KiB pages. Not huge pages here: a 2 MiB page faulted in on the
+        // service thread mid-stream costs the kernel's search for 2 MiB of free contiguous
+        // memory (direct compaction and reclaim, under `defrag = madvise`), and on the
+        // project's VM, whose memory is mostly page cache, that made a fresh ring's first
+        // pass cost the service 12.7-13.2 ns an event against 5.7-8.4 ns with 4 KiB pages
+        // (`cargo bench -p tachyon --bench client`, alternately, docs/data-path.md), for 20
+        // times fewer faults. [`TraceBuffer::prefault`] asks for them, at the session's start.
+        let ring = vec![0; size];
         TraceBuffer {
-            ring: vec![0; size],
+            ring,
             policy,
             wptr: 0,
             fifo: VecDeque::new(),
@@ -348,6 +369,10 @@ impl TraceBuffer {
     /// the bytes are zero already.
     pub fn prefault(&mut self) {
         const PAGE: usize = 4096;
+        // Committing it all anyway: in 2 MiB pages where the kernel has them, so that the
+        // writes and the read-out walk 32 TLB entries for 64 MiB instead of 16 384 (the
+        // service's CPU per event, prefaulted: 2.4-3.0 ns against 3.1-3.8 ns in 4 KiB pages).
+        crate::populate::advise_huge_pages(&mut self.ring[..]);
         // One `madvise` for the whole ring where the kernel offers it (no trap per page).
         if !crate::populate::populate_for_write(&mut self.ring[..]) {
             let ring = std::hint::black_box(&mut self.ring[..]);
@@ -1308,6 +1333,17 @@ fn ends_with_filler(payload: &[u8], mut offset: usize, from: u16, n: u16) -> boo
         };
     }
     false
+}
+
+/// Loads one byte of every 64-byte line of `bytes`, the loads independent of each other, so
+/// that the lines' cache misses overlap instead of coming one at a time behind a walk.
+#[inline]
+fn touch_lines(bytes: &[u8]) {
+    let mut any = 0u8;
+    for b in bytes.iter().step_by(64) {
+        any |= *b;
+    }
+    std::hint::black_box(any);
 }
 
 /// The payload offset after the first `n` fragments, or `None` if their headers are invalid.
