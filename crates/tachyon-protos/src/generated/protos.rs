@@ -219,27 +219,39 @@ pub mod perfetto {
         /// page index, chunk index, id and offset in it because producers are
         /// untrusted. Patches are applied after the moves of the same request.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.CommitDataRequest`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-        /// never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.CommitDataRequest`: [`Self::decode`]
+        /// walks the message once, keeping each singular field's value and where each repeated
+        /// field lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct CommitDataRequestView<'a> {
-            d: ::protozero::TypedDecoder<'a, 3>,
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 2>,
         }
 
         impl<'a> CommitDataRequestView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.rep_len(0, start, at)?,
+                        18 => d.rep_len(1, start, at)?,
+                        24 => d.varint(0, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
@@ -248,26 +260,18 @@ pub mod perfetto {
                 self.d.bytes()
             }
 
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=3 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
-            }
-
             /// The elements of `repeated perfetto.protos.CommitDataRequest.ChunksToMove
             /// chunks_to_move = 1`.
             #[inline]
             pub fn chunks_to_move(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<commit_data_request::ChunksToMoveView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 0).map(commit_data_request::ChunksToMoveView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 0, 1).map(commit_data_request::ChunksToMoveView::decode)
             }
 
             /// The elements of `repeated perfetto.protos.CommitDataRequest.ChunkToPatch
             /// chunks_to_patch = 2`.
             #[inline]
             pub fn chunks_to_patch(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<commit_data_request::ChunkToPatchView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 1).map(commit_data_request::ChunkToPatchView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 1, 2).map(commit_data_request::ChunkToPatchView::decode)
             }
 
             /// Set when this commit acknowledges a Flush(request_id) from the service.
@@ -275,13 +279,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint64 flush_request_id = 3`.
             #[inline]
             pub fn flush_request_id(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 2, 0)
+                ::protozero::gen_support::uint64(&self.d, 0, 0)
             }
 
             /// Whether `flush_request_id` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_flush_request_id(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 0)
             }
         }
 
@@ -374,41 +378,48 @@ pub mod perfetto {
 
             /// One chunk to copy out of the shared memory buffer into a central buffer.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.CommitDataRequest.ChunksToMove`: its
-            /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.CommitDataRequest.ChunksToMove`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct ChunksToMoveView<'a> {
-                d: ::protozero::TypedDecoder<'a, 5>,
+                d: ::protozero::gen_support::Slots<'a, 5, 1, 0>,
             }
 
             impl<'a> ChunksToMoveView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            16 => d.varint(1, at)?,
+                            24 => d.varint(2, at)?,
+                            34 => d.len(3, at)?,
+                            40 => d.varint(4, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=5 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// 0-based page index in the shared memory buffer.
@@ -422,7 +433,7 @@ pub mod perfetto {
                 /// Whether `page` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_page(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// 0-based chunk index inside the page (0..13).
@@ -436,7 +447,7 @@ pub mod perfetto {
                 /// Whether `chunk` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_chunk(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// Central buffer the chunk is destined for; checked against the buffers
@@ -451,7 +462,7 @@ pub mod perfetto {
                 /// Whether `target_buffer` (field 3) occurs with the right wire type.
                 #[inline]
                 pub fn has_target_buffer(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 2)
+                    ::protozero::gen_support::has(&self.d, 2)
                 }
 
                 /// Chunk bytes sent inline instead of via shared memory (shared memory
@@ -468,7 +479,7 @@ pub mod perfetto {
                 /// Whether `data` (field 4) occurs with the right wire type.
                 #[inline]
                 pub fn has_data(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 3)
+                    ::protozero::gen_support::has(&self.d, 3)
                 }
 
                 /// Set when the chunk was copied while still being written (scraping);
@@ -484,7 +495,7 @@ pub mod perfetto {
                 /// Whether `chunk_incomplete` (field 5) occurs with the right wire type.
                 #[inline]
                 pub fn has_chunk_incomplete(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 4)
+                    ::protozero::gen_support::has(&self.d, 4)
                 }
             }
 
@@ -568,41 +579,48 @@ pub mod perfetto {
 
             /// Size back-fills for a chunk that may already have been moved.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.CommitDataRequest.ChunkToPatch`: its
-            /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.CommitDataRequest.ChunkToPatch`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct ChunkToPatchView<'a> {
-                d: ::protozero::TypedDecoder<'a, 5>,
+                d: ::protozero::gen_support::Slots<'a, 4, 1, 1>,
             }
 
             impl<'a> ChunkToPatchView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            16 => d.varint(1, at)?,
+                            24 => d.varint(2, at)?,
+                            34 => d.rep_len(0, start, at)?,
+                            40 => d.varint(3, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=5 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional uint32 target_buffer = 1`.
@@ -614,7 +632,7 @@ pub mod perfetto {
                 /// Whether `target_buffer` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_target_buffer(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// {writer_id, chunk_id} identify the chunk within this producer.
@@ -628,7 +646,7 @@ pub mod perfetto {
                 /// Whether `writer_id` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_writer_id(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// The last occurrence, or the default, of `optional uint32 chunk_id = 3`.
@@ -640,14 +658,14 @@ pub mod perfetto {
                 /// Whether `chunk_id` (field 3) occurs with the right wire type.
                 #[inline]
                 pub fn has_chunk_id(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 2)
+                    ::protozero::gen_support::has(&self.d, 2)
                 }
 
                 /// The elements of `repeated perfetto.protos.CommitDataRequest.ChunkToPatch.Patch
                 /// patches = 4`.
                 #[inline]
                 pub fn patches(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<chunk_to_patch::PatchView<'a>, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_bytes(&self.d, 3).map(chunk_to_patch::PatchView::decode)
+                    ::protozero::gen_support::repeated_bytes(&self.d, 0, 4).map(chunk_to_patch::PatchView::decode)
                 }
 
                 /// True if more patches for this chunk will arrive in a later request, so
@@ -656,13 +674,13 @@ pub mod perfetto {
                 /// The last occurrence, or the default, of `optional bool has_more_patches = 5`.
                 #[inline]
                 pub fn has_more_patches(&self) -> bool {
-                    ::protozero::gen_support::bool(&self.d, 4, false)
+                    ::protozero::gen_support::bool(&self.d, 3, false)
                 }
 
                 /// Whether `has_more_patches` (field 5) occurs with the right wire type.
                 #[inline]
                 pub fn has_has_more_patches(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 4)
+                    ::protozero::gen_support::has(&self.d, 3)
                 }
             }
 
@@ -717,41 +735,45 @@ pub mod perfetto {
                 }
 
                 /// A zero-copy view of an encoded
-                /// `perfetto.protos.CommitDataRequest.ChunkToPatch.Patch`: its fields are indexed
-                /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-                /// never allocate.
+                /// `perfetto.protos.CommitDataRequest.ChunkToPatch.Patch`: [`Self::decode`] walks
+                /// the message once, keeping each singular field's value and where each repeated
+                /// field lies, and the getters read from that and the borrowed bytes; they never
+                /// allocate.
                 ///
                 /// A singular field reads its last occurrence (the default when absent); repeated
                 /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
                 /// does not match the declared type is skipped like an unknown field.
                 #[derive(Clone, Debug)]
                 pub struct PatchView<'a> {
-                    d: ::protozero::TypedDecoder<'a, 2>,
+                    d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
                 }
 
                 impl<'a> PatchView<'a> {
-                    /// Indexes the fields of `bytes`, skipping unknown ones.
+                    /// Reads the fields of `bytes`, skipping unknown ones.
                     ///
                     /// # Errors
                     ///
                     /// The first malformation if `bytes` is not a well-formed protobuf message.
                     #[inline]
                     pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                        ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                        let mut d = ::protozero::gen_support::Slots::new(bytes);
+                        let mut pos = 0;
+                        while pos < bytes.len() {
+                            let start = pos;
+                            let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                            pos = match tag {
+                                8 => d.varint(0, at)?,
+                                18 => d.len(1, at)?,
+                                _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                            };
+                        }
+                        ::core::result::Result::Ok(Self { d })
                     }
 
                     /// The encoded message this view reads.
                     #[inline]
                     pub fn bytes(&self) -> &'a [u8] {
                         self.d.bytes()
-                    }
-
-                    #[inline]
-                    fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                        match id {
-                            1..=2 => ::core::option::Option::Some(id as usize - 1),
-                            _ => ::core::option::Option::None,
-                        }
                     }
 
                     /// Byte offset from the start of the chunk payload (after the 8-byte
@@ -766,7 +788,7 @@ pub mod perfetto {
                     /// Whether `offset` (field 1) occurs with the right wire type.
                     #[inline]
                     pub fn has_offset(&self) -> bool {
-                        ::protozero::gen_support::has_varint(&self.d, 0)
+                        ::protozero::gen_support::has(&self.d, 0)
                     }
 
                     /// The bytes to write at |offset| (4 bytes: a redundant varint size).
@@ -780,7 +802,7 @@ pub mod perfetto {
                     /// Whether `data` (field 2) occurs with the right wire type.
                     #[inline]
                     pub fn has_data(&self) -> bool {
-                        ::protozero::gen_support::has_len(&self.d, 1)
+                        ::protozero::gen_support::has(&self.d, 1)
                     }
                 }
             }
@@ -888,44 +910,48 @@ pub mod perfetto {
         /// Not modelled (numbers taken upstream, do not reuse): gpu_counter_descriptor
         /// 5, track_event_descriptor 6, ftrace_descriptor 8, protovm_program 10.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.DataSourceDescriptor`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-        /// never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.DataSourceDescriptor`: [`Self::decode`]
+        /// walks the message once, keeping each singular field's value and where each repeated
+        /// field lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct DataSourceDescriptorView<'a> {
-            d: ::protozero::TypedDecoder<'a, 6>,
+            d: ::protozero::gen_support::Slots<'a, 6, 1, 0>,
         }
 
         impl<'a> DataSourceDescriptorView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.len(0, at)?,
+                        56 => d.varint(1, at)?,
+                        16 => d.varint(2, at)?,
+                        24 => d.varint(3, at)?,
+                        32 => d.varint(4, at)?,
+                        72 => d.varint(5, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    7 => ::core::option::Option::Some(1),
-                    2..=4 => ::core::option::Option::Some(id as usize),
-                    9 => ::core::option::Option::Some(5),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The name consumers select it by, e.g. "track_event", "linux.sys_stats".
@@ -949,7 +975,7 @@ pub mod perfetto {
             /// Whether `name` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_name(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// Producer-scoped id (not global) that tells apart several data sources
@@ -964,7 +990,7 @@ pub mod perfetto {
             /// Whether `id` (field 7) occurs with the right wire type.
             #[inline]
             pub fn has_id(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// The producer acknowledges stops with NotifyDataSourceStopped.
@@ -978,7 +1004,7 @@ pub mod perfetto {
             /// Whether `will_notify_on_stop` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_will_notify_on_stop(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// The producer acknowledges starts with NotifyDataSourceStarted.
@@ -992,7 +1018,7 @@ pub mod perfetto {
             /// Whether `will_notify_on_start` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_will_notify_on_start(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// The data source wants ClearIncrementalState commands (it emits interned
@@ -1008,7 +1034,7 @@ pub mod perfetto {
             /// Whether `handles_incremental_state_clear` (field 4) occurs with the right wire type.
             #[inline]
             pub fn has_handles_incremental_state_clear(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 4)
             }
 
             /// Flush is a no-op for this data source (it relies on the service
@@ -1023,7 +1049,7 @@ pub mod perfetto {
             /// Whether `no_flush` (field 9) occurs with the right wire type.
             #[inline]
             pub fn has_no_flush(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 5)
+                ::protozero::gen_support::has(&self.d, 5)
             }
         }
 
@@ -1057,38 +1083,40 @@ pub mod perfetto {
 
         /// Perf event descriptions shared by the perf configs.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.PerfEvents`: its fields are indexed once
-        /// by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.PerfEvents`: [`Self::decode`] walks the
+        /// message once, keeping each singular field's value and where each repeated field lies,
+        /// and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct PerfEventsView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> PerfEventsView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -1199,45 +1227,48 @@ pub mod perfetto {
             /// period in a oneof (and counter with the other events in another); the
             /// wire is the same.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.PerfEvents.Timebase`: its fields are
-            /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
-            /// which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.PerfEvents.Timebase`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct TimebaseView<'a> {
-                d: ::protozero::TypedDecoder<'a, 5>,
+                d: ::protozero::gen_support::Slots<'a, 5, 1, 0>,
             }
 
             impl<'a> TimebaseView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            16 => d.varint(0, at)?,
+                            8 => d.varint(1, at)?,
+                            32 => d.varint(2, at)?,
+                            88 => d.varint(3, at)?,
+                            82 => d.len(4, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        2 => ::core::option::Option::Some(0),
-                        1 => ::core::option::Option::Some(1),
-                        4 => ::core::option::Option::Some(2),
-                        11 => ::core::option::Option::Some(3),
-                        10 => ::core::option::Option::Some(4),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// Samples per second of the event (for a CPU clock: of CPU time).
@@ -1251,7 +1282,7 @@ pub mod perfetto {
                 /// Whether `frequency` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_frequency(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// A sample every this many events (for a CPU clock: nanoseconds).
@@ -1265,7 +1296,7 @@ pub mod perfetto {
                 /// Whether `period` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_period(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// The counted event; SW_CPU_CLOCK when unset.
@@ -1288,7 +1319,7 @@ pub mod perfetto {
                 /// Whether `counter` (field 4) occurs with the right wire type.
                 #[inline]
                 pub fn has_counter(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 2)
+                    ::protozero::gen_support::has(&self.d, 2)
                 }
 
                 /// The clock samples are stamped with; BOOTTIME when unset.
@@ -1311,7 +1342,7 @@ pub mod perfetto {
                 /// Whether `timestamp_clock` (field 11) occurs with the right wire type.
                 #[inline]
                 pub fn has_timestamp_clock(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 3)
+                    ::protozero::gen_support::has(&self.d, 3)
                 }
 
                 /// A name for the timebase (the processor's perf counter track name).
@@ -1335,7 +1366,7 @@ pub mod perfetto {
                 /// Whether `name` (field 10) occurs with the right wire type.
                 #[inline]
                 pub fn has_name(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 4)
+                    ::protozero::gen_support::has(&self.d, 4)
                 }
             }
 
@@ -2479,27 +2510,54 @@ pub mod perfetto {
         /// `stats` table (traced_buf_*, traced_chunks_discarded, traced_flushes_*),
         /// so that every loss is visible.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.TraceStats`: its fields are indexed once
-        /// by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.TraceStats`: [`Self::decode`] walks the
+        /// message once, keeping each singular field's value and where each repeated field lies,
+        /// and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct TraceStatsView<'a> {
-            d: ::protozero::TypedDecoder<'a, 17>,
+            d: ::protozero::gen_support::Slots<'a, 14, 1, 3>,
         }
 
         impl<'a> TraceStatsView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.rep_len(0, start, at)?,
+                        136 => d.rep_varint(1, start, at)?,
+                        138 => d.rep_len(1, start, at)?,
+                        146 => d.rep_len(2, start, at)?,
+                        16 => d.varint(0, at)?,
+                        24 => d.varint(1, at)?,
+                        32 => d.varint(2, at)?,
+                        40 => d.varint(3, at)?,
+                        48 => d.varint(4, at)?,
+                        56 => d.varint(5, at)?,
+                        64 => d.varint(6, at)?,
+                        72 => d.varint(7, at)?,
+                        80 => d.varint(8, at)?,
+                        90 => d.len(9, at)?,
+                        96 => d.varint(10, at)?,
+                        104 => d.varint(11, at)?,
+                        112 => d.varint(12, at)?,
+                        120 => d.varint(13, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
@@ -2508,20 +2566,10 @@ pub mod perfetto {
                 self.d.bytes()
             }
 
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    17..=18 => ::core::option::Option::Some(id as usize - 16),
-                    2..=15 => ::core::option::Option::Some(id as usize + 1),
-                    _ => ::core::option::Option::None,
-                }
-            }
-
             /// The elements of `repeated perfetto.protos.TraceStats.BufferStats buffer_stats = 1`.
             #[inline]
             pub fn buffer_stats(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<trace_stats::BufferStatsView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 0).map(trace_stats::BufferStatsView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 0, 1).map(trace_stats::BufferStatsView::decode)
             }
 
             /// Upper bounds of the writer histogram buckets (overflow bucket implicit).
@@ -2529,13 +2577,13 @@ pub mod perfetto {
             /// The elements of `repeated int64 chunk_payload_histogram_def = 17`.
             #[inline]
             pub fn chunk_payload_histogram_def(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_int64(&self.d, 1)
+                ::protozero::gen_support::repeated_int64(&self.d, 1, 17)
             }
 
             /// The elements of `repeated perfetto.protos.TraceStats.WriterStats writer_stats = 18`.
             #[inline]
             pub fn writer_stats(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<trace_stats::WriterStatsView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 2).map(trace_stats::WriterStatsView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 2, 18).map(trace_stats::WriterStatsView::decode)
             }
 
             /// Producers connected now / ever.
@@ -2543,25 +2591,25 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint32 producers_connected = 2`.
             #[inline]
             pub fn producers_connected(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 3, 0)
+                ::protozero::gen_support::uint32(&self.d, 0, 0)
             }
 
             /// Whether `producers_connected` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_producers_connected(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The last occurrence, or the default, of `optional uint64 producers_seen = 3`.
             #[inline]
             pub fn producers_seen(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 4, 0)
+                ::protozero::gen_support::uint64(&self.d, 1, 0)
             }
 
             /// Whether `producers_seen` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_producers_seen(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// Data sources registered now / ever.
@@ -2570,25 +2618,25 @@ pub mod perfetto {
             /// 4`.
             #[inline]
             pub fn data_sources_registered(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 5, 0)
+                ::protozero::gen_support::uint32(&self.d, 2, 0)
             }
 
             /// Whether `data_sources_registered` (field 4) occurs with the right wire type.
             #[inline]
             pub fn has_data_sources_registered(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 5)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// The last occurrence, or the default, of `optional uint64 data_sources_seen = 5`.
             #[inline]
             pub fn data_sources_seen(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 6, 0)
+                ::protozero::gen_support::uint64(&self.d, 3, 0)
             }
 
             /// Whether `data_sources_seen` (field 5) occurs with the right wire type.
             #[inline]
             pub fn has_data_sources_seen(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 6)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// Concurrent tracing sessions and buffers across all sessions.
@@ -2596,25 +2644,25 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint32 tracing_sessions = 6`.
             #[inline]
             pub fn tracing_sessions(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 7, 0)
+                ::protozero::gen_support::uint32(&self.d, 4, 0)
             }
 
             /// Whether `tracing_sessions` (field 6) occurs with the right wire type.
             #[inline]
             pub fn has_tracing_sessions(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 7)
+                ::protozero::gen_support::has(&self.d, 4)
             }
 
             /// The last occurrence, or the default, of `optional uint32 total_buffers = 7`.
             #[inline]
             pub fn total_buffers(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 8, 0)
+                ::protozero::gen_support::uint32(&self.d, 5, 0)
             }
 
             /// Whether `total_buffers` (field 7) occurs with the right wire type.
             #[inline]
             pub fn has_total_buffers(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 8)
+                ::protozero::gen_support::has(&self.d, 5)
             }
 
             /// Chunks / patches rejected before reaching a buffer (e.g. invalid or
@@ -2623,25 +2671,25 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint64 chunks_discarded = 8`.
             #[inline]
             pub fn chunks_discarded(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 9, 0)
+                ::protozero::gen_support::uint64(&self.d, 6, 0)
             }
 
             /// Whether `chunks_discarded` (field 8) occurs with the right wire type.
             #[inline]
             pub fn has_chunks_discarded(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 9)
+                ::protozero::gen_support::has(&self.d, 6)
             }
 
             /// The last occurrence, or the default, of `optional uint64 patches_discarded = 9`.
             #[inline]
             pub fn patches_discarded(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 10, 0)
+                ::protozero::gen_support::uint64(&self.d, 7, 0)
             }
 
             /// Whether `patches_discarded` (field 9) occurs with the right wire type.
             #[inline]
             pub fn has_patches_discarded(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 10)
+                ::protozero::gen_support::has(&self.d, 7)
             }
 
             /// Packets rejected by the read-back validator (malformed, or setting a
@@ -2650,13 +2698,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint64 invalid_packets = 10`.
             #[inline]
             pub fn invalid_packets(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 11, 0)
+                ::protozero::gen_support::uint64(&self.d, 8, 0)
             }
 
             /// Whether `invalid_packets` (field 10) occurs with the right wire type.
             #[inline]
             pub fn has_invalid_packets(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 11)
+                ::protozero::gen_support::has(&self.d, 8)
             }
 
             /// The last occurrence (an empty message when absent) of `optional
@@ -2667,13 +2715,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn filter_stats(&self) -> ::core::result::Result<trace_stats::FilterStatsView<'a>, ::protozero::DecodeError> {
-                trace_stats::FilterStatsView::decode(::protozero::gen_support::bytes(&self.d, 12, b""))
+                trace_stats::FilterStatsView::decode(::protozero::gen_support::bytes(&self.d, 9, b""))
             }
 
             /// Whether `filter_stats` (field 11) occurs with the right wire type.
             #[inline]
             pub fn has_filter_stats(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 12)
+                ::protozero::gen_support::has(&self.d, 9)
             }
 
             /// Flush requests issued, acknowledged in time, and failed (timed out).
@@ -2681,37 +2729,37 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint64 flushes_requested = 12`.
             #[inline]
             pub fn flushes_requested(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 13, 0)
+                ::protozero::gen_support::uint64(&self.d, 10, 0)
             }
 
             /// Whether `flushes_requested` (field 12) occurs with the right wire type.
             #[inline]
             pub fn has_flushes_requested(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 13)
+                ::protozero::gen_support::has(&self.d, 10)
             }
 
             /// The last occurrence, or the default, of `optional uint64 flushes_succeeded = 13`.
             #[inline]
             pub fn flushes_succeeded(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 14, 0)
+                ::protozero::gen_support::uint64(&self.d, 11, 0)
             }
 
             /// Whether `flushes_succeeded` (field 13) occurs with the right wire type.
             #[inline]
             pub fn has_flushes_succeeded(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 14)
+                ::protozero::gen_support::has(&self.d, 11)
             }
 
             /// The last occurrence, or the default, of `optional uint64 flushes_failed = 14`.
             #[inline]
             pub fn flushes_failed(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 15, 0)
+                ::protozero::gen_support::uint64(&self.d, 12, 0)
             }
 
             /// Whether `flushes_failed` (field 14) occurs with the right wire type.
             #[inline]
             pub fn has_flushes_failed(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 15)
+                ::protozero::gen_support::has(&self.d, 12)
             }
 
             /// The last occurrence, or the default, of `optional
@@ -2726,13 +2774,13 @@ pub mod perfetto {
             /// `final_flush_outcome` as a raw value (also one the enum does not declare).
             #[inline]
             pub fn final_flush_outcome_raw(&self) -> i32 {
-                ::protozero::gen_support::int32(&self.d, 16, 0)
+                ::protozero::gen_support::int32(&self.d, 13, 0)
             }
 
             /// Whether `final_flush_outcome` (field 15) occurs with the right wire type.
             #[inline]
             pub fn has_final_flush_outcome(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 16)
+                ::protozero::gen_support::has(&self.d, 13)
             }
         }
 
@@ -3044,53 +3092,71 @@ pub mod perfetto {
             /// Counters of one central trace buffer, in TraceConfig.buffers order.
             /// All counters are uint64. Numbers 1..20 match reference section 4.4.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.TraceStats.BufferStats`: its fields
-            /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.TraceStats.BufferStats`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct BufferStatsView<'a> {
-                d: ::protozero::TypedDecoder<'a, 28>,
+                d: ::protozero::gen_support::Slots<'a, 28, 1, 0>,
             }
 
             impl<'a> BufferStatsView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            96 => d.varint(0, at)?,
+                            8 => d.varint(1, at)?,
+                            104 => d.varint(2, at)?,
+                            112 => d.varint(3, at)?,
+                            120 => d.varint(4, at)?,
+                            128 => d.varint(5, at)?,
+                            16 => d.varint(6, at)?,
+                            80 => d.varint(7, at)?,
+                            24 => d.varint(8, at)?,
+                            144 => d.varint(9, at)?,
+                            136 => d.varint(10, at)?,
+                            88 => d.varint(11, at)?,
+                            32 => d.varint(12, at)?,
+                            40 => d.varint(13, at)?,
+                            48 => d.varint(14, at)?,
+                            56 => d.varint(15, at)?,
+                            64 => d.varint(16, at)?,
+                            72 => d.varint(17, at)?,
+                            152 => d.varint(18, at)?,
+                            160 => d.varint(19, at)?,
+                            176 => d.varint(20, at)?,
+                            184 => d.varint(21, at)?,
+                            192 => d.varint(22, at)?,
+                            200 => d.varint(23, at)?,
+                            208 => d.varint(24, at)?,
+                            216 => d.varint(25, at)?,
+                            224 => d.varint(26, at)?,
+                            170 => d.len(27, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        12 => ::core::option::Option::Some(0),
-                        1 => ::core::option::Option::Some(1),
-                        13..=16 => ::core::option::Option::Some(id as usize - 11),
-                        2 => ::core::option::Option::Some(6),
-                        10 => ::core::option::Option::Some(7),
-                        3 => ::core::option::Option::Some(8),
-                        18 => ::core::option::Option::Some(9),
-                        17 => ::core::option::Option::Some(10),
-                        11 => ::core::option::Option::Some(11),
-                        4..=9 => ::core::option::Option::Some(id as usize + 8),
-                        19..=20 => ::core::option::Option::Some(id as usize - 1),
-                        22..=28 => ::core::option::Option::Some(id as usize - 2),
-                        21 => ::core::option::Option::Some(27),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// Buffer capacity in bytes.
@@ -3104,7 +3170,7 @@ pub mod perfetto {
                 /// Whether `buffer_size` (field 12) occurs with the right wire type.
                 #[inline]
                 pub fn has_buffer_size(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// Bytes written into the buffer, chunk headers included.
@@ -3118,7 +3184,7 @@ pub mod perfetto {
                 /// Whether `bytes_written` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_bytes_written(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// Bytes overwritten before being read (data loss in ring mode).
@@ -3133,7 +3199,7 @@ pub mod perfetto {
                 /// Whether `bytes_overwritten` (field 13) occurs with the right wire type.
                 #[inline]
                 pub fn has_bytes_overwritten(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 2)
+                    ::protozero::gen_support::has(&self.d, 2)
                 }
 
                 /// Bytes of chunks fully read by the consumer, headers included.
@@ -3147,7 +3213,7 @@ pub mod perfetto {
                 /// Whether `bytes_read` (field 14) occurs with the right wire type.
                 #[inline]
                 pub fn has_bytes_read(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 3)
+                    ::protozero::gen_support::has(&self.d, 3)
                 }
 
                 /// Padding bytes written to fill the gap before a wrap.
@@ -3162,7 +3228,7 @@ pub mod perfetto {
                 /// Whether `padding_bytes_written` (field 15) occurs with the right wire type.
                 #[inline]
                 pub fn has_padding_bytes_written(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 4)
+                    ::protozero::gen_support::has(&self.d, 4)
                 }
 
                 /// Padding bytes removed again when overwritten.
@@ -3177,7 +3243,7 @@ pub mod perfetto {
                 /// Whether `padding_bytes_cleared` (field 16) occurs with the right wire type.
                 #[inline]
                 pub fn has_padding_bytes_cleared(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 5)
+                    ::protozero::gen_support::has(&self.d, 5)
                 }
 
                 /// Chunks (not packets) written.
@@ -3191,7 +3257,7 @@ pub mod perfetto {
                 /// Whether `chunks_written` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_chunks_written(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 6)
+                    ::protozero::gen_support::has(&self.d, 6)
                 }
 
                 /// Chunks written again with more packets appended (scrape + recommit).
@@ -3205,7 +3271,7 @@ pub mod perfetto {
                 /// Whether `chunks_rewritten` (field 10) occurs with the right wire type.
                 #[inline]
                 pub fn has_chunks_rewritten(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 7)
+                    ::protozero::gen_support::has(&self.d, 7)
                 }
 
                 /// Chunks overwritten before being read (data loss in ring mode).
@@ -3220,7 +3286,7 @@ pub mod perfetto {
                 /// Whether `chunks_overwritten` (field 3) occurs with the right wire type.
                 #[inline]
                 pub fn has_chunks_overwritten(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 8)
+                    ::protozero::gen_support::has(&self.d, 8)
                 }
 
                 /// Chunks dropped because the buffer is full in DISCARD mode.
@@ -3234,7 +3300,7 @@ pub mod perfetto {
                 /// Whether `chunks_discarded` (field 18) occurs with the right wire type.
                 #[inline]
                 pub fn has_chunks_discarded(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 9)
+                    ::protozero::gen_support::has(&self.d, 9)
                 }
 
                 /// Chunks fully read by the consumer.
@@ -3248,7 +3314,7 @@ pub mod perfetto {
                 /// Whether `chunks_read` (field 17) occurs with the right wire type.
                 #[inline]
                 pub fn has_chunks_read(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 10)
+                    ::protozero::gen_support::has(&self.d, 10)
                 }
 
                 /// Chunks committed with a ChunkID lower than one already seen.
@@ -3264,7 +3330,7 @@ pub mod perfetto {
                 /// type.
                 #[inline]
                 pub fn has_chunks_committed_out_of_order(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 11)
+                    ::protozero::gen_support::has(&self.d, 11)
                 }
 
                 /// Times the write pointer wrapped to the start.
@@ -3278,7 +3344,7 @@ pub mod perfetto {
                 /// Whether `write_wrap_count` (field 4) occurs with the right wire type.
                 #[inline]
                 pub fn has_write_wrap_count(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 12)
+                    ::protozero::gen_support::has(&self.d, 12)
                 }
 
                 /// Out-of-band patches applied / rejected.
@@ -3292,7 +3358,7 @@ pub mod perfetto {
                 /// Whether `patches_succeeded` (field 5) occurs with the right wire type.
                 #[inline]
                 pub fn has_patches_succeeded(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 13)
+                    ::protozero::gen_support::has(&self.d, 13)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 patches_failed = 6`.
@@ -3304,7 +3370,7 @@ pub mod perfetto {
                 /// Whether `patches_failed` (field 6) occurs with the right wire type.
                 #[inline]
                 pub fn has_patches_failed(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 14)
+                    ::protozero::gen_support::has(&self.d, 14)
                 }
 
                 /// Multi-chunk packet reads that completed / stopped on a missing chunk.
@@ -3319,7 +3385,7 @@ pub mod perfetto {
                 /// Whether `readaheads_succeeded` (field 7) occurs with the right wire type.
                 #[inline]
                 pub fn has_readaheads_succeeded(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 15)
+                    ::protozero::gen_support::has(&self.d, 15)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 readaheads_failed = 8`.
@@ -3331,7 +3397,7 @@ pub mod perfetto {
                 /// Whether `readaheads_failed` (field 8) occurs with the right wire type.
                 #[inline]
                 pub fn has_readaheads_failed(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 16)
+                    ::protozero::gen_support::has(&self.d, 16)
                 }
 
                 /// Shared memory ABI violations seen (buggy or hostile producer).
@@ -3345,7 +3411,7 @@ pub mod perfetto {
                 /// Whether `abi_violations` (field 9) occurs with the right wire type.
                 #[inline]
                 pub fn has_abi_violations(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 17)
+                    ::protozero::gen_support::has(&self.d, 17)
                 }
 
                 /// Packets a trace writer reported as dropped (drop sentinel in a fragment
@@ -3361,7 +3427,7 @@ pub mod perfetto {
                 /// Whether `trace_writer_packet_loss` (field 19) occurs with the right wire type.
                 #[inline]
                 pub fn has_trace_writer_packet_loss(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 18)
+                    ::protozero::gen_support::has(&self.d, 18)
                 }
 
                 /// Chunks moved inside the buffer (TraceBufferV2 only). Taken from
@@ -3377,7 +3443,7 @@ pub mod perfetto {
                 /// Whether `chunks_relocated` (field 20) occurs with the right wire type.
                 #[inline]
                 pub fn has_chunks_relocated(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 19)
+                    ::protozero::gen_support::has(&self.d, 19)
                 }
 
                 /// Breakdown of detected losses by cause (TraceBufferV2 only). One loss
@@ -3394,7 +3460,7 @@ pub mod perfetto {
                 /// Whether `data_loss_read_gap` (field 22) occurs with the right wire type.
                 #[inline]
                 pub fn has_data_loss_read_gap(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 20)
+                    ::protozero::gen_support::has(&self.d, 20)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64
@@ -3407,7 +3473,7 @@ pub mod perfetto {
                 /// Whether `data_loss_chunk_corrupted` (field 23) occurs with the right wire type.
                 #[inline]
                 pub fn has_data_loss_chunk_corrupted(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 21)
+                    ::protozero::gen_support::has(&self.d, 21)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64
@@ -3421,7 +3487,7 @@ pub mod perfetto {
                 /// type.
                 #[inline]
                 pub fn has_data_loss_orphan_continuation(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 22)
+                    ::protozero::gen_support::has(&self.d, 22)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64
@@ -3434,7 +3500,7 @@ pub mod perfetto {
                 /// Whether `data_loss_reassembly_gap` (field 25) occurs with the right wire type.
                 #[inline]
                 pub fn has_data_loss_reassembly_gap(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 23)
+                    ::protozero::gen_support::has(&self.d, 23)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64
@@ -3448,7 +3514,7 @@ pub mod perfetto {
                 /// wire type.
                 #[inline]
                 pub fn has_data_loss_reassembly_broken_chain(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 24)
+                    ::protozero::gen_support::has(&self.d, 24)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 data_loss_overwrite =
@@ -3461,7 +3527,7 @@ pub mod perfetto {
                 /// Whether `data_loss_overwrite` (field 27) occurs with the right wire type.
                 #[inline]
                 pub fn has_data_loss_overwrite(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 25)
+                    ::protozero::gen_support::has(&self.d, 25)
                 }
 
                 /// Lower bound on chunks missing across ChunkID gaps.
@@ -3476,7 +3542,7 @@ pub mod perfetto {
                 /// Whether `data_loss_missing_chunks` (field 28) occurs with the right wire type.
                 #[inline]
                 pub fn has_data_loss_missing_chunks(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 26)
+                    ::protozero::gen_support::has(&self.d, 26)
                 }
 
                 /// The last occurrence (an empty message when absent) of `optional
@@ -3494,7 +3560,7 @@ pub mod perfetto {
                 /// Whether `shadow_buffer_stats` (field 21) occurs with the right wire type.
                 #[inline]
                 pub fn has_shadow_buffer_stats(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 27)
+                    ::protozero::gen_support::has(&self.d, 27)
                 }
             }
 
@@ -3604,41 +3670,51 @@ pub mod perfetto {
                 /// writes this field.
                 ///
                 /// A zero-copy view of an encoded
-                /// `perfetto.protos.TraceStats.BufferStats.ShadowBufferStats`: its fields are
-                /// indexed once by [`Self::decode`] and read from the borrowed bytes by the
-                /// getters, which never allocate.
+                /// `perfetto.protos.TraceStats.BufferStats.ShadowBufferStats`: [`Self::decode`]
+                /// walks the message once, keeping each singular field's value and where each
+                /// repeated field lies, and the getters read from that and the borrowed bytes; they
+                /// never allocate.
                 ///
                 /// A singular field reads its last occurrence (the default when absent); repeated
                 /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
                 /// does not match the declared type is skipped like an unknown field.
                 #[derive(Clone, Debug)]
                 pub struct ShadowBufferStatsView<'a> {
-                    d: ::protozero::TypedDecoder<'a, 8>,
+                    d: ::protozero::gen_support::Slots<'a, 8, 1, 0>,
                 }
 
                 impl<'a> ShadowBufferStatsView<'a> {
-                    /// Indexes the fields of `bytes`, skipping unknown ones.
+                    /// Reads the fields of `bytes`, skipping unknown ones.
                     ///
                     /// # Errors
                     ///
                     /// The first malformation if `bytes` is not a well-formed protobuf message.
                     #[inline]
                     pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                        ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                        let mut d = ::protozero::gen_support::Slots::new(bytes);
+                        let mut pos = 0;
+                        while pos < bytes.len() {
+                            let start = pos;
+                            let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                            pos = match tag {
+                                8 => d.varint(0, at)?,
+                                16 => d.varint(1, at)?,
+                                24 => d.varint(2, at)?,
+                                32 => d.varint(3, at)?,
+                                40 => d.varint(4, at)?,
+                                48 => d.varint(5, at)?,
+                                56 => d.varint(6, at)?,
+                                64 => d.varint(7, at)?,
+                                _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                            };
+                        }
+                        ::core::result::Result::Ok(Self { d })
                     }
 
                     /// The encoded message this view reads.
                     #[inline]
                     pub fn bytes(&self) -> &'a [u8] {
                         self.d.bytes()
-                    }
-
-                    #[inline]
-                    fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                        match id {
-                            1..=8 => ::core::option::Option::Some(id as usize - 1),
-                            _ => ::core::option::Option::None,
-                        }
                     }
 
                     /// The last occurrence, or the default, of `optional uint64 packets_seen = 1`.
@@ -3650,7 +3726,7 @@ pub mod perfetto {
                     /// Whether `packets_seen` (field 1) occurs with the right wire type.
                     #[inline]
                     pub fn has_packets_seen(&self) -> bool {
-                        ::protozero::gen_support::has_varint(&self.d, 0)
+                        ::protozero::gen_support::has(&self.d, 0)
                     }
 
                     /// The last occurrence, or the default, of `optional uint64 packets_in_both =
@@ -3663,7 +3739,7 @@ pub mod perfetto {
                     /// Whether `packets_in_both` (field 2) occurs with the right wire type.
                     #[inline]
                     pub fn has_packets_in_both(&self) -> bool {
-                        ::protozero::gen_support::has_varint(&self.d, 1)
+                        ::protozero::gen_support::has(&self.d, 1)
                     }
 
                     /// The last occurrence, or the default, of `optional uint64 packets_only_v1 =
@@ -3676,7 +3752,7 @@ pub mod perfetto {
                     /// Whether `packets_only_v1` (field 3) occurs with the right wire type.
                     #[inline]
                     pub fn has_packets_only_v1(&self) -> bool {
-                        ::protozero::gen_support::has_varint(&self.d, 2)
+                        ::protozero::gen_support::has(&self.d, 2)
                     }
 
                     /// The last occurrence, or the default, of `optional uint64 packets_only_v2 =
@@ -3689,7 +3765,7 @@ pub mod perfetto {
                     /// Whether `packets_only_v2` (field 4) occurs with the right wire type.
                     #[inline]
                     pub fn has_packets_only_v2(&self) -> bool {
-                        ::protozero::gen_support::has_varint(&self.d, 3)
+                        ::protozero::gen_support::has(&self.d, 3)
                     }
 
                     /// The last occurrence, or the default, of `optional uint64 patches_attempted =
@@ -3702,7 +3778,7 @@ pub mod perfetto {
                     /// Whether `patches_attempted` (field 5) occurs with the right wire type.
                     #[inline]
                     pub fn has_patches_attempted(&self) -> bool {
-                        ::protozero::gen_support::has_varint(&self.d, 4)
+                        ::protozero::gen_support::has(&self.d, 4)
                     }
 
                     /// The last occurrence, or the default, of `optional uint64
@@ -3715,7 +3791,7 @@ pub mod perfetto {
                     /// Whether `v1_patches_succeeded` (field 6) occurs with the right wire type.
                     #[inline]
                     pub fn has_v1_patches_succeeded(&self) -> bool {
-                        ::protozero::gen_support::has_varint(&self.d, 5)
+                        ::protozero::gen_support::has(&self.d, 5)
                     }
 
                     /// The last occurrence, or the default, of `optional uint64
@@ -3728,7 +3804,7 @@ pub mod perfetto {
                     /// Whether `v2_patches_succeeded` (field 7) occurs with the right wire type.
                     #[inline]
                     pub fn has_v2_patches_succeeded(&self) -> bool {
-                        ::protozero::gen_support::has_varint(&self.d, 6)
+                        ::protozero::gen_support::has(&self.d, 6)
                     }
 
                     /// The last occurrence, or the default, of `optional uint32 stats_version = 8`.
@@ -3740,7 +3816,7 @@ pub mod perfetto {
                     /// Whether `stats_version` (field 8) occurs with the right wire type.
                     #[inline]
                     pub fn has_stats_version(&self) -> bool {
-                        ::protozero::gen_support::has_varint(&self.d, 7)
+                        ::protozero::gen_support::has(&self.d, 7)
                     }
                 }
             }
@@ -3831,43 +3907,49 @@ pub mod perfetto {
 
             /// Per-sequence statistics (one per {producer, writer}).
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.TraceStats.WriterStats`: its fields
-            /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.TraceStats.WriterStats`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct WriterStatsView<'a> {
-                d: ::protozero::TypedDecoder<'a, 4>,
+                d: ::protozero::gen_support::Slots<'a, 2, 1, 2>,
             }
 
             impl<'a> WriterStatsView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            32 => d.varint(1, at)?,
+                            16 => d.rep_varint(0, start, at)?,
+                            18 => d.rep_len(0, start, at)?,
+                            24 => d.rep_varint(1, start, at)?,
+                            26 => d.rep_len(1, start, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1 => ::core::option::Option::Some(0),
-                        4 => ::core::option::Option::Some(1),
-                        2..=3 => ::core::option::Option::Some(id as usize),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// Equals TracePacket.trusted_packet_sequence_id of that writer.
@@ -3881,7 +3963,7 @@ pub mod perfetto {
                 /// Whether `sequence_id` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_sequence_id(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// Index of the target buffer in TraceConfig.buffers.
@@ -3895,7 +3977,7 @@ pub mod perfetto {
                 /// Whether `buffer` (field 4) occurs with the right wire type.
                 #[inline]
                 pub fn has_buffer(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// Chunk payload size histogram: one entry per bucket of
@@ -3905,14 +3987,14 @@ pub mod perfetto {
                 /// true]`.
                 #[inline]
                 pub fn chunk_payload_histogram_counts(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_uint64(&self.d, 2)
+                    ::protozero::gen_support::repeated_uint64(&self.d, 0, 2)
                 }
 
                 /// The elements of `repeated int64 chunk_payload_histogram_sum = 3 [packed =
                 /// true]`.
                 #[inline]
                 pub fn chunk_payload_histogram_sum(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i64, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_int64(&self.d, 3)
+                    ::protozero::gen_support::repeated_int64(&self.d, 1, 3)
                 }
             }
 
@@ -4002,42 +4084,50 @@ pub mod perfetto {
 
             /// Trace filter counters; only set when TraceConfig has a trace filter.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.TraceStats.FilterStats`: its fields
-            /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.TraceStats.FilterStats`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct FilterStatsView<'a> {
-                d: ::protozero::TypedDecoder<'a, 6>,
+                d: ::protozero::gen_support::Slots<'a, 5, 1, 1>,
             }
 
             impl<'a> FilterStatsView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            16 => d.varint(1, at)?,
+                            24 => d.varint(2, at)?,
+                            32 => d.varint(3, at)?,
+                            40 => d.varint(4, at)?,
+                            160 => d.rep_varint(0, start, at)?,
+                            162 => d.rep_len(0, start, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=5 => ::core::option::Option::Some(id as usize - 1),
-                        20 => ::core::option::Option::Some(5),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 input_packets = 1`.
@@ -4049,7 +4139,7 @@ pub mod perfetto {
                 /// Whether `input_packets` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_input_packets(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 input_bytes = 2`.
@@ -4061,7 +4151,7 @@ pub mod perfetto {
                 /// Whether `input_bytes` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_input_bytes(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 output_bytes = 3`.
@@ -4073,7 +4163,7 @@ pub mod perfetto {
                 /// Whether `output_bytes` (field 3) occurs with the right wire type.
                 #[inline]
                 pub fn has_output_bytes(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 2)
+                    ::protozero::gen_support::has(&self.d, 2)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 errors = 4`.
@@ -4085,7 +4175,7 @@ pub mod perfetto {
                 /// Whether `errors` (field 4) occurs with the right wire type.
                 #[inline]
                 pub fn has_errors(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 3)
+                    ::protozero::gen_support::has(&self.d, 3)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 time_taken_ns = 5`.
@@ -4097,13 +4187,13 @@ pub mod perfetto {
                 /// Whether `time_taken_ns` (field 5) occurs with the right wire type.
                 #[inline]
                 pub fn has_time_taken_ns(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 4)
+                    ::protozero::gen_support::has(&self.d, 4)
                 }
 
                 /// The elements of `repeated uint64 bytes_discarded_per_buffer = 20`.
                 #[inline]
                 pub fn bytes_discarded_per_buffer(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_uint64(&self.d, 5)
+                    ::protozero::gen_support::repeated_uint64(&self.d, 0, 20)
                 }
             }
 
@@ -4384,53 +4474,57 @@ pub mod perfetto {
         /// than process_stats_config 103, sys_stats_config 104, perf_event_config 111
         /// and track_event_config 113, and for_testing 1001.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.DataSourceConfig`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-        /// never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.DataSourceConfig`: [`Self::decode`]
+        /// walks the message once, keeping each singular field's value and where each repeated
+        /// field lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct DataSourceConfigView<'a> {
-            d: ::protozero::TypedDecoder<'a, 15>,
+            d: ::protozero::gen_support::Slots<'a, 15, 1, 0>,
         }
 
         impl<'a> DataSourceConfigView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.len(0, at)?,
+                        16 => d.varint(1, at)?,
+                        90 => d.len(2, at)?,
+                        24 => d.varint(3, at)?,
+                        976 => d.varint(4, at)?,
+                        56 => d.varint(5, at)?,
+                        48 => d.varint(6, at)?,
+                        64 => d.varint(7, at)?,
+                        32 => d.varint(8, at)?,
+                        72 => d.varint(9, at)?,
+                        826 => d.len(10, at)?,
+                        834 => d.len(11, at)?,
+                        890 => d.len(12, at)?,
+                        906 => d.len(13, at)?,
+                        8002 => d.len(14, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=2 => ::core::option::Option::Some(id as usize - 1),
-                    11 => ::core::option::Option::Some(2),
-                    3 => ::core::option::Option::Some(3),
-                    122 => ::core::option::Option::Some(4),
-                    7 => ::core::option::Option::Some(5),
-                    6 => ::core::option::Option::Some(6),
-                    8 => ::core::option::Option::Some(7),
-                    4 => ::core::option::Option::Some(8),
-                    9 => ::core::option::Option::Some(9),
-                    103..=104 => ::core::option::Option::Some(id as usize - 93),
-                    111 => ::core::option::Option::Some(12),
-                    113 => ::core::option::Option::Some(13),
-                    1000 => ::core::option::Option::Some(14),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// Data source name, e.g. "track_event". Must match the registered name.
@@ -4454,7 +4548,7 @@ pub mod perfetto {
             /// Whether `name` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_name(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// In a consumer config: index into TraceConfig.buffers. When the service
@@ -4470,7 +4564,7 @@ pub mod perfetto {
             /// Whether `target_buffer` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_target_buffer(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// Alternative to target_buffer: refer to a buffer by its name.
@@ -4494,7 +4588,7 @@ pub mod perfetto {
             /// Whether `target_buffer_name` (field 11) occurs with the right wire type.
             #[inline]
             pub fn has_target_buffer_name(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// Set by the service: session duration.
@@ -4508,7 +4602,7 @@ pub mod perfetto {
             /// Whether `trace_duration_ms` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_trace_duration_ms(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// Set by the service: whether the duration counts time in suspend.
@@ -4524,7 +4618,7 @@ pub mod perfetto {
             /// type.
             #[inline]
             pub fn has_prefer_suspend_clock_for_duration(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 4)
             }
 
             /// Set by the service: how long it waits after StopDataSource.
@@ -4538,7 +4632,7 @@ pub mod perfetto {
             /// Whether `stop_timeout_ms` (field 7) occurs with the right wire type.
             #[inline]
             pub fn has_stop_timeout_ms(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 5)
+                ::protozero::gen_support::has(&self.d, 5)
             }
 
             /// Set by the service.
@@ -4552,7 +4646,7 @@ pub mod perfetto {
             /// Whether `enable_extra_guardrails` (field 6) occurs with the right wire type.
             #[inline]
             pub fn has_enable_extra_guardrails(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 6)
+                ::protozero::gen_support::has(&self.d, 6)
             }
 
             /// Set by the service.
@@ -4575,7 +4669,7 @@ pub mod perfetto {
             /// Whether `session_initiator` (field 8) occurs with the right wire type.
             #[inline]
             pub fn has_session_initiator(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 7)
+                ::protozero::gen_support::has(&self.d, 7)
             }
 
             /// Set by the service: id of the session this instance belongs to.
@@ -4589,7 +4683,7 @@ pub mod perfetto {
             /// Whether `tracing_session_id` (field 4) occurs with the right wire type.
             #[inline]
             pub fn has_tracing_session_id(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 8)
+                ::protozero::gen_support::has(&self.d, 8)
             }
 
             /// The last occurrence, or the default, of `optional
@@ -4611,7 +4705,7 @@ pub mod perfetto {
             /// Whether `buffer_exhausted_policy` (field 9) occurs with the right wire type.
             #[inline]
             pub fn has_buffer_exhausted_policy(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 9)
+                ::protozero::gen_support::has(&self.d, 9)
             }
 
             /// Config of the "linux.process_stats" data source. Upstream marks the
@@ -4631,7 +4725,7 @@ pub mod perfetto {
             /// Whether `process_stats_config` (field 103) occurs with the right wire type.
             #[inline]
             pub fn has_process_stats_config(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 10)
+                ::protozero::gen_support::has(&self.d, 10)
             }
 
             /// Config of the "linux.sys_stats" data source.
@@ -4650,7 +4744,7 @@ pub mod perfetto {
             /// Whether `sys_stats_config` (field 104) occurs with the right wire type.
             #[inline]
             pub fn has_sys_stats_config(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 11)
+                ::protozero::gen_support::has(&self.d, 11)
             }
 
             /// Config of the "linux.perf" data source.
@@ -4669,7 +4763,7 @@ pub mod perfetto {
             /// Whether `perf_event_config` (field 111) occurs with the right wire type.
             #[inline]
             pub fn has_perf_event_config(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 12)
+                ::protozero::gen_support::has(&self.d, 12)
             }
 
             /// Config of the "track_event" data source. A plain field, as in Perfetto
@@ -4689,7 +4783,7 @@ pub mod perfetto {
             /// Whether `track_event_config` (field 113) occurs with the right wire type.
             #[inline]
             pub fn has_track_event_config(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 13)
+                ::protozero::gen_support::has(&self.d, 13)
             }
 
             /// Free-form fallback config string.
@@ -4713,7 +4807,7 @@ pub mod perfetto {
             /// Whether `legacy_config` (field 1000) occurs with the right wire type.
             #[inline]
             pub fn has_legacy_config(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 14)
+                ::protozero::gen_support::has(&self.d, 14)
             }
         }
 
@@ -4980,27 +5074,46 @@ pub mod perfetto {
         ///
         /// Not modelled: record_process_dmabuf_rss (number taken upstream).
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.ProcessStatsConfig`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-        /// never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.ProcessStatsConfig`: [`Self::decode`]
+        /// walks the message once, keeping each singular field's value and where each repeated
+        /// field lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct ProcessStatsConfigView<'a> {
-            d: ::protozero::TypedDecoder<'a, 9>,
+            d: ::protozero::gen_support::Slots<'a, 8, 1, 1>,
         }
 
         impl<'a> ProcessStatsConfigView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.rep_varint(0, start, at)?,
+                        10 => d.rep_len(0, start, at)?,
+                        16 => d.varint(0, at)?,
+                        24 => d.varint(1, at)?,
+                        32 => d.varint(2, at)?,
+                        48 => d.varint(3, at)?,
+                        72 => d.varint(4, at)?,
+                        80 => d.varint(5, at)?,
+                        88 => d.varint(6, at)?,
+                        96 => d.varint(7, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
@@ -5009,26 +5122,16 @@ pub mod perfetto {
                 self.d.bytes()
             }
 
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=4 => ::core::option::Option::Some(id as usize - 1),
-                    6 => ::core::option::Option::Some(4),
-                    9..=12 => ::core::option::Option::Some(id as usize - 4),
-                    _ => ::core::option::Option::None,
-                }
-            }
-
             /// The elements of `repeated perfetto.protos.ProcessStatsConfig.Quirks quirks = 1`.
             #[inline]
             pub fn quirks(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<::core::option::Option<process_stats_config::Quirks>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_int32(&self.d, 0).map(|r| r.map(process_stats_config::Quirks::from_i32))
+                ::protozero::gen_support::repeated_int32(&self.d, 0, 1).map(|r| r.map(process_stats_config::Quirks::from_i32))
             }
 
             /// The elements of `quirks` as raw values (also those the enum does not declare).
             #[inline]
             pub fn quirks_raw(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_int32(&self.d, 0)
+                ::protozero::gen_support::repeated_int32(&self.d, 0, 1)
             }
 
             /// Dump every process and thread when the data source starts.
@@ -5037,13 +5140,13 @@ pub mod perfetto {
             /// 2`.
             #[inline]
             pub fn scan_all_processes_on_start(&self) -> bool {
-                ::protozero::gen_support::bool(&self.d, 1, false)
+                ::protozero::gen_support::bool(&self.d, 0, false)
             }
 
             /// Whether `scan_all_processes_on_start` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_scan_all_processes_on_start(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// Also record thread names.
@@ -5051,13 +5154,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional bool record_thread_names = 3`.
             #[inline]
             pub fn record_thread_names(&self) -> bool {
-                ::protozero::gen_support::bool(&self.d, 2, false)
+                ::protozero::gen_support::bool(&self.d, 1, false)
             }
 
             /// Whether `record_thread_names` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_record_thread_names(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// Period of the per-process counter polling in ms; 0 = off, minimum 100.
@@ -5065,13 +5168,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint32 proc_stats_poll_ms = 4`.
             #[inline]
             pub fn proc_stats_poll_ms(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 3, 0)
+                ::protozero::gen_support::uint32(&self.d, 2, 0)
             }
 
             /// Whether `proc_stats_poll_ms` (field 4) occurs with the right wire type.
             #[inline]
             pub fn has_proc_stats_poll_ms(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// How long unchanged polled values are not re-emitted; 0 or a multiple of
@@ -5081,13 +5184,13 @@ pub mod perfetto {
             /// 6`.
             #[inline]
             pub fn proc_stats_cache_ttl_ms(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 4, 0)
+                ::protozero::gen_support::uint32(&self.d, 3, 0)
             }
 
             /// Whether `proc_stats_cache_ttl_ms` (field 6) occurs with the right wire type.
             #[inline]
             pub fn has_proc_stats_cache_ttl_ms(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// Resolve open file descriptors to paths (deprecated upstream).
@@ -5095,13 +5198,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional bool resolve_process_fds = 9`.
             #[inline]
             pub fn resolve_process_fds(&self) -> bool {
-                ::protozero::gen_support::bool(&self.d, 5, false)
+                ::protozero::gen_support::bool(&self.d, 4, false)
             }
 
             /// Whether `resolve_process_fds` (field 9) occurs with the right wire type.
             #[inline]
             pub fn has_resolve_process_fds(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 5)
+                ::protozero::gen_support::has(&self.d, 4)
             }
 
             /// Also read /proc/\<pid\>/smaps_rollup.
@@ -5109,13 +5212,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional bool scan_smaps_rollup = 10`.
             #[inline]
             pub fn scan_smaps_rollup(&self) -> bool {
-                ::protozero::gen_support::bool(&self.d, 6, false)
+                ::protozero::gen_support::bool(&self.d, 5, false)
             }
 
             /// Whether `scan_smaps_rollup` (field 10) occurs with the right wire type.
             #[inline]
             pub fn has_scan_smaps_rollup(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 6)
+                ::protozero::gen_support::has(&self.d, 5)
             }
 
             /// Record process start times (ProcessTree.Process.process_start_from_boot).
@@ -5123,13 +5226,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional bool record_process_age = 11`.
             #[inline]
             pub fn record_process_age(&self) -> bool {
-                ::protozero::gen_support::bool(&self.d, 7, false)
+                ::protozero::gen_support::bool(&self.d, 6, false)
             }
 
             /// Whether `record_process_age` (field 11) occurs with the right wire type.
             #[inline]
             pub fn has_record_process_age(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 7)
+                ::protozero::gen_support::has(&self.d, 6)
             }
 
             /// Record per-process user and kernel CPU time.
@@ -5137,13 +5240,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional bool record_process_runtime = 12`.
             #[inline]
             pub fn record_process_runtime(&self) -> bool {
-                ::protozero::gen_support::bool(&self.d, 8, false)
+                ::protozero::gen_support::bool(&self.d, 7, false)
             }
 
             /// Whether `record_process_runtime` (field 12) occurs with the right wire type.
             #[inline]
             pub fn has_record_process_runtime(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 8)
+                ::protozero::gen_support::has(&self.d, 7)
             }
         }
 
@@ -5368,46 +5471,55 @@ pub mod perfetto {
         /// unwind_state_clear_period_ms 10, target_installed_by 18,
         /// additional_cmdline_count 11, reserved 14.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.PerfEventConfig`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.PerfEventConfig`: [`Self::decode`] walks
+        /// the message once, keeping each singular field's value and where each repeated field
+        /// lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct PerfEventConfigView<'a> {
-            d: ::protozero::TypedDecoder<'a, 11>,
+            d: ::protozero::gen_support::Slots<'a, 7, 1, 4>,
         }
 
         impl<'a> PerfEventConfigView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        122 => d.len(0, at)?,
+                        130 => d.len(1, at)?,
+                        64 => d.varint(2, at)?,
+                        24 => d.varint(3, at)?,
+                        8 => d.varint(4, at)?,
+                        16 => d.varint(5, at)?,
+                        96 => d.varint(6, at)?,
+                        32 => d.rep_varint(0, start, at)?,
+                        34 => d.rep_len(0, start, at)?,
+                        42 => d.rep_len(1, start, at)?,
+                        48 => d.rep_varint(2, start, at)?,
+                        50 => d.rep_len(2, start, at)?,
+                        58 => d.rep_len(3, start, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    15..=16 => ::core::option::Option::Some(id as usize - 15),
-                    8 => ::core::option::Option::Some(2),
-                    3 => ::core::option::Option::Some(3),
-                    1..=2 => ::core::option::Option::Some(id as usize + 3),
-                    12 => ::core::option::Option::Some(6),
-                    4..=7 => ::core::option::Option::Some(id as usize + 3),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The event samples are taken on and how often.
@@ -5426,7 +5538,7 @@ pub mod perfetto {
             /// Whether `timebase` (field 15) occurs with the right wire type.
             #[inline]
             pub fn has_timebase(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// Whose call stacks are sampled, and how they are unwound.
@@ -5445,7 +5557,7 @@ pub mod perfetto {
             /// Whether `callstack_sampling` (field 16) occurs with the right wire type.
             #[inline]
             pub fn has_callstack_sampling(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// How often the daemon reads the kernel's ring buffers (ms).
@@ -5460,7 +5572,7 @@ pub mod perfetto {
             /// Whether `ring_buffer_read_period_ms` (field 8) occurs with the right wire type.
             #[inline]
             pub fn has_ring_buffer_read_period_ms(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// Size of each ring buffer, in pages (a power of two).
@@ -5474,7 +5586,7 @@ pub mod perfetto {
             /// Whether `ring_buffer_pages` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_ring_buffer_pages(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// Legacy (before timebase and callstack_sampling): the same settings at
@@ -5489,7 +5601,7 @@ pub mod perfetto {
             /// Whether `all_cpus` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_all_cpus(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 4)
             }
 
             /// The last occurrence, or the default, of `optional uint32 sampling_frequency = 2`.
@@ -5501,7 +5613,7 @@ pub mod perfetto {
             /// Whether `sampling_frequency` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_sampling_frequency(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 5)
+                ::protozero::gen_support::has(&self.d, 5)
             }
 
             /// The last occurrence, or the default, of `optional bool kernel_frames = 12`.
@@ -5513,31 +5625,31 @@ pub mod perfetto {
             /// Whether `kernel_frames` (field 12) occurs with the right wire type.
             #[inline]
             pub fn has_kernel_frames(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 6)
+                ::protozero::gen_support::has(&self.d, 6)
             }
 
             /// The elements of `repeated int32 target_pid = 4`.
             #[inline]
             pub fn target_pid(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_int32(&self.d, 7)
+                ::protozero::gen_support::repeated_int32(&self.d, 0, 4)
             }
 
             /// The elements of `repeated string target_cmdline = 5`.
             #[inline]
             pub fn target_cmdline(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<&'a str, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_string(&self.d, 8)
+                ::protozero::gen_support::repeated_string(&self.d, 1, 5)
             }
 
             /// The elements of `repeated int32 exclude_pid = 6`.
             #[inline]
             pub fn exclude_pid(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_int32(&self.d, 9)
+                ::protozero::gen_support::repeated_int32(&self.d, 2, 6)
             }
 
             /// The elements of `repeated string exclude_cmdline = 7`.
             #[inline]
             pub fn exclude_cmdline(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<&'a str, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_string(&self.d, 10)
+                ::protozero::gen_support::repeated_string(&self.d, 3, 7)
             }
         }
 
@@ -5611,40 +5723,45 @@ pub mod perfetto {
             }
 
             /// A zero-copy view of an encoded `perfetto.protos.PerfEventConfig.CallstackSampling`:
-            /// its fields are indexed once by [`Self::decode`] and read from the borrowed bytes by
-            /// the getters, which never allocate.
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct CallstackSamplingView<'a> {
-                d: ::protozero::TypedDecoder<'a, 3>,
+                d: ::protozero::gen_support::Slots<'a, 3, 1, 0>,
             }
 
             impl<'a> CallstackSamplingView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            10 => d.len(0, at)?,
+                            16 => d.varint(1, at)?,
+                            24 => d.varint(2, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=3 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The processes sampled (unset: every process).
@@ -5663,7 +5780,7 @@ pub mod perfetto {
                 /// Whether `scope` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_scope(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// Whether kernel frames are recorded too.
@@ -5677,7 +5794,7 @@ pub mod perfetto {
                 /// Whether `kernel_frames` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_kernel_frames(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// How user frames are unwound.
@@ -5700,7 +5817,7 @@ pub mod perfetto {
                 /// Whether `user_frames` (field 3) occurs with the right wire type.
                 #[inline]
                 pub fn has_user_frames(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 2)
+                    ::protozero::gen_support::has(&self.d, 2)
                 }
             }
 
@@ -5786,27 +5903,43 @@ pub mod perfetto {
             /// Not modelled (numbers taken upstream, do not reuse):
             /// additional_cmdline_count 5, process_shard_count 6.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.PerfEventConfig.Scope`: its fields
-            /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.PerfEventConfig.Scope`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct ScopeView<'a> {
-                d: ::protozero::TypedDecoder<'a, 4>,
+                d: ::protozero::gen_support::Slots<'a, 0, 0, 4>,
             }
 
             impl<'a> ScopeView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.rep_varint(0, start, at)?,
+                            10 => d.rep_len(0, start, at)?,
+                            18 => d.rep_len(1, start, at)?,
+                            24 => d.rep_varint(2, start, at)?,
+                            26 => d.rep_len(2, start, at)?,
+                            34 => d.rep_len(3, start, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
@@ -5815,18 +5948,10 @@ pub mod perfetto {
                     self.d.bytes()
                 }
 
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=4 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
-                }
-
                 /// The elements of `repeated int32 target_pid = 1`.
                 #[inline]
                 pub fn target_pid(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_int32(&self.d, 0)
+                    ::protozero::gen_support::repeated_int32(&self.d, 0, 1)
                 }
 
                 /// Matched against the process's command line (its first argument, or
@@ -5835,19 +5960,19 @@ pub mod perfetto {
                 /// The elements of `repeated string target_cmdline = 2`.
                 #[inline]
                 pub fn target_cmdline(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<&'a str, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_string(&self.d, 1)
+                    ::protozero::gen_support::repeated_string(&self.d, 1, 2)
                 }
 
                 /// The elements of `repeated int32 exclude_pid = 3`.
                 #[inline]
                 pub fn exclude_pid(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_int32(&self.d, 2)
+                    ::protozero::gen_support::repeated_int32(&self.d, 2, 3)
                 }
 
                 /// The elements of `repeated string exclude_cmdline = 4`.
                 #[inline]
                 pub fn exclude_cmdline(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<&'a str, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_string(&self.d, 3)
+                    ::protozero::gen_support::repeated_string(&self.d, 3, 4)
                 }
             }
 
@@ -6146,41 +6271,59 @@ pub mod perfetto {
         /// hour); periods should be multiples of each other. Empty counter lists
         /// mean "all known counters".
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.SysStatsConfig`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.SysStatsConfig`: [`Self::decode`] walks
+        /// the message once, keeping each singular field's value and where each repeated field
+        /// lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct SysStatsConfigView<'a> {
-            d: ::protozero::TypedDecoder<'a, 14>,
+            d: ::protozero::gen_support::Slots<'a, 11, 1, 3>,
         }
 
         impl<'a> SysStatsConfigView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        16 => d.rep_varint(0, start, at)?,
+                        18 => d.rep_len(0, start, at)?,
+                        24 => d.varint(1, at)?,
+                        32 => d.rep_varint(1, start, at)?,
+                        34 => d.rep_len(1, start, at)?,
+                        40 => d.varint(2, at)?,
+                        48 => d.rep_varint(2, start, at)?,
+                        50 => d.rep_len(2, start, at)?,
+                        56 => d.varint(3, at)?,
+                        64 => d.varint(4, at)?,
+                        72 => d.varint(5, at)?,
+                        80 => d.varint(6, at)?,
+                        88 => d.varint(7, at)?,
+                        96 => d.varint(8, at)?,
+                        104 => d.varint(9, at)?,
+                        112 => d.varint(10, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=14 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// /proc/meminfo.
@@ -6194,20 +6337,20 @@ pub mod perfetto {
             /// Whether `meminfo_period_ms` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_meminfo_period_ms(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The elements of `repeated perfetto.protos.MeminfoCounters meminfo_counters = 2`.
             #[inline]
             pub fn meminfo_counters(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<::core::option::Option<MeminfoCounters>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_int32(&self.d, 1).map(|r| r.map(MeminfoCounters::from_i32))
+                ::protozero::gen_support::repeated_int32(&self.d, 0, 2).map(|r| r.map(MeminfoCounters::from_i32))
             }
 
             /// The elements of `meminfo_counters` as raw values (also those the enum does not
             /// declare).
             #[inline]
             pub fn meminfo_counters_raw(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_int32(&self.d, 1)
+                ::protozero::gen_support::repeated_int32(&self.d, 0, 2)
             }
 
             /// /proc/vmstat.
@@ -6215,26 +6358,26 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint32 vmstat_period_ms = 3`.
             #[inline]
             pub fn vmstat_period_ms(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 2, 0)
+                ::protozero::gen_support::uint32(&self.d, 1, 0)
             }
 
             /// Whether `vmstat_period_ms` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_vmstat_period_ms(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// The elements of `repeated perfetto.protos.VmstatCounters vmstat_counters = 4`.
             #[inline]
             pub fn vmstat_counters(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<::core::option::Option<VmstatCounters>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_int32(&self.d, 3).map(|r| r.map(VmstatCounters::from_i32))
+                ::protozero::gen_support::repeated_int32(&self.d, 1, 4).map(|r| r.map(VmstatCounters::from_i32))
             }
 
             /// The elements of `vmstat_counters` as raw values (also those the enum does not
             /// declare).
             #[inline]
             pub fn vmstat_counters_raw(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_int32(&self.d, 3)
+                ::protozero::gen_support::repeated_int32(&self.d, 1, 4)
             }
 
             /// /proc/stat, and which parts of it to report.
@@ -6242,27 +6385,27 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint32 stat_period_ms = 5`.
             #[inline]
             pub fn stat_period_ms(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 4, 0)
+                ::protozero::gen_support::uint32(&self.d, 2, 0)
             }
 
             /// Whether `stat_period_ms` (field 5) occurs with the right wire type.
             #[inline]
             pub fn has_stat_period_ms(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// The elements of `repeated perfetto.protos.SysStatsConfig.StatCounters stat_counters
             /// = 6`.
             #[inline]
             pub fn stat_counters(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<::core::option::Option<sys_stats_config::StatCounters>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_int32(&self.d, 5).map(|r| r.map(sys_stats_config::StatCounters::from_i32))
+                ::protozero::gen_support::repeated_int32(&self.d, 2, 6).map(|r| r.map(sys_stats_config::StatCounters::from_i32))
             }
 
             /// The elements of `stat_counters` as raw values (also those the enum does not
             /// declare).
             #[inline]
             pub fn stat_counters_raw(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_int32(&self.d, 5)
+                ::protozero::gen_support::repeated_int32(&self.d, 2, 6)
             }
 
             /// /sys/class/devfreq/*/cur_freq.
@@ -6270,13 +6413,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint32 devfreq_period_ms = 7`.
             #[inline]
             pub fn devfreq_period_ms(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 6, 0)
+                ::protozero::gen_support::uint32(&self.d, 3, 0)
             }
 
             /// Whether `devfreq_period_ms` (field 7) occurs with the right wire type.
             #[inline]
             pub fn has_devfreq_period_ms(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 6)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// Per-CPU current frequency (cpufreq).
@@ -6284,13 +6427,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint32 cpufreq_period_ms = 8`.
             #[inline]
             pub fn cpufreq_period_ms(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 7, 0)
+                ::protozero::gen_support::uint32(&self.d, 4, 0)
             }
 
             /// Whether `cpufreq_period_ms` (field 8) occurs with the right wire type.
             #[inline]
             pub fn has_cpufreq_period_ms(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 7)
+                ::protozero::gen_support::has(&self.d, 4)
             }
 
             /// /proc/buddyinfo.
@@ -6298,13 +6441,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint32 buddyinfo_period_ms = 9`.
             #[inline]
             pub fn buddyinfo_period_ms(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 8, 0)
+                ::protozero::gen_support::uint32(&self.d, 5, 0)
             }
 
             /// Whether `buddyinfo_period_ms` (field 9) occurs with the right wire type.
             #[inline]
             pub fn has_buddyinfo_period_ms(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 8)
+                ::protozero::gen_support::has(&self.d, 5)
             }
 
             /// /proc/diskstats.
@@ -6312,13 +6455,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint32 diskstat_period_ms = 10`.
             #[inline]
             pub fn diskstat_period_ms(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 9, 0)
+                ::protozero::gen_support::uint32(&self.d, 6, 0)
             }
 
             /// Whether `diskstat_period_ms` (field 10) occurs with the right wire type.
             #[inline]
             pub fn has_diskstat_period_ms(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 9)
+                ::protozero::gen_support::has(&self.d, 6)
             }
 
             /// /proc/pressure/*.
@@ -6326,13 +6469,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint32 psi_period_ms = 11`.
             #[inline]
             pub fn psi_period_ms(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 10, 0)
+                ::protozero::gen_support::uint32(&self.d, 7, 0)
             }
 
             /// Whether `psi_period_ms` (field 11) occurs with the right wire type.
             #[inline]
             pub fn has_psi_period_ms(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 10)
+                ::protozero::gen_support::has(&self.d, 7)
             }
 
             /// /sys/class/thermal/*.
@@ -6340,13 +6483,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint32 thermal_period_ms = 12`.
             #[inline]
             pub fn thermal_period_ms(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 11, 0)
+                ::protozero::gen_support::uint32(&self.d, 8, 0)
             }
 
             /// Whether `thermal_period_ms` (field 12) occurs with the right wire type.
             #[inline]
             pub fn has_thermal_period_ms(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 11)
+                ::protozero::gen_support::has(&self.d, 8)
             }
 
             /// cpuidle state residency.
@@ -6354,13 +6497,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint32 cpuidle_period_ms = 13`.
             #[inline]
             pub fn cpuidle_period_ms(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 12, 0)
+                ::protozero::gen_support::uint32(&self.d, 9, 0)
             }
 
             /// Whether `cpuidle_period_ms` (field 13) occurs with the right wire type.
             #[inline]
             pub fn has_cpuidle_period_ms(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 12)
+                ::protozero::gen_support::has(&self.d, 9)
             }
 
             /// GPU frequency.
@@ -6368,13 +6511,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint32 gpufreq_period_ms = 14`.
             #[inline]
             pub fn gpufreq_period_ms(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 13, 0)
+                ::protozero::gen_support::uint32(&self.d, 10, 0)
             }
 
             /// Whether `gpufreq_period_ms` (field 14) occurs with the right wire type.
             #[inline]
             pub fn has_gpufreq_period_ms(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 13)
+                ::protozero::gen_support::has(&self.d, 10)
             }
         }
 
@@ -6679,27 +6822,53 @@ pub mod perfetto {
         /// session_semaphores 39, priority_boost 40, exclusive_prio 41,
         /// no_flush_before_write_into_file 42.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.TraceConfig`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.TraceConfig`: [`Self::decode`] walks the
+        /// message once, keeping each singular field's value and where each repeated field lies,
+        /// and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct TraceConfigView<'a> {
-            d: ::protozero::TypedDecoder<'a, 17>,
+            d: ::protozero::gen_support::Slots<'a, 15, 1, 2>,
         }
 
         impl<'a> TraceConfigView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.rep_len(0, start, at)?,
+                        18 => d.rep_len(1, start, at)?,
+                        162 => d.len(0, at)?,
+                        24 => d.varint(1, at)?,
+                        288 => d.varint(2, at)?,
+                        32 => d.varint(3, at)?,
+                        64 => d.varint(4, at)?,
+                        234 => d.len(5, at)?,
+                        72 => d.varint(6, at)?,
+                        80 => d.varint(7, at)?,
+                        96 => d.varint(8, at)?,
+                        104 => d.varint(9, at)?,
+                        112 => d.varint(10, at)?,
+                        184 => d.varint(11, at)?,
+                        170 => d.len(12, at)?,
+                        178 => d.len(13, at)?,
+                        192 => d.varint(14, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
@@ -6708,35 +6877,16 @@ pub mod perfetto {
                 self.d.bytes()
             }
 
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=2 => ::core::option::Option::Some(id as usize - 1),
-                    20 => ::core::option::Option::Some(2),
-                    3 => ::core::option::Option::Some(3),
-                    36 => ::core::option::Option::Some(4),
-                    4 => ::core::option::Option::Some(5),
-                    8 => ::core::option::Option::Some(6),
-                    29 => ::core::option::Option::Some(7),
-                    9..=10 => ::core::option::Option::Some(id as usize - 1),
-                    12..=14 => ::core::option::Option::Some(id as usize - 2),
-                    23 => ::core::option::Option::Some(13),
-                    21..=22 => ::core::option::Option::Some(id as usize - 7),
-                    24 => ::core::option::Option::Some(16),
-                    _ => ::core::option::Option::None,
-                }
-            }
-
             /// The elements of `repeated perfetto.protos.TraceConfig.BufferConfig buffers = 1`.
             #[inline]
             pub fn buffers(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<trace_config::BufferConfigView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 0).map(trace_config::BufferConfigView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 0, 1).map(trace_config::BufferConfigView::decode)
             }
 
             /// The elements of `repeated perfetto.protos.TraceConfig.DataSource data_sources = 2`.
             #[inline]
             pub fn data_sources(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<trace_config::DataSourceView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 1).map(trace_config::DataSourceView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 1, 2).map(trace_config::DataSourceView::decode)
             }
 
             /// The last occurrence (an empty message when absent) of `optional
@@ -6747,13 +6897,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn builtin_data_sources(&self) -> ::core::result::Result<trace_config::BuiltinDataSourceView<'a>, ::protozero::DecodeError> {
-                trace_config::BuiltinDataSourceView::decode(::protozero::gen_support::bytes(&self.d, 2, b""))
+                trace_config::BuiltinDataSourceView::decode(::protozero::gen_support::bytes(&self.d, 0, b""))
             }
 
             /// Whether `builtin_data_sources` (field 20) occurs with the right wire type.
             #[inline]
             pub fn has_builtin_data_sources(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// Stop the session this long after it started (0 = until stopped).
@@ -6761,13 +6911,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint32 duration_ms = 3`.
             #[inline]
             pub fn duration_ms(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 3, 0)
+                ::protozero::gen_support::uint32(&self.d, 1, 0)
             }
 
             /// Whether `duration_ms` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_duration_ms(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// Count duration_ms with a suspend-aware clock.
@@ -6776,14 +6926,14 @@ pub mod perfetto {
             /// prefer_suspend_clock_for_duration = 36`.
             #[inline]
             pub fn prefer_suspend_clock_for_duration(&self) -> bool {
-                ::protozero::gen_support::bool(&self.d, 4, false)
+                ::protozero::gen_support::bool(&self.d, 2, false)
             }
 
             /// Whether `prefer_suspend_clock_for_duration` (field 36) occurs with the right wire
             /// type.
             #[inline]
             pub fn has_prefer_suspend_clock_for_duration(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// Enable extra resource guardrails.
@@ -6791,13 +6941,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional bool enable_extra_guardrails = 4`.
             #[inline]
             pub fn enable_extra_guardrails(&self) -> bool {
-                ::protozero::gen_support::bool(&self.d, 5, false)
+                ::protozero::gen_support::bool(&self.d, 3, false)
             }
 
             /// Whether `enable_extra_guardrails` (field 4) occurs with the right wire type.
             #[inline]
             pub fn has_enable_extra_guardrails(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 5)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// Stream the buffers into a file while tracing, either into a file
@@ -6806,13 +6956,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional bool write_into_file = 8`.
             #[inline]
             pub fn write_into_file(&self) -> bool {
-                ::protozero::gen_support::bool(&self.d, 6, false)
+                ::protozero::gen_support::bool(&self.d, 4, false)
             }
 
             /// Whether `write_into_file` (field 8) occurs with the right wire type.
             #[inline]
             pub fn has_write_into_file(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 6)
+                ::protozero::gen_support::has(&self.d, 4)
             }
 
             /// File to create for write_into_file; must not exist yet.
@@ -6824,19 +6974,19 @@ pub mod perfetto {
             /// `InvalidUtf8` if the string is not UTF-8 (see [`Self::output_path_bytes`]).
             #[inline]
             pub fn output_path(&self) -> ::core::result::Result<&'a str, ::protozero::DecodeError> {
-                ::protozero::gen_support::string(&self.d, 7, "")
+                ::protozero::gen_support::string(&self.d, 5, "")
             }
 
             /// `output_path` as bytes, not checked to be UTF-8.
             #[inline]
             pub fn output_path_bytes(&self) -> &'a [u8] {
-                ::protozero::gen_support::bytes(&self.d, 7, b"")
+                ::protozero::gen_support::bytes(&self.d, 5, b"")
             }
 
             /// Whether `output_path` (field 29) occurs with the right wire type.
             #[inline]
             pub fn has_output_path(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 7)
+                ::protozero::gen_support::has(&self.d, 5)
             }
 
             /// Period of the write_into_file drain. Default 5000, minimum 100.
@@ -6844,13 +6994,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint32 file_write_period_ms = 9`.
             #[inline]
             pub fn file_write_period_ms(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 8, 0)
+                ::protozero::gen_support::uint32(&self.d, 6, 0)
             }
 
             /// Whether `file_write_period_ms` (field 9) occurs with the right wire type.
             #[inline]
             pub fn has_file_write_period_ms(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 8)
+                ::protozero::gen_support::has(&self.d, 6)
             }
 
             /// Stop the session once this many bytes were written to the file.
@@ -6858,13 +7008,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint64 max_file_size_bytes = 10`.
             #[inline]
             pub fn max_file_size_bytes(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 9, 0)
+                ::protozero::gen_support::uint64(&self.d, 7, 0)
             }
 
             /// Whether `max_file_size_bytes` (field 10) occurs with the right wire type.
             #[inline]
             pub fn has_max_file_size_bytes(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 9)
+                ::protozero::gen_support::has(&self.d, 7)
             }
 
             /// Start data sources only on an explicit StartTracing request.
@@ -6872,13 +7022,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional bool deferred_start = 12`.
             #[inline]
             pub fn deferred_start(&self) -> bool {
-                ::protozero::gen_support::bool(&self.d, 10, false)
+                ::protozero::gen_support::bool(&self.d, 8, false)
             }
 
             /// Whether `deferred_start` (field 12) occurs with the right wire type.
             #[inline]
             pub fn has_deferred_start(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 10)
+                ::protozero::gen_support::has(&self.d, 8)
             }
 
             /// Issue a Flush to all data sources periodically (0 = only at stop).
@@ -6886,13 +7036,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint32 flush_period_ms = 13`.
             #[inline]
             pub fn flush_period_ms(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 11, 0)
+                ::protozero::gen_support::uint32(&self.d, 9, 0)
             }
 
             /// Whether `flush_period_ms` (field 13) occurs with the right wire type.
             #[inline]
             pub fn has_flush_period_ms(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 11)
+                ::protozero::gen_support::has(&self.d, 9)
             }
 
             /// How long to wait for producers to ack a flush. Default 5000.
@@ -6900,13 +7050,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint32 flush_timeout_ms = 14`.
             #[inline]
             pub fn flush_timeout_ms(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 12, 0)
+                ::protozero::gen_support::uint32(&self.d, 10, 0)
             }
 
             /// Whether `flush_timeout_ms` (field 14) occurs with the right wire type.
             #[inline]
             pub fn has_flush_timeout_ms(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 12)
+                ::protozero::gen_support::has(&self.d, 10)
             }
 
             /// How long to wait for producers to ack a stop. Default 5000.
@@ -6915,13 +7065,13 @@ pub mod perfetto {
             /// = 23`.
             #[inline]
             pub fn data_source_stop_timeout_ms(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 13, 0)
+                ::protozero::gen_support::uint32(&self.d, 11, 0)
             }
 
             /// Whether `data_source_stop_timeout_ms` (field 23) occurs with the right wire type.
             #[inline]
             pub fn has_data_source_stop_timeout_ms(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 13)
+                ::protozero::gen_support::has(&self.d, 11)
             }
 
             /// The last occurrence (an empty message when absent) of `optional
@@ -6932,13 +7082,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn incremental_state_config(&self) -> ::core::result::Result<trace_config::IncrementalStateConfigView<'a>, ::protozero::DecodeError> {
-                trace_config::IncrementalStateConfigView::decode(::protozero::gen_support::bytes(&self.d, 14, b""))
+                trace_config::IncrementalStateConfigView::decode(::protozero::gen_support::bytes(&self.d, 12, b""))
             }
 
             /// Whether `incremental_state_config` (field 21) occurs with the right wire type.
             #[inline]
             pub fn has_incremental_state_config(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 14)
+                ::protozero::gen_support::has(&self.d, 12)
             }
 
             /// At most one session with this name may exist at a time.
@@ -6950,19 +7100,19 @@ pub mod perfetto {
             /// `InvalidUtf8` if the string is not UTF-8 (see [`Self::unique_session_name_bytes`]).
             #[inline]
             pub fn unique_session_name(&self) -> ::core::result::Result<&'a str, ::protozero::DecodeError> {
-                ::protozero::gen_support::string(&self.d, 15, "")
+                ::protozero::gen_support::string(&self.d, 13, "")
             }
 
             /// `unique_session_name` as bytes, not checked to be UTF-8.
             #[inline]
             pub fn unique_session_name_bytes(&self) -> &'a [u8] {
-                ::protozero::gen_support::bytes(&self.d, 15, b"")
+                ::protozero::gen_support::bytes(&self.d, 13, b"")
             }
 
             /// Whether `unique_session_name` (field 22) occurs with the right wire type.
             #[inline]
             pub fn has_unique_session_name(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 15)
+                ::protozero::gen_support::has(&self.d, 13)
             }
 
             /// The last occurrence, or the default, of `optional
@@ -6977,13 +7127,13 @@ pub mod perfetto {
             /// `compression_type` as a raw value (also one the enum does not declare).
             #[inline]
             pub fn compression_type_raw(&self) -> i32 {
-                ::protozero::gen_support::int32(&self.d, 16, 0)
+                ::protozero::gen_support::int32(&self.d, 14, 0)
             }
 
             /// Whether `compression_type` (field 24) occurs with the right wire type.
             #[inline]
             pub fn has_compression_type(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 16)
+                ::protozero::gen_support::has(&self.d, 14)
             }
         }
 
@@ -7052,42 +7202,45 @@ pub mod perfetto {
             /// buffer `name` / `experimental_mode` (TraceBufferV2 opt-in) fields, whose
             /// numbers we could not confirm from the repo.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.TraceConfig.BufferConfig`: its
-            /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.TraceConfig.BufferConfig`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct BufferConfigView<'a> {
-                d: ::protozero::TypedDecoder<'a, 2>,
+                d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
             }
 
             impl<'a> BufferConfigView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            32 => d.varint(1, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1 => ::core::option::Option::Some(0),
-                        4 => ::core::option::Option::Some(1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional uint32 size_kb = 1`.
@@ -7099,7 +7252,7 @@ pub mod perfetto {
                 /// Whether `size_kb` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_size_kb(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// The last occurrence, or the default, of `optional
@@ -7120,7 +7273,7 @@ pub mod perfetto {
                 /// Whether `fill_policy` (field 4) occurs with the right wire type.
                 #[inline]
                 pub fn has_fill_policy(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
             }
 
@@ -7252,41 +7405,47 @@ pub mod perfetto {
 
             /// One data source to enable, optionally restricted to some producers.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.TraceConfig.DataSource`: its fields
-            /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.TraceConfig.DataSource`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct DataSourceView<'a> {
-                d: ::protozero::TypedDecoder<'a, 4>,
+                d: ::protozero::gen_support::Slots<'a, 1, 1, 3>,
             }
 
             impl<'a> DataSourceView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            10 => d.len(0, at)?,
+                            18 => d.rep_len(0, start, at)?,
+                            26 => d.rep_len(1, start, at)?,
+                            34 => d.rep_len(2, start, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=4 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence (an empty message when absent) of `optional
@@ -7303,7 +7462,7 @@ pub mod perfetto {
                 /// Whether `config` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_config(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// Exact producer names (OR semantics). Empty means all producers.
@@ -7311,7 +7470,7 @@ pub mod perfetto {
                 /// The elements of `repeated string producer_name_filter = 2`.
                 #[inline]
                 pub fn producer_name_filter(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<&'a str, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_string(&self.d, 1)
+                    ::protozero::gen_support::repeated_string(&self.d, 0, 2)
                 }
 
                 /// Producer name regexes (OR semantics).
@@ -7319,7 +7478,7 @@ pub mod perfetto {
                 /// The elements of `repeated string producer_name_regex_filter = 3`.
                 #[inline]
                 pub fn producer_name_regex_filter(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<&'a str, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_string(&self.d, 2)
+                    ::protozero::gen_support::repeated_string(&self.d, 1, 3)
                 }
 
                 /// Machine names (multi-machine tracing). "host" is the service's host.
@@ -7327,7 +7486,7 @@ pub mod perfetto {
                 /// The elements of `repeated string machine_name_filter = 4`.
                 #[inline]
                 pub fn machine_name_filter(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<&'a str, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_string(&self.d, 3)
+                    ::protozero::gen_support::repeated_string(&self.d, 2, 4)
                 }
             }
 
@@ -7449,41 +7608,51 @@ pub mod perfetto {
 
             /// Switches for packets the service itself writes.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.TraceConfig.BuiltinDataSource`: its
-            /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.TraceConfig.BuiltinDataSource`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct BuiltinDataSourceView<'a> {
-                d: ::protozero::TypedDecoder<'a, 8>,
+                d: ::protozero::gen_support::Slots<'a, 8, 1, 0>,
             }
 
             impl<'a> BuiltinDataSourceView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            16 => d.varint(1, at)?,
+                            24 => d.varint(2, at)?,
+                            32 => d.varint(3, at)?,
+                            40 => d.varint(4, at)?,
+                            48 => d.varint(5, at)?,
+                            56 => d.varint(6, at)?,
+                            64 => d.varint(7, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=8 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// Do not emit ClockSnapshot packets.
@@ -7498,7 +7667,7 @@ pub mod perfetto {
                 /// Whether `disable_clock_snapshotting` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_disable_clock_snapshotting(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// Do not echo this config into the trace.
@@ -7513,7 +7682,7 @@ pub mod perfetto {
                 /// Whether `disable_trace_config` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_disable_trace_config(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// Do not emit system info packets.
@@ -7527,7 +7696,7 @@ pub mod perfetto {
                 /// Whether `disable_system_info` (field 3) occurs with the right wire type.
                 #[inline]
                 pub fn has_disable_system_info(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 2)
+                    ::protozero::gen_support::has(&self.d, 2)
                 }
 
                 /// Do not emit TracingServiceEvent packets.
@@ -7542,7 +7711,7 @@ pub mod perfetto {
                 /// Whether `disable_service_events` (field 4) occurs with the right wire type.
                 #[inline]
                 pub fn has_disable_service_events(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 3)
+                    ::protozero::gen_support::has(&self.d, 3)
                 }
 
                 /// Clock that the trace's timestamps are converted to. Default BOOTTIME.
@@ -7566,7 +7735,7 @@ pub mod perfetto {
                 /// Whether `primary_trace_clock` (field 5) occurs with the right wire type.
                 #[inline]
                 pub fn has_primary_trace_clock(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 4)
+                    ::protozero::gen_support::has(&self.d, 4)
                 }
 
                 /// Period of sync markers, clock snapshots and stats packets.
@@ -7581,7 +7750,7 @@ pub mod perfetto {
                 /// Whether `snapshot_interval_ms` (field 6) occurs with the right wire type.
                 #[inline]
                 pub fn has_snapshot_interval_ms(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 5)
+                    ::protozero::gen_support::has(&self.d, 5)
                 }
 
                 /// Prefer a suspend-aware clock for those periodic snapshots.
@@ -7597,7 +7766,7 @@ pub mod perfetto {
                 /// type.
                 #[inline]
                 pub fn has_prefer_suspend_clock_for_snapshot(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 6)
+                    ::protozero::gen_support::has(&self.d, 6)
                 }
 
                 /// Do not report per-writer histograms in TraceStats.
@@ -7613,7 +7782,7 @@ pub mod perfetto {
                 /// type.
                 #[inline]
                 pub fn has_disable_chunk_usage_histograms(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 7)
+                    ::protozero::gen_support::has(&self.d, 7)
                 }
             }
 
@@ -7661,40 +7830,43 @@ pub mod perfetto {
             /// Interning / incremental state handling.
             ///
             /// A zero-copy view of an encoded `perfetto.protos.TraceConfig.IncrementalStateConfig`:
-            /// its fields are indexed once by [`Self::decode`] and read from the borrowed bytes by
-            /// the getters, which never allocate.
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct IncrementalStateConfigView<'a> {
-                d: ::protozero::TypedDecoder<'a, 1>,
+                d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
             }
 
             impl<'a> IncrementalStateConfigView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1 => ::core::option::Option::Some(0),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// If non-zero, ask data sources that handle it to clear their
@@ -7710,7 +7882,7 @@ pub mod perfetto {
                 /// Whether `clear_period_ms` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_clear_period_ms(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
             }
 
@@ -7907,27 +8079,46 @@ pub mod perfetto {
         /// categories, exact enabled tags, exact disabled categories, exact disabled
         /// tags, then the same four as patterns. With no hit, the SDK default applies.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.TrackEventConfig`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-        /// never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.TrackEventConfig`: [`Self::decode`]
+        /// walks the message once, keeping each singular field's value and where each repeated
+        /// field lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct TrackEventConfigView<'a> {
-            d: ::protozero::TypedDecoder<'a, 10>,
+            d: ::protozero::gen_support::Slots<'a, 6, 1, 4>,
         }
 
         impl<'a> TrackEventConfigView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.rep_len(0, start, at)?,
+                        18 => d.rep_len(1, start, at)?,
+                        26 => d.rep_len(2, start, at)?,
+                        34 => d.rep_len(3, start, at)?,
+                        40 => d.varint(0, at)?,
+                        48 => d.varint(1, at)?,
+                        56 => d.varint(2, at)?,
+                        64 => d.varint(3, at)?,
+                        72 => d.varint(4, at)?,
+                        80 => d.varint(5, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
@@ -7936,20 +8127,12 @@ pub mod perfetto {
                 self.d.bytes()
             }
 
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=10 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
-            }
-
             /// Default: empty.
             ///
             /// The elements of `repeated string disabled_categories = 1`.
             #[inline]
             pub fn disabled_categories(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<&'a str, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_string(&self.d, 0)
+                ::protozero::gen_support::repeated_string(&self.d, 0, 1)
             }
 
             /// Default: empty.
@@ -7957,7 +8140,7 @@ pub mod perfetto {
             /// The elements of `repeated string enabled_categories = 2`.
             #[inline]
             pub fn enabled_categories(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<&'a str, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_string(&self.d, 1)
+                ::protozero::gen_support::repeated_string(&self.d, 1, 2)
             }
 
             /// Default: \["slow", "debug"\].
@@ -7965,7 +8148,7 @@ pub mod perfetto {
             /// The elements of `repeated string disabled_tags = 3`.
             #[inline]
             pub fn disabled_tags(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<&'a str, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_string(&self.d, 2)
+                ::protozero::gen_support::repeated_string(&self.d, 2, 3)
             }
 
             /// Default: empty.
@@ -7973,7 +8156,7 @@ pub mod perfetto {
             /// The elements of `repeated string enabled_tags = 4`.
             #[inline]
             pub fn enabled_tags(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<&'a str, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_string(&self.d, 3)
+                ::protozero::gen_support::repeated_string(&self.d, 3, 4)
             }
 
             /// When true, packets carry absolute timestamps instead of deltas on the
@@ -7983,13 +8166,13 @@ pub mod perfetto {
             /// disable_incremental_timestamps = 5`.
             #[inline]
             pub fn disable_incremental_timestamps(&self) -> bool {
-                ::protozero::gen_support::bool(&self.d, 4, false)
+                ::protozero::gen_support::bool(&self.d, 0, false)
             }
 
             /// Whether `disable_incremental_timestamps` (field 5) occurs with the right wire type.
             #[inline]
             pub fn has_disable_incremental_timestamps(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// Unit of (incremental) timestamps in ns; 1000 means microseconds.
@@ -7999,13 +8182,13 @@ pub mod perfetto {
             /// 6`.
             #[inline]
             pub fn timestamp_unit_multiplier(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 5, 0)
+                ::protozero::gen_support::uint64(&self.d, 1, 0)
             }
 
             /// Whether `timestamp_unit_multiplier` (field 6) occurs with the right wire type.
             #[inline]
             pub fn has_timestamp_unit_multiplier(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 5)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// When true, untyped debug annotations are dropped. Default false.
@@ -8014,13 +8197,13 @@ pub mod perfetto {
             /// 7`.
             #[inline]
             pub fn filter_debug_annotations(&self) -> bool {
-                ::protozero::gen_support::bool(&self.d, 6, false)
+                ::protozero::gen_support::bool(&self.d, 2, false)
             }
 
             /// Whether `filter_debug_annotations` (field 7) occurs with the right wire type.
             #[inline]
             pub fn has_filter_debug_annotations(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 6)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// When true, each event on a thread track also records the thread's CPU
@@ -8030,13 +8213,13 @@ pub mod perfetto {
             /// 8`.
             #[inline]
             pub fn enable_thread_time_sampling(&self) -> bool {
-                ::protozero::gen_support::bool(&self.d, 7, false)
+                ::protozero::gen_support::bool(&self.d, 3, false)
             }
 
             /// Whether `enable_thread_time_sampling` (field 8) occurs with the right wire type.
             #[inline]
             pub fn has_enable_thread_time_sampling(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 7)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// When true, event names that are not compile-time constants are
@@ -8046,13 +8229,13 @@ pub mod perfetto {
             /// 9`.
             #[inline]
             pub fn filter_dynamic_event_names(&self) -> bool {
-                ::protozero::gen_support::bool(&self.d, 8, false)
+                ::protozero::gen_support::bool(&self.d, 4, false)
             }
 
             /// Whether `filter_dynamic_event_names` (field 9) occurs with the right wire type.
             #[inline]
             pub fn has_filter_dynamic_event_names(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 8)
+                ::protozero::gen_support::has(&self.d, 4)
             }
 
             /// With enable_thread_time_sampling: only sample thread time if more than
@@ -8062,13 +8245,13 @@ pub mod perfetto {
             /// = 10`.
             #[inline]
             pub fn thread_time_subsampling_ns(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 9, 0)
+                ::protozero::gen_support::uint64(&self.d, 5, 0)
             }
 
             /// Whether `thread_time_subsampling_ns` (field 10) occurs with the right wire type.
             #[inline]
             pub fn has_thread_time_subsampling_ns(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 9)
+                ::protozero::gen_support::has(&self.d, 5)
             }
         }
 
@@ -8129,41 +8312,44 @@ pub mod perfetto {
         /// they start at once unless trace_config.deferred_start is set. The reply
         /// is only sent when the session ends.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.EnableTracingRequest`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-        /// never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.EnableTracingRequest`: [`Self::decode`]
+        /// walks the message once, keeping each singular field's value and where each repeated
+        /// field lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct EnableTracingRequestView<'a> {
-            d: ::protozero::TypedDecoder<'a, 2>,
+            d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
         }
 
         impl<'a> EnableTracingRequestView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.len(0, at)?,
+                        16 => d.varint(1, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=2 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence (an empty message when absent) of `optional
@@ -8180,7 +8366,7 @@ pub mod perfetto {
             /// Whether `trace_config` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_trace_config(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// Only re-subscribe to the end-of-session reply (after Detach + Attach);
@@ -8196,7 +8382,7 @@ pub mod perfetto {
             /// Whether `attach_notification_only` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_attach_notification_only(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
         }
 
@@ -8250,42 +8436,44 @@ pub mod perfetto {
             }
         }
 
-        /// A zero-copy view of an encoded `perfetto.protos.EnableTracingResponse`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-        /// never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.EnableTracingResponse`: [`Self::decode`]
+        /// walks the message once, keeping each singular field's value and where each repeated
+        /// field lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct EnableTracingResponseView<'a> {
-            d: ::protozero::TypedDecoder<'a, 2>,
+            d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
         }
 
         impl<'a> EnableTracingResponseView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        26 => d.len(1, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    3 => ::core::option::Option::Some(1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The session was disabled (stopped, timed out or failed).
@@ -8302,7 +8490,7 @@ pub mod perfetto {
             /// Whether `disabled` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_disabled(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// Non-empty when the session ended because of an error.
@@ -8326,7 +8514,7 @@ pub mod perfetto {
             /// Whether `error` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_error(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
         }
 
@@ -8360,38 +8548,40 @@ pub mod perfetto {
 
         /// StartTracing: start a session enabled with deferred_start.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.StartTracingRequest`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-        /// never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.StartTracingRequest`: [`Self::decode`]
+        /// walks the message once, keeping each singular field's value and where each repeated
+        /// field lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct StartTracingRequestView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> StartTracingRequestView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -8421,38 +8611,40 @@ pub mod perfetto {
             }
         }
 
-        /// A zero-copy view of an encoded `perfetto.protos.StartTracingResponse`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-        /// never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.StartTracingResponse`: [`Self::decode`]
+        /// walks the message once, keeping each singular field's value and where each repeated
+        /// field lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct StartTracingResponseView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> StartTracingResponseView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -8498,41 +8690,44 @@ pub mod perfetto {
 
         /// ChangeTraceConfig: update the few options a running session may change.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.ChangeTraceConfigRequest`: its fields
-        /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
-        /// which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.ChangeTraceConfigRequest`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
+        /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct ChangeTraceConfigRequestView<'a> {
-            d: ::protozero::TypedDecoder<'a, 1>,
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
         }
 
         impl<'a> ChangeTraceConfigRequestView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.len(0, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence (an empty message when absent) of `optional
@@ -8549,7 +8744,7 @@ pub mod perfetto {
             /// Whether `trace_config` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_trace_config(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
         }
 
@@ -8579,38 +8774,41 @@ pub mod perfetto {
             }
         }
 
-        /// A zero-copy view of an encoded `perfetto.protos.ChangeTraceConfigResponse`: its fields
-        /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
-        /// which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.ChangeTraceConfigResponse`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
+        /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct ChangeTraceConfigResponseView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> ChangeTraceConfigResponseView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -8644,38 +8842,40 @@ pub mod perfetto {
 
         /// DisableTracing: stop the session's data sources.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.DisableTracingRequest`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-        /// never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.DisableTracingRequest`: [`Self::decode`]
+        /// walks the message once, keeping each singular field's value and where each repeated
+        /// field lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct DisableTracingRequestView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> DisableTracingRequestView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -8705,8 +8905,9 @@ pub mod perfetto {
             }
         }
 
-        /// A zero-copy view of an encoded `perfetto.protos.DisableTracingResponse`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
+        /// A zero-copy view of an encoded `perfetto.protos.DisableTracingResponse`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
         /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
@@ -8714,29 +8915,31 @@ pub mod perfetto {
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct DisableTracingResponseView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> DisableTracingResponseView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -8772,38 +8975,40 @@ pub mod perfetto {
         /// ReadBuffers: drain all buffers of the session. The service answers with a
         /// stream of replies; the last one has IPC has_more = false.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.ReadBuffersRequest`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-        /// never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.ReadBuffersRequest`: [`Self::decode`]
+        /// walks the message once, keeping each singular field's value and where each repeated
+        /// field lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct ReadBuffersRequestView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> ReadBuffersRequestView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -8846,27 +9051,37 @@ pub mod perfetto {
             }
         }
 
-        /// A zero-copy view of an encoded `perfetto.protos.ReadBuffersResponse`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-        /// never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.ReadBuffersResponse`: [`Self::decode`]
+        /// walks the message once, keeping each singular field's value and where each repeated
+        /// field lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct ReadBuffersResponseView<'a> {
-            d: ::protozero::TypedDecoder<'a, 1>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 1>,
         }
 
         impl<'a> ReadBuffersResponseView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        18 => d.rep_len(0, start, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
@@ -8875,18 +9090,10 @@ pub mod perfetto {
                 self.d.bytes()
             }
 
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    2 => ::core::option::Option::Some(0),
-                    _ => ::core::option::Option::None,
-                }
-            }
-
             /// The elements of `repeated perfetto.protos.ReadBuffersResponse.Slice slices = 2`.
             #[inline]
             pub fn slices(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<read_buffers_response::SliceView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 0).map(read_buffers_response::SliceView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 0, 2).map(read_buffers_response::SliceView::decode)
             }
         }
 
@@ -8945,41 +9152,45 @@ pub mod perfetto {
             /// never interleaved with another packet's, and a packet may continue in
             /// the next reply.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.ReadBuffersResponse.Slice`: its
-            /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.ReadBuffersResponse.Slice`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct SliceView<'a> {
-                d: ::protozero::TypedDecoder<'a, 2>,
+                d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
             }
 
             impl<'a> SliceView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            10 => d.len(0, at)?,
+                            16 => d.varint(1, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=2 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional bytes data = 1`.
@@ -8991,7 +9202,7 @@ pub mod perfetto {
                 /// Whether `data` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_data(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// This piece completes the packet.
@@ -9006,7 +9217,7 @@ pub mod perfetto {
                 /// Whether `last_slice_for_packet` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_last_slice_for_packet(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
             }
         }
@@ -9057,27 +9268,38 @@ pub mod perfetto {
 
         /// FreeBuffers: destroy the session's buffers (also implied by disconnect).
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.FreeBuffersRequest`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-        /// never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.FreeBuffersRequest`: [`Self::decode`]
+        /// walks the message once, keeping each singular field's value and where each repeated
+        /// field lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct FreeBuffersRequestView<'a> {
-            d: ::protozero::TypedDecoder<'a, 1>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 1>,
         }
 
         impl<'a> FreeBuffersRequestView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.rep_varint(0, start, at)?,
+                        10 => d.rep_len(0, start, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
@@ -9086,18 +9308,10 @@ pub mod perfetto {
                 self.d.bytes()
             }
 
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    _ => ::core::option::Option::None,
-                }
-            }
-
             /// The elements of `repeated uint32 buffer_ids = 1`.
             #[inline]
             pub fn buffer_ids(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u32, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_uint32(&self.d, 0)
+                ::protozero::gen_support::repeated_uint32(&self.d, 0, 1)
             }
         }
 
@@ -9127,38 +9341,40 @@ pub mod perfetto {
             }
         }
 
-        /// A zero-copy view of an encoded `perfetto.protos.FreeBuffersResponse`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-        /// never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.FreeBuffersResponse`: [`Self::decode`]
+        /// walks the message once, keeping each singular field's value and where each repeated
+        /// field lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct FreeBuffersResponseView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> FreeBuffersResponseView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -9213,41 +9429,44 @@ pub mod perfetto {
         /// Flush: ask every data source of the session to commit its data. The
         /// reply succeeds once all acknowledged, or fails after timeout_ms.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.FlushRequest`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.FlushRequest`: [`Self::decode`] walks
+        /// the message once, keeping each singular field's value and where each repeated field
+        /// lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct FlushRequestView<'a> {
-            d: ::protozero::TypedDecoder<'a, 2>,
+            d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
         }
 
         impl<'a> FlushRequestView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        16 => d.varint(1, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=2 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional uint32 timeout_ms = 1`.
@@ -9259,7 +9478,7 @@ pub mod perfetto {
             /// Whether `timeout_ms` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_timeout_ms(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// Reason and initiator bits (Perfetto's FlushFlags).
@@ -9273,7 +9492,7 @@ pub mod perfetto {
             /// Whether `flags` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_flags(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
         }
 
@@ -9303,38 +9522,40 @@ pub mod perfetto {
             }
         }
 
-        /// A zero-copy view of an encoded `perfetto.protos.FlushResponse`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.FlushResponse`: [`Self::decode`] walks
+        /// the message once, keeping each singular field's value and where each repeated field
+        /// lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct FlushResponseView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> FlushResponseView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -9377,41 +9598,43 @@ pub mod perfetto {
 
         /// Detach: leave the session running without this connection, under |key|.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.DetachRequest`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.DetachRequest`: [`Self::decode`] walks
+        /// the message once, keeping each singular field's value and where each repeated field
+        /// lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct DetachRequestView<'a> {
-            d: ::protozero::TypedDecoder<'a, 1>,
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
         }
 
         impl<'a> DetachRequestView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.len(0, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional string key = 1`.
@@ -9433,7 +9656,7 @@ pub mod perfetto {
             /// Whether `key` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_key(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
         }
 
@@ -9463,38 +9686,40 @@ pub mod perfetto {
             }
         }
 
-        /// A zero-copy view of an encoded `perfetto.protos.DetachResponse`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.DetachResponse`: [`Self::decode`] walks
+        /// the message once, keeping each singular field's value and where each repeated field
+        /// lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct DetachResponseView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> DetachResponseView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -9537,41 +9762,43 @@ pub mod perfetto {
 
         /// Attach: take a detached session back by |key|.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.AttachRequest`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.AttachRequest`: [`Self::decode`] walks
+        /// the message once, keeping each singular field's value and where each repeated field
+        /// lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct AttachRequestView<'a> {
-            d: ::protozero::TypedDecoder<'a, 1>,
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
         }
 
         impl<'a> AttachRequestView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.len(0, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional string key = 1`.
@@ -9593,7 +9820,7 @@ pub mod perfetto {
             /// Whether `key` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_key(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
         }
 
@@ -9635,41 +9862,43 @@ pub mod perfetto {
             }
         }
 
-        /// A zero-copy view of an encoded `perfetto.protos.AttachResponse`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.AttachResponse`: [`Self::decode`] walks
+        /// the message once, keeping each singular field's value and where each repeated field
+        /// lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct AttachResponseView<'a> {
-            d: ::protozero::TypedDecoder<'a, 1>,
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
         }
 
         impl<'a> AttachResponseView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.len(0, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence (an empty message when absent) of `optional
@@ -9686,7 +9915,7 @@ pub mod perfetto {
             /// Whether `trace_config` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_trace_config(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
         }
 
@@ -9720,38 +9949,40 @@ pub mod perfetto {
 
         /// GetTraceStats: buffer and session statistics of the current session.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.GetTraceStatsRequest`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-        /// never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.GetTraceStatsRequest`: [`Self::decode`]
+        /// walks the message once, keeping each singular field's value and where each repeated
+        /// field lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct GetTraceStatsRequestView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> GetTraceStatsRequestView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -9793,41 +10024,43 @@ pub mod perfetto {
             }
         }
 
-        /// A zero-copy view of an encoded `perfetto.protos.GetTraceStatsResponse`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-        /// never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.GetTraceStatsResponse`: [`Self::decode`]
+        /// walks the message once, keeping each singular field's value and where each repeated
+        /// field lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct GetTraceStatsResponseView<'a> {
-            d: ::protozero::TypedDecoder<'a, 1>,
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
         }
 
         impl<'a> GetTraceStatsResponseView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.len(0, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence (an empty message when absent) of `optional
@@ -9844,7 +10077,7 @@ pub mod perfetto {
             /// Whether `trace_stats` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_trace_stats(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
         }
 
@@ -9878,38 +10111,41 @@ pub mod perfetto {
 
         /// SaveTraceForBugreport: Android only.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.SaveTraceForBugreportRequest`: its
-        /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-        /// getters, which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.SaveTraceForBugreportRequest`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
+        /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct SaveTraceForBugreportRequestView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> SaveTraceForBugreportRequestView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -9960,41 +10196,45 @@ pub mod perfetto {
             }
         }
 
-        /// A zero-copy view of an encoded `perfetto.protos.SaveTraceForBugreportResponse`: its
-        /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-        /// getters, which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.SaveTraceForBugreportResponse`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
+        /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct SaveTraceForBugreportResponseView<'a> {
-            d: ::protozero::TypedDecoder<'a, 2>,
+            d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
         }
 
         impl<'a> SaveTraceForBugreportResponseView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        18 => d.len(1, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=2 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// A trace was saved.
@@ -10008,7 +10248,7 @@ pub mod perfetto {
             /// Whether `success` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_success(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// Details when it was not.
@@ -10032,7 +10272,7 @@ pub mod perfetto {
             /// Whether `msg` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_msg(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
         }
 
@@ -10149,42 +10389,50 @@ pub mod perfetto {
         /// memory buffer's file descriptor out of band (unless the producer supplied
         /// its own buffer and the service accepted it).
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.InitializeConnectionRequest`: its fields
-        /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
-        /// which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.InitializeConnectionRequest`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
+        /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct InitializeConnectionRequestView<'a> {
-            d: ::protozero::TypedDecoder<'a, 7>,
+            d: ::protozero::gen_support::Slots<'a, 7, 1, 0>,
         }
 
         impl<'a> InitializeConnectionRequestView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        16 => d.varint(1, at)?,
+                        26 => d.len(2, at)?,
+                        32 => d.varint(3, at)?,
+                        48 => d.varint(4, at)?,
+                        58 => d.len(5, at)?,
+                        66 => d.len(6, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=4 => ::core::option::Option::Some(id as usize - 1),
-                    6..=8 => ::core::option::Option::Some(id as usize - 2),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// Suggested page size of the shared memory buffer; a multiple of 4096.
@@ -10201,7 +10449,7 @@ pub mod perfetto {
             /// type.
             #[inline]
             pub fn has_shared_memory_page_size_hint_bytes(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// Suggested total size of the shared memory buffer. A hint only.
@@ -10216,7 +10464,7 @@ pub mod perfetto {
             /// Whether `shared_memory_size_hint_bytes` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_shared_memory_size_hint_bytes(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// The producer's name, matched against TraceConfig.producers.
@@ -10240,7 +10488,7 @@ pub mod perfetto {
             /// Whether `producer_name` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_producer_name(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// The last occurrence, or the default, of `optional
@@ -10262,7 +10510,7 @@ pub mod perfetto {
             /// Whether `smb_scraping_mode` (field 4) occurs with the right wire type.
             #[inline]
             pub fn has_smb_scraping_mode(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// The producer already created the shared memory buffer (startup tracing)
@@ -10277,7 +10525,7 @@ pub mod perfetto {
             /// Whether `producer_provided_shmem` (field 6) occurs with the right wire type.
             #[inline]
             pub fn has_producer_provided_shmem(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 4)
             }
 
             /// Windows only: the name of the producer-created shared memory region.
@@ -10301,7 +10549,7 @@ pub mod perfetto {
             /// Whether `shm_key_windows` (field 7) occurs with the right wire type.
             #[inline]
             pub fn has_shm_key_windows(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 5)
+                ::protozero::gen_support::has(&self.d, 5)
             }
 
             /// Free-form client library version, for humans debugging.
@@ -10325,7 +10573,7 @@ pub mod perfetto {
             /// Whether `sdk_version` (field 8) occurs with the right wire type.
             #[inline]
             pub fn has_sdk_version(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 6)
+                ::protozero::gen_support::has(&self.d, 6)
             }
         }
 
@@ -10448,41 +10696,46 @@ pub mod perfetto {
             }
         }
 
-        /// A zero-copy view of an encoded `perfetto.protos.InitializeConnectionResponse`: its
-        /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-        /// getters, which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.InitializeConnectionResponse`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
+        /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct InitializeConnectionResponseView<'a> {
-            d: ::protozero::TypedDecoder<'a, 3>,
+            d: ::protozero::gen_support::Slots<'a, 3, 1, 0>,
         }
 
         impl<'a> InitializeConnectionResponseView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        16 => d.varint(1, at)?,
+                        24 => d.varint(2, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=3 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The service adopted the buffer the producer provided.
@@ -10498,7 +10751,7 @@ pub mod perfetto {
             /// type.
             #[inline]
             pub fn has_using_shmem_provided_by_producer(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The service accepts patches written straight into chunks that are not
@@ -10514,7 +10767,7 @@ pub mod perfetto {
             /// Whether `direct_smb_patching_supported` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_direct_smb_patching_supported(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// The producer must send chunk contents inline in CommitDataRequest
@@ -10529,7 +10782,7 @@ pub mod perfetto {
             /// Whether `use_shmem_emulation` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_use_shmem_emulation(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 2)
             }
         }
 
@@ -10575,41 +10828,44 @@ pub mod perfetto {
 
         /// RegisterDataSource: advertise one data source.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.RegisterDataSourceRequest`: its fields
-        /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
-        /// which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.RegisterDataSourceRequest`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
+        /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct RegisterDataSourceRequestView<'a> {
-            d: ::protozero::TypedDecoder<'a, 1>,
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
         }
 
         impl<'a> RegisterDataSourceRequestView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.len(0, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence (an empty message when absent) of `optional
@@ -10626,7 +10882,7 @@ pub mod perfetto {
             /// Whether `data_source_descriptor` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_data_source_descriptor(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
         }
 
@@ -10667,41 +10923,44 @@ pub mod perfetto {
             }
         }
 
-        /// A zero-copy view of an encoded `perfetto.protos.RegisterDataSourceResponse`: its fields
-        /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
-        /// which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.RegisterDataSourceResponse`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
+        /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct RegisterDataSourceResponseView<'a> {
-            d: ::protozero::TypedDecoder<'a, 1>,
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
         }
 
         impl<'a> RegisterDataSourceResponseView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.len(0, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// Set only when the registration failed.
@@ -10725,7 +10984,7 @@ pub mod perfetto {
             /// Whether `error` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_error(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
         }
 
@@ -10773,8 +11032,9 @@ pub mod perfetto {
         /// UpdateDataSource: replace the descriptor of an already registered data
         /// source, matched by descriptor {id, name}.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.UpdateDataSourceRequest`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
+        /// A zero-copy view of an encoded `perfetto.protos.UpdateDataSourceRequest`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
         /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
@@ -10782,32 +11042,34 @@ pub mod perfetto {
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct UpdateDataSourceRequestView<'a> {
-            d: ::protozero::TypedDecoder<'a, 1>,
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
         }
 
         impl<'a> UpdateDataSourceRequestView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.len(0, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence (an empty message when absent) of `optional
@@ -10824,7 +11086,7 @@ pub mod perfetto {
             /// Whether `data_source_descriptor` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_data_source_descriptor(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
         }
 
@@ -10854,38 +11116,41 @@ pub mod perfetto {
             }
         }
 
-        /// A zero-copy view of an encoded `perfetto.protos.UpdateDataSourceResponse`: its fields
-        /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
-        /// which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.UpdateDataSourceResponse`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
+        /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct UpdateDataSourceResponseView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> UpdateDataSourceResponseView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -10928,41 +11193,44 @@ pub mod perfetto {
 
         /// UnregisterDataSource: withdraw a data source by name.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.UnregisterDataSourceRequest`: its fields
-        /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
-        /// which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.UnregisterDataSourceRequest`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
+        /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct UnregisterDataSourceRequestView<'a> {
-            d: ::protozero::TypedDecoder<'a, 1>,
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
         }
 
         impl<'a> UnregisterDataSourceRequestView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.len(0, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional string data_source_name = 1`.
@@ -10984,7 +11252,7 @@ pub mod perfetto {
             /// Whether `data_source_name` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_data_source_name(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
         }
 
@@ -11014,38 +11282,41 @@ pub mod perfetto {
             }
         }
 
-        /// A zero-copy view of an encoded `perfetto.protos.UnregisterDataSourceResponse`: its
-        /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-        /// getters, which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.UnregisterDataSourceResponse`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
+        /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct UnregisterDataSourceResponseView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> UnregisterDataSourceResponseView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -11098,41 +11369,45 @@ pub mod perfetto {
         /// RegisterTraceWriter: tie a writer id to its target buffer, so the service
         /// can attribute the writer's chunks before they are committed.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.RegisterTraceWriterRequest`: its fields
-        /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
-        /// which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.RegisterTraceWriterRequest`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
+        /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct RegisterTraceWriterRequestView<'a> {
-            d: ::protozero::TypedDecoder<'a, 2>,
+            d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
         }
 
         impl<'a> RegisterTraceWriterRequestView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        16 => d.varint(1, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=2 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional uint32 trace_writer_id = 1`.
@@ -11144,7 +11419,7 @@ pub mod perfetto {
             /// Whether `trace_writer_id` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_trace_writer_id(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The last occurrence, or the default, of `optional uint32 target_buffer = 2`.
@@ -11156,7 +11431,7 @@ pub mod perfetto {
             /// Whether `target_buffer` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_target_buffer(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
         }
 
@@ -11186,38 +11461,41 @@ pub mod perfetto {
             }
         }
 
-        /// A zero-copy view of an encoded `perfetto.protos.RegisterTraceWriterResponse`: its fields
-        /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
-        /// which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.RegisterTraceWriterResponse`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
+        /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct RegisterTraceWriterResponseView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> RegisterTraceWriterResponseView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -11260,41 +11538,44 @@ pub mod perfetto {
 
         /// UnregisterTraceWriter: undo RegisterTraceWriter.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.UnregisterTraceWriterRequest`: its
-        /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-        /// getters, which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.UnregisterTraceWriterRequest`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
+        /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct UnregisterTraceWriterRequestView<'a> {
-            d: ::protozero::TypedDecoder<'a, 1>,
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
         }
 
         impl<'a> UnregisterTraceWriterRequestView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional uint32 trace_writer_id = 1`.
@@ -11306,7 +11587,7 @@ pub mod perfetto {
             /// Whether `trace_writer_id` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_trace_writer_id(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
         }
 
@@ -11336,38 +11617,41 @@ pub mod perfetto {
             }
         }
 
-        /// A zero-copy view of an encoded `perfetto.protos.UnregisterTraceWriterResponse`: its
-        /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-        /// getters, which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.UnregisterTraceWriterResponse`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
+        /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct UnregisterTraceWriterResponseView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> UnregisterTraceWriterResponseView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -11401,38 +11685,40 @@ pub mod perfetto {
 
         /// CommitData takes a CommitDataRequest (its own file) and returns this.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.CommitDataResponse`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-        /// never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.CommitDataResponse`: [`Self::decode`]
+        /// walks the message once, keeping each singular field's value and where each repeated
+        /// field lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct CommitDataResponseView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> CommitDataResponseView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -11479,41 +11765,44 @@ pub mod perfetto {
         /// NotifyDataSourceStarted: ack of StartDataSource, only for data sources
         /// registered with will_notify_on_start.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.NotifyDataSourceStartedRequest`: its
-        /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-        /// getters, which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.NotifyDataSourceStartedRequest`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
+        /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct NotifyDataSourceStartedRequestView<'a> {
-            d: ::protozero::TypedDecoder<'a, 1>,
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
         }
 
         impl<'a> NotifyDataSourceStartedRequestView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// StartDataSource.new_instance_id of the instance that started.
@@ -11527,7 +11816,7 @@ pub mod perfetto {
             /// Whether `data_source_id` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_data_source_id(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
         }
 
@@ -11557,38 +11846,41 @@ pub mod perfetto {
             }
         }
 
-        /// A zero-copy view of an encoded `perfetto.protos.NotifyDataSourceStartedResponse`: its
-        /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-        /// getters, which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.NotifyDataSourceStartedResponse`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
+        /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct NotifyDataSourceStartedResponseView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> NotifyDataSourceStartedResponseView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -11635,41 +11927,44 @@ pub mod perfetto {
         /// NotifyDataSourceStopped: ack of StopDataSource, only for data sources
         /// registered with will_notify_on_stop.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.NotifyDataSourceStoppedRequest`: its
-        /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-        /// getters, which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.NotifyDataSourceStoppedRequest`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
+        /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct NotifyDataSourceStoppedRequestView<'a> {
-            d: ::protozero::TypedDecoder<'a, 1>,
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
         }
 
         impl<'a> NotifyDataSourceStoppedRequestView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The instance id of the instance that stopped.
@@ -11683,7 +11978,7 @@ pub mod perfetto {
             /// Whether `data_source_id` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_data_source_id(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
         }
 
@@ -11713,38 +12008,41 @@ pub mod perfetto {
             }
         }
 
-        /// A zero-copy view of an encoded `perfetto.protos.NotifyDataSourceStoppedResponse`: its
-        /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-        /// getters, which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.NotifyDataSourceStoppedResponse`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
+        /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct NotifyDataSourceStoppedResponseView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> NotifyDataSourceStoppedResponseView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -11787,8 +12085,9 @@ pub mod perfetto {
 
         /// ActivateTriggers: fire named triggers of the sessions that declare them.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.ActivateTriggersRequest`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
+        /// A zero-copy view of an encoded `perfetto.protos.ActivateTriggersRequest`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
         /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
@@ -11796,18 +12095,28 @@ pub mod perfetto {
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct ActivateTriggersRequestView<'a> {
-            d: ::protozero::TypedDecoder<'a, 1>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 1>,
         }
 
         impl<'a> ActivateTriggersRequestView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.rep_len(0, start, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
@@ -11816,18 +12125,10 @@ pub mod perfetto {
                 self.d.bytes()
             }
 
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    _ => ::core::option::Option::None,
-                }
-            }
-
             /// The elements of `repeated string trigger_names = 1`.
             #[inline]
             pub fn trigger_names(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<&'a str, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_string(&self.d, 0)
+                ::protozero::gen_support::repeated_string(&self.d, 0, 1)
             }
         }
 
@@ -11857,38 +12158,41 @@ pub mod perfetto {
             }
         }
 
-        /// A zero-copy view of an encoded `perfetto.protos.ActivateTriggersResponse`: its fields
-        /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
-        /// which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.ActivateTriggersResponse`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
+        /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct ActivateTriggersResponseView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> ActivateTriggersResponseView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -11924,8 +12228,9 @@ pub mod perfetto {
         /// GetAsyncCommand: opened once by the producer; the service answers with a
         /// stream of commands, one per reply.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.GetAsyncCommandRequest`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
+        /// A zero-copy view of an encoded `perfetto.protos.GetAsyncCommandRequest`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
         /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
@@ -11933,29 +12238,31 @@ pub mod perfetto {
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct GetAsyncCommandRequestView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> GetAsyncCommandRequestView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -12074,8 +12381,9 @@ pub mod perfetto {
             }
         }
 
-        /// A zero-copy view of an encoded `perfetto.protos.GetAsyncCommandResponse`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
+        /// A zero-copy view of an encoded `perfetto.protos.GetAsyncCommandResponse`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
         /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
@@ -12083,36 +12391,39 @@ pub mod perfetto {
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct GetAsyncCommandResponseView<'a> {
-            d: ::protozero::TypedDecoder<'a, 6>,
+            d: ::protozero::gen_support::Slots<'a, 6, 1, 0>,
         }
 
         impl<'a> GetAsyncCommandResponseView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        26 => d.len(0, at)?,
+                        50 => d.len(1, at)?,
+                        10 => d.len(2, at)?,
+                        18 => d.len(3, at)?,
+                        42 => d.len(4, at)?,
+                        58 => d.len(5, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    3 => ::core::option::Option::Some(0),
-                    6 => ::core::option::Option::Some(1),
-                    1..=2 => ::core::option::Option::Some(id as usize + 1),
-                    5 => ::core::option::Option::Some(4),
-                    7 => ::core::option::Option::Some(5),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence (an empty message when absent) of
@@ -12132,7 +12443,7 @@ pub mod perfetto {
             /// Whether `setup_tracing` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_setup_tracing(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The last occurrence (an empty message when absent) of
@@ -12152,7 +12463,7 @@ pub mod perfetto {
             /// Whether `setup_data_source` (field 6) occurs with the right wire type.
             #[inline]
             pub fn has_setup_data_source(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// The last occurrence (an empty message when absent) of
@@ -12172,7 +12483,7 @@ pub mod perfetto {
             /// Whether `start_data_source` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_start_data_source(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// The last occurrence (an empty message when absent) of
@@ -12192,7 +12503,7 @@ pub mod perfetto {
             /// Whether `stop_data_source` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_stop_data_source(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// The last occurrence (an empty message when absent) of
@@ -12212,7 +12523,7 @@ pub mod perfetto {
             /// Whether `flush` (field 5) occurs with the right wire type.
             #[inline]
             pub fn has_flush(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 4)
             }
 
             /// The last occurrence (an empty message when absent) of
@@ -12233,7 +12544,7 @@ pub mod perfetto {
             /// Whether `clear_incremental_state` (field 7) occurs with the right wire type.
             #[inline]
             pub fn has_clear_incremental_state(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 5)
+                ::protozero::gen_support::has(&self.d, 5)
             }
         }
 
@@ -12290,41 +12601,44 @@ pub mod perfetto {
             /// Prepare an instance (sent before StartDataSource).
             ///
             /// A zero-copy view of an encoded
-            /// `perfetto.protos.GetAsyncCommandResponse.SetupDataSource`: its fields are indexed
-            /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-            /// never allocate.
+            /// `perfetto.protos.GetAsyncCommandResponse.SetupDataSource`: [`Self::decode`] walks
+            /// the message once, keeping each singular field's value and where each repeated field
+            /// lies, and the getters read from that and the borrowed bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct SetupDataSourceView<'a> {
-                d: ::protozero::TypedDecoder<'a, 2>,
+                d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
             }
 
             impl<'a> SetupDataSourceView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            18 => d.len(1, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=2 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 new_instance_id = 1`.
@@ -12336,7 +12650,7 @@ pub mod perfetto {
                 /// Whether `new_instance_id` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_new_instance_id(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// The last occurrence (an empty message when absent) of `optional
@@ -12353,7 +12667,7 @@ pub mod perfetto {
                 /// Whether `config` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_config(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
             }
 
@@ -12408,41 +12722,44 @@ pub mod perfetto {
             /// Start an instance; config repeats SetupDataSource's.
             ///
             /// A zero-copy view of an encoded
-            /// `perfetto.protos.GetAsyncCommandResponse.StartDataSource`: its fields are indexed
-            /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-            /// never allocate.
+            /// `perfetto.protos.GetAsyncCommandResponse.StartDataSource`: [`Self::decode`] walks
+            /// the message once, keeping each singular field's value and where each repeated field
+            /// lies, and the getters read from that and the borrowed bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct StartDataSourceView<'a> {
-                d: ::protozero::TypedDecoder<'a, 2>,
+                d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
             }
 
             impl<'a> StartDataSourceView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            18 => d.len(1, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=2 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 new_instance_id = 1`.
@@ -12454,7 +12771,7 @@ pub mod perfetto {
                 /// Whether `new_instance_id` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_new_instance_id(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// The last occurrence (an empty message when absent) of `optional
@@ -12471,7 +12788,7 @@ pub mod perfetto {
                 /// Whether `config` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_config(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
             }
 
@@ -12515,41 +12832,43 @@ pub mod perfetto {
             /// Stop an instance.
             ///
             /// A zero-copy view of an encoded
-            /// `perfetto.protos.GetAsyncCommandResponse.StopDataSource`: its fields are indexed
-            /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-            /// never allocate.
+            /// `perfetto.protos.GetAsyncCommandResponse.StopDataSource`: [`Self::decode`] walks the
+            /// message once, keeping each singular field's value and where each repeated field
+            /// lies, and the getters read from that and the borrowed bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct StopDataSourceView<'a> {
-                d: ::protozero::TypedDecoder<'a, 1>,
+                d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
             }
 
             impl<'a> StopDataSourceView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1 => ::core::option::Option::Some(0),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 instance_id = 1`.
@@ -12561,7 +12880,7 @@ pub mod perfetto {
                 /// Whether `instance_id` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_instance_id(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
             }
 
@@ -12617,41 +12936,44 @@ pub mod perfetto {
             /// buffer's file descriptor travels with it out of band.
             ///
             /// A zero-copy view of an encoded
-            /// `perfetto.protos.GetAsyncCommandResponse.SetupTracing`: its fields are indexed once
-            /// by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-            /// allocate.
+            /// `perfetto.protos.GetAsyncCommandResponse.SetupTracing`: [`Self::decode`] walks the
+            /// message once, keeping each singular field's value and where each repeated field
+            /// lies, and the getters read from that and the borrowed bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct SetupTracingView<'a> {
-                d: ::protozero::TypedDecoder<'a, 2>,
+                d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
             }
 
             impl<'a> SetupTracingView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            18 => d.len(1, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=2 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional uint32
@@ -12664,7 +12986,7 @@ pub mod perfetto {
                 /// Whether `shared_buffer_page_size_kb` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_shared_buffer_page_size_kb(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// Windows only: the name of the service-created shared memory region.
@@ -12688,7 +13010,7 @@ pub mod perfetto {
                 /// Whether `shm_key_windows` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_shm_key_windows(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
             }
 
@@ -12762,27 +13084,41 @@ pub mod perfetto {
             /// Commit everything written so far by these instances, then answer with
             /// a CommitDataRequest whose flush_request_id is |request_id|.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.GetAsyncCommandResponse.Flush`: its
-            /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.GetAsyncCommandResponse.Flush`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct FlushView<'a> {
-                d: ::protozero::TypedDecoder<'a, 3>,
+                d: ::protozero::gen_support::Slots<'a, 2, 1, 1>,
             }
 
             impl<'a> FlushView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.rep_varint(0, start, at)?,
+                            10 => d.rep_len(0, start, at)?,
+                            16 => d.varint(0, at)?,
+                            24 => d.varint(1, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
@@ -12791,20 +13127,12 @@ pub mod perfetto {
                     self.d.bytes()
                 }
 
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=3 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
-                }
-
                 /// Instance ids (StartDataSource.new_instance_id) to flush.
                 ///
                 /// The elements of `repeated uint64 data_source_ids = 1`.
                 #[inline]
                 pub fn data_source_ids(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_uint64(&self.d, 0)
+                    ::protozero::gen_support::repeated_uint64(&self.d, 0, 1)
                 }
 
                 /// Service-chosen, increasing; to be echoed back.
@@ -12812,13 +13140,13 @@ pub mod perfetto {
                 /// The last occurrence, or the default, of `optional uint64 request_id = 2`.
                 #[inline]
                 pub fn request_id(&self) -> u64 {
-                    ::protozero::gen_support::uint64(&self.d, 1, 0)
+                    ::protozero::gen_support::uint64(&self.d, 0, 0)
                 }
 
                 /// Whether `request_id` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_request_id(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// Reason and initiator bits (Perfetto's FlushFlags).
@@ -12826,13 +13154,13 @@ pub mod perfetto {
                 /// The last occurrence, or the default, of `optional uint64 flags = 3`.
                 #[inline]
                 pub fn flags(&self) -> u64 {
-                    ::protozero::gen_support::uint64(&self.d, 2, 0)
+                    ::protozero::gen_support::uint64(&self.d, 1, 0)
                 }
 
                 /// Whether `flags` (field 3) occurs with the right wire type.
                 #[inline]
                 pub fn has_flags(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 2)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
             }
 
@@ -12889,27 +13217,39 @@ pub mod perfetto {
             /// handles_incremental_state_clear.
             ///
             /// A zero-copy view of an encoded
-            /// `perfetto.protos.GetAsyncCommandResponse.ClearIncrementalState`: its fields are
-            /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
-            /// which never allocate.
+            /// `perfetto.protos.GetAsyncCommandResponse.ClearIncrementalState`: [`Self::decode`]
+            /// walks the message once, keeping each singular field's value and where each repeated
+            /// field lies, and the getters read from that and the borrowed bytes; they never
+            /// allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct ClearIncrementalStateView<'a> {
-                d: ::protozero::TypedDecoder<'a, 1>,
+                d: ::protozero::gen_support::Slots<'a, 0, 0, 1>,
             }
 
             impl<'a> ClearIncrementalStateView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.rep_varint(0, start, at)?,
+                            10 => d.rep_len(0, start, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
@@ -12918,20 +13258,12 @@ pub mod perfetto {
                     self.d.bytes()
                 }
 
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1 => ::core::option::Option::Some(0),
-                        _ => ::core::option::Option::None,
-                    }
-                }
-
                 /// Instance ids to clear.
                 ///
                 /// The elements of `repeated uint64 data_source_ids = 1`.
                 #[inline]
                 pub fn data_source_ids(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_uint64(&self.d, 0)
+                    ::protozero::gen_support::repeated_uint64(&self.d, 0, 1)
                 }
             }
         }
@@ -12968,38 +13300,40 @@ pub mod perfetto {
         /// Sync: the reply arrives after every earlier request of this connection
         /// has been handled by the service.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.SyncRequest`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.SyncRequest`: [`Self::decode`] walks the
+        /// message once, keeping each singular field's value and where each repeated field lies,
+        /// and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct SyncRequestView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> SyncRequestView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -13029,38 +13363,40 @@ pub mod perfetto {
             }
         }
 
-        /// A zero-copy view of an encoded `perfetto.protos.SyncResponse`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.SyncResponse`: [`Self::decode`] walks
+        /// the message once, keeping each singular field's value and where each repeated field
+        /// lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct SyncResponseView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> SyncResponseView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -13191,42 +13527,49 @@ pub mod perfetto {
         /// first binds a service by name, then invokes its methods by numeric id;
         /// streaming methods answer with several replies sharing one request_id.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.IPCFrame`: its fields are indexed once
-        /// by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.IPCFrame`: [`Self::decode`] walks the
+        /// message once, keeping each singular field's value and where each repeated field lies,
+        /// and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct IPCFrameView<'a> {
-            d: ::protozero::TypedDecoder<'a, 7>,
+            d: ::protozero::gen_support::Slots<'a, 6, 1, 1>,
         }
 
         impl<'a> IPCFrameView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        16 => d.varint(0, at)?,
+                        26 => d.len(1, at)?,
+                        34 => d.len(2, at)?,
+                        42 => d.len(3, at)?,
+                        50 => d.len(4, at)?,
+                        58 => d.len(5, at)?,
+                        10 => d.rep_len(0, start, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    2..=7 => ::core::option::Option::Some(id as usize - 2),
-                    1 => ::core::option::Option::Some(6),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// Chosen by the client, increasing; echoed by the host in its replies.
@@ -13240,7 +13583,7 @@ pub mod perfetto {
             /// Whether `request_id` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_request_id(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The last occurrence (an empty message when absent) of
@@ -13260,7 +13603,7 @@ pub mod perfetto {
             /// Whether `msg_bind_service` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_msg_bind_service(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// The last occurrence (an empty message when absent) of
@@ -13280,7 +13623,7 @@ pub mod perfetto {
             /// Whether `msg_bind_service_reply` (field 4) occurs with the right wire type.
             #[inline]
             pub fn has_msg_bind_service_reply(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// The last occurrence (an empty message when absent) of
@@ -13300,7 +13643,7 @@ pub mod perfetto {
             /// Whether `msg_invoke_method` (field 5) occurs with the right wire type.
             #[inline]
             pub fn has_msg_invoke_method(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// The last occurrence (an empty message when absent) of
@@ -13320,7 +13663,7 @@ pub mod perfetto {
             /// Whether `msg_invoke_method_reply` (field 6) occurs with the right wire type.
             #[inline]
             pub fn has_msg_invoke_method_reply(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 4)
             }
 
             /// The last occurrence (an empty message when absent) of
@@ -13340,7 +13683,7 @@ pub mod perfetto {
             /// Whether `msg_request_error` (field 7) occurs with the right wire type.
             #[inline]
             pub fn has_msg_request_error(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 5)
+                ::protozero::gen_support::has(&self.d, 5)
             }
 
             /// Padding of arbitrary size, only used by tests.
@@ -13348,7 +13691,7 @@ pub mod perfetto {
             /// The elements of `repeated bytes data_for_testing = 1`.
             #[inline]
             pub fn data_for_testing(&self) -> impl ::core::iter::Iterator<Item = &'a [u8]> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 6)
+                ::protozero::gen_support::repeated_bytes(&self.d, 0, 1)
             }
         }
 
@@ -13393,41 +13736,44 @@ pub mod perfetto {
 
             /// Client -\> host: look up a service by name.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.IPCFrame.BindService`: its fields
-            /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.IPCFrame.BindService`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct BindServiceView<'a> {
-                d: ::protozero::TypedDecoder<'a, 1>,
+                d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
             }
 
             impl<'a> BindServiceView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            10 => d.len(0, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1 => ::core::option::Option::Some(0),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional string service_name = 1`.
@@ -13449,7 +13795,7 @@ pub mod perfetto {
                 /// Whether `service_name` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_service_name(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
             }
 
@@ -13512,41 +13858,46 @@ pub mod perfetto {
 
             /// Host -\> client: the bound service's id and its method table.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.IPCFrame.BindServiceReply`: its
-            /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.IPCFrame.BindServiceReply`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct BindServiceReplyView<'a> {
-                d: ::protozero::TypedDecoder<'a, 3>,
+                d: ::protozero::gen_support::Slots<'a, 2, 1, 1>,
             }
 
             impl<'a> BindServiceReplyView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            16 => d.varint(1, at)?,
+                            26 => d.rep_len(0, start, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=3 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional bool success = 1`.
@@ -13558,7 +13909,7 @@ pub mod perfetto {
                 /// Whether `success` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_success(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// The last occurrence, or the default, of `optional uint32 service_id = 2`.
@@ -13570,14 +13921,14 @@ pub mod perfetto {
                 /// Whether `service_id` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_service_id(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// The elements of `repeated perfetto.protos.IPCFrame.BindServiceReply.MethodInfo
                 /// methods = 3`.
                 #[inline]
                 pub fn methods(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<bind_service_reply::MethodInfoView<'a>, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_bytes(&self.d, 2).map(bind_service_reply::MethodInfoView::decode)
+                    ::protozero::gen_support::repeated_bytes(&self.d, 0, 3).map(bind_service_reply::MethodInfoView::decode)
                 }
             }
 
@@ -13631,41 +13982,45 @@ pub mod perfetto {
                 /// One entry of the method table: numeric id and method name.
                 ///
                 /// A zero-copy view of an encoded
-                /// `perfetto.protos.IPCFrame.BindServiceReply.MethodInfo`: its fields are indexed
-                /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-                /// never allocate.
+                /// `perfetto.protos.IPCFrame.BindServiceReply.MethodInfo`: [`Self::decode`] walks
+                /// the message once, keeping each singular field's value and where each repeated
+                /// field lies, and the getters read from that and the borrowed bytes; they never
+                /// allocate.
                 ///
                 /// A singular field reads its last occurrence (the default when absent); repeated
                 /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
                 /// does not match the declared type is skipped like an unknown field.
                 #[derive(Clone, Debug)]
                 pub struct MethodInfoView<'a> {
-                    d: ::protozero::TypedDecoder<'a, 2>,
+                    d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
                 }
 
                 impl<'a> MethodInfoView<'a> {
-                    /// Indexes the fields of `bytes`, skipping unknown ones.
+                    /// Reads the fields of `bytes`, skipping unknown ones.
                     ///
                     /// # Errors
                     ///
                     /// The first malformation if `bytes` is not a well-formed protobuf message.
                     #[inline]
                     pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                        ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                        let mut d = ::protozero::gen_support::Slots::new(bytes);
+                        let mut pos = 0;
+                        while pos < bytes.len() {
+                            let start = pos;
+                            let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                            pos = match tag {
+                                8 => d.varint(0, at)?,
+                                18 => d.len(1, at)?,
+                                _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                            };
+                        }
+                        ::core::result::Result::Ok(Self { d })
                     }
 
                     /// The encoded message this view reads.
                     #[inline]
                     pub fn bytes(&self) -> &'a [u8] {
                         self.d.bytes()
-                    }
-
-                    #[inline]
-                    fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                        match id {
-                            1..=2 => ::core::option::Option::Some(id as usize - 1),
-                            _ => ::core::option::Option::None,
-                        }
                     }
 
                     /// The last occurrence, or the default, of `optional uint32 id = 1`.
@@ -13677,7 +14032,7 @@ pub mod perfetto {
                     /// Whether `id` (field 1) occurs with the right wire type.
                     #[inline]
                     pub fn has_id(&self) -> bool {
-                        ::protozero::gen_support::has_varint(&self.d, 0)
+                        ::protozero::gen_support::has(&self.d, 0)
                     }
 
                     /// The last occurrence, or the default, of `optional string name = 2`.
@@ -13699,7 +14054,7 @@ pub mod perfetto {
                     /// Whether `name` (field 2) occurs with the right wire type.
                     #[inline]
                     pub fn has_name(&self) -> bool {
-                        ::protozero::gen_support::has_len(&self.d, 1)
+                        ::protozero::gen_support::has(&self.d, 1)
                     }
                 }
             }
@@ -13775,41 +14130,47 @@ pub mod perfetto {
 
             /// Client -\> host: call a method of a bound service.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.IPCFrame.InvokeMethod`: its fields
-            /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.IPCFrame.InvokeMethod`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct InvokeMethodView<'a> {
-                d: ::protozero::TypedDecoder<'a, 4>,
+                d: ::protozero::gen_support::Slots<'a, 4, 1, 0>,
             }
 
             impl<'a> InvokeMethodView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            16 => d.varint(1, at)?,
+                            26 => d.len(2, at)?,
+                            32 => d.varint(3, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=4 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// From BindServiceReply.service_id.
@@ -13823,7 +14184,7 @@ pub mod perfetto {
                 /// Whether `service_id` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_service_id(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// From BindServiceReply.MethodInfo.id.
@@ -13837,7 +14198,7 @@ pub mod perfetto {
                 /// Whether `method_id` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_method_id(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// The encoded request message of the method.
@@ -13851,7 +14212,7 @@ pub mod perfetto {
                 /// Whether `args_proto` (field 3) occurs with the right wire type.
                 #[inline]
                 pub fn has_args_proto(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 2)
+                    ::protozero::gen_support::has(&self.d, 2)
                 }
 
                 /// The caller wants no reply (fire-and-forget, saves a round trip).
@@ -13865,7 +14226,7 @@ pub mod perfetto {
                 /// Whether `drop_reply` (field 4) occurs with the right wire type.
                 #[inline]
                 pub fn has_drop_reply(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 3)
+                    ::protozero::gen_support::has(&self.d, 3)
                 }
             }
 
@@ -13928,41 +14289,46 @@ pub mod perfetto {
 
             /// Host -\> client: one reply (or one of several, for a stream).
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.IPCFrame.InvokeMethodReply`: its
-            /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.IPCFrame.InvokeMethodReply`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct InvokeMethodReplyView<'a> {
-                d: ::protozero::TypedDecoder<'a, 3>,
+                d: ::protozero::gen_support::Slots<'a, 3, 1, 0>,
             }
 
             impl<'a> InvokeMethodReplyView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            16 => d.varint(1, at)?,
+                            26 => d.len(2, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=3 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional bool success = 1`.
@@ -13974,7 +14340,7 @@ pub mod perfetto {
                 /// Whether `success` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_success(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// More replies for the same request follow (streaming methods only).
@@ -13988,7 +14354,7 @@ pub mod perfetto {
                 /// Whether `has_more` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_has_more(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// The encoded response message of the method.
@@ -14002,7 +14368,7 @@ pub mod perfetto {
                 /// Whether `reply_proto` (field 3) occurs with the right wire type.
                 #[inline]
                 pub fn has_reply_proto(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 2)
+                    ::protozero::gen_support::has(&self.d, 2)
                 }
             }
 
@@ -14045,41 +14411,44 @@ pub mod perfetto {
 
             /// Host -\> client: the request could not be handled at all.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.IPCFrame.RequestError`: its fields
-            /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.IPCFrame.RequestError`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct RequestErrorView<'a> {
-                d: ::protozero::TypedDecoder<'a, 1>,
+                d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
             }
 
             impl<'a> RequestErrorView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            10 => d.len(0, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1 => ::core::option::Option::Some(0),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional string error = 1`.
@@ -14101,7 +14470,7 @@ pub mod perfetto {
                 /// Whether `error` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_error(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
             }
         }
@@ -14173,27 +14542,38 @@ pub mod perfetto {
         /// the service emits them periodically; the processor uses them to map every
         /// timestamp onto the trace clock.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.ClockSnapshot`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.ClockSnapshot`: [`Self::decode`] walks
+        /// the message once, keeping each singular field's value and where each repeated field
+        /// lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct ClockSnapshotView<'a> {
-            d: ::protozero::TypedDecoder<'a, 2>,
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 1>,
         }
 
         impl<'a> ClockSnapshotView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.rep_len(0, start, at)?,
+                        16 => d.varint(0, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
@@ -14202,18 +14582,10 @@ pub mod perfetto {
                 self.d.bytes()
             }
 
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=2 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
-            }
-
             /// The elements of `repeated perfetto.protos.ClockSnapshot.Clock clocks = 1`.
             #[inline]
             pub fn clocks(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<clock_snapshot::ClockView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 0).map(clock_snapshot::ClockView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 0, 1).map(clock_snapshot::ClockView::decode)
             }
 
             /// The clock all timestamps are converted to. Default BOOTTIME.
@@ -14230,13 +14602,13 @@ pub mod perfetto {
             /// `primary_trace_clock` as a raw value (also one the enum does not declare).
             #[inline]
             pub fn primary_trace_clock_raw(&self) -> i32 {
-                ::protozero::gen_support::int32(&self.d, 1, 0)
+                ::protozero::gen_support::int32(&self.d, 0, 0)
             }
 
             /// Whether `primary_trace_clock` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_primary_trace_clock(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 0)
             }
         }
 
@@ -14315,41 +14687,47 @@ pub mod perfetto {
                 }
             }
 
-            /// A zero-copy view of an encoded `perfetto.protos.ClockSnapshot.Clock`: its fields are
-            /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
-            /// which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.ClockSnapshot.Clock`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct ClockView<'a> {
-                d: ::protozero::TypedDecoder<'a, 4>,
+                d: ::protozero::gen_support::Slots<'a, 4, 1, 0>,
             }
 
             impl<'a> ClockView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            16 => d.varint(1, at)?,
+                            24 => d.varint(2, at)?,
+                            32 => d.varint(3, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=4 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// 1..63: BuiltinClock. 64..127: custom clock valid only on the sequence
@@ -14365,7 +14743,7 @@ pub mod perfetto {
                 /// Whether `clock_id` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_clock_id(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// Reading of the clock, in ns unless unit_multiplier_ns says otherwise.
@@ -14379,7 +14757,7 @@ pub mod perfetto {
                 /// Whether `timestamp` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_timestamp(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// When true, packet timestamps on this clock are deltas from the
@@ -14396,7 +14774,7 @@ pub mod perfetto {
                 /// Whether `is_incremental` (field 3) occurs with the right wire type.
                 #[inline]
                 pub fn has_is_incremental(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 2)
+                    ::protozero::gen_support::has(&self.d, 2)
                 }
 
                 /// Length of one clock unit in ns (e.g. 1000 for microseconds). Must be
@@ -14412,7 +14790,7 @@ pub mod perfetto {
                 /// Whether `unit_multiplier_ns` (field 4) occurs with the right wire type.
                 #[inline]
                 pub fn has_unit_multiplier_ns(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 3)
+                    ::protozero::gen_support::has(&self.d, 3)
                 }
             }
 
@@ -14758,27 +15136,52 @@ pub mod perfetto {
         /// 31..35, protolog 36..37, viewcapture 38..41, app_wakelock_info 42,
         /// android_job_name 44.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.InternedData`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.InternedData`: [`Self::decode`] walks
+        /// the message once, keeping each singular field's value and where each repeated field
+        /// lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct InternedDataView<'a> {
-            d: ::protozero::TypedDecoder<'a, 16>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 16>,
         }
 
         impl<'a> InternedDataView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.rep_len(0, start, at)?,
+                        18 => d.rep_len(1, start, at)?,
+                        26 => d.rep_len(2, start, at)?,
+                        218 => d.rep_len(3, start, at)?,
+                        34 => d.rep_len(4, start, at)?,
+                        226 => d.rep_len(5, start, at)?,
+                        162 => d.rep_len(6, start, at)?,
+                        234 => d.rep_len(7, start, at)?,
+                        346 => d.rep_len(8, start, at)?,
+                        130 => d.rep_len(9, start, at)?,
+                        138 => d.rep_len(10, start, at)?,
+                        146 => d.rep_len(11, start, at)?,
+                        42 => d.rep_len(12, start, at)?,
+                        154 => d.rep_len(13, start, at)?,
+                        50 => d.rep_len(14, start, at)?,
+                        58 => d.rep_len(15, start, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
@@ -14787,30 +15190,12 @@ pub mod perfetto {
                 self.d.bytes()
             }
 
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=3 => ::core::option::Option::Some(id as usize - 1),
-                    27 => ::core::option::Option::Some(3),
-                    4 => ::core::option::Option::Some(4),
-                    28 => ::core::option::Option::Some(5),
-                    20 => ::core::option::Option::Some(6),
-                    29 => ::core::option::Option::Some(7),
-                    43 => ::core::option::Option::Some(8),
-                    16..=18 => ::core::option::Option::Some(id as usize - 7),
-                    5 => ::core::option::Option::Some(12),
-                    19 => ::core::option::Option::Some(13),
-                    6..=7 => ::core::option::Option::Some(id as usize + 8),
-                    _ => ::core::option::Option::None,
-                }
-            }
-
             /// TrackEvent.category_iids.
             ///
             /// The elements of `repeated perfetto.protos.EventCategory event_categories = 1`.
             #[inline]
             pub fn event_categories(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<EventCategoryView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 0).map(EventCategoryView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 0, 1).map(EventCategoryView::decode)
             }
 
             /// TrackEvent.name_iid.
@@ -14818,7 +15203,7 @@ pub mod perfetto {
             /// The elements of `repeated perfetto.protos.EventName event_names = 2`.
             #[inline]
             pub fn event_names(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<EventNameView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 1).map(EventNameView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 1, 2).map(EventNameView::decode)
             }
 
             /// DebugAnnotation.name_iid.
@@ -14827,7 +15212,7 @@ pub mod perfetto {
             /// = 3`.
             #[inline]
             pub fn debug_annotation_names(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<DebugAnnotationNameView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 2).map(DebugAnnotationNameView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 2, 3).map(DebugAnnotationNameView::decode)
             }
 
             /// DebugAnnotation.proto_type_name_iid.
@@ -14836,7 +15221,7 @@ pub mod perfetto {
             /// debug_annotation_value_type_names = 27`.
             #[inline]
             pub fn debug_annotation_value_type_names(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<DebugAnnotationValueTypeNameView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 3).map(DebugAnnotationValueTypeNameView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 3, 27).map(DebugAnnotationValueTypeNameView::decode)
             }
 
             /// TrackEvent.source_location_iid.
@@ -14844,14 +15229,14 @@ pub mod perfetto {
             /// The elements of `repeated perfetto.protos.SourceLocation source_locations = 4`.
             #[inline]
             pub fn source_locations(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<SourceLocationView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 4).map(SourceLocationView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 4, 4).map(SourceLocationView::decode)
             }
 
             /// The elements of `repeated perfetto.protos.UnsymbolizedSourceLocation
             /// unsymbolized_source_locations = 28`.
             #[inline]
             pub fn unsymbolized_source_locations(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<UnsymbolizedSourceLocationView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 5).map(UnsymbolizedSourceLocationView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 5, 28).map(UnsymbolizedSourceLocationView::decode)
             }
 
             /// LogMessage.body_iid.
@@ -14859,7 +15244,7 @@ pub mod perfetto {
             /// The elements of `repeated perfetto.protos.LogMessageBody log_message_body = 20`.
             #[inline]
             pub fn log_message_body(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<LogMessageBodyView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 6).map(LogMessageBodyView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 6, 20).map(LogMessageBodyView::decode)
             }
 
             /// DebugAnnotation.string_value_iid.
@@ -14868,7 +15253,7 @@ pub mod perfetto {
             /// debug_annotation_string_values = 29`.
             #[inline]
             pub fn debug_annotation_string_values(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<InternedStringView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 7).map(InternedStringView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 7, 29).map(InternedStringView::decode)
             }
 
             /// TrackEvent.correlation_id_str_iid.
@@ -14876,7 +15261,7 @@ pub mod perfetto {
             /// The elements of `repeated perfetto.protos.InternedString correlation_id_str = 43`.
             #[inline]
             pub fn correlation_id_str(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<InternedStringView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 8).map(InternedStringView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 8, 43).map(InternedStringView::decode)
             }
 
             /// Build ids of executables (Mapping.build_id).
@@ -14884,7 +15269,7 @@ pub mod perfetto {
             /// The elements of `repeated perfetto.protos.InternedString build_ids = 16`.
             #[inline]
             pub fn build_ids(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<InternedStringView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 9).map(InternedStringView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 9, 16).map(InternedStringView::decode)
             }
 
             /// Path components of executables (Mapping.path_string_ids).
@@ -14892,7 +15277,7 @@ pub mod perfetto {
             /// The elements of `repeated perfetto.protos.InternedString mapping_paths = 17`.
             #[inline]
             pub fn mapping_paths(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<InternedStringView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 10).map(InternedStringView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 10, 17).map(InternedStringView::decode)
             }
 
             /// Source file paths (Frame.source_path_iid).
@@ -14900,7 +15285,7 @@ pub mod perfetto {
             /// The elements of `repeated perfetto.protos.InternedString source_paths = 18`.
             #[inline]
             pub fn source_paths(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<InternedStringView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 11).map(InternedStringView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 11, 18).map(InternedStringView::decode)
             }
 
             /// Function names (Frame.function_name_id).
@@ -14908,7 +15293,7 @@ pub mod perfetto {
             /// The elements of `repeated perfetto.protos.InternedString function_names = 5`.
             #[inline]
             pub fn function_names(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<InternedStringView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 12).map(InternedStringView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 12, 5).map(InternedStringView::decode)
             }
 
             /// Executable mappings (Frame.mapping_id).
@@ -14916,7 +15301,7 @@ pub mod perfetto {
             /// The elements of `repeated perfetto.protos.Mapping mappings = 19`.
             #[inline]
             pub fn mappings(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<MappingView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 13).map(MappingView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 13, 19).map(MappingView::decode)
             }
 
             /// Frames (Callstack.frame_ids).
@@ -14924,7 +15309,7 @@ pub mod perfetto {
             /// The elements of `repeated perfetto.protos.Frame frames = 6`.
             #[inline]
             pub fn frames(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<FrameView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 14).map(FrameView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 14, 6).map(FrameView::decode)
             }
 
             /// Call stacks (TrackEvent.callstack_iid).
@@ -14932,7 +15317,7 @@ pub mod perfetto {
             /// The elements of `repeated perfetto.protos.Callstack callstacks = 7`.
             #[inline]
             pub fn callstacks(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<CallstackView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 15).map(CallstackView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 15, 7).map(CallstackView::decode)
             }
         }
 
@@ -15045,43 +15430,47 @@ pub mod perfetto {
         /// Newer Perfetto versions add more members (6 and up) that Tachyon does not
         /// model.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.TracingServiceEvent`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-        /// never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.TracingServiceEvent`: [`Self::decode`]
+        /// walks the message once, keeping each singular field's value and where each repeated
+        /// field lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct TracingServiceEventView<'a> {
-            d: ::protozero::TypedDecoder<'a, 5>,
+            d: ::protozero::gen_support::Slots<'a, 5, 1, 0>,
         }
 
         impl<'a> TracingServiceEventView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        16 => d.varint(0, at)?,
+                        8 => d.varint(1, at)?,
+                        24 => d.varint(2, at)?,
+                        32 => d.varint(3, at)?,
+                        40 => d.varint(4, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    2 => ::core::option::Option::Some(0),
-                    1 => ::core::option::Option::Some(1),
-                    3..=5 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// Tracing started, before any producer was told about the session.
@@ -15098,7 +15487,7 @@ pub mod perfetto {
             /// Whether `tracing_started` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_tracing_started(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// All data sources acknowledged the start.
@@ -15115,7 +15504,7 @@ pub mod perfetto {
             /// Whether `all_data_sources_started` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_all_data_sources_started(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// A flush completed (successfully or not). Can repeat.
@@ -15132,7 +15521,7 @@ pub mod perfetto {
             /// Whether `all_data_sources_flushed` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_all_data_sources_flushed(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// A read-back of the central buffers finished. Repeats with
@@ -15150,7 +15539,7 @@ pub mod perfetto {
             /// Whether `read_tracing_buffers_completed` (field 4) occurs with the right wire type.
             #[inline]
             pub fn has_read_tracing_buffers_completed(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// Tracing stopped and all producer data reached the central buffers.
@@ -15167,7 +15556,7 @@ pub mod perfetto {
             /// Whether `tracing_disabled` (field 5) occurs with the right wire type.
             #[inline]
             pub fn has_tracing_disabled(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 4)
             }
         }
 
@@ -15197,38 +15586,40 @@ pub mod perfetto {
             }
         }
 
-        /// A zero-copy view of an encoded `perfetto.protos.Profiling`: its fields are indexed once
-        /// by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.Profiling`: [`Self::decode`] walks the
+        /// message once, keeping each singular field's value and where each repeated field lies,
+        /// and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct ProfilingView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> ProfilingView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -15551,44 +15942,51 @@ pub mod perfetto {
         /// interned call stack (InternedData.callstacks of the packet's sequence).
         /// The packet's timestamp is the sample's time.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.PerfSample`: its fields are indexed once
-        /// by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.PerfSample`: [`Self::decode`] walks the
+        /// message once, keeping each singular field's value and where each repeated field lies,
+        /// and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct PerfSampleView<'a> {
-            d: ::protozero::TypedDecoder<'a, 9>,
+            d: ::protozero::gen_support::Slots<'a, 9, 1, 0>,
         }
 
         impl<'a> PerfSampleView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        16 => d.varint(1, at)?,
+                        24 => d.varint(2, at)?,
+                        40 => d.varint(3, at)?,
+                        48 => d.varint(4, at)?,
+                        32 => d.varint(5, at)?,
+                        128 => d.varint(6, at)?,
+                        136 => d.varint(7, at)?,
+                        144 => d.varint(8, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=3 => ::core::option::Option::Some(id as usize - 1),
-                    5..=6 => ::core::option::Option::Some(id as usize - 2),
-                    4 => ::core::option::Option::Some(5),
-                    16..=18 => ::core::option::Option::Some(id as usize - 10),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional uint32 cpu = 1`.
@@ -15600,7 +15998,7 @@ pub mod perfetto {
             /// Whether `cpu` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_cpu(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The last occurrence, or the default, of `optional uint32 pid = 2`.
@@ -15612,7 +16010,7 @@ pub mod perfetto {
             /// Whether `pid` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_pid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// The last occurrence, or the default, of `optional uint32 tid = 3`.
@@ -15624,7 +16022,7 @@ pub mod perfetto {
             /// Whether `tid` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_tid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// The last occurrence, or the default, of `optional perfetto.protos.Profiling.CpuMode
@@ -15645,7 +16043,7 @@ pub mod perfetto {
             /// Whether `cpu_mode` (field 5) occurs with the right wire type.
             #[inline]
             pub fn has_cpu_mode(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// Value of the sampling event (e.g. ns of CPU time for a cpu-clock timer).
@@ -15659,7 +16057,7 @@ pub mod perfetto {
             /// Whether `timebase_count` (field 6) occurs with the right wire type.
             #[inline]
             pub fn has_timebase_count(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 4)
             }
 
             /// The last occurrence, or the default, of `optional uint64 callstack_iid = 4`.
@@ -15671,7 +16069,7 @@ pub mod perfetto {
             /// Whether `callstack_iid` (field 4) occurs with the right wire type.
             #[inline]
             pub fn has_callstack_iid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 5)
+                ::protozero::gen_support::has(&self.d, 5)
             }
 
             /// The last occurrence, or the default, of `perfetto.protos.Profiling.StackUnwindError
@@ -15695,7 +16093,7 @@ pub mod perfetto {
             /// Whether `unwind_error` (field 16) occurs with the right wire type.
             #[inline]
             pub fn has_unwind_error(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 6)
+                ::protozero::gen_support::has(&self.d, 6)
             }
 
             /// Not a sample: records the kernel lost in this CPU's ring buffer.
@@ -15709,7 +16107,7 @@ pub mod perfetto {
             /// Whether `kernel_records_lost` (field 17) occurs with the right wire type.
             #[inline]
             pub fn has_kernel_records_lost(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 7)
+                ::protozero::gen_support::has(&self.d, 7)
             }
 
             /// The last occurrence, or the default, of `perfetto.protos.PerfSample.SampleSkipReason
@@ -15734,7 +16132,7 @@ pub mod perfetto {
             /// Whether `sample_skipped_reason` (field 18) occurs with the right wire type.
             #[inline]
             pub fn has_sample_skipped_reason(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 8)
+                ::protozero::gen_support::has(&self.d, 8)
             }
         }
 
@@ -15849,41 +16247,44 @@ pub mod perfetto {
 
         /// An interned string (function name, build id, path component, ...).
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.InternedString`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.InternedString`: [`Self::decode`] walks
+        /// the message once, keeping each singular field's value and where each repeated field
+        /// lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct InternedStringView<'a> {
-            d: ::protozero::TypedDecoder<'a, 2>,
+            d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
         }
 
         impl<'a> InternedStringView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        18 => d.len(1, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=2 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional uint64 iid = 1`.
@@ -15895,7 +16296,7 @@ pub mod perfetto {
             /// Whether `iid` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_iid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// Raw bytes; not necessarily UTF-8.
@@ -15909,7 +16310,7 @@ pub mod perfetto {
             /// Whether `str` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_str(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
         }
 
@@ -16028,42 +16429,51 @@ pub mod perfetto {
 
         /// A memory mapping of an executable file in the process.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.Mapping`: its fields are indexed once by
-        /// [`Self::decode`] and read from the borrowed bytes by the getters, which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.Mapping`: [`Self::decode`] walks the
+        /// message once, keeping each singular field's value and where each repeated field lies,
+        /// and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct MappingView<'a> {
-            d: ::protozero::TypedDecoder<'a, 8>,
+            d: ::protozero::gen_support::Slots<'a, 7, 1, 1>,
         }
 
         impl<'a> MappingView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        16 => d.varint(1, at)?,
+                        64 => d.varint(2, at)?,
+                        24 => d.varint(3, at)?,
+                        32 => d.varint(4, at)?,
+                        40 => d.varint(5, at)?,
+                        48 => d.varint(6, at)?,
+                        56 => d.rep_varint(0, start, at)?,
+                        58 => d.rep_len(0, start, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=2 => ::core::option::Option::Some(id as usize - 1),
-                    8 => ::core::option::Option::Some(2),
-                    3..=7 => ::core::option::Option::Some(id as usize),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional uint64 iid = 1`.
@@ -16075,7 +16485,7 @@ pub mod perfetto {
             /// Whether `iid` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_iid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// iid of the build id (InternedData.build_ids).
@@ -16089,7 +16499,7 @@ pub mod perfetto {
             /// Whether `build_id` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_build_id(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// File offset of this mapping.
@@ -16103,7 +16513,7 @@ pub mod perfetto {
             /// Whether `exact_offset` (field 8) occurs with the right wire type.
             #[inline]
             pub fn has_exact_offset(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// File offset of the first mapping of the same file (0 for most .so).
@@ -16117,7 +16527,7 @@ pub mod perfetto {
             /// Whether `start_offset` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_start_offset(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// Address range.
@@ -16131,7 +16541,7 @@ pub mod perfetto {
             /// Whether `start` (field 4) occurs with the right wire type.
             #[inline]
             pub fn has_start(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 4)
             }
 
             /// The last occurrence, or the default, of `optional uint64 end = 5`.
@@ -16143,7 +16553,7 @@ pub mod perfetto {
             /// Whether `end` (field 5) occurs with the right wire type.
             #[inline]
             pub fn has_end(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 5)
+                ::protozero::gen_support::has(&self.d, 5)
             }
 
             /// p_vaddr - p_offset of the executable segment, to turn relative pcs
@@ -16158,7 +16568,7 @@ pub mod perfetto {
             /// Whether `load_bias` (field 6) occurs with the right wire type.
             #[inline]
             pub fn has_load_bias(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 6)
+                ::protozero::gen_support::has(&self.d, 6)
             }
 
             /// Path components, each an iid into InternedData.mapping_paths.
@@ -16166,7 +16576,7 @@ pub mod perfetto {
             /// The elements of `repeated uint64 path_string_ids = 7`.
             #[inline]
             pub fn path_string_ids(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_uint64(&self.d, 7)
+                ::protozero::gen_support::repeated_uint64(&self.d, 0, 7)
             }
         }
 
@@ -16285,40 +16695,50 @@ pub mod perfetto {
 
         /// One stack frame.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.Frame`: its fields are indexed once by
-        /// [`Self::decode`] and read from the borrowed bytes by the getters, which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.Frame`: [`Self::decode`] walks the
+        /// message once, keeping each singular field's value and where each repeated field lies,
+        /// and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct FrameView<'a> {
-            d: ::protozero::TypedDecoder<'a, 8>,
+            d: ::protozero::gen_support::Slots<'a, 8, 1, 0>,
         }
 
         impl<'a> FrameView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        16 => d.varint(1, at)?,
+                        24 => d.varint(2, at)?,
+                        32 => d.varint(3, at)?,
+                        40 => d.varint(4, at)?,
+                        48 => d.varint(5, at)?,
+                        56 => d.varint(6, at)?,
+                        66 => d.len(7, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=8 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional uint64 iid = 1`.
@@ -16330,7 +16750,7 @@ pub mod perfetto {
             /// Whether `iid` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_iid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// iid into InternedData.function_names (set when symbolized).
@@ -16344,7 +16764,7 @@ pub mod perfetto {
             /// Whether `function_name_id` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_function_name_id(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// iid of the Mapping that contains the pc. If set, rel_pc must be set.
@@ -16358,7 +16778,7 @@ pub mod perfetto {
             /// Whether `mapping_id` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_mapping_id(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// pc relative to the start of the mapping.
@@ -16372,7 +16792,7 @@ pub mod perfetto {
             /// Whether `rel_pc` (field 4) occurs with the right wire type.
             #[inline]
             pub fn has_rel_pc(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// iid into InternedData.source_paths.
@@ -16386,7 +16806,7 @@ pub mod perfetto {
             /// Whether `source_path_iid` (field 5) occurs with the right wire type.
             #[inline]
             pub fn has_source_path_iid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 4)
             }
 
             /// The last occurrence, or the default, of `optional uint32 line_number = 6`.
@@ -16398,7 +16818,7 @@ pub mod perfetto {
             /// Whether `line_number` (field 6) occurs with the right wire type.
             #[inline]
             pub fn has_line_number(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 5)
+                ::protozero::gen_support::has(&self.d, 5)
             }
 
             /// The last occurrence, or the default, of `perfetto.protos.Frame.Kind kind = 7`.
@@ -16421,7 +16841,7 @@ pub mod perfetto {
             /// Whether `kind` (field 7) occurs with the right wire type.
             #[inline]
             pub fn has_kind(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 6)
+                ::protozero::gen_support::has(&self.d, 6)
             }
 
             /// The last occurrence, or the default, of `string kind_str = 8`.
@@ -16446,7 +16866,7 @@ pub mod perfetto {
             /// Whether `kind_str` (field 8) occurs with the right wire type.
             #[inline]
             pub fn has_kind_str(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 7)
+                ::protozero::gen_support::has(&self.d, 7)
             }
         }
 
@@ -16579,41 +16999,45 @@ pub mod perfetto {
 
         /// A call stack: frame iids, outermost (bottom) frame first.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.Callstack`: its fields are indexed once
-        /// by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.Callstack`: [`Self::decode`] walks the
+        /// message once, keeping each singular field's value and where each repeated field lies,
+        /// and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct CallstackView<'a> {
-            d: ::protozero::TypedDecoder<'a, 2>,
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 1>,
         }
 
         impl<'a> CallstackView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        16 => d.rep_varint(0, start, at)?,
+                        18 => d.rep_len(0, start, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=2 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional uint64 iid = 1`.
@@ -16625,13 +17049,13 @@ pub mod perfetto {
             /// Whether `iid` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_iid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The elements of `repeated uint64 frame_ids = 2`.
             #[inline]
             pub fn frame_ids(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_uint64(&self.d, 1)
+                ::protozero::gen_support::repeated_uint64(&self.d, 0, 2)
             }
         }
 
@@ -16690,40 +17114,45 @@ pub mod perfetto {
 
         /// One source line of a symbolized address.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.Line`: its fields are indexed once by
-        /// [`Self::decode`] and read from the borrowed bytes by the getters, which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.Line`: [`Self::decode`] walks the
+        /// message once, keeping each singular field's value and where each repeated field lies,
+        /// and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct LineView<'a> {
-            d: ::protozero::TypedDecoder<'a, 3>,
+            d: ::protozero::gen_support::Slots<'a, 3, 1, 0>,
         }
 
         impl<'a> LineView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.len(0, at)?,
+                        18 => d.len(1, at)?,
+                        24 => d.varint(2, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=3 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional string function_name = 1`.
@@ -16745,7 +17174,7 @@ pub mod perfetto {
             /// Whether `function_name` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_function_name(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The last occurrence, or the default, of `optional string source_file_name = 2`.
@@ -16767,7 +17196,7 @@ pub mod perfetto {
             /// Whether `source_file_name` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_source_file_name(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// The last occurrence, or the default, of `optional uint32 line_number = 3`.
@@ -16779,7 +17208,7 @@ pub mod perfetto {
             /// Whether `line_number` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_line_number(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 2)
             }
         }
 
@@ -16835,41 +17264,44 @@ pub mod perfetto {
         /// The symbols of one address (Frame.rel_pc) of a module: the outermost
         /// function first, then the functions inlined into it, innermost last.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.AddressSymbols`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.AddressSymbols`: [`Self::decode`] walks
+        /// the message once, keeping each singular field's value and where each repeated field
+        /// lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct AddressSymbolsView<'a> {
-            d: ::protozero::TypedDecoder<'a, 2>,
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 1>,
         }
 
         impl<'a> AddressSymbolsView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        18 => d.rep_len(0, start, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=2 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional uint64 address = 1`.
@@ -16881,13 +17313,13 @@ pub mod perfetto {
             /// Whether `address` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_address(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The elements of `repeated perfetto.protos.Line lines = 2`.
             #[inline]
             pub fn lines(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<LineView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 1).map(LineView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 0, 2).map(LineView::decode)
             }
         }
 
@@ -16952,41 +17384,45 @@ pub mod perfetto {
 
         /// Symbols of one binary, matched to the trace's mappings by path and build id.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.ModuleSymbols`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.ModuleSymbols`: [`Self::decode`] walks
+        /// the message once, keeping each singular field's value and where each repeated field
+        /// lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct ModuleSymbolsView<'a> {
-            d: ::protozero::TypedDecoder<'a, 3>,
+            d: ::protozero::gen_support::Slots<'a, 2, 1, 1>,
         }
 
         impl<'a> ModuleSymbolsView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.len(0, at)?,
+                        18 => d.len(1, at)?,
+                        26 => d.rep_len(0, start, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=3 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional string path = 1`.
@@ -17008,7 +17444,7 @@ pub mod perfetto {
             /// Whether `path` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_path(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The raw build id bytes (Perfetto declares it `string` and stores raw
@@ -17023,13 +17459,13 @@ pub mod perfetto {
             /// Whether `build_id` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_build_id(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// The elements of `repeated perfetto.protos.AddressSymbols address_symbols = 3`.
             #[inline]
             pub fn address_symbols(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<AddressSymbolsView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 2).map(AddressSymbolsView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 0, 3).map(AddressSymbolsView::decode)
             }
         }
 
@@ -17160,27 +17596,43 @@ pub mod perfetto {
         /// StreamingFree, Profiling, PerfSample, PerfSampleDefaults, SmapsPacket
         /// (other profilers' packets).
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.ProfilePacket`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.ProfilePacket`: [`Self::decode`] walks
+        /// the message once, keeping each singular field's value and where each repeated field
+        /// lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct ProfilePacketView<'a> {
-            d: ::protozero::TypedDecoder<'a, 7>,
+            d: ::protozero::gen_support::Slots<'a, 2, 1, 5>,
         }
 
         impl<'a> ProfilePacketView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.rep_len(0, start, at)?,
+                        34 => d.rep_len(1, start, at)?,
+                        18 => d.rep_len(2, start, at)?,
+                        26 => d.rep_len(3, start, at)?,
+                        42 => d.rep_len(4, start, at)?,
+                        48 => d.varint(0, at)?,
+                        56 => d.varint(1, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
@@ -17189,48 +17641,37 @@ pub mod perfetto {
                 self.d.bytes()
             }
 
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    4 => ::core::option::Option::Some(1),
-                    2..=3 => ::core::option::Option::Some(id as usize),
-                    5..=7 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
-            }
-
             /// Strings the mappings and frames of this dump refer to (iid 0 is "").
             ///
             /// The elements of `repeated perfetto.protos.InternedString strings = 1`.
             #[inline]
             pub fn strings(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<InternedStringView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 0).map(InternedStringView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 0, 1).map(InternedStringView::decode)
             }
 
             /// The elements of `repeated perfetto.protos.Mapping mappings = 4`.
             #[inline]
             pub fn mappings(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<MappingView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 1).map(MappingView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 1, 4).map(MappingView::decode)
             }
 
             /// The elements of `repeated perfetto.protos.Frame frames = 2`.
             #[inline]
             pub fn frames(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<FrameView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 2).map(FrameView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 2, 2).map(FrameView::decode)
             }
 
             /// The elements of `repeated perfetto.protos.Callstack callstacks = 3`.
             #[inline]
             pub fn callstacks(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<CallstackView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 3).map(CallstackView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 3, 3).map(CallstackView::decode)
             }
 
             /// The elements of `repeated perfetto.protos.ProfilePacket.ProcessHeapSamples
             /// process_dumps = 5`.
             #[inline]
             pub fn process_dumps(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<profile_packet::ProcessHeapSamplesView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 4).map(profile_packet::ProcessHeapSamplesView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 4, 5).map(profile_packet::ProcessHeapSamplesView::decode)
             }
 
             /// More packets of the same dump follow.
@@ -17238,13 +17679,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional bool continued = 6`.
             #[inline]
             pub fn continued(&self) -> bool {
-                ::protozero::gen_support::bool(&self.d, 5, false)
+                ::protozero::gen_support::bool(&self.d, 0, false)
             }
 
             /// Whether `continued` (field 6) occurs with the right wire type.
             #[inline]
             pub fn has_continued(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 5)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// Packet index on this sequence, from 0: a gap means a lost packet.
@@ -17252,13 +17693,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint64 index = 7`.
             #[inline]
             pub fn index(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 6, 0)
+                ::protozero::gen_support::uint64(&self.d, 1, 0)
             }
 
             /// Whether `index` (field 7) occurs with the right wire type.
             #[inline]
             pub fn has_index(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 6)
+                ::protozero::gen_support::has(&self.d, 1)
             }
         }
 
@@ -17365,43 +17806,51 @@ pub mod perfetto {
             /// Totals for one call stack since the profile started (cumulative: a
             /// reader turns consecutive dumps into deltas).
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.ProfilePacket.HeapSample`: its
-            /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.ProfilePacket.HeapSample`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct HeapSampleView<'a> {
-                d: ::protozero::TypedDecoder<'a, 8>,
+                d: ::protozero::gen_support::Slots<'a, 8, 1, 0>,
             }
 
             impl<'a> HeapSampleView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            16 => d.varint(1, at)?,
+                            24 => d.varint(2, at)?,
+                            64 => d.varint(3, at)?,
+                            72 => d.varint(4, at)?,
+                            32 => d.varint(5, at)?,
+                            40 => d.varint(6, at)?,
+                            48 => d.varint(7, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=3 => ::core::option::Option::Some(id as usize - 1),
-                        8..=9 => ::core::option::Option::Some(id as usize - 5),
-                        4..=6 => ::core::option::Option::Some(id as usize + 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 callstack_id = 1`.
@@ -17413,7 +17862,7 @@ pub mod perfetto {
                 /// Whether `callstack_id` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_callstack_id(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// Bytes allocated and freed at this call stack.
@@ -17427,7 +17876,7 @@ pub mod perfetto {
                 /// Whether `self_allocated` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_self_allocated(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 self_freed = 3`.
@@ -17439,7 +17888,7 @@ pub mod perfetto {
                 /// Whether `self_freed` (field 3) occurs with the right wire type.
                 #[inline]
                 pub fn has_self_freed(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 2)
+                    ::protozero::gen_support::has(&self.d, 2)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 self_max = 8`.
@@ -17451,7 +17900,7 @@ pub mod perfetto {
                 /// Whether `self_max` (field 8) occurs with the right wire type.
                 #[inline]
                 pub fn has_self_max(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 3)
+                    ::protozero::gen_support::has(&self.d, 3)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 self_max_count = 9`.
@@ -17463,7 +17912,7 @@ pub mod perfetto {
                 /// Whether `self_max_count` (field 9) occurs with the right wire type.
                 #[inline]
                 pub fn has_self_max_count(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 4)
+                    ::protozero::gen_support::has(&self.d, 4)
                 }
 
                 /// Time of the last allocation seen at this call stack.
@@ -17477,7 +17926,7 @@ pub mod perfetto {
                 /// Whether `timestamp` (field 4) occurs with the right wire type.
                 #[inline]
                 pub fn has_timestamp(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 5)
+                    ::protozero::gen_support::has(&self.d, 5)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 alloc_count = 5`.
@@ -17489,7 +17938,7 @@ pub mod perfetto {
                 /// Whether `alloc_count` (field 5) occurs with the right wire type.
                 #[inline]
                 pub fn has_alloc_count(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 6)
+                    ::protozero::gen_support::has(&self.d, 6)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 free_count = 6`.
@@ -17501,7 +17950,7 @@ pub mod perfetto {
                 /// Whether `free_count` (field 6) occurs with the right wire type.
                 #[inline]
                 pub fn has_free_count(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 7)
+                    ::protozero::gen_support::has(&self.d, 7)
                 }
             }
 
@@ -17544,27 +17993,38 @@ pub mod perfetto {
                 }
             }
 
-            /// A zero-copy view of an encoded `perfetto.protos.ProfilePacket.Histogram`: its fields
-            /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.ProfilePacket.Histogram`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct HistogramView<'a> {
-                d: ::protozero::TypedDecoder<'a, 1>,
+                d: ::protozero::gen_support::Slots<'a, 0, 0, 1>,
             }
 
             impl<'a> HistogramView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            10 => d.rep_len(0, start, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
@@ -17573,19 +18033,11 @@ pub mod perfetto {
                     self.d.bytes()
                 }
 
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1 => ::core::option::Option::Some(0),
-                        _ => ::core::option::Option::None,
-                    }
-                }
-
                 /// The elements of `repeated perfetto.protos.ProfilePacket.Histogram.Bucket buckets
                 /// = 1`.
                 #[inline]
                 pub fn buckets(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<histogram::BucketView<'a>, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_bytes(&self.d, 0).map(histogram::BucketView::decode)
+                    ::protozero::gen_support::repeated_bytes(&self.d, 0, 1).map(histogram::BucketView::decode)
                 }
             }
 
@@ -17647,40 +18099,45 @@ pub mod perfetto {
                 }
 
                 /// A zero-copy view of an encoded `perfetto.protos.ProfilePacket.Histogram.Bucket`:
-                /// its fields are indexed once by [`Self::decode`] and read from the borrowed bytes
-                /// by the getters, which never allocate.
+                /// [`Self::decode`] walks the message once, keeping each singular field's value and
+                /// where each repeated field lies, and the getters read from that and the borrowed
+                /// bytes; they never allocate.
                 ///
                 /// A singular field reads its last occurrence (the default when absent); repeated
                 /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
                 /// does not match the declared type is skipped like an unknown field.
                 #[derive(Clone, Debug)]
                 pub struct BucketView<'a> {
-                    d: ::protozero::TypedDecoder<'a, 3>,
+                    d: ::protozero::gen_support::Slots<'a, 3, 1, 0>,
                 }
 
                 impl<'a> BucketView<'a> {
-                    /// Indexes the fields of `bytes`, skipping unknown ones.
+                    /// Reads the fields of `bytes`, skipping unknown ones.
                     ///
                     /// # Errors
                     ///
                     /// The first malformation if `bytes` is not a well-formed protobuf message.
                     #[inline]
                     pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                        ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                        let mut d = ::protozero::gen_support::Slots::new(bytes);
+                        let mut pos = 0;
+                        while pos < bytes.len() {
+                            let start = pos;
+                            let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                            pos = match tag {
+                                8 => d.varint(0, at)?,
+                                16 => d.varint(1, at)?,
+                                24 => d.varint(2, at)?,
+                                _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                            };
+                        }
+                        ::core::result::Result::Ok(Self { d })
                     }
 
                     /// The encoded message this view reads.
                     #[inline]
                     pub fn bytes(&self) -> &'a [u8] {
                         self.d.bytes()
-                    }
-
-                    #[inline]
-                    fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                        match id {
-                            1..=3 => ::core::option::Option::Some(id as usize - 1),
-                            _ => ::core::option::Option::None,
-                        }
                     }
 
                     /// Inclusive upper bound; ignored when max_bucket is set.
@@ -17694,7 +18151,7 @@ pub mod perfetto {
                     /// Whether `upper_limit` (field 1) occurs with the right wire type.
                     #[inline]
                     pub fn has_upper_limit(&self) -> bool {
-                        ::protozero::gen_support::has_varint(&self.d, 0)
+                        ::protozero::gen_support::has(&self.d, 0)
                     }
 
                     /// The bucket without an upper bound.
@@ -17708,7 +18165,7 @@ pub mod perfetto {
                     /// Whether `max_bucket` (field 2) occurs with the right wire type.
                     #[inline]
                     pub fn has_max_bucket(&self) -> bool {
-                        ::protozero::gen_support::has_varint(&self.d, 1)
+                        ::protozero::gen_support::has(&self.d, 1)
                     }
 
                     /// The last occurrence, or the default, of `optional uint64 count = 3`.
@@ -17720,7 +18177,7 @@ pub mod perfetto {
                     /// Whether `count` (field 3) occurs with the right wire type.
                     #[inline]
                     pub fn has_count(&self) -> bool {
-                        ::protozero::gen_support::has_varint(&self.d, 2)
+                        ::protozero::gen_support::has(&self.d, 2)
                     }
                 }
             }
@@ -17803,41 +18260,49 @@ pub mod perfetto {
                 }
             }
 
-            /// A zero-copy view of an encoded `perfetto.protos.ProfilePacket.ProcessStats`: its
-            /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.ProfilePacket.ProcessStats`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct ProcessStatsView<'a> {
-                d: ::protozero::TypedDecoder<'a, 6>,
+                d: ::protozero::gen_support::Slots<'a, 6, 1, 0>,
             }
 
             impl<'a> ProcessStatsView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            16 => d.varint(1, at)?,
+                            24 => d.varint(2, at)?,
+                            34 => d.len(3, at)?,
+                            40 => d.varint(4, at)?,
+                            48 => d.varint(5, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=6 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 unwinding_errors = 1`.
@@ -17849,7 +18314,7 @@ pub mod perfetto {
                 /// Whether `unwinding_errors` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_unwinding_errors(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 heap_samples = 2`.
@@ -17861,7 +18326,7 @@ pub mod perfetto {
                 /// Whether `heap_samples` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_heap_samples(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 map_reparses = 3`.
@@ -17873,7 +18338,7 @@ pub mod perfetto {
                 /// Whether `map_reparses` (field 3) occurs with the right wire type.
                 #[inline]
                 pub fn has_map_reparses(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 2)
+                    ::protozero::gen_support::has(&self.d, 2)
                 }
 
                 /// The last occurrence (an empty message when absent) of `optional
@@ -17890,7 +18355,7 @@ pub mod perfetto {
                 /// Whether `unwinding_time_us` (field 4) occurs with the right wire type.
                 #[inline]
                 pub fn has_unwinding_time_us(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 3)
+                    ::protozero::gen_support::has(&self.d, 3)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 total_unwinding_time_us
@@ -17903,7 +18368,7 @@ pub mod perfetto {
                 /// Whether `total_unwinding_time_us` (field 5) occurs with the right wire type.
                 #[inline]
                 pub fn has_total_unwinding_time_us(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 4)
+                    ::protozero::gen_support::has(&self.d, 4)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64
@@ -17916,7 +18381,7 @@ pub mod perfetto {
                 /// Whether `client_spinlock_blocked_us` (field 6) occurs with the right wire type.
                 #[inline]
                 pub fn has_client_spinlock_blocked_us(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 5)
+                    ::protozero::gen_support::has(&self.d, 5)
                 }
             }
 
@@ -18105,49 +18570,57 @@ pub mod perfetto {
             }
 
             /// A zero-copy view of an encoded `perfetto.protos.ProfilePacket.ProcessHeapSamples`:
-            /// its fields are indexed once by [`Self::decode`] and read from the borrowed bytes by
-            /// the getters, which never allocate.
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct ProcessHeapSamplesView<'a> {
-                d: ::protozero::TypedDecoder<'a, 15>,
+                d: ::protozero::gen_support::Slots<'a, 14, 1, 1>,
             }
 
             impl<'a> ProcessHeapSamplesView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            24 => d.varint(1, at)?,
+                            32 => d.varint(2, at)?,
+                            48 => d.varint(3, at)?,
+                            56 => d.varint(4, at)?,
+                            112 => d.varint(5, at)?,
+                            64 => d.varint(6, at)?,
+                            80 => d.varint(7, at)?,
+                            90 => d.len(8, at)?,
+                            96 => d.varint(9, at)?,
+                            104 => d.varint(10, at)?,
+                            72 => d.varint(11, at)?,
+                            120 => d.varint(12, at)?,
+                            42 => d.len(13, at)?,
+                            18 => d.rep_len(0, start, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1 => ::core::option::Option::Some(0),
-                        3..=4 => ::core::option::Option::Some(id as usize - 2),
-                        6..=7 => ::core::option::Option::Some(id as usize - 3),
-                        14 => ::core::option::Option::Some(5),
-                        8 => ::core::option::Option::Some(6),
-                        10..=13 => ::core::option::Option::Some(id as usize - 3),
-                        9 => ::core::option::Option::Some(11),
-                        15 => ::core::option::Option::Some(12),
-                        5 => ::core::option::Option::Some(13),
-                        2 => ::core::option::Option::Some(14),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 pid = 1`.
@@ -18159,7 +18632,7 @@ pub mod perfetto {
                 /// Whether `pid` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_pid(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// The process was profiled from its start.
@@ -18174,7 +18647,7 @@ pub mod perfetto {
                 /// Whether `from_startup` (field 3) occurs with the right wire type.
                 #[inline]
                 pub fn has_from_startup(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// Another profiling session already had this process.
@@ -18188,7 +18661,7 @@ pub mod perfetto {
                 /// Whether `rejected_concurrent` (field 4) occurs with the right wire type.
                 #[inline]
                 pub fn has_rejected_concurrent(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 2)
+                    ::protozero::gen_support::has(&self.d, 2)
                 }
 
                 /// The client went away before the end of the session.
@@ -18202,7 +18675,7 @@ pub mod perfetto {
                 /// Whether `disconnected` (field 6) occurs with the right wire type.
                 #[inline]
                 pub fn has_disconnected(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 3)
+                    ::protozero::gen_support::has(&self.d, 3)
                 }
 
                 /// Records were lost because the client's buffer was full.
@@ -18216,7 +18689,7 @@ pub mod perfetto {
                 /// Whether `buffer_overran` (field 7) occurs with the right wire type.
                 #[inline]
                 pub fn has_buffer_overran(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 4)
+                    ::protozero::gen_support::has(&self.d, 4)
                 }
 
                 /// The last occurrence, or the default, of `optional
@@ -18237,7 +18710,7 @@ pub mod perfetto {
                 /// Whether `client_error` (field 14) occurs with the right wire type.
                 #[inline]
                 pub fn has_client_error(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 5)
+                    ::protozero::gen_support::has(&self.d, 5)
                 }
 
                 /// The client's buffer was found corrupted.
@@ -18251,7 +18724,7 @@ pub mod perfetto {
                 /// Whether `buffer_corrupted` (field 8) occurs with the right wire type.
                 #[inline]
                 pub fn has_buffer_corrupted(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 6)
+                    ::protozero::gen_support::has(&self.d, 6)
                 }
 
                 /// The profile hit a memory or CPU guardrail.
@@ -18265,7 +18738,7 @@ pub mod perfetto {
                 /// Whether `hit_guardrail` (field 10) occurs with the right wire type.
                 #[inline]
                 pub fn has_hit_guardrail(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 7)
+                    ::protozero::gen_support::has(&self.d, 7)
                 }
 
                 /// The heap (allocator or pool) this dump describes, e.g. "libc.malloc".
@@ -18289,7 +18762,7 @@ pub mod perfetto {
                 /// Whether `heap_name` (field 11) occurs with the right wire type.
                 #[inline]
                 pub fn has_heap_name(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 8)
+                    ::protozero::gen_support::has(&self.d, 8)
                 }
 
                 /// Sampling interval in bytes (1: every allocation).
@@ -18304,7 +18777,7 @@ pub mod perfetto {
                 /// Whether `sampling_interval_bytes` (field 12) occurs with the right wire type.
                 #[inline]
                 pub fn has_sampling_interval_bytes(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 9)
+                    ::protozero::gen_support::has(&self.d, 9)
                 }
 
                 /// The interval asked for, when it was adjusted.
@@ -18320,7 +18793,7 @@ pub mod perfetto {
                 /// type.
                 #[inline]
                 pub fn has_orig_sampling_interval_bytes(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 10)
+                    ::protozero::gen_support::has(&self.d, 10)
                 }
 
                 /// End of the window the dump describes, on CLOCK_MONOTONIC_COARSE.
@@ -18334,7 +18807,7 @@ pub mod perfetto {
                 /// Whether `timestamp` (field 9) occurs with the right wire type.
                 #[inline]
                 pub fn has_timestamp(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 11)
+                    ::protozero::gen_support::has(&self.d, 11)
                 }
 
                 /// Start of the window, on CLOCK_MONOTONIC_COARSE.
@@ -18348,7 +18821,7 @@ pub mod perfetto {
                 /// Whether `start_timestamp` (field 15) occurs with the right wire type.
                 #[inline]
                 pub fn has_start_timestamp(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 12)
+                    ::protozero::gen_support::has(&self.d, 12)
                 }
 
                 /// The last occurrence (an empty message when absent) of `optional
@@ -18365,13 +18838,13 @@ pub mod perfetto {
                 /// Whether `stats` (field 5) occurs with the right wire type.
                 #[inline]
                 pub fn has_stats(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 13)
+                    ::protozero::gen_support::has(&self.d, 13)
                 }
 
                 /// The elements of `repeated perfetto.protos.ProfilePacket.HeapSample samples = 2`.
                 #[inline]
                 pub fn samples(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<HeapSampleView<'a>, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_bytes(&self.d, 14).map(HeapSampleView::decode)
+                    ::protozero::gen_support::repeated_bytes(&self.d, 0, 2).map(HeapSampleView::decode)
                 }
             }
 
@@ -18507,8 +18980,9 @@ pub mod perfetto {
         /// timestamp_delta_us; the deltas also advance the reference timestamp that
         /// TrackEvents' timestamp_delta_us build on.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.StreamingProfilePacket`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
+        /// A zero-copy view of an encoded `perfetto.protos.StreamingProfilePacket`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
         /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
@@ -18516,18 +18990,32 @@ pub mod perfetto {
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct StreamingProfilePacketView<'a> {
-            d: ::protozero::TypedDecoder<'a, 3>,
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 2>,
         }
 
         impl<'a> StreamingProfilePacketView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.rep_varint(0, start, at)?,
+                        10 => d.rep_len(0, start, at)?,
+                        16 => d.rep_varint(1, start, at)?,
+                        18 => d.rep_len(1, start, at)?,
+                        24 => d.varint(0, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
@@ -18536,38 +19024,30 @@ pub mod perfetto {
                 self.d.bytes()
             }
 
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=3 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
-            }
-
             /// Index into InternedData.callstacks.
             ///
             /// The elements of `repeated uint64 callstack_iid = 1`.
             #[inline]
             pub fn callstack_iid(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_uint64(&self.d, 0)
+                ::protozero::gen_support::repeated_uint64(&self.d, 0, 1)
             }
 
             /// The elements of `repeated int64 timestamp_delta_us = 2`.
             #[inline]
             pub fn timestamp_delta_us(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_int64(&self.d, 1)
+                ::protozero::gen_support::repeated_int64(&self.d, 1, 2)
             }
 
             /// The last occurrence, or the default, of `optional int32 process_priority = 3`.
             #[inline]
             pub fn process_priority(&self) -> i32 {
-                ::protozero::gen_support::int32(&self.d, 2, 0)
+                ::protozero::gen_support::int32(&self.d, 0, 0)
             }
 
             /// Whether `process_priority` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_process_priority(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 0)
             }
         }
 
@@ -18646,27 +19126,39 @@ pub mod perfetto {
         /// Not modelled: Process.cmdline_is_comm and Process.is_kthread (numbers
         /// taken upstream).
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.ProcessTree`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.ProcessTree`: [`Self::decode`] walks the
+        /// message once, keeping each singular field's value and where each repeated field lies,
+        /// and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct ProcessTreeView<'a> {
-            d: ::protozero::TypedDecoder<'a, 3>,
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 2>,
         }
 
         impl<'a> ProcessTreeView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.rep_len(0, start, at)?,
+                        18 => d.rep_len(1, start, at)?,
+                        24 => d.varint(0, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
@@ -18675,24 +19167,16 @@ pub mod perfetto {
                 self.d.bytes()
             }
 
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=3 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
-            }
-
             /// The elements of `repeated perfetto.protos.ProcessTree.Process processes = 1`.
             #[inline]
             pub fn processes(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<process_tree::ProcessView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 0).map(process_tree::ProcessView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 0, 1).map(process_tree::ProcessView::decode)
             }
 
             /// The elements of `repeated perfetto.protos.ProcessTree.Thread threads = 2`.
             #[inline]
             pub fn threads(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<process_tree::ThreadView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 1).map(process_tree::ThreadView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 1, 2).map(process_tree::ThreadView::decode)
             }
 
             /// When the scan finished; the packet timestamp is when it began.
@@ -18701,13 +19185,13 @@ pub mod perfetto {
             /// 3`.
             #[inline]
             pub fn collection_end_timestamp(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 2, 0)
+                ::protozero::gen_support::uint64(&self.d, 0, 0)
             }
 
             /// Whether `collection_end_timestamp` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_collection_end_timestamp(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 0)
             }
         }
 
@@ -18787,44 +19271,48 @@ pub mod perfetto {
                 }
             }
 
-            /// A zero-copy view of an encoded `perfetto.protos.ProcessTree.Thread`: its fields are
-            /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
-            /// which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.ProcessTree.Thread`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct ThreadView<'a> {
-                d: ::protozero::TypedDecoder<'a, 4>,
+                d: ::protozero::gen_support::Slots<'a, 3, 1, 1>,
             }
 
             impl<'a> ThreadView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            24 => d.varint(1, at)?,
+                            18 => d.len(2, at)?,
+                            32 => d.rep_varint(0, start, at)?,
+                            34 => d.rep_len(0, start, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1 => ::core::option::Option::Some(0),
-                        3 => ::core::option::Option::Some(1),
-                        2 => ::core::option::Option::Some(2),
-                        4 => ::core::option::Option::Some(3),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// Thread id (gettid()).
@@ -18838,7 +19326,7 @@ pub mod perfetto {
                 /// Whether `tid` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_tid(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// Id of the owning process (its main thread's tid).
@@ -18852,7 +19340,7 @@ pub mod perfetto {
                 /// Whether `tgid` (field 3) occurs with the right wire type.
                 #[inline]
                 pub fn has_tgid(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// Thread name (comm).
@@ -18876,7 +19364,7 @@ pub mod perfetto {
                 /// Whether `name` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_name(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 2)
+                    ::protozero::gen_support::has(&self.d, 2)
                 }
 
                 /// Thread ids in nested pid namespaces, outermost first after the root.
@@ -18884,7 +19372,7 @@ pub mod perfetto {
                 /// The elements of `repeated int32 nstid = 4`.
                 #[inline]
                 pub fn nstid(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_int32(&self.d, 3)
+                    ::protozero::gen_support::repeated_int32(&self.d, 0, 4)
                 }
             }
 
@@ -19018,41 +19506,53 @@ pub mod perfetto {
                 }
             }
 
-            /// A zero-copy view of an encoded `perfetto.protos.ProcessTree.Process`: its fields are
-            /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
-            /// which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.ProcessTree.Process`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct ProcessView<'a> {
-                d: ::protozero::TypedDecoder<'a, 9>,
+                d: ::protozero::gen_support::Slots<'a, 6, 1, 3>,
             }
 
             impl<'a> ProcessView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            16 => d.varint(1, at)?,
+                            26 => d.rep_len(0, start, at)?,
+                            34 => d.rep_len(1, start, at)?,
+                            40 => d.varint(2, at)?,
+                            48 => d.rep_varint(2, start, at)?,
+                            50 => d.rep_len(2, start, at)?,
+                            56 => d.varint(3, at)?,
+                            64 => d.varint(4, at)?,
+                            72 => d.varint(5, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=9 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// Process id (getpid()).
@@ -19066,7 +19566,7 @@ pub mod perfetto {
                 /// Whether `pid` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_pid(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// Parent process id.
@@ -19080,7 +19580,7 @@ pub mod perfetto {
                 /// Whether `ppid` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_ppid(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// argv from /proc/\<pid\>/cmdline, one entry per argument; for a kernel
@@ -19089,7 +19589,7 @@ pub mod perfetto {
                 /// The elements of `repeated string cmdline = 3`.
                 #[inline]
                 pub fn cmdline(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<&'a str, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_string(&self.d, 2)
+                    ::protozero::gen_support::repeated_string(&self.d, 0, 3)
                 }
 
                 /// Old home of the thread list, superseded by ProcessTree.threads.
@@ -19098,7 +19598,7 @@ pub mod perfetto {
                 /// = 4`.
                 #[inline]
                 pub fn threads_deprecated(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<ThreadView<'a>, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_bytes(&self.d, 3).map(ThreadView::decode)
+                    ::protozero::gen_support::repeated_bytes(&self.d, 1, 4).map(ThreadView::decode)
                 }
 
                 /// Real uid from /proc/\<pid\>/status.
@@ -19106,13 +19606,13 @@ pub mod perfetto {
                 /// The last occurrence, or the default, of `optional int32 uid = 5`.
                 #[inline]
                 pub fn uid(&self) -> i32 {
-                    ::protozero::gen_support::int32(&self.d, 4, 0)
+                    ::protozero::gen_support::int32(&self.d, 2, 0)
                 }
 
                 /// Whether `uid` (field 5) occurs with the right wire type.
                 #[inline]
                 pub fn has_uid(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 4)
+                    ::protozero::gen_support::has(&self.d, 2)
                 }
 
                 /// Process ids in nested pid namespaces.
@@ -19120,7 +19620,7 @@ pub mod perfetto {
                 /// The elements of `repeated int32 nspid = 6`.
                 #[inline]
                 pub fn nspid(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_int32(&self.d, 5)
+                    ::protozero::gen_support::repeated_int32(&self.d, 2, 6)
                 }
 
                 /// Process start time, in BOOTTIME nanoseconds.
@@ -19129,13 +19629,13 @@ pub mod perfetto {
                 /// = 7`.
                 #[inline]
                 pub fn process_start_from_boot(&self) -> u64 {
-                    ::protozero::gen_support::uint64(&self.d, 6, 0)
+                    ::protozero::gen_support::uint64(&self.d, 3, 0)
                 }
 
                 /// Whether `process_start_from_boot` (field 7) occurs with the right wire type.
                 #[inline]
                 pub fn has_process_start_from_boot(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 6)
+                    ::protozero::gen_support::has(&self.d, 3)
                 }
 
                 /// Whether the process is a kernel thread (from /proc/\<pid\>/stat's flags).
@@ -19143,13 +19643,13 @@ pub mod perfetto {
                 /// The last occurrence, or the default, of `optional bool is_kthread = 8`.
                 #[inline]
                 pub fn is_kthread(&self) -> bool {
-                    ::protozero::gen_support::bool(&self.d, 7, false)
+                    ::protozero::gen_support::bool(&self.d, 4, false)
                 }
 
                 /// Whether `is_kthread` (field 8) occurs with the right wire type.
                 #[inline]
                 pub fn has_is_kthread(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 7)
+                    ::protozero::gen_support::has(&self.d, 4)
                 }
 
                 /// cmdline holds the process's comm (a kernel thread has no argv), which
@@ -19158,13 +19658,13 @@ pub mod perfetto {
                 /// The last occurrence, or the default, of `optional bool cmdline_is_comm = 9`.
                 #[inline]
                 pub fn cmdline_is_comm(&self) -> bool {
-                    ::protozero::gen_support::bool(&self.d, 8, false)
+                    ::protozero::gen_support::bool(&self.d, 5, false)
                 }
 
                 /// Whether `cmdline_is_comm` (field 9) occurs with the right wire type.
                 #[inline]
                 pub fn has_cmdline_is_comm(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 8)
+                    ::protozero::gen_support::has(&self.d, 5)
                 }
             }
         }
@@ -19418,27 +19918,56 @@ pub mod perfetto {
         ///
         /// Not modelled: cgroup 19 (number taken upstream).
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.SysStats`: its fields are indexed once
-        /// by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.SysStats`: [`Self::decode`] walks the
+        /// message once, keeping each singular field's value and where each repeated field lies,
+        /// and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct SysStatsView<'a> {
-            d: ::protozero::TypedDecoder<'a, 18>,
+            d: ::protozero::gen_support::Slots<'a, 4, 1, 14>,
         }
 
         impl<'a> SysStatsView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.rep_len(0, start, at)?,
+                        18 => d.rep_len(1, start, at)?,
+                        26 => d.rep_len(2, start, at)?,
+                        32 => d.varint(0, at)?,
+                        40 => d.varint(1, at)?,
+                        50 => d.rep_len(3, start, at)?,
+                        56 => d.varint(2, at)?,
+                        66 => d.rep_len(4, start, at)?,
+                        72 => d.varint(3, at)?,
+                        82 => d.rep_len(5, start, at)?,
+                        88 => d.rep_varint(6, start, at)?,
+                        90 => d.rep_len(6, start, at)?,
+                        98 => d.rep_len(7, start, at)?,
+                        106 => d.rep_len(8, start, at)?,
+                        114 => d.rep_len(9, start, at)?,
+                        122 => d.rep_len(10, start, at)?,
+                        130 => d.rep_len(11, start, at)?,
+                        136 => d.rep_varint(12, start, at)?,
+                        138 => d.rep_len(12, start, at)?,
+                        146 => d.rep_len(13, start, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
@@ -19447,30 +19976,22 @@ pub mod perfetto {
                 self.d.bytes()
             }
 
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=18 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
-            }
-
             /// The elements of `repeated perfetto.protos.SysStats.MeminfoValue meminfo = 1`.
             #[inline]
             pub fn meminfo(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<sys_stats::MeminfoValueView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 0).map(sys_stats::MeminfoValueView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 0, 1).map(sys_stats::MeminfoValueView::decode)
             }
 
             /// The elements of `repeated perfetto.protos.SysStats.VmstatValue vmstat = 2`.
             #[inline]
             pub fn vmstat(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<sys_stats::VmstatValueView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 1).map(sys_stats::VmstatValueView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 1, 2).map(sys_stats::VmstatValueView::decode)
             }
 
             /// The elements of `repeated perfetto.protos.SysStats.CpuTimes cpu_stat = 3`.
             #[inline]
             pub fn cpu_stat(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<sys_stats::CpuTimesView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 2).map(sys_stats::CpuTimesView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 2, 3).map(sys_stats::CpuTimesView::decode)
             }
 
             /// Processes created since boot (STAT_FORK_COUNT).
@@ -19478,13 +19999,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint64 num_forks = 4`.
             #[inline]
             pub fn num_forks(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 3, 0)
+                ::protozero::gen_support::uint64(&self.d, 0, 0)
             }
 
             /// Whether `num_forks` (field 4) occurs with the right wire type.
             #[inline]
             pub fn has_num_forks(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// Hard interrupts since boot, total and per IRQ (STAT_IRQ_COUNTS).
@@ -19492,19 +20013,19 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint64 num_irq_total = 5`.
             #[inline]
             pub fn num_irq_total(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 4, 0)
+                ::protozero::gen_support::uint64(&self.d, 1, 0)
             }
 
             /// Whether `num_irq_total` (field 5) occurs with the right wire type.
             #[inline]
             pub fn has_num_irq_total(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// The elements of `repeated perfetto.protos.SysStats.InterruptCount num_irq = 6`.
             #[inline]
             pub fn num_irq(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<sys_stats::InterruptCountView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 5).map(sys_stats::InterruptCountView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 3, 6).map(sys_stats::InterruptCountView::decode)
             }
 
             /// Softirqs since boot, total and per kind (STAT_SOFTIRQ_COUNTS).
@@ -19512,19 +20033,19 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint64 num_softirq_total = 7`.
             #[inline]
             pub fn num_softirq_total(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 6, 0)
+                ::protozero::gen_support::uint64(&self.d, 2, 0)
             }
 
             /// Whether `num_softirq_total` (field 7) occurs with the right wire type.
             #[inline]
             pub fn has_num_softirq_total(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 6)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// The elements of `repeated perfetto.protos.SysStats.InterruptCount num_softirq = 8`.
             #[inline]
             pub fn num_softirq(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<sys_stats::InterruptCountView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 7).map(sys_stats::InterruptCountView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 4, 8).map(sys_stats::InterruptCountView::decode)
             }
 
             /// When polling finished; the packet timestamp is when it began.
@@ -19533,19 +20054,19 @@ pub mod perfetto {
             /// 9`.
             #[inline]
             pub fn collection_end_timestamp(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 8, 0)
+                ::protozero::gen_support::uint64(&self.d, 3, 0)
             }
 
             /// Whether `collection_end_timestamp` (field 9) occurs with the right wire type.
             #[inline]
             pub fn has_collection_end_timestamp(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 8)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// The elements of `repeated perfetto.protos.SysStats.DevfreqValue devfreq = 10`.
             #[inline]
             pub fn devfreq(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<sys_stats::DevfreqValueView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 9).map(sys_stats::DevfreqValueView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 5, 10).map(sys_stats::DevfreqValueView::decode)
             }
 
             /// Current frequency per CPU in kHz (0 for an offline CPU).
@@ -19553,37 +20074,37 @@ pub mod perfetto {
             /// The elements of `repeated uint32 cpufreq_khz = 11`.
             #[inline]
             pub fn cpufreq_khz(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u32, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_uint32(&self.d, 10)
+                ::protozero::gen_support::repeated_uint32(&self.d, 6, 11)
             }
 
             /// The elements of `repeated perfetto.protos.SysStats.BuddyInfo buddy_info = 12`.
             #[inline]
             pub fn buddy_info(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<sys_stats::BuddyInfoView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 11).map(sys_stats::BuddyInfoView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 7, 12).map(sys_stats::BuddyInfoView::decode)
             }
 
             /// The elements of `repeated perfetto.protos.SysStats.DiskStat disk_stat = 13`.
             #[inline]
             pub fn disk_stat(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<sys_stats::DiskStatView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 12).map(sys_stats::DiskStatView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 8, 13).map(sys_stats::DiskStatView::decode)
             }
 
             /// The elements of `repeated perfetto.protos.SysStats.PsiSample psi = 14`.
             #[inline]
             pub fn psi(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<sys_stats::PsiSampleView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 13).map(sys_stats::PsiSampleView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 9, 14).map(sys_stats::PsiSampleView::decode)
             }
 
             /// The elements of `repeated perfetto.protos.SysStats.ThermalZone thermal_zone = 15`.
             #[inline]
             pub fn thermal_zone(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<sys_stats::ThermalZoneView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 14).map(sys_stats::ThermalZoneView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 10, 15).map(sys_stats::ThermalZoneView::decode)
             }
 
             /// The elements of `repeated perfetto.protos.SysStats.CpuIdleState cpuidle_state = 16`.
             #[inline]
             pub fn cpuidle_state(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<sys_stats::CpuIdleStateView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 15).map(sys_stats::CpuIdleStateView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 11, 16).map(sys_stats::CpuIdleStateView::decode)
             }
 
             /// GPU frequencies in MHz (Intel/AMD).
@@ -19591,13 +20112,13 @@ pub mod perfetto {
             /// The elements of `repeated uint64 gpufreq_mhz = 17`.
             #[inline]
             pub fn gpufreq_mhz(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_uint64(&self.d, 16)
+                ::protozero::gen_support::repeated_uint64(&self.d, 12, 17)
             }
 
             /// The elements of `repeated perfetto.protos.SysStats.SlabInfo slab_info = 18`.
             #[inline]
             pub fn slab_info(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<sys_stats::SlabInfoView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 17).map(sys_stats::SlabInfoView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 13, 18).map(sys_stats::SlabInfoView::decode)
             }
         }
 
@@ -19657,41 +20178,45 @@ pub mod perfetto {
 
             /// One /proc/meminfo line; value in KiB.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.SysStats.MeminfoValue`: its fields
-            /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.SysStats.MeminfoValue`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct MeminfoValueView<'a> {
-                d: ::protozero::TypedDecoder<'a, 2>,
+                d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
             }
 
             impl<'a> MeminfoValueView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            16 => d.varint(1, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=2 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional
@@ -19712,7 +20237,7 @@ pub mod perfetto {
                 /// Whether `key` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_key(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 value = 2`.
@@ -19724,7 +20249,7 @@ pub mod perfetto {
                 /// Whether `value` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_value(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
             }
 
@@ -19782,41 +20307,45 @@ pub mod perfetto {
 
             /// One /proc/vmstat line; the unit depends on the key (often pages).
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.SysStats.VmstatValue`: its fields
-            /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.SysStats.VmstatValue`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct VmstatValueView<'a> {
-                d: ::protozero::TypedDecoder<'a, 2>,
+                d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
             }
 
             impl<'a> VmstatValueView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            16 => d.varint(1, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=2 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional perfetto.protos.VmstatCounters
@@ -19837,7 +20366,7 @@ pub mod perfetto {
                 /// Whether `key` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_key(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 value = 2`.
@@ -19849,7 +20378,7 @@ pub mod perfetto {
                 /// Whether `value` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_value(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
             }
 
@@ -19960,41 +20489,52 @@ pub mod perfetto {
 
             /// Per-CPU time since boot from /proc/stat, in nanoseconds.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.SysStats.CpuTimes`: its fields are
-            /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
-            /// which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.SysStats.CpuTimes`: [`Self::decode`]
+            /// walks the message once, keeping each singular field's value and where each repeated
+            /// field lies, and the getters read from that and the borrowed bytes; they never
+            /// allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct CpuTimesView<'a> {
-                d: ::protozero::TypedDecoder<'a, 9>,
+                d: ::protozero::gen_support::Slots<'a, 9, 1, 0>,
             }
 
             impl<'a> CpuTimesView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            16 => d.varint(1, at)?,
+                            24 => d.varint(2, at)?,
+                            32 => d.varint(3, at)?,
+                            40 => d.varint(4, at)?,
+                            48 => d.varint(5, at)?,
+                            56 => d.varint(6, at)?,
+                            64 => d.varint(7, at)?,
+                            72 => d.varint(8, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=9 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional uint32 cpu_id = 1`.
@@ -20006,7 +20546,7 @@ pub mod perfetto {
                 /// Whether `cpu_id` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_cpu_id(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 user_ns = 2`.
@@ -20018,7 +20558,7 @@ pub mod perfetto {
                 /// Whether `user_ns` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_user_ns(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// User time at lowered priority.
@@ -20032,7 +20572,7 @@ pub mod perfetto {
                 /// Whether `user_nice_ns` (field 3) occurs with the right wire type.
                 #[inline]
                 pub fn has_user_nice_ns(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 2)
+                    ::protozero::gen_support::has(&self.d, 2)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 system_mode_ns = 4`.
@@ -20044,7 +20584,7 @@ pub mod perfetto {
                 /// Whether `system_mode_ns` (field 4) occurs with the right wire type.
                 #[inline]
                 pub fn has_system_mode_ns(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 3)
+                    ::protozero::gen_support::has(&self.d, 3)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 idle_ns = 5`.
@@ -20056,7 +20596,7 @@ pub mod perfetto {
                 /// Whether `idle_ns` (field 5) occurs with the right wire type.
                 #[inline]
                 pub fn has_idle_ns(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 4)
+                    ::protozero::gen_support::has(&self.d, 4)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 io_wait_ns = 6`.
@@ -20068,7 +20608,7 @@ pub mod perfetto {
                 /// Whether `io_wait_ns` (field 6) occurs with the right wire type.
                 #[inline]
                 pub fn has_io_wait_ns(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 5)
+                    ::protozero::gen_support::has(&self.d, 5)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 irq_ns = 7`.
@@ -20080,7 +20620,7 @@ pub mod perfetto {
                 /// Whether `irq_ns` (field 7) occurs with the right wire type.
                 #[inline]
                 pub fn has_irq_ns(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 6)
+                    ::protozero::gen_support::has(&self.d, 6)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 softirq_ns = 8`.
@@ -20092,7 +20632,7 @@ pub mod perfetto {
                 /// Whether `softirq_ns` (field 8) occurs with the right wire type.
                 #[inline]
                 pub fn has_softirq_ns(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 7)
+                    ::protozero::gen_support::has(&self.d, 7)
                 }
 
                 /// Time taken by the hypervisor for other guests.
@@ -20106,7 +20646,7 @@ pub mod perfetto {
                 /// Whether `steal_ns` (field 9) occurs with the right wire type.
                 #[inline]
                 pub fn has_steal_ns(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 8)
+                    ::protozero::gen_support::has(&self.d, 8)
                 }
             }
 
@@ -20157,41 +20697,45 @@ pub mod perfetto {
 
             /// Count of one interrupt or softirq number.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.SysStats.InterruptCount`: its fields
-            /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.SysStats.InterruptCount`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct InterruptCountView<'a> {
-                d: ::protozero::TypedDecoder<'a, 2>,
+                d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
             }
 
             impl<'a> InterruptCountView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            16 => d.varint(1, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=2 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional int32 irq = 1`.
@@ -20203,7 +20747,7 @@ pub mod perfetto {
                 /// Whether `irq` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_irq(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 count = 2`.
@@ -20215,7 +20759,7 @@ pub mod perfetto {
                 /// Whether `count` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_count(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
             }
 
@@ -20266,41 +20810,45 @@ pub mod perfetto {
 
             /// Current frequency of one /sys/class/devfreq device, in kHz.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.SysStats.DevfreqValue`: its fields
-            /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.SysStats.DevfreqValue`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct DevfreqValueView<'a> {
-                d: ::protozero::TypedDecoder<'a, 2>,
+                d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
             }
 
             impl<'a> DevfreqValueView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            10 => d.len(0, at)?,
+                            16 => d.varint(1, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=2 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional string key = 1`.
@@ -20322,7 +20870,7 @@ pub mod perfetto {
                 /// Whether `key` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_key(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 value = 2`.
@@ -20334,7 +20882,7 @@ pub mod perfetto {
                 /// Whether `value` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_value(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
             }
 
@@ -20400,41 +20948,47 @@ pub mod perfetto {
 
             /// Free pages per order of one memory zone (/proc/buddyinfo).
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.SysStats.BuddyInfo`: its fields are
-            /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
-            /// which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.SysStats.BuddyInfo`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct BuddyInfoView<'a> {
-                d: ::protozero::TypedDecoder<'a, 3>,
+                d: ::protozero::gen_support::Slots<'a, 2, 1, 1>,
             }
 
             impl<'a> BuddyInfoView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            10 => d.len(0, at)?,
+                            18 => d.len(1, at)?,
+                            24 => d.rep_varint(0, start, at)?,
+                            26 => d.rep_len(0, start, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=3 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional string node = 1`.
@@ -20456,7 +21010,7 @@ pub mod perfetto {
                 /// Whether `node` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_node(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// The last occurrence, or the default, of `optional string zone = 2`.
@@ -20478,13 +21032,13 @@ pub mod perfetto {
                 /// Whether `zone` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_zone(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// The elements of `repeated uint32 order_pages = 3`.
                 #[inline]
                 pub fn order_pages(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u32, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_uint32(&self.d, 2)
+                    ::protozero::gen_support::repeated_uint32(&self.d, 0, 3)
                 }
             }
 
@@ -20591,41 +21145,52 @@ pub mod perfetto {
 
             /// Cumulative counters of one block device (/proc/diskstats).
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.SysStats.DiskStat`: its fields are
-            /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
-            /// which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.SysStats.DiskStat`: [`Self::decode`]
+            /// walks the message once, keeping each singular field's value and where each repeated
+            /// field lies, and the getters read from that and the borrowed bytes; they never
+            /// allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct DiskStatView<'a> {
-                d: ::protozero::TypedDecoder<'a, 9>,
+                d: ::protozero::gen_support::Slots<'a, 9, 1, 0>,
             }
 
             impl<'a> DiskStatView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            10 => d.len(0, at)?,
+                            16 => d.varint(1, at)?,
+                            24 => d.varint(2, at)?,
+                            32 => d.varint(3, at)?,
+                            40 => d.varint(4, at)?,
+                            48 => d.varint(5, at)?,
+                            56 => d.varint(6, at)?,
+                            64 => d.varint(7, at)?,
+                            72 => d.varint(8, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=9 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional string device_name = 1`.
@@ -20647,7 +21212,7 @@ pub mod perfetto {
                 /// Whether `device_name` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_device_name(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 read_sectors = 2`.
@@ -20659,7 +21224,7 @@ pub mod perfetto {
                 /// Whether `read_sectors` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_read_sectors(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 read_time_ms = 3`.
@@ -20671,7 +21236,7 @@ pub mod perfetto {
                 /// Whether `read_time_ms` (field 3) occurs with the right wire type.
                 #[inline]
                 pub fn has_read_time_ms(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 2)
+                    ::protozero::gen_support::has(&self.d, 2)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 write_sectors = 4`.
@@ -20683,7 +21248,7 @@ pub mod perfetto {
                 /// Whether `write_sectors` (field 4) occurs with the right wire type.
                 #[inline]
                 pub fn has_write_sectors(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 3)
+                    ::protozero::gen_support::has(&self.d, 3)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 write_time_ms = 5`.
@@ -20695,7 +21260,7 @@ pub mod perfetto {
                 /// Whether `write_time_ms` (field 5) occurs with the right wire type.
                 #[inline]
                 pub fn has_write_time_ms(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 4)
+                    ::protozero::gen_support::has(&self.d, 4)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 discard_sectors = 6`.
@@ -20707,7 +21272,7 @@ pub mod perfetto {
                 /// Whether `discard_sectors` (field 6) occurs with the right wire type.
                 #[inline]
                 pub fn has_discard_sectors(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 5)
+                    ::protozero::gen_support::has(&self.d, 5)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 discard_time_ms = 7`.
@@ -20719,7 +21284,7 @@ pub mod perfetto {
                 /// Whether `discard_time_ms` (field 7) occurs with the right wire type.
                 #[inline]
                 pub fn has_discard_time_ms(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 6)
+                    ::protozero::gen_support::has(&self.d, 6)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 flush_count = 8`.
@@ -20731,7 +21296,7 @@ pub mod perfetto {
                 /// Whether `flush_count` (field 8) occurs with the right wire type.
                 #[inline]
                 pub fn has_flush_count(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 7)
+                    ::protozero::gen_support::has(&self.d, 7)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 flush_time_ms = 9`.
@@ -20743,7 +21308,7 @@ pub mod perfetto {
                 /// Whether `flush_time_ms` (field 9) occurs with the right wire type.
                 #[inline]
                 pub fn has_flush_time_ms(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 8)
+                    ::protozero::gen_support::has(&self.d, 8)
                 }
             }
 
@@ -20803,41 +21368,45 @@ pub mod perfetto {
 
             /// Total stall time of one resource (/proc/pressure/*).
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.SysStats.PsiSample`: its fields are
-            /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
-            /// which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.SysStats.PsiSample`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct PsiSampleView<'a> {
-                d: ::protozero::TypedDecoder<'a, 2>,
+                d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
             }
 
             impl<'a> PsiSampleView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            16 => d.varint(1, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=2 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional
@@ -20858,7 +21427,7 @@ pub mod perfetto {
                 /// Whether `resource` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_resource(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// Cumulative stall time in nanoseconds.
@@ -20872,7 +21441,7 @@ pub mod perfetto {
                 /// Whether `total_ns` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_total_ns(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
             }
 
@@ -21006,41 +21575,46 @@ pub mod perfetto {
 
             /// One /sys/class/thermal zone.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.SysStats.ThermalZone`: its fields
-            /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.SysStats.ThermalZone`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct ThermalZoneView<'a> {
-                d: ::protozero::TypedDecoder<'a, 3>,
+                d: ::protozero::gen_support::Slots<'a, 3, 1, 0>,
             }
 
             impl<'a> ThermalZoneView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            10 => d.len(0, at)?,
+                            16 => d.varint(1, at)?,
+                            26 => d.len(2, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=3 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional string name = 1`.
@@ -21062,7 +21636,7 @@ pub mod perfetto {
                 /// Whether `name` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_name(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 temp = 2`.
@@ -21074,7 +21648,7 @@ pub mod perfetto {
                 /// Whether `temp` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_temp(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// The last occurrence, or the default, of `optional string type = 3`.
@@ -21096,7 +21670,7 @@ pub mod perfetto {
                 /// Whether `type` (field 3) occurs with the right wire type.
                 #[inline]
                 pub fn has_type(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 2)
+                    ::protozero::gen_support::has(&self.d, 2)
                 }
             }
 
@@ -21149,41 +21723,45 @@ pub mod perfetto {
 
             /// Time spent in one idle state.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.SysStats.CpuIdleStateEntry`: its
-            /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.SysStats.CpuIdleStateEntry`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct CpuIdleStateEntryView<'a> {
-                d: ::protozero::TypedDecoder<'a, 2>,
+                d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
             }
 
             impl<'a> CpuIdleStateEntryView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            10 => d.len(0, at)?,
+                            16 => d.varint(1, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=2 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// State name, e.g. "C1".
@@ -21207,7 +21785,7 @@ pub mod perfetto {
                 /// Whether `state` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_state(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 duration_us = 2`.
@@ -21219,7 +21797,7 @@ pub mod perfetto {
                 /// Whether `duration_us` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_duration_us(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
             }
 
@@ -21274,41 +21852,45 @@ pub mod perfetto {
 
             /// Idle-state residency of one CPU.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.SysStats.CpuIdleState`: its fields
-            /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.SysStats.CpuIdleState`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct CpuIdleStateView<'a> {
-                d: ::protozero::TypedDecoder<'a, 2>,
+                d: ::protozero::gen_support::Slots<'a, 1, 1, 1>,
             }
 
             impl<'a> CpuIdleStateView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            18 => d.rep_len(0, start, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=2 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional uint32 cpu_id = 1`.
@@ -21320,14 +21902,14 @@ pub mod perfetto {
                 /// Whether `cpu_id` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_cpu_id(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// The elements of `repeated perfetto.protos.SysStats.CpuIdleStateEntry
                 /// cpuidle_state_entry = 2`.
                 #[inline]
                 pub fn cpuidle_state_entry(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<CpuIdleStateEntryView<'a>, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_bytes(&self.d, 1).map(CpuIdleStateEntryView::decode)
+                    ::protozero::gen_support::repeated_bytes(&self.d, 0, 2).map(CpuIdleStateEntryView::decode)
                 }
             }
 
@@ -21386,41 +21968,46 @@ pub mod perfetto {
 
             /// One /proc/slabinfo cache.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.SysStats.SlabInfo`: its fields are
-            /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
-            /// which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.SysStats.SlabInfo`: [`Self::decode`]
+            /// walks the message once, keeping each singular field's value and where each repeated
+            /// field lies, and the getters read from that and the borrowed bytes; they never
+            /// allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct SlabInfoView<'a> {
-                d: ::protozero::TypedDecoder<'a, 3>,
+                d: ::protozero::gen_support::Slots<'a, 3, 1, 0>,
             }
 
             impl<'a> SlabInfoView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            10 => d.len(0, at)?,
+                            16 => d.varint(1, at)?,
+                            24 => d.varint(2, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=3 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional string name = 1`.
@@ -21442,7 +22029,7 @@ pub mod perfetto {
                 /// Whether `name` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_name(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// The last occurrence, or the default, of `optional uint32 pages_per_slab = 2`.
@@ -21454,7 +22041,7 @@ pub mod perfetto {
                 /// Whether `pages_per_slab` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_pages_per_slab(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// The last occurrence, or the default, of `optional uint32 num_slabs = 3`.
@@ -21466,7 +22053,7 @@ pub mod perfetto {
                 /// Whether `num_slabs` (field 3) occurs with the right wire type.
                 #[inline]
                 pub fn has_num_slabs(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 2)
+                    ::protozero::gen_support::has(&self.d, 2)
                 }
             }
         }
@@ -21555,41 +22142,47 @@ pub mod perfetto {
         /// Payload used by tests (TracePacket.for_testing = 900). Tachyon's own tests
         /// and stress tools use it to write packets of controlled size and nesting.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.TestEvent`: its fields are indexed once
-        /// by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.TestEvent`: [`Self::decode`] walks the
+        /// message once, keeping each singular field's value and where each repeated field lies,
+        /// and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct TestEventView<'a> {
-            d: ::protozero::TypedDecoder<'a, 5>,
+            d: ::protozero::gen_support::Slots<'a, 5, 1, 0>,
         }
 
         impl<'a> TestEventView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.len(0, at)?,
+                        16 => d.varint(1, at)?,
+                        24 => d.varint(2, at)?,
+                        32 => d.varint(3, at)?,
+                        42 => d.len(4, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=5 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// Free-form string.
@@ -21613,7 +22206,7 @@ pub mod perfetto {
             /// Whether `str` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_str(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// Current value of the test's pseudo-random sequence.
@@ -21627,7 +22220,7 @@ pub mod perfetto {
             /// Whether `seq_value` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_seq_value(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// Monotonic counter of the test writer.
@@ -21641,7 +22234,7 @@ pub mod perfetto {
             /// Whether `counter` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_counter(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// Marks the last packet written by a test writer.
@@ -21655,7 +22248,7 @@ pub mod perfetto {
             /// Whether `is_last` (field 4) occurs with the right wire type.
             #[inline]
             pub fn has_is_last(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// The last occurrence (an empty message when absent) of `optional
@@ -21672,7 +22265,7 @@ pub mod perfetto {
             /// Whether `payload` (field 5) occurs with the right wire type.
             #[inline]
             pub fn has_payload(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 4)
             }
         }
 
@@ -21782,27 +22375,45 @@ pub mod perfetto {
 
             /// Nested test payload.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.TestEvent.TestPayload`: its fields
-            /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.TestEvent.TestPayload`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct TestPayloadView<'a> {
-                d: ::protozero::TypedDecoder<'a, 7>,
+                d: ::protozero::gen_support::Slots<'a, 3, 1, 4>,
             }
 
             impl<'a> TestPayloadView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            10 => d.rep_len(0, start, at)?,
+                            18 => d.rep_len(1, start, at)?,
+                            34 => d.len(0, at)?,
+                            40 => d.varint(1, at)?,
+                            48 => d.rep_varint(2, start, at)?,
+                            50 => d.rep_len(2, start, at)?,
+                            24 => d.varint(2, at)?,
+                            58 => d.rep_len(3, start, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
@@ -21811,27 +22422,16 @@ pub mod perfetto {
                     self.d.bytes()
                 }
 
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=2 => ::core::option::Option::Some(id as usize - 1),
-                        4..=6 => ::core::option::Option::Some(id as usize - 2),
-                        3 => ::core::option::Option::Some(5),
-                        7 => ::core::option::Option::Some(6),
-                        _ => ::core::option::Option::None,
-                    }
-                }
-
                 /// The elements of `repeated string str = 1`.
                 #[inline]
                 pub fn str(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<&'a str, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_string(&self.d, 0)
+                    ::protozero::gen_support::repeated_string(&self.d, 0, 1)
                 }
 
                 /// The elements of `repeated perfetto.protos.TestEvent.TestPayload nested = 2`.
                 #[inline]
                 pub fn nested(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<TestPayloadView<'a>, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_bytes(&self.d, 1).map(TestPayloadView::decode)
+                    ::protozero::gen_support::repeated_bytes(&self.d, 1, 2).map(TestPayloadView::decode)
                 }
 
                 /// The last occurrence, or the default, of `optional string single_string = 4`.
@@ -21841,37 +22441,37 @@ pub mod perfetto {
                 /// `InvalidUtf8` if the string is not UTF-8 (see [`Self::single_string_bytes`]).
                 #[inline]
                 pub fn single_string(&self) -> ::core::result::Result<&'a str, ::protozero::DecodeError> {
-                    ::protozero::gen_support::string(&self.d, 2, "")
+                    ::protozero::gen_support::string(&self.d, 0, "")
                 }
 
                 /// `single_string` as bytes, not checked to be UTF-8.
                 #[inline]
                 pub fn single_string_bytes(&self) -> &'a [u8] {
-                    ::protozero::gen_support::bytes(&self.d, 2, b"")
+                    ::protozero::gen_support::bytes(&self.d, 0, b"")
                 }
 
                 /// Whether `single_string` (field 4) occurs with the right wire type.
                 #[inline]
                 pub fn has_single_string(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 2)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// The last occurrence, or the default, of `optional int32 single_int = 5`.
                 #[inline]
                 pub fn single_int(&self) -> i32 {
-                    ::protozero::gen_support::int32(&self.d, 3, 0)
+                    ::protozero::gen_support::int32(&self.d, 1, 0)
                 }
 
                 /// Whether `single_int` (field 5) occurs with the right wire type.
                 #[inline]
                 pub fn has_single_int(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 3)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// The elements of `repeated int32 repeated_ints = 6`.
                 #[inline]
                 pub fn repeated_ints(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_int32(&self.d, 4)
+                    ::protozero::gen_support::repeated_int32(&self.d, 2, 6)
                 }
 
                 /// 0 for the innermost payload.
@@ -21880,20 +22480,20 @@ pub mod perfetto {
                 /// = 3`.
                 #[inline]
                 pub fn remaining_nesting_depth(&self) -> u32 {
-                    ::protozero::gen_support::uint32(&self.d, 5, 0)
+                    ::protozero::gen_support::uint32(&self.d, 2, 0)
                 }
 
                 /// Whether `remaining_nesting_depth` (field 3) occurs with the right wire type.
                 #[inline]
                 pub fn has_remaining_nesting_depth(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 5)
+                    ::protozero::gen_support::has(&self.d, 2)
                 }
 
                 /// The elements of `repeated perfetto.protos.DebugAnnotation debug_annotations =
                 /// 7`.
                 #[inline]
                 pub fn debug_annotations(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<super::DebugAnnotationView<'a>, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_bytes(&self.d, 6).map(super::DebugAnnotationView::decode)
+                    ::protozero::gen_support::repeated_bytes(&self.d, 3, 7).map(super::DebugAnnotationView::decode)
                 }
             }
         }
@@ -21946,26 +22546,37 @@ pub mod perfetto {
         /// packet by packet, so two trace files can simply be concatenated.
         /// Nothing else may ever be added to this message.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.Trace`: its fields are indexed once by
-        /// [`Self::decode`] and read from the borrowed bytes by the getters, which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.Trace`: [`Self::decode`] walks the
+        /// message once, keeping each singular field's value and where each repeated field lies,
+        /// and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct TraceView<'a> {
-            d: ::protozero::TypedDecoder<'a, 1>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 1>,
         }
 
         impl<'a> TraceView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.rep_len(0, start, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
@@ -21974,18 +22585,10 @@ pub mod perfetto {
                 self.d.bytes()
             }
 
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    _ => ::core::option::Option::None,
-                }
-            }
-
             /// The elements of `repeated perfetto.protos.TracePacket packet = 1`.
             #[inline]
             pub fn packet(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<TracePacketView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 0).map(TracePacketView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 0, 1).map(TracePacketView::decode)
             }
         }
 
@@ -22507,71 +23110,75 @@ pub mod perfetto {
         /// Tachyon declares none, and uses one number of the range itself
         /// (tachyon_packets_dropped, below).
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.TracePacket`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.TracePacket`: [`Self::decode`] walks the
+        /// message once, keeping each singular field's value and where each repeated field lies,
+        /// and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct TracePacketView<'a> {
-            d: ::protozero::TypedDecoder<'a, 33>,
+            d: ::protozero::gen_support::Slots<'a, 33, 1, 0>,
         }
 
         impl<'a> TracePacketView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        64 => d.varint(0, at)?,
+                        464 => d.varint(1, at)?,
+                        90 => d.len(2, at)?,
+                        482 => d.len(3, at)?,
+                        50 => d.len(4, at)?,
+                        18 => d.len(5, at)?,
+                        58 => d.len(6, at)?,
+                        298 => d.len(7, at)?,
+                        714 => d.len(8, at)?,
+                        266 => d.len(9, at)?,
+                        282 => d.len(10, at)?,
+                        554 => d.len(11, at)?,
+                        722 => d.len(12, at)?,
+                        346 => d.len(13, at)?,
+                        354 => d.len(14, at)?,
+                        290 => d.len(15, at)?,
+                        402 => d.len(16, at)?,
+                        1066 => d.len(17, at)?,
+                        530 => d.len(18, at)?,
+                        490 => d.len(19, at)?,
+                        434 => d.len(20, at)?,
+                        7202 => d.len(21, at)?,
+                        24 => d.varint(22, at)?,
+                        80 => d.varint(23, at)?,
+                        632 => d.varint(24, at)?,
+                        98 => d.len(25, at)?,
+                        104 => d.varint(26, at)?,
+                        328 => d.varint(27, at)?,
+                        474 => d.len(28, at)?,
+                        336 => d.varint(29, at)?,
+                        696 => d.varint(30, at)?,
+                        784 => d.varint(31, at)?,
+                        15200 => d.varint(32, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    8 => ::core::option::Option::Some(0),
-                    58 => ::core::option::Option::Some(1),
-                    11 => ::core::option::Option::Some(2),
-                    60 => ::core::option::Option::Some(3),
-                    6 => ::core::option::Option::Some(4),
-                    2 => ::core::option::Option::Some(5),
-                    7 => ::core::option::Option::Some(6),
-                    37 => ::core::option::Option::Some(7),
-                    89 => ::core::option::Option::Some(8),
-                    33 => ::core::option::Option::Some(9),
-                    35 => ::core::option::Option::Some(10),
-                    69 => ::core::option::Option::Some(11),
-                    90 => ::core::option::Option::Some(12),
-                    43..=44 => ::core::option::Option::Some(id as usize - 30),
-                    36 => ::core::option::Option::Some(15),
-                    50 => ::core::option::Option::Some(16),
-                    133 => ::core::option::Option::Some(17),
-                    66 => ::core::option::Option::Some(18),
-                    61 => ::core::option::Option::Some(19),
-                    54 => ::core::option::Option::Some(20),
-                    900 => ::core::option::Option::Some(21),
-                    3 => ::core::option::Option::Some(22),
-                    10 => ::core::option::Option::Some(23),
-                    79 => ::core::option::Option::Some(24),
-                    12..=13 => ::core::option::Option::Some(id as usize + 13),
-                    41 => ::core::option::Option::Some(27),
-                    59 => ::core::option::Option::Some(28),
-                    42 => ::core::option::Option::Some(29),
-                    87 => ::core::option::Option::Some(30),
-                    98 => ::core::option::Option::Some(31),
-                    1900 => ::core::option::Option::Some(32),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// Packet time. Refers to the trace clock (BOOTTIME) unless
@@ -22588,7 +23195,7 @@ pub mod perfetto {
             /// Whether `timestamp` (field 8) occurs with the right wire type.
             #[inline]
             pub fn has_timestamp(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// Clock of |timestamp|: a BuiltinClock id or a custom clock id.
@@ -22602,7 +23209,7 @@ pub mod perfetto {
             /// Whether `timestamp_clock_id` (field 58) occurs with the right wire type.
             #[inline]
             pub fn has_timestamp_clock_id(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// The last occurrence (an empty message when absent) of `perfetto.protos.TrackEvent
@@ -22622,7 +23229,7 @@ pub mod perfetto {
             /// Whether `track_event` (field 11) occurs with the right wire type.
             #[inline]
             pub fn has_track_event(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// The last occurrence (an empty message when absent) of
@@ -22642,7 +23249,7 @@ pub mod perfetto {
             /// Whether `track_descriptor` (field 60) occurs with the right wire type.
             #[inline]
             pub fn has_track_descriptor(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// The last occurrence (an empty message when absent) of `perfetto.protos.ClockSnapshot
@@ -22662,7 +23269,7 @@ pub mod perfetto {
             /// Whether `clock_snapshot` (field 6) occurs with the right wire type.
             #[inline]
             pub fn has_clock_snapshot(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 4)
             }
 
             /// Written by the probes data sources ("linux.process_stats",
@@ -22685,7 +23292,7 @@ pub mod perfetto {
             /// Whether `process_tree` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_process_tree(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 5)
+                ::protozero::gen_support::has(&self.d, 5)
             }
 
             /// The last occurrence (an empty message when absent) of `perfetto.protos.SysStats
@@ -22705,7 +23312,7 @@ pub mod perfetto {
             /// Whether `sys_stats` (field 7) occurs with the right wire type.
             #[inline]
             pub fn has_sys_stats(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 6)
+                ::protozero::gen_support::has(&self.d, 6)
             }
 
             /// A heap profile dump (Tachyon's tracking allocator, heapprofd).
@@ -22727,7 +23334,7 @@ pub mod perfetto {
             /// Whether `profile_packet` (field 37) occurs with the right wire type.
             #[inline]
             pub fn has_profile_packet(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 7)
+                ::protozero::gen_support::has(&self.d, 7)
             }
 
             /// Written by the service only.
@@ -22749,7 +23356,7 @@ pub mod perfetto {
             /// Whether `trace_uuid` (field 89) occurs with the right wire type.
             #[inline]
             pub fn has_trace_uuid(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 8)
+                ::protozero::gen_support::has(&self.d, 8)
             }
 
             /// The last occurrence (an empty message when absent) of `perfetto.protos.TraceConfig
@@ -22769,7 +23376,7 @@ pub mod perfetto {
             /// Whether `trace_config` (field 33) occurs with the right wire type.
             #[inline]
             pub fn has_trace_config(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 9)
+                ::protozero::gen_support::has(&self.d, 9)
             }
 
             /// The last occurrence (an empty message when absent) of `perfetto.protos.TraceStats
@@ -22789,7 +23396,7 @@ pub mod perfetto {
             /// Whether `trace_stats` (field 35) occurs with the right wire type.
             #[inline]
             pub fn has_trace_stats(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 10)
+                ::protozero::gen_support::has(&self.d, 10)
             }
 
             /// The last occurrence (an empty message when absent) of
@@ -22809,7 +23416,7 @@ pub mod perfetto {
             /// Whether `service_event` (field 69) occurs with the right wire type.
             #[inline]
             pub fn has_service_event(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 11)
+                ::protozero::gen_support::has(&self.d, 11)
             }
 
             /// The last occurrence (an empty message when absent) of
@@ -22829,7 +23436,7 @@ pub mod perfetto {
             /// Whether `track_event_range_of_interest` (field 90) occurs with the right wire type.
             #[inline]
             pub fn has_track_event_range_of_interest(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 12)
+                ::protozero::gen_support::has(&self.d, 12)
             }
 
             /// Legacy per-sequence descriptors; new writers use TrackDescriptor.
@@ -22851,7 +23458,7 @@ pub mod perfetto {
             /// Whether `process_descriptor` (field 43) occurs with the right wire type.
             #[inline]
             pub fn has_process_descriptor(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 13)
+                ::protozero::gen_support::has(&self.d, 13)
             }
 
             /// The last occurrence (an empty message when absent) of
@@ -22871,7 +23478,7 @@ pub mod perfetto {
             /// Whether `thread_descriptor` (field 44) occurs with the right wire type.
             #[inline]
             pub fn has_thread_descriptor(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 14)
+                ::protozero::gen_support::has(&self.d, 14)
             }
 
             /// Written by the service every ~10 s: the 16 bytes of the UUID
@@ -22890,7 +23497,7 @@ pub mod perfetto {
             /// Whether `synchronization_marker` (field 36) occurs with the right wire type.
             #[inline]
             pub fn has_synchronization_marker(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 15)
+                ::protozero::gen_support::has(&self.d, 15)
             }
 
             /// Zero or more serialized TracePacket records (as in Trace), compressed
@@ -22908,7 +23515,7 @@ pub mod perfetto {
             /// Whether `compressed_packets` (field 50) occurs with the right wire type.
             #[inline]
             pub fn has_compressed_packets(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 16)
+                ::protozero::gen_support::has(&self.d, 16)
             }
 
             /// Same as compressed_packets, compressed with zstd.
@@ -22925,7 +23532,7 @@ pub mod perfetto {
             /// Whether `zstd_compressed_packets` (field 133) occurs with the right wire type.
             #[inline]
             pub fn has_zstd_compressed_packets(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 17)
+                ::protozero::gen_support::has(&self.d, 17)
             }
 
             /// CPU samples (the SDK's sampler, `linux.perf`).
@@ -22947,7 +23554,7 @@ pub mod perfetto {
             /// Whether `perf_sample` (field 66) occurs with the right wire type.
             #[inline]
             pub fn has_perf_sample(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 18)
+                ::protozero::gen_support::has(&self.d, 18)
             }
 
             /// Symbols for the frames of the trace's mappings (symbolization).
@@ -22969,7 +23576,7 @@ pub mod perfetto {
             /// Whether `module_symbols` (field 61) occurs with the right wire type.
             #[inline]
             pub fn has_module_symbols(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 19)
+                ::protozero::gen_support::has(&self.d, 19)
             }
 
             /// Chrome's sampling profiler: stacks of one thread, timed by the
@@ -22992,7 +23599,7 @@ pub mod perfetto {
             /// Whether `streaming_profile_packet` (field 54) occurs with the right wire type.
             #[inline]
             pub fn has_streaming_profile_packet(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 20)
+                ::protozero::gen_support::has(&self.d, 20)
             }
 
             /// Test payload.
@@ -23014,7 +23621,7 @@ pub mod perfetto {
             /// Whether `for_testing` (field 900) occurs with the right wire type.
             #[inline]
             pub fn has_for_testing(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 21)
+                ::protozero::gen_support::has(&self.d, 21)
             }
 
             /// The last occurrence, or the default, of `int32 trusted_uid = 3`.
@@ -23029,7 +23636,7 @@ pub mod perfetto {
             /// Whether `trusted_uid` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_trusted_uid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 22)
+                ::protozero::gen_support::has(&self.d, 22)
             }
 
             /// The last occurrence, or the default, of `uint32 trusted_packet_sequence_id = 10`.
@@ -23044,7 +23651,7 @@ pub mod perfetto {
             /// Whether `trusted_packet_sequence_id` (field 10) occurs with the right wire type.
             #[inline]
             pub fn has_trusted_packet_sequence_id(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 23)
+                ::protozero::gen_support::has(&self.d, 23)
             }
 
             /// Written by the service: pid of the producer.
@@ -23058,7 +23665,7 @@ pub mod perfetto {
             /// Whether `trusted_pid` (field 79) occurs with the right wire type.
             #[inline]
             pub fn has_trusted_pid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 24)
+                ::protozero::gen_support::has(&self.d, 24)
             }
 
             /// New interning entries for this sequence, valid until the next
@@ -23078,7 +23685,7 @@ pub mod perfetto {
             /// Whether `interned_data` (field 12) occurs with the right wire type.
             #[inline]
             pub fn has_interned_data(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 25)
+                ::protozero::gen_support::has(&self.d, 25)
             }
 
             /// The last occurrence, or the default, of `optional uint32 sequence_flags = 13`.
@@ -23090,7 +23697,7 @@ pub mod perfetto {
             /// Whether `sequence_flags` (field 13) occurs with the right wire type.
             #[inline]
             pub fn has_sequence_flags(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 26)
+                ::protozero::gen_support::has(&self.d, 26)
             }
 
             /// Deprecated form of SEQ_INCREMENTAL_STATE_CLEARED.
@@ -23105,7 +23712,7 @@ pub mod perfetto {
             /// Whether `incremental_state_cleared` (field 41) occurs with the right wire type.
             #[inline]
             pub fn has_incremental_state_cleared(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 27)
+                ::protozero::gen_support::has(&self.d, 27)
             }
 
             /// Defaults for later packets of this sequence; re-emitted after every
@@ -23125,7 +23732,7 @@ pub mod perfetto {
             /// Whether `trace_packet_defaults` (field 59) occurs with the right wire type.
             #[inline]
             pub fn has_trace_packet_defaults(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 28)
+                ::protozero::gen_support::has(&self.d, 28)
             }
 
             /// Non-zero if packets of this sequence were lost right before this one
@@ -23143,7 +23750,7 @@ pub mod perfetto {
             /// Whether `previous_packet_dropped` (field 42) occurs with the right wire type.
             #[inline]
             pub fn has_previous_packet_dropped(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 29)
+                ::protozero::gen_support::has(&self.d, 29)
             }
 
             /// Set by the writer on the very first packet of a sequence, so a reader
@@ -23159,7 +23766,7 @@ pub mod perfetto {
             /// Whether `first_packet_on_sequence` (field 87) occurs with the right wire type.
             #[inline]
             pub fn has_first_packet_on_sequence(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 30)
+                ::protozero::gen_support::has(&self.d, 30)
             }
 
             /// Written by the service: id of the machine the producer runs on
@@ -23174,7 +23781,7 @@ pub mod perfetto {
             /// Whether `machine_id` (field 98) occurs with the right wire type.
             #[inline]
             pub fn has_machine_id(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 31)
+                ::protozero::gen_support::has(&self.d, 31)
             }
 
             /// Tachyon's extension (a number in Perfetto's TracePacket extension range,
@@ -23195,7 +23802,7 @@ pub mod perfetto {
             /// Whether `tachyon_packets_dropped` (field 1900) occurs with the right wire type.
             #[inline]
             pub fn has_tachyon_packets_dropped(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 32)
+                ::protozero::gen_support::has(&self.d, 32)
             }
         }
 
@@ -23430,42 +24037,44 @@ pub mod perfetto {
         /// Not modelled (taken upstream, do not reuse): perf_sample_defaults 12,
         /// v8_code_defaults 99.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.TracePacketDefaults`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-        /// never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.TracePacketDefaults`: [`Self::decode`]
+        /// walks the message once, keeping each singular field's value and where each repeated
+        /// field lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct TracePacketDefaultsView<'a> {
-            d: ::protozero::TypedDecoder<'a, 2>,
+            d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
         }
 
         impl<'a> TracePacketDefaultsView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        464 => d.varint(0, at)?,
+                        90 => d.len(1, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    58 => ::core::option::Option::Some(0),
-                    11 => ::core::option::Option::Some(1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional uint32 timestamp_clock_id = 58`.
@@ -23477,7 +24086,7 @@ pub mod perfetto {
             /// Whether `timestamp_clock_id` (field 58) occurs with the right wire type.
             #[inline]
             pub fn has_timestamp_clock_id(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// Defaults for TrackEvent fields (e.g. track_uuid).
@@ -23496,7 +24105,7 @@ pub mod perfetto {
             /// Whether `track_event_defaults` (field 11) occurs with the right wire type.
             #[inline]
             pub fn has_track_event_defaults(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
         }
 
@@ -23549,41 +24158,44 @@ pub mod perfetto {
         /// Unique id of a trace, emitted by the service as a TracePacket
         /// (trace_uuid = 89). Tachyon's service writes one per session.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.TraceUuid`: its fields are indexed once
-        /// by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.TraceUuid`: [`Self::decode`] walks the
+        /// message once, keeping each singular field's value and where each repeated field lies,
+        /// and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct TraceUuidView<'a> {
-            d: ::protozero::TypedDecoder<'a, 2>,
+            d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
         }
 
         impl<'a> TraceUuidView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        16 => d.varint(1, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=2 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional int64 msb = 1`.
@@ -23595,7 +24207,7 @@ pub mod perfetto {
             /// Whether `msb` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_msb(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The last occurrence, or the default, of `optional int64 lsb = 2`.
@@ -23607,7 +24219,7 @@ pub mod perfetto {
             /// Whether `lsb` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_lsb(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
         }
 
@@ -23684,8 +24296,9 @@ pub mod perfetto {
         /// Chrome's details of a process track. Tachyon writes none; the processor
         /// reads host_app_package_name (the `chrome.host_app_package_name` process arg).
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.ChromeProcessDescriptor`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
+        /// A zero-copy view of an encoded `perfetto.protos.ChromeProcessDescriptor`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
         /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
@@ -23693,32 +24306,38 @@ pub mod perfetto {
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct ChromeProcessDescriptorView<'a> {
-            d: ::protozero::TypedDecoder<'a, 5>,
+            d: ::protozero::gen_support::Slots<'a, 5, 1, 0>,
         }
 
         impl<'a> ChromeProcessDescriptorView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        16 => d.varint(1, at)?,
+                        24 => d.varint(2, at)?,
+                        34 => d.len(3, at)?,
+                        40 => d.varint(4, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=5 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional int32 process_type = 1`.
@@ -23730,7 +24349,7 @@ pub mod perfetto {
             /// Whether `process_type` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_process_type(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The last occurrence, or the default, of `optional int32 process_priority = 2`.
@@ -23742,7 +24361,7 @@ pub mod perfetto {
             /// Whether `process_priority` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_process_priority(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// The last occurrence, or the default, of `optional int32 legacy_sort_index = 3`.
@@ -23754,7 +24373,7 @@ pub mod perfetto {
             /// Whether `legacy_sort_index` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_legacy_sort_index(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// The last occurrence, or the default, of `optional string host_app_package_name = 4`.
@@ -23777,7 +24396,7 @@ pub mod perfetto {
             /// Whether `host_app_package_name` (field 4) occurs with the right wire type.
             #[inline]
             pub fn has_host_app_package_name(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// The last occurrence, or the default, of `optional uint64 crash_trace_id = 5`.
@@ -23789,7 +24408,7 @@ pub mod perfetto {
             /// Whether `crash_trace_id` (field 5) occurs with the right wire type.
             #[inline]
             pub fn has_crash_trace_id(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 4)
             }
         }
 
@@ -23910,44 +24529,49 @@ pub mod perfetto {
         /// counter with one; values then arrive as TYPE_COUNTER events or as extra
         /// counter values on other events.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.CounterDescriptor`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-        /// never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.CounterDescriptor`: [`Self::decode`]
+        /// walks the message once, keeping each singular field's value and where each repeated
+        /// field lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct CounterDescriptorView<'a> {
-            d: ::protozero::TypedDecoder<'a, 7>,
+            d: ::protozero::gen_support::Slots<'a, 6, 1, 1>,
         }
 
         impl<'a> CounterDescriptorView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        18 => d.rep_len(0, start, at)?,
+                        24 => d.varint(1, at)?,
+                        50 => d.len(2, at)?,
+                        32 => d.varint(3, at)?,
+                        40 => d.varint(4, at)?,
+                        58 => d.len(5, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=3 => ::core::option::Option::Some(id as usize - 1),
-                    6 => ::core::option::Option::Some(3),
-                    4..=5 => ::core::option::Option::Some(id as usize),
-                    7 => ::core::option::Option::Some(6),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// Only for builtin counters; user counters name the track instead.
@@ -23970,7 +24594,7 @@ pub mod perfetto {
             /// Whether `type` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_type(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// Categories the counter belongs to.
@@ -23978,7 +24602,7 @@ pub mod perfetto {
             /// The elements of `repeated string categories = 2`.
             #[inline]
             pub fn categories(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<&'a str, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_string(&self.d, 1)
+                ::protozero::gen_support::repeated_string(&self.d, 0, 2)
             }
 
             /// The last occurrence, or the default, of `optional
@@ -23993,13 +24617,13 @@ pub mod perfetto {
             /// `unit` as a raw value (also one the enum does not declare).
             #[inline]
             pub fn unit_raw(&self) -> i32 {
-                ::protozero::gen_support::int32(&self.d, 2, 0)
+                ::protozero::gen_support::int32(&self.d, 1, 0)
             }
 
             /// Whether `unit` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_unit(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// Free-form unit name, for units not in |Unit|.
@@ -24011,19 +24635,19 @@ pub mod perfetto {
             /// `InvalidUtf8` if the string is not UTF-8 (see [`Self::unit_name_bytes`]).
             #[inline]
             pub fn unit_name(&self) -> ::core::result::Result<&'a str, ::protozero::DecodeError> {
-                ::protozero::gen_support::string(&self.d, 3, "")
+                ::protozero::gen_support::string(&self.d, 2, "")
             }
 
             /// `unit_name` as bytes, not checked to be UTF-8.
             #[inline]
             pub fn unit_name_bytes(&self) -> &'a [u8] {
-                ::protozero::gen_support::bytes(&self.d, 3, b"")
+                ::protozero::gen_support::bytes(&self.d, 2, b"")
             }
 
             /// Whether `unit_name` (field 6) occurs with the right wire type.
             #[inline]
             pub fn has_unit_name(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// Scale applied to each value (e.g. 1000 to give times in us).
@@ -24031,13 +24655,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional int64 unit_multiplier = 4`.
             #[inline]
             pub fn unit_multiplier(&self) -> i64 {
-                ::protozero::gen_support::int64(&self.d, 4, 0)
+                ::protozero::gen_support::int64(&self.d, 3, 0)
             }
 
             /// Whether `unit_multiplier` (field 4) occurs with the right wire type.
             #[inline]
             pub fn has_unit_multiplier(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// Values are deltas from the previous value on the same sequence; the
@@ -24047,13 +24671,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional bool is_incremental = 5`.
             #[inline]
             pub fn is_incremental(&self) -> bool {
-                ::protozero::gen_support::bool(&self.d, 5, false)
+                ::protozero::gen_support::bool(&self.d, 4, false)
             }
 
             /// Whether `is_incremental` (field 5) occurs with the right wire type.
             #[inline]
             pub fn has_is_incremental(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 5)
+                ::protozero::gen_support::has(&self.d, 4)
             }
 
             /// Counter tracks with the same key and parent share a y-axis in the UI.
@@ -24065,19 +24689,19 @@ pub mod perfetto {
             /// `InvalidUtf8` if the string is not UTF-8 (see [`Self::y_axis_share_key_bytes`]).
             #[inline]
             pub fn y_axis_share_key(&self) -> ::core::result::Result<&'a str, ::protozero::DecodeError> {
-                ::protozero::gen_support::string(&self.d, 6, "")
+                ::protozero::gen_support::string(&self.d, 5, "")
             }
 
             /// `y_axis_share_key` as bytes, not checked to be UTF-8.
             #[inline]
             pub fn y_axis_share_key_bytes(&self) -> &'a [u8] {
-                ::protozero::gen_support::bytes(&self.d, 6, b"")
+                ::protozero::gen_support::bytes(&self.d, 5, b"")
             }
 
             /// Whether `y_axis_share_key` (field 7) occurs with the right wire type.
             #[inline]
             pub fn has_y_axis_share_key(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 6)
+                ::protozero::gen_support::has(&self.d, 5)
             }
         }
 
@@ -24422,49 +25046,58 @@ pub mod perfetto {
         /// array_values, each entry itself a DebugAnnotation (dict entries carry a
         /// name, array elements do not).
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.DebugAnnotation`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.DebugAnnotation`: [`Self::decode`] walks
+        /// the message once, keeping each singular field's value and where each repeated field
+        /// lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct DebugAnnotationView<'a> {
-            d: ::protozero::TypedDecoder<'a, 16>,
+            d: ::protozero::gen_support::Slots<'a, 14, 1, 2>,
         }
 
         impl<'a> DebugAnnotationView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        82 => d.len(1, at)?,
+                        16 => d.varint(2, at)?,
+                        24 => d.varint(3, at)?,
+                        32 => d.varint(4, at)?,
+                        41 => d.fixed64(5, at)?,
+                        56 => d.varint(6, at)?,
+                        66 => d.len(7, at)?,
+                        74 => d.len(8, at)?,
+                        50 => d.len(9, at)?,
+                        136 => d.varint(10, at)?,
+                        130 => d.len(11, at)?,
+                        104 => d.varint(12, at)?,
+                        114 => d.len(13, at)?,
+                        90 => d.rep_len(0, start, at)?,
+                        98 => d.rep_len(1, start, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    10 => ::core::option::Option::Some(1),
-                    2..=5 => ::core::option::Option::Some(id as usize),
-                    7..=9 => ::core::option::Option::Some(id as usize - 1),
-                    6 => ::core::option::Option::Some(9),
-                    17 => ::core::option::Option::Some(10),
-                    16 => ::core::option::Option::Some(11),
-                    13..=14 => ::core::option::Option::Some(id as usize - 1),
-                    11..=12 => ::core::option::Option::Some(id as usize + 3),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// Interned DebugAnnotationName.
@@ -24481,7 +25114,7 @@ pub mod perfetto {
             /// Whether `name_iid` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_name_iid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The last occurrence, or the default, of `string name = 10`.
@@ -24506,7 +25139,7 @@ pub mod perfetto {
             /// Whether `name` (field 10) occurs with the right wire type.
             #[inline]
             pub fn has_name(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// The last occurrence, or the default, of `bool bool_value = 2`.
@@ -24521,7 +25154,7 @@ pub mod perfetto {
             /// Whether `bool_value` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_bool_value(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// The last occurrence, or the default, of `uint64 uint_value = 3`.
@@ -24536,7 +25169,7 @@ pub mod perfetto {
             /// Whether `uint_value` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_uint_value(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// The last occurrence, or the default, of `int64 int_value = 4`.
@@ -24551,7 +25184,7 @@ pub mod perfetto {
             /// Whether `int_value` (field 4) occurs with the right wire type.
             #[inline]
             pub fn has_int_value(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 4)
             }
 
             /// The last occurrence, or the default, of `double double_value = 5`.
@@ -24567,7 +25200,7 @@ pub mod perfetto {
             /// Whether `double_value` (field 5) occurs with the right wire type.
             #[inline]
             pub fn has_double_value(&self) -> bool {
-                ::protozero::gen_support::has_fixed64(&self.d, 5)
+                ::protozero::gen_support::has(&self.d, 5)
             }
 
             /// Like uint_value, but displayed as an address.
@@ -24584,7 +25217,7 @@ pub mod perfetto {
             /// Whether `pointer_value` (field 7) occurs with the right wire type.
             #[inline]
             pub fn has_pointer_value(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 6)
+                ::protozero::gen_support::has(&self.d, 6)
             }
 
             /// Deprecated.
@@ -24606,7 +25239,7 @@ pub mod perfetto {
             /// Whether `nested_value` (field 8) occurs with the right wire type.
             #[inline]
             pub fn has_nested_value(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 7)
+                ::protozero::gen_support::has(&self.d, 7)
             }
 
             /// A JSON string from legacy instrumentation.
@@ -24633,7 +25266,7 @@ pub mod perfetto {
             /// Whether `legacy_json_value` (field 9) occurs with the right wire type.
             #[inline]
             pub fn has_legacy_json_value(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 8)
+                ::protozero::gen_support::has(&self.d, 8)
             }
 
             /// The last occurrence, or the default, of `string string_value = 6`.
@@ -24658,7 +25291,7 @@ pub mod perfetto {
             /// Whether `string_value` (field 6) occurs with the right wire type.
             #[inline]
             pub fn has_string_value(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 9)
+                ::protozero::gen_support::has(&self.d, 9)
             }
 
             /// Interned string (InternedData.debug_annotation_string_values).
@@ -24675,7 +25308,7 @@ pub mod perfetto {
             /// Whether `string_value_iid` (field 17) occurs with the right wire type.
             #[inline]
             pub fn has_string_value_iid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 10)
+                ::protozero::gen_support::has(&self.d, 10)
             }
 
             /// The last occurrence, or the default, of `string proto_type_name = 16`.
@@ -24700,7 +25333,7 @@ pub mod perfetto {
             /// Whether `proto_type_name` (field 16) occurs with the right wire type.
             #[inline]
             pub fn has_proto_type_name(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 11)
+                ::protozero::gen_support::has(&self.d, 11)
             }
 
             /// Interned DebugAnnotationValueTypeName.
@@ -24717,7 +25350,7 @@ pub mod perfetto {
             /// Whether `proto_type_name_iid` (field 13) occurs with the right wire type.
             #[inline]
             pub fn has_proto_type_name_iid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 12)
+                ::protozero::gen_support::has(&self.d, 12)
             }
 
             /// A serialized proto message of type proto_type_name.
@@ -24731,19 +25364,19 @@ pub mod perfetto {
             /// Whether `proto_value` (field 14) occurs with the right wire type.
             #[inline]
             pub fn has_proto_value(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 13)
+                ::protozero::gen_support::has(&self.d, 13)
             }
 
             /// The elements of `repeated perfetto.protos.DebugAnnotation dict_entries = 11`.
             #[inline]
             pub fn dict_entries(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<DebugAnnotationView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 14).map(DebugAnnotationView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 0, 11).map(DebugAnnotationView::decode)
             }
 
             /// The elements of `repeated perfetto.protos.DebugAnnotation array_values = 12`.
             #[inline]
             pub fn array_values(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<DebugAnnotationView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 15).map(DebugAnnotationView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 1, 12).map(DebugAnnotationView::decode)
             }
         }
 
@@ -24862,41 +25495,51 @@ pub mod perfetto {
             /// Old nested-value encoding, kept so older traces decode. New writers use
             /// dict_entries / array_values.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.DebugAnnotation.NestedValue`: its
-            /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.DebugAnnotation.NestedValue`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct NestedValueView<'a> {
-                d: ::protozero::TypedDecoder<'a, 8>,
+                d: ::protozero::gen_support::Slots<'a, 5, 1, 3>,
             }
 
             impl<'a> NestedValueView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            18 => d.rep_len(0, start, at)?,
+                            26 => d.rep_len(1, start, at)?,
+                            34 => d.rep_len(2, start, at)?,
+                            40 => d.varint(1, at)?,
+                            49 => d.fixed64(2, at)?,
+                            56 => d.varint(3, at)?,
+                            66 => d.len(4, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=8 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional
@@ -24917,64 +25560,64 @@ pub mod perfetto {
                 /// Whether `nested_type` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_nested_type(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// The elements of `repeated string dict_keys = 2`.
                 #[inline]
                 pub fn dict_keys(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<&'a str, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_string(&self.d, 1)
+                    ::protozero::gen_support::repeated_string(&self.d, 0, 2)
                 }
 
                 /// The elements of `repeated perfetto.protos.DebugAnnotation.NestedValue
                 /// dict_values = 3`.
                 #[inline]
                 pub fn dict_values(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<NestedValueView<'a>, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_bytes(&self.d, 2).map(NestedValueView::decode)
+                    ::protozero::gen_support::repeated_bytes(&self.d, 1, 3).map(NestedValueView::decode)
                 }
 
                 /// The elements of `repeated perfetto.protos.DebugAnnotation.NestedValue
                 /// array_values = 4`.
                 #[inline]
                 pub fn array_values(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<NestedValueView<'a>, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_bytes(&self.d, 3).map(NestedValueView::decode)
+                    ::protozero::gen_support::repeated_bytes(&self.d, 2, 4).map(NestedValueView::decode)
                 }
 
                 /// The last occurrence, or the default, of `optional int64 int_value = 5`.
                 #[inline]
                 pub fn int_value(&self) -> i64 {
-                    ::protozero::gen_support::int64(&self.d, 4, 0)
+                    ::protozero::gen_support::int64(&self.d, 1, 0)
                 }
 
                 /// Whether `int_value` (field 5) occurs with the right wire type.
                 #[inline]
                 pub fn has_int_value(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 4)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// The last occurrence, or the default, of `optional double double_value = 6`.
                 #[inline]
                 #[allow(clippy::approx_constant)]
                 pub fn double_value(&self) -> f64 {
-                    ::protozero::gen_support::double(&self.d, 5, 0.0)
+                    ::protozero::gen_support::double(&self.d, 2, 0.0)
                 }
 
                 /// Whether `double_value` (field 6) occurs with the right wire type.
                 #[inline]
                 pub fn has_double_value(&self) -> bool {
-                    ::protozero::gen_support::has_fixed64(&self.d, 5)
+                    ::protozero::gen_support::has(&self.d, 2)
                 }
 
                 /// The last occurrence, or the default, of `optional bool bool_value = 7`.
                 #[inline]
                 pub fn bool_value(&self) -> bool {
-                    ::protozero::gen_support::bool(&self.d, 6, false)
+                    ::protozero::gen_support::bool(&self.d, 3, false)
                 }
 
                 /// Whether `bool_value` (field 7) occurs with the right wire type.
                 #[inline]
                 pub fn has_bool_value(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 6)
+                    ::protozero::gen_support::has(&self.d, 3)
                 }
 
                 /// The last occurrence, or the default, of `optional string string_value = 8`.
@@ -24984,19 +25627,19 @@ pub mod perfetto {
                 /// `InvalidUtf8` if the string is not UTF-8 (see [`Self::string_value_bytes`]).
                 #[inline]
                 pub fn string_value(&self) -> ::core::result::Result<&'a str, ::protozero::DecodeError> {
-                    ::protozero::gen_support::string(&self.d, 7, "")
+                    ::protozero::gen_support::string(&self.d, 4, "")
                 }
 
                 /// `string_value` as bytes, not checked to be UTF-8.
                 #[inline]
                 pub fn string_value_bytes(&self) -> &'a [u8] {
-                    ::protozero::gen_support::bytes(&self.d, 7, b"")
+                    ::protozero::gen_support::bytes(&self.d, 4, b"")
                 }
 
                 /// Whether `string_value` (field 8) occurs with the right wire type.
                 #[inline]
                 pub fn has_string_value(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 7)
+                    ::protozero::gen_support::has(&self.d, 4)
                 }
             }
 
@@ -25102,41 +25745,44 @@ pub mod perfetto {
 
         /// Interning entry for DebugAnnotation names.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.DebugAnnotationName`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-        /// never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.DebugAnnotationName`: [`Self::decode`]
+        /// walks the message once, keeping each singular field's value and where each repeated
+        /// field lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct DebugAnnotationNameView<'a> {
-            d: ::protozero::TypedDecoder<'a, 2>,
+            d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
         }
 
         impl<'a> DebugAnnotationNameView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        18 => d.len(1, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=2 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional uint64 iid = 1`.
@@ -25148,7 +25794,7 @@ pub mod perfetto {
             /// Whether `iid` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_iid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The last occurrence, or the default, of `optional string name = 2`.
@@ -25170,7 +25816,7 @@ pub mod perfetto {
             /// Whether `name` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_name(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
         }
 
@@ -25221,41 +25867,45 @@ pub mod perfetto {
 
         /// Interning entry for DebugAnnotation.proto_type_name.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.DebugAnnotationValueTypeName`: its
-        /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-        /// getters, which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.DebugAnnotationValueTypeName`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
+        /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct DebugAnnotationValueTypeNameView<'a> {
-            d: ::protozero::TypedDecoder<'a, 2>,
+            d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
         }
 
         impl<'a> DebugAnnotationValueTypeNameView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        18 => d.len(1, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=2 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional uint64 iid = 1`.
@@ -25267,7 +25917,7 @@ pub mod perfetto {
             /// Whether `iid` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_iid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The last occurrence, or the default, of `optional string name = 2`.
@@ -25289,7 +25939,7 @@ pub mod perfetto {
             /// Whether `name` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_name(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
         }
 
@@ -25366,41 +26016,45 @@ pub mod perfetto {
         /// body iid each time). Perfetto's trace processor turns it into a row of
         /// android_logs (tag "file:line", prio as below).
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.LogMessage`: its fields are indexed once
-        /// by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.LogMessage`: [`Self::decode`] walks the
+        /// message once, keeping each singular field's value and where each repeated field lies,
+        /// and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct LogMessageView<'a> {
-            d: ::protozero::TypedDecoder<'a, 3>,
+            d: ::protozero::gen_support::Slots<'a, 3, 1, 0>,
         }
 
         impl<'a> LogMessageView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        16 => d.varint(1, at)?,
+                        24 => d.varint(2, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=3 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// Interned SourceLocation (InternedData.source_locations).
@@ -25414,7 +26068,7 @@ pub mod perfetto {
             /// Whether `source_location_iid` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_source_location_iid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// Interned LogMessageBody (InternedData.log_message_body).
@@ -25428,7 +26082,7 @@ pub mod perfetto {
             /// Whether `body_iid` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_body_iid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// The last occurrence, or the default, of `optional
@@ -25449,7 +26103,7 @@ pub mod perfetto {
             /// Whether `prio` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_prio(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 2)
             }
         }
 
@@ -25579,41 +26233,44 @@ pub mod perfetto {
 
         /// The text of a log message, interned (InternedData.log_message_body).
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.LogMessageBody`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.LogMessageBody`: [`Self::decode`] walks
+        /// the message once, keeping each singular field's value and where each repeated field
+        /// lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct LogMessageBodyView<'a> {
-            d: ::protozero::TypedDecoder<'a, 2>,
+            d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
         }
 
         impl<'a> LogMessageBodyView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        18 => d.len(1, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=2 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional uint64 iid = 1`.
@@ -25625,7 +26282,7 @@ pub mod perfetto {
             /// Whether `iid` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_iid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The last occurrence, or the default, of `optional string body = 2`.
@@ -25647,7 +26304,7 @@ pub mod perfetto {
             /// Whether `body` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_body(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
         }
 
@@ -25762,46 +26419,50 @@ pub mod perfetto {
         /// Attributes of a process. Tachyon puts it in the TrackDescriptor of each
         /// process's track (and, for old readers, may emit it as a legacy packet).
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.ProcessDescriptor`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-        /// never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.ProcessDescriptor`: [`Self::decode`]
+        /// walks the message once, keeping each singular field's value and where each repeated
+        /// field lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct ProcessDescriptorView<'a> {
-            d: ::protozero::TypedDecoder<'a, 8>,
+            d: ::protozero::gen_support::Slots<'a, 6, 1, 2>,
         }
 
         impl<'a> ProcessDescriptorView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        18 => d.rep_len(0, start, at)?,
+                        50 => d.len(1, at)?,
+                        40 => d.varint(2, at)?,
+                        56 => d.varint(3, at)?,
+                        66 => d.rep_len(1, start, at)?,
+                        32 => d.varint(4, at)?,
+                        24 => d.varint(5, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=2 => ::core::option::Option::Some(id as usize - 1),
-                    6 => ::core::option::Option::Some(2),
-                    5 => ::core::option::Option::Some(3),
-                    7..=8 => ::core::option::Option::Some(id as usize - 3),
-                    4 => ::core::option::Option::Some(6),
-                    3 => ::core::option::Option::Some(7),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional int32 pid = 1`.
@@ -25813,13 +26474,13 @@ pub mod perfetto {
             /// Whether `pid` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_pid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The elements of `repeated string cmdline = 2`.
             #[inline]
             pub fn cmdline(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<&'a str, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_string(&self.d, 1)
+                ::protozero::gen_support::repeated_string(&self.d, 0, 2)
             }
 
             /// The last occurrence, or the default, of `optional string process_name = 6`.
@@ -25829,31 +26490,31 @@ pub mod perfetto {
             /// `InvalidUtf8` if the string is not UTF-8 (see [`Self::process_name_bytes`]).
             #[inline]
             pub fn process_name(&self) -> ::core::result::Result<&'a str, ::protozero::DecodeError> {
-                ::protozero::gen_support::string(&self.d, 2, "")
+                ::protozero::gen_support::string(&self.d, 1, "")
             }
 
             /// `process_name` as bytes, not checked to be UTF-8.
             #[inline]
             pub fn process_name_bytes(&self) -> &'a [u8] {
-                ::protozero::gen_support::bytes(&self.d, 2, b"")
+                ::protozero::gen_support::bytes(&self.d, 1, b"")
             }
 
             /// Whether `process_name` (field 6) occurs with the right wire type.
             #[inline]
             pub fn has_process_name(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// The last occurrence, or the default, of `optional int32 process_priority = 5`.
             #[inline]
             pub fn process_priority(&self) -> i32 {
-                ::protozero::gen_support::int32(&self.d, 3, 0)
+                ::protozero::gen_support::int32(&self.d, 2, 0)
             }
 
             /// Whether `process_priority` (field 5) occurs with the right wire type.
             #[inline]
             pub fn has_process_priority(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// Process start time in ns, in the trace clock.
@@ -25861,13 +26522,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional int64 start_timestamp_ns = 7`.
             #[inline]
             pub fn start_timestamp_ns(&self) -> i64 {
-                ::protozero::gen_support::int64(&self.d, 4, 0)
+                ::protozero::gen_support::int64(&self.d, 3, 0)
             }
 
             /// Whether `start_timestamp_ns` (field 7) occurs with the right wire type.
             #[inline]
             pub fn has_start_timestamp_ns(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// Free-form labels describing what the process does.
@@ -25875,7 +26536,7 @@ pub mod perfetto {
             /// The elements of `repeated string process_labels = 8`.
             #[inline]
             pub fn process_labels(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<&'a str, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_string(&self.d, 5)
+                ::protozero::gen_support::repeated_string(&self.d, 1, 8)
             }
 
             /// The last occurrence, or the default, of `optional
@@ -25890,13 +26551,13 @@ pub mod perfetto {
             /// `chrome_process_type` as a raw value (also one the enum does not declare).
             #[inline]
             pub fn chrome_process_type_raw(&self) -> i32 {
-                ::protozero::gen_support::int32(&self.d, 6, 0)
+                ::protozero::gen_support::int32(&self.d, 4, 0)
             }
 
             /// Whether `chrome_process_type` (field 4) occurs with the right wire type.
             #[inline]
             pub fn has_chrome_process_type(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 6)
+                ::protozero::gen_support::has(&self.d, 4)
             }
 
             /// Sort hint for old UIs.
@@ -25904,13 +26565,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional int32 legacy_sort_index = 3`.
             #[inline]
             pub fn legacy_sort_index(&self) -> i32 {
-                ::protozero::gen_support::int32(&self.d, 7, 0)
+                ::protozero::gen_support::int32(&self.d, 5, 0)
             }
 
             /// Whether `legacy_sort_index` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_legacy_sort_index(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 7)
+                ::protozero::gen_support::has(&self.d, 5)
             }
         }
 
@@ -26041,41 +26702,44 @@ pub mod perfetto {
         /// buffer's oldest complete data): with cropping enabled, the processor drops
         /// TrackEvents before it.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.TrackEventRangeOfInterest`: its fields
-        /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
-        /// which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.TrackEventRangeOfInterest`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
+        /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct TrackEventRangeOfInterestView<'a> {
-            d: ::protozero::TypedDecoder<'a, 1>,
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
         }
 
         impl<'a> TrackEventRangeOfInterestView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional int64 start_us = 1`.
@@ -26087,7 +26751,7 @@ pub mod perfetto {
             /// Whether `start_us` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_start_us(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
         }
 
@@ -26158,41 +26822,46 @@ pub mod perfetto {
         /// (InternedData.source_locations). Tachyon's zone macros intern file,
         /// function and line once per sequence and refer to them by iid.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.SourceLocation`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.SourceLocation`: [`Self::decode`] walks
+        /// the message once, keeping each singular field's value and where each repeated field
+        /// lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct SourceLocationView<'a> {
-            d: ::protozero::TypedDecoder<'a, 4>,
+            d: ::protozero::gen_support::Slots<'a, 4, 1, 0>,
         }
 
         impl<'a> SourceLocationView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        18 => d.len(1, at)?,
+                        26 => d.len(2, at)?,
+                        32 => d.varint(3, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=4 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional uint64 iid = 1`.
@@ -26204,7 +26873,7 @@ pub mod perfetto {
             /// Whether `iid` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_iid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The last occurrence, or the default, of `optional string file_name = 2`.
@@ -26226,7 +26895,7 @@ pub mod perfetto {
             /// Whether `file_name` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_file_name(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// The last occurrence, or the default, of `optional string function_name = 3`.
@@ -26248,7 +26917,7 @@ pub mod perfetto {
             /// Whether `function_name` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_function_name(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// The last occurrence, or the default, of `optional uint32 line_number = 4`.
@@ -26260,7 +26929,7 @@ pub mod perfetto {
             /// Whether `line_number` (field 4) occurs with the right wire type.
             #[inline]
             pub fn has_line_number(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 3)
             }
         }
 
@@ -26321,41 +26990,46 @@ pub mod perfetto {
         /// A source location given as a code address (mapping + relative pc) still
         /// to be symbolized. Interned in InternedData.unsymbolized_source_locations.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.UnsymbolizedSourceLocation`: its fields
-        /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
-        /// which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.UnsymbolizedSourceLocation`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
+        /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct UnsymbolizedSourceLocationView<'a> {
-            d: ::protozero::TypedDecoder<'a, 3>,
+            d: ::protozero::gen_support::Slots<'a, 3, 1, 0>,
         }
 
         impl<'a> UnsymbolizedSourceLocationView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        16 => d.varint(1, at)?,
+                        24 => d.varint(2, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=3 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional uint64 iid = 1`.
@@ -26367,7 +27041,7 @@ pub mod perfetto {
             /// Whether `iid` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_iid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The last occurrence, or the default, of `optional uint64 mapping_id = 2`.
@@ -26379,7 +27053,7 @@ pub mod perfetto {
             /// Whether `mapping_id` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_mapping_id(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// The last occurrence, or the default, of `optional uint64 rel_pc = 3`.
@@ -26391,7 +27065,7 @@ pub mod perfetto {
             /// Whether `rel_pc` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_rel_pc(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 2)
             }
         }
 
@@ -26429,38 +27103,40 @@ pub mod perfetto {
         /// Perfetto v57.1+ defines this message; its contents (none known to us) are
         /// not modelled, so any fields decode as unknown.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.StateDescriptor`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.StateDescriptor`: [`Self::decode`] walks
+        /// the message once, keeping each singular field's value and where each repeated field
+        /// lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct StateDescriptorView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> StateDescriptorView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -26568,43 +27244,49 @@ pub mod perfetto {
         /// Not modelled: chrome_thread_type 4 (a Chrome-only enum whose value names
         /// differ between Perfetto versions); the number stays taken.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.ThreadDescriptor`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-        /// never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.ThreadDescriptor`: [`Self::decode`]
+        /// walks the message once, keeping each singular field's value and where each repeated
+        /// field lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct ThreadDescriptorView<'a> {
-            d: ::protozero::TypedDecoder<'a, 7>,
+            d: ::protozero::gen_support::Slots<'a, 7, 1, 0>,
         }
 
         impl<'a> ThreadDescriptorView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        16 => d.varint(1, at)?,
+                        42 => d.len(2, at)?,
+                        48 => d.varint(3, at)?,
+                        56 => d.varint(4, at)?,
+                        64 => d.varint(5, at)?,
+                        24 => d.varint(6, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=2 => ::core::option::Option::Some(id as usize - 1),
-                    5..=8 => ::core::option::Option::Some(id as usize - 3),
-                    3 => ::core::option::Option::Some(6),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional int32 pid = 1`.
@@ -26616,7 +27298,7 @@ pub mod perfetto {
             /// Whether `pid` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_pid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// Widened from int32 to int64 upstream (varint compatible). The repo
@@ -26632,7 +27314,7 @@ pub mod perfetto {
             /// Whether `tid` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_tid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// The last occurrence, or the default, of `optional string thread_name = 5`.
@@ -26654,7 +27336,7 @@ pub mod perfetto {
             /// Whether `thread_name` (field 5) occurs with the right wire type.
             #[inline]
             pub fn has_thread_name(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// Legacy absolute reference values for the deprecated microsecond delta
@@ -26669,7 +27351,7 @@ pub mod perfetto {
             /// Whether `reference_timestamp_us` (field 6) occurs with the right wire type.
             #[inline]
             pub fn has_reference_timestamp_us(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// The last occurrence, or the default, of `optional int64 reference_thread_time_us =
@@ -26682,7 +27364,7 @@ pub mod perfetto {
             /// Whether `reference_thread_time_us` (field 7) occurs with the right wire type.
             #[inline]
             pub fn has_reference_thread_time_us(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 4)
             }
 
             /// The last occurrence, or the default, of `optional int64
@@ -26696,7 +27378,7 @@ pub mod perfetto {
             /// type.
             #[inline]
             pub fn has_reference_thread_instruction_count(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 5)
+                ::protozero::gen_support::has(&self.d, 5)
             }
 
             /// Sort hint for old UIs.
@@ -26710,7 +27392,7 @@ pub mod perfetto {
             /// Whether `legacy_sort_index` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_legacy_sort_index(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 6)
+                ::protozero::gen_support::has(&self.d, 6)
             }
         }
 
@@ -26995,53 +27677,61 @@ pub mod perfetto {
         ///
         /// Not modelled (numbers taken upstream): chrome_thread 7.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.TrackDescriptor`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.TrackDescriptor`: [`Self::decode`] walks
+        /// the message once, keeping each singular field's value and where each repeated field
+        /// lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct TrackDescriptorView<'a> {
-            d: ::protozero::TypedDecoder<'a, 19>,
+            d: ::protozero::gen_support::Slots<'a, 19, 1, 0>,
         }
 
         impl<'a> TrackDescriptorView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        40 => d.varint(1, at)?,
+                        18 => d.len(2, at)?,
+                        82 => d.len(3, at)?,
+                        106 => d.len(4, at)?,
+                        114 => d.len(5, at)?,
+                        26 => d.len(6, at)?,
+                        34 => d.len(7, at)?,
+                        66 => d.len(8, at)?,
+                        146 => d.len(9, at)?,
+                        72 => d.varint(10, at)?,
+                        88 => d.varint(11, at)?,
+                        96 => d.varint(12, at)?,
+                        120 => d.varint(13, at)?,
+                        130 => d.len(14, at)?,
+                        136 => d.varint(15, at)?,
+                        50 => d.len(16, at)?,
+                        152 => d.varint(17, at)?,
+                        160 => d.varint(18, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    5 => ::core::option::Option::Some(1),
-                    2 => ::core::option::Option::Some(2),
-                    10 => ::core::option::Option::Some(3),
-                    13..=14 => ::core::option::Option::Some(id as usize - 9),
-                    3..=4 => ::core::option::Option::Some(id as usize + 3),
-                    8 => ::core::option::Option::Some(8),
-                    18 => ::core::option::Option::Some(9),
-                    9 => ::core::option::Option::Some(10),
-                    11..=12 => ::core::option::Option::Some(id as usize),
-                    15..=17 => ::core::option::Option::Some(id as usize - 2),
-                    6 => ::core::option::Option::Some(16),
-                    19..=20 => ::core::option::Option::Some(id as usize - 2),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// Trace-global id of the track. 0 is the implicit global track.
@@ -27055,7 +27745,7 @@ pub mod perfetto {
             /// Whether `uuid` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_uuid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// Parent track. Ignored when |process| or |thread| is set; a child of a
@@ -27070,7 +27760,7 @@ pub mod perfetto {
             /// Whether `parent_uuid` (field 5) occurs with the right wire type.
             #[inline]
             pub fn has_parent_uuid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// The last occurrence, or the default, of `string name = 2`.
@@ -27095,7 +27785,7 @@ pub mod perfetto {
             /// Whether `name` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_name(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// Same as name, for names known at compile time.
@@ -27122,7 +27812,7 @@ pub mod perfetto {
             /// Whether `static_name` (field 10) occurs with the right wire type.
             #[inline]
             pub fn has_static_name(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// Same as name, marking data that came from android.os.Trace.
@@ -27149,7 +27839,7 @@ pub mod perfetto {
             /// Whether `atrace_name` (field 13) occurs with the right wire type.
             #[inline]
             pub fn has_atrace_name(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 4)
             }
 
             /// Longer human-readable description (UI help popup).
@@ -27173,7 +27863,7 @@ pub mod perfetto {
             /// Whether `description` (field 14) occurs with the right wire type.
             #[inline]
             pub fn has_description(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 5)
+                ::protozero::gen_support::has(&self.d, 5)
             }
 
             /// Makes this the track of a process (one per process).
@@ -27192,7 +27882,7 @@ pub mod perfetto {
             /// Whether `process` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_process(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 6)
+                ::protozero::gen_support::has(&self.d, 6)
             }
 
             /// Makes this the track of a thread (one per thread).
@@ -27211,7 +27901,7 @@ pub mod perfetto {
             /// Whether `thread` (field 4) occurs with the right wire type.
             #[inline]
             pub fn has_thread(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 7)
+                ::protozero::gen_support::has(&self.d, 7)
             }
 
             /// Makes this a counter track.
@@ -27230,7 +27920,7 @@ pub mod perfetto {
             /// Whether `counter` (field 8) occurs with the right wire type.
             #[inline]
             pub fn has_counter(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 8)
+                ::protozero::gen_support::has(&self.d, 8)
             }
 
             /// Makes this a state track (TYPE_STATE events). Perfetto v57.1+.
@@ -27249,7 +27939,7 @@ pub mod perfetto {
             /// Whether `state` (field 18) occurs with the right wire type.
             #[inline]
             pub fn has_state(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 9)
+                ::protozero::gen_support::has(&self.d, 9)
             }
 
             /// Keep this thread's track events apart from system (e.g. ftrace) slices
@@ -27266,7 +27956,7 @@ pub mod perfetto {
             /// type.
             #[inline]
             pub fn has_disallow_merging_with_system_tracks(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 10)
+                ::protozero::gen_support::has(&self.d, 10)
             }
 
             /// The last occurrence, or the default, of `optional
@@ -27287,7 +27977,7 @@ pub mod perfetto {
             /// Whether `child_ordering` (field 11) occurs with the right wire type.
             #[inline]
             pub fn has_child_ordering(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 11)
+                ::protozero::gen_support::has(&self.d, 11)
             }
 
             /// Rank among siblings when the parent uses EXPLICIT ordering.
@@ -27301,7 +27991,7 @@ pub mod perfetto {
             /// Whether `sibling_order_rank` (field 12) occurs with the right wire type.
             #[inline]
             pub fn has_sibling_order_rank(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 12)
+                ::protozero::gen_support::has(&self.d, 12)
             }
 
             /// The last occurrence, or the default, of `optional
@@ -27323,7 +28013,7 @@ pub mod perfetto {
             /// Whether `sibling_merge_behavior` (field 15) occurs with the right wire type.
             #[inline]
             pub fn has_sibling_merge_behavior(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 13)
+                ::protozero::gen_support::has(&self.d, 13)
             }
 
             /// The last occurrence, or the default, of `string sibling_merge_key = 16`.
@@ -27348,7 +28038,7 @@ pub mod perfetto {
             /// Whether `sibling_merge_key` (field 16) occurs with the right wire type.
             #[inline]
             pub fn has_sibling_merge_key(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 14)
+                ::protozero::gen_support::has(&self.d, 14)
             }
 
             /// The last occurrence, or the default, of `uint64 sibling_merge_key_int = 17`.
@@ -27363,7 +28053,7 @@ pub mod perfetto {
             /// Whether `sibling_merge_key_int` (field 17) occurs with the right wire type.
             #[inline]
             pub fn has_sibling_merge_key_int(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 15)
+                ::protozero::gen_support::has(&self.d, 15)
             }
 
             /// Chrome's details of a process track.
@@ -27382,7 +28072,7 @@ pub mod perfetto {
             /// Whether `chrome_process` (field 6) occurs with the right wire type.
             #[inline]
             pub fn has_chrome_process(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 16)
+                ::protozero::gen_support::has(&self.d, 16)
             }
 
             /// The last occurrence, or the default, of `optional
@@ -27403,7 +28093,7 @@ pub mod perfetto {
             /// Whether `process_ordering` (field 19) occurs with the right wire type.
             #[inline]
             pub fn has_process_ordering(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 17)
+                ::protozero::gen_support::has(&self.d, 17)
             }
 
             /// The last occurrence, or the default, of `optional
@@ -27424,7 +28114,7 @@ pub mod perfetto {
             /// Whether `thread_ordering` (field 20) occurs with the right wire type.
             #[inline]
             pub fn has_thread_ordering(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 18)
+                ::protozero::gen_support::has(&self.d, 18)
             }
         }
 
@@ -28149,27 +28839,78 @@ pub mod perfetto {
         /// chrome_active_processes 49, screenshot 50. Perfetto also declares
         /// extension ranges (1000-9899 and 9900-10000); Tachyon uses none.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.TrackEvent`: its fields are indexed once
-        /// by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.TrackEvent`: [`Self::decode`] walks the
+        /// message once, keeping each singular field's value and where each repeated field lies,
+        /// and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct TrackEventView<'a> {
-            d: ::protozero::TypedDecoder<'a, 33>,
+            d: ::protozero::gen_support::Slots<'a, 22, 1, 11>,
         }
 
         impl<'a> TrackEventView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        24 => d.rep_varint(0, start, at)?,
+                        26 => d.rep_len(0, start, at)?,
+                        178 => d.rep_len(1, start, at)?,
+                        80 => d.varint(0, at)?,
+                        186 => d.len(1, at)?,
+                        72 => d.varint(2, at)?,
+                        88 => d.varint(3, at)?,
+                        240 => d.varint(4, at)?,
+                        353 => d.fixed64(5, at)?,
+                        248 => d.rep_varint(2, start, at)?,
+                        250 => d.rep_len(2, start, at)?,
+                        96 => d.rep_varint(3, start, at)?,
+                        98 => d.rep_len(3, start, at)?,
+                        360 => d.rep_varint(4, start, at)?,
+                        362 => d.rep_len(4, start, at)?,
+                        369 => d.rep_fixed64(5, start, at)?,
+                        370 => d.rep_len(5, start, at)?,
+                        288 => d.rep_varint(6, start, at)?,
+                        290 => d.rep_len(6, start, at)?,
+                        377 => d.rep_fixed64(7, start, at)?,
+                        378 => d.rep_len(7, start, at)?,
+                        336 => d.rep_varint(8, start, at)?,
+                        338 => d.rep_len(8, start, at)?,
+                        385 => d.rep_fixed64(9, start, at)?,
+                        386 => d.rep_len(9, start, at)?,
+                        416 => d.varint(6, at)?,
+                        426 => d.len(7, at)?,
+                        432 => d.varint(8, at)?,
+                        442 => d.len(9, at)?,
+                        448 => d.varint(10, at)?,
+                        457 => d.fixed64(11, at)?,
+                        34 => d.rep_len(10, start, at)?,
+                        266 => d.len(12, at)?,
+                        272 => d.varint(13, at)?,
+                        170 => d.len(14, at)?,
+                        8 => d.varint(15, at)?,
+                        128 => d.varint(16, at)?,
+                        16 => d.varint(17, at)?,
+                        136 => d.varint(18, at)?,
+                        64 => d.varint(19, at)?,
+                        160 => d.varint(20, at)?,
+                        50 => d.len(21, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
@@ -28178,52 +28919,19 @@ pub mod perfetto {
                 self.d.bytes()
             }
 
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    3 => ::core::option::Option::Some(0),
-                    22 => ::core::option::Option::Some(1),
-                    10 => ::core::option::Option::Some(2),
-                    23 => ::core::option::Option::Some(3),
-                    9 => ::core::option::Option::Some(4),
-                    11 => ::core::option::Option::Some(5),
-                    30 => ::core::option::Option::Some(6),
-                    44 => ::core::option::Option::Some(7),
-                    31 => ::core::option::Option::Some(8),
-                    12 => ::core::option::Option::Some(9),
-                    45..=46 => ::core::option::Option::Some(id as usize - 35),
-                    36 => ::core::option::Option::Some(12),
-                    47 => ::core::option::Option::Some(13),
-                    42 => ::core::option::Option::Some(14),
-                    48 => ::core::option::Option::Some(15),
-                    52..=57 => ::core::option::Option::Some(id as usize - 36),
-                    4 => ::core::option::Option::Some(22),
-                    33..=34 => ::core::option::Option::Some(id as usize - 10),
-                    21 => ::core::option::Option::Some(25),
-                    1 => ::core::option::Option::Some(26),
-                    16 => ::core::option::Option::Some(27),
-                    2 => ::core::option::Option::Some(28),
-                    17 => ::core::option::Option::Some(29),
-                    8 => ::core::option::Option::Some(30),
-                    20 => ::core::option::Option::Some(31),
-                    6 => ::core::option::Option::Some(32),
-                    _ => ::core::option::Option::None,
-                }
-            }
-
             /// Categories of the event: interned (InternedData.event_categories) or
             /// inline.
             ///
             /// The elements of `repeated uint64 category_iids = 3`.
             #[inline]
             pub fn category_iids(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_uint64(&self.d, 0)
+                ::protozero::gen_support::repeated_uint64(&self.d, 0, 3)
             }
 
             /// The elements of `repeated string categories = 22`.
             #[inline]
             pub fn categories(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<&'a str, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_string(&self.d, 1)
+                ::protozero::gen_support::repeated_string(&self.d, 1, 22)
             }
 
             /// The last occurrence, or the default, of `uint64 name_iid = 10`.
@@ -28232,13 +28940,13 @@ pub mod perfetto {
             /// the last one written); the view reads each member on its own.
             #[inline]
             pub fn name_iid(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 2, 0)
+                ::protozero::gen_support::uint64(&self.d, 0, 0)
             }
 
             /// Whether `name_iid` (field 10) occurs with the right wire type.
             #[inline]
             pub fn has_name_iid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The last occurrence, or the default, of `string name = 23`.
@@ -28251,19 +28959,19 @@ pub mod perfetto {
             /// `InvalidUtf8` if the string is not UTF-8 (see [`Self::name_bytes`]).
             #[inline]
             pub fn name(&self) -> ::core::result::Result<&'a str, ::protozero::DecodeError> {
-                ::protozero::gen_support::string(&self.d, 3, "")
+                ::protozero::gen_support::string(&self.d, 1, "")
             }
 
             /// `name` as bytes, not checked to be UTF-8.
             #[inline]
             pub fn name_bytes(&self) -> &'a [u8] {
-                ::protozero::gen_support::bytes(&self.d, 3, b"")
+                ::protozero::gen_support::bytes(&self.d, 1, b"")
             }
 
             /// Whether `name` (field 23) occurs with the right wire type.
             #[inline]
             pub fn has_name(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// The last occurrence, or the default, of `optional perfetto.protos.TrackEvent.Type
@@ -28278,13 +28986,13 @@ pub mod perfetto {
             /// `type` as a raw value (also one the enum does not declare).
             #[inline]
             pub fn type_raw(&self) -> i32 {
-                ::protozero::gen_support::int32(&self.d, 4, 0)
+                ::protozero::gen_support::int32(&self.d, 2, 0)
             }
 
             /// Whether `type` (field 9) occurs with the right wire type.
             #[inline]
             pub fn has_type(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// Track of the event. Falls back to TrackEventDefaults.track_uuid, then to
@@ -28293,13 +29001,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint64 track_uuid = 11`.
             #[inline]
             pub fn track_uuid(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 5, 0)
+                ::protozero::gen_support::uint64(&self.d, 3, 0)
             }
 
             /// Whether `track_uuid` (field 11) occurs with the right wire type.
             #[inline]
             pub fn has_track_uuid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 5)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// The last occurrence, or the default, of `int64 counter_value = 30`.
@@ -28308,13 +29016,13 @@ pub mod perfetto {
             /// keeps the last one written); the view reads each member on its own.
             #[inline]
             pub fn counter_value(&self) -> i64 {
-                ::protozero::gen_support::int64(&self.d, 6, 0)
+                ::protozero::gen_support::int64(&self.d, 4, 0)
             }
 
             /// Whether `counter_value` (field 30) occurs with the right wire type.
             #[inline]
             pub fn has_counter_value(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 6)
+                ::protozero::gen_support::has(&self.d, 4)
             }
 
             /// The last occurrence, or the default, of `double double_counter_value = 44`.
@@ -28324,13 +29032,13 @@ pub mod perfetto {
             #[inline]
             #[allow(clippy::approx_constant)]
             pub fn double_counter_value(&self) -> f64 {
-                ::protozero::gen_support::double(&self.d, 7, 0.0)
+                ::protozero::gen_support::double(&self.d, 5, 0.0)
             }
 
             /// Whether `double_counter_value` (field 44) occurs with the right wire type.
             #[inline]
             pub fn has_double_counter_value(&self) -> bool {
-                ::protozero::gen_support::has_fixed64(&self.d, 7)
+                ::protozero::gen_support::has(&self.d, 5)
             }
 
             /// Extra counter samples taken at this event's timestamp, on any event
@@ -28341,13 +29049,13 @@ pub mod perfetto {
             /// The elements of `repeated uint64 extra_counter_track_uuids = 31`.
             #[inline]
             pub fn extra_counter_track_uuids(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_uint64(&self.d, 8)
+                ::protozero::gen_support::repeated_uint64(&self.d, 2, 31)
             }
 
             /// The elements of `repeated int64 extra_counter_values = 12`.
             #[inline]
             pub fn extra_counter_values(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_int64(&self.d, 9)
+                ::protozero::gen_support::repeated_int64(&self.d, 3, 12)
             }
 
             /// Same with floating point values.
@@ -28355,13 +29063,13 @@ pub mod perfetto {
             /// The elements of `repeated uint64 extra_double_counter_track_uuids = 45`.
             #[inline]
             pub fn extra_double_counter_track_uuids(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_uint64(&self.d, 10)
+                ::protozero::gen_support::repeated_uint64(&self.d, 4, 45)
             }
 
             /// The elements of `repeated double extra_double_counter_values = 46`.
             #[inline]
             pub fn extra_double_counter_values(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<f64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_double(&self.d, 11)
+                ::protozero::gen_support::repeated_double(&self.d, 5, 46)
             }
 
             /// Flows (arrows) passing through this event. Flow ids are trace-global;
@@ -28370,13 +29078,13 @@ pub mod perfetto {
             /// The elements of `repeated uint64 flow_ids_old = 36`.
             #[inline]
             pub fn flow_ids_old(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_uint64(&self.d, 12)
+                ::protozero::gen_support::repeated_uint64(&self.d, 6, 36)
             }
 
             /// The elements of `repeated fixed64 flow_ids = 47`.
             #[inline]
             pub fn flow_ids(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_fixed64(&self.d, 13)
+                ::protozero::gen_support::repeated_fixed64(&self.d, 7, 47)
             }
 
             /// Flows ending at this event (the id may then be reused). An id is in
@@ -28385,13 +29093,13 @@ pub mod perfetto {
             /// The elements of `repeated uint64 terminating_flow_ids_old = 42`.
             #[inline]
             pub fn terminating_flow_ids_old(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_uint64(&self.d, 14)
+                ::protozero::gen_support::repeated_uint64(&self.d, 8, 42)
             }
 
             /// The elements of `repeated fixed64 terminating_flow_ids = 48`.
             #[inline]
             pub fn terminating_flow_ids(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_fixed64(&self.d, 15)
+                ::protozero::gen_support::repeated_fixed64(&self.d, 9, 48)
             }
 
             /// The last occurrence, or the default, of `uint64 correlation_id = 52`.
@@ -28400,13 +29108,13 @@ pub mod perfetto {
             /// parser keeps the last one written); the view reads each member on its own.
             #[inline]
             pub fn correlation_id(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 16, 0)
+                ::protozero::gen_support::uint64(&self.d, 6, 0)
             }
 
             /// Whether `correlation_id` (field 52) occurs with the right wire type.
             #[inline]
             pub fn has_correlation_id(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 16)
+                ::protozero::gen_support::has(&self.d, 6)
             }
 
             /// The last occurrence, or the default, of `string correlation_id_str = 53`.
@@ -28419,19 +29127,19 @@ pub mod perfetto {
             /// `InvalidUtf8` if the string is not UTF-8 (see [`Self::correlation_id_str_bytes`]).
             #[inline]
             pub fn correlation_id_str(&self) -> ::core::result::Result<&'a str, ::protozero::DecodeError> {
-                ::protozero::gen_support::string(&self.d, 17, "")
+                ::protozero::gen_support::string(&self.d, 7, "")
             }
 
             /// `correlation_id_str` as bytes, not checked to be UTF-8.
             #[inline]
             pub fn correlation_id_str_bytes(&self) -> &'a [u8] {
-                ::protozero::gen_support::bytes(&self.d, 17, b"")
+                ::protozero::gen_support::bytes(&self.d, 7, b"")
             }
 
             /// Whether `correlation_id_str` (field 53) occurs with the right wire type.
             #[inline]
             pub fn has_correlation_id_str(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 17)
+                ::protozero::gen_support::has(&self.d, 7)
             }
 
             /// Interned in InternedData.correlation_id_str.
@@ -28442,13 +29150,13 @@ pub mod perfetto {
             /// parser keeps the last one written); the view reads each member on its own.
             #[inline]
             pub fn correlation_id_str_iid(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 18, 0)
+                ::protozero::gen_support::uint64(&self.d, 8, 0)
             }
 
             /// Whether `correlation_id_str_iid` (field 54) occurs with the right wire type.
             #[inline]
             pub fn has_correlation_id_str_iid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 18)
+                ::protozero::gen_support::has(&self.d, 8)
             }
 
             /// The last occurrence (an empty message when absent) of
@@ -28462,13 +29170,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn callstack(&self) -> ::core::result::Result<track_event::CallstackView<'a>, ::protozero::DecodeError> {
-                track_event::CallstackView::decode(::protozero::gen_support::bytes(&self.d, 19, b""))
+                track_event::CallstackView::decode(::protozero::gen_support::bytes(&self.d, 9, b""))
             }
 
             /// Whether `callstack` (field 55) occurs with the right wire type.
             #[inline]
             pub fn has_callstack(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 19)
+                ::protozero::gen_support::has(&self.d, 9)
             }
 
             /// The last occurrence, or the default, of `uint64 callstack_iid = 56`.
@@ -28477,13 +29185,13 @@ pub mod perfetto {
             /// keeps the last one written); the view reads each member on its own.
             #[inline]
             pub fn callstack_iid(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 20, 0)
+                ::protozero::gen_support::uint64(&self.d, 10, 0)
             }
 
             /// Whether `callstack_iid` (field 56) occurs with the right wire type.
             #[inline]
             pub fn has_callstack_iid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 20)
+                ::protozero::gen_support::has(&self.d, 10)
             }
 
             /// An additive value attributed to this occurrence of the call stack (weighted
@@ -28493,13 +29201,13 @@ pub mod perfetto {
             #[inline]
             #[allow(clippy::approx_constant)]
             pub fn callstack_weight(&self) -> f64 {
-                ::protozero::gen_support::double(&self.d, 21, 0.0)
+                ::protozero::gen_support::double(&self.d, 11, 0.0)
             }
 
             /// Whether `callstack_weight` (field 57) occurs with the right wire type.
             #[inline]
             pub fn has_callstack_weight(&self) -> bool {
-                ::protozero::gen_support::has_fixed64(&self.d, 21)
+                ::protozero::gen_support::has(&self.d, 11)
             }
 
             /// Arguments.
@@ -28507,7 +29215,7 @@ pub mod perfetto {
             /// The elements of `repeated perfetto.protos.DebugAnnotation debug_annotations = 4`.
             #[inline]
             pub fn debug_annotations(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<DebugAnnotationView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 22).map(DebugAnnotationView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 10, 4).map(DebugAnnotationView::decode)
             }
 
             /// The last occurrence (an empty message when absent) of
@@ -28521,13 +29229,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn source_location(&self) -> ::core::result::Result<SourceLocationView<'a>, ::protozero::DecodeError> {
-                SourceLocationView::decode(::protozero::gen_support::bytes(&self.d, 23, b""))
+                SourceLocationView::decode(::protozero::gen_support::bytes(&self.d, 12, b""))
             }
 
             /// Whether `source_location` (field 33) occurs with the right wire type.
             #[inline]
             pub fn has_source_location(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 23)
+                ::protozero::gen_support::has(&self.d, 12)
             }
 
             /// The last occurrence, or the default, of `uint64 source_location_iid = 34`.
@@ -28536,13 +29244,13 @@ pub mod perfetto {
             /// parser keeps the last one written); the view reads each member on its own.
             #[inline]
             pub fn source_location_iid(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 24, 0)
+                ::protozero::gen_support::uint64(&self.d, 13, 0)
             }
 
             /// Whether `source_location_iid` (field 34) occurs with the right wire type.
             #[inline]
             pub fn has_source_location_iid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 24)
+                ::protozero::gen_support::has(&self.d, 13)
             }
 
             /// A log message (Tachyon's message! macros): the event is an instant on
@@ -28556,13 +29264,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn log_message(&self) -> ::core::result::Result<LogMessageView<'a>, ::protozero::DecodeError> {
-                LogMessageView::decode(::protozero::gen_support::bytes(&self.d, 25, b""))
+                LogMessageView::decode(::protozero::gen_support::bytes(&self.d, 14, b""))
             }
 
             /// Whether `log_message` (field 21) occurs with the right wire type.
             #[inline]
             pub fn has_log_message(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 25)
+                ::protozero::gen_support::has(&self.d, 14)
             }
 
             /// Delta from the previous event (or ThreadDescriptor reference).
@@ -28573,13 +29281,13 @@ pub mod perfetto {
             /// last one written); the view reads each member on its own.
             #[inline]
             pub fn timestamp_delta_us(&self) -> i64 {
-                ::protozero::gen_support::int64(&self.d, 26, 0)
+                ::protozero::gen_support::int64(&self.d, 15, 0)
             }
 
             /// Whether `timestamp_delta_us` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_timestamp_delta_us(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 26)
+                ::protozero::gen_support::has(&self.d, 15)
             }
 
             /// The last occurrence, or the default, of `int64 timestamp_absolute_us = 16`.
@@ -28588,13 +29296,13 @@ pub mod perfetto {
             /// last one written); the view reads each member on its own.
             #[inline]
             pub fn timestamp_absolute_us(&self) -> i64 {
-                ::protozero::gen_support::int64(&self.d, 27, 0)
+                ::protozero::gen_support::int64(&self.d, 16, 0)
             }
 
             /// Whether `timestamp_absolute_us` (field 16) occurs with the right wire type.
             #[inline]
             pub fn has_timestamp_absolute_us(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 27)
+                ::protozero::gen_support::has(&self.d, 16)
             }
 
             /// The last occurrence, or the default, of `int64 thread_time_delta_us = 2`.
@@ -28603,13 +29311,13 @@ pub mod perfetto {
             /// the last one written); the view reads each member on its own.
             #[inline]
             pub fn thread_time_delta_us(&self) -> i64 {
-                ::protozero::gen_support::int64(&self.d, 28, 0)
+                ::protozero::gen_support::int64(&self.d, 17, 0)
             }
 
             /// Whether `thread_time_delta_us` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_thread_time_delta_us(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 28)
+                ::protozero::gen_support::has(&self.d, 17)
             }
 
             /// The last occurrence, or the default, of `int64 thread_time_absolute_us = 17`.
@@ -28618,13 +29326,13 @@ pub mod perfetto {
             /// the last one written); the view reads each member on its own.
             #[inline]
             pub fn thread_time_absolute_us(&self) -> i64 {
-                ::protozero::gen_support::int64(&self.d, 29, 0)
+                ::protozero::gen_support::int64(&self.d, 18, 0)
             }
 
             /// Whether `thread_time_absolute_us` (field 17) occurs with the right wire type.
             #[inline]
             pub fn has_thread_time_absolute_us(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 29)
+                ::protozero::gen_support::has(&self.d, 18)
             }
 
             /// The last occurrence, or the default, of `int64 thread_instruction_count_delta = 8`.
@@ -28633,13 +29341,13 @@ pub mod perfetto {
             /// parser keeps the last one written); the view reads each member on its own.
             #[inline]
             pub fn thread_instruction_count_delta(&self) -> i64 {
-                ::protozero::gen_support::int64(&self.d, 30, 0)
+                ::protozero::gen_support::int64(&self.d, 19, 0)
             }
 
             /// Whether `thread_instruction_count_delta` (field 8) occurs with the right wire type.
             #[inline]
             pub fn has_thread_instruction_count_delta(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 30)
+                ::protozero::gen_support::has(&self.d, 19)
             }
 
             /// The last occurrence, or the default, of `int64 thread_instruction_count_absolute =
@@ -28649,14 +29357,14 @@ pub mod perfetto {
             /// parser keeps the last one written); the view reads each member on its own.
             #[inline]
             pub fn thread_instruction_count_absolute(&self) -> i64 {
-                ::protozero::gen_support::int64(&self.d, 31, 0)
+                ::protozero::gen_support::int64(&self.d, 20, 0)
             }
 
             /// Whether `thread_instruction_count_absolute` (field 20) occurs with the right wire
             /// type.
             #[inline]
             pub fn has_thread_instruction_count_absolute(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 31)
+                ::protozero::gen_support::has(&self.d, 20)
             }
 
             /// The last occurrence (an empty message when absent) of `optional
@@ -28667,13 +29375,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn legacy_event(&self) -> ::core::result::Result<track_event::LegacyEventView<'a>, ::protozero::DecodeError> {
-                track_event::LegacyEventView::decode(::protozero::gen_support::bytes(&self.d, 32, b""))
+                track_event::LegacyEventView::decode(::protozero::gen_support::bytes(&self.d, 21, b""))
             }
 
             /// Whether `legacy_event` (field 6) occurs with the right wire type.
             #[inline]
             pub fn has_legacy_event(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 32)
+                ::protozero::gen_support::has(&self.d, 21)
             }
         }
 
@@ -28726,27 +29434,38 @@ pub mod perfetto {
             /// A simple inline call stack (function names and source positions). For
             /// stacks with mappings and relative pcs, intern a Callstack instead.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.TrackEvent.Callstack`: its fields
-            /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.TrackEvent.Callstack`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct CallstackView<'a> {
-                d: ::protozero::TypedDecoder<'a, 1>,
+                d: ::protozero::gen_support::Slots<'a, 0, 0, 1>,
             }
 
             impl<'a> CallstackView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            10 => d.rep_len(0, start, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
@@ -28755,21 +29474,13 @@ pub mod perfetto {
                     self.d.bytes()
                 }
 
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1 => ::core::option::Option::Some(0),
-                        _ => ::core::option::Option::None,
-                    }
-                }
-
                 /// Outermost frame first.
                 ///
                 /// The elements of `repeated perfetto.protos.TrackEvent.Callstack.Frame frames =
                 /// 1`.
                 #[inline]
                 pub fn frames(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<callstack::FrameView<'a>, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_bytes(&self.d, 0).map(callstack::FrameView::decode)
+                    ::protozero::gen_support::repeated_bytes(&self.d, 0, 1).map(callstack::FrameView::decode)
                 }
             }
 
@@ -28826,41 +29537,46 @@ pub mod perfetto {
                     }
                 }
 
-                /// A zero-copy view of an encoded `perfetto.protos.TrackEvent.Callstack.Frame`: its
-                /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by
-                /// the getters, which never allocate.
+                /// A zero-copy view of an encoded `perfetto.protos.TrackEvent.Callstack.Frame`:
+                /// [`Self::decode`] walks the message once, keeping each singular field's value and
+                /// where each repeated field lies, and the getters read from that and the borrowed
+                /// bytes; they never allocate.
                 ///
                 /// A singular field reads its last occurrence (the default when absent); repeated
                 /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
                 /// does not match the declared type is skipped like an unknown field.
                 #[derive(Clone, Debug)]
                 pub struct FrameView<'a> {
-                    d: ::protozero::TypedDecoder<'a, 3>,
+                    d: ::protozero::gen_support::Slots<'a, 3, 1, 0>,
                 }
 
                 impl<'a> FrameView<'a> {
-                    /// Indexes the fields of `bytes`, skipping unknown ones.
+                    /// Reads the fields of `bytes`, skipping unknown ones.
                     ///
                     /// # Errors
                     ///
                     /// The first malformation if `bytes` is not a well-formed protobuf message.
                     #[inline]
                     pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                        ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                        let mut d = ::protozero::gen_support::Slots::new(bytes);
+                        let mut pos = 0;
+                        while pos < bytes.len() {
+                            let start = pos;
+                            let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                            pos = match tag {
+                                10 => d.len(0, at)?,
+                                18 => d.len(1, at)?,
+                                24 => d.varint(2, at)?,
+                                _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                            };
+                        }
+                        ::core::result::Result::Ok(Self { d })
                     }
 
                     /// The encoded message this view reads.
                     #[inline]
                     pub fn bytes(&self) -> &'a [u8] {
                         self.d.bytes()
-                    }
-
-                    #[inline]
-                    fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                        match id {
-                            1..=3 => ::core::option::Option::Some(id as usize - 1),
-                            _ => ::core::option::Option::None,
-                        }
                     }
 
                     /// The last occurrence, or the default, of `optional string function_name = 1`.
@@ -28883,7 +29599,7 @@ pub mod perfetto {
                     /// Whether `function_name` (field 1) occurs with the right wire type.
                     #[inline]
                     pub fn has_function_name(&self) -> bool {
-                        ::protozero::gen_support::has_len(&self.d, 0)
+                        ::protozero::gen_support::has(&self.d, 0)
                     }
 
                     /// The last occurrence, or the default, of `optional string source_file = 2`.
@@ -28905,7 +29621,7 @@ pub mod perfetto {
                     /// Whether `source_file` (field 2) occurs with the right wire type.
                     #[inline]
                     pub fn has_source_file(&self) -> bool {
-                        ::protozero::gen_support::has_len(&self.d, 1)
+                        ::protozero::gen_support::has(&self.d, 1)
                     }
 
                     /// The last occurrence, or the default, of `optional uint32 line_number = 3`.
@@ -28917,7 +29633,7 @@ pub mod perfetto {
                     /// Whether `line_number` (field 3) occurs with the right wire type.
                     #[inline]
                     pub fn has_line_number(&self) -> bool {
-                        ::protozero::gen_support::has_varint(&self.d, 2)
+                        ::protozero::gen_support::has(&self.d, 2)
                     }
                 }
             }
@@ -29108,49 +29824,59 @@ pub mod perfetto {
 
             /// Attributes of Chrome's legacy JSON trace events.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.TrackEvent.LegacyEvent`: its fields
-            /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.TrackEvent.LegacyEvent`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct LegacyEventView<'a> {
-                d: ::protozero::TypedDecoder<'a, 16>,
+                d: ::protozero::gen_support::Slots<'a, 16, 1, 0>,
             }
 
             impl<'a> LegacyEventView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            16 => d.varint(1, at)?,
+                            24 => d.varint(2, at)?,
+                            32 => d.varint(3, at)?,
+                            120 => d.varint(4, at)?,
+                            48 => d.varint(5, at)?,
+                            80 => d.varint(6, at)?,
+                            88 => d.varint(7, at)?,
+                            58 => d.len(8, at)?,
+                            72 => d.varint(9, at)?,
+                            64 => d.varint(10, at)?,
+                            96 => d.varint(11, at)?,
+                            104 => d.varint(12, at)?,
+                            112 => d.varint(13, at)?,
+                            144 => d.varint(14, at)?,
+                            152 => d.varint(15, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=4 => ::core::option::Option::Some(id as usize - 1),
-                        15 => ::core::option::Option::Some(4),
-                        6 => ::core::option::Option::Some(5),
-                        10..=11 => ::core::option::Option::Some(id as usize - 4),
-                        7 => ::core::option::Option::Some(8),
-                        9 => ::core::option::Option::Some(9),
-                        8 => ::core::option::Option::Some(10),
-                        12..=14 => ::core::option::Option::Some(id as usize - 1),
-                        18..=19 => ::core::option::Option::Some(id as usize - 4),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// Interned EventName; use TrackEvent.name_iid instead.
@@ -29164,7 +29890,7 @@ pub mod perfetto {
                 /// Whether `name_iid` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_name_iid(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// The last occurrence, or the default, of `optional int32 phase = 2`.
@@ -29176,7 +29902,7 @@ pub mod perfetto {
                 /// Whether `phase` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_phase(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// The last occurrence, or the default, of `optional int64 duration_us = 3`.
@@ -29188,7 +29914,7 @@ pub mod perfetto {
                 /// Whether `duration_us` (field 3) occurs with the right wire type.
                 #[inline]
                 pub fn has_duration_us(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 2)
+                    ::protozero::gen_support::has(&self.d, 2)
                 }
 
                 /// The last occurrence, or the default, of `optional int64 thread_duration_us = 4`.
@@ -29200,7 +29926,7 @@ pub mod perfetto {
                 /// Whether `thread_duration_us` (field 4) occurs with the right wire type.
                 #[inline]
                 pub fn has_thread_duration_us(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 3)
+                    ::protozero::gen_support::has(&self.d, 3)
                 }
 
                 /// The last occurrence, or the default, of `optional int64 thread_instruction_delta
@@ -29213,7 +29939,7 @@ pub mod perfetto {
                 /// Whether `thread_instruction_delta` (field 15) occurs with the right wire type.
                 #[inline]
                 pub fn has_thread_instruction_delta(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 4)
+                    ::protozero::gen_support::has(&self.d, 4)
                 }
 
                 /// The last occurrence, or the default, of `uint64 unscoped_id = 6`.
@@ -29228,7 +29954,7 @@ pub mod perfetto {
                 /// Whether `unscoped_id` (field 6) occurs with the right wire type.
                 #[inline]
                 pub fn has_unscoped_id(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 5)
+                    ::protozero::gen_support::has(&self.d, 5)
                 }
 
                 /// The last occurrence, or the default, of `uint64 local_id = 10`.
@@ -29243,7 +29969,7 @@ pub mod perfetto {
                 /// Whether `local_id` (field 10) occurs with the right wire type.
                 #[inline]
                 pub fn has_local_id(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 6)
+                    ::protozero::gen_support::has(&self.d, 6)
                 }
 
                 /// The last occurrence, or the default, of `uint64 global_id = 11`.
@@ -29258,7 +29984,7 @@ pub mod perfetto {
                 /// Whether `global_id` (field 11) occurs with the right wire type.
                 #[inline]
                 pub fn has_global_id(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 7)
+                    ::protozero::gen_support::has(&self.d, 7)
                 }
 
                 /// The last occurrence, or the default, of `optional string id_scope = 7`.
@@ -29280,7 +30006,7 @@ pub mod perfetto {
                 /// Whether `id_scope` (field 7) occurs with the right wire type.
                 #[inline]
                 pub fn has_id_scope(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 8)
+                    ::protozero::gen_support::has(&self.d, 8)
                 }
 
                 /// The last occurrence, or the default, of `optional bool use_async_tts = 9`.
@@ -29292,7 +30018,7 @@ pub mod perfetto {
                 /// Whether `use_async_tts` (field 9) occurs with the right wire type.
                 #[inline]
                 pub fn has_use_async_tts(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 9)
+                    ::protozero::gen_support::has(&self.d, 9)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 bind_id = 8`.
@@ -29304,7 +30030,7 @@ pub mod perfetto {
                 /// Whether `bind_id` (field 8) occurs with the right wire type.
                 #[inline]
                 pub fn has_bind_id(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 10)
+                    ::protozero::gen_support::has(&self.d, 10)
                 }
 
                 /// The last occurrence, or the default, of `optional bool bind_to_enclosing = 12`.
@@ -29316,7 +30042,7 @@ pub mod perfetto {
                 /// Whether `bind_to_enclosing` (field 12) occurs with the right wire type.
                 #[inline]
                 pub fn has_bind_to_enclosing(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 11)
+                    ::protozero::gen_support::has(&self.d, 11)
                 }
 
                 /// The last occurrence, or the default, of `optional
@@ -29337,7 +30063,7 @@ pub mod perfetto {
                 /// Whether `flow_direction` (field 13) occurs with the right wire type.
                 #[inline]
                 pub fn has_flow_direction(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 12)
+                    ::protozero::gen_support::has(&self.d, 12)
                 }
 
                 /// The last occurrence, or the default, of `optional
@@ -29360,7 +30086,7 @@ pub mod perfetto {
                 /// Whether `instant_event_scope` (field 14) occurs with the right wire type.
                 #[inline]
                 pub fn has_instant_event_scope(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 13)
+                    ::protozero::gen_support::has(&self.d, 13)
                 }
 
                 /// The last occurrence, or the default, of `optional int32 pid_override = 18`.
@@ -29372,7 +30098,7 @@ pub mod perfetto {
                 /// Whether `pid_override` (field 18) occurs with the right wire type.
                 #[inline]
                 pub fn has_pid_override(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 14)
+                    ::protozero::gen_support::has(&self.d, 14)
                 }
 
                 /// The last occurrence, or the default, of `optional int32 tid_override = 19`.
@@ -29384,7 +30110,7 @@ pub mod perfetto {
                 /// Whether `tid_override` (field 19) occurs with the right wire type.
                 #[inline]
                 pub fn has_tid_override(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 15)
+                    ::protozero::gen_support::has(&self.d, 15)
                 }
             }
 
@@ -29647,43 +30373,47 @@ pub mod perfetto {
         /// Sequence-wide defaults for TrackEvent fields, sent inside
         /// TracePacketDefaults. Numbers equal those of the TrackEvent fields.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.TrackEventDefaults`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-        /// never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.TrackEventDefaults`: [`Self::decode`]
+        /// walks the message once, keeping each singular field's value and where each repeated
+        /// field lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct TrackEventDefaultsView<'a> {
-            d: ::protozero::TypedDecoder<'a, 3>,
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 2>,
         }
 
         impl<'a> TrackEventDefaultsView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        88 => d.varint(0, at)?,
+                        248 => d.rep_varint(0, start, at)?,
+                        250 => d.rep_len(0, start, at)?,
+                        360 => d.rep_varint(1, start, at)?,
+                        362 => d.rep_len(1, start, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    11 => ::core::option::Option::Some(0),
-                    31 => ::core::option::Option::Some(1),
-                    45 => ::core::option::Option::Some(2),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional uint64 track_uuid = 11`.
@@ -29695,19 +30425,19 @@ pub mod perfetto {
             /// Whether `track_uuid` (field 11) occurs with the right wire type.
             #[inline]
             pub fn has_track_uuid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The elements of `repeated uint64 extra_counter_track_uuids = 31`.
             #[inline]
             pub fn extra_counter_track_uuids(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_uint64(&self.d, 1)
+                ::protozero::gen_support::repeated_uint64(&self.d, 0, 31)
             }
 
             /// The elements of `repeated uint64 extra_double_counter_track_uuids = 45`.
             #[inline]
             pub fn extra_double_counter_track_uuids(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_uint64(&self.d, 2)
+                ::protozero::gen_support::repeated_uint64(&self.d, 1, 45)
             }
         }
 
@@ -29758,41 +30488,44 @@ pub mod perfetto {
 
         /// Interning entry for category names (InternedData.event_categories).
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.EventCategory`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.EventCategory`: [`Self::decode`] walks
+        /// the message once, keeping each singular field's value and where each repeated field
+        /// lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct EventCategoryView<'a> {
-            d: ::protozero::TypedDecoder<'a, 2>,
+            d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
         }
 
         impl<'a> EventCategoryView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        18 => d.len(1, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=2 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional uint64 iid = 1`.
@@ -29804,7 +30537,7 @@ pub mod perfetto {
             /// Whether `iid` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_iid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The last occurrence, or the default, of `optional string name = 2`.
@@ -29826,7 +30559,7 @@ pub mod perfetto {
             /// Whether `name` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_name(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
         }
 
@@ -29877,41 +30610,44 @@ pub mod perfetto {
 
         /// Interning entry for event names (InternedData.event_names).
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.EventName`: its fields are indexed once
-        /// by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.EventName`: [`Self::decode`] walks the
+        /// message once, keeping each singular field's value and where each repeated field lies,
+        /// and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct EventNameView<'a> {
-            d: ::protozero::TypedDecoder<'a, 2>,
+            d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
         }
 
         impl<'a> EventNameView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        18 => d.len(1, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=2 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional uint64 iid = 1`.
@@ -29923,7 +30659,7 @@ pub mod perfetto {
             /// Whether `iid` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_iid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The last occurrence, or the default, of `optional string name = 2`.
@@ -29945,7 +30681,7 @@ pub mod perfetto {
             /// Whether `name` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_name(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
         }
     }
