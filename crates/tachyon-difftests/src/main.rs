@@ -27,20 +27,28 @@ use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 
 use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor};
+
+mod compare;
 use tachyon_processor::{Options, TraceProcessor, Value};
 
 /// The suites run when none is named: the TrackEvent suite and the ones that touch what Tachyon
-/// writes and reads.
+/// writes and reads (data-loss stats, debug annotations, system probes, process tracking, heap
+/// profiles, log messages, counter tracks).
 const DEFAULT_SUITES: &[&str] = &[
     "parser/track_event",
     "parser/parsing/tests_traced_stats.py",
     "parser/parsing/tests_debug_annotation.py",
     "parser/parsing/tests_sys_stats.py",
     "parser/process_tracking",
+    "parser/profiling/tests_heap_profiling.py",
+    "parser/chrome",
+    "stdlib/counters",
 ];
 
 const USAGE: &str = "usage: cargo xtask difftests PERFETTO_DIR [--suite DIR]... \
 [--filter SUBSTRING] [--oracle TRACE_PROCESSOR_SHELL] [--verbose]
+       cargo xtask difftests --compare TRACE [--compare TRACE]... --oracle TRACE_PROCESSOR_SHELL \
+[--verbose]
 
   PERFETTO_DIR   a checkout of Perfetto holding test/trace_processor and protos, e.g.
                  mkdir -p /tmp/perfetto && git -C PERFETTO_GIT_DIR archive HEAD \\
@@ -48,13 +56,17 @@ const USAGE: &str = "usage: cargo xtask difftests PERFETTO_DIR [--suite DIR]... 
   --suite S      a suite under test/trace_processor/diff_tests: a directory (its tests.py)
                  or a tests_*.py file; repeatable. Default: parser/track_event and the suites
                  that touch what Tachyon writes and reads (data-loss stats, debug annotations,
-                 sys stats, process tracking)
+                 sys stats, process tracking, heap profiles, log messages, counter tracks)
   --filter S     only tests whose name contains S
   --oracle PATH  run the queries with Perfetto's trace_processor_shell instead (checks the
                  harness: it should pass everything)
   --verbose      print expected and actual output of failing tests
   --dump DIR     also write each test's binary trace to DIR/TEST.pb (to compare tables with
-                 trace_processor_shell by hand)";
+                 trace_processor_shell by hand)
+  --compare T    instead of the diff tests: query the tables users read (slice, thread,
+                 process, track, counter, args, android_logs, heap_profile_allocation,
+                 stack_profile_*, samples, stats) of trace T with Tachyon and with the
+                 --oracle, and print which differ (exit status 1 if any)";
 
 /// A Python value in a blueprint: a string, a call `Name(args...)`, or a list.
 #[derive(Clone, Debug)]
@@ -124,7 +136,9 @@ impl<'a> Reader<'a> {
         let mut out = String::new();
         loop {
             let mut raw = false;
-            while let Some(c @ (b'r' | b'R' | b'f' | b'b' | b'u')) = self.peek() {
+            while let Some(c @ (b'r' | b'R' | b'f' | b'F' | b'b' | b'B' | b'u' | b'U')) =
+                self.peek()
+            {
                 raw |= c == b'r' || c == b'R';
                 self.i += 1;
             }
@@ -170,7 +184,9 @@ impl<'a> Reader<'a> {
             self.skip_ws();
             let next_is_string = match self.peek() {
                 Some(b'"' | b'\'') => true,
-                Some(b'r' | b'f') => matches!(self.s.get(self.i + 1), Some(b'"' | b'\'')),
+                Some(b'r' | b'R' | b'f' | b'F') => {
+                    matches!(self.s.get(self.i + 1), Some(b'"' | b'\''))
+                }
                 _ => false,
             };
             if !next_is_string {
@@ -184,7 +200,7 @@ impl<'a> Reader<'a> {
         self.skip_ws();
         match self.peek() {
             Some(b'"' | b'\'') => return Ok(Py::Str(self.string()?)),
-            Some(b'r' | b'f' | b'b' | b'u')
+            Some(b'r' | b'R' | b'f' | b'F' | b'b' | b'B' | b'u' | b'U')
                 if matches!(self.s.get(self.i + 1), Some(b'"' | b'\'')) =>
             {
                 return Ok(Py::Str(self.string()?))
@@ -493,6 +509,7 @@ fn run(args: &[String]) -> Result<bool, Box<dyn std::error::Error>> {
     let mut oracle = None;
     let mut verbose = false;
     let mut dump = None;
+    let mut compare_traces = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -501,6 +518,7 @@ fn run(args: &[String]) -> Result<bool, Box<dyn std::error::Error>> {
             "--oracle" => oracle = Some(PathBuf::from(it.next().ok_or(USAGE)?)),
             "--verbose" | "-v" => verbose = true,
             "--dump" => dump = Some(PathBuf::from(it.next().ok_or(USAGE)?)),
+            "--compare" => compare_traces.push(PathBuf::from(it.next().ok_or(USAGE)?)),
             "-h" | "--help" => {
                 println!("{USAGE}");
                 return Ok(true);
@@ -508,6 +526,19 @@ fn run(args: &[String]) -> Result<bool, Box<dyn std::error::Error>> {
             _ if perfetto.is_none() && !a.starts_with('-') => perfetto = Some(PathBuf::from(a)),
             _ => return Err(USAGE.into()),
         }
+    }
+    if !compare_traces.is_empty() {
+        let oracle = oracle.ok_or("--compare needs --oracle TRACE_PROCESSOR_SHELL")?;
+        let tmp = std::env::temp_dir().join(format!("tachyon-compare-{}", std::process::id()));
+        std::fs::create_dir_all(&tmp)?;
+        let mut differing = 0;
+        for trace in &compare_traces {
+            let results = compare::compare(trace, &oracle, &tmp)?;
+            differing += compare::report(trace, &results, verbose);
+        }
+        let _ = std::fs::remove_dir_all(&tmp);
+        println!("\n{differing} tables differ");
+        return Ok(differing == 0);
     }
     let perfetto = perfetto.ok_or(USAGE)?;
     if suites.is_empty() {
@@ -656,6 +687,18 @@ class T(TestSuite):
         );
         assert_eq!(bps[1].args["out"].call(), Some(("Path", Some("b.out"))));
         assert!(bps[1].args.contains_key("trace_modifier"));
+    }
+
+    #[test]
+    fn reads_uppercase_string_prefixes() {
+        let py =
+            "def test_c(self):\n  return DiffTestBlueprint(trace=TextProto(R\"\"\"x\\n\"\"\"), \
+                  query=\"SELECT 1\", out=Csv(\"\"\"a\"\"\"))";
+        let bps = parse_tests_py(py).unwrap();
+        assert_eq!(
+            bps[0].args["trace"].call(),
+            Some(("TextProto", Some("x\\n")))
+        );
     }
 
     #[test]

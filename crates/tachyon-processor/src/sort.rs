@@ -10,7 +10,7 @@
 //!   (the tokenizer names it) if its timestamp is not before that run's last, else it starts a
 //!   new run of that sequence. Every run is thus already sorted, and the end of the file is a
 //!   k-way merge of the runs by (timestamp, arrival number), the same order as a stable sort
-//!   of everything. A run keeps its events encoded as differences from the event before
+//!   of everything (a loser tree: one comparison per level of the runs' tree). A run keeps its events encoded as differences from the event before
 //!   (`encode`: about 6 to 12 bytes instead of 56) in blocks, and a block is freed as soon as
 //!   the merge has handed its last event on, so the events' memory shrinks while the parser's
 //!   tables grow instead of both peaking together (with no sort scratch either). Sequences
@@ -29,8 +29,7 @@
 //! Thread and process naming events carry `i64::MIN` (a name holds for the whole trace) and
 //! are never dropped as out of order.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::VecDeque;
 
 use crate::importers::{Event, EventKind};
 use crate::storage::strings::FxHashMap;
@@ -45,8 +44,9 @@ const MAX_RUNS: usize = 4096;
 /// While merging, freed memory (event blocks, and the argument pages of the events parsed) is
 /// handed back to the system after about this many bytes of blocks: glibc would otherwise keep
 /// it resident below the top of its heap while the tables grow elsewhere, and the peak would
-/// not drop.
-const RELEASE_EVERY: usize = 8 << 20;
+/// not drop. At about 7 bytes per encoded event that is every 600 000 events or so (a
+/// release costs a walk of glibc's free lists, nothing per event).
+const RELEASE_EVERY: usize = 4 << 20;
 
 /// Events of one sequence in timestamp order, encoded (`encode`) in blocks of bytes. Each
 /// block starts from `Event::bare`'s zeros, so a block decodes on its own.
@@ -60,9 +60,11 @@ struct Run {
     blocks: VecDeque<Vec<u8>>,
     /// Bytes written to the last block.
     fill: usize,
-    /// Read position in `blocks[0]`, and the event decoded before it.
-    head: usize,
-    read_prev: Event,
+    /// Read position in `blocks[0]`.
+    pos: usize,
+    /// The event decoded last (`advance`), which the next is decoded over in place: the
+    /// merge hands this one on, no copy.
+    head: Event,
     /// The last event written to the last block.
     write_prev: Event,
     last_ts: i64,
@@ -74,8 +76,8 @@ impl Default for Run {
         Run {
             blocks: VecDeque::new(),
             fill: 0,
-            head: 0,
-            read_prev: zero(),
+            pos: 0,
+            head: zero(),
             write_prev: zero(),
             last_ts: 0,
             len: 0,
@@ -84,7 +86,7 @@ impl Default for Run {
 }
 
 impl Run {
-    #[inline]
+    #[inline(always)]
     fn push(&mut self, ev: &Event) {
         if self
             .blocks
@@ -122,34 +124,42 @@ impl Run {
         self.fill = 0;
         self.write_prev = zero();
         if self.blocks.len() == 1 {
-            self.head = 0;
-            self.read_prev = zero();
+            self.pos = 0;
         }
     }
 
-    /// Takes the next event, if any; adds the bytes of a block it frees to `freed`.
+    /// Decodes the next event into `head`; false if there is none. Adds the bytes of a block
+    /// it frees to `freed`.
     #[inline]
-    fn pop(&mut self, freed: &mut usize) -> Option<Event> {
+    fn advance(&mut self, freed: &mut usize) -> bool {
         let last = self.blocks.len() == 1;
-        let b = self.blocks.front()?;
+        let Some(b) = self.blocks.front() else {
+            return false;
+        };
         let end = if last { self.fill } else { b.len() };
-        let Some((e, n)) = b
-            .get(self.head..end)
-            .and_then(|rest| decode(rest, &self.read_prev))
+        if self.pos == 0 {
+            self.head = zero(); // A block decodes on its own.
+        }
+        let Some(n) = b
+            .get(self.pos..end)
+            .and_then(|rest| decode_into(rest, &mut self.head))
         else {
             self.blocks.clear(); // Unreachable: the run reads back what it wrote.
-            return None;
+            return false;
         };
         self.len -= 1;
-        self.head += n;
-        self.read_prev = e;
-        if self.head >= end {
+        self.pos += n;
+        if self.pos >= end {
             *freed += b.capacity();
             self.blocks.pop_front();
-            self.head = 0;
-            self.read_prev = zero();
+            self.pos = 0;
         }
-        Some(e)
+        true
+    }
+
+    /// Takes the next event, if any (a copy of `head`).
+    fn pop(&mut self, freed: &mut usize) -> Option<Event> {
+        self.advance(freed).then_some(self.head)
     }
 }
 
@@ -162,7 +172,7 @@ fn zero() -> Event {
 const MAX_ENCODED: usize = 96;
 
 /// The LEB128 varint at `b[*at..]`. Most of an encoded event's fields are one byte, which
-/// takes the first branch.
+/// takes the first branch; string ids past 127 take two, the second.
 #[inline(always)]
 fn get(b: &[u8], at: &mut usize) -> Option<u64> {
     let byte = *b.get(*at)?;
@@ -170,13 +180,19 @@ fn get(b: &[u8], at: &mut usize) -> Option<u64> {
     if byte < 0x80 {
         return Some(u64::from(byte));
     }
-    get_long(b, at, u64::from(byte & 0x7f))
+    let low = u64::from(byte & 0x7f);
+    let byte = *b.get(*at)?;
+    *at += 1;
+    if byte < 0x80 {
+        return Some(low | u64::from(byte) << 7);
+    }
+    get_long(b, at, low | u64::from(byte & 0x7f) << 7)
 }
 
-/// The rest of a varint longer than one byte, whose first 7 bits are `v`.
+/// The rest of a varint longer than two bytes, whose first 14 bits are `v`.
 #[inline(never)]
 fn get_long(b: &[u8], at: &mut usize, mut v: u64) -> Option<u64> {
-    let mut shift = 7;
+    let mut shift = 14;
     while shift < 64 {
         let byte = *b.get(*at)?;
         *at += 1;
@@ -208,6 +224,9 @@ const SAME_CATEGORY: u8 = 4;
 const NO_DATA: u8 = 8;
 const NO_FLOWS: u8 = 16;
 const LEGACY_THREAD: u8 = 32;
+/// The event arrived right after `prev` and its args follow `prev`'s: neither the arrival
+/// number nor the args' start is written. Within a writer's chunk that is every event.
+const CONTIGUOUS: u8 = 64;
 
 /// Appends `e` to `out` as the difference from `prev`, the event before it in the block: an
 /// event of a sorted run mostly repeats its predecessor's track, name and category and
@@ -236,13 +255,20 @@ fn encode(out: &mut [u8; MAX_ENCODED], prev: &Event, e: &Event) -> usize {
     if e.legacy_thread {
         flags |= LEGACY_THREAD;
     }
+    let contiguous =
+        e.order == prev.order.wrapping_add(1) && e.args == prev.args.wrapping_add(prev.nargs);
+    if contiguous {
+        flags |= CONTIGUOUS;
+    }
     out[0] = e.kind as u8;
     out[1] = flags;
     let at = &mut 2;
     put(out, at, e.ts.wrapping_sub(prev.ts) as u64);
-    put(out, at, u64::from(e.order.wrapping_sub(prev.order)));
-    let args = i64::from(e.args) - i64::from(prev.args);
-    put(out, at, ((args << 1) ^ (args >> 63)) as u64);
+    if !contiguous {
+        put(out, at, u64::from(e.order.wrapping_sub(prev.order)));
+        let args = i64::from(e.args) - i64::from(prev.args);
+        put(out, at, ((args << 1) ^ (args >> 63)) as u64);
+    }
     put(out, at, u64::from(e.nargs));
     if flags & SAME_TRACK == 0 {
         put(out, at, e.track);
@@ -265,60 +291,54 @@ fn encode(out: &mut [u8; MAX_ENCODED], prev: &Event, e: &Event) -> usize {
 }
 
 /// The event `encode` wrote at the start of `b` after `prev`, and its length.
+#[cfg(test)]
 fn decode(b: &[u8], prev: &Event) -> Option<(Event, usize)> {
+    let mut e = *prev;
+    let n = decode_into(b, &mut e)?;
+    Some((e, n))
+}
+
+/// Decodes the event `encode` wrote at the start of `b` over `e`, the event it was encoded
+/// after (a field the encoding says is unchanged is not touched); returns its length.
+#[inline(always)]
+fn decode_into(b: &[u8], e: &mut Event) -> Option<usize> {
     let kind = *EventKind::ALL.get(usize::from(*b.first()?))?;
     let flags = *b.get(1)?;
     let mut at = 2;
-    let ts = prev.ts.wrapping_add(get(b, &mut at)? as i64);
-    let order = prev.order.wrapping_add(get(b, &mut at)? as u32);
-    let z = get(b, &mut at)?;
-    let args = i64::from(prev.args) + ((z >> 1) as i64 ^ -((z & 1) as i64));
-    let nargs = get(b, &mut at)? as u32;
-    let track = if flags & SAME_TRACK != 0 {
-        prev.track
+    e.ts = e.ts.wrapping_add(get(b, &mut at)? as i64);
+    if flags & CONTIGUOUS != 0 {
+        e.order = e.order.wrapping_add(1);
+        e.args = e.args.wrapping_add(e.nargs);
     } else {
-        get(b, &mut at)?
-    };
-    let data = if flags & NO_DATA != 0 {
+        e.order = e.order.wrapping_add(get(b, &mut at)? as u32);
+        let z = get(b, &mut at)?;
+        e.args = (i64::from(e.args) + ((z >> 1) as i64 ^ -((z & 1) as i64))) as u32;
+    }
+    e.nargs = get(b, &mut at)? as u32;
+    if flags & SAME_TRACK == 0 {
+        e.track = get(b, &mut at)?;
+    }
+    e.data = if flags & NO_DATA != 0 {
         0
     } else {
         get(b, &mut at)?
     };
-    let name = if flags & SAME_NAME != 0 {
-        prev.name
+    if flags & SAME_NAME == 0 {
+        e.name = get(b, &mut at)? as u32;
+    }
+    if flags & SAME_CATEGORY == 0 {
+        e.category = get(b, &mut at)? as u32;
+    }
+    if flags & NO_FLOWS != 0 {
+        (e.flows, e.nflows, e.nterm) = (0, 0, 0);
     } else {
-        get(b, &mut at)? as u32
-    };
-    let category = if flags & SAME_CATEGORY != 0 {
-        prev.category
-    } else {
-        get(b, &mut at)? as u32
-    };
-    let (flows, nflows, nterm) = if flags & NO_FLOWS != 0 {
-        (0, 0, 0)
-    } else {
-        (
-            get(b, &mut at)? as u32,
-            get(b, &mut at)? as u16,
-            get(b, &mut at)? as u16,
-        )
-    };
-    let e = Event {
-        ts,
-        track,
-        data,
-        name,
-        category,
-        args: args as u32,
-        nargs,
-        flows,
-        nflows,
-        nterm,
-        kind,
-        legacy_thread: flags & LEGACY_THREAD != 0,
-        order,
-    };
-    Some((e, at))
+        e.flows = get(b, &mut at)? as u32;
+        e.nflows = get(b, &mut at)? as u16;
+        e.nterm = get(b, &mut at)? as u16;
+    }
+    e.kind = kind;
+    e.legacy_thread = flags & LEGACY_THREAD != 0;
+    Some(at)
 }
 
 #[derive(Debug)]
@@ -449,26 +469,30 @@ impl Sorter {
         }
         let mut runs = std::mem::take(&mut self.runs);
         let mut freed = 0;
-        let mut current: Vec<Option<Event>> = runs.iter_mut().map(|r| r.pop(&mut freed)).collect();
-        let mut heads: BinaryHeap<Reverse<(i64, u32, usize)>> = current
-            .iter()
+        // Each run's next event is its `head`, decoded in place.
+        let keys: Vec<u128> = runs
+            .iter_mut()
             .enumerate()
-            .filter_map(|(i, e)| e.map(|e| Reverse((e.ts, e.order, i))))
+            .map(|(i, run)| match run.advance(&mut freed) {
+                true => merge_key(&run.head, i),
+                false => done_key(i),
+            })
             .collect();
-        while let Some(mut top) = heads.peek_mut() {
-            let i = top.0 .2;
-            if let Some(ev) = current[i].take() {
-                apply(&ev);
+        let mut tree = LoserTree::new(&keys);
+        loop {
+            let top = tree.winner();
+            if top >= DONE {
+                break;
             }
-            current[i] = runs[i].pop(&mut freed);
-            // The run's next event replaces its head in place (one sift instead of a pop
-            // and a push).
-            match current[i] {
-                Some(e) => *top = Reverse((e.ts, e.order, i)),
-                None => {
-                    std::collections::binary_heap::PeekMut::pop(top);
-                }
-            }
+            let i = (top as u32 & RUN_MASK) as usize;
+            let run = &mut runs[i];
+            apply(&run.head);
+            // The run's next event replays its path to the root.
+            let next = match run.advance(&mut freed) {
+                true => merge_key(&run.head, i),
+                false => done_key(i),
+            };
+            tree.replace_winner(i, next);
             if freed >= RELEASE_EVERY {
                 crate::trim::release_free_memory();
                 freed = 0;
@@ -487,6 +511,89 @@ impl Sorter {
             self.last_ts = self.last_ts.max(max);
         }
         batch
+    }
+}
+
+/// The merge's order as one number: timestamp, then arrival number, then run (which makes
+/// every key distinct, as the tuple `(ts, order, run)` is). A run with no event left has
+/// `DONE` set, above every event's key.
+#[inline(always)]
+fn merge_key(e: &Event, run: usize) -> u128 {
+    let ts = (e.ts as u64 ^ (1 << 63)) as u128; // i64 order as u64 order.
+    (ts << 63) | (u128::from(e.order) << 31) | run as u128
+}
+
+/// The key of run `run` once it is empty.
+fn done_key(run: usize) -> u128 {
+    DONE | run as u128
+}
+
+const DONE: u128 = 1 << 127;
+/// The run's bits of a key (`MAX_RUNS` is far below 2^31).
+const RUN_MASK: u32 = (1 << 31) - 1;
+const _: () = assert!(MAX_RUNS < RUN_MASK as usize);
+
+/// A tournament (loser) tree over the runs' head keys: `nodes[0]` is the smallest key, every
+/// other node the larger of the two keys that met there. Taking the smallest and putting its
+/// run's next key in replays one path from that run's leaf to the root: log2(runs) comparisons
+/// of one number each, where a binary heap's sift compares each tuple twice per level.
+struct LoserTree {
+    nodes: Vec<u128>,
+}
+
+impl LoserTree {
+    fn new(keys: &[u128]) -> Self {
+        let k = keys.len();
+        // `None`: no key has reached the node yet. Leaf `i` is node `k + i`; node `n`'s parent
+        // is `n / 2`; each inner node is reached once from each side.
+        let mut nodes: Vec<Option<u128>> = vec![None; k.max(1)];
+        for (i, &key) in keys.iter().enumerate() {
+            let mut cur = key;
+            let mut n = (k + i) / 2;
+            let mut parked = false;
+            while n > 0 {
+                match nodes[n] {
+                    None => {
+                        nodes[n] = Some(cur);
+                        parked = true;
+                        break;
+                    }
+                    Some(other) if other < cur => {
+                        nodes[n] = Some(cur);
+                        cur = other;
+                    }
+                    Some(_) => {}
+                }
+                n /= 2;
+            }
+            if !parked {
+                nodes[0] = Some(cur);
+            }
+        }
+        LoserTree {
+            nodes: nodes.into_iter().map(|n| n.unwrap_or(DONE)).collect(),
+        }
+    }
+
+    #[inline(always)]
+    fn winner(&self) -> u128 {
+        self.nodes[0]
+    }
+
+    /// Run `run` (the winner's) now has `key` at its head.
+    #[inline(always)]
+    fn replace_winner(&mut self, run: usize, mut key: u128) {
+        let k = self.nodes.len();
+        let mut n = (k + run) / 2;
+        while n > 0 {
+            let other = self.nodes[n];
+            if other < key {
+                self.nodes[n] = key;
+                key = other;
+            }
+            n /= 2;
+        }
+        self.nodes[0] = key;
     }
 }
 
@@ -561,6 +668,30 @@ mod tests {
         }
     }
 
+    /// A varint of every length (one byte, two, and the long path) reads back as written, and
+    /// a cut one reads as nothing.
+    #[test]
+    fn varints_of_every_length_read_back() {
+        let mut rnd = crate::xorshift(0x3c6e_f372_fe94_f82bu64);
+        for bits in 0..=64u32 {
+            for _ in 0..20 {
+                let v = if bits == 0 {
+                    0
+                } else {
+                    (rnd() >> (64 - bits)) | (1u64 << (bits - 1))
+                };
+                let mut out = [0u8; MAX_ENCODED];
+                let mut n = 0;
+                put(&mut out, &mut n, v);
+                let mut at = 0;
+                assert_eq!(get(&out[..n], &mut at), Some(v), "{v:#x}");
+                assert_eq!(at, n);
+                let mut at = 0;
+                assert_eq!(get(&out[..n - 1], &mut at), None, "{v:#x} cut");
+            }
+        }
+    }
+
     /// Every field of an event reads back as written, whatever its predecessor.
     #[test]
     fn events_read_back_as_encoded() {
@@ -587,6 +718,17 @@ mod tests {
                 legacy_thread: r & 64 != 0,
                 order: rnd() as u32,
             };
+            // Often the next arrival with its args right after the previous event's (the
+            // short form), wrapping at 2^32 too.
+            let e = if r % 4 == 1 {
+                Event {
+                    order: prev.order.wrapping_add(1),
+                    args: prev.args.wrapping_add(prev.nargs),
+                    ..e
+                }
+            } else {
+                e
+            };
             let mut buf = [0u8; MAX_ENCODED];
             let n = encode(&mut buf, &prev, &e);
             out.extend_from_slice(&buf[..n]);
@@ -603,6 +745,40 @@ mod tests {
         assert_eq!(at, out.len());
         for (i, k) in EventKind::ALL.iter().enumerate() {
             assert_eq!(*k as usize, i);
+        }
+    }
+
+    /// The loser tree hands keys on in ascending order for any number of runs (powers of two
+    /// and not, one run, none), whatever order the runs' keys come in.
+    #[test]
+    fn the_loser_tree_merges_like_a_sort() {
+        let mut rnd = crate::xorshift(0x51_7cc1_b727_220au64);
+        for k in 0..40usize {
+            // Run r's keys: ascending, some shared between runs (a key is unique by its run).
+            let runs: Vec<Vec<u128>> = (0..k)
+                .map(|r| {
+                    let mut v: Vec<u128> =
+                        (0..rnd() % 30).map(|_| u128::from(rnd() % 50)).collect();
+                    v.sort_unstable();
+                    v.into_iter().map(|x| (x << 63) | r as u128).collect()
+                })
+                .collect();
+            let mut want: Vec<u128> = runs.iter().flatten().copied().collect();
+            want.sort_unstable();
+            let mut at = vec![0usize; k];
+            let heads: Vec<u128> = (0..k)
+                .map(|r| runs[r].first().copied().unwrap_or(done_key(r)))
+                .collect();
+            let mut tree = LoserTree::new(&heads);
+            let mut got = Vec::new();
+            while tree.winner() < DONE {
+                let top = tree.winner();
+                got.push(top);
+                let r = (top as u32 & RUN_MASK) as usize;
+                at[r] += 1;
+                tree.replace_winner(r, runs[r].get(at[r]).copied().unwrap_or(done_key(r)));
+            }
+            assert_eq!(got, want, "{k} runs");
         }
     }
 

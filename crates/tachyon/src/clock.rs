@@ -12,13 +12,29 @@
 //! # Conversion
 //!
 //! Counter ticks become nanoseconds (when an event is encoded) with one 64×64→128-bit multiply and a
-//! shift, from a scale measured once at start-up by a short, bounded calibration against
-//! `CLOCK_BOOTTIME` (at most [`CALIBRATION_BUDGET`]). The result is [`TRACE_CLOCK_ID`], a
-//! clock in nanoseconds that starts equal to BOOTTIME. Because a calibrated counter drifts from
-//! the kernel's clocks by a few parts per million, the SDK writes `ClockSnapshot` packets
-//! ([`Snapshot`]) at start and periodically, so the trace processor maps every timestamp onto
-//! BOOTTIME piecewise, and traces from several processes line up.
+//! shift, from a scale measured at start-up by a short, bounded calibration against
+//! `CLOCK_BOOTTIME` (at most [`CALIBRATION_BUDGET`]). The result is [`TRACE_CLOCK_ID`], a clock in
+//! nanoseconds that starts equal to BOOTTIME.
+//!
+//! # Discipline
+//!
+//! A calibrated counter drifts from the kernel's clocks by parts per million (0.75 ppm on the VM
+//! this was measured on; a short calibration is itself only good to ~10 ppm). Readers map a
+//! timestamp onto BOOTTIME through the latest `ClockSnapshot` before it, with slope 1, so a
+//! trace clock that drifts and is re-paired with BOOTTIME every second makes the mapping step
+//! back at every snapshot, and a zone open across one can end before it begins. So the trace
+//! clock is *disciplined* to BOOTTIME: every [`Snapshot::take`] measures how far it is off, and
+//! [`Model`] publishes a new segment of the tick → ns function that removes that error over
+//! the next second ([`HORIZON_NS`]) and then runs at the rate measured since start-up. The
+//! function stays continuous and increasing (each segment starts where the previous one is at
+//! that tick, a millisecond in the future so no reading already converted changes), and a tick
+//! converts the same way whenever it is converted (a segment is chosen by the tick, not by the
+//! time of conversion). The trace clock is then BOOTTIME to within the pairing error and the
+//! last second's drift (about a microsecond), and each snapshot states exactly that: trace clock
+//! = BOOTTIME at its instant, so every reader's mapping is the identity, with no steps, whichever
+//! process's or sequence's snapshot it picks.
 
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -63,15 +79,20 @@ pub enum Source {
     Boottime,
 }
 
-/// The calibrated clock.
+/// The calibrated clock: where ticks come from and how they become nanoseconds.
 #[derive(Clone, Copy, Debug)]
 pub struct Clock {
     source: Source,
-    /// Nanoseconds per tick in 32.32 fixed point.
-    mult: u64,
-    base_ticks: u64,
-    base_ns: u64,
+    /// Ticks to nanoseconds (unused for [`Source::Boottime`], whose ticks are nanoseconds).
+    model: &'static Model,
 }
+
+/// The process's tick → ns function: calibrated once by [`Clock::calibrate`], then disciplined
+/// by [`Snapshot::take`].
+static MODEL: Model = Model::new();
+
+/// The model of [`Clock::BOOTTIME`], which converts nothing.
+static UNUSED_MODEL: Model = Model::new();
 
 static CLOCK: OnceLock<Clock> = OnceLock::new();
 
@@ -91,9 +112,7 @@ impl Clock {
     /// `CLOCK_BOOTTIME` itself: ticks are nanoseconds.
     pub(crate) const BOOTTIME: Clock = Clock {
         source: Source::Boottime,
-        mult: 1 << 32,
-        base_ticks: 0,
-        base_ns: 0,
+        model: &UNUSED_MODEL,
     };
 
     /// The source in use.
@@ -136,15 +155,23 @@ impl Clock {
         self.scale(ticks)
     }
 
-    /// Counter ticks to nanoseconds: `base_ns + (ticks - base_ticks) * mult / 2^32`, the
-    /// difference signed (readings before the base, another core's counter a hair behind, map
-    /// below `base_ns`), one 64×64→128-bit signed multiply (`mult` < 2^63: less than 2^31 ns
-    /// per tick).
+    /// Counter ticks to nanoseconds through the disciplined model (see the module docs).
     #[inline(always)]
     fn scale(&self, ticks: u64) -> u64 {
-        let delta = ticks.wrapping_sub(self.base_ticks) as i64 as i128;
-        let scaled = (delta * self.mult as i64 as i128) >> 32;
-        self.base_ns.wrapping_add(scaled as u64)
+        self.model.to_ns(ticks)
+    }
+
+    /// A converter for a batch of readings taken before this call: the model's current
+    /// segment copied once, so each conversion is a compare and a multiply, with no atomic
+    /// loads (the drainer's per-record path). Exact: a segment published later starts at a
+    /// tick later than any reading taken before it.
+    #[inline]
+    pub(crate) fn converter(&self) -> Converter {
+        Converter {
+            boottime: self.source == Source::Boottime,
+            segment: self.model.newest_segment(),
+            model: self.model,
+        }
     }
 
     /// A raw counter reading (ticks), the cheapest timestamp: convert later with
@@ -156,7 +183,10 @@ impl Clock {
 
     /// Nanoseconds per tick (for reports).
     pub fn ns_per_tick(&self) -> f64 {
-        self.mult as f64 / (1u64 << 32) as f64
+        if self.source == Source::Boottime {
+            return 1.0;
+        }
+        self.model.newest_segment().rate() as f64 / (1u64 << 32) as f64
     }
 
     fn calibrate() -> Clock {
@@ -174,11 +204,10 @@ impl Clock {
             // The architecture tells the frequency: no measuring needed.
             let (ticks, ns) = paired_reading(source);
             let mult = ((1_000_000_000u128 << 32) / freq as u128) as u64;
+            MODEL.start(ticks, ns, mult);
             return Clock {
                 source,
-                mult,
-                base_ticks: ticks,
-                base_ns: ns,
+                model: &MODEL,
             };
         }
         // Measure ticks against BOOTTIME over a few short windows, keeping the longest one.
@@ -207,12 +236,355 @@ impl Clock {
         if mult == 0 || mult >= 1 << 63 {
             return Clock::BOOTTIME;
         }
+        MODEL.start(t0, n0, mult);
         Clock {
             source,
-            mult,
-            base_ticks: t0,
-            base_ns: n0,
+            model: &MODEL,
         }
+    }
+}
+
+// === the disciplined tick → ns function ===
+
+/// How long a measured error takes to be removed (trace-clock ns): the clock runs that much
+/// faster or slower than the measured rate for this long after a [`Snapshot::take`].
+pub const HORIZON_NS: u64 = 1_000_000_000;
+
+/// The largest correction of the rate, in parts per million: a bad pairing (a thread preempted
+/// between its readings) can only bend the clock this much, and the next snapshots undo it.
+const MAX_CORRECTION_PPM: i128 = 500;
+
+/// How far behind BOOTTIME (ns) the trace clock must be to step forward rather than catch up
+/// at the bounded rate: only a counter that stopped (a suspend) gets this far.
+const STEP_NS: u64 = 10_000_000;
+
+/// How soon after the previous segment a new one may start (ns): snapshots come every second
+/// per sequence, so with many threads this keeps the model from churning.
+const MIN_SEGMENT_NS: u64 = 100_000_000;
+
+/// How far in the future a new segment starts (ns), so that no reading converted with the
+/// previous segment before the new one was published lies inside the new one.
+const SEGMENT_LEAD_NS: u64 = 1_000_000;
+
+/// Segments kept: a reading older than all of them (queued for seconds) converts with the
+/// oldest one kept, a few ns off at most.
+const SLOTS: usize = 8;
+
+/// A line: from `ticks` (where it is at `ns`), `slope` ns per tick in 32.32 fixed point.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Piece {
+    ticks: u64,
+    ns: u64,
+    slope: u64,
+}
+
+impl Piece {
+    /// `ns + (t - ticks) * slope / 2^32`, the difference signed (a reading from before the
+    /// piece, another core's counter a hair behind, maps below `ns`), one 64×64→128-bit
+    /// signed multiply (slopes are < 2^62: below 2^30 ns a tick).
+    #[inline(always)]
+    fn at(&self, t: u64) -> u64 {
+        let delta = t.wrapping_sub(self.ticks) as i64 as i128;
+        let scaled = (delta * self.slope as i64 as i128) >> 32;
+        self.ns.wrapping_add(scaled as u64)
+    }
+}
+
+/// One piece of the tick → ns function: the correction piece from `pieces[0].ticks`, then
+/// from `pieces[1].ticks` on, the measured rate (the value there stored, so a conversion is
+/// one multiply).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Segment {
+    pieces: [Piece; 2],
+}
+
+impl Segment {
+    /// A plain line through `(ticks, ns)` with slope `slope`.
+    const fn line(ticks: u64, ns: u64, slope: u64) -> Segment {
+        let p = Piece { ticks, ns, slope };
+        Segment { pieces: [p, p] }
+    }
+
+    fn base_ticks(&self) -> u64 {
+        self.pieces[0].ticks
+    }
+
+    fn rate(&self) -> u64 {
+        self.pieces[1].slope
+    }
+
+    #[inline(always)]
+    fn ns(&self, ticks: u64) -> u64 {
+        self.pieces[usize::from(ticks >= self.pieces[1].ticks)].at(ticks)
+    }
+}
+
+/// A segment's storage: a sequence lock around the fields, so a reader never blocks (a
+/// signal handler may convert while the thread it interrupted is writing) and retries only
+/// when a write finished while it read.
+struct SegmentSlot {
+    /// Odd while being written.
+    seq: AtomicU64,
+    /// `Segment::pieces`, field by field.
+    pieces: [[AtomicU64; 3]; 2],
+}
+
+impl SegmentSlot {
+    const fn new() -> SegmentSlot {
+        SegmentSlot {
+            seq: AtomicU64::new(0),
+            pieces: [const { [const { AtomicU64::new(0) }; 3] }; 2],
+        }
+    }
+
+    /// `ticks` in ns by this segment, or `None` when a write overlapped the read or `ticks`
+    /// is before the segment (and `before` is false). Loads only the piece it needs.
+    #[inline(always)]
+    fn to_ns(&self, ticks: u64, before: bool) -> Option<u64> {
+        let seq = self.seq.load(Ordering::Acquire);
+        let base_ticks = self.pieces[0][0].load(Ordering::Relaxed);
+        let end_ticks = self.pieces[1][0].load(Ordering::Relaxed);
+        let p = &self.pieces[usize::from(ticks >= end_ticks)];
+        let piece = Piece {
+            ticks: p[0].load(Ordering::Relaxed),
+            ns: p[1].load(Ordering::Relaxed),
+            slope: p[2].load(Ordering::Relaxed),
+        };
+        fence(Ordering::Acquire);
+        let whole = seq & 1 == 0 && self.seq.load(Ordering::Relaxed) == seq;
+        (whole && (before || ticks >= base_ticks)).then(|| piece.at(ticks))
+    }
+
+    /// The segment, or `None` when a write overlapped the read.
+    fn read(&self) -> Option<Segment> {
+        let seq = self.seq.load(Ordering::Acquire);
+        let piece = |p: &[AtomicU64; 3]| Piece {
+            ticks: p[0].load(Ordering::Relaxed),
+            ns: p[1].load(Ordering::Relaxed),
+            slope: p[2].load(Ordering::Relaxed),
+        };
+        let segment = Segment {
+            pieces: [piece(&self.pieces[0]), piece(&self.pieces[1])],
+        };
+        fence(Ordering::Acquire);
+        (seq & 1 == 0 && self.seq.load(Ordering::Relaxed) == seq).then_some(segment)
+    }
+
+    /// Only ever called by the one writer ([`Model::writing`] held, or before publication).
+    fn write(&self, s: Segment) {
+        let seq = self.seq.load(Ordering::Relaxed);
+        self.seq.store(seq.wrapping_add(1), Ordering::Relaxed);
+        fence(Ordering::Release);
+        for (fields, p) in self.pieces.iter().zip(s.pieces) {
+            for (field, v) in fields.iter().zip([p.ticks, p.ns, p.slope]) {
+                field.store(v, Ordering::Relaxed);
+            }
+        }
+        self.seq.store(seq.wrapping_add(2), Ordering::Release);
+    }
+}
+
+/// The tick → ns function: the start-up calibration, then a segment per correction, kept in
+/// a ring of [`SLOTS`] (see the module docs, "Discipline").
+pub(crate) struct Model {
+    /// Segments published so far, minus one: the newest is in slot `newest % SLOTS`.
+    newest: AtomicUsize,
+    slots: [SegmentSlot; SLOTS],
+    /// Where the rate is measured from (ticks, BOOTTIME ns: the calibration's pairing, or the
+    /// first after a suspend), and the calibrated rate (32.32 ns per tick).
+    origin: [AtomicU64; 3],
+    /// Held by the one thread that is publishing a segment.
+    writing: AtomicBool,
+}
+
+impl std::fmt::Debug for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Model")
+            .field("segments", &(self.newest.load(Ordering::Relaxed) + 1))
+            .field("newest", &self.newest_segment())
+            .finish()
+    }
+}
+
+impl Model {
+    /// A model not started yet (converting nothing).
+    pub(crate) const fn new() -> Model {
+        Model {
+            newest: AtomicUsize::new(0),
+            slots: [const { SegmentSlot::new() }; SLOTS],
+            origin: [const { AtomicU64::new(0) }; 3],
+            writing: AtomicBool::new(false),
+        }
+    }
+
+    /// The calibration: a line through `(ticks, ns)` with slope `mult`. Called once, before
+    /// the model is shared (inside the clock's `OnceLock` initialisation, which orders these
+    /// stores before every reader's loads).
+    fn start(&self, ticks: u64, ns: u64, mult: u64) {
+        self.origin[0].store(ticks, Ordering::Relaxed);
+        self.origin[1].store(ns, Ordering::Relaxed);
+        self.origin[2].store(mult, Ordering::Relaxed);
+        self.slots[0].write(Segment::line(ticks, ns, mult));
+        self.newest.store(0, Ordering::Release);
+    }
+
+    /// A model for tests: started, owned by the test.
+    #[cfg(test)]
+    fn started(ticks: u64, ns: u64, mult: u64) -> Box<Model> {
+        let m = Box::new(Model::new());
+        m.start(ticks, ns, mult);
+        m
+    }
+
+    /// The newest segment (retried until read whole; a write is a handful of stores, and a
+    /// reader interrupting the writer on its own thread finds the newest slot untouched: the
+    /// writer fills the next slot and publishes it last).
+    #[inline]
+    fn newest_segment(&self) -> Segment {
+        loop {
+            let n = self.newest.load(Ordering::Acquire);
+            if let Some(s) = self.slots[n % SLOTS].read() {
+                return s;
+            }
+        }
+    }
+
+    /// `ticks` in trace-clock ns.
+    #[inline(always)]
+    fn to_ns(&self, ticks: u64) -> u64 {
+        let n = self.newest.load(Ordering::Acquire);
+        match self.slots[n % SLOTS].to_ns(ticks, n == 0) {
+            Some(ns) => ns,
+            None => self.to_ns_older(ticks),
+        }
+    }
+
+    /// A reading from before the newest segment (or a read that overlapped a write).
+    #[cold]
+    #[inline(never)]
+    fn to_ns_older(&self, ticks: u64) -> u64 {
+        loop {
+            let n = self.newest.load(Ordering::Acquire);
+            let mut oldest = None;
+            let mut torn = false;
+            for k in 0..SLOTS.min(n + 1) {
+                match self.slots[(n - k) % SLOTS].read() {
+                    Some(s) if ticks >= s.base_ticks() => return s.ns(ticks),
+                    Some(s) => oldest = Some(s),
+                    // The writer is refilling the oldest slot: the one before it will do.
+                    None if k + 1 == SLOTS => break,
+                    None => {
+                        torn = true;
+                        break;
+                    }
+                }
+            }
+            if !torn {
+                if let Some(s) = oldest {
+                    return s.ns(ticks);
+                }
+            }
+        }
+    }
+
+    /// A measurement: at `ticks` BOOTTIME read `boot_ns`. Publishes a segment that removes the
+    /// trace clock's error over [`HORIZON_NS`] and then runs at the rate measured since the
+    /// calibration, unless another thread is publishing or the newest segment is younger than
+    /// [`MIN_SEGMENT_NS`]. `now` reads the counter (the segment starts [`SEGMENT_LEAD_NS`]
+    /// after the reading taken just before it is published).
+    fn observe(&self, ticks: u64, boot_ns: u64, now: impl Fn() -> u64) {
+        if self.writing.swap(true, Ordering::Acquire) {
+            return;
+        }
+        let n = self.newest.load(Ordering::Relaxed);
+        if let Some(next) = self.correction(self.newest_segment(), ticks, boot_ns, now) {
+            self.slots[(n + 1) % SLOTS].write(next);
+            self.newest.store(n + 1, Ordering::Release);
+        }
+        self.writing.store(false, Ordering::Release);
+    }
+
+    /// The segment [`observe`](Self::observe) publishes after `cur`, if any.
+    fn correction(
+        &self,
+        cur: Segment,
+        ticks: u64,
+        boot_ns: u64,
+        now: impl Fn() -> u64,
+    ) -> Option<Segment> {
+        let [origin_ticks, origin_ns, calibrated] =
+            [0, 1, 2].map(|i| self.origin[i].load(Ordering::Relaxed));
+        if ticks <= origin_ticks || boot_ns <= origin_ns || ticks < cur.base_ticks() {
+            return None;
+        }
+        let error = i128::from(cur.ns(ticks)) - i128::from(boot_ns);
+        let to_ticks = |ns: u64, slope: i128| ((i128::from(ns) << 32) / slope) as u64;
+        if error < -i128::from(STEP_NS) {
+            // Far behind: the counter stopped while BOOTTIME went on (a suspend). Step
+            // forward (never back) and measure the rate afresh from here.
+            self.origin[0].store(ticks, Ordering::Relaxed);
+            self.origin[1].store(boot_ns, Ordering::Relaxed);
+            let rate = cur.rate();
+            let base_ticks = now().wrapping_add(to_ticks(SEGMENT_LEAD_NS, rate.into()));
+            let base_ns = Segment::line(ticks, boot_ns, rate).ns(base_ticks);
+            return Some(Segment::line(base_ticks, base_ns, rate));
+        }
+        // The rate since calibration, 32.32 ns per tick: its error is the two pairings'
+        // (each within half of `SNAPSHOT_WINDOW_NS`) over the span, a fraction of a ppm after
+        // a second. Kept within 2 % of the calibrated one, which no real counter is off by.
+        let calibrated = i128::from(calibrated);
+        let bound = calibrated / 50;
+        let rate = ((i128::from(boot_ns - origin_ns) << 32) / i128::from(ticks - origin_ticks))
+            .clamp(calibrated - bound, calibrated + bound);
+        if rate <= 0 || rate >= 1 << 62 {
+            return None;
+        }
+        if ticks - cur.base_ticks() < to_ticks(MIN_SEGMENT_NS, rate) {
+            return None;
+        }
+        let horizon = i128::from(HORIZON_NS);
+        let limit = horizon * MAX_CORRECTION_PPM / 1_000_000;
+        // Ahead (error > 0): run slower for the horizon, so it loses `error` ns over it.
+        let mult = rate - rate * error.clamp(-limit, limit) / horizon;
+        let base_ticks = now().wrapping_add(to_ticks(SEGMENT_LEAD_NS, rate));
+        let correcting = Piece {
+            ticks: base_ticks,
+            ns: cur.ns(base_ticks),
+            slope: mult as u64,
+        };
+        let end_ticks = base_ticks.wrapping_add(to_ticks(HORIZON_NS, mult));
+        Some(Segment {
+            pieces: [
+                correcting,
+                Piece {
+                    ticks: end_ticks,
+                    ns: correcting.at(end_ticks),
+                    slope: rate as u64,
+                },
+            ],
+        })
+    }
+}
+
+/// [`Clock::converter`]'s result.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Converter {
+    boottime: bool,
+    segment: Segment,
+    model: &'static Model,
+}
+
+impl Converter {
+    /// `ticks` in trace-clock ns, as [`Clock::ticks_to_ns`].
+    #[inline(always)]
+    pub(crate) fn ns(&self, ticks: u64) -> u64 {
+        if self.boottime {
+            return ticks;
+        }
+        if ticks >= self.segment.base_ticks() {
+            return self.segment.ns(ticks);
+        }
+        self.model.to_ns(ticks)
     }
 }
 
@@ -394,6 +766,9 @@ pub struct Snapshot {
     pub monotonic_ns: u64,
     /// `CLOCK_REALTIME`.
     pub realtime_ns: u64,
+    /// How far the trace clock was from BOOTTIME as measured (trace − BOOTTIME, ns): the
+    /// error stated as zero in `boottime_ns`, within the pairing's error.
+    pub residual_ns: i64,
 }
 
 /// Readings of BOOTTIME between two trace-clock readings that [`Snapshot::take`] tries at
@@ -402,40 +777,52 @@ const SNAPSHOT_ATTEMPTS: u32 = 8;
 const SNAPSHOT_WINDOW_NS: u64 = 1_000;
 
 impl Snapshot {
-    /// Reads all clocks as close together as possible: BOOTTIME between two readings of the
-    /// trace clock, whose midpoint is taken as the trace clock's reading at that instant.
+    /// Reads all clocks as close together as possible, disciplines the trace clock with the
+    /// reading, and states the trace clock as BOOTTIME at that instant (see the module docs,
+    /// "Discipline"); MONOTONIC and REALTIME, read just after BOOTTIME, are moved by the same
+    /// residual so the four stay one instant.
     ///
-    /// The error of that pairing is up to half the window between the two trace-clock
-    /// readings, and a thread preempted inside the window (routine on a loaded machine) made
-    /// it milliseconds. Readers map timestamps onto BOOTTIME through the latest snapshot, so
-    /// such an error is a step in the mapping where the snapshot was written, which is often
-    /// inside an open zone (a generation start is written with the next event): a step back
-    /// larger than the rest of the zone put its end before its begin on BOOTTIME, in
-    /// Perfetto's trace processor as in Tachyon's (`misplaced_end_event`, the slice left
-    /// open), the intermittent failure of `tests/threads_and_wrap.rs` under load. So the
-    /// reading is retried while the window is wider than [`SNAPSHOT_WINDOW_NS`] (at most
-    /// [`SNAPSHOT_ATTEMPTS`] times, a few hundred ns each) and the narrowest one is kept.
+    /// The pairing reads BOOTTIME between two counter readings and takes their midpoint. Its
+    /// error is up to half the window between them, and a thread preempted inside the window
+    /// (routine on a loaded machine) made it milliseconds, so the reading is retried while
+    /// the window is wider than [`SNAPSHOT_WINDOW_NS`] (at most [`SNAPSHOT_ATTEMPTS`] times, a
+    /// few hundred ns each), the narrowest one is kept, and only a narrow one disciplines the
+    /// clock.
     pub fn take() -> Snapshot {
-        let c = clock();
+        Snapshot::take_with(clock())
+    }
+
+    fn take_with(c: &Clock) -> Snapshot {
         let mut best = (u64::MAX, 0, 0);
         for _ in 0..SNAPSHOT_ATTEMPTS {
-            let a = c.now();
+            let a = c.ticks();
             let boottime_ns = boottime_ns();
-            let b = c.now();
-            let window = b.saturating_sub(a);
-            if window < best.0 {
+            let b = c.ticks();
+            let window = b.wrapping_sub(a);
+            if b >= a && window < best.0 {
                 best = (window, a + window / 2, boottime_ns);
             }
-            if window <= SNAPSHOT_WINDOW_NS {
+            if b >= a && c.ticks_to_ns(b).saturating_sub(c.ticks_to_ns(a)) <= SNAPSHOT_WINDOW_NS {
+                if c.source != Source::Boottime {
+                    c.model.observe(best.1, best.2, || c.ticks());
+                }
                 break;
             }
         }
-        let (_, trace_ns, boottime_ns) = best;
+        if best.0 == u64::MAX {
+            // No attempt read the counter in order (not seen on any machine): say the clocks
+            // are where they are, without disciplining.
+            best = (0, c.ticks(), boottime_ns());
+        }
+        let (_, ticks, measured_boottime_ns) = best;
+        let trace_ns = c.ticks_to_ns(ticks);
+        let residual = trace_ns.wrapping_sub(measured_boottime_ns);
         Snapshot {
             trace_ns,
-            boottime_ns,
-            monotonic_ns: monotonic_ns(),
-            realtime_ns: realtime_ns(),
+            boottime_ns: trace_ns,
+            monotonic_ns: monotonic_ns().wrapping_add(residual),
+            realtime_ns: realtime_ns().wrapping_add(residual),
+            residual_ns: residual as i64,
         }
     }
 
@@ -476,27 +863,241 @@ mod tests {
         let s0 = Snapshot::take();
         std::thread::sleep(Duration::from_millis(30));
         let s1 = Snapshot::take();
+        let boot = |s: &Snapshot| s.trace_ns.wrapping_sub(s.residual_ns as u64);
         let trace = s1.trace_ns - s0.trace_ns;
-        let boot = s1.boottime_ns - s0.boottime_ns;
-        let err = (trace as i64 - boot as i64).unsigned_abs();
+        let boot_delta = boot(&s1) - boot(&s0);
+        let err = (trace as i64 - boot_delta as i64).unsigned_abs();
         assert!(
-            err * 20 < boot,
-            "trace clock advanced {trace} ns, BOOTTIME {boot} ns"
+            err * 20 < boot_delta,
+            "trace clock advanced {trace} ns, BOOTTIME {boot_delta} ns"
         );
-        // And it starts at BOOTTIME (same epoch), within a second.
-        assert!((s1.trace_ns as i64 - s1.boottime_ns as i64).unsigned_abs() < 1_000_000_000);
+        // It runs on BOOTTIME's epoch (within a millisecond, even right after calibration and
+        // on a loaded machine), and a snapshot states it as BOOTTIME.
+        assert!(s1.residual_ns.unsigned_abs() < 1_000_000, "{s1:?}");
+        assert_eq!(s1.boottime_ns, s1.trace_ns);
     }
 
     #[test]
     fn ticks_convert_with_the_calibrated_scale() {
+        static MODEL: Model = Model::new();
+        MODEL.start(1000, 5000, 3 << 31);
         let c = Clock {
             source: Source::Tsc,
-            mult: 3 << 31,
-            base_ticks: 1000,
-            base_ns: 5000,
+            model: &MODEL,
         };
         assert_eq!(c.ticks_to_ns(1000), 5000);
         assert_eq!(c.ticks_to_ns(1002), 5003); // 1.5 ns per tick
         assert_eq!(c.ticks_to_ns(998), 4997);
+        assert_eq!(c.converter().ns(1002), 5003);
+        assert_eq!(c.converter().ns(998), 4997);
+    }
+
+    /// A simulated counter at 3 GHz (`ticks / 3` ns of BOOTTIME) and a model calibrated
+    /// `ppm_off` parts per million too fast, from tick 0 = BOOTTIME 0.
+    fn simulated(ppm_off: i64) -> (Box<Model>, impl Fn(u64) -> u64) {
+        let true_mult = (1u128 << 32) / 3;
+        let mult = (true_mult as i128 * (1_000_000 + ppm_off as i128) / 1_000_000) as u64;
+        let boot = |ticks: u64| ticks / 3;
+        (Model::started(0, 0, mult), boot)
+    }
+
+    /// Checks that the model is continuous and increasing across each of its segments'
+    /// starts and ends, tick by tick.
+    fn assert_continuous(m: &Model) {
+        let n = m.newest.load(Ordering::Relaxed);
+        for k in 0..SLOTS.min(n + 1) {
+            let s = m.slots[(n - k) % SLOTS].read().unwrap();
+            for edge in [s.pieces[0].ticks, s.pieces[1].ticks]
+                .into_iter()
+                .filter(|&e| e >= 30)
+            {
+                let mut last = m.to_ns(edge - 30);
+                for t in edge - 29..edge + 30 {
+                    let v = m.to_ns(t);
+                    assert!(v >= last, "back at tick {t} ({last} then {v}) in {s:?}");
+                    // At most one tick's worth (⌈1/3⌉ ns) plus rounding per step.
+                    assert!(v - last <= 1, "jump at tick {t} ({last} then {v}) in {s:?}");
+                    last = v;
+                }
+            }
+        }
+    }
+
+    #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "safe arithmetic on atomics, no unsafe code; slow under Miri"
+    )]
+    fn the_discipline_brings_a_drifting_clock_onto_boottime_without_steps() {
+        let (m, boot) = simulated(12);
+        let sec = 3_000_000_000u64;
+        let mut errors = Vec::new();
+        for i in 1..=20u64 {
+            let ticks = i * sec;
+            m.observe(ticks, boot(ticks), || ticks);
+            assert_continuous(&m);
+            errors.push(m.to_ns(ticks + sec / 2) as i64 - boot(ticks + sec / 2) as i64);
+        }
+        // 12 ppm is 12 µs after the first second; from the third second on, within 100 ns.
+        assert!(errors[0].abs() > 1_000, "{errors:?}");
+        assert!(errors[3..].iter().all(|e| e.abs() < 100), "{errors:?}");
+    }
+
+    #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "safe arithmetic on atomics, no unsafe code; slow under Miri"
+    )]
+    fn a_converted_tick_keeps_its_value_as_segments_are_added() {
+        let (m, boot) = simulated(-8);
+        let sec = 3_000_000_000u64;
+        let mut seen = Vec::new();
+        for i in 1..=6u64 {
+            let ticks = i * sec;
+            // Readings of this second, converted before the next correction is published.
+            for t in [ticks - sec / 3, ticks - 7, ticks - 1] {
+                seen.push((t, m.to_ns(t)));
+            }
+            m.observe(ticks, boot(ticks), || ticks);
+        }
+        for (t, v) in seen {
+            assert_eq!(m.to_ns(t), v, "tick {t}");
+        }
+    }
+
+    #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "safe arithmetic on atomics, no unsafe code; slow under Miri"
+    )]
+    fn a_bad_pairing_bends_the_clock_little_and_a_long_pause_adds_no_error() {
+        let (m, boot) = simulated(0);
+        let sec = 3_000_000_000u64;
+        let ppm = |slope: u64| (slope as f64 / ((1u64 << 32) as f64 / 3.0) - 1.0) * 1e6;
+        // A pairing 500 ns off, the worst `SNAPSHOT_WINDOW_NS` lets through.
+        m.observe(sec, boot(sec) + 500, || sec);
+        let s = m.newest_segment();
+        assert!(ppm(s.pieces[0].slope).abs() < 1.5, "{s:?}");
+        assert!(ppm(s.rate()).abs() < 1.0, "{s:?}");
+        // The correction lasts one horizon: an hour later the error is the rate's (500 ns
+        // over a second: 0.5 ppm, 1.8 ms an hour) less what the correction removed, not the
+        // correction's rate times the pause.
+        let later = sec + 3600 * sec;
+        let err = m.to_ns(later) as i64 - boot(later) as i64;
+        assert!(err.abs() < 2_000_000, "{err}");
+        m.observe(later, boot(later), || later);
+        assert_continuous(&m);
+        // A model younger than the minimum segment length ignores a measurement.
+        let n = m.newest.load(Ordering::Relaxed);
+        m.observe(later + 1_000, boot(later), || later + 1_000);
+        assert_eq!(m.newest.load(Ordering::Relaxed), n);
+    }
+
+    #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "safe arithmetic on atomics, no unsafe code; slow under Miri"
+    )]
+    fn a_bad_calibration_is_corrected_at_a_bounded_rate() {
+        let (m, boot) = simulated(2_000);
+        let sec = 3_000_000_000u64;
+        let true_mult = ((1u64 << 32) / 3) as f64;
+        let mut errors = Vec::new();
+        for i in 1..=8u64 {
+            let ticks = i * sec;
+            m.observe(ticks, boot(ticks), || ticks);
+            let s = m.newest_segment();
+            let (mult, rate) = (s.pieces[0].slope as f64, s.rate() as f64);
+            assert!((rate / true_mult - 1.0).abs() < 0.01e-6, "{s:?}");
+            assert!((mult / rate - 1.0).abs() <= 500.5e-6, "{s:?}");
+            assert_continuous(&m);
+            errors.push(m.to_ns(ticks + sec) as i64 - boot(ticks + sec) as i64);
+        }
+        // 2 ms after a second, then 0.5 ms less each second, then within 100 ns.
+        assert!(
+            errors
+                .windows(2)
+                .all(|w| w[1].abs() <= w[0].abs() || w[1].abs() < 100),
+            "{errors:?}"
+        );
+        assert!(errors[5..].iter().all(|e| e.abs() < 100), "{errors:?}");
+    }
+
+    #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "safe arithmetic on atomics, no unsafe code; slow under Miri"
+    )]
+    fn a_counter_that_stopped_steps_forward() {
+        let (m, boot) = simulated(0);
+        let sec = 3_000_000_000u64;
+        m.observe(sec, boot(sec), || sec);
+        let before = m.to_ns(2 * sec);
+        // Suspended for a minute: BOOTTIME went on, the counter did not.
+        m.observe(2 * sec, boot(2 * sec) + 60_000_000_000, || 2 * sec);
+        let after = 2 * sec + sec / 100;
+        let v = m.to_ns(after);
+        assert!(v > before);
+        let expected = boot(after) + 60_000_000_000;
+        assert!(
+            (v as i64 - expected as i64).abs() < 1_000,
+            "{v} vs {expected}"
+        );
+        // And the rate is measured from there on.
+        let t = 5 * sec;
+        m.observe(t, boot(t) + 60_000_000_000, || t);
+        let err = m.to_ns(t + sec) as i64 - (boot(t + sec) + 60_000_000_000) as i64;
+        assert!(err.abs() < 100, "{err}");
+    }
+
+    #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "safe arithmetic on atomics, no unsafe code; slow under Miri"
+    )]
+    fn readings_older_than_every_kept_segment_convert_with_the_oldest() {
+        let (m, boot) = simulated(3);
+        let sec = 3_000_000_000u64;
+        for i in 1..=(SLOTS as u64 + 3) {
+            m.observe(i * sec, boot(i * sec), || i * sec);
+        }
+        let n = m.newest.load(Ordering::Relaxed);
+        let oldest = m.slots[(n + 1) % SLOTS].read().unwrap();
+        assert_eq!(m.to_ns(10), oldest.ns(10));
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "many threads and conversions; slow under Miri")]
+    fn conversions_stay_increasing_while_segments_are_published() {
+        let c = clock();
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let stop = std::sync::Arc::clone(&stop);
+                std::thread::spawn(move || {
+                    let mut last = 0;
+                    let mut n = 0u64;
+                    while !stop.load(Ordering::Relaxed) || n < 100_000 {
+                        let t = c.now();
+                        assert!(t >= last, "back: {last} then {t}");
+                        last = t;
+                        n += 1;
+                    }
+                })
+            })
+            .collect();
+        let model = c.model;
+        for _ in 0..20 {
+            // Publish as fast as the minimum segment length allows.
+            std::thread::sleep(Duration::from_millis(105));
+            Snapshot::take();
+        }
+        stop.store(true, Ordering::Relaxed);
+        for r in readers {
+            r.join().unwrap();
+        }
+        if c.source() != Source::Boottime {
+            assert!(model.newest.load(Ordering::Relaxed) >= 2, "{model:?}");
+        }
     }
 }

@@ -21,9 +21,11 @@
 //! (`stackprofile_*`) and the entry skipped, never a panic.
 //!
 //! Known differences from Perfetto's trace processor: dumps are imported while tokenizing (in
-//! file order), so the process of a dump gets its upid then, before processes that a
-//! `ProcessTree` later in the file but earlier in time describes (Perfetto creates it in
-//! timestamp order); callstacks interned in `InternedData` rather than in the ProfilePacket are
+//! file order; Perfetto parses them in timestamp order). So that a dump's process is the one
+//! the rest of the trace describes (a `ProcessTree` or descriptor usually comes first), rows
+//! hold a per-pid slot until the end of the import, when each pid becomes its upid: a process
+//! only the dumps name is then created after every other, where Perfetto creates it at the
+//! dump's time (only the upid numbering can differ). Callstacks interned in `InternedData` rather than in the ProfilePacket are
 //! not resolved (above); Perfetto forgets the implicit string iid 0 after a dump, Tachyon keeps
 //! it.
 
@@ -170,7 +172,7 @@ fn packet(
             end
         };
         let pid = d.pid();
-        let upid = st.process(pid as i64);
+        let upid = st.heap.pid_slot(pid as i64);
         st.stats.set_indexed(
             Stat::heapprofd_last_profile_timestamp,
             pid as i64,
@@ -247,7 +249,7 @@ fn packet(
 }
 
 fn add_allocation(st: &mut Storage, seq: &mut Seq, a: &Pending) {
-    let upid = st.process(a.pid as i64);
+    let upid = st.heap.pid_slot(a.pid as i64);
     // Perfetto falls back to the callstacks the sequence interned in `InternedData` (its
     // `StackProfileSequenceState`); this importer only knows the ProfilePacket's own, so such
     // samples are counted here and dropped.
@@ -299,8 +301,7 @@ fn add_allocation(st: &mut Storage, seq: &mut Seq, a: &Pending) {
     };
     if alloc_delta.count < 0 || alloc_delta.size < 0 || free_delta.count > 0 || free_delta.size > 0
     {
-        st.stats
-            .add_indexed(Stat::heapprofd_malformed_packet, upid as i64, 1);
+        *st.heap.malformed.entry(upid).or_default() += 1;
         return;
     }
     if alloc_delta.count != 0 || alloc_delta.size != 0 {
@@ -312,8 +313,27 @@ fn add_allocation(st: &mut Storage, seq: &mut Seq, a: &Pending) {
     seq.prev.insert((upid, callsite), (alloc_row, free_row));
 }
 
-/// End of the file: dumps whose last packet never came are counted.
+/// End of the file (after every sorted event was parsed): the pid slots become upids (a
+/// process is created if nothing else described it), and dumps whose last packet never came
+/// are counted.
 pub(crate) fn finish(st: &mut Storage) {
+    let pids = std::mem::take(&mut st.heap.pids);
+    st.heap.pid_slots = Default::default();
+    let upids: Vec<u32> = pids.iter().map(|&pid| st.process(pid)).collect();
+    let upid = |slot: u32| upids.get(slot as usize).copied().unwrap_or(NONE);
+    for r in &mut st.heap.allocations {
+        r.upid = upid(r.upid);
+    }
+    for r in &mut st.heap.profiles {
+        r.upid = upid(r.upid);
+    }
+    let mut malformed: Vec<(u32, i64)> = st.heap.malformed.drain().collect();
+    malformed.sort_unstable();
+    for (slot, n) in malformed {
+        st.stats
+            .add_indexed(Stat::heapprofd_malformed_packet, upid(slot) as i64, n);
+    }
+
     let unfinished = st
         .heap
         .seqs

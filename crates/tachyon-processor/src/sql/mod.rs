@@ -20,7 +20,7 @@ use rusqlite::{params, Connection};
 
 use crate::storage::stats::STATS;
 use crate::storage::tables::Tables;
-use crate::storage::{ArgValue, EventType, Storage, NONE};
+use crate::storage::{ArgValue, EventType, SliceRow, Storage, NONE};
 
 const SCHEMA: &str = r#"
 CREATE TABLE __intrinsic_track(
@@ -34,7 +34,7 @@ CREATE VIEW thread_track AS SELECT id, name, type, parent_id, source_arg_set_id,
   utid FROM __intrinsic_track WHERE event_type = 'slice' AND utid IS NOT NULL;
 CREATE VIEW process_track AS SELECT id, name, type, parent_id, source_arg_set_id, machine_id,
   upid FROM __intrinsic_track WHERE event_type = 'slice' AND upid IS NOT NULL;
-CREATE VIEW counter_track AS SELECT id, name, NULL AS parent_id, type, dimension_arg_set_id,
+CREATE VIEW counter_track AS SELECT id, name, parent_id, type, dimension_arg_set_id,
   source_arg_set_id, machine_id, counter_unit AS unit, description
   FROM __intrinsic_track WHERE event_type = 'counter';
 CREATE VIEW thread_counter_track AS SELECT id, name, type, parent_id, source_arg_set_id,
@@ -83,7 +83,7 @@ CREATE VIRTUAL TABLE __intrinsic_args USING tachyon_args;
 CREATE VIEW args AS SELECT *,
   CASE value_type
     WHEN 'int' THEN CAST(int_value AS TEXT)
-    WHEN 'uint' THEN CAST(int_value AS TEXT)
+    WHEN 'uint' THEN printf('%llu', int_value)
     WHEN 'string' THEN string_value
     WHEN 'real' THEN CAST(real_value AS TEXT)
     WHEN 'pointer' THEN printf('0x%x', int_value)
@@ -98,6 +98,48 @@ CREATE VIEW cpu_counter_track AS SELECT ct.id, ct.name, ct.type, ct.parent_id,
   WHERE a.key = 'cpu';
 
 "#;
+
+/// `trace_bounds` as Perfetto computes it (`StorageTablesPlugin::GetTimestampBounds`): the
+/// first and last timestamp of the slices (their ends, for a finished slice), counters, heap
+/// profile rows, log messages, states and CPU samples; `(0, 0)` for a trace with none of them,
+/// and an end one past the start when both are equal.
+fn trace_bounds(st: &Storage, slices: &[SliceRow]) -> (i64, i64) {
+    let (mut start, mut end) = (i64::MAX, 0i64);
+    let mut add = |ts: i64, dur: i64| {
+        start = start.min(ts);
+        end = end.max(ts.saturating_add(dur.max(0)));
+    };
+    for s in slices {
+        add(s.ts, s.dur);
+    }
+    for s in &st.states.rows {
+        add(s.ts, s.dur);
+    }
+    let points = st.counters.iter().map(|c| c.ts);
+    let points = points.chain(st.heap.allocations.iter().map(|a| a.ts));
+    let points = points.chain(st.android_logs.iter().map(|l| l.ts));
+    let points = points.chain(st.profile.perf_samples.iter().map(|p| p.ts));
+    let points = points.chain(st.profile.cpu_samples.iter().map(|p| p.ts));
+    for ts in points {
+        add(ts, 0);
+    }
+    match (start, end) {
+        (i64::MAX, _) => (0, 0),
+        (s, e) if s == e => (s, e.saturating_add(1)),
+        bounds => bounds,
+    }
+}
+
+/// A flow goes from the earlier slice to the later one, whichever carried its id first, as
+/// Perfetto's `FlowTracker` orders them (equal timestamps keep the carrying order): a flow
+/// step or end can land on a slice that began before the slice that started it.
+fn flow_direction(slices: &[SliceRow], from: u32, to: u32) -> (u32, u32) {
+    let ts = |id: u32| slices.get(id as usize).map(|s| s.ts);
+    match (ts(from), ts(to)) {
+        (Some(a), Some(b)) if a > b => (to, from),
+        _ => (from, to),
+    }
+}
 
 /// A row reference as SQL sees it: NULL for none.
 pub(crate) fn opt(id: u32) -> Option<i64> {
@@ -117,6 +159,28 @@ pub(crate) fn load(conn: &Connection, mut st: Storage) -> rusqlite::Result<()> {
     let slices = std::mem::take(&mut st.slices);
     let slice_names = std::mem::take(&mut st.slice_names);
     let args = std::mem::take(&mut st.args);
+    let (start_ts, end_ts) = trace_bounds(&st, &slices);
+    conn.execute(
+        "CREATE TABLE _trace_bounds(start_ts INTEGER, end_ts INTEGER)",
+        [],
+    )?;
+    conn.execute(
+        "INSERT INTO _trace_bounds VALUES (?1, ?2)",
+        params![start_ts, end_ts],
+    )?;
+    conn.execute_batch("CREATE VIEW trace_bounds AS SELECT start_ts, end_ts FROM _trace_bounds;")?;
+    for (name, value) in [
+        ("trace_start", start_ts),
+        ("trace_end", end_ts),
+        ("trace_dur", end_ts - start_ts),
+    ] {
+        conn.create_scalar_function(
+            name,
+            0,
+            FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC,
+            move |_| Ok(value),
+        )?;
+    }
     let tx = conn.unchecked_transaction()?;
     {
         let s = &st.strings;
@@ -188,12 +252,8 @@ pub(crate) fn load(conn: &Connection, mut st: Storage) -> rusqlite::Result<()> {
             "INSERT INTO flow(id, slice_out, slice_in, trace_id) VALUES (?1, ?2, ?3, ?4)",
         )?;
         for (i, f) in st.flows.iter().enumerate() {
-            ins.execute(params![
-                i as i64,
-                f.slice_out,
-                f.slice_in,
-                f.trace_id as i64
-            ])?;
+            let (slice_out, slice_in) = flow_direction(&slices, f.slice_out, f.slice_in);
+            ins.execute(params![i as i64, slice_out, slice_in, f.trace_id as i64])?;
         }
         let mut ins =
             tx.prepare("INSERT INTO __intrinsic_zero_length_zone(slice_id) VALUES (?1)")?;
@@ -255,4 +315,52 @@ pub(crate) fn load(conn: &Connection, mut st: Storage) -> rusqlite::Result<()> {
         },
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slice_at(ts: i64) -> SliceRow {
+        SliceRow {
+            ts,
+            dur: 0,
+            track: 0,
+            name_id: 0,
+            parent: NONE,
+            arg_set: NONE,
+            depth: 0,
+        }
+    }
+
+    #[test]
+    fn trace_bounds_are_perfettos() {
+        let mut st = Storage::default();
+        assert_eq!(trace_bounds(&st, &[]), (0, 0));
+        // A lone point: the end is one past the start.
+        assert_eq!(trace_bounds(&st, &[slice_at(70)]), (70, 71));
+        // A finished slice counts to its end, an unfinished one (dur -1) to its start.
+        let mut done = slice_at(1000);
+        done.dur = 1000;
+        let mut open = slice_at(3000);
+        open.dur = -1;
+        assert_eq!(trace_bounds(&st, &[done, open]), (1000, 3000));
+        st.counters.push(crate::storage::CounterRow {
+            ts: 500,
+            track: 0,
+            value: 1.0,
+        });
+        assert_eq!(trace_bounds(&st, &[done, open]), (500, 3000));
+    }
+
+    #[test]
+    fn flows_go_from_the_earlier_slice() {
+        let slices = [slice_at(100), slice_at(50), slice_at(100)];
+        // Slice 0 carried the flow first, slice 1 began earlier: Perfetto links 1 -> 0.
+        assert_eq!(flow_direction(&slices, 0, 1), (1, 0));
+        assert_eq!(flow_direction(&slices, 1, 0), (1, 0));
+        // Equal timestamps keep the carrying order; unknown ids are left alone.
+        assert_eq!(flow_direction(&slices, 2, 0), (2, 0));
+        assert_eq!(flow_direction(&slices, 0, 9), (0, 9));
+    }
 }

@@ -7,6 +7,8 @@ use crate::storage::strings::{FxHashMap, StrId};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct AllocRow {
     pub(crate) ts: i64,
+    /// During the import, the process's slot in [`HeapStore::pids`]; its upid once
+    /// `importers::heap::finish` resolved it.
     pub(crate) upid: u32,
     pub(crate) heap_name: StrId,
     pub(crate) callsite: u32,
@@ -19,6 +21,7 @@ pub(crate) struct AllocRow {
 pub(crate) struct ProfileRow {
     pub(crate) ts: i64,
     pub(crate) ts_end: i64,
+    /// A slot, then a upid, as [`AllocRow::upid`].
     pub(crate) upid: u32,
     pub(crate) heap_name: StrId,
 }
@@ -61,4 +64,19 @@ pub(crate) struct HeapStore {
     pub(crate) profiles: Vec<ProfileRow>,
     pub(crate) seen_profiles: FxHashMap<(u32, i64, StrId), ()>,
     pub(crate) seqs: FxHashMap<u32, Seq>,
+    /// The pids of the dumps, in order of first appearance (a row's slot indexes this).
+    pub(crate) pids: Vec<i64>,
+    pub(crate) pid_slots: FxHashMap<i64, u32>,
+    /// `heapprofd_malformed_packet` counts by slot, until the slots become upids.
+    pub(crate) malformed: FxHashMap<u32, i64>,
+}
+
+impl HeapStore {
+    /// The slot of `pid`, added if new.
+    pub(crate) fn pid_slot(&mut self, pid: i64) -> u32 {
+        *self.pid_slots.entry(pid).or_insert_with(|| {
+            self.pids.push(pid);
+            (self.pids.len() - 1) as u32
+        })
+    }
 }

@@ -164,13 +164,17 @@ stats! {
         "Flow steps (legacy phase t, FLOW_INOUT) whose flow no earlier event started; they start it.";
     flow_without_enclosing_slice: Single, Info, Trace,
         "Flow events (legacy phases s, t, f with bind_to_enclosing; bind_id) with no open slice on their track to bind to; dropped.";
-    // --- System probes (linux.sys_stats) ---
+    // --- System probes (linux.sys_stats, linux.process_stats) ---
     meminfo_unknown_keys: Single, Error, Analysis,
         "SysStats meminfo values whose key is not a MeminfoCounters value this importer knows; dropped.";
     vmstat_unknown_keys: Single, Error, Analysis,
         "SysStats vmstat values whose key is not a VmstatCounters value this importer knows; dropped.";
     invalid_cpu_times: Single, Error, Analysis,
         "SysStats cpu_stat entries without a cpu_id; dropped.";
+    psi_unknown_resource: Single, Error, Analysis,
+        "SysStats psi samples of a PsiResource value this importer does not know; dropped.";
+    proc_stat_unknown_counters: Single, Error, Analysis,
+        "ProcessStats process fields this importer does not know; dropped.";
     // --- Call stacks and CPU samples ---
     stackprofile_invalid_string_id: Single, Error, Trace,
         "Interned strings (function names, build ids, source paths) a frame or mapping refers to that the sequence never interned.";
@@ -307,6 +311,11 @@ impl Stats {
     pub(crate) fn set_indexed(&mut self, stat: Stat, idx: i64, value: i64) {
         debug_assert_eq!(stat.def().kind, Kind::Indexed);
         self.indexed.insert((stat as usize, idx), value);
+    }
+
+    #[cfg(test)]
+    pub(crate) fn get(&self, stat: Stat) -> i64 {
+        self.single[stat as usize]
     }
 
     pub(crate) fn get_indexed(&self, stat: Stat, idx: i64) -> Option<i64> {

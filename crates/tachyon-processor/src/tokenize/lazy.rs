@@ -416,7 +416,7 @@ pub(crate) struct Packet<'a> {
 fn is_view_field(id: u32) -> bool {
     matches!(
         id,
-        2 | 6 | 7 | 12 | 33 | 35 | 37 | 43 | 44 | 50 | 54 | 59 | 60 | 61 | 66 | 69 | 90 | 133
+        2 | 6 | 7 | 9 | 12 | 33 | 35 | 37 | 43 | 44 | 50 | 54 | 59 | 60 | 61 | 66 | 69 | 90 | 133
     )
 }
 
@@ -1054,6 +1054,7 @@ fn packet_agrees(bytes: &[u8]) -> Result<(), String> {
         || v.has_process_descriptor()
         || v.has_process_tree()
         || v.has_sys_stats()
+        || v.has_process_stats()
         || v.has_profile_packet()
         || v.has_perf_sample()
         || v.has_streaming_profile_packet()

@@ -650,6 +650,13 @@ impl Tokenizer {
             self.scratch = out;
             result?;
         }
+        if p.has_process_stats() {
+            let mut out = std::mem::take(&mut self.scratch);
+            let result = self.parser.process_stats(p, &mut out);
+            self.emit_timed(&time, &mut out);
+            self.scratch = out;
+            result?;
+        }
         if p.has_profile_packet() {
             let ts = match time {
                 Time::At(ts) => ts,

@@ -20,6 +20,7 @@
 // source: perfetto/trace/profiling/perf_sample.proto
 // source: perfetto/trace/profiling/profile_common.proto
 // source: perfetto/trace/profiling/profile_packet.proto
+// source: perfetto/trace/ps/process_stats.proto
 // source: perfetto/trace/ps/process_tree.proto
 // source: perfetto/trace/sys_stats/sys_stats.proto
 // source: perfetto/trace/test_event.proto
@@ -19051,6 +19052,959 @@ pub mod perfetto {
             }
         }
 
+        /// Per-process counters polled from /proc/PID/{status,stat,oom_score_adj,
+        /// smaps_rollup} by the process stats data source ("linux.process_stats" with
+        /// proc_stats_poll_ms). A packet holds a subset of the processes and, for each,
+        /// the counters that were read. Tachyon's probe does not write it yet; the
+        /// trace processor imports it from Perfetto's traces.
+        ///
+        /// Not modelled: Thread's numbers 2-4 (reserved upstream).
+        ///
+        /// Writer of `perfetto.protos.ProcessStats`: each setter appends one field to the message
+        /// being written.
+        #[derive(Debug)]
+        pub struct ProcessStats<'w>(::protozero::Message<'w>);
+
+        impl<'w> ::protozero::MessageWriter<'w> for ProcessStats<'w> {
+            #[inline(always)]
+            fn from_message(msg: ::protozero::Message<'w>) -> Self {
+                Self(msg)
+            }
+
+            #[inline(always)]
+            fn as_message(&mut self) -> &mut ::protozero::Message<'w> {
+                &mut self.0
+            }
+        }
+
+        impl<'w> ProcessStats<'w> {
+            /// The field number of `processes`.
+            pub const PROCESSES_FIELD_NUMBER: u32 = 1;
+            /// The field number of `collection_end_timestamp`.
+            pub const COLLECTION_END_TIMESTAMP_FIELD_NUMBER: u32 = 2;
+
+            /// The message being written, for what the setters do not cover (e.g. fields already
+            /// encoded).
+            #[inline(always)]
+            pub fn message(&mut self) -> &mut ::protozero::Message<'w> {
+                &mut self.0
+            }
+
+            /// Begins one element of `repeated perfetto.protos.ProcessStats.Process processes = 1`.
+            ///
+            /// Fill in the returned writer; it ends (and its size is written) when it is dropped,
+            /// before this message can be written again.
+            #[inline(always)]
+            pub fn add_processes(&mut self) -> process_stats::Process<'_> {
+                ::protozero::MessageWriter::from_message(self.0.begin_nested(1))
+            }
+
+            /// When polling finished; the packet timestamp is when it began.
+            ///
+            /// Writes `optional uint64 collection_end_timestamp = 2`.
+            #[inline(always)]
+            pub fn set_collection_end_timestamp(&mut self, v: u64) {
+                self.0.append_uint64(2, v);
+            }
+        }
+
+        /// Per-process counters polled from /proc/PID/{status,stat,oom_score_adj,
+        /// smaps_rollup} by the process stats data source ("linux.process_stats" with
+        /// proc_stats_poll_ms). A packet holds a subset of the processes and, for each,
+        /// the counters that were read. Tachyon's probe does not write it yet; the
+        /// trace processor imports it from Perfetto's traces.
+        ///
+        /// Not modelled: Thread's numbers 2-4 (reserved upstream).
+        ///
+        /// A zero-copy view of an encoded `perfetto.protos.ProcessStats`: [`Self::decode`] walks
+        /// the message once, keeping each singular field's value and where each repeated field
+        /// lies, and the getters read from that and the borrowed bytes; they never allocate.
+        ///
+        /// A singular field reads its last occurrence (the default when absent); repeated scalars
+        /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
+        /// the declared type is skipped like an unknown field.
+        #[derive(Clone, Debug)]
+        pub struct ProcessStatsView<'a> {
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 1>,
+        }
+
+        impl<'a> ProcessStatsView<'a> {
+            /// Reads the fields of `bytes`, skipping unknown ones.
+            ///
+            /// # Errors
+            ///
+            /// The first malformation if `bytes` is not a well-formed protobuf message.
+            #[inline]
+            pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.rep_len(0, start, at)?,
+                        16 => d.varint(0, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
+            }
+
+            /// The encoded message this view reads.
+            #[inline]
+            pub fn bytes(&self) -> &'a [u8] {
+                self.d.bytes()
+            }
+
+            /// The elements of `repeated perfetto.protos.ProcessStats.Process processes = 1`.
+            #[inline]
+            pub fn processes(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<process_stats::ProcessView<'a>, ::protozero::DecodeError>> + use<'a> {
+                ::protozero::gen_support::repeated_bytes(&self.d, 0, 1).map(process_stats::ProcessView::decode)
+            }
+
+            /// When polling finished; the packet timestamp is when it began.
+            ///
+            /// The last occurrence, or the default, of `optional uint64 collection_end_timestamp =
+            /// 2`.
+            #[inline]
+            pub fn collection_end_timestamp(&self) -> u64 {
+                ::protozero::gen_support::uint64(&self.d, 0, 0)
+            }
+
+            /// Whether `collection_end_timestamp` (field 2) occurs with the right wire type.
+            #[inline]
+            pub fn has_collection_end_timestamp(&self) -> bool {
+                ::protozero::gen_support::has(&self.d, 0)
+            }
+        }
+
+        /// Nested messages and enums of `perfetto.protos.ProcessStats`.
+        pub mod process_stats {
+            /// A thread of the process (its fields are deprecated upstream).
+            ///
+            /// Writer of `perfetto.protos.ProcessStats.Thread`: each setter appends one field to
+            /// the message being written.
+            #[derive(Debug)]
+            pub struct Thread<'w>(::protozero::Message<'w>);
+
+            impl<'w> ::protozero::MessageWriter<'w> for Thread<'w> {
+                #[inline(always)]
+                fn from_message(msg: ::protozero::Message<'w>) -> Self {
+                    Self(msg)
+                }
+
+                #[inline(always)]
+                fn as_message(&mut self) -> &mut ::protozero::Message<'w> {
+                    &mut self.0
+                }
+            }
+
+            impl<'w> Thread<'w> {
+                /// The field number of `tid`.
+                pub const TID_FIELD_NUMBER: u32 = 1;
+
+                /// The message being written, for what the setters do not cover (e.g. fields
+                /// already encoded).
+                #[inline(always)]
+                pub fn message(&mut self) -> &mut ::protozero::Message<'w> {
+                    &mut self.0
+                }
+
+                /// Writes `optional int32 tid = 1`.
+                #[inline(always)]
+                pub fn set_tid(&mut self, v: i32) {
+                    self.0.append_int32(1, v);
+                }
+            }
+
+            /// A thread of the process (its fields are deprecated upstream).
+            ///
+            /// A zero-copy view of an encoded `perfetto.protos.ProcessStats.Thread`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
+            ///
+            /// A singular field reads its last occurrence (the default when absent); repeated
+            /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
+            /// does not match the declared type is skipped like an unknown field.
+            #[derive(Clone, Debug)]
+            pub struct ThreadView<'a> {
+                d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
+            }
+
+            impl<'a> ThreadView<'a> {
+                /// Reads the fields of `bytes`, skipping unknown ones.
+                ///
+                /// # Errors
+                ///
+                /// The first malformation if `bytes` is not a well-formed protobuf message.
+                #[inline]
+                pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
+                }
+
+                /// The encoded message this view reads.
+                #[inline]
+                pub fn bytes(&self) -> &'a [u8] {
+                    self.d.bytes()
+                }
+
+                /// The last occurrence, or the default, of `optional int32 tid = 1`.
+                #[inline]
+                pub fn tid(&self) -> i32 {
+                    ::protozero::gen_support::int32(&self.d, 0, 0)
+                }
+
+                /// Whether `tid` (field 1) occurs with the right wire type.
+                #[inline]
+                pub fn has_tid(&self) -> bool {
+                    ::protozero::gen_support::has(&self.d, 0)
+                }
+            }
+
+            /// One open file descriptor.
+            ///
+            /// Writer of `perfetto.protos.ProcessStats.FDInfo`: each setter appends one field to
+            /// the message being written.
+            #[derive(Debug)]
+            pub struct FDInfo<'w>(::protozero::Message<'w>);
+
+            impl<'w> ::protozero::MessageWriter<'w> for FDInfo<'w> {
+                #[inline(always)]
+                fn from_message(msg: ::protozero::Message<'w>) -> Self {
+                    Self(msg)
+                }
+
+                #[inline(always)]
+                fn as_message(&mut self) -> &mut ::protozero::Message<'w> {
+                    &mut self.0
+                }
+            }
+
+            impl<'w> FDInfo<'w> {
+                /// The field number of `fd`.
+                pub const FD_FIELD_NUMBER: u32 = 1;
+                /// The field number of `path`.
+                pub const PATH_FIELD_NUMBER: u32 = 2;
+
+                /// The message being written, for what the setters do not cover (e.g. fields
+                /// already encoded).
+                #[inline(always)]
+                pub fn message(&mut self) -> &mut ::protozero::Message<'w> {
+                    &mut self.0
+                }
+
+                /// Writes `optional uint64 fd = 1`.
+                #[inline(always)]
+                pub fn set_fd(&mut self, v: u64) {
+                    self.0.append_uint64(1, v);
+                }
+
+                /// Writes `optional string path = 2`.
+                #[inline(always)]
+                pub fn set_path(&mut self, v: &str) {
+                    self.0.append_string(2, v);
+                }
+            }
+
+            /// One open file descriptor.
+            ///
+            /// A zero-copy view of an encoded `perfetto.protos.ProcessStats.FDInfo`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
+            ///
+            /// A singular field reads its last occurrence (the default when absent); repeated
+            /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
+            /// does not match the declared type is skipped like an unknown field.
+            #[derive(Clone, Debug)]
+            pub struct FDInfoView<'a> {
+                d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
+            }
+
+            impl<'a> FDInfoView<'a> {
+                /// Reads the fields of `bytes`, skipping unknown ones.
+                ///
+                /// # Errors
+                ///
+                /// The first malformation if `bytes` is not a well-formed protobuf message.
+                #[inline]
+                pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            18 => d.len(1, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
+                }
+
+                /// The encoded message this view reads.
+                #[inline]
+                pub fn bytes(&self) -> &'a [u8] {
+                    self.d.bytes()
+                }
+
+                /// The last occurrence, or the default, of `optional uint64 fd = 1`.
+                #[inline]
+                pub fn fd(&self) -> u64 {
+                    ::protozero::gen_support::uint64(&self.d, 0, 0)
+                }
+
+                /// Whether `fd` (field 1) occurs with the right wire type.
+                #[inline]
+                pub fn has_fd(&self) -> bool {
+                    ::protozero::gen_support::has(&self.d, 0)
+                }
+
+                /// The last occurrence, or the default, of `optional string path = 2`.
+                ///
+                /// # Errors
+                ///
+                /// `InvalidUtf8` if the string is not UTF-8 (see [`Self::path_bytes`]).
+                #[inline]
+                pub fn path(&self) -> ::core::result::Result<&'a str, ::protozero::DecodeError> {
+                    ::protozero::gen_support::string(&self.d, 1, "")
+                }
+
+                /// `path` as bytes, not checked to be UTF-8.
+                #[inline]
+                pub fn path_bytes(&self) -> &'a [u8] {
+                    ::protozero::gen_support::bytes(&self.d, 1, b"")
+                }
+
+                /// Whether `path` (field 2) occurs with the right wire type.
+                #[inline]
+                pub fn has_path(&self) -> bool {
+                    ::protozero::gen_support::has(&self.d, 1)
+                }
+            }
+
+            /// Writer of `perfetto.protos.ProcessStats.Process`: each setter appends one field to
+            /// the message being written.
+            #[derive(Debug)]
+            pub struct Process<'w>(::protozero::Message<'w>);
+
+            impl<'w> ::protozero::MessageWriter<'w> for Process<'w> {
+                #[inline(always)]
+                fn from_message(msg: ::protozero::Message<'w>) -> Self {
+                    Self(msg)
+                }
+
+                #[inline(always)]
+                fn as_message(&mut self) -> &mut ::protozero::Message<'w> {
+                    &mut self.0
+                }
+            }
+
+            impl<'w> Process<'w> {
+                /// The field number of `pid`.
+                pub const PID_FIELD_NUMBER: u32 = 1;
+                /// The field number of `threads`.
+                pub const THREADS_FIELD_NUMBER: u32 = 11;
+                /// The field number of `vm_size_kb`.
+                pub const VM_SIZE_KB_FIELD_NUMBER: u32 = 2;
+                /// The field number of `vm_rss_kb`.
+                pub const VM_RSS_KB_FIELD_NUMBER: u32 = 3;
+                /// The field number of `rss_anon_kb`.
+                pub const RSS_ANON_KB_FIELD_NUMBER: u32 = 4;
+                /// The field number of `rss_file_kb`.
+                pub const RSS_FILE_KB_FIELD_NUMBER: u32 = 5;
+                /// The field number of `rss_shmem_kb`.
+                pub const RSS_SHMEM_KB_FIELD_NUMBER: u32 = 6;
+                /// The field number of `vm_swap_kb`.
+                pub const VM_SWAP_KB_FIELD_NUMBER: u32 = 7;
+                /// The field number of `vm_locked_kb`.
+                pub const VM_LOCKED_KB_FIELD_NUMBER: u32 = 8;
+                /// The field number of `vm_hwm_kb`.
+                pub const VM_HWM_KB_FIELD_NUMBER: u32 = 9;
+                /// The field number of `oom_score_adj`.
+                pub const OOM_SCORE_ADJ_FIELD_NUMBER: u32 = 10;
+                /// The field number of `is_peak_rss_resettable`.
+                pub const IS_PEAK_RSS_RESETTABLE_FIELD_NUMBER: u32 = 12;
+                /// The field number of `chrome_private_footprint_kb`.
+                pub const CHROME_PRIVATE_FOOTPRINT_KB_FIELD_NUMBER: u32 = 13;
+                /// The field number of `chrome_peak_resident_set_kb`.
+                pub const CHROME_PEAK_RESIDENT_SET_KB_FIELD_NUMBER: u32 = 14;
+                /// The field number of `fds`.
+                pub const FDS_FIELD_NUMBER: u32 = 15;
+                /// The field number of `smr_rss_kb`.
+                pub const SMR_RSS_KB_FIELD_NUMBER: u32 = 16;
+                /// The field number of `smr_pss_kb`.
+                pub const SMR_PSS_KB_FIELD_NUMBER: u32 = 17;
+                /// The field number of `smr_pss_anon_kb`.
+                pub const SMR_PSS_ANON_KB_FIELD_NUMBER: u32 = 18;
+                /// The field number of `smr_pss_file_kb`.
+                pub const SMR_PSS_FILE_KB_FIELD_NUMBER: u32 = 19;
+                /// The field number of `smr_pss_shmem_kb`.
+                pub const SMR_PSS_SHMEM_KB_FIELD_NUMBER: u32 = 20;
+                /// The field number of `smr_swap_pss_kb`.
+                pub const SMR_SWAP_PSS_KB_FIELD_NUMBER: u32 = 23;
+                /// The field number of `runtime_user_mode`.
+                pub const RUNTIME_USER_MODE_FIELD_NUMBER: u32 = 21;
+                /// The field number of `runtime_kernel_mode`.
+                pub const RUNTIME_KERNEL_MODE_FIELD_NUMBER: u32 = 22;
+                /// The field number of `dmabuf_rss_kb`.
+                pub const DMABUF_RSS_KB_FIELD_NUMBER: u32 = 24;
+
+                /// The message being written, for what the setters do not cover (e.g. fields
+                /// already encoded).
+                #[inline(always)]
+                pub fn message(&mut self) -> &mut ::protozero::Message<'w> {
+                    &mut self.0
+                }
+
+                /// Writes `optional int32 pid = 1`.
+                #[inline(always)]
+                pub fn set_pid(&mut self, v: i32) {
+                    self.0.append_int32(1, v);
+                }
+
+                /// Begins one element of `repeated perfetto.protos.ProcessStats.Thread threads =
+                /// 11`.
+                ///
+                /// Fill in the returned writer; it ends (and its size is written) when it is
+                /// dropped, before this message can be written again.
+                #[inline(always)]
+                pub fn add_threads(&mut self) -> Thread<'_> {
+                    ::protozero::MessageWriter::from_message(self.0.begin_nested(11))
+                }
+
+                /// From /proc/PID/status, in KiB.
+                ///
+                /// Writes `optional uint64 vm_size_kb = 2`.
+                #[inline(always)]
+                pub fn set_vm_size_kb(&mut self, v: u64) {
+                    self.0.append_uint64(2, v);
+                }
+
+                /// Writes `optional uint64 vm_rss_kb = 3`.
+                #[inline(always)]
+                pub fn set_vm_rss_kb(&mut self, v: u64) {
+                    self.0.append_uint64(3, v);
+                }
+
+                /// Writes `optional uint64 rss_anon_kb = 4`.
+                #[inline(always)]
+                pub fn set_rss_anon_kb(&mut self, v: u64) {
+                    self.0.append_uint64(4, v);
+                }
+
+                /// Writes `optional uint64 rss_file_kb = 5`.
+                #[inline(always)]
+                pub fn set_rss_file_kb(&mut self, v: u64) {
+                    self.0.append_uint64(5, v);
+                }
+
+                /// Writes `optional uint64 rss_shmem_kb = 6`.
+                #[inline(always)]
+                pub fn set_rss_shmem_kb(&mut self, v: u64) {
+                    self.0.append_uint64(6, v);
+                }
+
+                /// Writes `optional uint64 vm_swap_kb = 7`.
+                #[inline(always)]
+                pub fn set_vm_swap_kb(&mut self, v: u64) {
+                    self.0.append_uint64(7, v);
+                }
+
+                /// Writes `optional uint64 vm_locked_kb = 8`.
+                #[inline(always)]
+                pub fn set_vm_locked_kb(&mut self, v: u64) {
+                    self.0.append_uint64(8, v);
+                }
+
+                /// Peak RSS.
+                ///
+                /// Writes `optional uint64 vm_hwm_kb = 9`.
+                #[inline(always)]
+                pub fn set_vm_hwm_kb(&mut self, v: u64) {
+                    self.0.append_uint64(9, v);
+                }
+
+                /// /proc/PID/oom_score_adj.
+                ///
+                /// Writes `optional int64 oom_score_adj = 10`.
+                #[inline(always)]
+                pub fn set_oom_score_adj(&mut self, v: i64) {
+                    self.0.append_int64(10, v);
+                }
+
+                /// Whether the peak RSS can be reset (and the writer resets it after each
+                /// poll).
+                ///
+                /// Writes `optional bool is_peak_rss_resettable = 12`.
+                #[inline(always)]
+                pub fn set_is_peak_rss_resettable(&mut self, v: bool) {
+                    self.0.append_bool(12, v);
+                }
+
+                /// Chrome's own memory measurements.
+                ///
+                /// Writes `optional uint32 chrome_private_footprint_kb = 13`.
+                #[inline(always)]
+                pub fn set_chrome_private_footprint_kb(&mut self, v: u32) {
+                    self.0.append_uint32(13, v);
+                }
+
+                /// Writes `optional uint32 chrome_peak_resident_set_kb = 14`.
+                #[inline(always)]
+                pub fn set_chrome_peak_resident_set_kb(&mut self, v: u32) {
+                    self.0.append_uint32(14, v);
+                }
+
+                /// Begins one element of `repeated perfetto.protos.ProcessStats.FDInfo fds = 15`.
+                ///
+                /// Fill in the returned writer; it ends (and its size is written) when it is
+                /// dropped, before this message can be written again.
+                #[inline(always)]
+                pub fn add_fds(&mut self) -> FDInfo<'_> {
+                    ::protozero::MessageWriter::from_message(self.0.begin_nested(15))
+                }
+
+                /// From /proc/PID/smaps_rollup (scan_smaps_rollup), in KiB.
+                ///
+                /// Writes `optional uint64 smr_rss_kb = 16`.
+                #[inline(always)]
+                pub fn set_smr_rss_kb(&mut self, v: u64) {
+                    self.0.append_uint64(16, v);
+                }
+
+                /// Writes `optional uint64 smr_pss_kb = 17`.
+                #[inline(always)]
+                pub fn set_smr_pss_kb(&mut self, v: u64) {
+                    self.0.append_uint64(17, v);
+                }
+
+                /// Writes `optional uint64 smr_pss_anon_kb = 18`.
+                #[inline(always)]
+                pub fn set_smr_pss_anon_kb(&mut self, v: u64) {
+                    self.0.append_uint64(18, v);
+                }
+
+                /// Writes `optional uint64 smr_pss_file_kb = 19`.
+                #[inline(always)]
+                pub fn set_smr_pss_file_kb(&mut self, v: u64) {
+                    self.0.append_uint64(19, v);
+                }
+
+                /// Writes `optional uint64 smr_pss_shmem_kb = 20`.
+                #[inline(always)]
+                pub fn set_smr_pss_shmem_kb(&mut self, v: u64) {
+                    self.0.append_uint64(20, v);
+                }
+
+                /// Writes `optional uint64 smr_swap_pss_kb = 23`.
+                #[inline(always)]
+                pub fn set_smr_swap_pss_kb(&mut self, v: u64) {
+                    self.0.append_uint64(23, v);
+                }
+
+                /// CPU time in user and kernel mode, in ns (utime and stime of
+                /// /proc/PID/stat, clock-tick resolution; record_process_runtime).
+                ///
+                /// Writes `optional uint64 runtime_user_mode = 21`.
+                #[inline(always)]
+                pub fn set_runtime_user_mode(&mut self, v: u64) {
+                    self.0.append_uint64(21, v);
+                }
+
+                /// Writes `optional uint64 runtime_kernel_mode = 22`.
+                #[inline(always)]
+                pub fn set_runtime_kernel_mode(&mut self, v: u64) {
+                    self.0.append_uint64(22, v);
+                }
+
+                /// Total size of the dmabufs the process references, in KiB.
+                ///
+                /// Writes `optional uint64 dmabuf_rss_kb = 24`.
+                #[inline(always)]
+                pub fn set_dmabuf_rss_kb(&mut self, v: u64) {
+                    self.0.append_uint64(24, v);
+                }
+            }
+
+            /// A zero-copy view of an encoded `perfetto.protos.ProcessStats.Process`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
+            ///
+            /// A singular field reads its last occurrence (the default when absent); repeated
+            /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
+            /// does not match the declared type is skipped like an unknown field.
+            #[derive(Clone, Debug)]
+            pub struct ProcessView<'a> {
+                d: ::protozero::gen_support::Slots<'a, 22, 1, 2>,
+            }
+
+            impl<'a> ProcessView<'a> {
+                /// Reads the fields of `bytes`, skipping unknown ones.
+                ///
+                /// # Errors
+                ///
+                /// The first malformation if `bytes` is not a well-formed protobuf message.
+                #[inline]
+                pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            90 => d.rep_len(0, start, at)?,
+                            16 => d.varint(1, at)?,
+                            24 => d.varint(2, at)?,
+                            32 => d.varint(3, at)?,
+                            40 => d.varint(4, at)?,
+                            48 => d.varint(5, at)?,
+                            56 => d.varint(6, at)?,
+                            64 => d.varint(7, at)?,
+                            72 => d.varint(8, at)?,
+                            80 => d.varint(9, at)?,
+                            96 => d.varint(10, at)?,
+                            104 => d.varint(11, at)?,
+                            112 => d.varint(12, at)?,
+                            122 => d.rep_len(1, start, at)?,
+                            128 => d.varint(13, at)?,
+                            136 => d.varint(14, at)?,
+                            144 => d.varint(15, at)?,
+                            152 => d.varint(16, at)?,
+                            160 => d.varint(17, at)?,
+                            184 => d.varint(18, at)?,
+                            168 => d.varint(19, at)?,
+                            176 => d.varint(20, at)?,
+                            192 => d.varint(21, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
+                }
+
+                /// The encoded message this view reads.
+                #[inline]
+                pub fn bytes(&self) -> &'a [u8] {
+                    self.d.bytes()
+                }
+
+                /// The last occurrence, or the default, of `optional int32 pid = 1`.
+                #[inline]
+                pub fn pid(&self) -> i32 {
+                    ::protozero::gen_support::int32(&self.d, 0, 0)
+                }
+
+                /// Whether `pid` (field 1) occurs with the right wire type.
+                #[inline]
+                pub fn has_pid(&self) -> bool {
+                    ::protozero::gen_support::has(&self.d, 0)
+                }
+
+                /// The elements of `repeated perfetto.protos.ProcessStats.Thread threads = 11`.
+                #[inline]
+                pub fn threads(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<ThreadView<'a>, ::protozero::DecodeError>> + use<'a> {
+                    ::protozero::gen_support::repeated_bytes(&self.d, 0, 11).map(ThreadView::decode)
+                }
+
+                /// From /proc/PID/status, in KiB.
+                ///
+                /// The last occurrence, or the default, of `optional uint64 vm_size_kb = 2`.
+                #[inline]
+                pub fn vm_size_kb(&self) -> u64 {
+                    ::protozero::gen_support::uint64(&self.d, 1, 0)
+                }
+
+                /// Whether `vm_size_kb` (field 2) occurs with the right wire type.
+                #[inline]
+                pub fn has_vm_size_kb(&self) -> bool {
+                    ::protozero::gen_support::has(&self.d, 1)
+                }
+
+                /// The last occurrence, or the default, of `optional uint64 vm_rss_kb = 3`.
+                #[inline]
+                pub fn vm_rss_kb(&self) -> u64 {
+                    ::protozero::gen_support::uint64(&self.d, 2, 0)
+                }
+
+                /// Whether `vm_rss_kb` (field 3) occurs with the right wire type.
+                #[inline]
+                pub fn has_vm_rss_kb(&self) -> bool {
+                    ::protozero::gen_support::has(&self.d, 2)
+                }
+
+                /// The last occurrence, or the default, of `optional uint64 rss_anon_kb = 4`.
+                #[inline]
+                pub fn rss_anon_kb(&self) -> u64 {
+                    ::protozero::gen_support::uint64(&self.d, 3, 0)
+                }
+
+                /// Whether `rss_anon_kb` (field 4) occurs with the right wire type.
+                #[inline]
+                pub fn has_rss_anon_kb(&self) -> bool {
+                    ::protozero::gen_support::has(&self.d, 3)
+                }
+
+                /// The last occurrence, or the default, of `optional uint64 rss_file_kb = 5`.
+                #[inline]
+                pub fn rss_file_kb(&self) -> u64 {
+                    ::protozero::gen_support::uint64(&self.d, 4, 0)
+                }
+
+                /// Whether `rss_file_kb` (field 5) occurs with the right wire type.
+                #[inline]
+                pub fn has_rss_file_kb(&self) -> bool {
+                    ::protozero::gen_support::has(&self.d, 4)
+                }
+
+                /// The last occurrence, or the default, of `optional uint64 rss_shmem_kb = 6`.
+                #[inline]
+                pub fn rss_shmem_kb(&self) -> u64 {
+                    ::protozero::gen_support::uint64(&self.d, 5, 0)
+                }
+
+                /// Whether `rss_shmem_kb` (field 6) occurs with the right wire type.
+                #[inline]
+                pub fn has_rss_shmem_kb(&self) -> bool {
+                    ::protozero::gen_support::has(&self.d, 5)
+                }
+
+                /// The last occurrence, or the default, of `optional uint64 vm_swap_kb = 7`.
+                #[inline]
+                pub fn vm_swap_kb(&self) -> u64 {
+                    ::protozero::gen_support::uint64(&self.d, 6, 0)
+                }
+
+                /// Whether `vm_swap_kb` (field 7) occurs with the right wire type.
+                #[inline]
+                pub fn has_vm_swap_kb(&self) -> bool {
+                    ::protozero::gen_support::has(&self.d, 6)
+                }
+
+                /// The last occurrence, or the default, of `optional uint64 vm_locked_kb = 8`.
+                #[inline]
+                pub fn vm_locked_kb(&self) -> u64 {
+                    ::protozero::gen_support::uint64(&self.d, 7, 0)
+                }
+
+                /// Whether `vm_locked_kb` (field 8) occurs with the right wire type.
+                #[inline]
+                pub fn has_vm_locked_kb(&self) -> bool {
+                    ::protozero::gen_support::has(&self.d, 7)
+                }
+
+                /// Peak RSS.
+                ///
+                /// The last occurrence, or the default, of `optional uint64 vm_hwm_kb = 9`.
+                #[inline]
+                pub fn vm_hwm_kb(&self) -> u64 {
+                    ::protozero::gen_support::uint64(&self.d, 8, 0)
+                }
+
+                /// Whether `vm_hwm_kb` (field 9) occurs with the right wire type.
+                #[inline]
+                pub fn has_vm_hwm_kb(&self) -> bool {
+                    ::protozero::gen_support::has(&self.d, 8)
+                }
+
+                /// /proc/PID/oom_score_adj.
+                ///
+                /// The last occurrence, or the default, of `optional int64 oom_score_adj = 10`.
+                #[inline]
+                pub fn oom_score_adj(&self) -> i64 {
+                    ::protozero::gen_support::int64(&self.d, 9, 0)
+                }
+
+                /// Whether `oom_score_adj` (field 10) occurs with the right wire type.
+                #[inline]
+                pub fn has_oom_score_adj(&self) -> bool {
+                    ::protozero::gen_support::has(&self.d, 9)
+                }
+
+                /// Whether the peak RSS can be reset (and the writer resets it after each
+                /// poll).
+                ///
+                /// The last occurrence, or the default, of `optional bool is_peak_rss_resettable =
+                /// 12`.
+                #[inline]
+                pub fn is_peak_rss_resettable(&self) -> bool {
+                    ::protozero::gen_support::bool(&self.d, 10, false)
+                }
+
+                /// Whether `is_peak_rss_resettable` (field 12) occurs with the right wire type.
+                #[inline]
+                pub fn has_is_peak_rss_resettable(&self) -> bool {
+                    ::protozero::gen_support::has(&self.d, 10)
+                }
+
+                /// Chrome's own memory measurements.
+                ///
+                /// The last occurrence, or the default, of `optional uint32
+                /// chrome_private_footprint_kb = 13`.
+                #[inline]
+                pub fn chrome_private_footprint_kb(&self) -> u32 {
+                    ::protozero::gen_support::uint32(&self.d, 11, 0)
+                }
+
+                /// Whether `chrome_private_footprint_kb` (field 13) occurs with the right wire
+                /// type.
+                #[inline]
+                pub fn has_chrome_private_footprint_kb(&self) -> bool {
+                    ::protozero::gen_support::has(&self.d, 11)
+                }
+
+                /// The last occurrence, or the default, of `optional uint32
+                /// chrome_peak_resident_set_kb = 14`.
+                #[inline]
+                pub fn chrome_peak_resident_set_kb(&self) -> u32 {
+                    ::protozero::gen_support::uint32(&self.d, 12, 0)
+                }
+
+                /// Whether `chrome_peak_resident_set_kb` (field 14) occurs with the right wire
+                /// type.
+                #[inline]
+                pub fn has_chrome_peak_resident_set_kb(&self) -> bool {
+                    ::protozero::gen_support::has(&self.d, 12)
+                }
+
+                /// The elements of `repeated perfetto.protos.ProcessStats.FDInfo fds = 15`.
+                #[inline]
+                pub fn fds(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<FDInfoView<'a>, ::protozero::DecodeError>> + use<'a> {
+                    ::protozero::gen_support::repeated_bytes(&self.d, 1, 15).map(FDInfoView::decode)
+                }
+
+                /// From /proc/PID/smaps_rollup (scan_smaps_rollup), in KiB.
+                ///
+                /// The last occurrence, or the default, of `optional uint64 smr_rss_kb = 16`.
+                #[inline]
+                pub fn smr_rss_kb(&self) -> u64 {
+                    ::protozero::gen_support::uint64(&self.d, 13, 0)
+                }
+
+                /// Whether `smr_rss_kb` (field 16) occurs with the right wire type.
+                #[inline]
+                pub fn has_smr_rss_kb(&self) -> bool {
+                    ::protozero::gen_support::has(&self.d, 13)
+                }
+
+                /// The last occurrence, or the default, of `optional uint64 smr_pss_kb = 17`.
+                #[inline]
+                pub fn smr_pss_kb(&self) -> u64 {
+                    ::protozero::gen_support::uint64(&self.d, 14, 0)
+                }
+
+                /// Whether `smr_pss_kb` (field 17) occurs with the right wire type.
+                #[inline]
+                pub fn has_smr_pss_kb(&self) -> bool {
+                    ::protozero::gen_support::has(&self.d, 14)
+                }
+
+                /// The last occurrence, or the default, of `optional uint64 smr_pss_anon_kb = 18`.
+                #[inline]
+                pub fn smr_pss_anon_kb(&self) -> u64 {
+                    ::protozero::gen_support::uint64(&self.d, 15, 0)
+                }
+
+                /// Whether `smr_pss_anon_kb` (field 18) occurs with the right wire type.
+                #[inline]
+                pub fn has_smr_pss_anon_kb(&self) -> bool {
+                    ::protozero::gen_support::has(&self.d, 15)
+                }
+
+                /// The last occurrence, or the default, of `optional uint64 smr_pss_file_kb = 19`.
+                #[inline]
+                pub fn smr_pss_file_kb(&self) -> u64 {
+                    ::protozero::gen_support::uint64(&self.d, 16, 0)
+                }
+
+                /// Whether `smr_pss_file_kb` (field 19) occurs with the right wire type.
+                #[inline]
+                pub fn has_smr_pss_file_kb(&self) -> bool {
+                    ::protozero::gen_support::has(&self.d, 16)
+                }
+
+                /// The last occurrence, or the default, of `optional uint64 smr_pss_shmem_kb = 20`.
+                #[inline]
+                pub fn smr_pss_shmem_kb(&self) -> u64 {
+                    ::protozero::gen_support::uint64(&self.d, 17, 0)
+                }
+
+                /// Whether `smr_pss_shmem_kb` (field 20) occurs with the right wire type.
+                #[inline]
+                pub fn has_smr_pss_shmem_kb(&self) -> bool {
+                    ::protozero::gen_support::has(&self.d, 17)
+                }
+
+                /// The last occurrence, or the default, of `optional uint64 smr_swap_pss_kb = 23`.
+                #[inline]
+                pub fn smr_swap_pss_kb(&self) -> u64 {
+                    ::protozero::gen_support::uint64(&self.d, 18, 0)
+                }
+
+                /// Whether `smr_swap_pss_kb` (field 23) occurs with the right wire type.
+                #[inline]
+                pub fn has_smr_swap_pss_kb(&self) -> bool {
+                    ::protozero::gen_support::has(&self.d, 18)
+                }
+
+                /// CPU time in user and kernel mode, in ns (utime and stime of
+                /// /proc/PID/stat, clock-tick resolution; record_process_runtime).
+                ///
+                /// The last occurrence, or the default, of `optional uint64 runtime_user_mode =
+                /// 21`.
+                #[inline]
+                pub fn runtime_user_mode(&self) -> u64 {
+                    ::protozero::gen_support::uint64(&self.d, 19, 0)
+                }
+
+                /// Whether `runtime_user_mode` (field 21) occurs with the right wire type.
+                #[inline]
+                pub fn has_runtime_user_mode(&self) -> bool {
+                    ::protozero::gen_support::has(&self.d, 19)
+                }
+
+                /// The last occurrence, or the default, of `optional uint64 runtime_kernel_mode =
+                /// 22`.
+                #[inline]
+                pub fn runtime_kernel_mode(&self) -> u64 {
+                    ::protozero::gen_support::uint64(&self.d, 20, 0)
+                }
+
+                /// Whether `runtime_kernel_mode` (field 22) occurs with the right wire type.
+                #[inline]
+                pub fn has_runtime_kernel_mode(&self) -> bool {
+                    ::protozero::gen_support::has(&self.d, 20)
+                }
+
+                /// Total size of the dmabufs the process references, in KiB.
+                ///
+                /// The last occurrence, or the default, of `optional uint64 dmabuf_rss_kb = 24`.
+                #[inline]
+                pub fn dmabuf_rss_kb(&self) -> u64 {
+                    ::protozero::gen_support::uint64(&self.d, 21, 0)
+                }
+
+                /// Whether `dmabuf_rss_kb` (field 24) occurs with the right wire type.
+                #[inline]
+                pub fn has_dmabuf_rss_kb(&self) -> bool {
+                    ::protozero::gen_support::has(&self.d, 21)
+                }
+            }
+        }
+
         /// Processes and threads as read from /proc by the process stats data source
         /// ("linux.process_stats"). Lists are incremental: a packet may carry only a
         /// few processes, or threads whose process came in an earlier packet.
@@ -22642,6 +23596,8 @@ pub mod perfetto {
             pub const CLOCK_SNAPSHOT_FIELD_NUMBER: u32 = 6;
             /// The field number of `process_tree`.
             pub const PROCESS_TREE_FIELD_NUMBER: u32 = 2;
+            /// The field number of `process_stats`.
+            pub const PROCESS_STATS_FIELD_NUMBER: u32 = 9;
             /// The field number of `sys_stats`.
             pub const SYS_STATS_FIELD_NUMBER: u32 = 7;
             /// The field number of `profile_packet`.
@@ -22772,6 +23728,18 @@ pub mod perfetto {
             #[inline(always)]
             pub fn set_process_tree(&mut self) -> ProcessTree<'_> {
                 ::protozero::MessageWriter::from_message(self.0.begin_nested(2))
+            }
+
+            /// Begins `perfetto.protos.ProcessStats process_stats = 9`.
+            ///
+            /// A member of oneof `data`: write at most one member (a protobuf parser keeps the last
+            /// one written); the view reads each member on its own.
+            ///
+            /// Fill in the returned writer; it ends (and its size is written) when it is dropped,
+            /// before this message can be written again.
+            #[inline(always)]
+            pub fn set_process_stats(&mut self) -> ProcessStats<'_> {
+                ::protozero::MessageWriter::from_message(self.0.begin_nested(9))
             }
 
             /// Begins `perfetto.protos.SysStats sys_stats = 7`.
@@ -23119,7 +24087,7 @@ pub mod perfetto {
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct TracePacketView<'a> {
-            d: ::protozero::gen_support::Slots<'a, 33, 1, 0>,
+            d: ::protozero::gen_support::Slots<'a, 34, 1, 0>,
         }
 
         impl<'a> TracePacketView<'a> {
@@ -23142,33 +24110,34 @@ pub mod perfetto {
                         482 => d.len(3, at)?,
                         50 => d.len(4, at)?,
                         18 => d.len(5, at)?,
-                        58 => d.len(6, at)?,
-                        298 => d.len(7, at)?,
-                        714 => d.len(8, at)?,
-                        266 => d.len(9, at)?,
-                        282 => d.len(10, at)?,
-                        554 => d.len(11, at)?,
-                        722 => d.len(12, at)?,
-                        346 => d.len(13, at)?,
-                        354 => d.len(14, at)?,
-                        290 => d.len(15, at)?,
-                        402 => d.len(16, at)?,
-                        1066 => d.len(17, at)?,
-                        530 => d.len(18, at)?,
-                        490 => d.len(19, at)?,
-                        434 => d.len(20, at)?,
-                        7202 => d.len(21, at)?,
-                        24 => d.varint(22, at)?,
-                        80 => d.varint(23, at)?,
-                        632 => d.varint(24, at)?,
-                        98 => d.len(25, at)?,
-                        104 => d.varint(26, at)?,
-                        328 => d.varint(27, at)?,
-                        474 => d.len(28, at)?,
-                        336 => d.varint(29, at)?,
-                        696 => d.varint(30, at)?,
-                        784 => d.varint(31, at)?,
-                        15200 => d.varint(32, at)?,
+                        74 => d.len(6, at)?,
+                        58 => d.len(7, at)?,
+                        298 => d.len(8, at)?,
+                        714 => d.len(9, at)?,
+                        266 => d.len(10, at)?,
+                        282 => d.len(11, at)?,
+                        554 => d.len(12, at)?,
+                        722 => d.len(13, at)?,
+                        346 => d.len(14, at)?,
+                        354 => d.len(15, at)?,
+                        290 => d.len(16, at)?,
+                        402 => d.len(17, at)?,
+                        1066 => d.len(18, at)?,
+                        530 => d.len(19, at)?,
+                        490 => d.len(20, at)?,
+                        434 => d.len(21, at)?,
+                        7202 => d.len(22, at)?,
+                        24 => d.varint(23, at)?,
+                        80 => d.varint(24, at)?,
+                        632 => d.varint(25, at)?,
+                        98 => d.len(26, at)?,
+                        104 => d.varint(27, at)?,
+                        328 => d.varint(28, at)?,
+                        474 => d.len(29, at)?,
+                        336 => d.varint(30, at)?,
+                        696 => d.varint(31, at)?,
+                        784 => d.varint(32, at)?,
+                        15200 => d.varint(33, at)?,
                         _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
                     };
                 }
@@ -23295,6 +24264,26 @@ pub mod perfetto {
                 ::protozero::gen_support::has(&self.d, 5)
             }
 
+            /// The last occurrence (an empty message when absent) of `perfetto.protos.ProcessStats
+            /// process_stats = 9`.
+            ///
+            /// A member of oneof `data`: write at most one member (a protobuf parser keeps the last
+            /// one written); the view reads each member on its own.
+            ///
+            /// # Errors
+            ///
+            /// The first malformation if the nested message is not well-formed.
+            #[inline]
+            pub fn process_stats(&self) -> ::core::result::Result<ProcessStatsView<'a>, ::protozero::DecodeError> {
+                ProcessStatsView::decode(::protozero::gen_support::bytes(&self.d, 6, b""))
+            }
+
+            /// Whether `process_stats` (field 9) occurs with the right wire type.
+            #[inline]
+            pub fn has_process_stats(&self) -> bool {
+                ::protozero::gen_support::has(&self.d, 6)
+            }
+
             /// The last occurrence (an empty message when absent) of `perfetto.protos.SysStats
             /// sys_stats = 7`.
             ///
@@ -23306,13 +24295,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn sys_stats(&self) -> ::core::result::Result<SysStatsView<'a>, ::protozero::DecodeError> {
-                SysStatsView::decode(::protozero::gen_support::bytes(&self.d, 6, b""))
+                SysStatsView::decode(::protozero::gen_support::bytes(&self.d, 7, b""))
             }
 
             /// Whether `sys_stats` (field 7) occurs with the right wire type.
             #[inline]
             pub fn has_sys_stats(&self) -> bool {
-                ::protozero::gen_support::has(&self.d, 6)
+                ::protozero::gen_support::has(&self.d, 7)
             }
 
             /// A heap profile dump (Tachyon's tracking allocator, heapprofd).
@@ -23328,13 +24317,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn profile_packet(&self) -> ::core::result::Result<ProfilePacketView<'a>, ::protozero::DecodeError> {
-                ProfilePacketView::decode(::protozero::gen_support::bytes(&self.d, 7, b""))
+                ProfilePacketView::decode(::protozero::gen_support::bytes(&self.d, 8, b""))
             }
 
             /// Whether `profile_packet` (field 37) occurs with the right wire type.
             #[inline]
             pub fn has_profile_packet(&self) -> bool {
-                ::protozero::gen_support::has(&self.d, 7)
+                ::protozero::gen_support::has(&self.d, 8)
             }
 
             /// Written by the service only.
@@ -23350,13 +24339,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn trace_uuid(&self) -> ::core::result::Result<TraceUuidView<'a>, ::protozero::DecodeError> {
-                TraceUuidView::decode(::protozero::gen_support::bytes(&self.d, 8, b""))
+                TraceUuidView::decode(::protozero::gen_support::bytes(&self.d, 9, b""))
             }
 
             /// Whether `trace_uuid` (field 89) occurs with the right wire type.
             #[inline]
             pub fn has_trace_uuid(&self) -> bool {
-                ::protozero::gen_support::has(&self.d, 8)
+                ::protozero::gen_support::has(&self.d, 9)
             }
 
             /// The last occurrence (an empty message when absent) of `perfetto.protos.TraceConfig
@@ -23370,13 +24359,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn trace_config(&self) -> ::core::result::Result<TraceConfigView<'a>, ::protozero::DecodeError> {
-                TraceConfigView::decode(::protozero::gen_support::bytes(&self.d, 9, b""))
+                TraceConfigView::decode(::protozero::gen_support::bytes(&self.d, 10, b""))
             }
 
             /// Whether `trace_config` (field 33) occurs with the right wire type.
             #[inline]
             pub fn has_trace_config(&self) -> bool {
-                ::protozero::gen_support::has(&self.d, 9)
+                ::protozero::gen_support::has(&self.d, 10)
             }
 
             /// The last occurrence (an empty message when absent) of `perfetto.protos.TraceStats
@@ -23390,13 +24379,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn trace_stats(&self) -> ::core::result::Result<TraceStatsView<'a>, ::protozero::DecodeError> {
-                TraceStatsView::decode(::protozero::gen_support::bytes(&self.d, 10, b""))
+                TraceStatsView::decode(::protozero::gen_support::bytes(&self.d, 11, b""))
             }
 
             /// Whether `trace_stats` (field 35) occurs with the right wire type.
             #[inline]
             pub fn has_trace_stats(&self) -> bool {
-                ::protozero::gen_support::has(&self.d, 10)
+                ::protozero::gen_support::has(&self.d, 11)
             }
 
             /// The last occurrence (an empty message when absent) of
@@ -23410,13 +24399,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn service_event(&self) -> ::core::result::Result<TracingServiceEventView<'a>, ::protozero::DecodeError> {
-                TracingServiceEventView::decode(::protozero::gen_support::bytes(&self.d, 11, b""))
+                TracingServiceEventView::decode(::protozero::gen_support::bytes(&self.d, 12, b""))
             }
 
             /// Whether `service_event` (field 69) occurs with the right wire type.
             #[inline]
             pub fn has_service_event(&self) -> bool {
-                ::protozero::gen_support::has(&self.d, 11)
+                ::protozero::gen_support::has(&self.d, 12)
             }
 
             /// The last occurrence (an empty message when absent) of
@@ -23430,13 +24419,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn track_event_range_of_interest(&self) -> ::core::result::Result<TrackEventRangeOfInterestView<'a>, ::protozero::DecodeError> {
-                TrackEventRangeOfInterestView::decode(::protozero::gen_support::bytes(&self.d, 12, b""))
+                TrackEventRangeOfInterestView::decode(::protozero::gen_support::bytes(&self.d, 13, b""))
             }
 
             /// Whether `track_event_range_of_interest` (field 90) occurs with the right wire type.
             #[inline]
             pub fn has_track_event_range_of_interest(&self) -> bool {
-                ::protozero::gen_support::has(&self.d, 12)
+                ::protozero::gen_support::has(&self.d, 13)
             }
 
             /// Legacy per-sequence descriptors; new writers use TrackDescriptor.
@@ -23452,13 +24441,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn process_descriptor(&self) -> ::core::result::Result<ProcessDescriptorView<'a>, ::protozero::DecodeError> {
-                ProcessDescriptorView::decode(::protozero::gen_support::bytes(&self.d, 13, b""))
+                ProcessDescriptorView::decode(::protozero::gen_support::bytes(&self.d, 14, b""))
             }
 
             /// Whether `process_descriptor` (field 43) occurs with the right wire type.
             #[inline]
             pub fn has_process_descriptor(&self) -> bool {
-                ::protozero::gen_support::has(&self.d, 13)
+                ::protozero::gen_support::has(&self.d, 14)
             }
 
             /// The last occurrence (an empty message when absent) of
@@ -23472,13 +24461,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn thread_descriptor(&self) -> ::core::result::Result<ThreadDescriptorView<'a>, ::protozero::DecodeError> {
-                ThreadDescriptorView::decode(::protozero::gen_support::bytes(&self.d, 14, b""))
+                ThreadDescriptorView::decode(::protozero::gen_support::bytes(&self.d, 15, b""))
             }
 
             /// Whether `thread_descriptor` (field 44) occurs with the right wire type.
             #[inline]
             pub fn has_thread_descriptor(&self) -> bool {
-                ::protozero::gen_support::has(&self.d, 14)
+                ::protozero::gen_support::has(&self.d, 15)
             }
 
             /// Written by the service every ~10 s: the 16 bytes of the UUID
@@ -23491,13 +24480,13 @@ pub mod perfetto {
             /// one written); the view reads each member on its own.
             #[inline]
             pub fn synchronization_marker(&self) -> &'a [u8] {
-                ::protozero::gen_support::bytes(&self.d, 15, b"")
+                ::protozero::gen_support::bytes(&self.d, 16, b"")
             }
 
             /// Whether `synchronization_marker` (field 36) occurs with the right wire type.
             #[inline]
             pub fn has_synchronization_marker(&self) -> bool {
-                ::protozero::gen_support::has(&self.d, 15)
+                ::protozero::gen_support::has(&self.d, 16)
             }
 
             /// Zero or more serialized TracePacket records (as in Trace), compressed
@@ -23509,13 +24498,13 @@ pub mod perfetto {
             /// one written); the view reads each member on its own.
             #[inline]
             pub fn compressed_packets(&self) -> &'a [u8] {
-                ::protozero::gen_support::bytes(&self.d, 16, b"")
+                ::protozero::gen_support::bytes(&self.d, 17, b"")
             }
 
             /// Whether `compressed_packets` (field 50) occurs with the right wire type.
             #[inline]
             pub fn has_compressed_packets(&self) -> bool {
-                ::protozero::gen_support::has(&self.d, 16)
+                ::protozero::gen_support::has(&self.d, 17)
             }
 
             /// Same as compressed_packets, compressed with zstd.
@@ -23526,13 +24515,13 @@ pub mod perfetto {
             /// one written); the view reads each member on its own.
             #[inline]
             pub fn zstd_compressed_packets(&self) -> &'a [u8] {
-                ::protozero::gen_support::bytes(&self.d, 17, b"")
+                ::protozero::gen_support::bytes(&self.d, 18, b"")
             }
 
             /// Whether `zstd_compressed_packets` (field 133) occurs with the right wire type.
             #[inline]
             pub fn has_zstd_compressed_packets(&self) -> bool {
-                ::protozero::gen_support::has(&self.d, 17)
+                ::protozero::gen_support::has(&self.d, 18)
             }
 
             /// CPU samples (the SDK's sampler, `linux.perf`).
@@ -23548,13 +24537,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn perf_sample(&self) -> ::core::result::Result<PerfSampleView<'a>, ::protozero::DecodeError> {
-                PerfSampleView::decode(::protozero::gen_support::bytes(&self.d, 18, b""))
+                PerfSampleView::decode(::protozero::gen_support::bytes(&self.d, 19, b""))
             }
 
             /// Whether `perf_sample` (field 66) occurs with the right wire type.
             #[inline]
             pub fn has_perf_sample(&self) -> bool {
-                ::protozero::gen_support::has(&self.d, 18)
+                ::protozero::gen_support::has(&self.d, 19)
             }
 
             /// Symbols for the frames of the trace's mappings (symbolization).
@@ -23570,13 +24559,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn module_symbols(&self) -> ::core::result::Result<ModuleSymbolsView<'a>, ::protozero::DecodeError> {
-                ModuleSymbolsView::decode(::protozero::gen_support::bytes(&self.d, 19, b""))
+                ModuleSymbolsView::decode(::protozero::gen_support::bytes(&self.d, 20, b""))
             }
 
             /// Whether `module_symbols` (field 61) occurs with the right wire type.
             #[inline]
             pub fn has_module_symbols(&self) -> bool {
-                ::protozero::gen_support::has(&self.d, 19)
+                ::protozero::gen_support::has(&self.d, 20)
             }
 
             /// Chrome's sampling profiler: stacks of one thread, timed by the
@@ -23593,13 +24582,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn streaming_profile_packet(&self) -> ::core::result::Result<StreamingProfilePacketView<'a>, ::protozero::DecodeError> {
-                StreamingProfilePacketView::decode(::protozero::gen_support::bytes(&self.d, 20, b""))
+                StreamingProfilePacketView::decode(::protozero::gen_support::bytes(&self.d, 21, b""))
             }
 
             /// Whether `streaming_profile_packet` (field 54) occurs with the right wire type.
             #[inline]
             pub fn has_streaming_profile_packet(&self) -> bool {
-                ::protozero::gen_support::has(&self.d, 20)
+                ::protozero::gen_support::has(&self.d, 21)
             }
 
             /// Test payload.
@@ -23615,13 +24604,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn for_testing(&self) -> ::core::result::Result<TestEventView<'a>, ::protozero::DecodeError> {
-                TestEventView::decode(::protozero::gen_support::bytes(&self.d, 21, b""))
+                TestEventView::decode(::protozero::gen_support::bytes(&self.d, 22, b""))
             }
 
             /// Whether `for_testing` (field 900) occurs with the right wire type.
             #[inline]
             pub fn has_for_testing(&self) -> bool {
-                ::protozero::gen_support::has(&self.d, 21)
+                ::protozero::gen_support::has(&self.d, 22)
             }
 
             /// The last occurrence, or the default, of `int32 trusted_uid = 3`.
@@ -23630,13 +24619,13 @@ pub mod perfetto {
             /// parser keeps the last one written); the view reads each member on its own.
             #[inline]
             pub fn trusted_uid(&self) -> i32 {
-                ::protozero::gen_support::int32(&self.d, 22, 0)
+                ::protozero::gen_support::int32(&self.d, 23, 0)
             }
 
             /// Whether `trusted_uid` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_trusted_uid(&self) -> bool {
-                ::protozero::gen_support::has(&self.d, 22)
+                ::protozero::gen_support::has(&self.d, 23)
             }
 
             /// The last occurrence, or the default, of `uint32 trusted_packet_sequence_id = 10`.
@@ -23645,13 +24634,13 @@ pub mod perfetto {
             /// protobuf parser keeps the last one written); the view reads each member on its own.
             #[inline]
             pub fn trusted_packet_sequence_id(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 23, 0)
+                ::protozero::gen_support::uint32(&self.d, 24, 0)
             }
 
             /// Whether `trusted_packet_sequence_id` (field 10) occurs with the right wire type.
             #[inline]
             pub fn has_trusted_packet_sequence_id(&self) -> bool {
-                ::protozero::gen_support::has(&self.d, 23)
+                ::protozero::gen_support::has(&self.d, 24)
             }
 
             /// Written by the service: pid of the producer.
@@ -23659,13 +24648,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional int32 trusted_pid = 79`.
             #[inline]
             pub fn trusted_pid(&self) -> i32 {
-                ::protozero::gen_support::int32(&self.d, 24, 0)
+                ::protozero::gen_support::int32(&self.d, 25, 0)
             }
 
             /// Whether `trusted_pid` (field 79) occurs with the right wire type.
             #[inline]
             pub fn has_trusted_pid(&self) -> bool {
-                ::protozero::gen_support::has(&self.d, 24)
+                ::protozero::gen_support::has(&self.d, 25)
             }
 
             /// New interning entries for this sequence, valid until the next
@@ -23679,25 +24668,25 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn interned_data(&self) -> ::core::result::Result<InternedDataView<'a>, ::protozero::DecodeError> {
-                InternedDataView::decode(::protozero::gen_support::bytes(&self.d, 25, b""))
+                InternedDataView::decode(::protozero::gen_support::bytes(&self.d, 26, b""))
             }
 
             /// Whether `interned_data` (field 12) occurs with the right wire type.
             #[inline]
             pub fn has_interned_data(&self) -> bool {
-                ::protozero::gen_support::has(&self.d, 25)
+                ::protozero::gen_support::has(&self.d, 26)
             }
 
             /// The last occurrence, or the default, of `optional uint32 sequence_flags = 13`.
             #[inline]
             pub fn sequence_flags(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 26, 0)
+                ::protozero::gen_support::uint32(&self.d, 27, 0)
             }
 
             /// Whether `sequence_flags` (field 13) occurs with the right wire type.
             #[inline]
             pub fn has_sequence_flags(&self) -> bool {
-                ::protozero::gen_support::has(&self.d, 26)
+                ::protozero::gen_support::has(&self.d, 27)
             }
 
             /// Deprecated form of SEQ_INCREMENTAL_STATE_CLEARED.
@@ -23706,13 +24695,13 @@ pub mod perfetto {
             /// 41`.
             #[inline]
             pub fn incremental_state_cleared(&self) -> bool {
-                ::protozero::gen_support::bool(&self.d, 27, false)
+                ::protozero::gen_support::bool(&self.d, 28, false)
             }
 
             /// Whether `incremental_state_cleared` (field 41) occurs with the right wire type.
             #[inline]
             pub fn has_incremental_state_cleared(&self) -> bool {
-                ::protozero::gen_support::has(&self.d, 27)
+                ::protozero::gen_support::has(&self.d, 28)
             }
 
             /// Defaults for later packets of this sequence; re-emitted after every
@@ -23726,13 +24715,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn trace_packet_defaults(&self) -> ::core::result::Result<TracePacketDefaultsView<'a>, ::protozero::DecodeError> {
-                TracePacketDefaultsView::decode(::protozero::gen_support::bytes(&self.d, 28, b""))
+                TracePacketDefaultsView::decode(::protozero::gen_support::bytes(&self.d, 29, b""))
             }
 
             /// Whether `trace_packet_defaults` (field 59) occurs with the right wire type.
             #[inline]
             pub fn has_trace_packet_defaults(&self) -> bool {
-                ::protozero::gen_support::has(&self.d, 28)
+                ::protozero::gen_support::has(&self.d, 29)
             }
 
             /// Non-zero if packets of this sequence were lost right before this one
@@ -23744,13 +24733,13 @@ pub mod perfetto {
             /// 42`.
             #[inline]
             pub fn previous_packet_dropped(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 29, 0)
+                ::protozero::gen_support::uint32(&self.d, 30, 0)
             }
 
             /// Whether `previous_packet_dropped` (field 42) occurs with the right wire type.
             #[inline]
             pub fn has_previous_packet_dropped(&self) -> bool {
-                ::protozero::gen_support::has(&self.d, 29)
+                ::protozero::gen_support::has(&self.d, 30)
             }
 
             /// Set by the writer on the very first packet of a sequence, so a reader
@@ -23760,13 +24749,13 @@ pub mod perfetto {
             /// 87`.
             #[inline]
             pub fn first_packet_on_sequence(&self) -> bool {
-                ::protozero::gen_support::bool(&self.d, 30, false)
+                ::protozero::gen_support::bool(&self.d, 31, false)
             }
 
             /// Whether `first_packet_on_sequence` (field 87) occurs with the right wire type.
             #[inline]
             pub fn has_first_packet_on_sequence(&self) -> bool {
-                ::protozero::gen_support::has(&self.d, 30)
+                ::protozero::gen_support::has(&self.d, 31)
             }
 
             /// Written by the service: id of the machine the producer runs on
@@ -23775,13 +24764,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint32 machine_id = 98`.
             #[inline]
             pub fn machine_id(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 31, 0)
+                ::protozero::gen_support::uint32(&self.d, 32, 0)
             }
 
             /// Whether `machine_id` (field 98) occurs with the right wire type.
             #[inline]
             pub fn has_machine_id(&self) -> bool {
-                ::protozero::gen_support::has(&self.d, 31)
+                ::protozero::gen_support::has(&self.d, 32)
             }
 
             /// Tachyon's extension (a number in Perfetto's TracePacket extension range,
@@ -23796,13 +24785,13 @@ pub mod perfetto {
             /// 1900`.
             #[inline]
             pub fn tachyon_packets_dropped(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 32, 0)
+                ::protozero::gen_support::uint64(&self.d, 33, 0)
             }
 
             /// Whether `tachyon_packets_dropped` (field 1900) occurs with the right wire type.
             #[inline]
             pub fn has_tachyon_packets_dropped(&self) -> bool {
-                ::protozero::gen_support::has(&self.d, 32)
+                ::protozero::gen_support::has(&self.d, 33)
             }
         }
 

@@ -37,35 +37,42 @@ impl<A> Tracked<A> {
 // result returned unchanged; the recording around it never touches the blocks (it only
 // copies their addresses and sizes into records), so `A`'s guarantees carry over.
 unsafe impl<A: GlobalAlloc> GlobalAlloc for Tracked<A> {
+    // The mode is read before the inner allocator runs, so that with no session (and in
+    // sampled mode, while the countdown has not run out) nothing is left to do after it: the
+    // inner call is a tail call and the hook keeps no registers across it. (An allocation that
+    // a session's start or stop overtakes is recorded as if it came just before or after.)
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the caller's contract, forwarded.
-        let p = unsafe { self.inner.alloc(layout) };
         let mode = ACTIVE.load(Ordering::Relaxed);
-        if mode != OFF {
-            local::on_alloc(mode, p, layout.size());
+        if mode == OFF || local::alloc_not_sampled(mode, layout.size()) {
+            // SAFETY: the caller's contract, forwarded.
+            return unsafe { self.inner.alloc(layout) };
         }
-        p
+        // SAFETY: the caller's contract, forwarded.
+        alloc_hooked(layout.size(), mode, move || unsafe {
+            self.inner.alloc(layout)
+        })
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the caller's contract, forwarded.
-        let p = unsafe { self.inner.alloc_zeroed(layout) };
         let mode = ACTIVE.load(Ordering::Relaxed);
-        if mode != OFF {
-            local::on_alloc(mode, p, layout.size());
+        if mode == OFF || local::alloc_not_sampled(mode, layout.size()) {
+            // SAFETY: the caller's contract, forwarded.
+            return unsafe { self.inner.alloc_zeroed(layout) };
         }
-        p
+        // SAFETY: the caller's contract, forwarded.
+        alloc_hooked(layout.size(), mode, move || unsafe {
+            self.inner.alloc_zeroed(layout)
+        })
     }
 
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         let mode = ACTIVE.load(Ordering::Relaxed);
-        if mode != OFF {
-            // Before the block is released: its address cannot be reused by another thread
-            // (and recorded as a new allocation) before this free is in the ring.
-            local::on_free(mode, ptr, layout.size());
+        if mode != OFF && local::free_needs_hook(mode, ptr) {
+            // SAFETY: the caller's contract, forwarded.
+            return unsafe { dealloc_hooked(ptr, layout, &self.inner, mode) };
         }
         // SAFETY: the caller's contract, forwarded.
         unsafe { self.inner.dealloc(ptr, layout) }
@@ -93,4 +100,25 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Tracked<A> {
         }
         q
     }
+}
+
+/// A free the hook looks at further (every free in exact mode; in sampled mode one whose
+/// address the table holds or may hold): recorded, then released. In that order: the address
+/// cannot be handed out again (and recorded as another thread's allocation) before this free
+/// is in the ring. Out of line and ending in the release, so `dealloc` calls nothing on its
+/// common path and keeps no registers across a call (both releases are tail calls)
+/// (`ptr` and `layout` first: they stay in the registers they came in.)
+#[inline(never)]
+unsafe fn dealloc_hooked<A: GlobalAlloc>(ptr: *mut u8, layout: Layout, inner: &A, mode: u8) {
+    local::on_free(mode, ptr, layout.size());
+    // SAFETY: the caller's contract (of `Tracked::dealloc`), forwarded.
+    unsafe { inner.dealloc(ptr, layout) }
+}
+
+/// An allocation the hook records (exact mode, a probe, or a sampled allocation whose
+/// countdown ran out, [`local::alloc_not_sampled`]): allocated (`inner`: the inner
+/// allocator's call), then recorded.
+#[inline(never)]
+fn alloc_hooked(size: usize, mode: u8, inner: impl FnOnce() -> *mut u8) -> *mut u8 {
+    local::on_alloc_counted(mode, inner(), size)
 }

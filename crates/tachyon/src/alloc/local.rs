@@ -605,6 +605,7 @@ unsafe extern "C" fn ring_exit(p: *mut std::ffi::c_void) {
         l.ring.set(ptr::null());
         l.state.set(STATE_EXITED);
         l.last_alloc.set(NO_BLOCK);
+        l.last_free.set(NO_BLOCK);
     });
     if !p.is_null() {
         // SAFETY: the value set for the key is this thread's ring, never freed.
@@ -697,8 +698,9 @@ struct Local {
     state: Cell<u8>,
     /// Inside the hook, or the tracker's thread: events are not recorded.
     busy: Cell<bool>,
-    /// Sampler: bytes left to the next sample (≤ 0: draw a new gap).
-    to_sample: Cell<i64>,
+    /// Sampler: bytes left to the next sample (an allocation of at least this many reaches
+    /// it; 0: none drawn yet). Unsigned, so the fast path's test is the subtraction's borrow.
+    to_sample: Cell<u64>,
     rng: Cell<u64>,
     /// The sampler generation it was drawn for (a new session restarts it).
     sampler_gen: Cell<u32>,
@@ -714,7 +716,18 @@ struct Local {
     /// while no other record of the thread followed it ([`NO_BLOCK`] otherwise): its free can
     /// take that reading instead of a new one ([`free_ticks`]).
     last_alloc: Cell<(u64, u64)>,
+    /// The block this thread's latest record freed (or marked freed) and that record's
+    /// reading, while no other record of the thread followed it ([`NO_BLOCK`] otherwise): an
+    /// allocation of the same block next can take that reading ([`exact_alloc`]).
+    last_free: Cell<(u64, u64)>,
+    /// Allocations in a row that took the reading of the free before them.
+    reused: Cell<u32>,
 }
+
+/// Allocations in a row that may take the reading of the free before them (then one reads the
+/// counter again): in a loop that allocates and frees one block, the recorded times lag by at
+/// most this many iterations.
+const MAX_REUSED: u32 = 32;
 
 /// `Local::last_alloc` when the latest record was not an allocation.
 const NO_BLOCK: (u64, u64) = (u64::MAX, 0);
@@ -734,6 +747,8 @@ thread_local! {
             paths: [const { Cell::new(0) }; MAX_ZONES],
             last_stack: Cell::new((0, 0)),
             last_alloc: Cell::new(NO_BLOCK),
+            last_free: Cell::new(NO_BLOCK),
+            reused: Cell::new(0),
         }
     };
 }
@@ -842,7 +857,7 @@ pub(crate) static STACKS_MISSED: AtomicU64 = AtomicU64::new(0);
 /// growth) passes through untracked. The hook runs after the inner allocator returned (or
 /// before it frees), never inside it, so calling it again from here is sound.
 ///
-/// The walk is not inlined, and the hook's entry points (`on_alloc_slow`, `record_pool`) are
+/// The walk is not inlined, and the hook's entry points (`on_alloc_counted`, `record_pool`) are
 /// not either: skipping those two frames leaves the stack starting at the allocator shim that
 /// called [`Tracked`](super::Tracked).
 #[inline(always)]
@@ -1010,35 +1025,54 @@ pub(crate) static SAMPLE_SEED: AtomicU64 = AtomicU64::new(0);
 pub(crate) static SAMPLER_GEN: AtomicU32 = AtomicU32::new(1);
 static THREAD_COUNTER: AtomicU64 = AtomicU64::new(0);
 
-/// An allocation of `size` bytes at `addr` happened (after the inner allocator returned).
-/// Sampled mode's common case (the countdown not run out) is inline: one thread-local
-/// subtraction. The hook calls this only when `mode` is not [`OFF`], so with no session the
-/// hook is one load, one compare and one branch. (Comparing with [`SAMPLED`] first saves a
-/// sampled-mode pair 5 instructions of its ~180 and costs an off-mode pair 2: callgrind,
-/// docs/memory.md "Session 7"; off mode, the state of every installed allocator most of the
-/// time, keeps the shorter path.)
+/// An allocation of `size` bytes at `addr` happened (after the inner allocator returned);
+/// `mode` is not [`OFF`]. Sampled mode's common case (the countdown not run out) is one
+/// thread-local subtraction. The allocator's `alloc` makes the two steps apart
+/// ([`alloc_not_sampled`] before the inner allocator runs, [`on_alloc_counted`] after, out of
+/// line); this is both, for `realloc` and the tests.
 #[inline(always)]
-pub(crate) fn on_alloc(mode: u8, addr: *mut u8, size: usize) {
-    if mode == SAMPLED {
-        let skip = LOCAL
-            .try_with(|l| {
-                let left = l.to_sample.get() - size as i64;
-                let skip = left > 0;
-                if skip {
-                    l.to_sample.set(left);
-                }
-                skip
-            })
-            .unwrap_or(true);
-        if skip {
-            return;
-        }
+pub(crate) fn on_alloc(mode: u8, addr: *mut u8, size: usize) -> *mut u8 {
+    if alloc_not_sampled(mode, size) {
+        return addr;
     }
-    on_alloc_slow(mode, addr, size);
+    on_alloc_counted(mode, addr, size)
 }
 
+/// Sampled mode's countdown (`mode` is not [`OFF`]): `true` when an allocation of `size` bytes
+/// does not reach the next sample (the countdown is lowered by `size`; nothing else to do), in
+/// the other modes `false`. One thread-local subtraction; it runs before the inner allocator
+/// (a failed allocation, which the countdown then counts, is not recorded in sampled mode
+/// either way unless it is sampled).
+#[inline(always)]
+pub(crate) fn alloc_not_sampled(mode: u8, size: usize) -> bool {
+    if mode != SAMPLED {
+        return false;
+    }
+    LOCAL
+        .try_with(|l| {
+            // One `sub` and its flags: no borrow and not zero.
+            let left = l.to_sample.get();
+            let skip = left > size as u64;
+            if skip {
+                l.to_sample.set(left - size as u64);
+            }
+            skip
+        })
+        .unwrap_or(true)
+}
+
+/// The allocation at `addr` after [`alloc_not_sampled`] said it is recorded (in sampled mode,
+/// the countdown ran out: a sample is drawn). Returns `addr`.
 #[inline(never)]
-fn on_alloc_slow(mode: u8, addr: *mut u8, size: usize) {
+pub(crate) fn on_alloc_counted(mode: u8, addr: *mut u8, size: usize) -> *mut u8 {
+    record_alloc(mode, addr, size);
+    addr
+}
+
+// Inlined: `on_alloc_counted` stays the one frame the stack capture skips above
+// `stack_site_walk`.
+#[inline(always)]
+fn record_alloc(mode: u8, addr: *mut u8, size: usize) {
     if mode == EXACT
         && !addr.is_null()
         && LOCAL
@@ -1086,6 +1120,7 @@ fn on_alloc_slow(mode: u8, addr: *mut u8, size: usize) {
         );
         l.last_alloc
             .set(if own { (addr as u64, now) } else { NO_BLOCK });
+        l.last_free.set(NO_BLOCK);
         l.busy.set(false);
     });
 }
@@ -1116,7 +1151,25 @@ fn exact_alloc(l: &Local, addr: u64, size: u64) -> bool {
         l.busy.set(false);
         return false;
     }
-    let now = ticks();
+    // The reading: the free's before it when that freed this very block (the thread's own
+    // block back from the allocator: the common loop that allocates, uses and frees one block)
+    // since the tracker's latest pass began, at most `MAX_REUSED` times in a row; else a new
+    // one. Order is kept: no other thread had an event of this address in between (between
+    // this thread's free and this allocation the block sat in the allocator, which handed it
+    // back to this thread; an allocator without per-thread caches could hand it to another
+    // thread and back within that window, which the tracker would count as an implicit free
+    // and an unseen free, docs/memory.md), and in this thread's ring the reading does not go
+    // back. A pass drains what is older than its start, so a reading from before the latest
+    // pass is not taken again.
+    let (freed, at) = l.last_free.replace(NO_BLOCK);
+    let reused = l.reused.get();
+    let now = if freed == addr && reused < MAX_REUSED && at >= PASS_TICKS.load(Ordering::Relaxed) {
+        l.reused.set(reused + 1);
+        at
+    } else {
+        l.reused.set(0);
+        ticks()
+    };
     ring.put(
         h,
         Record {
@@ -1131,9 +1184,24 @@ fn exact_alloc(l: &Local, addr: u64, size: u64) -> bool {
     true
 }
 
+/// Whether a free of `addr` needs [`on_free`] (`mode` is not [`OFF`]): in exact mode always; in
+/// sampled mode when the address's table slot holds it or is marked [`OVERFLOWED`] (a hash,
+/// one load, two compares: most frees stop here). Inlined into the allocator's `dealloc`,
+/// which calls nothing else on this path, so it keeps no registers across a call.
+#[inline(always)]
+pub(crate) fn free_needs_hook(mode: u8, addr: *mut u8) -> bool {
+    if mode == SAMPLED {
+        let v = table_slot(addr_hash(addr as u64)).load(Ordering::Relaxed);
+        v & !OVERFLOWED == addr as u64 || v & OVERFLOWED != 0
+    } else {
+        mode & EXACT != 0
+    }
+}
+
 /// The block at `addr` (`size` bytes) is about to be freed (before the inner allocator runs,
 /// so the address cannot be handed out again before this record is in the ring). In sampled
-/// mode most frees stop at the filter (a hash and a load).
+/// mode it is recorded when the table holds it (which this takes out) or the filter counts it;
+/// [`free_needs_hook`] has filtered out the rest.
 #[inline(always)]
 pub(crate) fn on_free(mode: u8, addr: *mut u8, size: usize) {
     let flags = if mode == SAMPLED {
@@ -1187,15 +1255,20 @@ fn on_free_slow(addr: *mut u8, size: usize, flags: u64) {
             if ring.flag_pair(h, bits) {
                 // Maybe too late: a free of its own, at a new reading (after the pass that
                 // claimed the allocation began), that the tracker drops if it saw the mark.
-                push(
+                let now = ticks();
+                let own = push(
                     l,
                     Record {
                         addr: addr as u64,
                         size: at,
-                        ticks: ticks(),
+                        ticks: now,
                         meta: KIND_FREE | flags | LATE_FREE,
                     },
                 );
+                l.last_free
+                    .set(if own { (addr as u64, now) } else { NO_BLOCK });
+            } else {
+                l.last_free.set((addr as u64, at));
             }
         } else {
             let now = if last == addr as u64 && at >= PASS_TICKS.load(Ordering::Relaxed) {
@@ -1203,7 +1276,7 @@ fn on_free_slow(addr: *mut u8, size: usize, flags: u64) {
             } else {
                 ticks()
             };
-            push(
+            let own = push(
                 l,
                 Record {
                     addr: addr as u64,
@@ -1212,6 +1285,8 @@ fn on_free_slow(addr: *mut u8, size: usize, flags: u64) {
                     meta: KIND_FREE | flags,
                 },
             );
+            l.last_free
+                .set(if own { (addr as u64, now) } else { NO_BLOCK });
         }
         l.busy.set(false);
     });
@@ -1245,6 +1320,7 @@ pub(crate) fn record_pool(kind: u64, pool: u16, addr: u64, size: u64) {
             },
         );
         l.last_alloc.set(NO_BLOCK);
+        l.last_free.set(NO_BLOCK);
         l.busy.set(false);
     });
 }
@@ -1264,22 +1340,26 @@ fn sample_weight(l: &Local, size: u64) -> u64 {
         l.rng.set(seed);
         let mut rng = l.rng.get();
         l.to_sample
-            .set(super::sampler::next_gap(&mut rng, interval) as i64);
+            .set(super::sampler::next_gap(&mut rng, interval));
         l.rng.set(rng);
     }
     if size >= interval {
         // Large allocations are always taken, at their size (the countdown is not touched).
         return size;
     }
-    let mut left = l.to_sample.get() - size as i64;
+    // In i64 (`min` keeps the casts exact; a countdown is a few intervals in practice).
+    let mut left = l.to_sample.get().min(i64::MAX as u64) as i64 - size as i64;
     let mut weight = 0;
     let mut rng = l.rng.get();
     while left <= 0 {
-        left += super::sampler::next_gap(&mut rng, interval) as i64;
+        left = left.saturating_add(
+            super::sampler::next_gap(&mut rng, interval).min(i64::MAX as u64) as i64,
+        );
         weight += interval;
     }
     l.rng.set(rng);
-    l.to_sample.set(left);
+    // `left` > 0 here.
+    l.to_sample.set(left as u64);
     weight
 }
 
@@ -1494,6 +1574,62 @@ mod tests {
             // A counter read twice never gives the same value.
             assert_ne!(out[4].2, out[3].2);
             assert_ne!(out[6].2, out[5].2);
+        }
+    }
+
+    /// An allocation of the block the thread's newest record freed takes that free's reading
+    /// (at most `MAX_REUSED` times in a row, and only since the tracker's latest pass began);
+    /// an allocation of another block takes a new one.
+    #[test]
+    fn an_allocation_of_the_block_just_freed_takes_the_frees_reading() {
+        let saved = PASS_TICKS.swap(0, Ordering::Relaxed);
+        let (a, b) = (0x7300_0000usize, 0x7400_0000usize);
+        let alloc = |x: usize| on_alloc(EXACT, ptr::without_provenance_mut(x), 64);
+        let free = |x: usize| on_free(EXACT, ptr::without_provenance_mut(x), 64);
+        alloc(a);
+        free(a);
+        alloc(a);
+        free(a);
+        alloc(b);
+        free(b);
+        PASS_TICKS.store(u64::MAX, Ordering::Relaxed);
+        alloc(b);
+        free(b);
+        // Drained as it goes: the ring holds 64 records under Miri.
+        let mut out = Vec::new();
+        let drain = |out: &mut Vec<Record>| {
+            LOCAL.with(|l| {
+                // SAFETY: this thread's ring, never freed.
+                unsafe { &*l.ring.get() }.drain_into(out, false);
+            })
+        };
+        drain(&mut out);
+        PASS_TICKS.store(0, Ordering::Relaxed);
+        let rounds = 2 * MAX_REUSED as usize + 2;
+        for i in 0..rounds {
+            alloc(a);
+            free(a);
+            if i % 16 == 15 {
+                drain(&mut out);
+            }
+        }
+        PASS_TICKS.store(saved, Ordering::Relaxed);
+        drain(&mut out);
+        let t: Vec<u64> = out.iter().map(|r| r.ticks).collect();
+        assert_eq!(out.len(), 8 + 2 * rounds, "{out:?}");
+        assert!(t.windows(2).all(|w| w[0] <= w[1]), "{t:?}");
+        assert_eq!(t[2], t[0], "the same block again: the free's reading");
+        let counter = crate::clock::clock().counter_ticks().is_some();
+        if counter {
+            assert_ne!(t[4], t[3], "another block: a new reading");
+            assert_ne!(t[6], t[5], "a pass began after the free: a new reading");
+            // A run of reuses ends after MAX_REUSED: the loop's allocations took at least
+            // two new readings.
+            let allocs: Vec<u64> = t[8..].iter().step_by(2).copied().collect();
+            let mut runs = allocs.clone();
+            runs.dedup();
+            assert!(runs.len() >= 2, "{allocs:?}");
+            assert!(runs.len() < allocs.len(), "some reuse: {allocs:?}");
         }
     }
 

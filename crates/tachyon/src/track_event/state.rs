@@ -46,7 +46,7 @@ use super::encode::{self, CounterSample, Template, TYPE_SLICE_END};
 use super::global::{self, session_of, EPOCH};
 use super::queue::{self, Guard, Holder, Hot, Record, Slot};
 use crate::callstack::CallstackInterner;
-use crate::clock::{self, Clock, Snapshot, TRACE_CLOCK_ID};
+use crate::clock::{self, Clock, Converter, Snapshot, TRACE_CLOCK_ID};
 use crate::writer::TraceWriter;
 
 #[path = "state_ext.rs"]
@@ -60,8 +60,9 @@ pub(crate) const INCREMENTAL_CLOCK_ID: u32 = 64;
 /// timestamps.
 pub(crate) const SNAPSHOT_SET_CLOCK_ID: u32 = 65;
 
-/// A fresh global clock snapshot on each sequence this often (trace-clock ns), so the reader
-/// can follow the calibrated counter's drift from BOOTTIME piecewise.
+/// A fresh global clock snapshot on each sequence this often (trace-clock ns): each one also
+/// disciplines the trace clock to BOOTTIME (`clock::Snapshot::take`), and tells a reader that
+/// joins late (a ring that wrapped) how the clocks relate.
 const SNAPSHOT_PERIOD_NS: u64 = 1_000_000_000;
 
 /// Upper bounds on encoded sizes (fragment header, sequence marks and protozero's 4-byte size
@@ -92,9 +93,14 @@ pub(crate) struct TrackRef<'a> {
 // inside it, at its end).
 #[repr(C)]
 pub(crate) struct ThreadState {
-    /// The process's trace clock, copied (it never changes once calibrated): reading it here
-    /// saves the `OnceLock` check of `clock::now()` on every event.
+    /// The process's trace clock, copied (its source never changes once calibrated, and its
+    /// tick → ns model is shared): reading it here saves the `OnceLock` check of
+    /// `clock::now()` on every event.
     clock: Clock,
+    /// The clock's tick → ns conversion as of the start of the run being drained
+    /// ([`replay_all`](Self::replay_all)): every record of the run was read before it, so it
+    /// converts them all exactly, without the shared model's atomic loads per record.
+    ticks: Converter,
     /// The [`EPOCH`] this state is current for.
     epoch: u64,
     /// While queued events are encoded: the epoch they were recorded in, which the state
@@ -551,6 +557,7 @@ impl ThreadState {
         let tid = current_tid();
         ThreadState {
             clock: *clock::clock(),
+            ticks: clock::clock().converter(),
             epoch: 0,
             pin: None,
             writer: None,
@@ -657,6 +664,7 @@ impl ThreadState {
     /// Encodes a run of queued events, in order: as many as [`replay_run`](Self::replay_run)
     /// takes at a time, and each event it does not take through [`replay`](Self::replay).
     fn replay_all(&mut self, mut records: &[Record]) {
+        self.ticks = self.clock.converter();
         while !records.is_empty() {
             records = records.get(self.replay_run(records)..).unwrap_or_default();
             if let Some((first, rest)) = records.split_first() {
@@ -680,7 +688,7 @@ impl ThreadState {
         }
         let session = session_of(self.epoch);
         let ThreadState {
-            clock,
+            ticks,
             last_ts,
             next_snapshot,
             seen,
@@ -691,12 +699,12 @@ impl ThreadState {
         let Some(w) = writer.as_mut() else {
             return 0;
         };
-        let (clock, next_snapshot, generation) = (*clock, *next_snapshot, *generation);
+        let (ticks, next_snapshot, generation) = (*ticks, *next_snapshot, *generation);
         const SLICE_END_WORDS: [u64; 3] = prefix_words(&encode::SLICE_END_EVENT_PREFIX);
         let mut i = 0;
         w.write_event_run::<{ encode::EVENT_PREFIX }, 3>(|| {
             let record = records.get(i)?;
-            let ts = clock.ticks_to_ns(record.ticks);
+            let ts = ticks.ns(record.ticks);
             let delta = fast_window_delta(ts, *last_ts, next_snapshot)?;
             let word = record.word.addr();
             let ty = (word & 3) as u8;
@@ -730,7 +738,7 @@ impl ThreadState {
     ///
     /// [`drain_queue`]: Self::drain_queue
     fn replay(&mut self, record: Record) {
-        let ts = self.clock.ticks_to_ns(record.ticks);
+        let ts = self.ticks.ns(record.ticks);
         let ty = (record.word.addr() & 3) as u8;
         if ty == 0 {
             // A whole lock hold, or the end of one that waited (`ext.rs`).
@@ -936,9 +944,8 @@ impl ThreadState {
             self.epoch = epoch;
             return self.start_generation(ts) || self.restart(epoch, ts);
         }
-        // Both timestamp modes need the refreshed snapshots (the trace clock drifts from
-        // BOOTTIME either way); this used to test `next_snapshot`, which is 0 without
-        // incremental timestamps, so that mode never wrote one after its generation started.
+        // Both timestamp modes write the periodic snapshots (they discipline the trace clock,
+        // and incremental timestamps also restart from them).
         // A snapshot that does not fit waits for the next chunk, as above.
         if ts >= self.next_clock_snapshot && writer.try_make_room(SNAPSHOT_ROOM) {
             self.write_packet(|p| write_global_snapshot(p, &Snapshot::take()));

@@ -450,14 +450,14 @@ impl ThreadState {
     /// appended, when the sequence's state allows (as `write_template_slow`); else the general
     /// path, which also makes the template for the next time.
     pub(super) fn replay_lock(&mut self, word: u64, ticks: u64) {
-        let ts = self.clock.ticks_to_ns(ticks);
+        let ts = self.ticks.ns(ticks);
         let Some(op) = LockOp::from_bits((word >> 2) & 7) else {
             return;
         };
         let index = ((word >> 5) as u32) & (MAX_LOCK_INDEX - 1);
         match op {
             LockOp::Complete | LockOp::CompleteShared => {
-                let begin = self.clock.ticks_to_ns(ticks.wrapping_sub(word >> 32));
+                let begin = self.ticks.ns(ticks.wrapping_sub(word >> 32));
                 self.replay_lock_complete(index, op.shared(), begin, ts);
                 return;
             }

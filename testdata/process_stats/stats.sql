@@ -1,0 +1,1 @@
+SELECT name, severity, value FROM stats WHERE name = 'proc_stat_unknown_counters';

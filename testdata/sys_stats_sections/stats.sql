@@ -1,0 +1,1 @@
+SELECT name, severity, value FROM stats WHERE value != 0 ORDER BY name;
