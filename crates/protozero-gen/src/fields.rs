@@ -32,17 +32,6 @@ pub(crate) enum Wire {
     Fixed64,
 }
 
-impl Wire {
-    /// The `gen_support` function telling whether a field occurs with this wire type.
-    pub(crate) fn has(self) -> &'static str {
-        match self {
-            Wire::Varint => "has_varint",
-            Wire::Fixed32 => "has_fixed32",
-            Wire::Fixed64 => "has_fixed64",
-        }
-    }
-}
-
 impl Scalar {
     /// The proto type name.
     pub(crate) fn proto(self) -> &'static str {

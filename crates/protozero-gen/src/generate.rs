@@ -167,6 +167,7 @@ struct Generator<'i, 'a> {
 struct FieldPlan<'f, 'i, 'a> {
     field: &'f FieldDescriptorProto,
     number: i32,
+    /// The field's slot in the view: among the singular fields, or among the repeated ones.
     slot: usize,
     repeated: bool,
     ty: Ty<'i, 'a>,
@@ -293,7 +294,10 @@ impl<'i, 'a> Generator<'i, 'a> {
         let mut bases = Namespace::default();
         let mut plans = Vec::with_capacity(m.field.len());
         let mut numbers = std::collections::HashSet::new();
-        for (slot, field) in m.field.iter().enumerate() {
+        // Singular and repeated fields are numbered apart: the view keeps a value per
+        // singular field and a span per repeated one.
+        let (mut singular, mut repeated) = (0, 0);
+        for (index, field) in m.field.iter().enumerate() {
             let full = fields::field_full_name(&info.full_name, field);
             let ty = fields::field_type(self.index, &info.full_name, field)?;
             let number = field.number();
@@ -312,7 +316,7 @@ impl<'i, 'a> Generator<'i, 'a> {
                 });
             }
             let mut path = info.path.clone();
-            path.extend([2, slot as i32]);
+            path.extend([2, index as i32]);
             let oneof = match field.oneof_index {
                 Some(i) if !field.proto3_optional() => {
                     let name = m.oneof_decl.get(i as usize).map_or("", |o| o.name());
@@ -334,6 +338,13 @@ impl<'i, 'a> Generator<'i, 'a> {
                 ),
                 _ => (fields::default_expr(&full, field, &ty)?, String::new()),
             };
+            let counter = if fields::is_repeated(field) {
+                &mut repeated
+            } else {
+                &mut singular
+            };
+            let slot = *counter;
+            *counter += 1;
             plans.push(FieldPlan {
                 field,
                 number,
@@ -594,29 +605,35 @@ impl<'i, 'a> Generator<'i, 'a> {
     ) {
         let view = &info.view;
         let module = &info.module;
-        let n = plans.len();
+        let singular = plans.iter().filter(|p| !p.repeated).count();
+        let repeated = plans.len() - singular;
+        let slots = format!(
+            "::protozero::gen_support::Slots<'a, {singular}, {}, {repeated}>",
+            singular.div_ceil(64)
+        );
         code.blank();
         Self::docs(
             code,
             comment,
             &format!(
-                "A zero-copy view of an encoded `{}`: its fields are indexed once by \
-                 [`Self::decode`] and read from the borrowed bytes by the getters, which never \
-                 allocate.\n\nA singular field reads its last occurrence (the default when \
-                 absent); repeated scalars accept packed and unpacked elements alike; an \
-                 occurrence whose wire type does not match the declared type is skipped like \
-                 an unknown field.",
+                "A zero-copy view of an encoded `{}`: [`Self::decode`] walks the message once, \
+                 keeping each singular field's value and where each repeated field lies, and \
+                 the getters read from that and the borrowed bytes; they never allocate.\n\n\
+                 A singular field reads its last occurrence (the default when absent); \
+                 repeated scalars accept packed and unpacked elements alike; an occurrence \
+                 whose wire type does not match the declared type is skipped like an unknown \
+                 field.",
                 info.full_name
             ),
         );
         code.line("#[derive(Clone, Debug)]");
         code.open(format!("pub struct {view}<'a> {{"));
-        code.line(format!("d: ::protozero::TypedDecoder<'a, {n}>,"));
+        code.line(format!("d: {slots},"));
         code.close("}");
         code.blank();
         code.open(format!("impl<'a> {view}<'a> {{"));
         code.doc(
-            "Indexes the fields of `bytes`, skipping unknown ones.\n\n# Errors\n\nThe first \
+            "Reads the fields of `bytes`, skipping unknown ones.\n\n# Errors\n\nThe first \
              malformation if `bytes` is not a well-formed protobuf message.",
         );
         // `#[inline]` like every accessor: code for a view is only generated where it is used.
@@ -624,28 +641,34 @@ impl<'i, 'a> Generator<'i, 'a> {
         code.open(
             "pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {",
         );
-        code.line("::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })");
+        const SUPPORT: &str = "::protozero::gen_support";
+        let arms = decode_arms(plans);
+        let d = if arms.is_empty() { "d" } else { "mut d" };
+        code.line(format!("let {d} = {SUPPORT}::Slots::new(bytes);"));
+        code.line("let mut pos = 0;");
+        code.open("while pos < bytes.len() {");
+        code.line("let start = pos;");
+        code.line(format!("let (tag, at) = {SUPPORT}::tag(bytes, start)?;"));
+        if arms.is_empty() {
+            code.line(format!("pos = {SUPPORT}::skip(bytes, start, tag, at)?;"));
+        } else {
+            // One arm per whole tag (id and wire type) that can carry a declared field; any
+            // other tag is checked and skipped.
+            code.open("pos = match tag {");
+            for arm in arms {
+                code.line(arm);
+            }
+            code.line(format!("_ => {SUPPORT}::skip(bytes, start, tag, at)?,"));
+            code.close("};");
+        }
+        code.close("}");
+        code.line("::core::result::Result::Ok(Self { d })");
         code.close("}");
         code.blank();
         code.doc("The encoded message this view reads.");
         code.line("#[inline]");
         code.open("pub fn bytes(&self) -> &'a [u8] {");
         code.line("self.d.bytes()");
-        code.close("}");
-        code.blank();
-        code.line("#[inline]");
-        if plans.is_empty() {
-            code.open("fn slot_of(_id: u32) -> ::core::option::Option<usize> {");
-            code.line("::core::option::Option::None");
-        } else {
-            code.open("fn slot_of(id: u32) -> ::core::option::Option<usize> {");
-            code.open("match id {");
-            for arm in slot_arms(plans) {
-                code.line(arm);
-            }
-            code.line("_ => ::core::option::Option::None,");
-            code.close("}");
-        }
         code.close("}");
         for p in plans {
             self.getters(code, module, p);
@@ -657,36 +680,36 @@ impl<'i, 'a> Generator<'i, 'a> {
         const RESULT: &str = "::core::result::Result";
         const ERR: &str = "::protozero::DecodeError";
         const SUPPORT: &str = "::protozero::gen_support";
-        let slot = p.slot;
+        let (slot, n) = (p.slot, p.number);
         code.blank();
         if p.repeated {
             let (item, body) = match &p.ty {
                 Ty::Scalar(s) => (
                     format!("{RESULT}<{}, {ERR}>", s.rust()),
-                    format!("{SUPPORT}::repeated_{}(&self.d, {slot})", s.proto()),
+                    format!("{SUPPORT}::repeated_{}(&self.d, {slot}, {n})", s.proto()),
                 ),
                 Ty::Enum(t) => {
                     let e = t.path_from(module, &t.name);
                     (
                         format!("{RESULT}<::core::option::Option<{e}>, {ERR}>"),
                         format!(
-                            "{SUPPORT}::repeated_int32(&self.d, {slot}).map(|r| r.map({e}::from_i32))"
+                            "{SUPPORT}::repeated_int32(&self.d, {slot}, {n}).map(|r| r.map({e}::from_i32))"
                         ),
                     )
                 }
                 Ty::String => (
                     format!("{RESULT}<&'a str, {ERR}>"),
-                    format!("{SUPPORT}::repeated_string(&self.d, {slot})"),
+                    format!("{SUPPORT}::repeated_string(&self.d, {slot}, {n})"),
                 ),
                 Ty::Bytes => (
                     "&'a [u8]".to_owned(),
-                    format!("{SUPPORT}::repeated_bytes(&self.d, {slot})"),
+                    format!("{SUPPORT}::repeated_bytes(&self.d, {slot}, {n})"),
                 ),
                 Ty::Message(t) => {
                     let v = t.path_from(module, &t.view);
                     (
                         format!("{RESULT}<{v}<'a>, {ERR}>"),
-                        format!("{SUPPORT}::repeated_bytes(&self.d, {slot}).map({v}::decode)"),
+                        format!("{SUPPORT}::repeated_bytes(&self.d, {slot}, {n}).map({v}::decode)"),
                     )
                 }
             };
@@ -708,17 +731,12 @@ impl<'i, 'a> Generator<'i, 'a> {
                 code.open(format!(
                     "pub fn {raw}(&self) -> impl ::core::iter::Iterator<Item = {RESULT}<i32, {ERR}>> + use<'a> {{"
                 ));
-                code.line(format!("{SUPPORT}::repeated_int32(&self.d, {slot})"));
+                code.line(format!("{SUPPORT}::repeated_int32(&self.d, {slot}, {n})"));
                 code.close("}");
             }
             return;
         }
         let default = &p.default;
-        let has = match &p.ty {
-            Ty::Scalar(s) => s.wire().has(),
-            Ty::Enum(_) => "has_varint",
-            _ => "has_len",
-        };
         match &p.ty {
             Ty::Scalar(s) => {
                 Self::field_docs(code, p, "The last occurrence, or the default, of");
@@ -824,7 +842,7 @@ impl<'i, 'a> Generator<'i, 'a> {
             ));
             getter_attrs(code, has_name);
             code.open(format!("pub fn {has_name}(&self) -> bool {{"));
-            code.line(format!("{SUPPORT}::{has}(&self.d, {slot})"));
+            code.line(format!("{SUPPORT}::has(&self.d, {slot})"));
             code.close("}");
         }
     }
@@ -931,32 +949,36 @@ impl<'i, 'a> Generator<'i, 'a> {
     }
 }
 
-/// The arms of a view's `slot_of`: field numbers that follow each other in declaration order
-/// (the common case) share one range arm, `1..=36 => Some(id as usize - 1)`.
-fn slot_arms(plans: &[FieldPlan<'_, '_, '_>]) -> Vec<String> {
+/// The arms of a view's `decode`: for each field, the whole tags (`id << 3 | wire type`) that
+/// can carry it and the `Slots` method that keeps it. A singular field takes only its own wire
+/// type (another one is skipped like an unknown field, so the slot holds the last occurrence
+/// with the right one); a repeated scalar also takes length-delimited (packed) occurrences.
+fn decode_arms(plans: &[FieldPlan<'_, '_, '_>]) -> Vec<String> {
+    let wire = |ty: &Ty<'_, '_>| match ty {
+        Ty::Scalar(s) => match s.wire() {
+            Wire::Varint => (0, "varint"),
+            Wire::Fixed64 => (1, "fixed64"),
+            Wire::Fixed32 => (5, "fixed32"),
+        },
+        Ty::Enum(_) => (0, "varint"),
+        Ty::String | Ty::Bytes | Ty::Message(_) => (2, "len"),
+    };
+    let tag = |n: i32, w: u64| (n as u64) << 3 | w;
     let mut arms = Vec::new();
-    let mut i = 0;
-    while i < plans.len() {
-        let mut j = i;
-        while j + 1 < plans.len() && plans[j + 1].number == plans[j].number + 1 {
-            j += 1;
-        }
-        let (first, slot) = (plans[i].number, plans[i].slot);
-        if j == i {
-            arms.push(format!("{first} => ::core::option::Option::Some({slot}),"));
-        } else {
-            let last = plans[j].number;
-            let offset = i64::from(first) - slot as i64;
-            let expr = match offset {
-                0 => "id as usize".to_owned(),
-                o if o > 0 => format!("id as usize - {o}"),
-                o => format!("id as usize + {}", -o),
-            };
+    for p in plans {
+        let (w, method) = wire(&p.ty);
+        let (n, slot) = (p.number, p.slot);
+        if p.repeated {
             arms.push(format!(
-                "{first}..={last} => ::core::option::Option::Some({expr}),"
+                "{} => d.rep_{method}({slot}, start, at)?,",
+                tag(n, w)
             ));
+            if w != 2 {
+                arms.push(format!("{} => d.rep_len({slot}, start, at)?,", tag(n, 2)));
+            }
+        } else {
+            arms.push(format!("{} => d.{method}({slot}, at)?,", tag(n, w)));
         }
-        i = j + 1;
     }
     arms
 }

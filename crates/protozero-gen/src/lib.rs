@@ -8,8 +8,10 @@
 //!   Child<'_>`, ...). Setters append to the buffer at once; nothing is stored, nothing is
 //!   checked at run time, and a nested writer borrows its parent, so the compiler enforces
 //!   ProtoZero's stack order.
-//! - a **view** `FooView<'a>` over an encoded message, built on `protozero::TypedDecoder`:
-//!   `decode(&[u8])` indexes the fields once without allocating, then getters read them
+//! - a **view** `FooView<'a>` over an encoded message: `decode(&[u8])` walks it once without
+//!   allocating, dispatching on each whole tag (id and wire type) into slots sized for the
+//!   message (singular values read at once, repeated fields located and iterated on demand),
+//!   then getters read them
 //!   (`bar() -> i32` with the proto default when absent, `name() -> Result<&str, _>`,
 //!   `child() -> Result<ChildView, _>`, iterators for repeated fields, packed or not).
 //!

@@ -13,187 +13,142 @@
 //! occurrences. Repeated iterators skip mismatched occurrences.
 #![doc(hidden)]
 
-use crate::decoder::{DecodeError, Field, TypedDecoder};
-use crate::wire::{self, WireType};
+use crate::decoder::DecodeError;
+use crate::wire;
 use crate::Message;
 
 // === views ===
 
-/// [`TypedDecoder::new`], or the error that stopped it: what a generated `decode` returns.
-#[inline]
-pub fn decode<'a, const N: usize>(
-    bytes: &'a [u8],
-    slot_of: impl Fn(u32) -> Option<usize>,
-) -> Result<TypedDecoder<'a, N>, DecodeError> {
-    let d = TypedDecoder::new(bytes, slot_of);
-    match d.error() {
-        Some(e) => Err(e),
-        None => Ok(d),
-    }
-}
+pub use crate::decoder::slots::{skip, tag, Occurrences, Payloads, Slots};
 
+/// Whether the singular field in `slot` occurs (with a wire type that can carry its type).
 #[inline(always)]
-fn last_of<'a, const N: usize>(
-    d: &TypedDecoder<'a, N>,
+pub fn has<const S: usize, const W: usize, const R: usize>(
+    d: &Slots<'_, S, W, R>,
     slot: usize,
-    wire_type: WireType,
-) -> Option<Field<'a>> {
-    match d.get(slot) {
-        Some(f) if f.wire_type() == wire_type => Some(f),
-        None => None,
-        Some(_) => last_of_slow(d, slot, wire_type),
-    }
-}
-
-#[cold]
-#[inline(never)]
-fn last_of_slow<'a, const N: usize>(
-    d: &TypedDecoder<'a, N>,
-    slot: usize,
-    wire_type: WireType,
-) -> Option<Field<'a>> {
-    d.repeated(slot)
-        .filter(|f| f.wire_type() == wire_type)
-        .last()
-}
-
-macro_rules! has {
-    ($($(#[$doc:meta])* $name:ident: $wire:ident;)*) => {$(
-        $(#[$doc])*
-        #[inline]
-        pub fn $name<const N: usize>(d: &TypedDecoder<'_, N>, slot: usize) -> bool {
-            last_of(d, slot, WireType::$wire).is_some()
-        }
-    )*};
-}
-
-has! {
-    /// Whether the field in `slot` occurs as a varint.
-    has_varint: Varint;
-    /// Whether the field in `slot` occurs as a fixed32.
-    has_fixed32: Fixed32;
-    /// Whether the field in `slot` occurs as a fixed64.
-    has_fixed64: Fixed64;
-    /// Whether the field in `slot` occurs length-delimited.
-    has_len: LengthDelimited;
+) -> bool {
+    d.has(slot)
 }
 
 macro_rules! singular {
-    ($($name:ident: $wire:ident, $ty:ty, $as:ident;)*) => {$(
+    ($($name:ident, $ty:ty, |$v:ident| $convert:expr;)*) => {$(
         #[doc = concat!(
             "The last `", stringify!($name), "` in `slot`, or `default` when there is none."
         )]
-        #[inline]
-        pub fn $name<const N: usize>(d: &TypedDecoder<'_, N>, slot: usize, default: $ty) -> $ty {
-            match last_of(d, slot, WireType::$wire) {
-                Some(f) => f.$as(),
+        #[inline(always)]
+        pub fn $name<const S: usize, const W: usize, const R: usize>(
+            d: &Slots<'_, S, W, R>,
+            slot: usize,
+            default: $ty,
+        ) -> $ty {
+            match d.value(slot) {
+                Some($v) => $convert,
                 None => default,
             }
         }
     )*};
 }
 
+// The conversions of `Field::as_*`, on the raw value a slot holds.
 singular! {
-    int32: Varint, i32, as_i32;
-    int64: Varint, i64, as_i64;
-    uint32: Varint, u32, as_u32;
-    uint64: Varint, u64, as_u64;
-    sint32: Varint, i32, as_sint32;
-    sint64: Varint, i64, as_sint64;
-    bool: Varint, bool, as_bool;
-    fixed32: Fixed32, u32, as_fixed32;
-    sfixed32: Fixed32, i32, as_sfixed32;
-    float: Fixed32, f32, as_f32;
-    fixed64: Fixed64, u64, as_fixed64;
-    sfixed64: Fixed64, i64, as_sfixed64;
-    double: Fixed64, f64, as_f64;
+    int32, i32, |v| v as i32;
+    int64, i64, |v| v as i64;
+    uint32, u32, |v| v as u32;
+    uint64, u64, |v| v;
+    sint32, i32, |v| wire::zigzag_decode32(v as u32);
+    sint64, i64, |v| wire::zigzag_decode64(v);
+    bool, bool, |v| v != 0;
+    fixed32, u32, |v| v as u32;
+    sfixed32, i32, |v| v as u32 as i32;
+    float, f32, |v| f32::from_bits(v as u32);
+    fixed64, u64, |v| v;
+    sfixed64, i64, |v| v as i64;
+    double, f64, |v| f64::from_bits(v);
+}
+
+/// A string field's bytes as `&str`, with the error `Field::as_str` gives.
+#[inline(always)]
+fn utf8(b: &[u8]) -> Result<&str, DecodeError> {
+    std::str::from_utf8(b).map_err(|e| DecodeError::InvalidUtf8 {
+        offset: e.valid_up_to(),
+    })
 }
 
 /// The last string in `slot`, or `default` when there is none.
-#[inline]
-pub fn string<'a, const N: usize>(
-    d: &TypedDecoder<'a, N>,
+#[inline(always)]
+pub fn string<'a, const S: usize, const W: usize, const R: usize>(
+    d: &Slots<'a, S, W, R>,
     slot: usize,
     default: &'static str,
 ) -> Result<&'a str, DecodeError> {
-    match last_of(d, slot, WireType::LengthDelimited) {
-        Some(f) => f.as_str(),
+    match d.payload(slot) {
+        Some(b) => utf8(b),
         None => Ok(default),
     }
 }
 
 /// The payload of the last length-delimited occurrence in `slot` (bytes, a string unchecked, a
 /// nested message), or `default` when there is none.
-#[inline]
-pub fn bytes<'a, const N: usize>(
-    d: &TypedDecoder<'a, N>,
+#[inline(always)]
+pub fn bytes<'a, const S: usize, const W: usize, const R: usize>(
+    d: &Slots<'a, S, W, R>,
     slot: usize,
     default: &'static [u8],
 ) -> &'a [u8] {
-    match last_of(d, slot, WireType::LengthDelimited) {
-        Some(f) => f.as_bytes(),
-        None => default,
-    }
+    d.payload(slot).unwrap_or(default)
 }
 
 macro_rules! repeated {
     ($($name:ident: $elements:ident, $ty:ty, |$v:ident| $convert:expr;)*) => {$(
         #[doc = concat!(
             "The elements of the repeated `", stringify!($name),
-            "` field in `slot`, packed and unpacked alike."
+            "` field `id` in repeated slot `rep`, packed and unpacked alike."
         )]
-        #[inline]
-        pub fn $name<'a, const N: usize>(
-            d: &TypedDecoder<'a, N>,
-            slot: usize,
+        #[inline(always)]
+        pub fn $name<'a, const S: usize, const W: usize, const R: usize>(
+            d: &Slots<'a, S, W, R>,
+            rep: usize,
+            id: u32,
         ) -> impl Iterator<Item = Result<$ty, DecodeError>> + 'a {
-            d.$elements(slot).map(|r| r.map(|$v| $convert))
+            d.occurrences(rep, id).$elements().map(|r| r.map(|$v| $convert))
         }
     )*};
 }
 
 repeated! {
-    repeated_int32: repeated_varints, i32, |v| v as i32;
-    repeated_int64: repeated_varints, i64, |v| v as i64;
-    repeated_uint32: repeated_varints, u32, |v| v as u32;
-    repeated_uint64: repeated_varints, u64, |v| v;
-    repeated_sint32: repeated_varints, i32, |v| wire::zigzag_decode32(v as u32);
-    repeated_sint64: repeated_varints, i64, |v| wire::zigzag_decode64(v);
-    repeated_bool: repeated_varints, bool, |v| v != 0;
-    repeated_fixed32: repeated_fixed32, u32, |v| v;
-    repeated_sfixed32: repeated_fixed32, i32, |v| v as i32;
-    repeated_float: repeated_fixed32, f32, |v| f32::from_bits(v);
-    repeated_fixed64: repeated_fixed64, u64, |v| v;
-    repeated_sfixed64: repeated_fixed64, i64, |v| v as i64;
-    repeated_double: repeated_fixed64, f64, |v| f64::from_bits(v);
+    repeated_int32: varints, i32, |v| v as i32;
+    repeated_int64: varints, i64, |v| v as i64;
+    repeated_uint32: varints, u32, |v| v as u32;
+    repeated_uint64: varints, u64, |v| v;
+    repeated_sint32: varints, i32, |v| wire::zigzag_decode32(v as u32);
+    repeated_sint64: varints, i64, |v| wire::zigzag_decode64(v);
+    repeated_bool: varints, bool, |v| v != 0;
+    repeated_fixed32: fixed32s, u32, |v| v;
+    repeated_sfixed32: fixed32s, i32, |v| v as i32;
+    repeated_float: fixed32s, f32, |v| f32::from_bits(v);
+    repeated_fixed64: fixed64s, u64, |v| v;
+    repeated_sfixed64: fixed64s, i64, |v| v as i64;
+    repeated_double: fixed64s, f64, |v| f64::from_bits(v);
 }
 
-/// Every length-delimited occurrence of the field in `slot`, in wire order.
-#[inline]
-fn len_fields<'a, const N: usize>(
-    d: &TypedDecoder<'a, N>,
-    slot: usize,
-) -> impl Iterator<Item = Field<'a>> + 'a {
-    d.repeated(slot)
-        .filter(|f| f.wire_type() == WireType::LengthDelimited)
-}
-
-/// The elements of a repeated `string` field.
-#[inline]
-pub fn repeated_string<'a, const N: usize>(
-    d: &TypedDecoder<'a, N>,
-    slot: usize,
+/// The elements of a repeated `string` field `id` in repeated slot `rep`.
+#[inline(always)]
+pub fn repeated_string<'a, const S: usize, const W: usize, const R: usize>(
+    d: &Slots<'a, S, W, R>,
+    rep: usize,
+    id: u32,
 ) -> impl Iterator<Item = Result<&'a str, DecodeError>> + 'a {
-    len_fields(d, slot).map(|f| f.as_str())
+    d.occurrences(rep, id).payloads().map(utf8)
 }
 
-/// The payloads of a repeated `bytes` or message field.
-#[inline]
-pub fn repeated_bytes<'a, const N: usize>(
-    d: &TypedDecoder<'a, N>,
-    slot: usize,
-) -> impl Iterator<Item = &'a [u8]> + 'a {
-    len_fields(d, slot).map(|f| f.as_bytes())
+/// The payloads of a repeated `bytes` or message field `id` in repeated slot `rep`.
+#[inline(always)]
+pub fn repeated_bytes<'a, const S: usize, const W: usize, const R: usize>(
+    d: &Slots<'a, S, W, R>,
+    rep: usize,
+    id: u32,
+) -> Payloads<'a> {
+    d.occurrences(rep, id).payloads()
 }
 
 // === writers ===
@@ -306,31 +261,68 @@ mod tests {
         assert_eq!(a.serialize().unwrap(), b.serialize().unwrap());
     }
 
+    /// What the generator writes for `{ optional uint64 a = 1; optional string b = 2;
+    /// repeated int32 c = 3; optional fixed32 d = 4; }`.
+    fn decode(bytes: &[u8]) -> Result<Slots<'_, 3, 1, 1>, DecodeError> {
+        let mut d = Slots::new(bytes);
+        let mut pos = 0;
+        while pos < bytes.len() {
+            let start = pos;
+            let (t, at) = tag(bytes, start)?;
+            pos = match t {
+                0x08 => d.varint(0, at)?,
+                0x12 => d.len(1, at)?,
+                0x18 => d.rep_varint(0, start, at)?,
+                0x1a => d.rep_len(0, start, at)?,
+                0x25 => d.fixed32(2, at)?,
+                _ => skip(bytes, start, t, at)?,
+            };
+        }
+        Ok(d)
+    }
+
     #[test]
     fn a_mismatched_wire_type_is_skipped() {
-        // { 1: 5 (varint), 1: 0x01020304 (fixed32), 2: "x", 2: 9 (varint) }
-        let buf = [0x08, 0x05, 0x0d, 4, 3, 2, 1, 0x12, 0x01, b'x', 0x10, 0x09];
-        let d = TypedDecoder::<2>::new(&buf, |id| id.checked_sub(1).map(|s| s as usize));
+        // { 1: 5 (varint), 1: 0x01020304 (fixed32), 2: "x", 2: 9 (varint), 3: "x" (a packed
+        // element, 0x78), 4: 7 (varint), 3: 9, 3: 1 (fixed64, skipped) }
+        let buf = [
+            0x08, 0x05, 0x0d, 4, 3, 2, 1, 0x12, 0x01, b'x', 0x10, 0x09, 0x1a, 0x01, b'x', 0x20,
+            0x07, 0x18, 0x09, 0x19, 1, 0, 0, 0, 0, 0, 0, 0,
+        ];
+        let d = decode(&buf).unwrap();
         assert_eq!(uint64(&d, 0, 7), 5);
-        assert_eq!(fixed32(&d, 0, 7), 0x01020304);
-        assert_eq!(fixed64(&d, 0, 7), 7);
-        assert!(has_varint(&d, 0) && has_fixed32(&d, 0) && !has_fixed64(&d, 0));
+        assert!(has(&d, 0) && has(&d, 1) && !has(&d, 2));
+        assert_eq!(fixed32(&d, 2, 7), 7);
         assert_eq!(bytes(&d, 1, b"d"), b"x");
         assert_eq!(string(&d, 1, "d"), Ok("x"));
-        assert_eq!(repeated_bytes(&d, 1).count(), 1);
-        // As a repeated varint field, the length-delimited "x" is a packed element (0x78).
-        assert_eq!(repeated_int32(&d, 1).collect::<Vec<_>>(), [Ok(0x78), Ok(9)]);
-        assert_eq!(bytes(&d, 0, b"d"), b"d");
+        assert_eq!(
+            repeated_int32(&d, 0, 3).collect::<Vec<_>>(),
+            [Ok(0x78), Ok(9)]
+        );
+        assert_eq!(repeated_bytes(&d, 0, 3).collect::<Vec<_>>(), [b"x"]);
+        // Slots out of range read as absent.
         assert_eq!(string(&d, 7, "d"), Ok("d"));
+        assert_eq!(repeated_int32(&d, 5, 3).count(), 0);
     }
 
     #[test]
     fn decode_reports_the_error() {
-        let slot_of = |_| Some(0);
-        assert!(decode::<1>(&[0x08, 0x05], slot_of).is_ok());
+        assert!(decode(&[0x08, 0x05]).is_ok());
         assert_eq!(
-            decode::<1>(&[0x08], slot_of).unwrap_err(),
+            decode(&[0x08]).unwrap_err(),
             DecodeError::TruncatedVarint { offset: 1 }
+        );
+        assert_eq!(
+            decode(&[0x25, 1, 2]).unwrap_err(),
+            DecodeError::TruncatedFixed32 { offset: 1 }
+        );
+        assert_eq!(
+            decode(&[0x1a, 0x05, 1]).unwrap_err(),
+            DecodeError::PayloadPastEnd { offset: 2, len: 5 }
+        );
+        assert_eq!(
+            decode(&[0x00]).unwrap_err(),
+            DecodeError::ZeroFieldId { offset: 0 }
         );
     }
 }

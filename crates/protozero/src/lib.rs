@@ -20,7 +20,8 @@
 //! - **No allocation on the write path.** [`StaticBuffered`] writes into a caller's slice and
 //!   reports a too-small buffer as an [`Error`]; [`HeapBuffered`] grows on the heap.
 //! - **A separate decoder.** [`ProtoDecoder`] iterates fields of untrusted bytes without
-//!   allocating or panicking; [`TypedDecoder`] indexes a message's fields for generated views.
+//!   allocating or panicking; [`TypedDecoder`] indexes a message's fields by slot; generated
+//!   views keep theirs in `gen_support::Slots`, filled by one pass dispatching on whole tags.
 //!
 //! ```
 //! use protozero::{HeapBuffered, ProtoDecoder};

@@ -52,40 +52,44 @@ impl<'w> Point<'w> {
 /// A point. Comments with \[brackets\], \<tags\> and <https://example.com/urls> are
 /// sanitized for rustdoc.
 ///
-/// A zero-copy view of an encoded `pz.common.Point`: its fields are indexed once by
-/// [`Self::decode`] and read from the borrowed bytes by the getters, which never allocate.
+/// A zero-copy view of an encoded `pz.common.Point`: [`Self::decode`] walks the message once,
+/// keeping each singular field's value and where each repeated field lies, and the getters read
+/// from that and the borrowed bytes; they never allocate.
 ///
 /// A singular field reads its last occurrence (the default when absent); repeated scalars accept
 /// packed and unpacked elements alike; an occurrence whose wire type does not match the declared
 /// type is skipped like an unknown field.
 #[derive(Clone, Debug)]
 pub struct PointView<'a> {
-    d: ::protozero::TypedDecoder<'a, 2>,
+    d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
 }
 
 impl<'a> PointView<'a> {
-    /// Indexes the fields of `bytes`, skipping unknown ones.
+    /// Reads the fields of `bytes`, skipping unknown ones.
     ///
     /// # Errors
     ///
     /// The first malformation if `bytes` is not a well-formed protobuf message.
     #[inline]
     pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-        ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+        let mut d = ::protozero::gen_support::Slots::new(bytes);
+        let mut pos = 0;
+        while pos < bytes.len() {
+            let start = pos;
+            let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+            pos = match tag {
+                8 => d.varint(0, at)?,
+                16 => d.varint(1, at)?,
+                _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+            };
+        }
+        ::core::result::Result::Ok(Self { d })
     }
 
     /// The encoded message this view reads.
     #[inline]
     pub fn bytes(&self) -> &'a [u8] {
         self.d.bytes()
-    }
-
-    #[inline]
-    fn slot_of(id: u32) -> ::core::option::Option<usize> {
-        match id {
-            1..=2 => ::core::option::Option::Some(id as usize - 1),
-            _ => ::core::option::Option::None,
-        }
     }
 
     /// The x coordinate.
@@ -99,7 +103,7 @@ impl<'a> PointView<'a> {
     /// Whether `x` (field 1) occurs with the right wire type.
     #[inline]
     pub fn has_x(&self) -> bool {
-        ::protozero::gen_support::has_varint(&self.d, 0)
+        ::protozero::gen_support::has(&self.d, 0)
     }
 
     /// The y coordinate (a trailing comment).
@@ -113,7 +117,7 @@ impl<'a> PointView<'a> {
     /// Whether `y` (field 2) occurs with the right wire type.
     #[inline]
     pub fn has_y(&self) -> bool {
-        ::protozero::gen_support::has_varint(&self.d, 1)
+        ::protozero::gen_support::has(&self.d, 1)
     }
 }
 

@@ -841,46 +841,130 @@ impl<'w> Everything<'w> {
 /// which must not become a doctest.
 /// ```
 ///
-/// A zero-copy view of an encoded `pz.test.Everything`: its fields are indexed once by
-/// [`Self::decode`] and read from the borrowed bytes by the getters, which never allocate.
+/// A zero-copy view of an encoded `pz.test.Everything`: [`Self::decode`] walks the message once,
+/// keeping each singular field's value and where each repeated field lies, and the getters read
+/// from that and the borrowed bytes; they never allocate.
 ///
 /// A singular field reads its last occurrence (the default when absent); repeated scalars accept
 /// packed and unpacked elements alike; an occurrence whose wire type does not match the declared
 /// type is skipped like an unknown field.
 #[derive(Clone, Debug)]
 pub struct EverythingView<'a> {
-    d: ::protozero::TypedDecoder<'a, 60>,
+    d: ::protozero::gen_support::Slots<'a, 26, 1, 34>,
 }
 
 impl<'a> EverythingView<'a> {
-    /// Indexes the fields of `bytes`, skipping unknown ones.
+    /// Reads the fields of `bytes`, skipping unknown ones.
     ///
     /// # Errors
     ///
     /// The first malformation if `bytes` is not a well-formed protobuf message.
     #[inline]
     pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-        ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+        let mut d = ::protozero::gen_support::Slots::new(bytes);
+        let mut pos = 0;
+        while pos < bytes.len() {
+            let start = pos;
+            let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+            pos = match tag {
+                8 => d.varint(0, at)?,
+                16 => d.varint(1, at)?,
+                24 => d.varint(2, at)?,
+                32 => d.varint(3, at)?,
+                40 => d.varint(4, at)?,
+                48 => d.varint(5, at)?,
+                61 => d.fixed32(6, at)?,
+                65 => d.fixed64(7, at)?,
+                77 => d.fixed32(8, at)?,
+                81 => d.fixed64(9, at)?,
+                93 => d.fixed32(10, at)?,
+                97 => d.fixed64(11, at)?,
+                104 => d.varint(12, at)?,
+                114 => d.len(13, at)?,
+                122 => d.len(14, at)?,
+                128 => d.varint(15, at)?,
+                138 => d.len(16, at)?,
+                146 => d.len(17, at)?,
+                152 => d.varint(18, at)?,
+                161 => d.fixed64(19, at)?,
+                168 => d.rep_varint(0, start, at)?,
+                170 => d.rep_len(0, start, at)?,
+                176 => d.rep_varint(1, start, at)?,
+                178 => d.rep_len(1, start, at)?,
+                184 => d.rep_varint(2, start, at)?,
+                186 => d.rep_len(2, start, at)?,
+                192 => d.rep_varint(3, start, at)?,
+                194 => d.rep_len(3, start, at)?,
+                200 => d.rep_varint(4, start, at)?,
+                202 => d.rep_len(4, start, at)?,
+                208 => d.rep_varint(5, start, at)?,
+                210 => d.rep_len(5, start, at)?,
+                221 => d.rep_fixed32(6, start, at)?,
+                218 => d.rep_len(6, start, at)?,
+                225 => d.rep_fixed64(7, start, at)?,
+                226 => d.rep_len(7, start, at)?,
+                237 => d.rep_fixed32(8, start, at)?,
+                234 => d.rep_len(8, start, at)?,
+                241 => d.rep_fixed64(9, start, at)?,
+                242 => d.rep_len(9, start, at)?,
+                253 => d.rep_fixed32(10, start, at)?,
+                250 => d.rep_len(10, start, at)?,
+                257 => d.rep_fixed64(11, start, at)?,
+                258 => d.rep_len(11, start, at)?,
+                264 => d.rep_varint(12, start, at)?,
+                266 => d.rep_len(12, start, at)?,
+                274 => d.rep_len(13, start, at)?,
+                282 => d.rep_len(14, start, at)?,
+                288 => d.rep_varint(15, start, at)?,
+                290 => d.rep_len(15, start, at)?,
+                328 => d.rep_varint(16, start, at)?,
+                330 => d.rep_len(16, start, at)?,
+                336 => d.rep_varint(17, start, at)?,
+                338 => d.rep_len(17, start, at)?,
+                344 => d.rep_varint(18, start, at)?,
+                346 => d.rep_len(18, start, at)?,
+                352 => d.rep_varint(19, start, at)?,
+                354 => d.rep_len(19, start, at)?,
+                360 => d.rep_varint(20, start, at)?,
+                362 => d.rep_len(20, start, at)?,
+                368 => d.rep_varint(21, start, at)?,
+                370 => d.rep_len(21, start, at)?,
+                381 => d.rep_fixed32(22, start, at)?,
+                378 => d.rep_len(22, start, at)?,
+                385 => d.rep_fixed64(23, start, at)?,
+                386 => d.rep_len(23, start, at)?,
+                397 => d.rep_fixed32(24, start, at)?,
+                394 => d.rep_len(24, start, at)?,
+                401 => d.rep_fixed64(25, start, at)?,
+                402 => d.rep_len(25, start, at)?,
+                413 => d.rep_fixed32(26, start, at)?,
+                410 => d.rep_len(26, start, at)?,
+                417 => d.rep_fixed64(27, start, at)?,
+                418 => d.rep_len(27, start, at)?,
+                424 => d.rep_varint(28, start, at)?,
+                426 => d.rep_len(28, start, at)?,
+                432 => d.rep_varint(29, start, at)?,
+                434 => d.rep_len(29, start, at)?,
+                482 => d.rep_len(30, start, at)?,
+                490 => d.rep_len(31, start, at)?,
+                560 => d.varint(20, at)?,
+                570 => d.len(21, at)?,
+                578 => d.len(22, at)?,
+                584 => d.varint(23, at)?,
+                642 => d.rep_len(32, start, at)?,
+                650 => d.rep_len(33, start, at)?,
+                722 => d.len(24, at)?,
+                134217720 => d.varint(25, at)?,
+                _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+            };
+        }
+        ::core::result::Result::Ok(Self { d })
     }
 
     /// The encoded message this view reads.
     #[inline]
     pub fn bytes(&self) -> &'a [u8] {
         self.d.bytes()
-    }
-
-    #[inline]
-    fn slot_of(id: u32) -> ::core::option::Option<usize> {
-        match id {
-            1..=36 => ::core::option::Option::Some(id as usize - 1),
-            41..=54 => ::core::option::Option::Some(id as usize - 5),
-            60..=61 => ::core::option::Option::Some(id as usize - 10),
-            70..=73 => ::core::option::Option::Some(id as usize - 18),
-            80..=81 => ::core::option::Option::Some(id as usize - 24),
-            90 => ::core::option::Option::Some(58),
-            16777215 => ::core::option::Option::Some(59),
-            _ => ::core::option::Option::None,
-        }
     }
 
     /// Singular scalars, most with proto2 defaults.
@@ -894,7 +978,7 @@ impl<'a> EverythingView<'a> {
     /// Whether `f_int32` (field 1) occurs with the right wire type.
     #[inline]
     pub fn has_f_int32(&self) -> bool {
-        ::protozero::gen_support::has_varint(&self.d, 0)
+        ::protozero::gen_support::has(&self.d, 0)
     }
 
     /// The last occurrence, or the default, of `optional int64 f_int64 = 2 [default =
@@ -907,7 +991,7 @@ impl<'a> EverythingView<'a> {
     /// Whether `f_int64` (field 2) occurs with the right wire type.
     #[inline]
     pub fn has_f_int64(&self) -> bool {
-        ::protozero::gen_support::has_varint(&self.d, 1)
+        ::protozero::gen_support::has(&self.d, 1)
     }
 
     /// The last occurrence, or the default, of `optional uint32 f_uint32 = 3 [default =
@@ -920,7 +1004,7 @@ impl<'a> EverythingView<'a> {
     /// Whether `f_uint32` (field 3) occurs with the right wire type.
     #[inline]
     pub fn has_f_uint32(&self) -> bool {
-        ::protozero::gen_support::has_varint(&self.d, 2)
+        ::protozero::gen_support::has(&self.d, 2)
     }
 
     /// The last occurrence, or the default, of `optional uint64 f_uint64 = 4 [default =
@@ -933,7 +1017,7 @@ impl<'a> EverythingView<'a> {
     /// Whether `f_uint64` (field 4) occurs with the right wire type.
     #[inline]
     pub fn has_f_uint64(&self) -> bool {
-        ::protozero::gen_support::has_varint(&self.d, 3)
+        ::protozero::gen_support::has(&self.d, 3)
     }
 
     /// The last occurrence, or the default, of `optional sint32 f_sint32 = 5 [default = -7]`.
@@ -945,7 +1029,7 @@ impl<'a> EverythingView<'a> {
     /// Whether `f_sint32` (field 5) occurs with the right wire type.
     #[inline]
     pub fn has_f_sint32(&self) -> bool {
-        ::protozero::gen_support::has_varint(&self.d, 4)
+        ::protozero::gen_support::has(&self.d, 4)
     }
 
     /// The last occurrence, or the default, of `optional sint64 f_sint64 = 6`.
@@ -957,7 +1041,7 @@ impl<'a> EverythingView<'a> {
     /// Whether `f_sint64` (field 6) occurs with the right wire type.
     #[inline]
     pub fn has_f_sint64(&self) -> bool {
-        ::protozero::gen_support::has_varint(&self.d, 5)
+        ::protozero::gen_support::has(&self.d, 5)
     }
 
     /// The last occurrence, or the default, of `optional fixed32 f_fixed32 = 7 [default = 7]`.
@@ -969,7 +1053,7 @@ impl<'a> EverythingView<'a> {
     /// Whether `f_fixed32` (field 7) occurs with the right wire type.
     #[inline]
     pub fn has_f_fixed32(&self) -> bool {
-        ::protozero::gen_support::has_fixed32(&self.d, 6)
+        ::protozero::gen_support::has(&self.d, 6)
     }
 
     /// The last occurrence, or the default, of `optional fixed64 f_fixed64 = 8`.
@@ -981,7 +1065,7 @@ impl<'a> EverythingView<'a> {
     /// Whether `f_fixed64` (field 8) occurs with the right wire type.
     #[inline]
     pub fn has_f_fixed64(&self) -> bool {
-        ::protozero::gen_support::has_fixed64(&self.d, 7)
+        ::protozero::gen_support::has(&self.d, 7)
     }
 
     /// The last occurrence, or the default, of `optional sfixed32 f_sfixed32 = 9 [default =
@@ -994,7 +1078,7 @@ impl<'a> EverythingView<'a> {
     /// Whether `f_sfixed32` (field 9) occurs with the right wire type.
     #[inline]
     pub fn has_f_sfixed32(&self) -> bool {
-        ::protozero::gen_support::has_fixed32(&self.d, 8)
+        ::protozero::gen_support::has(&self.d, 8)
     }
 
     /// The last occurrence, or the default, of `optional sfixed64 f_sfixed64 = 10 [default = -5]`.
@@ -1006,7 +1090,7 @@ impl<'a> EverythingView<'a> {
     /// Whether `f_sfixed64` (field 10) occurs with the right wire type.
     #[inline]
     pub fn has_f_sfixed64(&self) -> bool {
-        ::protozero::gen_support::has_fixed64(&self.d, 9)
+        ::protozero::gen_support::has(&self.d, 9)
     }
 
     /// The last occurrence, or the default, of `optional float f_float = 11 [default = 1.5]`.
@@ -1019,7 +1103,7 @@ impl<'a> EverythingView<'a> {
     /// Whether `f_float` (field 11) occurs with the right wire type.
     #[inline]
     pub fn has_f_float(&self) -> bool {
-        ::protozero::gen_support::has_fixed32(&self.d, 10)
+        ::protozero::gen_support::has(&self.d, 10)
     }
 
     /// The last occurrence, or the default, of `optional double f_double = 12 [default = -inf]`.
@@ -1031,7 +1115,7 @@ impl<'a> EverythingView<'a> {
     /// Whether `f_double` (field 12) occurs with the right wire type.
     #[inline]
     pub fn has_f_double(&self) -> bool {
-        ::protozero::gen_support::has_fixed64(&self.d, 11)
+        ::protozero::gen_support::has(&self.d, 11)
     }
 
     /// The last occurrence, or the default, of `optional bool f_bool = 13 [default = true]`.
@@ -1043,7 +1127,7 @@ impl<'a> EverythingView<'a> {
     /// Whether `f_bool` (field 13) occurs with the right wire type.
     #[inline]
     pub fn has_f_bool(&self) -> bool {
-        ::protozero::gen_support::has_varint(&self.d, 12)
+        ::protozero::gen_support::has(&self.d, 12)
     }
 
     /// The last occurrence, or the default, of `optional string f_string = 14 [default =
@@ -1066,7 +1150,7 @@ impl<'a> EverythingView<'a> {
     /// Whether `f_string` (field 14) occurs with the right wire type.
     #[inline]
     pub fn has_f_string(&self) -> bool {
-        ::protozero::gen_support::has_len(&self.d, 13)
+        ::protozero::gen_support::has(&self.d, 13)
     }
 
     /// The last occurrence, or the default, of `optional bytes f_bytes = 15 [default =
@@ -1079,7 +1163,7 @@ impl<'a> EverythingView<'a> {
     /// Whether `f_bytes` (field 15) occurs with the right wire type.
     #[inline]
     pub fn has_f_bytes(&self) -> bool {
-        ::protozero::gen_support::has_len(&self.d, 14)
+        ::protozero::gen_support::has(&self.d, 14)
     }
 
     /// The last occurrence, or the default, of `optional pz.test.Everything.Kind f_enum = 16
@@ -1100,7 +1184,7 @@ impl<'a> EverythingView<'a> {
     /// Whether `f_enum` (field 16) occurs with the right wire type.
     #[inline]
     pub fn has_f_enum(&self) -> bool {
-        ::protozero::gen_support::has_varint(&self.d, 15)
+        ::protozero::gen_support::has(&self.d, 15)
     }
 
     /// The last occurrence (an empty message when absent) of `optional pz.test.Everything child =
@@ -1117,7 +1201,7 @@ impl<'a> EverythingView<'a> {
     /// Whether `child` (field 17) occurs with the right wire type.
     #[inline]
     pub fn has_child(&self) -> bool {
-        ::protozero::gen_support::has_len(&self.d, 16)
+        ::protozero::gen_support::has(&self.d, 16)
     }
 
     /// The last occurrence (an empty message when absent) of `optional pz.common.Point point = 18`.
@@ -1133,7 +1217,7 @@ impl<'a> EverythingView<'a> {
     /// Whether `point` (field 18) occurs with the right wire type.
     #[inline]
     pub fn has_point(&self) -> bool {
-        ::protozero::gen_support::has_len(&self.d, 17)
+        ::protozero::gen_support::has(&self.d, 17)
     }
 
     /// The last occurrence, or the default, of `optional pz.common.Color color = 19`.
@@ -1153,7 +1237,7 @@ impl<'a> EverythingView<'a> {
     /// Whether `color` (field 19) occurs with the right wire type.
     #[inline]
     pub fn has_color(&self) -> bool {
-        ::protozero::gen_support::has_varint(&self.d, 18)
+        ::protozero::gen_support::has(&self.d, 18)
     }
 
     /// The last occurrence, or the default, of `optional double f_pi = 20 [default = 3.14159]`.
@@ -1166,7 +1250,7 @@ impl<'a> EverythingView<'a> {
     /// Whether `f_pi` (field 20) occurs with the right wire type.
     #[inline]
     pub fn has_f_pi(&self) -> bool {
-        ::protozero::gen_support::has_fixed64(&self.d, 19)
+        ::protozero::gen_support::has(&self.d, 19)
     }
 
     /// Repeated, unpacked.
@@ -1174,103 +1258,103 @@ impl<'a> EverythingView<'a> {
     /// The elements of `repeated int32 r_int32 = 21`.
     #[inline]
     pub fn r_int32(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_int32(&self.d, 20)
+        ::protozero::gen_support::repeated_int32(&self.d, 0, 21)
     }
 
     /// The elements of `repeated int64 r_int64 = 22`.
     #[inline]
     pub fn r_int64(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i64, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_int64(&self.d, 21)
+        ::protozero::gen_support::repeated_int64(&self.d, 1, 22)
     }
 
     /// The elements of `repeated uint32 r_uint32 = 23`.
     #[inline]
     pub fn r_uint32(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u32, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_uint32(&self.d, 22)
+        ::protozero::gen_support::repeated_uint32(&self.d, 2, 23)
     }
 
     /// The elements of `repeated uint64 r_uint64 = 24`.
     #[inline]
     pub fn r_uint64(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_uint64(&self.d, 23)
+        ::protozero::gen_support::repeated_uint64(&self.d, 3, 24)
     }
 
     /// The elements of `repeated sint32 r_sint32 = 25`.
     #[inline]
     pub fn r_sint32(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_sint32(&self.d, 24)
+        ::protozero::gen_support::repeated_sint32(&self.d, 4, 25)
     }
 
     /// The elements of `repeated sint64 r_sint64 = 26`.
     #[inline]
     pub fn r_sint64(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i64, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_sint64(&self.d, 25)
+        ::protozero::gen_support::repeated_sint64(&self.d, 5, 26)
     }
 
     /// The elements of `repeated fixed32 r_fixed32 = 27`.
     #[inline]
     pub fn r_fixed32(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u32, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_fixed32(&self.d, 26)
+        ::protozero::gen_support::repeated_fixed32(&self.d, 6, 27)
     }
 
     /// The elements of `repeated fixed64 r_fixed64 = 28`.
     #[inline]
     pub fn r_fixed64(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_fixed64(&self.d, 27)
+        ::protozero::gen_support::repeated_fixed64(&self.d, 7, 28)
     }
 
     /// The elements of `repeated sfixed32 r_sfixed32 = 29`.
     #[inline]
     pub fn r_sfixed32(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_sfixed32(&self.d, 28)
+        ::protozero::gen_support::repeated_sfixed32(&self.d, 8, 29)
     }
 
     /// The elements of `repeated sfixed64 r_sfixed64 = 30`.
     #[inline]
     pub fn r_sfixed64(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i64, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_sfixed64(&self.d, 29)
+        ::protozero::gen_support::repeated_sfixed64(&self.d, 9, 30)
     }
 
     /// The elements of `repeated float r_float = 31`.
     #[inline]
     pub fn r_float(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<f32, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_float(&self.d, 30)
+        ::protozero::gen_support::repeated_float(&self.d, 10, 31)
     }
 
     /// The elements of `repeated double r_double = 32`.
     #[inline]
     pub fn r_double(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<f64, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_double(&self.d, 31)
+        ::protozero::gen_support::repeated_double(&self.d, 11, 32)
     }
 
     /// The elements of `repeated bool r_bool = 33`.
     #[inline]
     pub fn r_bool(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<bool, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_bool(&self.d, 32)
+        ::protozero::gen_support::repeated_bool(&self.d, 12, 33)
     }
 
     /// The elements of `repeated string r_string = 34`.
     #[inline]
     pub fn r_string(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<&'a str, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_string(&self.d, 33)
+        ::protozero::gen_support::repeated_string(&self.d, 13, 34)
     }
 
     /// The elements of `repeated bytes r_bytes = 35`.
     #[inline]
     pub fn r_bytes(&self) -> impl ::core::iter::Iterator<Item = &'a [u8]> + use<'a> {
-        ::protozero::gen_support::repeated_bytes(&self.d, 34)
+        ::protozero::gen_support::repeated_bytes(&self.d, 14, 35)
     }
 
     /// The elements of `repeated pz.test.Everything.Kind r_enum = 36`.
     #[inline]
     pub fn r_enum(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<::core::option::Option<everything::Kind>, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_int32(&self.d, 35).map(|r| r.map(everything::Kind::from_i32))
+        ::protozero::gen_support::repeated_int32(&self.d, 15, 36).map(|r| r.map(everything::Kind::from_i32))
     }
 
     /// The elements of `r_enum` as raw values (also those the enum does not declare).
     #[inline]
     pub fn r_enum_raw(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_int32(&self.d, 35)
+        ::protozero::gen_support::repeated_int32(&self.d, 15, 36)
     }
 
     /// Repeated, packed.
@@ -1278,103 +1362,103 @@ impl<'a> EverythingView<'a> {
     /// The elements of `repeated int32 p_int32 = 41 [packed = true]`.
     #[inline]
     pub fn p_int32(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_int32(&self.d, 36)
+        ::protozero::gen_support::repeated_int32(&self.d, 16, 41)
     }
 
     /// The elements of `repeated int64 p_int64 = 42 [packed = true]`.
     #[inline]
     pub fn p_int64(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i64, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_int64(&self.d, 37)
+        ::protozero::gen_support::repeated_int64(&self.d, 17, 42)
     }
 
     /// The elements of `repeated uint32 p_uint32 = 43 [packed = true]`.
     #[inline]
     pub fn p_uint32(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u32, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_uint32(&self.d, 38)
+        ::protozero::gen_support::repeated_uint32(&self.d, 18, 43)
     }
 
     /// The elements of `repeated uint64 p_uint64 = 44 [packed = true]`.
     #[inline]
     pub fn p_uint64(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_uint64(&self.d, 39)
+        ::protozero::gen_support::repeated_uint64(&self.d, 19, 44)
     }
 
     /// The elements of `repeated sint32 p_sint32 = 45 [packed = true]`.
     #[inline]
     pub fn p_sint32(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_sint32(&self.d, 40)
+        ::protozero::gen_support::repeated_sint32(&self.d, 20, 45)
     }
 
     /// The elements of `repeated sint64 p_sint64 = 46 [packed = true]`.
     #[inline]
     pub fn p_sint64(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i64, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_sint64(&self.d, 41)
+        ::protozero::gen_support::repeated_sint64(&self.d, 21, 46)
     }
 
     /// The elements of `repeated fixed32 p_fixed32 = 47 [packed = true]`.
     #[inline]
     pub fn p_fixed32(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u32, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_fixed32(&self.d, 42)
+        ::protozero::gen_support::repeated_fixed32(&self.d, 22, 47)
     }
 
     /// The elements of `repeated fixed64 p_fixed64 = 48 [packed = true]`.
     #[inline]
     pub fn p_fixed64(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_fixed64(&self.d, 43)
+        ::protozero::gen_support::repeated_fixed64(&self.d, 23, 48)
     }
 
     /// The elements of `repeated sfixed32 p_sfixed32 = 49 [packed = true]`.
     #[inline]
     pub fn p_sfixed32(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_sfixed32(&self.d, 44)
+        ::protozero::gen_support::repeated_sfixed32(&self.d, 24, 49)
     }
 
     /// The elements of `repeated sfixed64 p_sfixed64 = 50 [packed = true]`.
     #[inline]
     pub fn p_sfixed64(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i64, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_sfixed64(&self.d, 45)
+        ::protozero::gen_support::repeated_sfixed64(&self.d, 25, 50)
     }
 
     /// The elements of `repeated float p_float = 51 [packed = true]`.
     #[inline]
     pub fn p_float(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<f32, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_float(&self.d, 46)
+        ::protozero::gen_support::repeated_float(&self.d, 26, 51)
     }
 
     /// The elements of `repeated double p_double = 52 [packed = true]`.
     #[inline]
     pub fn p_double(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<f64, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_double(&self.d, 47)
+        ::protozero::gen_support::repeated_double(&self.d, 27, 52)
     }
 
     /// The elements of `repeated bool p_bool = 53 [packed = true]`.
     #[inline]
     pub fn p_bool(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<bool, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_bool(&self.d, 48)
+        ::protozero::gen_support::repeated_bool(&self.d, 28, 53)
     }
 
     /// The elements of `repeated pz.test.Everything.Kind p_enum = 54 [packed = true]`.
     #[inline]
     pub fn p_enum(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<::core::option::Option<everything::Kind>, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_int32(&self.d, 49).map(|r| r.map(everything::Kind::from_i32))
+        ::protozero::gen_support::repeated_int32(&self.d, 29, 54).map(|r| r.map(everything::Kind::from_i32))
     }
 
     /// The elements of `p_enum` as raw values (also those the enum does not declare).
     #[inline]
     pub fn p_enum_raw(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_int32(&self.d, 49)
+        ::protozero::gen_support::repeated_int32(&self.d, 29, 54)
     }
 
     /// The elements of `repeated pz.test.Everything children = 60`.
     #[inline]
     pub fn children(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<EverythingView<'a>, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_bytes(&self.d, 50).map(EverythingView::decode)
+        ::protozero::gen_support::repeated_bytes(&self.d, 30, 60).map(EverythingView::decode)
     }
 
     /// The elements of `repeated pz.common.Point points = 61`.
     #[inline]
     pub fn points(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<super::common::PointView<'a>, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_bytes(&self.d, 51).map(super::common::PointView::decode)
+        ::protozero::gen_support::repeated_bytes(&self.d, 31, 61).map(super::common::PointView::decode)
     }
 
     /// The last occurrence, or the default, of `int32 o_int = 70`.
@@ -1383,13 +1467,13 @@ impl<'a> EverythingView<'a> {
     /// written); the view reads each member on its own.
     #[inline]
     pub fn o_int(&self) -> i32 {
-        ::protozero::gen_support::int32(&self.d, 52, 0)
+        ::protozero::gen_support::int32(&self.d, 20, 0)
     }
 
     /// Whether `o_int` (field 70) occurs with the right wire type.
     #[inline]
     pub fn has_o_int(&self) -> bool {
-        ::protozero::gen_support::has_varint(&self.d, 52)
+        ::protozero::gen_support::has(&self.d, 20)
     }
 
     /// The last occurrence, or the default, of `string o_string = 71`.
@@ -1402,19 +1486,19 @@ impl<'a> EverythingView<'a> {
     /// `InvalidUtf8` if the string is not UTF-8 (see [`Self::o_string_bytes`]).
     #[inline]
     pub fn o_string(&self) -> ::core::result::Result<&'a str, ::protozero::DecodeError> {
-        ::protozero::gen_support::string(&self.d, 53, "")
+        ::protozero::gen_support::string(&self.d, 21, "")
     }
 
     /// `o_string` as bytes, not checked to be UTF-8.
     #[inline]
     pub fn o_string_bytes(&self) -> &'a [u8] {
-        ::protozero::gen_support::bytes(&self.d, 53, b"")
+        ::protozero::gen_support::bytes(&self.d, 21, b"")
     }
 
     /// Whether `o_string` (field 71) occurs with the right wire type.
     #[inline]
     pub fn has_o_string(&self) -> bool {
-        ::protozero::gen_support::has_len(&self.d, 53)
+        ::protozero::gen_support::has(&self.d, 21)
     }
 
     /// The last occurrence (an empty message when absent) of `pz.common.Point o_point = 72`.
@@ -1427,13 +1511,13 @@ impl<'a> EverythingView<'a> {
     /// The first malformation if the nested message is not well-formed.
     #[inline]
     pub fn o_point(&self) -> ::core::result::Result<super::common::PointView<'a>, ::protozero::DecodeError> {
-        super::common::PointView::decode(::protozero::gen_support::bytes(&self.d, 54, b""))
+        super::common::PointView::decode(::protozero::gen_support::bytes(&self.d, 22, b""))
     }
 
     /// Whether `o_point` (field 72) occurs with the right wire type.
     #[inline]
     pub fn has_o_point(&self) -> bool {
-        ::protozero::gen_support::has_len(&self.d, 54)
+        ::protozero::gen_support::has(&self.d, 22)
     }
 
     /// The last occurrence, or the default, of `pz.test.Everything.Kind o_kind = 73`.
@@ -1450,25 +1534,25 @@ impl<'a> EverythingView<'a> {
     /// `o_kind` as a raw value (also one the enum does not declare).
     #[inline]
     pub fn o_kind_raw(&self) -> i32 {
-        ::protozero::gen_support::int32(&self.d, 55, 0)
+        ::protozero::gen_support::int32(&self.d, 23, 0)
     }
 
     /// Whether `o_kind` (field 73) occurs with the right wire type.
     #[inline]
     pub fn has_o_kind(&self) -> bool {
-        ::protozero::gen_support::has_varint(&self.d, 55)
+        ::protozero::gen_support::has(&self.d, 23)
     }
 
     /// The elements of `map<string, pz.common.Point> named_points = 80`.
     #[inline]
     pub fn named_points(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<everything::NamedPointsEntryView<'a>, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_bytes(&self.d, 56).map(everything::NamedPointsEntryView::decode)
+        ::protozero::gen_support::repeated_bytes(&self.d, 32, 80).map(everything::NamedPointsEntryView::decode)
     }
 
     /// The elements of `map<int32, string> labels = 81`.
     #[inline]
     pub fn labels(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<everything::LabelsEntryView<'a>, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_bytes(&self.d, 57).map(everything::LabelsEntryView::decode)
+        ::protozero::gen_support::repeated_bytes(&self.d, 33, 81).map(everything::LabelsEntryView::decode)
     }
 
     /// The last occurrence (an empty message when absent) of `optional pz.test.Everything.Nested
@@ -1479,13 +1563,13 @@ impl<'a> EverythingView<'a> {
     /// The first malformation if the nested message is not well-formed.
     #[inline]
     pub fn nested(&self) -> ::core::result::Result<everything::NestedView<'a>, ::protozero::DecodeError> {
-        everything::NestedView::decode(::protozero::gen_support::bytes(&self.d, 58, b""))
+        everything::NestedView::decode(::protozero::gen_support::bytes(&self.d, 24, b""))
     }
 
     /// Whether `nested` (field 90) occurs with the right wire type.
     #[inline]
     pub fn has_nested(&self) -> bool {
-        ::protozero::gen_support::has_len(&self.d, 58)
+        ::protozero::gen_support::has(&self.d, 24)
     }
 
     /// A large field number: one slot, like any other.
@@ -1493,13 +1577,13 @@ impl<'a> EverythingView<'a> {
     /// The last occurrence, or the default, of `optional uint32 big_number = 16777215`.
     #[inline]
     pub fn big_number(&self) -> u32 {
-        ::protozero::gen_support::uint32(&self.d, 59, 0)
+        ::protozero::gen_support::uint32(&self.d, 25, 0)
     }
 
     /// Whether `big_number` (field 16777215) occurs with the right wire type.
     #[inline]
     pub fn has_big_number(&self) -> bool {
-        ::protozero::gen_support::has_varint(&self.d, 59)
+        ::protozero::gen_support::has(&self.d, 25)
     }
 }
 
@@ -1551,41 +1635,44 @@ pub mod everything {
         }
     }
 
-    /// A zero-copy view of an encoded `pz.test.Everything.NamedPointsEntry`: its fields are indexed
-    /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-    /// allocate.
+    /// A zero-copy view of an encoded `pz.test.Everything.NamedPointsEntry`: [`Self::decode`] walks
+    /// the message once, keeping each singular field's value and where each repeated field lies,
+    /// and the getters read from that and the borrowed bytes; they never allocate.
     ///
     /// A singular field reads its last occurrence (the default when absent); repeated scalars
     /// accept packed and unpacked elements alike; an occurrence whose wire type does not match the
     /// declared type is skipped like an unknown field.
     #[derive(Clone, Debug)]
     pub struct NamedPointsEntryView<'a> {
-        d: ::protozero::TypedDecoder<'a, 2>,
+        d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
     }
 
     impl<'a> NamedPointsEntryView<'a> {
-        /// Indexes the fields of `bytes`, skipping unknown ones.
+        /// Reads the fields of `bytes`, skipping unknown ones.
         ///
         /// # Errors
         ///
         /// The first malformation if `bytes` is not a well-formed protobuf message.
         #[inline]
         pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-            ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+            let mut d = ::protozero::gen_support::Slots::new(bytes);
+            let mut pos = 0;
+            while pos < bytes.len() {
+                let start = pos;
+                let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                pos = match tag {
+                    10 => d.len(0, at)?,
+                    18 => d.len(1, at)?,
+                    _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                };
+            }
+            ::core::result::Result::Ok(Self { d })
         }
 
         /// The encoded message this view reads.
         #[inline]
         pub fn bytes(&self) -> &'a [u8] {
             self.d.bytes()
-        }
-
-        #[inline]
-        fn slot_of(id: u32) -> ::core::option::Option<usize> {
-            match id {
-                1..=2 => ::core::option::Option::Some(id as usize - 1),
-                _ => ::core::option::Option::None,
-            }
         }
 
         /// The last occurrence, or the default, of `optional string key = 1`.
@@ -1607,7 +1694,7 @@ pub mod everything {
         /// Whether `key` (field 1) occurs with the right wire type.
         #[inline]
         pub fn has_key(&self) -> bool {
-            ::protozero::gen_support::has_len(&self.d, 0)
+            ::protozero::gen_support::has(&self.d, 0)
         }
 
         /// The last occurrence (an empty message when absent) of `optional pz.common.Point value =
@@ -1624,7 +1711,7 @@ pub mod everything {
         /// Whether `value` (field 2) occurs with the right wire type.
         #[inline]
         pub fn has_value(&self) -> bool {
-            ::protozero::gen_support::has_len(&self.d, 1)
+            ::protozero::gen_support::has(&self.d, 1)
         }
     }
 
@@ -1671,40 +1758,44 @@ pub mod everything {
         }
     }
 
-    /// A zero-copy view of an encoded `pz.test.Everything.LabelsEntry`: its fields are indexed once
-    /// by [`Self::decode`] and read from the borrowed bytes by the getters, which never allocate.
+    /// A zero-copy view of an encoded `pz.test.Everything.LabelsEntry`: [`Self::decode`] walks the
+    /// message once, keeping each singular field's value and where each repeated field lies, and
+    /// the getters read from that and the borrowed bytes; they never allocate.
     ///
     /// A singular field reads its last occurrence (the default when absent); repeated scalars
     /// accept packed and unpacked elements alike; an occurrence whose wire type does not match the
     /// declared type is skipped like an unknown field.
     #[derive(Clone, Debug)]
     pub struct LabelsEntryView<'a> {
-        d: ::protozero::TypedDecoder<'a, 2>,
+        d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
     }
 
     impl<'a> LabelsEntryView<'a> {
-        /// Indexes the fields of `bytes`, skipping unknown ones.
+        /// Reads the fields of `bytes`, skipping unknown ones.
         ///
         /// # Errors
         ///
         /// The first malformation if `bytes` is not a well-formed protobuf message.
         #[inline]
         pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-            ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+            let mut d = ::protozero::gen_support::Slots::new(bytes);
+            let mut pos = 0;
+            while pos < bytes.len() {
+                let start = pos;
+                let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                pos = match tag {
+                    8 => d.varint(0, at)?,
+                    18 => d.len(1, at)?,
+                    _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                };
+            }
+            ::core::result::Result::Ok(Self { d })
         }
 
         /// The encoded message this view reads.
         #[inline]
         pub fn bytes(&self) -> &'a [u8] {
             self.d.bytes()
-        }
-
-        #[inline]
-        fn slot_of(id: u32) -> ::core::option::Option<usize> {
-            match id {
-                1..=2 => ::core::option::Option::Some(id as usize - 1),
-                _ => ::core::option::Option::None,
-            }
         }
 
         /// The last occurrence, or the default, of `optional int32 key = 1`.
@@ -1716,7 +1807,7 @@ pub mod everything {
         /// Whether `key` (field 1) occurs with the right wire type.
         #[inline]
         pub fn has_key(&self) -> bool {
-            ::protozero::gen_support::has_varint(&self.d, 0)
+            ::protozero::gen_support::has(&self.d, 0)
         }
 
         /// The last occurrence, or the default, of `optional string value = 2`.
@@ -1738,7 +1829,7 @@ pub mod everything {
         /// Whether `value` (field 2) occurs with the right wire type.
         #[inline]
         pub fn has_value(&self) -> bool {
-            ::protozero::gen_support::has_len(&self.d, 1)
+            ::protozero::gen_support::has(&self.d, 1)
         }
     }
 
@@ -1792,40 +1883,44 @@ pub mod everything {
 
     /// A nested message.
     ///
-    /// A zero-copy view of an encoded `pz.test.Everything.Nested`: its fields are indexed once by
-    /// [`Self::decode`] and read from the borrowed bytes by the getters, which never allocate.
+    /// A zero-copy view of an encoded `pz.test.Everything.Nested`: [`Self::decode`] walks the
+    /// message once, keeping each singular field's value and where each repeated field lies, and
+    /// the getters read from that and the borrowed bytes; they never allocate.
     ///
     /// A singular field reads its last occurrence (the default when absent); repeated scalars
     /// accept packed and unpacked elements alike; an occurrence whose wire type does not match the
     /// declared type is skipped like an unknown field.
     #[derive(Clone, Debug)]
     pub struct NestedView<'a> {
-        d: ::protozero::TypedDecoder<'a, 2>,
+        d: ::protozero::gen_support::Slots<'a, 1, 1, 1>,
     }
 
     impl<'a> NestedView<'a> {
-        /// Indexes the fields of `bytes`, skipping unknown ones.
+        /// Reads the fields of `bytes`, skipping unknown ones.
         ///
         /// # Errors
         ///
         /// The first malformation if `bytes` is not a well-formed protobuf message.
         #[inline]
         pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-            ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+            let mut d = ::protozero::gen_support::Slots::new(bytes);
+            let mut pos = 0;
+            while pos < bytes.len() {
+                let start = pos;
+                let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                pos = match tag {
+                    10 => d.len(0, at)?,
+                    18 => d.rep_len(0, start, at)?,
+                    _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                };
+            }
+            ::core::result::Result::Ok(Self { d })
         }
 
         /// The encoded message this view reads.
         #[inline]
         pub fn bytes(&self) -> &'a [u8] {
             self.d.bytes()
-        }
-
-        #[inline]
-        fn slot_of(id: u32) -> ::core::option::Option<usize> {
-            match id {
-                1..=2 => ::core::option::Option::Some(id as usize - 1),
-                _ => ::core::option::Option::None,
-            }
         }
 
         /// The last occurrence, or the default, of `optional string note = 1`.
@@ -1847,13 +1942,13 @@ pub mod everything {
         /// Whether `note` (field 1) occurs with the right wire type.
         #[inline]
         pub fn has_note(&self) -> bool {
-            ::protozero::gen_support::has_len(&self.d, 0)
+            ::protozero::gen_support::has(&self.d, 0)
         }
 
         /// The elements of `repeated pz.test.Everything.Nested deeper = 2`.
         #[inline]
         pub fn deeper(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<NestedView<'a>, ::protozero::DecodeError>> + use<'a> {
-            ::protozero::gen_support::repeated_bytes(&self.d, 1).map(NestedView::decode)
+            ::protozero::gen_support::repeated_bytes(&self.d, 0, 2).map(NestedView::decode)
         }
     }
 
@@ -2198,26 +2293,64 @@ impl<'w> PackedTwin<'w> {
 /// The same packable fields as `UnpackedTwin`, declared packed: bytes encoded from one decode
 /// with the other's view.
 ///
-/// A zero-copy view of an encoded `pz.test.PackedTwin`: its fields are indexed once by
-/// [`Self::decode`] and read from the borrowed bytes by the getters, which never allocate.
+/// A zero-copy view of an encoded `pz.test.PackedTwin`: [`Self::decode`] walks the message once,
+/// keeping each singular field's value and where each repeated field lies, and the getters read
+/// from that and the borrowed bytes; they never allocate.
 ///
 /// A singular field reads its last occurrence (the default when absent); repeated scalars accept
 /// packed and unpacked elements alike; an occurrence whose wire type does not match the declared
 /// type is skipped like an unknown field.
 #[derive(Clone, Debug)]
 pub struct PackedTwinView<'a> {
-    d: ::protozero::TypedDecoder<'a, 14>,
+    d: ::protozero::gen_support::Slots<'a, 0, 0, 14>,
 }
 
 impl<'a> PackedTwinView<'a> {
-    /// Indexes the fields of `bytes`, skipping unknown ones.
+    /// Reads the fields of `bytes`, skipping unknown ones.
     ///
     /// # Errors
     ///
     /// The first malformation if `bytes` is not a well-formed protobuf message.
     #[inline]
     pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-        ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+        let mut d = ::protozero::gen_support::Slots::new(bytes);
+        let mut pos = 0;
+        while pos < bytes.len() {
+            let start = pos;
+            let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+            pos = match tag {
+                8 => d.rep_varint(0, start, at)?,
+                10 => d.rep_len(0, start, at)?,
+                16 => d.rep_varint(1, start, at)?,
+                18 => d.rep_len(1, start, at)?,
+                24 => d.rep_varint(2, start, at)?,
+                26 => d.rep_len(2, start, at)?,
+                32 => d.rep_varint(3, start, at)?,
+                34 => d.rep_len(3, start, at)?,
+                40 => d.rep_varint(4, start, at)?,
+                42 => d.rep_len(4, start, at)?,
+                48 => d.rep_varint(5, start, at)?,
+                50 => d.rep_len(5, start, at)?,
+                61 => d.rep_fixed32(6, start, at)?,
+                58 => d.rep_len(6, start, at)?,
+                65 => d.rep_fixed64(7, start, at)?,
+                66 => d.rep_len(7, start, at)?,
+                77 => d.rep_fixed32(8, start, at)?,
+                74 => d.rep_len(8, start, at)?,
+                81 => d.rep_fixed64(9, start, at)?,
+                82 => d.rep_len(9, start, at)?,
+                93 => d.rep_fixed32(10, start, at)?,
+                90 => d.rep_len(10, start, at)?,
+                97 => d.rep_fixed64(11, start, at)?,
+                98 => d.rep_len(11, start, at)?,
+                104 => d.rep_varint(12, start, at)?,
+                106 => d.rep_len(12, start, at)?,
+                112 => d.rep_varint(13, start, at)?,
+                114 => d.rep_len(13, start, at)?,
+                _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+            };
+        }
+        ::core::result::Result::Ok(Self { d })
     }
 
     /// The encoded message this view reads.
@@ -2226,102 +2359,94 @@ impl<'a> PackedTwinView<'a> {
         self.d.bytes()
     }
 
-    #[inline]
-    fn slot_of(id: u32) -> ::core::option::Option<usize> {
-        match id {
-            1..=14 => ::core::option::Option::Some(id as usize - 1),
-            _ => ::core::option::Option::None,
-        }
-    }
-
     /// The elements of `repeated int32 v_int32 = 1 [packed = true]`.
     #[inline]
     pub fn v_int32(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_int32(&self.d, 0)
+        ::protozero::gen_support::repeated_int32(&self.d, 0, 1)
     }
 
     /// The elements of `repeated int64 v_int64 = 2 [packed = true]`.
     #[inline]
     pub fn v_int64(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i64, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_int64(&self.d, 1)
+        ::protozero::gen_support::repeated_int64(&self.d, 1, 2)
     }
 
     /// The elements of `repeated uint32 v_uint32 = 3 [packed = true]`.
     #[inline]
     pub fn v_uint32(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u32, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_uint32(&self.d, 2)
+        ::protozero::gen_support::repeated_uint32(&self.d, 2, 3)
     }
 
     /// The elements of `repeated uint64 v_uint64 = 4 [packed = true]`.
     #[inline]
     pub fn v_uint64(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_uint64(&self.d, 3)
+        ::protozero::gen_support::repeated_uint64(&self.d, 3, 4)
     }
 
     /// The elements of `repeated sint32 v_sint32 = 5 [packed = true]`.
     #[inline]
     pub fn v_sint32(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_sint32(&self.d, 4)
+        ::protozero::gen_support::repeated_sint32(&self.d, 4, 5)
     }
 
     /// The elements of `repeated sint64 v_sint64 = 6 [packed = true]`.
     #[inline]
     pub fn v_sint64(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i64, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_sint64(&self.d, 5)
+        ::protozero::gen_support::repeated_sint64(&self.d, 5, 6)
     }
 
     /// The elements of `repeated fixed32 v_fixed32 = 7 [packed = true]`.
     #[inline]
     pub fn v_fixed32(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u32, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_fixed32(&self.d, 6)
+        ::protozero::gen_support::repeated_fixed32(&self.d, 6, 7)
     }
 
     /// The elements of `repeated fixed64 v_fixed64 = 8 [packed = true]`.
     #[inline]
     pub fn v_fixed64(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_fixed64(&self.d, 7)
+        ::protozero::gen_support::repeated_fixed64(&self.d, 7, 8)
     }
 
     /// The elements of `repeated sfixed32 v_sfixed32 = 9 [packed = true]`.
     #[inline]
     pub fn v_sfixed32(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_sfixed32(&self.d, 8)
+        ::protozero::gen_support::repeated_sfixed32(&self.d, 8, 9)
     }
 
     /// The elements of `repeated sfixed64 v_sfixed64 = 10 [packed = true]`.
     #[inline]
     pub fn v_sfixed64(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i64, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_sfixed64(&self.d, 9)
+        ::protozero::gen_support::repeated_sfixed64(&self.d, 9, 10)
     }
 
     /// The elements of `repeated float v_float = 11 [packed = true]`.
     #[inline]
     pub fn v_float(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<f32, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_float(&self.d, 10)
+        ::protozero::gen_support::repeated_float(&self.d, 10, 11)
     }
 
     /// The elements of `repeated double v_double = 12 [packed = true]`.
     #[inline]
     pub fn v_double(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<f64, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_double(&self.d, 11)
+        ::protozero::gen_support::repeated_double(&self.d, 11, 12)
     }
 
     /// The elements of `repeated bool v_bool = 13 [packed = true]`.
     #[inline]
     pub fn v_bool(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<bool, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_bool(&self.d, 12)
+        ::protozero::gen_support::repeated_bool(&self.d, 12, 13)
     }
 
     /// The elements of `repeated pz.test.Everything.Kind v_enum = 14 [packed = true]`.
     #[inline]
     pub fn v_enum(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<::core::option::Option<everything::Kind>, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_int32(&self.d, 13).map(|r| r.map(everything::Kind::from_i32))
+        ::protozero::gen_support::repeated_int32(&self.d, 13, 14).map(|r| r.map(everything::Kind::from_i32))
     }
 
     /// The elements of `v_enum` as raw values (also those the enum does not declare).
     #[inline]
     pub fn v_enum_raw(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_int32(&self.d, 13)
+        ::protozero::gen_support::repeated_int32(&self.d, 13, 14)
     }
 }
 
@@ -2594,26 +2719,64 @@ impl<'w> UnpackedTwin<'w> {
 
 /// `PackedTwin`, unpacked.
 ///
-/// A zero-copy view of an encoded `pz.test.UnpackedTwin`: its fields are indexed once by
-/// [`Self::decode`] and read from the borrowed bytes by the getters, which never allocate.
+/// A zero-copy view of an encoded `pz.test.UnpackedTwin`: [`Self::decode`] walks the message once,
+/// keeping each singular field's value and where each repeated field lies, and the getters read
+/// from that and the borrowed bytes; they never allocate.
 ///
 /// A singular field reads its last occurrence (the default when absent); repeated scalars accept
 /// packed and unpacked elements alike; an occurrence whose wire type does not match the declared
 /// type is skipped like an unknown field.
 #[derive(Clone, Debug)]
 pub struct UnpackedTwinView<'a> {
-    d: ::protozero::TypedDecoder<'a, 14>,
+    d: ::protozero::gen_support::Slots<'a, 0, 0, 14>,
 }
 
 impl<'a> UnpackedTwinView<'a> {
-    /// Indexes the fields of `bytes`, skipping unknown ones.
+    /// Reads the fields of `bytes`, skipping unknown ones.
     ///
     /// # Errors
     ///
     /// The first malformation if `bytes` is not a well-formed protobuf message.
     #[inline]
     pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-        ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+        let mut d = ::protozero::gen_support::Slots::new(bytes);
+        let mut pos = 0;
+        while pos < bytes.len() {
+            let start = pos;
+            let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+            pos = match tag {
+                8 => d.rep_varint(0, start, at)?,
+                10 => d.rep_len(0, start, at)?,
+                16 => d.rep_varint(1, start, at)?,
+                18 => d.rep_len(1, start, at)?,
+                24 => d.rep_varint(2, start, at)?,
+                26 => d.rep_len(2, start, at)?,
+                32 => d.rep_varint(3, start, at)?,
+                34 => d.rep_len(3, start, at)?,
+                40 => d.rep_varint(4, start, at)?,
+                42 => d.rep_len(4, start, at)?,
+                48 => d.rep_varint(5, start, at)?,
+                50 => d.rep_len(5, start, at)?,
+                61 => d.rep_fixed32(6, start, at)?,
+                58 => d.rep_len(6, start, at)?,
+                65 => d.rep_fixed64(7, start, at)?,
+                66 => d.rep_len(7, start, at)?,
+                77 => d.rep_fixed32(8, start, at)?,
+                74 => d.rep_len(8, start, at)?,
+                81 => d.rep_fixed64(9, start, at)?,
+                82 => d.rep_len(9, start, at)?,
+                93 => d.rep_fixed32(10, start, at)?,
+                90 => d.rep_len(10, start, at)?,
+                97 => d.rep_fixed64(11, start, at)?,
+                98 => d.rep_len(11, start, at)?,
+                104 => d.rep_varint(12, start, at)?,
+                106 => d.rep_len(12, start, at)?,
+                112 => d.rep_varint(13, start, at)?,
+                114 => d.rep_len(13, start, at)?,
+                _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+            };
+        }
+        ::core::result::Result::Ok(Self { d })
     }
 
     /// The encoded message this view reads.
@@ -2622,102 +2785,94 @@ impl<'a> UnpackedTwinView<'a> {
         self.d.bytes()
     }
 
-    #[inline]
-    fn slot_of(id: u32) -> ::core::option::Option<usize> {
-        match id {
-            1..=14 => ::core::option::Option::Some(id as usize - 1),
-            _ => ::core::option::Option::None,
-        }
-    }
-
     /// The elements of `repeated int32 v_int32 = 1 [packed = false]`.
     #[inline]
     pub fn v_int32(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_int32(&self.d, 0)
+        ::protozero::gen_support::repeated_int32(&self.d, 0, 1)
     }
 
     /// The elements of `repeated int64 v_int64 = 2 [packed = false]`.
     #[inline]
     pub fn v_int64(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i64, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_int64(&self.d, 1)
+        ::protozero::gen_support::repeated_int64(&self.d, 1, 2)
     }
 
     /// The elements of `repeated uint32 v_uint32 = 3 [packed = false]`.
     #[inline]
     pub fn v_uint32(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u32, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_uint32(&self.d, 2)
+        ::protozero::gen_support::repeated_uint32(&self.d, 2, 3)
     }
 
     /// The elements of `repeated uint64 v_uint64 = 4 [packed = false]`.
     #[inline]
     pub fn v_uint64(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_uint64(&self.d, 3)
+        ::protozero::gen_support::repeated_uint64(&self.d, 3, 4)
     }
 
     /// The elements of `repeated sint32 v_sint32 = 5 [packed = false]`.
     #[inline]
     pub fn v_sint32(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_sint32(&self.d, 4)
+        ::protozero::gen_support::repeated_sint32(&self.d, 4, 5)
     }
 
     /// The elements of `repeated sint64 v_sint64 = 6 [packed = false]`.
     #[inline]
     pub fn v_sint64(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i64, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_sint64(&self.d, 5)
+        ::protozero::gen_support::repeated_sint64(&self.d, 5, 6)
     }
 
     /// The elements of `repeated fixed32 v_fixed32 = 7 [packed = false]`.
     #[inline]
     pub fn v_fixed32(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u32, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_fixed32(&self.d, 6)
+        ::protozero::gen_support::repeated_fixed32(&self.d, 6, 7)
     }
 
     /// The elements of `repeated fixed64 v_fixed64 = 8 [packed = false]`.
     #[inline]
     pub fn v_fixed64(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_fixed64(&self.d, 7)
+        ::protozero::gen_support::repeated_fixed64(&self.d, 7, 8)
     }
 
     /// The elements of `repeated sfixed32 v_sfixed32 = 9 [packed = false]`.
     #[inline]
     pub fn v_sfixed32(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_sfixed32(&self.d, 8)
+        ::protozero::gen_support::repeated_sfixed32(&self.d, 8, 9)
     }
 
     /// The elements of `repeated sfixed64 v_sfixed64 = 10 [packed = false]`.
     #[inline]
     pub fn v_sfixed64(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i64, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_sfixed64(&self.d, 9)
+        ::protozero::gen_support::repeated_sfixed64(&self.d, 9, 10)
     }
 
     /// The elements of `repeated float v_float = 11 [packed = false]`.
     #[inline]
     pub fn v_float(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<f32, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_float(&self.d, 10)
+        ::protozero::gen_support::repeated_float(&self.d, 10, 11)
     }
 
     /// The elements of `repeated double v_double = 12 [packed = false]`.
     #[inline]
     pub fn v_double(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<f64, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_double(&self.d, 11)
+        ::protozero::gen_support::repeated_double(&self.d, 11, 12)
     }
 
     /// The elements of `repeated bool v_bool = 13 [packed = false]`.
     #[inline]
     pub fn v_bool(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<bool, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_bool(&self.d, 12)
+        ::protozero::gen_support::repeated_bool(&self.d, 12, 13)
     }
 
     /// The elements of `repeated pz.test.Everything.Kind v_enum = 14 [packed = false]`.
     #[inline]
     pub fn v_enum(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<::core::option::Option<everything::Kind>, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_int32(&self.d, 13).map(|r| r.map(everything::Kind::from_i32))
+        ::protozero::gen_support::repeated_int32(&self.d, 13, 14).map(|r| r.map(everything::Kind::from_i32))
     }
 
     /// The elements of `v_enum` as raw values (also those the enum does not declare).
     #[inline]
     pub fn v_enum_raw(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_int32(&self.d, 13)
+        ::protozero::gen_support::repeated_int32(&self.d, 13, 14)
     }
 }
 
@@ -2763,40 +2918,43 @@ impl<'w> Three<'w> {
 /// A message whose nested-type module would be `three`, the name of the child package
 /// `pz.test.three`: the module becomes `three_`.
 ///
-/// A zero-copy view of an encoded `pz.test.Three`: its fields are indexed once by [`Self::decode`]
-/// and read from the borrowed bytes by the getters, which never allocate.
+/// A zero-copy view of an encoded `pz.test.Three`: [`Self::decode`] walks the message once, keeping
+/// each singular field's value and where each repeated field lies, and the getters read from that
+/// and the borrowed bytes; they never allocate.
 ///
 /// A singular field reads its last occurrence (the default when absent); repeated scalars accept
 /// packed and unpacked elements alike; an occurrence whose wire type does not match the declared
 /// type is skipped like an unknown field.
 #[derive(Clone, Debug)]
 pub struct ThreeView<'a> {
-    d: ::protozero::TypedDecoder<'a, 1>,
+    d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
 }
 
 impl<'a> ThreeView<'a> {
-    /// Indexes the fields of `bytes`, skipping unknown ones.
+    /// Reads the fields of `bytes`, skipping unknown ones.
     ///
     /// # Errors
     ///
     /// The first malformation if `bytes` is not a well-formed protobuf message.
     #[inline]
     pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-        ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+        let mut d = ::protozero::gen_support::Slots::new(bytes);
+        let mut pos = 0;
+        while pos < bytes.len() {
+            let start = pos;
+            let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+            pos = match tag {
+                10 => d.len(0, at)?,
+                _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+            };
+        }
+        ::core::result::Result::Ok(Self { d })
     }
 
     /// The encoded message this view reads.
     #[inline]
     pub fn bytes(&self) -> &'a [u8] {
         self.d.bytes()
-    }
-
-    #[inline]
-    fn slot_of(id: u32) -> ::core::option::Option<usize> {
-        match id {
-            1 => ::core::option::Option::Some(0),
-            _ => ::core::option::Option::None,
-        }
     }
 
     /// The last occurrence (an empty message when absent) of `optional pz.test.Three.Inner inner =
@@ -2813,7 +2971,7 @@ impl<'a> ThreeView<'a> {
     /// Whether `inner` (field 1) occurs with the right wire type.
     #[inline]
     pub fn has_inner(&self) -> bool {
-        ::protozero::gen_support::has_len(&self.d, 0)
+        ::protozero::gen_support::has(&self.d, 0)
     }
 }
 
@@ -2853,40 +3011,43 @@ pub mod three_ {
         }
     }
 
-    /// A zero-copy view of an encoded `pz.test.Three.Inner`: its fields are indexed once by
-    /// [`Self::decode`] and read from the borrowed bytes by the getters, which never allocate.
+    /// A zero-copy view of an encoded `pz.test.Three.Inner`: [`Self::decode`] walks the message
+    /// once, keeping each singular field's value and where each repeated field lies, and the
+    /// getters read from that and the borrowed bytes; they never allocate.
     ///
     /// A singular field reads its last occurrence (the default when absent); repeated scalars
     /// accept packed and unpacked elements alike; an occurrence whose wire type does not match the
     /// declared type is skipped like an unknown field.
     #[derive(Clone, Debug)]
     pub struct InnerView<'a> {
-        d: ::protozero::TypedDecoder<'a, 1>,
+        d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
     }
 
     impl<'a> InnerView<'a> {
-        /// Indexes the fields of `bytes`, skipping unknown ones.
+        /// Reads the fields of `bytes`, skipping unknown ones.
         ///
         /// # Errors
         ///
         /// The first malformation if `bytes` is not a well-formed protobuf message.
         #[inline]
         pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-            ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+            let mut d = ::protozero::gen_support::Slots::new(bytes);
+            let mut pos = 0;
+            while pos < bytes.len() {
+                let start = pos;
+                let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                pos = match tag {
+                    8 => d.varint(0, at)?,
+                    _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                };
+            }
+            ::core::result::Result::Ok(Self { d })
         }
 
         /// The encoded message this view reads.
         #[inline]
         pub fn bytes(&self) -> &'a [u8] {
             self.d.bytes()
-        }
-
-        #[inline]
-        fn slot_of(id: u32) -> ::core::option::Option<usize> {
-            match id {
-                1 => ::core::option::Option::Some(0),
-                _ => ::core::option::Option::None,
-            }
         }
 
         /// The last occurrence, or the default, of `optional int32 x = 1`.
@@ -2898,7 +3059,7 @@ pub mod three_ {
         /// Whether `x` (field 1) occurs with the right wire type.
         #[inline]
         pub fn has_x(&self) -> bool {
-            ::protozero::gen_support::has_varint(&self.d, 0)
+            ::protozero::gen_support::has(&self.d, 0)
         }
     }
 }
@@ -2931,37 +3092,40 @@ impl<'w> Empty<'w> {
 
 /// No fields at all.
 ///
-/// A zero-copy view of an encoded `pz.test.Empty`: its fields are indexed once by [`Self::decode`]
-/// and read from the borrowed bytes by the getters, which never allocate.
+/// A zero-copy view of an encoded `pz.test.Empty`: [`Self::decode`] walks the message once, keeping
+/// each singular field's value and where each repeated field lies, and the getters read from that
+/// and the borrowed bytes; they never allocate.
 ///
 /// A singular field reads its last occurrence (the default when absent); repeated scalars accept
 /// packed and unpacked elements alike; an occurrence whose wire type does not match the declared
 /// type is skipped like an unknown field.
 #[derive(Clone, Debug)]
 pub struct EmptyView<'a> {
-    d: ::protozero::TypedDecoder<'a, 0>,
+    d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
 }
 
 impl<'a> EmptyView<'a> {
-    /// Indexes the fields of `bytes`, skipping unknown ones.
+    /// Reads the fields of `bytes`, skipping unknown ones.
     ///
     /// # Errors
     ///
     /// The first malformation if `bytes` is not a well-formed protobuf message.
     #[inline]
     pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-        ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+        let d = ::protozero::gen_support::Slots::new(bytes);
+        let mut pos = 0;
+        while pos < bytes.len() {
+            let start = pos;
+            let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+            pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+        }
+        ::core::result::Result::Ok(Self { d })
     }
 
     /// The encoded message this view reads.
     #[inline]
     pub fn bytes(&self) -> &'a [u8] {
         self.d.bytes()
-    }
-
-    #[inline]
-    fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-        ::core::option::Option::None
     }
 }
 
@@ -2998,40 +3162,43 @@ impl<'w> Foo<'w> {
     }
 }
 
-/// A zero-copy view of an encoded `pz.test.Foo`: its fields are indexed once by [`Self::decode`]
-/// and read from the borrowed bytes by the getters, which never allocate.
+/// A zero-copy view of an encoded `pz.test.Foo`: [`Self::decode`] walks the message once, keeping
+/// each singular field's value and where each repeated field lies, and the getters read from that
+/// and the borrowed bytes; they never allocate.
 ///
 /// A singular field reads its last occurrence (the default when absent); repeated scalars accept
 /// packed and unpacked elements alike; an occurrence whose wire type does not match the declared
 /// type is skipped like an unknown field.
 #[derive(Clone, Debug)]
 pub struct FooView_<'a> {
-    d: ::protozero::TypedDecoder<'a, 1>,
+    d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
 }
 
 impl<'a> FooView_<'a> {
-    /// Indexes the fields of `bytes`, skipping unknown ones.
+    /// Reads the fields of `bytes`, skipping unknown ones.
     ///
     /// # Errors
     ///
     /// The first malformation if `bytes` is not a well-formed protobuf message.
     #[inline]
     pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-        ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+        let mut d = ::protozero::gen_support::Slots::new(bytes);
+        let mut pos = 0;
+        while pos < bytes.len() {
+            let start = pos;
+            let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+            pos = match tag {
+                8 => d.varint(0, at)?,
+                _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+            };
+        }
+        ::core::result::Result::Ok(Self { d })
     }
 
     /// The encoded message this view reads.
     #[inline]
     pub fn bytes(&self) -> &'a [u8] {
         self.d.bytes()
-    }
-
-    #[inline]
-    fn slot_of(id: u32) -> ::core::option::Option<usize> {
-        match id {
-            1 => ::core::option::Option::Some(0),
-            _ => ::core::option::Option::None,
-        }
     }
 
     /// The last occurrence, or the default, of `optional int32 x = 1`.
@@ -3043,7 +3210,7 @@ impl<'a> FooView_<'a> {
     /// Whether `x` (field 1) occurs with the right wire type.
     #[inline]
     pub fn has_x(&self) -> bool {
-        ::protozero::gen_support::has_varint(&self.d, 0)
+        ::protozero::gen_support::has(&self.d, 0)
     }
 }
 
@@ -3083,40 +3250,43 @@ pub mod foo {
         }
     }
 
-    /// A zero-copy view of an encoded `pz.test.Foo.Bar`: its fields are indexed once by
-    /// [`Self::decode`] and read from the borrowed bytes by the getters, which never allocate.
+    /// A zero-copy view of an encoded `pz.test.Foo.Bar`: [`Self::decode`] walks the message once,
+    /// keeping each singular field's value and where each repeated field lies, and the getters read
+    /// from that and the borrowed bytes; they never allocate.
     ///
     /// A singular field reads its last occurrence (the default when absent); repeated scalars
     /// accept packed and unpacked elements alike; an occurrence whose wire type does not match the
     /// declared type is skipped like an unknown field.
     #[derive(Clone, Debug)]
     pub struct BarView<'a> {
-        d: ::protozero::TypedDecoder<'a, 1>,
+        d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
     }
 
     impl<'a> BarView<'a> {
-        /// Indexes the fields of `bytes`, skipping unknown ones.
+        /// Reads the fields of `bytes`, skipping unknown ones.
         ///
         /// # Errors
         ///
         /// The first malformation if `bytes` is not a well-formed protobuf message.
         #[inline]
         pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-            ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+            let mut d = ::protozero::gen_support::Slots::new(bytes);
+            let mut pos = 0;
+            while pos < bytes.len() {
+                let start = pos;
+                let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                pos = match tag {
+                    8 => d.varint(0, at)?,
+                    _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                };
+            }
+            ::core::result::Result::Ok(Self { d })
         }
 
         /// The encoded message this view reads.
         #[inline]
         pub fn bytes(&self) -> &'a [u8] {
             self.d.bytes()
-        }
-
-        #[inline]
-        fn slot_of(id: u32) -> ::core::option::Option<usize> {
-            match id {
-                1 => ::core::option::Option::Some(0),
-                _ => ::core::option::Option::None,
-            }
         }
 
         /// The last occurrence, or the default, of `optional int32 y = 1`.
@@ -3128,7 +3298,7 @@ pub mod foo {
         /// Whether `y` (field 1) occurs with the right wire type.
         #[inline]
         pub fn has_y(&self) -> bool {
-            ::protozero::gen_support::has_varint(&self.d, 0)
+            ::protozero::gen_support::has(&self.d, 0)
         }
     }
 }
@@ -3184,40 +3354,44 @@ impl<'w> FooView<'w> {
 
 /// Its writer keeps the name `FooView`; `Foo`'s view becomes `FooView_`.
 ///
-/// A zero-copy view of an encoded `pz.test.FooView`: its fields are indexed once by
-/// [`Self::decode`] and read from the borrowed bytes by the getters, which never allocate.
+/// A zero-copy view of an encoded `pz.test.FooView`: [`Self::decode`] walks the message once,
+/// keeping each singular field's value and where each repeated field lies, and the getters read
+/// from that and the borrowed bytes; they never allocate.
 ///
 /// A singular field reads its last occurrence (the default when absent); repeated scalars accept
 /// packed and unpacked elements alike; an occurrence whose wire type does not match the declared
 /// type is skipped like an unknown field.
 #[derive(Clone, Debug)]
 pub struct FooViewView<'a> {
-    d: ::protozero::TypedDecoder<'a, 2>,
+    d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
 }
 
 impl<'a> FooViewView<'a> {
-    /// Indexes the fields of `bytes`, skipping unknown ones.
+    /// Reads the fields of `bytes`, skipping unknown ones.
     ///
     /// # Errors
     ///
     /// The first malformation if `bytes` is not a well-formed protobuf message.
     #[inline]
     pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-        ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+        let mut d = ::protozero::gen_support::Slots::new(bytes);
+        let mut pos = 0;
+        while pos < bytes.len() {
+            let start = pos;
+            let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+            pos = match tag {
+                10 => d.len(0, at)?,
+                18 => d.len(1, at)?,
+                _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+            };
+        }
+        ::core::result::Result::Ok(Self { d })
     }
 
     /// The encoded message this view reads.
     #[inline]
     pub fn bytes(&self) -> &'a [u8] {
         self.d.bytes()
-    }
-
-    #[inline]
-    fn slot_of(id: u32) -> ::core::option::Option<usize> {
-        match id {
-            1..=2 => ::core::option::Option::Some(id as usize - 1),
-            _ => ::core::option::Option::None,
-        }
     }
 
     /// The last occurrence (an empty message when absent) of `optional pz.test.Foo foo = 1`.
@@ -3233,7 +3407,7 @@ impl<'a> FooViewView<'a> {
     /// Whether `foo` (field 1) occurs with the right wire type.
     #[inline]
     pub fn has_foo(&self) -> bool {
-        ::protozero::gen_support::has_len(&self.d, 0)
+        ::protozero::gen_support::has(&self.d, 0)
     }
 
     /// The last occurrence (an empty message when absent) of `optional pz.test.Foo.Bar bar = 2`.
@@ -3249,7 +3423,7 @@ impl<'a> FooViewView<'a> {
     /// Whether `bar` (field 2) occurs with the right wire type.
     #[inline]
     pub fn has_bar(&self) -> bool {
-        ::protozero::gen_support::has_len(&self.d, 1)
+        ::protozero::gen_support::has(&self.d, 1)
     }
 }
 
@@ -3430,40 +3604,60 @@ impl<'w> Keywords<'w> {
     }
 }
 
-/// A zero-copy view of an encoded `pz.test.Keywords`: its fields are indexed once by
-/// [`Self::decode`] and read from the borrowed bytes by the getters, which never allocate.
+/// A zero-copy view of an encoded `pz.test.Keywords`: [`Self::decode`] walks the message once,
+/// keeping each singular field's value and where each repeated field lies, and the getters read
+/// from that and the borrowed bytes; they never allocate.
 ///
 /// A singular field reads its last occurrence (the default when absent); repeated scalars accept
 /// packed and unpacked elements alike; an occurrence whose wire type does not match the declared
 /// type is skipped like an unknown field.
 #[derive(Clone, Debug)]
 pub struct KeywordsView<'a> {
-    d: ::protozero::TypedDecoder<'a, 17>,
+    d: ::protozero::gen_support::Slots<'a, 16, 1, 1>,
 }
 
 impl<'a> KeywordsView<'a> {
-    /// Indexes the fields of `bytes`, skipping unknown ones.
+    /// Reads the fields of `bytes`, skipping unknown ones.
     ///
     /// # Errors
     ///
     /// The first malformation if `bytes` is not a well-formed protobuf message.
     #[inline]
     pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-        ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+        let mut d = ::protozero::gen_support::Slots::new(bytes);
+        let mut pos = 0;
+        while pos < bytes.len() {
+            let start = pos;
+            let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+            pos = match tag {
+                8 => d.varint(0, at)?,
+                18 => d.len(1, at)?,
+                26 => d.len(2, at)?,
+                32 => d.varint(3, at)?,
+                40 => d.varint(4, at)?,
+                48 => d.varint(5, at)?,
+                56 => d.varint(6, at)?,
+                64 => d.varint(7, at)?,
+                74 => d.len(8, at)?,
+                80 => d.varint(9, at)?,
+                88 => d.varint(10, at)?,
+                96 => d.varint(11, at)?,
+                104 => d.varint(12, at)?,
+                112 => d.varint(13, at)?,
+                122 => d.len(14, at)?,
+                128 => d.rep_varint(0, start, at)?,
+                130 => d.rep_len(0, start, at)?,
+                136 => d.varint(15, at)?,
+                _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+            };
+        }
+        ::core::result::Result::Ok(Self { d })
     }
 
     /// The encoded message this view reads.
     #[inline]
     pub fn bytes(&self) -> &'a [u8] {
         self.d.bytes()
-    }
-
-    #[inline]
-    fn slot_of(id: u32) -> ::core::option::Option<usize> {
-        match id {
-            1..=17 => ::core::option::Option::Some(id as usize - 1),
-            _ => ::core::option::Option::None,
-        }
     }
 
     /// The last occurrence, or the default, of `optional int32 type = 1`.
@@ -3475,7 +3669,7 @@ impl<'a> KeywordsView<'a> {
     /// Whether `type` (field 1) occurs with the right wire type.
     #[inline]
     pub fn has_type(&self) -> bool {
-        ::protozero::gen_support::has_varint(&self.d, 0)
+        ::protozero::gen_support::has(&self.d, 0)
     }
 
     /// The last occurrence, or the default, of `optional string self = 2`.
@@ -3497,7 +3691,7 @@ impl<'a> KeywordsView<'a> {
     /// Whether `self` (field 2) occurs with the right wire type.
     #[inline]
     pub fn has_self(&self) -> bool {
-        ::protozero::gen_support::has_len(&self.d, 1)
+        ::protozero::gen_support::has(&self.d, 1)
     }
 
     /// The last occurrence, or the default, of `optional bytes bytes = 3`.
@@ -3509,7 +3703,7 @@ impl<'a> KeywordsView<'a> {
     /// Whether `bytes` (field 3) occurs with the right wire type.
     #[inline]
     pub fn has_bytes(&self) -> bool {
-        ::protozero::gen_support::has_len(&self.d, 2)
+        ::protozero::gen_support::has(&self.d, 2)
     }
 
     /// The last occurrence, or the default, of `optional int32 decode = 4`.
@@ -3521,7 +3715,7 @@ impl<'a> KeywordsView<'a> {
     /// Whether `decode` (field 4) occurs with the right wire type.
     #[inline]
     pub fn has_decode(&self) -> bool {
-        ::protozero::gen_support::has_varint(&self.d, 3)
+        ::protozero::gen_support::has(&self.d, 3)
     }
 
     /// The last occurrence, or the default, of `optional int32 foo = 5`.
@@ -3533,7 +3727,7 @@ impl<'a> KeywordsView<'a> {
     /// Whether `foo` (field 5) occurs with the right wire type.
     #[inline]
     pub fn has_foo_(&self) -> bool {
-        ::protozero::gen_support::has_varint(&self.d, 4)
+        ::protozero::gen_support::has(&self.d, 4)
     }
 
     /// The last occurrence, or the default, of `optional bool has_foo = 6`.
@@ -3545,7 +3739,7 @@ impl<'a> KeywordsView<'a> {
     /// Whether `has_foo` (field 6) occurs with the right wire type.
     #[inline]
     pub fn has_has_foo(&self) -> bool {
-        ::protozero::gen_support::has_varint(&self.d, 5)
+        ::protozero::gen_support::has(&self.d, 5)
     }
 
     /// The last occurrence, or the default, of `optional int32 gen = 7`.
@@ -3557,7 +3751,7 @@ impl<'a> KeywordsView<'a> {
     /// Whether `gen` (field 7) occurs with the right wire type.
     #[inline]
     pub fn has_gen(&self) -> bool {
-        ::protozero::gen_support::has_varint(&self.d, 6)
+        ::protozero::gen_support::has(&self.d, 6)
     }
 
     /// The last occurrence, or the default, of `optional uint32 clone = 8`.
@@ -3569,7 +3763,7 @@ impl<'a> KeywordsView<'a> {
     /// Whether `clone` (field 8) occurs with the right wire type.
     #[inline]
     pub fn has_clone(&self) -> bool {
-        ::protozero::gen_support::has_varint(&self.d, 7)
+        ::protozero::gen_support::has(&self.d, 7)
     }
 
     /// The last occurrence, or the default, of `optional string from_source = 9`.
@@ -3593,7 +3787,7 @@ impl<'a> KeywordsView<'a> {
     /// Whether `from_source` (field 9) occurs with the right wire type.
     #[inline]
     pub fn has_from_source(&self) -> bool {
-        ::protozero::gen_support::has_len(&self.d, 8)
+        ::protozero::gen_support::has(&self.d, 8)
     }
 
     /// The last occurrence, or the default, of `optional pz.test.Keywords.Kind kind = 10`.
@@ -3613,7 +3807,7 @@ impl<'a> KeywordsView<'a> {
     /// Whether `kind` (field 10) occurs with the right wire type.
     #[inline]
     pub fn has_kind(&self) -> bool {
-        ::protozero::gen_support::has_varint(&self.d, 9)
+        ::protozero::gen_support::has(&self.d, 9)
     }
 
     /// The last occurrence, or the default, of `optional int32 kind_raw = 11`.
@@ -3625,7 +3819,7 @@ impl<'a> KeywordsView<'a> {
     /// Whether `kind_raw` (field 11) occurs with the right wire type.
     #[inline]
     pub fn has_kind_raw(&self) -> bool {
-        ::protozero::gen_support::has_varint(&self.d, 10)
+        ::protozero::gen_support::has(&self.d, 10)
     }
 
     /// The last occurrence, or the default, of `optional int32 Foo_bar = 12`.
@@ -3637,7 +3831,7 @@ impl<'a> KeywordsView<'a> {
     /// Whether `Foo_bar` (field 12) occurs with the right wire type.
     #[inline]
     pub fn has_foo_bar(&self) -> bool {
-        ::protozero::gen_support::has_varint(&self.d, 11)
+        ::protozero::gen_support::has(&self.d, 11)
     }
 
     /// The last occurrence, or the default, of `optional int32 foo_bar = 13`.
@@ -3649,7 +3843,7 @@ impl<'a> KeywordsView<'a> {
     /// Whether `foo_bar` (field 13) occurs with the right wire type.
     #[inline]
     pub fn has_foo_bar_(&self) -> bool {
-        ::protozero::gen_support::has_varint(&self.d, 12)
+        ::protozero::gen_support::has(&self.d, 12)
     }
 
     /// The last occurrence, or the default, of `optional int32 async = 14`.
@@ -3661,7 +3855,7 @@ impl<'a> KeywordsView<'a> {
     /// Whether `async` (field 14) occurs with the right wire type.
     #[inline]
     pub fn has_async(&self) -> bool {
-        ::protozero::gen_support::has_varint(&self.d, 13)
+        ::protozero::gen_support::has(&self.d, 13)
     }
 
     /// The last occurrence (an empty message when absent) of `optional pz.test.Self super = 15`.
@@ -3677,27 +3871,27 @@ impl<'a> KeywordsView<'a> {
     /// Whether `super` (field 15) occurs with the right wire type.
     #[inline]
     pub fn has_super(&self) -> bool {
-        ::protozero::gen_support::has_len(&self.d, 14)
+        ::protozero::gen_support::has(&self.d, 14)
     }
 
     /// The elements of `repeated int32 into_iter = 16`.
     #[inline]
     #[allow(clippy::wrong_self_convention)]
     pub fn into_iter(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_int32(&self.d, 15)
+        ::protozero::gen_support::repeated_int32(&self.d, 0, 16)
     }
 
     /// The last occurrence, or the default, of `optional int32 as_mut = 17`.
     #[inline]
     #[allow(clippy::wrong_self_convention)]
     pub fn as_mut(&self) -> i32 {
-        ::protozero::gen_support::int32(&self.d, 16, 0)
+        ::protozero::gen_support::int32(&self.d, 15, 0)
     }
 
     /// Whether `as_mut` (field 17) occurs with the right wire type.
     #[inline]
     pub fn has_as_mut(&self) -> bool {
-        ::protozero::gen_support::has_varint(&self.d, 16)
+        ::protozero::gen_support::has(&self.d, 15)
     }
 }
 
@@ -3785,40 +3979,43 @@ impl<'w> Self_<'w> {
 
 /// Names Rust already uses: generated code must not be confused by them.
 ///
-/// A zero-copy view of an encoded `pz.test.Self`: its fields are indexed once by [`Self::decode`]
-/// and read from the borrowed bytes by the getters, which never allocate.
+/// A zero-copy view of an encoded `pz.test.Self`: [`Self::decode`] walks the message once, keeping
+/// each singular field's value and where each repeated field lies, and the getters read from that
+/// and the borrowed bytes; they never allocate.
 ///
 /// A singular field reads its last occurrence (the default when absent); repeated scalars accept
 /// packed and unpacked elements alike; an occurrence whose wire type does not match the declared
 /// type is skipped like an unknown field.
 #[derive(Clone, Debug)]
 pub struct SelfView<'a> {
-    d: ::protozero::TypedDecoder<'a, 1>,
+    d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
 }
 
 impl<'a> SelfView<'a> {
-    /// Indexes the fields of `bytes`, skipping unknown ones.
+    /// Reads the fields of `bytes`, skipping unknown ones.
     ///
     /// # Errors
     ///
     /// The first malformation if `bytes` is not a well-formed protobuf message.
     #[inline]
     pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-        ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+        let mut d = ::protozero::gen_support::Slots::new(bytes);
+        let mut pos = 0;
+        while pos < bytes.len() {
+            let start = pos;
+            let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+            pos = match tag {
+                8 => d.varint(0, at)?,
+                _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+            };
+        }
+        ::core::result::Result::Ok(Self { d })
     }
 
     /// The encoded message this view reads.
     #[inline]
     pub fn bytes(&self) -> &'a [u8] {
         self.d.bytes()
-    }
-
-    #[inline]
-    fn slot_of(id: u32) -> ::core::option::Option<usize> {
-        match id {
-            1 => ::core::option::Option::Some(0),
-            _ => ::core::option::Option::None,
-        }
     }
 
     /// The last occurrence, or the default, of `optional int32 crate = 1`.
@@ -3830,7 +4027,7 @@ impl<'a> SelfView<'a> {
     /// Whether `crate` (field 1) occurs with the right wire type.
     #[inline]
     pub fn has_crate(&self) -> bool {
-        ::protozero::gen_support::has_varint(&self.d, 0)
+        ::protozero::gen_support::has(&self.d, 0)
     }
 }
 
@@ -3870,40 +4067,43 @@ impl<'w> Option<'w> {
     }
 }
 
-/// A zero-copy view of an encoded `pz.test.Option`: its fields are indexed once by [`Self::decode`]
-/// and read from the borrowed bytes by the getters, which never allocate.
+/// A zero-copy view of an encoded `pz.test.Option`: [`Self::decode`] walks the message once,
+/// keeping each singular field's value and where each repeated field lies, and the getters read
+/// from that and the borrowed bytes; they never allocate.
 ///
 /// A singular field reads its last occurrence (the default when absent); repeated scalars accept
 /// packed and unpacked elements alike; an occurrence whose wire type does not match the declared
 /// type is skipped like an unknown field.
 #[derive(Clone, Debug)]
 pub struct OptionView<'a> {
-    d: ::protozero::TypedDecoder<'a, 1>,
+    d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
 }
 
 impl<'a> OptionView<'a> {
-    /// Indexes the fields of `bytes`, skipping unknown ones.
+    /// Reads the fields of `bytes`, skipping unknown ones.
     ///
     /// # Errors
     ///
     /// The first malformation if `bytes` is not a well-formed protobuf message.
     #[inline]
     pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-        ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+        let mut d = ::protozero::gen_support::Slots::new(bytes);
+        let mut pos = 0;
+        while pos < bytes.len() {
+            let start = pos;
+            let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+            pos = match tag {
+                10 => d.len(0, at)?,
+                _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+            };
+        }
+        ::core::result::Result::Ok(Self { d })
     }
 
     /// The encoded message this view reads.
     #[inline]
     pub fn bytes(&self) -> &'a [u8] {
         self.d.bytes()
-    }
-
-    #[inline]
-    fn slot_of(id: u32) -> ::core::option::Option<usize> {
-        match id {
-            1 => ::core::option::Option::Some(0),
-            _ => ::core::option::Option::None,
-        }
     }
 
     /// The last occurrence (an empty message when absent) of `optional pz.test.Result result = 1`.
@@ -3919,7 +4119,7 @@ impl<'a> OptionView<'a> {
     /// Whether `result` (field 1) occurs with the right wire type.
     #[inline]
     pub fn has_result(&self) -> bool {
-        ::protozero::gen_support::has_len(&self.d, 0)
+        ::protozero::gen_support::has(&self.d, 0)
     }
 }
 
@@ -3956,40 +4156,43 @@ impl<'w> Result<'w> {
     }
 }
 
-/// A zero-copy view of an encoded `pz.test.Result`: its fields are indexed once by [`Self::decode`]
-/// and read from the borrowed bytes by the getters, which never allocate.
+/// A zero-copy view of an encoded `pz.test.Result`: [`Self::decode`] walks the message once,
+/// keeping each singular field's value and where each repeated field lies, and the getters read
+/// from that and the borrowed bytes; they never allocate.
 ///
 /// A singular field reads its last occurrence (the default when absent); repeated scalars accept
 /// packed and unpacked elements alike; an occurrence whose wire type does not match the declared
 /// type is skipped like an unknown field.
 #[derive(Clone, Debug)]
 pub struct ResultView<'a> {
-    d: ::protozero::TypedDecoder<'a, 1>,
+    d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
 }
 
 impl<'a> ResultView<'a> {
-    /// Indexes the fields of `bytes`, skipping unknown ones.
+    /// Reads the fields of `bytes`, skipping unknown ones.
     ///
     /// # Errors
     ///
     /// The first malformation if `bytes` is not a well-formed protobuf message.
     #[inline]
     pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-        ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+        let mut d = ::protozero::gen_support::Slots::new(bytes);
+        let mut pos = 0;
+        while pos < bytes.len() {
+            let start = pos;
+            let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+            pos = match tag {
+                8 => d.varint(0, at)?,
+                _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+            };
+        }
+        ::core::result::Result::Ok(Self { d })
     }
 
     /// The encoded message this view reads.
     #[inline]
     pub fn bytes(&self) -> &'a [u8] {
         self.d.bytes()
-    }
-
-    #[inline]
-    fn slot_of(id: u32) -> ::core::option::Option<usize> {
-        match id {
-            1 => ::core::option::Option::Some(0),
-            _ => ::core::option::Option::None,
-        }
     }
 
     /// The last occurrence, or the default, of `optional int32 ok = 1`.
@@ -4001,7 +4204,7 @@ impl<'a> ResultView<'a> {
     /// Whether `ok` (field 1) occurs with the right wire type.
     #[inline]
     pub fn has_ok(&self) -> bool {
-        ::protozero::gen_support::has_varint(&self.d, 0)
+        ::protozero::gen_support::has(&self.d, 0)
     }
 }
 
@@ -4041,40 +4244,43 @@ impl<'w> Some<'w> {
     }
 }
 
-/// A zero-copy view of an encoded `pz.test.Some`: its fields are indexed once by [`Self::decode`]
-/// and read from the borrowed bytes by the getters, which never allocate.
+/// A zero-copy view of an encoded `pz.test.Some`: [`Self::decode`] walks the message once, keeping
+/// each singular field's value and where each repeated field lies, and the getters read from that
+/// and the borrowed bytes; they never allocate.
 ///
 /// A singular field reads its last occurrence (the default when absent); repeated scalars accept
 /// packed and unpacked elements alike; an occurrence whose wire type does not match the declared
 /// type is skipped like an unknown field.
 #[derive(Clone, Debug)]
 pub struct SomeView<'a> {
-    d: ::protozero::TypedDecoder<'a, 1>,
+    d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
 }
 
 impl<'a> SomeView<'a> {
-    /// Indexes the fields of `bytes`, skipping unknown ones.
+    /// Reads the fields of `bytes`, skipping unknown ones.
     ///
     /// # Errors
     ///
     /// The first malformation if `bytes` is not a well-formed protobuf message.
     #[inline]
     pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-        ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+        let mut d = ::protozero::gen_support::Slots::new(bytes);
+        let mut pos = 0;
+        while pos < bytes.len() {
+            let start = pos;
+            let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+            pos = match tag {
+                10 => d.len(0, at)?,
+                _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+            };
+        }
+        ::core::result::Result::Ok(Self { d })
     }
 
     /// The encoded message this view reads.
     #[inline]
     pub fn bytes(&self) -> &'a [u8] {
         self.d.bytes()
-    }
-
-    #[inline]
-    fn slot_of(id: u32) -> ::core::option::Option<usize> {
-        match id {
-            1 => ::core::option::Option::Some(0),
-            _ => ::core::option::Option::None,
-        }
     }
 
     /// The last occurrence (an empty message when absent) of `optional pz.test.Option none = 1`.
@@ -4090,7 +4296,7 @@ impl<'a> SomeView<'a> {
     /// Whether `none` (field 1) occurs with the right wire type.
     #[inline]
     pub fn has_none(&self) -> bool {
-        ::protozero::gen_support::has_len(&self.d, 0)
+        ::protozero::gen_support::has(&self.d, 0)
     }
 }
 
@@ -4138,40 +4344,44 @@ impl<'w> Str<'w> {
     }
 }
 
-/// A zero-copy view of an encoded `pz.test.str`: its fields are indexed once by [`Self::decode`]
-/// and read from the borrowed bytes by the getters, which never allocate.
+/// A zero-copy view of an encoded `pz.test.str`: [`Self::decode`] walks the message once, keeping
+/// each singular field's value and where each repeated field lies, and the getters read from that
+/// and the borrowed bytes; they never allocate.
 ///
 /// A singular field reads its last occurrence (the default when absent); repeated scalars accept
 /// packed and unpacked elements alike; an occurrence whose wire type does not match the declared
 /// type is skipped like an unknown field.
 #[derive(Clone, Debug)]
 pub struct StrView<'a> {
-    d: ::protozero::TypedDecoder<'a, 2>,
+    d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
 }
 
 impl<'a> StrView<'a> {
-    /// Indexes the fields of `bytes`, skipping unknown ones.
+    /// Reads the fields of `bytes`, skipping unknown ones.
     ///
     /// # Errors
     ///
     /// The first malformation if `bytes` is not a well-formed protobuf message.
     #[inline]
     pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-        ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+        let mut d = ::protozero::gen_support::Slots::new(bytes);
+        let mut pos = 0;
+        while pos < bytes.len() {
+            let start = pos;
+            let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+            pos = match tag {
+                8 => d.varint(0, at)?,
+                18 => d.len(1, at)?,
+                _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+            };
+        }
+        ::core::result::Result::Ok(Self { d })
     }
 
     /// The encoded message this view reads.
     #[inline]
     pub fn bytes(&self) -> &'a [u8] {
         self.d.bytes()
-    }
-
-    #[inline]
-    fn slot_of(id: u32) -> ::core::option::Option<usize> {
-        match id {
-            1..=2 => ::core::option::Option::Some(id as usize - 1),
-            _ => ::core::option::Option::None,
-        }
     }
 
     /// The last occurrence, or the default, of `optional int32 u32 = 1`.
@@ -4183,7 +4393,7 @@ impl<'a> StrView<'a> {
     /// Whether `u32` (field 1) occurs with the right wire type.
     #[inline]
     pub fn has_u32(&self) -> bool {
-        ::protozero::gen_support::has_varint(&self.d, 0)
+        ::protozero::gen_support::has(&self.d, 0)
     }
 
     /// The last occurrence (an empty message when absent) of `optional pz.test.str.i64 big = 2`.
@@ -4199,7 +4409,7 @@ impl<'a> StrView<'a> {
     /// Whether `big` (field 2) occurs with the right wire type.
     #[inline]
     pub fn has_big(&self) -> bool {
-        ::protozero::gen_support::has_len(&self.d, 1)
+        ::protozero::gen_support::has(&self.d, 1)
     }
 }
 
@@ -4230,37 +4440,40 @@ pub mod str_ {
         }
     }
 
-    /// A zero-copy view of an encoded `pz.test.str.i64`: its fields are indexed once by
-    /// [`Self::decode`] and read from the borrowed bytes by the getters, which never allocate.
+    /// A zero-copy view of an encoded `pz.test.str.i64`: [`Self::decode`] walks the message once,
+    /// keeping each singular field's value and where each repeated field lies, and the getters read
+    /// from that and the borrowed bytes; they never allocate.
     ///
     /// A singular field reads its last occurrence (the default when absent); repeated scalars
     /// accept packed and unpacked elements alike; an occurrence whose wire type does not match the
     /// declared type is skipped like an unknown field.
     #[derive(Clone, Debug)]
     pub struct I64View<'a> {
-        d: ::protozero::TypedDecoder<'a, 0>,
+        d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
     }
 
     impl<'a> I64View<'a> {
-        /// Indexes the fields of `bytes`, skipping unknown ones.
+        /// Reads the fields of `bytes`, skipping unknown ones.
         ///
         /// # Errors
         ///
         /// The first malformation if `bytes` is not a well-formed protobuf message.
         #[inline]
         pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-            ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+            let d = ::protozero::gen_support::Slots::new(bytes);
+            let mut pos = 0;
+            while pos < bytes.len() {
+                let start = pos;
+                let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+            }
+            ::core::result::Result::Ok(Self { d })
         }
 
         /// The encoded message this view reads.
         #[inline]
         pub fn bytes(&self) -> &'a [u8] {
             self.d.bytes()
-        }
-
-        #[inline]
-        fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-            ::core::option::Option::None
         }
     }
 }
@@ -4301,40 +4514,43 @@ impl<'w> Type<'w> {
     }
 }
 
-/// A zero-copy view of an encoded `pz.test.type`: its fields are indexed once by [`Self::decode`]
-/// and read from the borrowed bytes by the getters, which never allocate.
+/// A zero-copy view of an encoded `pz.test.type`: [`Self::decode`] walks the message once, keeping
+/// each singular field's value and where each repeated field lies, and the getters read from that
+/// and the borrowed bytes; they never allocate.
 ///
 /// A singular field reads its last occurrence (the default when absent); repeated scalars accept
 /// packed and unpacked elements alike; an occurrence whose wire type does not match the declared
 /// type is skipped like an unknown field.
 #[derive(Clone, Debug)]
 pub struct TypeView<'a> {
-    d: ::protozero::TypedDecoder<'a, 1>,
+    d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
 }
 
 impl<'a> TypeView<'a> {
-    /// Indexes the fields of `bytes`, skipping unknown ones.
+    /// Reads the fields of `bytes`, skipping unknown ones.
     ///
     /// # Errors
     ///
     /// The first malformation if `bytes` is not a well-formed protobuf message.
     #[inline]
     pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-        ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+        let mut d = ::protozero::gen_support::Slots::new(bytes);
+        let mut pos = 0;
+        while pos < bytes.len() {
+            let start = pos;
+            let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+            pos = match tag {
+                10 => d.len(0, at)?,
+                _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+            };
+        }
+        ::core::result::Result::Ok(Self { d })
     }
 
     /// The encoded message this view reads.
     #[inline]
     pub fn bytes(&self) -> &'a [u8] {
         self.d.bytes()
-    }
-
-    #[inline]
-    fn slot_of(id: u32) -> ::core::option::Option<usize> {
-        match id {
-            1 => ::core::option::Option::Some(0),
-            _ => ::core::option::Option::None,
-        }
     }
 
     /// The last occurrence (an empty message when absent) of `optional pz.test.type type = 1`.
@@ -4350,7 +4566,7 @@ impl<'a> TypeView<'a> {
     /// Whether `type` (field 1) occurs with the right wire type.
     #[inline]
     pub fn has_type(&self) -> bool {
-        ::protozero::gen_support::has_len(&self.d, 0)
+        ::protozero::gen_support::has(&self.d, 0)
     }
 }
 
@@ -4473,42 +4689,48 @@ impl<'w> Shuffled<'w> {
 
 /// Fields out of number order: the view's slot table must still map each number to its field.
 ///
-/// A zero-copy view of an encoded `pz.test.Shuffled`: its fields are indexed once by
-/// [`Self::decode`] and read from the borrowed bytes by the getters, which never allocate.
+/// A zero-copy view of an encoded `pz.test.Shuffled`: [`Self::decode`] walks the message once,
+/// keeping each singular field's value and where each repeated field lies, and the getters read
+/// from that and the borrowed bytes; they never allocate.
 ///
 /// A singular field reads its last occurrence (the default when absent); repeated scalars accept
 /// packed and unpacked elements alike; an occurrence whose wire type does not match the declared
 /// type is skipped like an unknown field.
 #[derive(Clone, Debug)]
 pub struct ShuffledView<'a> {
-    d: ::protozero::TypedDecoder<'a, 6>,
+    d: ::protozero::gen_support::Slots<'a, 6, 1, 0>,
 }
 
 impl<'a> ShuffledView<'a> {
-    /// Indexes the fields of `bytes`, skipping unknown ones.
+    /// Reads the fields of `bytes`, skipping unknown ones.
     ///
     /// # Errors
     ///
     /// The first malformation if `bytes` is not a well-formed protobuf message.
     #[inline]
     pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-        ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+        let mut d = ::protozero::gen_support::Slots::new(bytes);
+        let mut pos = 0;
+        while pos < bytes.len() {
+            let start = pos;
+            let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+            pos = match tag {
+                40 => d.varint(0, at)?,
+                48 => d.varint(1, at)?,
+                8 => d.varint(2, at)?,
+                16 => d.varint(3, at)?,
+                80 => d.varint(4, at)?,
+                88 => d.varint(5, at)?,
+                _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+            };
+        }
+        ::core::result::Result::Ok(Self { d })
     }
 
     /// The encoded message this view reads.
     #[inline]
     pub fn bytes(&self) -> &'a [u8] {
         self.d.bytes()
-    }
-
-    #[inline]
-    fn slot_of(id: u32) -> ::core::option::Option<usize> {
-        match id {
-            5..=6 => ::core::option::Option::Some(id as usize - 5),
-            1..=2 => ::core::option::Option::Some(id as usize + 1),
-            10..=11 => ::core::option::Option::Some(id as usize - 6),
-            _ => ::core::option::Option::None,
-        }
     }
 
     /// The last occurrence, or the default, of `optional int32 x = 5`.
@@ -4520,7 +4742,7 @@ impl<'a> ShuffledView<'a> {
     /// Whether `x` (field 5) occurs with the right wire type.
     #[inline]
     pub fn has_x(&self) -> bool {
-        ::protozero::gen_support::has_varint(&self.d, 0)
+        ::protozero::gen_support::has(&self.d, 0)
     }
 
     /// The last occurrence, or the default, of `optional int32 y = 6`.
@@ -4532,7 +4754,7 @@ impl<'a> ShuffledView<'a> {
     /// Whether `y` (field 6) occurs with the right wire type.
     #[inline]
     pub fn has_y(&self) -> bool {
-        ::protozero::gen_support::has_varint(&self.d, 1)
+        ::protozero::gen_support::has(&self.d, 1)
     }
 
     /// The last occurrence, or the default, of `optional int32 a = 1`.
@@ -4544,7 +4766,7 @@ impl<'a> ShuffledView<'a> {
     /// Whether `a` (field 1) occurs with the right wire type.
     #[inline]
     pub fn has_a(&self) -> bool {
-        ::protozero::gen_support::has_varint(&self.d, 2)
+        ::protozero::gen_support::has(&self.d, 2)
     }
 
     /// The last occurrence, or the default, of `optional int32 b = 2`.
@@ -4556,7 +4778,7 @@ impl<'a> ShuffledView<'a> {
     /// Whether `b` (field 2) occurs with the right wire type.
     #[inline]
     pub fn has_b(&self) -> bool {
-        ::protozero::gen_support::has_varint(&self.d, 3)
+        ::protozero::gen_support::has(&self.d, 3)
     }
 
     /// The last occurrence, or the default, of `optional int32 d = 10`.
@@ -4568,7 +4790,7 @@ impl<'a> ShuffledView<'a> {
     /// Whether `d` (field 10) occurs with the right wire type.
     #[inline]
     pub fn has_d(&self) -> bool {
-        ::protozero::gen_support::has_varint(&self.d, 4)
+        ::protozero::gen_support::has(&self.d, 4)
     }
 
     /// The last occurrence, or the default, of `optional int32 e = 11`.
@@ -4580,6 +4802,6 @@ impl<'a> ShuffledView<'a> {
     /// Whether `e` (field 11) occurs with the right wire type.
     #[inline]
     pub fn has_e(&self) -> bool {
-        ::protozero::gen_support::has_varint(&self.d, 5)
+        ::protozero::gen_support::has(&self.d, 5)
     }
 }

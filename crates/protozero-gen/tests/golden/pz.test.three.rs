@@ -256,40 +256,65 @@ impl<'w> Three<'w> {
     }
 }
 
-/// A zero-copy view of an encoded `pz.test.three.Three`: its fields are indexed once by
-/// [`Self::decode`] and read from the borrowed bytes by the getters, which never allocate.
+/// A zero-copy view of an encoded `pz.test.three.Three`: [`Self::decode`] walks the message once,
+/// keeping each singular field's value and where each repeated field lies, and the getters read
+/// from that and the borrowed bytes; they never allocate.
 ///
 /// A singular field reads its last occurrence (the default when absent); repeated scalars accept
 /// packed and unpacked elements alike; an occurrence whose wire type does not match the declared
 /// type is skipped like an unknown field.
 #[derive(Clone, Debug)]
 pub struct ThreeView<'a> {
-    d: ::protozero::TypedDecoder<'a, 19>,
+    d: ::protozero::gen_support::Slots<'a, 11, 1, 8>,
 }
 
 impl<'a> ThreeView<'a> {
-    /// Indexes the fields of `bytes`, skipping unknown ones.
+    /// Reads the fields of `bytes`, skipping unknown ones.
     ///
     /// # Errors
     ///
     /// The first malformation if `bytes` is not a well-formed protobuf message.
     #[inline]
     pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-        ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+        let mut d = ::protozero::gen_support::Slots::new(bytes);
+        let mut pos = 0;
+        while pos < bytes.len() {
+            let start = pos;
+            let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+            pos = match tag {
+                8 => d.varint(0, at)?,
+                16 => d.varint(1, at)?,
+                26 => d.len(2, at)?,
+                34 => d.len(3, at)?,
+                42 => d.len(4, at)?,
+                48 => d.rep_varint(0, start, at)?,
+                50 => d.rep_len(0, start, at)?,
+                57 => d.rep_fixed64(1, start, at)?,
+                58 => d.rep_len(1, start, at)?,
+                64 => d.rep_varint(2, start, at)?,
+                66 => d.rep_len(2, start, at)?,
+                74 => d.len(5, at)?,
+                80 => d.varint(6, at)?,
+                88 => d.varint(7, at)?,
+                98 => d.len(8, at)?,
+                106 => d.len(9, at)?,
+                114 => d.rep_len(3, start, at)?,
+                120 => d.rep_varint(4, start, at)?,
+                122 => d.rep_len(4, start, at)?,
+                130 => d.rep_len(5, start, at)?,
+                138 => d.rep_len(6, start, at)?,
+                146 => d.len(10, at)?,
+                154 => d.rep_len(7, start, at)?,
+                _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+            };
+        }
+        ::core::result::Result::Ok(Self { d })
     }
 
     /// The encoded message this view reads.
     #[inline]
     pub fn bytes(&self) -> &'a [u8] {
         self.d.bytes()
-    }
-
-    #[inline]
-    fn slot_of(id: u32) -> ::core::option::Option<usize> {
-        match id {
-            1..=19 => ::core::option::Option::Some(id as usize - 1),
-            _ => ::core::option::Option::None,
-        }
     }
 
     /// The last occurrence, or the default, of `int32 plain = 1`.
@@ -301,7 +326,7 @@ impl<'a> ThreeView<'a> {
     /// Whether `plain` (field 1) occurs with the right wire type.
     #[inline]
     pub fn has_plain(&self) -> bool {
-        ::protozero::gen_support::has_varint(&self.d, 0)
+        ::protozero::gen_support::has(&self.d, 0)
     }
 
     /// The last occurrence, or the default, of `optional int32 opt = 2`.
@@ -313,7 +338,7 @@ impl<'a> ThreeView<'a> {
     /// Whether `opt` (field 2) occurs with the right wire type.
     #[inline]
     pub fn has_opt(&self) -> bool {
-        ::protozero::gen_support::has_varint(&self.d, 1)
+        ::protozero::gen_support::has(&self.d, 1)
     }
 
     /// The last occurrence, or the default, of `string name = 3`.
@@ -335,7 +360,7 @@ impl<'a> ThreeView<'a> {
     /// Whether `name` (field 3) occurs with the right wire type.
     #[inline]
     pub fn has_name(&self) -> bool {
-        ::protozero::gen_support::has_len(&self.d, 2)
+        ::protozero::gen_support::has(&self.d, 2)
     }
 
     /// The last occurrence, or the default, of `optional string opt_name = 4`.
@@ -357,7 +382,7 @@ impl<'a> ThreeView<'a> {
     /// Whether `opt_name` (field 4) occurs with the right wire type.
     #[inline]
     pub fn has_opt_name(&self) -> bool {
-        ::protozero::gen_support::has_len(&self.d, 3)
+        ::protozero::gen_support::has(&self.d, 3)
     }
 
     /// The last occurrence, or the default, of `bytes data = 5`.
@@ -369,25 +394,25 @@ impl<'a> ThreeView<'a> {
     /// Whether `data` (field 5) occurs with the right wire type.
     #[inline]
     pub fn has_data(&self) -> bool {
-        ::protozero::gen_support::has_len(&self.d, 4)
+        ::protozero::gen_support::has(&self.d, 4)
     }
 
     /// The elements of `repeated sint64 packed_by_default = 6`.
     #[inline]
     pub fn packed_by_default(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i64, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_sint64(&self.d, 5)
+        ::protozero::gen_support::repeated_sint64(&self.d, 0, 6)
     }
 
     /// The elements of `repeated double doubles = 7`.
     #[inline]
     pub fn doubles(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<f64, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_double(&self.d, 6)
+        ::protozero::gen_support::repeated_double(&self.d, 1, 7)
     }
 
     /// The elements of `repeated uint32 unpacked = 8 [packed = false]`.
     #[inline]
     pub fn unpacked(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u32, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_uint32(&self.d, 7)
+        ::protozero::gen_support::repeated_uint32(&self.d, 2, 8)
     }
 
     /// The last occurrence (an empty message when absent) of `pz.common.Point point = 9`.
@@ -397,13 +422,13 @@ impl<'a> ThreeView<'a> {
     /// The first malformation if the nested message is not well-formed.
     #[inline]
     pub fn point(&self) -> ::core::result::Result<super::super::common::PointView<'a>, ::protozero::DecodeError> {
-        super::super::common::PointView::decode(::protozero::gen_support::bytes(&self.d, 8, b""))
+        super::super::common::PointView::decode(::protozero::gen_support::bytes(&self.d, 5, b""))
     }
 
     /// Whether `point` (field 9) occurs with the right wire type.
     #[inline]
     pub fn has_point(&self) -> bool {
-        ::protozero::gen_support::has_len(&self.d, 8)
+        ::protozero::gen_support::has(&self.d, 5)
     }
 
     /// The last occurrence, or the default, of `pz.test.three.Three.Mood mood = 10`.
@@ -417,13 +442,13 @@ impl<'a> ThreeView<'a> {
     /// `mood` as a raw value (also one the enum does not declare).
     #[inline]
     pub fn mood_raw(&self) -> i32 {
-        ::protozero::gen_support::int32(&self.d, 9, 0)
+        ::protozero::gen_support::int32(&self.d, 6, 0)
     }
 
     /// Whether `mood` (field 10) occurs with the right wire type.
     #[inline]
     pub fn has_mood(&self) -> bool {
-        ::protozero::gen_support::has_varint(&self.d, 9)
+        ::protozero::gen_support::has(&self.d, 6)
     }
 
     /// The last occurrence, or the default, of `optional pz.test.three.Three.Mood opt_mood = 11`.
@@ -437,13 +462,13 @@ impl<'a> ThreeView<'a> {
     /// `opt_mood` as a raw value (also one the enum does not declare).
     #[inline]
     pub fn opt_mood_raw(&self) -> i32 {
-        ::protozero::gen_support::int32(&self.d, 10, 0)
+        ::protozero::gen_support::int32(&self.d, 7, 0)
     }
 
     /// Whether `opt_mood` (field 11) occurs with the right wire type.
     #[inline]
     pub fn has_opt_mood(&self) -> bool {
-        ::protozero::gen_support::has_varint(&self.d, 10)
+        ::protozero::gen_support::has(&self.d, 7)
     }
 
     /// The last occurrence, or the default, of `string pick_name = 12`.
@@ -456,19 +481,19 @@ impl<'a> ThreeView<'a> {
     /// `InvalidUtf8` if the string is not UTF-8 (see [`Self::pick_name_bytes`]).
     #[inline]
     pub fn pick_name(&self) -> ::core::result::Result<&'a str, ::protozero::DecodeError> {
-        ::protozero::gen_support::string(&self.d, 11, "")
+        ::protozero::gen_support::string(&self.d, 8, "")
     }
 
     /// `pick_name` as bytes, not checked to be UTF-8.
     #[inline]
     pub fn pick_name_bytes(&self) -> &'a [u8] {
-        ::protozero::gen_support::bytes(&self.d, 11, b"")
+        ::protozero::gen_support::bytes(&self.d, 8, b"")
     }
 
     /// Whether `pick_name` (field 12) occurs with the right wire type.
     #[inline]
     pub fn has_pick_name(&self) -> bool {
-        ::protozero::gen_support::has_len(&self.d, 11)
+        ::protozero::gen_support::has(&self.d, 8)
     }
 
     /// The last occurrence (an empty message when absent) of `pz.common.Point pick_point = 13`.
@@ -481,43 +506,43 @@ impl<'a> ThreeView<'a> {
     /// The first malformation if the nested message is not well-formed.
     #[inline]
     pub fn pick_point(&self) -> ::core::result::Result<super::super::common::PointView<'a>, ::protozero::DecodeError> {
-        super::super::common::PointView::decode(::protozero::gen_support::bytes(&self.d, 12, b""))
+        super::super::common::PointView::decode(::protozero::gen_support::bytes(&self.d, 9, b""))
     }
 
     /// Whether `pick_point` (field 13) occurs with the right wire type.
     #[inline]
     pub fn has_pick_point(&self) -> bool {
-        ::protozero::gen_support::has_len(&self.d, 12)
+        ::protozero::gen_support::has(&self.d, 9)
     }
 
     /// The elements of `map<string, int64> counts = 14`.
     #[inline]
     pub fn counts(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<three_::CountsEntryView<'a>, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_bytes(&self.d, 13).map(three_::CountsEntryView::decode)
+        ::protozero::gen_support::repeated_bytes(&self.d, 3, 14).map(three_::CountsEntryView::decode)
     }
 
     /// The elements of `repeated pz.test.three.Three.Mood moods = 15`.
     #[inline]
     pub fn moods(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<::core::option::Option<three_::Mood>, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_int32(&self.d, 14).map(|r| r.map(three_::Mood::from_i32))
+        ::protozero::gen_support::repeated_int32(&self.d, 4, 15).map(|r| r.map(three_::Mood::from_i32))
     }
 
     /// The elements of `moods` as raw values (also those the enum does not declare).
     #[inline]
     pub fn moods_raw(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_int32(&self.d, 14)
+        ::protozero::gen_support::repeated_int32(&self.d, 4, 15)
     }
 
     /// The elements of `repeated string tags = 16`.
     #[inline]
     pub fn tags(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<&'a str, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_string(&self.d, 15)
+        ::protozero::gen_support::repeated_string(&self.d, 5, 16)
     }
 
     /// The elements of `repeated bytes blobs = 17`.
     #[inline]
     pub fn blobs(&self) -> impl ::core::iter::Iterator<Item = &'a [u8]> + use<'a> {
-        ::protozero::gen_support::repeated_bytes(&self.d, 16)
+        ::protozero::gen_support::repeated_bytes(&self.d, 6, 17)
     }
 
     /// A type from the parent package, through `super::`.
@@ -530,19 +555,19 @@ impl<'a> ThreeView<'a> {
     /// The first malformation if the nested message is not well-formed.
     #[inline]
     pub fn nested(&self) -> ::core::result::Result<super::everything::NestedView<'a>, ::protozero::DecodeError> {
-        super::everything::NestedView::decode(::protozero::gen_support::bytes(&self.d, 17, b""))
+        super::everything::NestedView::decode(::protozero::gen_support::bytes(&self.d, 10, b""))
     }
 
     /// Whether `nested` (field 18) occurs with the right wire type.
     #[inline]
     pub fn has_nested(&self) -> bool {
-        ::protozero::gen_support::has_len(&self.d, 17)
+        ::protozero::gen_support::has(&self.d, 10)
     }
 
     /// The elements of `repeated pz.test.Empty empties = 19`.
     #[inline]
     pub fn empties(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<super::EmptyView<'a>, ::protozero::DecodeError>> + use<'a> {
-        ::protozero::gen_support::repeated_bytes(&self.d, 18).map(super::EmptyView::decode)
+        ::protozero::gen_support::repeated_bytes(&self.d, 7, 19).map(super::EmptyView::decode)
     }
 }
 
@@ -591,41 +616,44 @@ pub mod three_ {
         }
     }
 
-    /// A zero-copy view of an encoded `pz.test.three.Three.CountsEntry`: its fields are indexed
-    /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-    /// allocate.
+    /// A zero-copy view of an encoded `pz.test.three.Three.CountsEntry`: [`Self::decode`] walks the
+    /// message once, keeping each singular field's value and where each repeated field lies, and
+    /// the getters read from that and the borrowed bytes; they never allocate.
     ///
     /// A singular field reads its last occurrence (the default when absent); repeated scalars
     /// accept packed and unpacked elements alike; an occurrence whose wire type does not match the
     /// declared type is skipped like an unknown field.
     #[derive(Clone, Debug)]
     pub struct CountsEntryView<'a> {
-        d: ::protozero::TypedDecoder<'a, 2>,
+        d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
     }
 
     impl<'a> CountsEntryView<'a> {
-        /// Indexes the fields of `bytes`, skipping unknown ones.
+        /// Reads the fields of `bytes`, skipping unknown ones.
         ///
         /// # Errors
         ///
         /// The first malformation if `bytes` is not a well-formed protobuf message.
         #[inline]
         pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-            ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+            let mut d = ::protozero::gen_support::Slots::new(bytes);
+            let mut pos = 0;
+            while pos < bytes.len() {
+                let start = pos;
+                let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                pos = match tag {
+                    10 => d.len(0, at)?,
+                    16 => d.varint(1, at)?,
+                    _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                };
+            }
+            ::core::result::Result::Ok(Self { d })
         }
 
         /// The encoded message this view reads.
         #[inline]
         pub fn bytes(&self) -> &'a [u8] {
             self.d.bytes()
-        }
-
-        #[inline]
-        fn slot_of(id: u32) -> ::core::option::Option<usize> {
-            match id {
-                1..=2 => ::core::option::Option::Some(id as usize - 1),
-                _ => ::core::option::Option::None,
-            }
         }
 
         /// The last occurrence, or the default, of `string key = 1`.
@@ -647,7 +675,7 @@ pub mod three_ {
         /// Whether `key` (field 1) occurs with the right wire type.
         #[inline]
         pub fn has_key(&self) -> bool {
-            ::protozero::gen_support::has_len(&self.d, 0)
+            ::protozero::gen_support::has(&self.d, 0)
         }
 
         /// The last occurrence, or the default, of `int64 value = 2`.
@@ -659,7 +687,7 @@ pub mod three_ {
         /// Whether `value` (field 2) occurs with the right wire type.
         #[inline]
         pub fn has_value(&self) -> bool {
-            ::protozero::gen_support::has_varint(&self.d, 1)
+            ::protozero::gen_support::has(&self.d, 1)
         }
     }
 

@@ -60,40 +60,44 @@ pub mod pz {
         /// A point. Comments with \[brackets\], \<tags\> and <https://example.com/urls> are
         /// sanitized for rustdoc.
         ///
-        /// A zero-copy view of an encoded `pz.common.Point`: its fields are indexed once by
-        /// [`Self::decode`] and read from the borrowed bytes by the getters, which never allocate.
+        /// A zero-copy view of an encoded `pz.common.Point`: [`Self::decode`] walks the message
+        /// once, keeping each singular field's value and where each repeated field lies, and the
+        /// getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct PointView<'a> {
-            d: ::protozero::TypedDecoder<'a, 2>,
+            d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
         }
 
         impl<'a> PointView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        16 => d.varint(1, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=2 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The x coordinate.
@@ -107,7 +111,7 @@ pub mod pz {
             /// Whether `x` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_x(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The y coordinate (a trailing comment).
@@ -121,7 +125,7 @@ pub mod pz {
             /// Whether `y` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_y(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
         }
 
@@ -1026,46 +1030,130 @@ pub mod pz {
         /// which must not become a doctest.
         /// ```
         ///
-        /// A zero-copy view of an encoded `pz.test.Everything`: its fields are indexed once by
-        /// [`Self::decode`] and read from the borrowed bytes by the getters, which never allocate.
+        /// A zero-copy view of an encoded `pz.test.Everything`: [`Self::decode`] walks the message
+        /// once, keeping each singular field's value and where each repeated field lies, and the
+        /// getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct EverythingView<'a> {
-            d: ::protozero::TypedDecoder<'a, 60>,
+            d: ::protozero::gen_support::Slots<'a, 26, 1, 34>,
         }
 
         impl<'a> EverythingView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        16 => d.varint(1, at)?,
+                        24 => d.varint(2, at)?,
+                        32 => d.varint(3, at)?,
+                        40 => d.varint(4, at)?,
+                        48 => d.varint(5, at)?,
+                        61 => d.fixed32(6, at)?,
+                        65 => d.fixed64(7, at)?,
+                        77 => d.fixed32(8, at)?,
+                        81 => d.fixed64(9, at)?,
+                        93 => d.fixed32(10, at)?,
+                        97 => d.fixed64(11, at)?,
+                        104 => d.varint(12, at)?,
+                        114 => d.len(13, at)?,
+                        122 => d.len(14, at)?,
+                        128 => d.varint(15, at)?,
+                        138 => d.len(16, at)?,
+                        146 => d.len(17, at)?,
+                        152 => d.varint(18, at)?,
+                        161 => d.fixed64(19, at)?,
+                        168 => d.rep_varint(0, start, at)?,
+                        170 => d.rep_len(0, start, at)?,
+                        176 => d.rep_varint(1, start, at)?,
+                        178 => d.rep_len(1, start, at)?,
+                        184 => d.rep_varint(2, start, at)?,
+                        186 => d.rep_len(2, start, at)?,
+                        192 => d.rep_varint(3, start, at)?,
+                        194 => d.rep_len(3, start, at)?,
+                        200 => d.rep_varint(4, start, at)?,
+                        202 => d.rep_len(4, start, at)?,
+                        208 => d.rep_varint(5, start, at)?,
+                        210 => d.rep_len(5, start, at)?,
+                        221 => d.rep_fixed32(6, start, at)?,
+                        218 => d.rep_len(6, start, at)?,
+                        225 => d.rep_fixed64(7, start, at)?,
+                        226 => d.rep_len(7, start, at)?,
+                        237 => d.rep_fixed32(8, start, at)?,
+                        234 => d.rep_len(8, start, at)?,
+                        241 => d.rep_fixed64(9, start, at)?,
+                        242 => d.rep_len(9, start, at)?,
+                        253 => d.rep_fixed32(10, start, at)?,
+                        250 => d.rep_len(10, start, at)?,
+                        257 => d.rep_fixed64(11, start, at)?,
+                        258 => d.rep_len(11, start, at)?,
+                        264 => d.rep_varint(12, start, at)?,
+                        266 => d.rep_len(12, start, at)?,
+                        274 => d.rep_len(13, start, at)?,
+                        282 => d.rep_len(14, start, at)?,
+                        288 => d.rep_varint(15, start, at)?,
+                        290 => d.rep_len(15, start, at)?,
+                        328 => d.rep_varint(16, start, at)?,
+                        330 => d.rep_len(16, start, at)?,
+                        336 => d.rep_varint(17, start, at)?,
+                        338 => d.rep_len(17, start, at)?,
+                        344 => d.rep_varint(18, start, at)?,
+                        346 => d.rep_len(18, start, at)?,
+                        352 => d.rep_varint(19, start, at)?,
+                        354 => d.rep_len(19, start, at)?,
+                        360 => d.rep_varint(20, start, at)?,
+                        362 => d.rep_len(20, start, at)?,
+                        368 => d.rep_varint(21, start, at)?,
+                        370 => d.rep_len(21, start, at)?,
+                        381 => d.rep_fixed32(22, start, at)?,
+                        378 => d.rep_len(22, start, at)?,
+                        385 => d.rep_fixed64(23, start, at)?,
+                        386 => d.rep_len(23, start, at)?,
+                        397 => d.rep_fixed32(24, start, at)?,
+                        394 => d.rep_len(24, start, at)?,
+                        401 => d.rep_fixed64(25, start, at)?,
+                        402 => d.rep_len(25, start, at)?,
+                        413 => d.rep_fixed32(26, start, at)?,
+                        410 => d.rep_len(26, start, at)?,
+                        417 => d.rep_fixed64(27, start, at)?,
+                        418 => d.rep_len(27, start, at)?,
+                        424 => d.rep_varint(28, start, at)?,
+                        426 => d.rep_len(28, start, at)?,
+                        432 => d.rep_varint(29, start, at)?,
+                        434 => d.rep_len(29, start, at)?,
+                        482 => d.rep_len(30, start, at)?,
+                        490 => d.rep_len(31, start, at)?,
+                        560 => d.varint(20, at)?,
+                        570 => d.len(21, at)?,
+                        578 => d.len(22, at)?,
+                        584 => d.varint(23, at)?,
+                        642 => d.rep_len(32, start, at)?,
+                        650 => d.rep_len(33, start, at)?,
+                        722 => d.len(24, at)?,
+                        134217720 => d.varint(25, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=36 => ::core::option::Option::Some(id as usize - 1),
-                    41..=54 => ::core::option::Option::Some(id as usize - 5),
-                    60..=61 => ::core::option::Option::Some(id as usize - 10),
-                    70..=73 => ::core::option::Option::Some(id as usize - 18),
-                    80..=81 => ::core::option::Option::Some(id as usize - 24),
-                    90 => ::core::option::Option::Some(58),
-                    16777215 => ::core::option::Option::Some(59),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// Singular scalars, most with proto2 defaults.
@@ -1080,7 +1168,7 @@ pub mod pz {
             /// Whether `f_int32` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_f_int32(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The last occurrence, or the default, of `optional int64 f_int64 = 2 [default =
@@ -1093,7 +1181,7 @@ pub mod pz {
             /// Whether `f_int64` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_f_int64(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// The last occurrence, or the default, of `optional uint32 f_uint32 = 3 [default =
@@ -1106,7 +1194,7 @@ pub mod pz {
             /// Whether `f_uint32` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_f_uint32(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// The last occurrence, or the default, of `optional uint64 f_uint64 = 4 [default =
@@ -1119,7 +1207,7 @@ pub mod pz {
             /// Whether `f_uint64` (field 4) occurs with the right wire type.
             #[inline]
             pub fn has_f_uint64(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// The last occurrence, or the default, of `optional sint32 f_sint32 = 5 [default =
@@ -1132,7 +1220,7 @@ pub mod pz {
             /// Whether `f_sint32` (field 5) occurs with the right wire type.
             #[inline]
             pub fn has_f_sint32(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 4)
             }
 
             /// The last occurrence, or the default, of `optional sint64 f_sint64 = 6`.
@@ -1144,7 +1232,7 @@ pub mod pz {
             /// Whether `f_sint64` (field 6) occurs with the right wire type.
             #[inline]
             pub fn has_f_sint64(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 5)
+                ::protozero::gen_support::has(&self.d, 5)
             }
 
             /// The last occurrence, or the default, of `optional fixed32 f_fixed32 = 7 [default =
@@ -1157,7 +1245,7 @@ pub mod pz {
             /// Whether `f_fixed32` (field 7) occurs with the right wire type.
             #[inline]
             pub fn has_f_fixed32(&self) -> bool {
-                ::protozero::gen_support::has_fixed32(&self.d, 6)
+                ::protozero::gen_support::has(&self.d, 6)
             }
 
             /// The last occurrence, or the default, of `optional fixed64 f_fixed64 = 8`.
@@ -1169,7 +1257,7 @@ pub mod pz {
             /// Whether `f_fixed64` (field 8) occurs with the right wire type.
             #[inline]
             pub fn has_f_fixed64(&self) -> bool {
-                ::protozero::gen_support::has_fixed64(&self.d, 7)
+                ::protozero::gen_support::has(&self.d, 7)
             }
 
             /// The last occurrence, or the default, of `optional sfixed32 f_sfixed32 = 9 [default =
@@ -1182,7 +1270,7 @@ pub mod pz {
             /// Whether `f_sfixed32` (field 9) occurs with the right wire type.
             #[inline]
             pub fn has_f_sfixed32(&self) -> bool {
-                ::protozero::gen_support::has_fixed32(&self.d, 8)
+                ::protozero::gen_support::has(&self.d, 8)
             }
 
             /// The last occurrence, or the default, of `optional sfixed64 f_sfixed64 = 10 [default
@@ -1195,7 +1283,7 @@ pub mod pz {
             /// Whether `f_sfixed64` (field 10) occurs with the right wire type.
             #[inline]
             pub fn has_f_sfixed64(&self) -> bool {
-                ::protozero::gen_support::has_fixed64(&self.d, 9)
+                ::protozero::gen_support::has(&self.d, 9)
             }
 
             /// The last occurrence, or the default, of `optional float f_float = 11 [default =
@@ -1209,7 +1297,7 @@ pub mod pz {
             /// Whether `f_float` (field 11) occurs with the right wire type.
             #[inline]
             pub fn has_f_float(&self) -> bool {
-                ::protozero::gen_support::has_fixed32(&self.d, 10)
+                ::protozero::gen_support::has(&self.d, 10)
             }
 
             /// The last occurrence, or the default, of `optional double f_double = 12 [default =
@@ -1222,7 +1310,7 @@ pub mod pz {
             /// Whether `f_double` (field 12) occurs with the right wire type.
             #[inline]
             pub fn has_f_double(&self) -> bool {
-                ::protozero::gen_support::has_fixed64(&self.d, 11)
+                ::protozero::gen_support::has(&self.d, 11)
             }
 
             /// The last occurrence, or the default, of `optional bool f_bool = 13 [default =
@@ -1235,7 +1323,7 @@ pub mod pz {
             /// Whether `f_bool` (field 13) occurs with the right wire type.
             #[inline]
             pub fn has_f_bool(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 12)
+                ::protozero::gen_support::has(&self.d, 12)
             }
 
             /// The last occurrence, or the default, of `optional string f_string = 14 [default =
@@ -1258,7 +1346,7 @@ pub mod pz {
             /// Whether `f_string` (field 14) occurs with the right wire type.
             #[inline]
             pub fn has_f_string(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 13)
+                ::protozero::gen_support::has(&self.d, 13)
             }
 
             /// The last occurrence, or the default, of `optional bytes f_bytes = 15 [default =
@@ -1271,7 +1359,7 @@ pub mod pz {
             /// Whether `f_bytes` (field 15) occurs with the right wire type.
             #[inline]
             pub fn has_f_bytes(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 14)
+                ::protozero::gen_support::has(&self.d, 14)
             }
 
             /// The last occurrence, or the default, of `optional pz.test.Everything.Kind f_enum =
@@ -1292,7 +1380,7 @@ pub mod pz {
             /// Whether `f_enum` (field 16) occurs with the right wire type.
             #[inline]
             pub fn has_f_enum(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 15)
+                ::protozero::gen_support::has(&self.d, 15)
             }
 
             /// The last occurrence (an empty message when absent) of `optional pz.test.Everything
@@ -1309,7 +1397,7 @@ pub mod pz {
             /// Whether `child` (field 17) occurs with the right wire type.
             #[inline]
             pub fn has_child(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 16)
+                ::protozero::gen_support::has(&self.d, 16)
             }
 
             /// The last occurrence (an empty message when absent) of `optional pz.common.Point
@@ -1326,7 +1414,7 @@ pub mod pz {
             /// Whether `point` (field 18) occurs with the right wire type.
             #[inline]
             pub fn has_point(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 17)
+                ::protozero::gen_support::has(&self.d, 17)
             }
 
             /// The last occurrence, or the default, of `optional pz.common.Color color = 19`.
@@ -1346,7 +1434,7 @@ pub mod pz {
             /// Whether `color` (field 19) occurs with the right wire type.
             #[inline]
             pub fn has_color(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 18)
+                ::protozero::gen_support::has(&self.d, 18)
             }
 
             /// The last occurrence, or the default, of `optional double f_pi = 20 [default =
@@ -1360,7 +1448,7 @@ pub mod pz {
             /// Whether `f_pi` (field 20) occurs with the right wire type.
             #[inline]
             pub fn has_f_pi(&self) -> bool {
-                ::protozero::gen_support::has_fixed64(&self.d, 19)
+                ::protozero::gen_support::has(&self.d, 19)
             }
 
             /// Repeated, unpacked.
@@ -1368,103 +1456,103 @@ pub mod pz {
             /// The elements of `repeated int32 r_int32 = 21`.
             #[inline]
             pub fn r_int32(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_int32(&self.d, 20)
+                ::protozero::gen_support::repeated_int32(&self.d, 0, 21)
             }
 
             /// The elements of `repeated int64 r_int64 = 22`.
             #[inline]
             pub fn r_int64(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_int64(&self.d, 21)
+                ::protozero::gen_support::repeated_int64(&self.d, 1, 22)
             }
 
             /// The elements of `repeated uint32 r_uint32 = 23`.
             #[inline]
             pub fn r_uint32(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u32, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_uint32(&self.d, 22)
+                ::protozero::gen_support::repeated_uint32(&self.d, 2, 23)
             }
 
             /// The elements of `repeated uint64 r_uint64 = 24`.
             #[inline]
             pub fn r_uint64(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_uint64(&self.d, 23)
+                ::protozero::gen_support::repeated_uint64(&self.d, 3, 24)
             }
 
             /// The elements of `repeated sint32 r_sint32 = 25`.
             #[inline]
             pub fn r_sint32(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_sint32(&self.d, 24)
+                ::protozero::gen_support::repeated_sint32(&self.d, 4, 25)
             }
 
             /// The elements of `repeated sint64 r_sint64 = 26`.
             #[inline]
             pub fn r_sint64(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_sint64(&self.d, 25)
+                ::protozero::gen_support::repeated_sint64(&self.d, 5, 26)
             }
 
             /// The elements of `repeated fixed32 r_fixed32 = 27`.
             #[inline]
             pub fn r_fixed32(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u32, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_fixed32(&self.d, 26)
+                ::protozero::gen_support::repeated_fixed32(&self.d, 6, 27)
             }
 
             /// The elements of `repeated fixed64 r_fixed64 = 28`.
             #[inline]
             pub fn r_fixed64(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_fixed64(&self.d, 27)
+                ::protozero::gen_support::repeated_fixed64(&self.d, 7, 28)
             }
 
             /// The elements of `repeated sfixed32 r_sfixed32 = 29`.
             #[inline]
             pub fn r_sfixed32(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_sfixed32(&self.d, 28)
+                ::protozero::gen_support::repeated_sfixed32(&self.d, 8, 29)
             }
 
             /// The elements of `repeated sfixed64 r_sfixed64 = 30`.
             #[inline]
             pub fn r_sfixed64(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_sfixed64(&self.d, 29)
+                ::protozero::gen_support::repeated_sfixed64(&self.d, 9, 30)
             }
 
             /// The elements of `repeated float r_float = 31`.
             #[inline]
             pub fn r_float(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<f32, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_float(&self.d, 30)
+                ::protozero::gen_support::repeated_float(&self.d, 10, 31)
             }
 
             /// The elements of `repeated double r_double = 32`.
             #[inline]
             pub fn r_double(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<f64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_double(&self.d, 31)
+                ::protozero::gen_support::repeated_double(&self.d, 11, 32)
             }
 
             /// The elements of `repeated bool r_bool = 33`.
             #[inline]
             pub fn r_bool(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<bool, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bool(&self.d, 32)
+                ::protozero::gen_support::repeated_bool(&self.d, 12, 33)
             }
 
             /// The elements of `repeated string r_string = 34`.
             #[inline]
             pub fn r_string(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<&'a str, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_string(&self.d, 33)
+                ::protozero::gen_support::repeated_string(&self.d, 13, 34)
             }
 
             /// The elements of `repeated bytes r_bytes = 35`.
             #[inline]
             pub fn r_bytes(&self) -> impl ::core::iter::Iterator<Item = &'a [u8]> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 34)
+                ::protozero::gen_support::repeated_bytes(&self.d, 14, 35)
             }
 
             /// The elements of `repeated pz.test.Everything.Kind r_enum = 36`.
             #[inline]
             pub fn r_enum(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<::core::option::Option<everything::Kind>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_int32(&self.d, 35).map(|r| r.map(everything::Kind::from_i32))
+                ::protozero::gen_support::repeated_int32(&self.d, 15, 36).map(|r| r.map(everything::Kind::from_i32))
             }
 
             /// The elements of `r_enum` as raw values (also those the enum does not declare).
             #[inline]
             pub fn r_enum_raw(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_int32(&self.d, 35)
+                ::protozero::gen_support::repeated_int32(&self.d, 15, 36)
             }
 
             /// Repeated, packed.
@@ -1472,103 +1560,103 @@ pub mod pz {
             /// The elements of `repeated int32 p_int32 = 41 [packed = true]`.
             #[inline]
             pub fn p_int32(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_int32(&self.d, 36)
+                ::protozero::gen_support::repeated_int32(&self.d, 16, 41)
             }
 
             /// The elements of `repeated int64 p_int64 = 42 [packed = true]`.
             #[inline]
             pub fn p_int64(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_int64(&self.d, 37)
+                ::protozero::gen_support::repeated_int64(&self.d, 17, 42)
             }
 
             /// The elements of `repeated uint32 p_uint32 = 43 [packed = true]`.
             #[inline]
             pub fn p_uint32(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u32, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_uint32(&self.d, 38)
+                ::protozero::gen_support::repeated_uint32(&self.d, 18, 43)
             }
 
             /// The elements of `repeated uint64 p_uint64 = 44 [packed = true]`.
             #[inline]
             pub fn p_uint64(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_uint64(&self.d, 39)
+                ::protozero::gen_support::repeated_uint64(&self.d, 19, 44)
             }
 
             /// The elements of `repeated sint32 p_sint32 = 45 [packed = true]`.
             #[inline]
             pub fn p_sint32(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_sint32(&self.d, 40)
+                ::protozero::gen_support::repeated_sint32(&self.d, 20, 45)
             }
 
             /// The elements of `repeated sint64 p_sint64 = 46 [packed = true]`.
             #[inline]
             pub fn p_sint64(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_sint64(&self.d, 41)
+                ::protozero::gen_support::repeated_sint64(&self.d, 21, 46)
             }
 
             /// The elements of `repeated fixed32 p_fixed32 = 47 [packed = true]`.
             #[inline]
             pub fn p_fixed32(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u32, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_fixed32(&self.d, 42)
+                ::protozero::gen_support::repeated_fixed32(&self.d, 22, 47)
             }
 
             /// The elements of `repeated fixed64 p_fixed64 = 48 [packed = true]`.
             #[inline]
             pub fn p_fixed64(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_fixed64(&self.d, 43)
+                ::protozero::gen_support::repeated_fixed64(&self.d, 23, 48)
             }
 
             /// The elements of `repeated sfixed32 p_sfixed32 = 49 [packed = true]`.
             #[inline]
             pub fn p_sfixed32(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_sfixed32(&self.d, 44)
+                ::protozero::gen_support::repeated_sfixed32(&self.d, 24, 49)
             }
 
             /// The elements of `repeated sfixed64 p_sfixed64 = 50 [packed = true]`.
             #[inline]
             pub fn p_sfixed64(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_sfixed64(&self.d, 45)
+                ::protozero::gen_support::repeated_sfixed64(&self.d, 25, 50)
             }
 
             /// The elements of `repeated float p_float = 51 [packed = true]`.
             #[inline]
             pub fn p_float(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<f32, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_float(&self.d, 46)
+                ::protozero::gen_support::repeated_float(&self.d, 26, 51)
             }
 
             /// The elements of `repeated double p_double = 52 [packed = true]`.
             #[inline]
             pub fn p_double(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<f64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_double(&self.d, 47)
+                ::protozero::gen_support::repeated_double(&self.d, 27, 52)
             }
 
             /// The elements of `repeated bool p_bool = 53 [packed = true]`.
             #[inline]
             pub fn p_bool(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<bool, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bool(&self.d, 48)
+                ::protozero::gen_support::repeated_bool(&self.d, 28, 53)
             }
 
             /// The elements of `repeated pz.test.Everything.Kind p_enum = 54 [packed = true]`.
             #[inline]
             pub fn p_enum(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<::core::option::Option<everything::Kind>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_int32(&self.d, 49).map(|r| r.map(everything::Kind::from_i32))
+                ::protozero::gen_support::repeated_int32(&self.d, 29, 54).map(|r| r.map(everything::Kind::from_i32))
             }
 
             /// The elements of `p_enum` as raw values (also those the enum does not declare).
             #[inline]
             pub fn p_enum_raw(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_int32(&self.d, 49)
+                ::protozero::gen_support::repeated_int32(&self.d, 29, 54)
             }
 
             /// The elements of `repeated pz.test.Everything children = 60`.
             #[inline]
             pub fn children(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<EverythingView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 50).map(EverythingView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 30, 60).map(EverythingView::decode)
             }
 
             /// The elements of `repeated pz.common.Point points = 61`.
             #[inline]
             pub fn points(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<super::common::PointView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 51).map(super::common::PointView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 31, 61).map(super::common::PointView::decode)
             }
 
             /// The last occurrence, or the default, of `int32 o_int = 70`.
@@ -1577,13 +1665,13 @@ pub mod pz {
             /// last one written); the view reads each member on its own.
             #[inline]
             pub fn o_int(&self) -> i32 {
-                ::protozero::gen_support::int32(&self.d, 52, 0)
+                ::protozero::gen_support::int32(&self.d, 20, 0)
             }
 
             /// Whether `o_int` (field 70) occurs with the right wire type.
             #[inline]
             pub fn has_o_int(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 52)
+                ::protozero::gen_support::has(&self.d, 20)
             }
 
             /// The last occurrence, or the default, of `string o_string = 71`.
@@ -1596,19 +1684,19 @@ pub mod pz {
             /// `InvalidUtf8` if the string is not UTF-8 (see [`Self::o_string_bytes`]).
             #[inline]
             pub fn o_string(&self) -> ::core::result::Result<&'a str, ::protozero::DecodeError> {
-                ::protozero::gen_support::string(&self.d, 53, "")
+                ::protozero::gen_support::string(&self.d, 21, "")
             }
 
             /// `o_string` as bytes, not checked to be UTF-8.
             #[inline]
             pub fn o_string_bytes(&self) -> &'a [u8] {
-                ::protozero::gen_support::bytes(&self.d, 53, b"")
+                ::protozero::gen_support::bytes(&self.d, 21, b"")
             }
 
             /// Whether `o_string` (field 71) occurs with the right wire type.
             #[inline]
             pub fn has_o_string(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 53)
+                ::protozero::gen_support::has(&self.d, 21)
             }
 
             /// The last occurrence (an empty message when absent) of `pz.common.Point o_point =
@@ -1622,13 +1710,13 @@ pub mod pz {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn o_point(&self) -> ::core::result::Result<super::common::PointView<'a>, ::protozero::DecodeError> {
-                super::common::PointView::decode(::protozero::gen_support::bytes(&self.d, 54, b""))
+                super::common::PointView::decode(::protozero::gen_support::bytes(&self.d, 22, b""))
             }
 
             /// Whether `o_point` (field 72) occurs with the right wire type.
             #[inline]
             pub fn has_o_point(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 54)
+                ::protozero::gen_support::has(&self.d, 22)
             }
 
             /// The last occurrence, or the default, of `pz.test.Everything.Kind o_kind = 73`.
@@ -1645,25 +1733,25 @@ pub mod pz {
             /// `o_kind` as a raw value (also one the enum does not declare).
             #[inline]
             pub fn o_kind_raw(&self) -> i32 {
-                ::protozero::gen_support::int32(&self.d, 55, 0)
+                ::protozero::gen_support::int32(&self.d, 23, 0)
             }
 
             /// Whether `o_kind` (field 73) occurs with the right wire type.
             #[inline]
             pub fn has_o_kind(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 55)
+                ::protozero::gen_support::has(&self.d, 23)
             }
 
             /// The elements of `map<string, pz.common.Point> named_points = 80`.
             #[inline]
             pub fn named_points(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<everything::NamedPointsEntryView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 56).map(everything::NamedPointsEntryView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 32, 80).map(everything::NamedPointsEntryView::decode)
             }
 
             /// The elements of `map<int32, string> labels = 81`.
             #[inline]
             pub fn labels(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<everything::LabelsEntryView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 57).map(everything::LabelsEntryView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 33, 81).map(everything::LabelsEntryView::decode)
             }
 
             /// The last occurrence (an empty message when absent) of `optional
@@ -1674,13 +1762,13 @@ pub mod pz {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn nested(&self) -> ::core::result::Result<everything::NestedView<'a>, ::protozero::DecodeError> {
-                everything::NestedView::decode(::protozero::gen_support::bytes(&self.d, 58, b""))
+                everything::NestedView::decode(::protozero::gen_support::bytes(&self.d, 24, b""))
             }
 
             /// Whether `nested` (field 90) occurs with the right wire type.
             #[inline]
             pub fn has_nested(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 58)
+                ::protozero::gen_support::has(&self.d, 24)
             }
 
             /// A large field number: one slot, like any other.
@@ -1688,13 +1776,13 @@ pub mod pz {
             /// The last occurrence, or the default, of `optional uint32 big_number = 16777215`.
             #[inline]
             pub fn big_number(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 59, 0)
+                ::protozero::gen_support::uint32(&self.d, 25, 0)
             }
 
             /// Whether `big_number` (field 16777215) occurs with the right wire type.
             #[inline]
             pub fn has_big_number(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 59)
+                ::protozero::gen_support::has(&self.d, 25)
             }
         }
 
@@ -1746,41 +1834,45 @@ pub mod pz {
                 }
             }
 
-            /// A zero-copy view of an encoded `pz.test.Everything.NamedPointsEntry`: its fields are
-            /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
-            /// which never allocate.
+            /// A zero-copy view of an encoded `pz.test.Everything.NamedPointsEntry`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct NamedPointsEntryView<'a> {
-                d: ::protozero::TypedDecoder<'a, 2>,
+                d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
             }
 
             impl<'a> NamedPointsEntryView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            10 => d.len(0, at)?,
+                            18 => d.len(1, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=2 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional string key = 1`.
@@ -1802,7 +1894,7 @@ pub mod pz {
                 /// Whether `key` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_key(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// The last occurrence (an empty message when absent) of `optional pz.common.Point
@@ -1819,7 +1911,7 @@ pub mod pz {
                 /// Whether `value` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_value(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
             }
 
@@ -1866,41 +1958,45 @@ pub mod pz {
                 }
             }
 
-            /// A zero-copy view of an encoded `pz.test.Everything.LabelsEntry`: its fields are
-            /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
-            /// which never allocate.
+            /// A zero-copy view of an encoded `pz.test.Everything.LabelsEntry`: [`Self::decode`]
+            /// walks the message once, keeping each singular field's value and where each repeated
+            /// field lies, and the getters read from that and the borrowed bytes; they never
+            /// allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct LabelsEntryView<'a> {
-                d: ::protozero::TypedDecoder<'a, 2>,
+                d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
             }
 
             impl<'a> LabelsEntryView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            18 => d.len(1, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=2 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional int32 key = 1`.
@@ -1912,7 +2008,7 @@ pub mod pz {
                 /// Whether `key` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_key(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// The last occurrence, or the default, of `optional string value = 2`.
@@ -1934,7 +2030,7 @@ pub mod pz {
                 /// Whether `value` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_value(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
             }
 
@@ -1988,41 +2084,44 @@ pub mod pz {
 
             /// A nested message.
             ///
-            /// A zero-copy view of an encoded `pz.test.Everything.Nested`: its fields are indexed
-            /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-            /// never allocate.
+            /// A zero-copy view of an encoded `pz.test.Everything.Nested`: [`Self::decode`] walks
+            /// the message once, keeping each singular field's value and where each repeated field
+            /// lies, and the getters read from that and the borrowed bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct NestedView<'a> {
-                d: ::protozero::TypedDecoder<'a, 2>,
+                d: ::protozero::gen_support::Slots<'a, 1, 1, 1>,
             }
 
             impl<'a> NestedView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            10 => d.len(0, at)?,
+                            18 => d.rep_len(0, start, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=2 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional string note = 1`.
@@ -2044,13 +2143,13 @@ pub mod pz {
                 /// Whether `note` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_note(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// The elements of `repeated pz.test.Everything.Nested deeper = 2`.
                 #[inline]
                 pub fn deeper(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<NestedView<'a>, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_bytes(&self.d, 1).map(NestedView::decode)
+                    ::protozero::gen_support::repeated_bytes(&self.d, 0, 2).map(NestedView::decode)
                 }
             }
 
@@ -2399,26 +2498,64 @@ pub mod pz {
         /// The same packable fields as `UnpackedTwin`, declared packed: bytes encoded from one decode
         /// with the other's view.
         ///
-        /// A zero-copy view of an encoded `pz.test.PackedTwin`: its fields are indexed once by
-        /// [`Self::decode`] and read from the borrowed bytes by the getters, which never allocate.
+        /// A zero-copy view of an encoded `pz.test.PackedTwin`: [`Self::decode`] walks the message
+        /// once, keeping each singular field's value and where each repeated field lies, and the
+        /// getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct PackedTwinView<'a> {
-            d: ::protozero::TypedDecoder<'a, 14>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 14>,
         }
 
         impl<'a> PackedTwinView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.rep_varint(0, start, at)?,
+                        10 => d.rep_len(0, start, at)?,
+                        16 => d.rep_varint(1, start, at)?,
+                        18 => d.rep_len(1, start, at)?,
+                        24 => d.rep_varint(2, start, at)?,
+                        26 => d.rep_len(2, start, at)?,
+                        32 => d.rep_varint(3, start, at)?,
+                        34 => d.rep_len(3, start, at)?,
+                        40 => d.rep_varint(4, start, at)?,
+                        42 => d.rep_len(4, start, at)?,
+                        48 => d.rep_varint(5, start, at)?,
+                        50 => d.rep_len(5, start, at)?,
+                        61 => d.rep_fixed32(6, start, at)?,
+                        58 => d.rep_len(6, start, at)?,
+                        65 => d.rep_fixed64(7, start, at)?,
+                        66 => d.rep_len(7, start, at)?,
+                        77 => d.rep_fixed32(8, start, at)?,
+                        74 => d.rep_len(8, start, at)?,
+                        81 => d.rep_fixed64(9, start, at)?,
+                        82 => d.rep_len(9, start, at)?,
+                        93 => d.rep_fixed32(10, start, at)?,
+                        90 => d.rep_len(10, start, at)?,
+                        97 => d.rep_fixed64(11, start, at)?,
+                        98 => d.rep_len(11, start, at)?,
+                        104 => d.rep_varint(12, start, at)?,
+                        106 => d.rep_len(12, start, at)?,
+                        112 => d.rep_varint(13, start, at)?,
+                        114 => d.rep_len(13, start, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
@@ -2427,102 +2564,94 @@ pub mod pz {
                 self.d.bytes()
             }
 
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=14 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
-            }
-
             /// The elements of `repeated int32 v_int32 = 1 [packed = true]`.
             #[inline]
             pub fn v_int32(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_int32(&self.d, 0)
+                ::protozero::gen_support::repeated_int32(&self.d, 0, 1)
             }
 
             /// The elements of `repeated int64 v_int64 = 2 [packed = true]`.
             #[inline]
             pub fn v_int64(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_int64(&self.d, 1)
+                ::protozero::gen_support::repeated_int64(&self.d, 1, 2)
             }
 
             /// The elements of `repeated uint32 v_uint32 = 3 [packed = true]`.
             #[inline]
             pub fn v_uint32(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u32, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_uint32(&self.d, 2)
+                ::protozero::gen_support::repeated_uint32(&self.d, 2, 3)
             }
 
             /// The elements of `repeated uint64 v_uint64 = 4 [packed = true]`.
             #[inline]
             pub fn v_uint64(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_uint64(&self.d, 3)
+                ::protozero::gen_support::repeated_uint64(&self.d, 3, 4)
             }
 
             /// The elements of `repeated sint32 v_sint32 = 5 [packed = true]`.
             #[inline]
             pub fn v_sint32(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_sint32(&self.d, 4)
+                ::protozero::gen_support::repeated_sint32(&self.d, 4, 5)
             }
 
             /// The elements of `repeated sint64 v_sint64 = 6 [packed = true]`.
             #[inline]
             pub fn v_sint64(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_sint64(&self.d, 5)
+                ::protozero::gen_support::repeated_sint64(&self.d, 5, 6)
             }
 
             /// The elements of `repeated fixed32 v_fixed32 = 7 [packed = true]`.
             #[inline]
             pub fn v_fixed32(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u32, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_fixed32(&self.d, 6)
+                ::protozero::gen_support::repeated_fixed32(&self.d, 6, 7)
             }
 
             /// The elements of `repeated fixed64 v_fixed64 = 8 [packed = true]`.
             #[inline]
             pub fn v_fixed64(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_fixed64(&self.d, 7)
+                ::protozero::gen_support::repeated_fixed64(&self.d, 7, 8)
             }
 
             /// The elements of `repeated sfixed32 v_sfixed32 = 9 [packed = true]`.
             #[inline]
             pub fn v_sfixed32(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_sfixed32(&self.d, 8)
+                ::protozero::gen_support::repeated_sfixed32(&self.d, 8, 9)
             }
 
             /// The elements of `repeated sfixed64 v_sfixed64 = 10 [packed = true]`.
             #[inline]
             pub fn v_sfixed64(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_sfixed64(&self.d, 9)
+                ::protozero::gen_support::repeated_sfixed64(&self.d, 9, 10)
             }
 
             /// The elements of `repeated float v_float = 11 [packed = true]`.
             #[inline]
             pub fn v_float(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<f32, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_float(&self.d, 10)
+                ::protozero::gen_support::repeated_float(&self.d, 10, 11)
             }
 
             /// The elements of `repeated double v_double = 12 [packed = true]`.
             #[inline]
             pub fn v_double(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<f64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_double(&self.d, 11)
+                ::protozero::gen_support::repeated_double(&self.d, 11, 12)
             }
 
             /// The elements of `repeated bool v_bool = 13 [packed = true]`.
             #[inline]
             pub fn v_bool(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<bool, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bool(&self.d, 12)
+                ::protozero::gen_support::repeated_bool(&self.d, 12, 13)
             }
 
             /// The elements of `repeated pz.test.Everything.Kind v_enum = 14 [packed = true]`.
             #[inline]
             pub fn v_enum(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<::core::option::Option<everything::Kind>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_int32(&self.d, 13).map(|r| r.map(everything::Kind::from_i32))
+                ::protozero::gen_support::repeated_int32(&self.d, 13, 14).map(|r| r.map(everything::Kind::from_i32))
             }
 
             /// The elements of `v_enum` as raw values (also those the enum does not declare).
             #[inline]
             pub fn v_enum_raw(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_int32(&self.d, 13)
+                ::protozero::gen_support::repeated_int32(&self.d, 13, 14)
             }
         }
 
@@ -2799,26 +2928,64 @@ pub mod pz {
 
         /// `PackedTwin`, unpacked.
         ///
-        /// A zero-copy view of an encoded `pz.test.UnpackedTwin`: its fields are indexed once by
-        /// [`Self::decode`] and read from the borrowed bytes by the getters, which never allocate.
+        /// A zero-copy view of an encoded `pz.test.UnpackedTwin`: [`Self::decode`] walks the
+        /// message once, keeping each singular field's value and where each repeated field lies,
+        /// and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct UnpackedTwinView<'a> {
-            d: ::protozero::TypedDecoder<'a, 14>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 14>,
         }
 
         impl<'a> UnpackedTwinView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.rep_varint(0, start, at)?,
+                        10 => d.rep_len(0, start, at)?,
+                        16 => d.rep_varint(1, start, at)?,
+                        18 => d.rep_len(1, start, at)?,
+                        24 => d.rep_varint(2, start, at)?,
+                        26 => d.rep_len(2, start, at)?,
+                        32 => d.rep_varint(3, start, at)?,
+                        34 => d.rep_len(3, start, at)?,
+                        40 => d.rep_varint(4, start, at)?,
+                        42 => d.rep_len(4, start, at)?,
+                        48 => d.rep_varint(5, start, at)?,
+                        50 => d.rep_len(5, start, at)?,
+                        61 => d.rep_fixed32(6, start, at)?,
+                        58 => d.rep_len(6, start, at)?,
+                        65 => d.rep_fixed64(7, start, at)?,
+                        66 => d.rep_len(7, start, at)?,
+                        77 => d.rep_fixed32(8, start, at)?,
+                        74 => d.rep_len(8, start, at)?,
+                        81 => d.rep_fixed64(9, start, at)?,
+                        82 => d.rep_len(9, start, at)?,
+                        93 => d.rep_fixed32(10, start, at)?,
+                        90 => d.rep_len(10, start, at)?,
+                        97 => d.rep_fixed64(11, start, at)?,
+                        98 => d.rep_len(11, start, at)?,
+                        104 => d.rep_varint(12, start, at)?,
+                        106 => d.rep_len(12, start, at)?,
+                        112 => d.rep_varint(13, start, at)?,
+                        114 => d.rep_len(13, start, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
@@ -2827,102 +2994,94 @@ pub mod pz {
                 self.d.bytes()
             }
 
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=14 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
-            }
-
             /// The elements of `repeated int32 v_int32 = 1 [packed = false]`.
             #[inline]
             pub fn v_int32(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_int32(&self.d, 0)
+                ::protozero::gen_support::repeated_int32(&self.d, 0, 1)
             }
 
             /// The elements of `repeated int64 v_int64 = 2 [packed = false]`.
             #[inline]
             pub fn v_int64(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_int64(&self.d, 1)
+                ::protozero::gen_support::repeated_int64(&self.d, 1, 2)
             }
 
             /// The elements of `repeated uint32 v_uint32 = 3 [packed = false]`.
             #[inline]
             pub fn v_uint32(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u32, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_uint32(&self.d, 2)
+                ::protozero::gen_support::repeated_uint32(&self.d, 2, 3)
             }
 
             /// The elements of `repeated uint64 v_uint64 = 4 [packed = false]`.
             #[inline]
             pub fn v_uint64(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_uint64(&self.d, 3)
+                ::protozero::gen_support::repeated_uint64(&self.d, 3, 4)
             }
 
             /// The elements of `repeated sint32 v_sint32 = 5 [packed = false]`.
             #[inline]
             pub fn v_sint32(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_sint32(&self.d, 4)
+                ::protozero::gen_support::repeated_sint32(&self.d, 4, 5)
             }
 
             /// The elements of `repeated sint64 v_sint64 = 6 [packed = false]`.
             #[inline]
             pub fn v_sint64(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_sint64(&self.d, 5)
+                ::protozero::gen_support::repeated_sint64(&self.d, 5, 6)
             }
 
             /// The elements of `repeated fixed32 v_fixed32 = 7 [packed = false]`.
             #[inline]
             pub fn v_fixed32(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u32, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_fixed32(&self.d, 6)
+                ::protozero::gen_support::repeated_fixed32(&self.d, 6, 7)
             }
 
             /// The elements of `repeated fixed64 v_fixed64 = 8 [packed = false]`.
             #[inline]
             pub fn v_fixed64(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_fixed64(&self.d, 7)
+                ::protozero::gen_support::repeated_fixed64(&self.d, 7, 8)
             }
 
             /// The elements of `repeated sfixed32 v_sfixed32 = 9 [packed = false]`.
             #[inline]
             pub fn v_sfixed32(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_sfixed32(&self.d, 8)
+                ::protozero::gen_support::repeated_sfixed32(&self.d, 8, 9)
             }
 
             /// The elements of `repeated sfixed64 v_sfixed64 = 10 [packed = false]`.
             #[inline]
             pub fn v_sfixed64(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_sfixed64(&self.d, 9)
+                ::protozero::gen_support::repeated_sfixed64(&self.d, 9, 10)
             }
 
             /// The elements of `repeated float v_float = 11 [packed = false]`.
             #[inline]
             pub fn v_float(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<f32, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_float(&self.d, 10)
+                ::protozero::gen_support::repeated_float(&self.d, 10, 11)
             }
 
             /// The elements of `repeated double v_double = 12 [packed = false]`.
             #[inline]
             pub fn v_double(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<f64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_double(&self.d, 11)
+                ::protozero::gen_support::repeated_double(&self.d, 11, 12)
             }
 
             /// The elements of `repeated bool v_bool = 13 [packed = false]`.
             #[inline]
             pub fn v_bool(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<bool, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bool(&self.d, 12)
+                ::protozero::gen_support::repeated_bool(&self.d, 12, 13)
             }
 
             /// The elements of `repeated pz.test.Everything.Kind v_enum = 14 [packed = false]`.
             #[inline]
             pub fn v_enum(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<::core::option::Option<everything::Kind>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_int32(&self.d, 13).map(|r| r.map(everything::Kind::from_i32))
+                ::protozero::gen_support::repeated_int32(&self.d, 13, 14).map(|r| r.map(everything::Kind::from_i32))
             }
 
             /// The elements of `v_enum` as raw values (also those the enum does not declare).
             #[inline]
             pub fn v_enum_raw(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_int32(&self.d, 13)
+                ::protozero::gen_support::repeated_int32(&self.d, 13, 14)
             }
         }
 
@@ -2969,40 +3128,43 @@ pub mod pz {
         /// A message whose nested-type module would be `three`, the name of the child package
         /// `pz.test.three`: the module becomes `three_`.
         ///
-        /// A zero-copy view of an encoded `pz.test.Three`: its fields are indexed once by
-        /// [`Self::decode`] and read from the borrowed bytes by the getters, which never allocate.
+        /// A zero-copy view of an encoded `pz.test.Three`: [`Self::decode`] walks the message once,
+        /// keeping each singular field's value and where each repeated field lies, and the getters
+        /// read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct ThreeView<'a> {
-            d: ::protozero::TypedDecoder<'a, 1>,
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
         }
 
         impl<'a> ThreeView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.len(0, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence (an empty message when absent) of `optional pz.test.Three.Inner
@@ -3019,7 +3181,7 @@ pub mod pz {
             /// Whether `inner` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_inner(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
         }
 
@@ -3060,41 +3222,43 @@ pub mod pz {
                 }
             }
 
-            /// A zero-copy view of an encoded `pz.test.Three.Inner`: its fields are indexed once by
-            /// [`Self::decode`] and read from the borrowed bytes by the getters, which never
-            /// allocate.
+            /// A zero-copy view of an encoded `pz.test.Three.Inner`: [`Self::decode`] walks the
+            /// message once, keeping each singular field's value and where each repeated field
+            /// lies, and the getters read from that and the borrowed bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct InnerView<'a> {
-                d: ::protozero::TypedDecoder<'a, 1>,
+                d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
             }
 
             impl<'a> InnerView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1 => ::core::option::Option::Some(0),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional int32 x = 1`.
@@ -3106,7 +3270,7 @@ pub mod pz {
                 /// Whether `x` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_x(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
             }
         }
@@ -3140,37 +3304,40 @@ pub mod pz {
 
         /// No fields at all.
         ///
-        /// A zero-copy view of an encoded `pz.test.Empty`: its fields are indexed once by
-        /// [`Self::decode`] and read from the borrowed bytes by the getters, which never allocate.
+        /// A zero-copy view of an encoded `pz.test.Empty`: [`Self::decode`] walks the message once,
+        /// keeping each singular field's value and where each repeated field lies, and the getters
+        /// read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct EmptyView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> EmptyView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -3208,40 +3375,43 @@ pub mod pz {
             }
         }
 
-        /// A zero-copy view of an encoded `pz.test.Foo`: its fields are indexed once by
-        /// [`Self::decode`] and read from the borrowed bytes by the getters, which never allocate.
+        /// A zero-copy view of an encoded `pz.test.Foo`: [`Self::decode`] walks the message once,
+        /// keeping each singular field's value and where each repeated field lies, and the getters
+        /// read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct FooView_<'a> {
-            d: ::protozero::TypedDecoder<'a, 1>,
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
         }
 
         impl<'a> FooView_<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional int32 x = 1`.
@@ -3253,7 +3423,7 @@ pub mod pz {
             /// Whether `x` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_x(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
         }
 
@@ -3294,41 +3464,43 @@ pub mod pz {
                 }
             }
 
-            /// A zero-copy view of an encoded `pz.test.Foo.Bar`: its fields are indexed once by
-            /// [`Self::decode`] and read from the borrowed bytes by the getters, which never
-            /// allocate.
+            /// A zero-copy view of an encoded `pz.test.Foo.Bar`: [`Self::decode`] walks the message
+            /// once, keeping each singular field's value and where each repeated field lies, and
+            /// the getters read from that and the borrowed bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct BarView<'a> {
-                d: ::protozero::TypedDecoder<'a, 1>,
+                d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
             }
 
             impl<'a> BarView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1 => ::core::option::Option::Some(0),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional int32 y = 1`.
@@ -3340,7 +3512,7 @@ pub mod pz {
                 /// Whether `y` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_y(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
             }
         }
@@ -3397,40 +3569,44 @@ pub mod pz {
 
         /// Its writer keeps the name `FooView`; `Foo`'s view becomes `FooView_`.
         ///
-        /// A zero-copy view of an encoded `pz.test.FooView`: its fields are indexed once by
-        /// [`Self::decode`] and read from the borrowed bytes by the getters, which never allocate.
+        /// A zero-copy view of an encoded `pz.test.FooView`: [`Self::decode`] walks the message
+        /// once, keeping each singular field's value and where each repeated field lies, and the
+        /// getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct FooViewView<'a> {
-            d: ::protozero::TypedDecoder<'a, 2>,
+            d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
         }
 
         impl<'a> FooViewView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.len(0, at)?,
+                        18 => d.len(1, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=2 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence (an empty message when absent) of `optional pz.test.Foo foo =
@@ -3447,7 +3623,7 @@ pub mod pz {
             /// Whether `foo` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_foo(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The last occurrence (an empty message when absent) of `optional pz.test.Foo.Bar bar
@@ -3464,7 +3640,7 @@ pub mod pz {
             /// Whether `bar` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_bar(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
         }
 
@@ -3647,40 +3823,60 @@ pub mod pz {
             }
         }
 
-        /// A zero-copy view of an encoded `pz.test.Keywords`: its fields are indexed once by
-        /// [`Self::decode`] and read from the borrowed bytes by the getters, which never allocate.
+        /// A zero-copy view of an encoded `pz.test.Keywords`: [`Self::decode`] walks the message
+        /// once, keeping each singular field's value and where each repeated field lies, and the
+        /// getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct KeywordsView<'a> {
-            d: ::protozero::TypedDecoder<'a, 17>,
+            d: ::protozero::gen_support::Slots<'a, 16, 1, 1>,
         }
 
         impl<'a> KeywordsView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        18 => d.len(1, at)?,
+                        26 => d.len(2, at)?,
+                        32 => d.varint(3, at)?,
+                        40 => d.varint(4, at)?,
+                        48 => d.varint(5, at)?,
+                        56 => d.varint(6, at)?,
+                        64 => d.varint(7, at)?,
+                        74 => d.len(8, at)?,
+                        80 => d.varint(9, at)?,
+                        88 => d.varint(10, at)?,
+                        96 => d.varint(11, at)?,
+                        104 => d.varint(12, at)?,
+                        112 => d.varint(13, at)?,
+                        122 => d.len(14, at)?,
+                        128 => d.rep_varint(0, start, at)?,
+                        130 => d.rep_len(0, start, at)?,
+                        136 => d.varint(15, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=17 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional int32 type = 1`.
@@ -3692,7 +3888,7 @@ pub mod pz {
             /// Whether `type` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_type(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The last occurrence, or the default, of `optional string self = 2`.
@@ -3714,7 +3910,7 @@ pub mod pz {
             /// Whether `self` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_self(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// The last occurrence, or the default, of `optional bytes bytes = 3`.
@@ -3726,7 +3922,7 @@ pub mod pz {
             /// Whether `bytes` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_bytes(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// The last occurrence, or the default, of `optional int32 decode = 4`.
@@ -3738,7 +3934,7 @@ pub mod pz {
             /// Whether `decode` (field 4) occurs with the right wire type.
             #[inline]
             pub fn has_decode(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// The last occurrence, or the default, of `optional int32 foo = 5`.
@@ -3750,7 +3946,7 @@ pub mod pz {
             /// Whether `foo` (field 5) occurs with the right wire type.
             #[inline]
             pub fn has_foo_(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 4)
             }
 
             /// The last occurrence, or the default, of `optional bool has_foo = 6`.
@@ -3762,7 +3958,7 @@ pub mod pz {
             /// Whether `has_foo` (field 6) occurs with the right wire type.
             #[inline]
             pub fn has_has_foo(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 5)
+                ::protozero::gen_support::has(&self.d, 5)
             }
 
             /// The last occurrence, or the default, of `optional int32 gen = 7`.
@@ -3774,7 +3970,7 @@ pub mod pz {
             /// Whether `gen` (field 7) occurs with the right wire type.
             #[inline]
             pub fn has_gen(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 6)
+                ::protozero::gen_support::has(&self.d, 6)
             }
 
             /// The last occurrence, or the default, of `optional uint32 clone = 8`.
@@ -3786,7 +3982,7 @@ pub mod pz {
             /// Whether `clone` (field 8) occurs with the right wire type.
             #[inline]
             pub fn has_clone(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 7)
+                ::protozero::gen_support::has(&self.d, 7)
             }
 
             /// The last occurrence, or the default, of `optional string from_source = 9`.
@@ -3810,7 +4006,7 @@ pub mod pz {
             /// Whether `from_source` (field 9) occurs with the right wire type.
             #[inline]
             pub fn has_from_source(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 8)
+                ::protozero::gen_support::has(&self.d, 8)
             }
 
             /// The last occurrence, or the default, of `optional pz.test.Keywords.Kind kind = 10`.
@@ -3830,7 +4026,7 @@ pub mod pz {
             /// Whether `kind` (field 10) occurs with the right wire type.
             #[inline]
             pub fn has_kind(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 9)
+                ::protozero::gen_support::has(&self.d, 9)
             }
 
             /// The last occurrence, or the default, of `optional int32 kind_raw = 11`.
@@ -3842,7 +4038,7 @@ pub mod pz {
             /// Whether `kind_raw` (field 11) occurs with the right wire type.
             #[inline]
             pub fn has_kind_raw(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 10)
+                ::protozero::gen_support::has(&self.d, 10)
             }
 
             /// The last occurrence, or the default, of `optional int32 Foo_bar = 12`.
@@ -3854,7 +4050,7 @@ pub mod pz {
             /// Whether `Foo_bar` (field 12) occurs with the right wire type.
             #[inline]
             pub fn has_foo_bar(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 11)
+                ::protozero::gen_support::has(&self.d, 11)
             }
 
             /// The last occurrence, or the default, of `optional int32 foo_bar = 13`.
@@ -3866,7 +4062,7 @@ pub mod pz {
             /// Whether `foo_bar` (field 13) occurs with the right wire type.
             #[inline]
             pub fn has_foo_bar_(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 12)
+                ::protozero::gen_support::has(&self.d, 12)
             }
 
             /// The last occurrence, or the default, of `optional int32 async = 14`.
@@ -3878,7 +4074,7 @@ pub mod pz {
             /// Whether `async` (field 14) occurs with the right wire type.
             #[inline]
             pub fn has_async(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 13)
+                ::protozero::gen_support::has(&self.d, 13)
             }
 
             /// The last occurrence (an empty message when absent) of `optional pz.test.Self super =
@@ -3895,27 +4091,27 @@ pub mod pz {
             /// Whether `super` (field 15) occurs with the right wire type.
             #[inline]
             pub fn has_super(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 14)
+                ::protozero::gen_support::has(&self.d, 14)
             }
 
             /// The elements of `repeated int32 into_iter = 16`.
             #[inline]
             #[allow(clippy::wrong_self_convention)]
             pub fn into_iter(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_int32(&self.d, 15)
+                ::protozero::gen_support::repeated_int32(&self.d, 0, 16)
             }
 
             /// The last occurrence, or the default, of `optional int32 as_mut = 17`.
             #[inline]
             #[allow(clippy::wrong_self_convention)]
             pub fn as_mut(&self) -> i32 {
-                ::protozero::gen_support::int32(&self.d, 16, 0)
+                ::protozero::gen_support::int32(&self.d, 15, 0)
             }
 
             /// Whether `as_mut` (field 17) occurs with the right wire type.
             #[inline]
             pub fn has_as_mut(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 16)
+                ::protozero::gen_support::has(&self.d, 15)
             }
         }
 
@@ -4004,40 +4200,43 @@ pub mod pz {
 
         /// Names Rust already uses: generated code must not be confused by them.
         ///
-        /// A zero-copy view of an encoded `pz.test.Self`: its fields are indexed once by
-        /// [`Self::decode`] and read from the borrowed bytes by the getters, which never allocate.
+        /// A zero-copy view of an encoded `pz.test.Self`: [`Self::decode`] walks the message once,
+        /// keeping each singular field's value and where each repeated field lies, and the getters
+        /// read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct SelfView<'a> {
-            d: ::protozero::TypedDecoder<'a, 1>,
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
         }
 
         impl<'a> SelfView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional int32 crate = 1`.
@@ -4049,7 +4248,7 @@ pub mod pz {
             /// Whether `crate` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_crate(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
         }
 
@@ -4090,40 +4289,43 @@ pub mod pz {
             }
         }
 
-        /// A zero-copy view of an encoded `pz.test.Option`: its fields are indexed once by
-        /// [`Self::decode`] and read from the borrowed bytes by the getters, which never allocate.
+        /// A zero-copy view of an encoded `pz.test.Option`: [`Self::decode`] walks the message
+        /// once, keeping each singular field's value and where each repeated field lies, and the
+        /// getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct OptionView<'a> {
-            d: ::protozero::TypedDecoder<'a, 1>,
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
         }
 
         impl<'a> OptionView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.len(0, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence (an empty message when absent) of `optional pz.test.Result
@@ -4140,7 +4342,7 @@ pub mod pz {
             /// Whether `result` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_result(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
         }
 
@@ -4178,40 +4380,43 @@ pub mod pz {
             }
         }
 
-        /// A zero-copy view of an encoded `pz.test.Result`: its fields are indexed once by
-        /// [`Self::decode`] and read from the borrowed bytes by the getters, which never allocate.
+        /// A zero-copy view of an encoded `pz.test.Result`: [`Self::decode`] walks the message
+        /// once, keeping each singular field's value and where each repeated field lies, and the
+        /// getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct ResultView<'a> {
-            d: ::protozero::TypedDecoder<'a, 1>,
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
         }
 
         impl<'a> ResultView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional int32 ok = 1`.
@@ -4223,7 +4428,7 @@ pub mod pz {
             /// Whether `ok` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_ok(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
         }
 
@@ -4264,40 +4469,43 @@ pub mod pz {
             }
         }
 
-        /// A zero-copy view of an encoded `pz.test.Some`: its fields are indexed once by
-        /// [`Self::decode`] and read from the borrowed bytes by the getters, which never allocate.
+        /// A zero-copy view of an encoded `pz.test.Some`: [`Self::decode`] walks the message once,
+        /// keeping each singular field's value and where each repeated field lies, and the getters
+        /// read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct SomeView<'a> {
-            d: ::protozero::TypedDecoder<'a, 1>,
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
         }
 
         impl<'a> SomeView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.len(0, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence (an empty message when absent) of `optional pz.test.Option none
@@ -4314,7 +4522,7 @@ pub mod pz {
             /// Whether `none` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_none(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
         }
 
@@ -4363,40 +4571,44 @@ pub mod pz {
             }
         }
 
-        /// A zero-copy view of an encoded `pz.test.str`: its fields are indexed once by
-        /// [`Self::decode`] and read from the borrowed bytes by the getters, which never allocate.
+        /// A zero-copy view of an encoded `pz.test.str`: [`Self::decode`] walks the message once,
+        /// keeping each singular field's value and where each repeated field lies, and the getters
+        /// read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct StrView<'a> {
-            d: ::protozero::TypedDecoder<'a, 2>,
+            d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
         }
 
         impl<'a> StrView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        18 => d.len(1, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=2 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional int32 u32 = 1`.
@@ -4408,7 +4620,7 @@ pub mod pz {
             /// Whether `u32` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_u32(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The last occurrence (an empty message when absent) of `optional pz.test.str.i64 big
@@ -4425,7 +4637,7 @@ pub mod pz {
             /// Whether `big` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_big(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
         }
 
@@ -4457,38 +4669,40 @@ pub mod pz {
                 }
             }
 
-            /// A zero-copy view of an encoded `pz.test.str.i64`: its fields are indexed once by
-            /// [`Self::decode`] and read from the borrowed bytes by the getters, which never
-            /// allocate.
+            /// A zero-copy view of an encoded `pz.test.str.i64`: [`Self::decode`] walks the message
+            /// once, keeping each singular field's value and where each repeated field lies, and
+            /// the getters read from that and the borrowed bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct I64View<'a> {
-                d: ::protozero::TypedDecoder<'a, 0>,
+                d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
             }
 
             impl<'a> I64View<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                    ::core::option::Option::None
                 }
             }
         }
@@ -4530,40 +4744,43 @@ pub mod pz {
             }
         }
 
-        /// A zero-copy view of an encoded `pz.test.type`: its fields are indexed once by
-        /// [`Self::decode`] and read from the borrowed bytes by the getters, which never allocate.
+        /// A zero-copy view of an encoded `pz.test.type`: [`Self::decode`] walks the message once,
+        /// keeping each singular field's value and where each repeated field lies, and the getters
+        /// read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct TypeView<'a> {
-            d: ::protozero::TypedDecoder<'a, 1>,
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
         }
 
         impl<'a> TypeView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.len(0, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence (an empty message when absent) of `optional pz.test.type type =
@@ -4580,7 +4797,7 @@ pub mod pz {
             /// Whether `type` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_type(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
         }
 
@@ -4705,42 +4922,48 @@ pub mod pz {
 
         /// Fields out of number order: the view's slot table must still map each number to its field.
         ///
-        /// A zero-copy view of an encoded `pz.test.Shuffled`: its fields are indexed once by
-        /// [`Self::decode`] and read from the borrowed bytes by the getters, which never allocate.
+        /// A zero-copy view of an encoded `pz.test.Shuffled`: [`Self::decode`] walks the message
+        /// once, keeping each singular field's value and where each repeated field lies, and the
+        /// getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct ShuffledView<'a> {
-            d: ::protozero::TypedDecoder<'a, 6>,
+            d: ::protozero::gen_support::Slots<'a, 6, 1, 0>,
         }
 
         impl<'a> ShuffledView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        40 => d.varint(0, at)?,
+                        48 => d.varint(1, at)?,
+                        8 => d.varint(2, at)?,
+                        16 => d.varint(3, at)?,
+                        80 => d.varint(4, at)?,
+                        88 => d.varint(5, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    5..=6 => ::core::option::Option::Some(id as usize - 5),
-                    1..=2 => ::core::option::Option::Some(id as usize + 1),
-                    10..=11 => ::core::option::Option::Some(id as usize - 6),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional int32 x = 5`.
@@ -4752,7 +4975,7 @@ pub mod pz {
             /// Whether `x` (field 5) occurs with the right wire type.
             #[inline]
             pub fn has_x(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The last occurrence, or the default, of `optional int32 y = 6`.
@@ -4764,7 +4987,7 @@ pub mod pz {
             /// Whether `y` (field 6) occurs with the right wire type.
             #[inline]
             pub fn has_y(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// The last occurrence, or the default, of `optional int32 a = 1`.
@@ -4776,7 +4999,7 @@ pub mod pz {
             /// Whether `a` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_a(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// The last occurrence, or the default, of `optional int32 b = 2`.
@@ -4788,7 +5011,7 @@ pub mod pz {
             /// Whether `b` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_b(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// The last occurrence, or the default, of `optional int32 d = 10`.
@@ -4800,7 +5023,7 @@ pub mod pz {
             /// Whether `d` (field 10) occurs with the right wire type.
             #[inline]
             pub fn has_d(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 4)
             }
 
             /// The last occurrence, or the default, of `optional int32 e = 11`.
@@ -4812,7 +5035,7 @@ pub mod pz {
             /// Whether `e` (field 11) occurs with the right wire type.
             #[inline]
             pub fn has_e(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 5)
+                ::protozero::gen_support::has(&self.d, 5)
             }
         }
 
@@ -5078,41 +5301,65 @@ pub mod pz {
                 }
             }
 
-            /// A zero-copy view of an encoded `pz.test.three.Three`: its fields are indexed once by
-            /// [`Self::decode`] and read from the borrowed bytes by the getters, which never
-            /// allocate.
+            /// A zero-copy view of an encoded `pz.test.three.Three`: [`Self::decode`] walks the
+            /// message once, keeping each singular field's value and where each repeated field
+            /// lies, and the getters read from that and the borrowed bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct ThreeView<'a> {
-                d: ::protozero::TypedDecoder<'a, 19>,
+                d: ::protozero::gen_support::Slots<'a, 11, 1, 8>,
             }
 
             impl<'a> ThreeView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            16 => d.varint(1, at)?,
+                            26 => d.len(2, at)?,
+                            34 => d.len(3, at)?,
+                            42 => d.len(4, at)?,
+                            48 => d.rep_varint(0, start, at)?,
+                            50 => d.rep_len(0, start, at)?,
+                            57 => d.rep_fixed64(1, start, at)?,
+                            58 => d.rep_len(1, start, at)?,
+                            64 => d.rep_varint(2, start, at)?,
+                            66 => d.rep_len(2, start, at)?,
+                            74 => d.len(5, at)?,
+                            80 => d.varint(6, at)?,
+                            88 => d.varint(7, at)?,
+                            98 => d.len(8, at)?,
+                            106 => d.len(9, at)?,
+                            114 => d.rep_len(3, start, at)?,
+                            120 => d.rep_varint(4, start, at)?,
+                            122 => d.rep_len(4, start, at)?,
+                            130 => d.rep_len(5, start, at)?,
+                            138 => d.rep_len(6, start, at)?,
+                            146 => d.len(10, at)?,
+                            154 => d.rep_len(7, start, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=19 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `int32 plain = 1`.
@@ -5124,7 +5371,7 @@ pub mod pz {
                 /// Whether `plain` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_plain(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// The last occurrence, or the default, of `optional int32 opt = 2`.
@@ -5136,7 +5383,7 @@ pub mod pz {
                 /// Whether `opt` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_opt(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// The last occurrence, or the default, of `string name = 3`.
@@ -5158,7 +5405,7 @@ pub mod pz {
                 /// Whether `name` (field 3) occurs with the right wire type.
                 #[inline]
                 pub fn has_name(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 2)
+                    ::protozero::gen_support::has(&self.d, 2)
                 }
 
                 /// The last occurrence, or the default, of `optional string opt_name = 4`.
@@ -5180,7 +5427,7 @@ pub mod pz {
                 /// Whether `opt_name` (field 4) occurs with the right wire type.
                 #[inline]
                 pub fn has_opt_name(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 3)
+                    ::protozero::gen_support::has(&self.d, 3)
                 }
 
                 /// The last occurrence, or the default, of `bytes data = 5`.
@@ -5192,25 +5439,25 @@ pub mod pz {
                 /// Whether `data` (field 5) occurs with the right wire type.
                 #[inline]
                 pub fn has_data(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 4)
+                    ::protozero::gen_support::has(&self.d, 4)
                 }
 
                 /// The elements of `repeated sint64 packed_by_default = 6`.
                 #[inline]
                 pub fn packed_by_default(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i64, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_sint64(&self.d, 5)
+                    ::protozero::gen_support::repeated_sint64(&self.d, 0, 6)
                 }
 
                 /// The elements of `repeated double doubles = 7`.
                 #[inline]
                 pub fn doubles(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<f64, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_double(&self.d, 6)
+                    ::protozero::gen_support::repeated_double(&self.d, 1, 7)
                 }
 
                 /// The elements of `repeated uint32 unpacked = 8 [packed = false]`.
                 #[inline]
                 pub fn unpacked(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u32, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_uint32(&self.d, 7)
+                    ::protozero::gen_support::repeated_uint32(&self.d, 2, 8)
                 }
 
                 /// The last occurrence (an empty message when absent) of `pz.common.Point point =
@@ -5221,13 +5468,13 @@ pub mod pz {
                 /// The first malformation if the nested message is not well-formed.
                 #[inline]
                 pub fn point(&self) -> ::core::result::Result<super::super::common::PointView<'a>, ::protozero::DecodeError> {
-                    super::super::common::PointView::decode(::protozero::gen_support::bytes(&self.d, 8, b""))
+                    super::super::common::PointView::decode(::protozero::gen_support::bytes(&self.d, 5, b""))
                 }
 
                 /// Whether `point` (field 9) occurs with the right wire type.
                 #[inline]
                 pub fn has_point(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 8)
+                    ::protozero::gen_support::has(&self.d, 5)
                 }
 
                 /// The last occurrence, or the default, of `pz.test.three.Three.Mood mood = 10`.
@@ -5241,13 +5488,13 @@ pub mod pz {
                 /// `mood` as a raw value (also one the enum does not declare).
                 #[inline]
                 pub fn mood_raw(&self) -> i32 {
-                    ::protozero::gen_support::int32(&self.d, 9, 0)
+                    ::protozero::gen_support::int32(&self.d, 6, 0)
                 }
 
                 /// Whether `mood` (field 10) occurs with the right wire type.
                 #[inline]
                 pub fn has_mood(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 9)
+                    ::protozero::gen_support::has(&self.d, 6)
                 }
 
                 /// The last occurrence, or the default, of `optional pz.test.three.Three.Mood
@@ -5262,13 +5509,13 @@ pub mod pz {
                 /// `opt_mood` as a raw value (also one the enum does not declare).
                 #[inline]
                 pub fn opt_mood_raw(&self) -> i32 {
-                    ::protozero::gen_support::int32(&self.d, 10, 0)
+                    ::protozero::gen_support::int32(&self.d, 7, 0)
                 }
 
                 /// Whether `opt_mood` (field 11) occurs with the right wire type.
                 #[inline]
                 pub fn has_opt_mood(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 10)
+                    ::protozero::gen_support::has(&self.d, 7)
                 }
 
                 /// The last occurrence, or the default, of `string pick_name = 12`.
@@ -5281,19 +5528,19 @@ pub mod pz {
                 /// `InvalidUtf8` if the string is not UTF-8 (see [`Self::pick_name_bytes`]).
                 #[inline]
                 pub fn pick_name(&self) -> ::core::result::Result<&'a str, ::protozero::DecodeError> {
-                    ::protozero::gen_support::string(&self.d, 11, "")
+                    ::protozero::gen_support::string(&self.d, 8, "")
                 }
 
                 /// `pick_name` as bytes, not checked to be UTF-8.
                 #[inline]
                 pub fn pick_name_bytes(&self) -> &'a [u8] {
-                    ::protozero::gen_support::bytes(&self.d, 11, b"")
+                    ::protozero::gen_support::bytes(&self.d, 8, b"")
                 }
 
                 /// Whether `pick_name` (field 12) occurs with the right wire type.
                 #[inline]
                 pub fn has_pick_name(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 11)
+                    ::protozero::gen_support::has(&self.d, 8)
                 }
 
                 /// The last occurrence (an empty message when absent) of `pz.common.Point
@@ -5307,43 +5554,43 @@ pub mod pz {
                 /// The first malformation if the nested message is not well-formed.
                 #[inline]
                 pub fn pick_point(&self) -> ::core::result::Result<super::super::common::PointView<'a>, ::protozero::DecodeError> {
-                    super::super::common::PointView::decode(::protozero::gen_support::bytes(&self.d, 12, b""))
+                    super::super::common::PointView::decode(::protozero::gen_support::bytes(&self.d, 9, b""))
                 }
 
                 /// Whether `pick_point` (field 13) occurs with the right wire type.
                 #[inline]
                 pub fn has_pick_point(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 12)
+                    ::protozero::gen_support::has(&self.d, 9)
                 }
 
                 /// The elements of `map<string, int64> counts = 14`.
                 #[inline]
                 pub fn counts(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<three_::CountsEntryView<'a>, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_bytes(&self.d, 13).map(three_::CountsEntryView::decode)
+                    ::protozero::gen_support::repeated_bytes(&self.d, 3, 14).map(three_::CountsEntryView::decode)
                 }
 
                 /// The elements of `repeated pz.test.three.Three.Mood moods = 15`.
                 #[inline]
                 pub fn moods(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<::core::option::Option<three_::Mood>, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_int32(&self.d, 14).map(|r| r.map(three_::Mood::from_i32))
+                    ::protozero::gen_support::repeated_int32(&self.d, 4, 15).map(|r| r.map(three_::Mood::from_i32))
                 }
 
                 /// The elements of `moods` as raw values (also those the enum does not declare).
                 #[inline]
                 pub fn moods_raw(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_int32(&self.d, 14)
+                    ::protozero::gen_support::repeated_int32(&self.d, 4, 15)
                 }
 
                 /// The elements of `repeated string tags = 16`.
                 #[inline]
                 pub fn tags(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<&'a str, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_string(&self.d, 15)
+                    ::protozero::gen_support::repeated_string(&self.d, 5, 16)
                 }
 
                 /// The elements of `repeated bytes blobs = 17`.
                 #[inline]
                 pub fn blobs(&self) -> impl ::core::iter::Iterator<Item = &'a [u8]> + use<'a> {
-                    ::protozero::gen_support::repeated_bytes(&self.d, 16)
+                    ::protozero::gen_support::repeated_bytes(&self.d, 6, 17)
                 }
 
                 /// A type from the parent package, through `super::`.
@@ -5356,19 +5603,19 @@ pub mod pz {
                 /// The first malformation if the nested message is not well-formed.
                 #[inline]
                 pub fn nested(&self) -> ::core::result::Result<super::everything::NestedView<'a>, ::protozero::DecodeError> {
-                    super::everything::NestedView::decode(::protozero::gen_support::bytes(&self.d, 17, b""))
+                    super::everything::NestedView::decode(::protozero::gen_support::bytes(&self.d, 10, b""))
                 }
 
                 /// Whether `nested` (field 18) occurs with the right wire type.
                 #[inline]
                 pub fn has_nested(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 17)
+                    ::protozero::gen_support::has(&self.d, 10)
                 }
 
                 /// The elements of `repeated pz.test.Empty empties = 19`.
                 #[inline]
                 pub fn empties(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<super::EmptyView<'a>, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_bytes(&self.d, 18).map(super::EmptyView::decode)
+                    ::protozero::gen_support::repeated_bytes(&self.d, 7, 19).map(super::EmptyView::decode)
                 }
             }
 
@@ -5417,41 +5664,45 @@ pub mod pz {
                     }
                 }
 
-                /// A zero-copy view of an encoded `pz.test.three.Three.CountsEntry`: its fields are
-                /// indexed once by [`Self::decode`] and read from the borrowed bytes by the
-                /// getters, which never allocate.
+                /// A zero-copy view of an encoded `pz.test.three.Three.CountsEntry`:
+                /// [`Self::decode`] walks the message once, keeping each singular field's value and
+                /// where each repeated field lies, and the getters read from that and the borrowed
+                /// bytes; they never allocate.
                 ///
                 /// A singular field reads its last occurrence (the default when absent); repeated
                 /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
                 /// does not match the declared type is skipped like an unknown field.
                 #[derive(Clone, Debug)]
                 pub struct CountsEntryView<'a> {
-                    d: ::protozero::TypedDecoder<'a, 2>,
+                    d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
                 }
 
                 impl<'a> CountsEntryView<'a> {
-                    /// Indexes the fields of `bytes`, skipping unknown ones.
+                    /// Reads the fields of `bytes`, skipping unknown ones.
                     ///
                     /// # Errors
                     ///
                     /// The first malformation if `bytes` is not a well-formed protobuf message.
                     #[inline]
                     pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                        ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                        let mut d = ::protozero::gen_support::Slots::new(bytes);
+                        let mut pos = 0;
+                        while pos < bytes.len() {
+                            let start = pos;
+                            let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                            pos = match tag {
+                                10 => d.len(0, at)?,
+                                16 => d.varint(1, at)?,
+                                _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                            };
+                        }
+                        ::core::result::Result::Ok(Self { d })
                     }
 
                     /// The encoded message this view reads.
                     #[inline]
                     pub fn bytes(&self) -> &'a [u8] {
                         self.d.bytes()
-                    }
-
-                    #[inline]
-                    fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                        match id {
-                            1..=2 => ::core::option::Option::Some(id as usize - 1),
-                            _ => ::core::option::Option::None,
-                        }
                     }
 
                     /// The last occurrence, or the default, of `string key = 1`.
@@ -5473,7 +5724,7 @@ pub mod pz {
                     /// Whether `key` (field 1) occurs with the right wire type.
                     #[inline]
                     pub fn has_key(&self) -> bool {
-                        ::protozero::gen_support::has_len(&self.d, 0)
+                        ::protozero::gen_support::has(&self.d, 0)
                     }
 
                     /// The last occurrence, or the default, of `int64 value = 2`.
@@ -5485,7 +5736,7 @@ pub mod pz {
                     /// Whether `value` (field 2) occurs with the right wire type.
                     #[inline]
                     pub fn has_value(&self) -> bool {
-                        ::protozero::gen_support::has_varint(&self.d, 1)
+                        ::protozero::gen_support::has(&self.d, 1)
                     }
                 }
 

@@ -81,6 +81,7 @@
 
 mod field;
 mod packed;
+pub(crate) mod slots;
 mod typed;
 mod varint;
 
@@ -382,7 +383,7 @@ impl FusedIterator for ProtoDecoder<'_> {}
 /// The tag starting at `start` and the offset past it. One-byte tags (field ids below 16, the
 /// common case in trace packets) skip the varint reader.
 #[inline(always)]
-fn read_tag(buf: &[u8], start: usize) -> Result<(u64, usize), DecodeError> {
+pub(crate) fn read_tag(buf: &[u8], start: usize) -> Result<(u64, usize), DecodeError> {
     match buf.get(start) {
         Some(&b) if b < 0x80 => Ok((u64::from(b), start + 1)),
         _ => read_varint(buf, start),
@@ -392,7 +393,7 @@ fn read_tag(buf: &[u8], start: usize) -> Result<(u64, usize), DecodeError> {
 /// The payload of the length-delimited value whose length varint is at `pos`: where it starts
 /// and ends, and whether protozero skips it (longer than [`MAX_MESSAGE_LENGTH`]).
 #[inline(always)]
-fn payload_bounds(buf: &[u8], pos: usize) -> Result<(usize, usize, bool), DecodeError> {
+pub(crate) fn payload_bounds(buf: &[u8], pos: usize) -> Result<(usize, usize, bool), DecodeError> {
     let (len, payload_start) = read_varint(buf, pos)?;
     let left = buf.len() - payload_start;
     // `left` fits in u64 on every supported target; compare before converting `len` down so a
@@ -470,6 +471,18 @@ fn parse_field(buf: &[u8], start: usize) -> Result<Parsed<'_>, DecodeError> {
 #[inline(always)]
 pub(crate) fn scan_field(buf: &[u8], start: usize) -> Result<(Option<u32>, usize), DecodeError> {
     let (tag, pos) = read_tag(buf, start)?;
+    scan_after_tag(buf, start, tag, pos)
+}
+
+/// [`scan_field`] once the tag is read: `tag`, read from `start`, whose value starts at `pos`.
+/// What the generated views' dispatch on whole tags falls back to for a tag it has no arm for.
+#[inline(always)]
+pub(crate) fn scan_after_tag(
+    buf: &[u8],
+    start: usize,
+    tag: u64,
+    pos: usize,
+) -> Result<(Option<u32>, usize), DecodeError> {
     let id = tag >> 3;
     if id == 0 {
         return Err(DecodeError::ZeroFieldId { offset: start });

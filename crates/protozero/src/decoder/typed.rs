@@ -262,7 +262,7 @@ impl FusedIterator for RepeatedFields<'_> {}
 
 /// A packed iterator that can also take unpacked occurrences: the glue between
 /// [`RepeatedFields`] and the three unified iterators.
-trait Elements<'a>: Iterator<Item = Result<Self::Elem, DecodeError>> {
+pub(crate) trait Elements<'a>: Iterator<Item = Result<Self::Elem, DecodeError>> {
     type Elem;
     fn from_payload(payload: &'a [u8]) -> Self;
     /// The element an unpacked occurrence carries, or `None` for a wire type that cannot.

@@ -220,27 +220,39 @@ pub mod perfetto {
         /// page index, chunk index, id and offset in it because producers are
         /// untrusted. Patches are applied after the moves of the same request.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.CommitDataRequest`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-        /// never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.CommitDataRequest`: [`Self::decode`]
+        /// walks the message once, keeping each singular field's value and where each repeated
+        /// field lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct CommitDataRequestView<'a> {
-            d: ::protozero::TypedDecoder<'a, 3>,
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 2>,
         }
 
         impl<'a> CommitDataRequestView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.rep_len(0, start, at)?,
+                        18 => d.rep_len(1, start, at)?,
+                        24 => d.varint(0, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
@@ -249,26 +261,18 @@ pub mod perfetto {
                 self.d.bytes()
             }
 
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=3 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
-            }
-
             /// The elements of `repeated perfetto.protos.CommitDataRequest.ChunksToMove
             /// chunks_to_move = 1`.
             #[inline]
             pub fn chunks_to_move(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<commit_data_request::ChunksToMoveView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 0).map(commit_data_request::ChunksToMoveView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 0, 1).map(commit_data_request::ChunksToMoveView::decode)
             }
 
             /// The elements of `repeated perfetto.protos.CommitDataRequest.ChunkToPatch
             /// chunks_to_patch = 2`.
             #[inline]
             pub fn chunks_to_patch(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<commit_data_request::ChunkToPatchView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 1).map(commit_data_request::ChunkToPatchView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 1, 2).map(commit_data_request::ChunkToPatchView::decode)
             }
 
             /// Set when this commit acknowledges a Flush(request_id) from the service.
@@ -276,13 +280,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint64 flush_request_id = 3`.
             #[inline]
             pub fn flush_request_id(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 2, 0)
+                ::protozero::gen_support::uint64(&self.d, 0, 0)
             }
 
             /// Whether `flush_request_id` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_flush_request_id(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 0)
             }
         }
 
@@ -375,41 +379,48 @@ pub mod perfetto {
 
             /// One chunk to copy out of the shared memory buffer into a central buffer.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.CommitDataRequest.ChunksToMove`: its
-            /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.CommitDataRequest.ChunksToMove`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct ChunksToMoveView<'a> {
-                d: ::protozero::TypedDecoder<'a, 5>,
+                d: ::protozero::gen_support::Slots<'a, 5, 1, 0>,
             }
 
             impl<'a> ChunksToMoveView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            16 => d.varint(1, at)?,
+                            24 => d.varint(2, at)?,
+                            34 => d.len(3, at)?,
+                            40 => d.varint(4, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=5 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// 0-based page index in the shared memory buffer.
@@ -423,7 +434,7 @@ pub mod perfetto {
                 /// Whether `page` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_page(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// 0-based chunk index inside the page (0..13).
@@ -437,7 +448,7 @@ pub mod perfetto {
                 /// Whether `chunk` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_chunk(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// Central buffer the chunk is destined for; checked against the buffers
@@ -452,7 +463,7 @@ pub mod perfetto {
                 /// Whether `target_buffer` (field 3) occurs with the right wire type.
                 #[inline]
                 pub fn has_target_buffer(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 2)
+                    ::protozero::gen_support::has(&self.d, 2)
                 }
 
                 /// Chunk bytes sent inline instead of via shared memory (shared memory
@@ -469,7 +480,7 @@ pub mod perfetto {
                 /// Whether `data` (field 4) occurs with the right wire type.
                 #[inline]
                 pub fn has_data(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 3)
+                    ::protozero::gen_support::has(&self.d, 3)
                 }
 
                 /// Set when the chunk was copied while still being written (scraping);
@@ -485,7 +496,7 @@ pub mod perfetto {
                 /// Whether `chunk_incomplete` (field 5) occurs with the right wire type.
                 #[inline]
                 pub fn has_chunk_incomplete(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 4)
+                    ::protozero::gen_support::has(&self.d, 4)
                 }
             }
 
@@ -569,41 +580,48 @@ pub mod perfetto {
 
             /// Size back-fills for a chunk that may already have been moved.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.CommitDataRequest.ChunkToPatch`: its
-            /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.CommitDataRequest.ChunkToPatch`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct ChunkToPatchView<'a> {
-                d: ::protozero::TypedDecoder<'a, 5>,
+                d: ::protozero::gen_support::Slots<'a, 4, 1, 1>,
             }
 
             impl<'a> ChunkToPatchView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            16 => d.varint(1, at)?,
+                            24 => d.varint(2, at)?,
+                            34 => d.rep_len(0, start, at)?,
+                            40 => d.varint(3, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=5 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional uint32 target_buffer = 1`.
@@ -615,7 +633,7 @@ pub mod perfetto {
                 /// Whether `target_buffer` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_target_buffer(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// {writer_id, chunk_id} identify the chunk within this producer.
@@ -629,7 +647,7 @@ pub mod perfetto {
                 /// Whether `writer_id` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_writer_id(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// The last occurrence, or the default, of `optional uint32 chunk_id = 3`.
@@ -641,14 +659,14 @@ pub mod perfetto {
                 /// Whether `chunk_id` (field 3) occurs with the right wire type.
                 #[inline]
                 pub fn has_chunk_id(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 2)
+                    ::protozero::gen_support::has(&self.d, 2)
                 }
 
                 /// The elements of `repeated perfetto.protos.CommitDataRequest.ChunkToPatch.Patch
                 /// patches = 4`.
                 #[inline]
                 pub fn patches(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<chunk_to_patch::PatchView<'a>, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_bytes(&self.d, 3).map(chunk_to_patch::PatchView::decode)
+                    ::protozero::gen_support::repeated_bytes(&self.d, 0, 4).map(chunk_to_patch::PatchView::decode)
                 }
 
                 /// True if more patches for this chunk will arrive in a later request, so
@@ -657,13 +675,13 @@ pub mod perfetto {
                 /// The last occurrence, or the default, of `optional bool has_more_patches = 5`.
                 #[inline]
                 pub fn has_more_patches(&self) -> bool {
-                    ::protozero::gen_support::bool(&self.d, 4, false)
+                    ::protozero::gen_support::bool(&self.d, 3, false)
                 }
 
                 /// Whether `has_more_patches` (field 5) occurs with the right wire type.
                 #[inline]
                 pub fn has_has_more_patches(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 4)
+                    ::protozero::gen_support::has(&self.d, 3)
                 }
             }
 
@@ -718,41 +736,45 @@ pub mod perfetto {
                 }
 
                 /// A zero-copy view of an encoded
-                /// `perfetto.protos.CommitDataRequest.ChunkToPatch.Patch`: its fields are indexed
-                /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-                /// never allocate.
+                /// `perfetto.protos.CommitDataRequest.ChunkToPatch.Patch`: [`Self::decode`] walks
+                /// the message once, keeping each singular field's value and where each repeated
+                /// field lies, and the getters read from that and the borrowed bytes; they never
+                /// allocate.
                 ///
                 /// A singular field reads its last occurrence (the default when absent); repeated
                 /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
                 /// does not match the declared type is skipped like an unknown field.
                 #[derive(Clone, Debug)]
                 pub struct PatchView<'a> {
-                    d: ::protozero::TypedDecoder<'a, 2>,
+                    d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
                 }
 
                 impl<'a> PatchView<'a> {
-                    /// Indexes the fields of `bytes`, skipping unknown ones.
+                    /// Reads the fields of `bytes`, skipping unknown ones.
                     ///
                     /// # Errors
                     ///
                     /// The first malformation if `bytes` is not a well-formed protobuf message.
                     #[inline]
                     pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                        ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                        let mut d = ::protozero::gen_support::Slots::new(bytes);
+                        let mut pos = 0;
+                        while pos < bytes.len() {
+                            let start = pos;
+                            let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                            pos = match tag {
+                                8 => d.varint(0, at)?,
+                                18 => d.len(1, at)?,
+                                _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                            };
+                        }
+                        ::core::result::Result::Ok(Self { d })
                     }
 
                     /// The encoded message this view reads.
                     #[inline]
                     pub fn bytes(&self) -> &'a [u8] {
                         self.d.bytes()
-                    }
-
-                    #[inline]
-                    fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                        match id {
-                            1..=2 => ::core::option::Option::Some(id as usize - 1),
-                            _ => ::core::option::Option::None,
-                        }
                     }
 
                     /// Byte offset from the start of the chunk payload (after the 8-byte
@@ -767,7 +789,7 @@ pub mod perfetto {
                     /// Whether `offset` (field 1) occurs with the right wire type.
                     #[inline]
                     pub fn has_offset(&self) -> bool {
-                        ::protozero::gen_support::has_varint(&self.d, 0)
+                        ::protozero::gen_support::has(&self.d, 0)
                     }
 
                     /// The bytes to write at |offset| (4 bytes: a redundant varint size).
@@ -781,7 +803,7 @@ pub mod perfetto {
                     /// Whether `data` (field 2) occurs with the right wire type.
                     #[inline]
                     pub fn has_data(&self) -> bool {
-                        ::protozero::gen_support::has_len(&self.d, 1)
+                        ::protozero::gen_support::has(&self.d, 1)
                     }
                 }
             }
@@ -889,44 +911,48 @@ pub mod perfetto {
         /// Not modelled (numbers taken upstream, do not reuse): gpu_counter_descriptor
         /// 5, track_event_descriptor 6, ftrace_descriptor 8, protovm_program 10.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.DataSourceDescriptor`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-        /// never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.DataSourceDescriptor`: [`Self::decode`]
+        /// walks the message once, keeping each singular field's value and where each repeated
+        /// field lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct DataSourceDescriptorView<'a> {
-            d: ::protozero::TypedDecoder<'a, 6>,
+            d: ::protozero::gen_support::Slots<'a, 6, 1, 0>,
         }
 
         impl<'a> DataSourceDescriptorView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.len(0, at)?,
+                        56 => d.varint(1, at)?,
+                        16 => d.varint(2, at)?,
+                        24 => d.varint(3, at)?,
+                        32 => d.varint(4, at)?,
+                        72 => d.varint(5, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    7 => ::core::option::Option::Some(1),
-                    2..=4 => ::core::option::Option::Some(id as usize),
-                    9 => ::core::option::Option::Some(5),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The name consumers select it by, e.g. "track_event", "linux.sys_stats".
@@ -950,7 +976,7 @@ pub mod perfetto {
             /// Whether `name` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_name(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// Producer-scoped id (not global) that tells apart several data sources
@@ -965,7 +991,7 @@ pub mod perfetto {
             /// Whether `id` (field 7) occurs with the right wire type.
             #[inline]
             pub fn has_id(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// The producer acknowledges stops with NotifyDataSourceStopped.
@@ -979,7 +1005,7 @@ pub mod perfetto {
             /// Whether `will_notify_on_stop` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_will_notify_on_stop(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// The producer acknowledges starts with NotifyDataSourceStarted.
@@ -993,7 +1019,7 @@ pub mod perfetto {
             /// Whether `will_notify_on_start` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_will_notify_on_start(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// The data source wants ClearIncrementalState commands (it emits interned
@@ -1009,7 +1035,7 @@ pub mod perfetto {
             /// Whether `handles_incremental_state_clear` (field 4) occurs with the right wire type.
             #[inline]
             pub fn has_handles_incremental_state_clear(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 4)
             }
 
             /// Flush is a no-op for this data source (it relies on the service
@@ -1024,7 +1050,7 @@ pub mod perfetto {
             /// Whether `no_flush` (field 9) occurs with the right wire type.
             #[inline]
             pub fn has_no_flush(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 5)
+                ::protozero::gen_support::has(&self.d, 5)
             }
         }
 
@@ -1058,38 +1084,40 @@ pub mod perfetto {
 
         /// Perf event descriptions shared by the perf configs.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.PerfEvents`: its fields are indexed once
-        /// by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.PerfEvents`: [`Self::decode`] walks the
+        /// message once, keeping each singular field's value and where each repeated field lies,
+        /// and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct PerfEventsView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> PerfEventsView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -1200,45 +1228,48 @@ pub mod perfetto {
             /// period in a oneof (and counter with the other events in another); the
             /// wire is the same.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.PerfEvents.Timebase`: its fields are
-            /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
-            /// which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.PerfEvents.Timebase`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct TimebaseView<'a> {
-                d: ::protozero::TypedDecoder<'a, 5>,
+                d: ::protozero::gen_support::Slots<'a, 5, 1, 0>,
             }
 
             impl<'a> TimebaseView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            16 => d.varint(0, at)?,
+                            8 => d.varint(1, at)?,
+                            32 => d.varint(2, at)?,
+                            88 => d.varint(3, at)?,
+                            82 => d.len(4, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        2 => ::core::option::Option::Some(0),
-                        1 => ::core::option::Option::Some(1),
-                        4 => ::core::option::Option::Some(2),
-                        11 => ::core::option::Option::Some(3),
-                        10 => ::core::option::Option::Some(4),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// Samples per second of the event (for a CPU clock: of CPU time).
@@ -1252,7 +1283,7 @@ pub mod perfetto {
                 /// Whether `frequency` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_frequency(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// A sample every this many events (for a CPU clock: nanoseconds).
@@ -1266,7 +1297,7 @@ pub mod perfetto {
                 /// Whether `period` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_period(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// The counted event; SW_CPU_CLOCK when unset.
@@ -1289,7 +1320,7 @@ pub mod perfetto {
                 /// Whether `counter` (field 4) occurs with the right wire type.
                 #[inline]
                 pub fn has_counter(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 2)
+                    ::protozero::gen_support::has(&self.d, 2)
                 }
 
                 /// The clock samples are stamped with; BOOTTIME when unset.
@@ -1312,7 +1343,7 @@ pub mod perfetto {
                 /// Whether `timestamp_clock` (field 11) occurs with the right wire type.
                 #[inline]
                 pub fn has_timestamp_clock(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 3)
+                    ::protozero::gen_support::has(&self.d, 3)
                 }
 
                 /// A name for the timebase (the processor's perf counter track name).
@@ -1336,7 +1367,7 @@ pub mod perfetto {
                 /// Whether `name` (field 10) occurs with the right wire type.
                 #[inline]
                 pub fn has_name(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 4)
+                    ::protozero::gen_support::has(&self.d, 4)
                 }
             }
 
@@ -2480,27 +2511,54 @@ pub mod perfetto {
         /// `stats` table (traced_buf_*, traced_chunks_discarded, traced_flushes_*),
         /// so that every loss is visible.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.TraceStats`: its fields are indexed once
-        /// by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.TraceStats`: [`Self::decode`] walks the
+        /// message once, keeping each singular field's value and where each repeated field lies,
+        /// and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct TraceStatsView<'a> {
-            d: ::protozero::TypedDecoder<'a, 17>,
+            d: ::protozero::gen_support::Slots<'a, 14, 1, 3>,
         }
 
         impl<'a> TraceStatsView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.rep_len(0, start, at)?,
+                        136 => d.rep_varint(1, start, at)?,
+                        138 => d.rep_len(1, start, at)?,
+                        146 => d.rep_len(2, start, at)?,
+                        16 => d.varint(0, at)?,
+                        24 => d.varint(1, at)?,
+                        32 => d.varint(2, at)?,
+                        40 => d.varint(3, at)?,
+                        48 => d.varint(4, at)?,
+                        56 => d.varint(5, at)?,
+                        64 => d.varint(6, at)?,
+                        72 => d.varint(7, at)?,
+                        80 => d.varint(8, at)?,
+                        90 => d.len(9, at)?,
+                        96 => d.varint(10, at)?,
+                        104 => d.varint(11, at)?,
+                        112 => d.varint(12, at)?,
+                        120 => d.varint(13, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
@@ -2509,20 +2567,10 @@ pub mod perfetto {
                 self.d.bytes()
             }
 
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    17..=18 => ::core::option::Option::Some(id as usize - 16),
-                    2..=15 => ::core::option::Option::Some(id as usize + 1),
-                    _ => ::core::option::Option::None,
-                }
-            }
-
             /// The elements of `repeated perfetto.protos.TraceStats.BufferStats buffer_stats = 1`.
             #[inline]
             pub fn buffer_stats(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<trace_stats::BufferStatsView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 0).map(trace_stats::BufferStatsView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 0, 1).map(trace_stats::BufferStatsView::decode)
             }
 
             /// Upper bounds of the writer histogram buckets (overflow bucket implicit).
@@ -2530,13 +2578,13 @@ pub mod perfetto {
             /// The elements of `repeated int64 chunk_payload_histogram_def = 17`.
             #[inline]
             pub fn chunk_payload_histogram_def(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_int64(&self.d, 1)
+                ::protozero::gen_support::repeated_int64(&self.d, 1, 17)
             }
 
             /// The elements of `repeated perfetto.protos.TraceStats.WriterStats writer_stats = 18`.
             #[inline]
             pub fn writer_stats(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<trace_stats::WriterStatsView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 2).map(trace_stats::WriterStatsView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 2, 18).map(trace_stats::WriterStatsView::decode)
             }
 
             /// Producers connected now / ever.
@@ -2544,25 +2592,25 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint32 producers_connected = 2`.
             #[inline]
             pub fn producers_connected(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 3, 0)
+                ::protozero::gen_support::uint32(&self.d, 0, 0)
             }
 
             /// Whether `producers_connected` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_producers_connected(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The last occurrence, or the default, of `optional uint64 producers_seen = 3`.
             #[inline]
             pub fn producers_seen(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 4, 0)
+                ::protozero::gen_support::uint64(&self.d, 1, 0)
             }
 
             /// Whether `producers_seen` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_producers_seen(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// Data sources registered now / ever.
@@ -2571,25 +2619,25 @@ pub mod perfetto {
             /// 4`.
             #[inline]
             pub fn data_sources_registered(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 5, 0)
+                ::protozero::gen_support::uint32(&self.d, 2, 0)
             }
 
             /// Whether `data_sources_registered` (field 4) occurs with the right wire type.
             #[inline]
             pub fn has_data_sources_registered(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 5)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// The last occurrence, or the default, of `optional uint64 data_sources_seen = 5`.
             #[inline]
             pub fn data_sources_seen(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 6, 0)
+                ::protozero::gen_support::uint64(&self.d, 3, 0)
             }
 
             /// Whether `data_sources_seen` (field 5) occurs with the right wire type.
             #[inline]
             pub fn has_data_sources_seen(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 6)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// Concurrent tracing sessions and buffers across all sessions.
@@ -2597,25 +2645,25 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint32 tracing_sessions = 6`.
             #[inline]
             pub fn tracing_sessions(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 7, 0)
+                ::protozero::gen_support::uint32(&self.d, 4, 0)
             }
 
             /// Whether `tracing_sessions` (field 6) occurs with the right wire type.
             #[inline]
             pub fn has_tracing_sessions(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 7)
+                ::protozero::gen_support::has(&self.d, 4)
             }
 
             /// The last occurrence, or the default, of `optional uint32 total_buffers = 7`.
             #[inline]
             pub fn total_buffers(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 8, 0)
+                ::protozero::gen_support::uint32(&self.d, 5, 0)
             }
 
             /// Whether `total_buffers` (field 7) occurs with the right wire type.
             #[inline]
             pub fn has_total_buffers(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 8)
+                ::protozero::gen_support::has(&self.d, 5)
             }
 
             /// Chunks / patches rejected before reaching a buffer (e.g. invalid or
@@ -2624,25 +2672,25 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint64 chunks_discarded = 8`.
             #[inline]
             pub fn chunks_discarded(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 9, 0)
+                ::protozero::gen_support::uint64(&self.d, 6, 0)
             }
 
             /// Whether `chunks_discarded` (field 8) occurs with the right wire type.
             #[inline]
             pub fn has_chunks_discarded(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 9)
+                ::protozero::gen_support::has(&self.d, 6)
             }
 
             /// The last occurrence, or the default, of `optional uint64 patches_discarded = 9`.
             #[inline]
             pub fn patches_discarded(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 10, 0)
+                ::protozero::gen_support::uint64(&self.d, 7, 0)
             }
 
             /// Whether `patches_discarded` (field 9) occurs with the right wire type.
             #[inline]
             pub fn has_patches_discarded(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 10)
+                ::protozero::gen_support::has(&self.d, 7)
             }
 
             /// Packets rejected by the read-back validator (malformed, or setting a
@@ -2651,13 +2699,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint64 invalid_packets = 10`.
             #[inline]
             pub fn invalid_packets(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 11, 0)
+                ::protozero::gen_support::uint64(&self.d, 8, 0)
             }
 
             /// Whether `invalid_packets` (field 10) occurs with the right wire type.
             #[inline]
             pub fn has_invalid_packets(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 11)
+                ::protozero::gen_support::has(&self.d, 8)
             }
 
             /// The last occurrence (an empty message when absent) of `optional
@@ -2668,13 +2716,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn filter_stats(&self) -> ::core::result::Result<trace_stats::FilterStatsView<'a>, ::protozero::DecodeError> {
-                trace_stats::FilterStatsView::decode(::protozero::gen_support::bytes(&self.d, 12, b""))
+                trace_stats::FilterStatsView::decode(::protozero::gen_support::bytes(&self.d, 9, b""))
             }
 
             /// Whether `filter_stats` (field 11) occurs with the right wire type.
             #[inline]
             pub fn has_filter_stats(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 12)
+                ::protozero::gen_support::has(&self.d, 9)
             }
 
             /// Flush requests issued, acknowledged in time, and failed (timed out).
@@ -2682,37 +2730,37 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint64 flushes_requested = 12`.
             #[inline]
             pub fn flushes_requested(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 13, 0)
+                ::protozero::gen_support::uint64(&self.d, 10, 0)
             }
 
             /// Whether `flushes_requested` (field 12) occurs with the right wire type.
             #[inline]
             pub fn has_flushes_requested(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 13)
+                ::protozero::gen_support::has(&self.d, 10)
             }
 
             /// The last occurrence, or the default, of `optional uint64 flushes_succeeded = 13`.
             #[inline]
             pub fn flushes_succeeded(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 14, 0)
+                ::protozero::gen_support::uint64(&self.d, 11, 0)
             }
 
             /// Whether `flushes_succeeded` (field 13) occurs with the right wire type.
             #[inline]
             pub fn has_flushes_succeeded(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 14)
+                ::protozero::gen_support::has(&self.d, 11)
             }
 
             /// The last occurrence, or the default, of `optional uint64 flushes_failed = 14`.
             #[inline]
             pub fn flushes_failed(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 15, 0)
+                ::protozero::gen_support::uint64(&self.d, 12, 0)
             }
 
             /// Whether `flushes_failed` (field 14) occurs with the right wire type.
             #[inline]
             pub fn has_flushes_failed(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 15)
+                ::protozero::gen_support::has(&self.d, 12)
             }
 
             /// The last occurrence, or the default, of `optional
@@ -2727,13 +2775,13 @@ pub mod perfetto {
             /// `final_flush_outcome` as a raw value (also one the enum does not declare).
             #[inline]
             pub fn final_flush_outcome_raw(&self) -> i32 {
-                ::protozero::gen_support::int32(&self.d, 16, 0)
+                ::protozero::gen_support::int32(&self.d, 13, 0)
             }
 
             /// Whether `final_flush_outcome` (field 15) occurs with the right wire type.
             #[inline]
             pub fn has_final_flush_outcome(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 16)
+                ::protozero::gen_support::has(&self.d, 13)
             }
         }
 
@@ -3045,53 +3093,71 @@ pub mod perfetto {
             /// Counters of one central trace buffer, in TraceConfig.buffers order.
             /// All counters are uint64. Numbers 1..20 match reference section 4.4.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.TraceStats.BufferStats`: its fields
-            /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.TraceStats.BufferStats`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct BufferStatsView<'a> {
-                d: ::protozero::TypedDecoder<'a, 28>,
+                d: ::protozero::gen_support::Slots<'a, 28, 1, 0>,
             }
 
             impl<'a> BufferStatsView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            96 => d.varint(0, at)?,
+                            8 => d.varint(1, at)?,
+                            104 => d.varint(2, at)?,
+                            112 => d.varint(3, at)?,
+                            120 => d.varint(4, at)?,
+                            128 => d.varint(5, at)?,
+                            16 => d.varint(6, at)?,
+                            80 => d.varint(7, at)?,
+                            24 => d.varint(8, at)?,
+                            144 => d.varint(9, at)?,
+                            136 => d.varint(10, at)?,
+                            88 => d.varint(11, at)?,
+                            32 => d.varint(12, at)?,
+                            40 => d.varint(13, at)?,
+                            48 => d.varint(14, at)?,
+                            56 => d.varint(15, at)?,
+                            64 => d.varint(16, at)?,
+                            72 => d.varint(17, at)?,
+                            152 => d.varint(18, at)?,
+                            160 => d.varint(19, at)?,
+                            176 => d.varint(20, at)?,
+                            184 => d.varint(21, at)?,
+                            192 => d.varint(22, at)?,
+                            200 => d.varint(23, at)?,
+                            208 => d.varint(24, at)?,
+                            216 => d.varint(25, at)?,
+                            224 => d.varint(26, at)?,
+                            170 => d.len(27, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        12 => ::core::option::Option::Some(0),
-                        1 => ::core::option::Option::Some(1),
-                        13..=16 => ::core::option::Option::Some(id as usize - 11),
-                        2 => ::core::option::Option::Some(6),
-                        10 => ::core::option::Option::Some(7),
-                        3 => ::core::option::Option::Some(8),
-                        18 => ::core::option::Option::Some(9),
-                        17 => ::core::option::Option::Some(10),
-                        11 => ::core::option::Option::Some(11),
-                        4..=9 => ::core::option::Option::Some(id as usize + 8),
-                        19..=20 => ::core::option::Option::Some(id as usize - 1),
-                        22..=28 => ::core::option::Option::Some(id as usize - 2),
-                        21 => ::core::option::Option::Some(27),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// Buffer capacity in bytes.
@@ -3105,7 +3171,7 @@ pub mod perfetto {
                 /// Whether `buffer_size` (field 12) occurs with the right wire type.
                 #[inline]
                 pub fn has_buffer_size(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// Bytes written into the buffer, chunk headers included.
@@ -3119,7 +3185,7 @@ pub mod perfetto {
                 /// Whether `bytes_written` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_bytes_written(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// Bytes overwritten before being read (data loss in ring mode).
@@ -3134,7 +3200,7 @@ pub mod perfetto {
                 /// Whether `bytes_overwritten` (field 13) occurs with the right wire type.
                 #[inline]
                 pub fn has_bytes_overwritten(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 2)
+                    ::protozero::gen_support::has(&self.d, 2)
                 }
 
                 /// Bytes of chunks fully read by the consumer, headers included.
@@ -3148,7 +3214,7 @@ pub mod perfetto {
                 /// Whether `bytes_read` (field 14) occurs with the right wire type.
                 #[inline]
                 pub fn has_bytes_read(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 3)
+                    ::protozero::gen_support::has(&self.d, 3)
                 }
 
                 /// Padding bytes written to fill the gap before a wrap.
@@ -3163,7 +3229,7 @@ pub mod perfetto {
                 /// Whether `padding_bytes_written` (field 15) occurs with the right wire type.
                 #[inline]
                 pub fn has_padding_bytes_written(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 4)
+                    ::protozero::gen_support::has(&self.d, 4)
                 }
 
                 /// Padding bytes removed again when overwritten.
@@ -3178,7 +3244,7 @@ pub mod perfetto {
                 /// Whether `padding_bytes_cleared` (field 16) occurs with the right wire type.
                 #[inline]
                 pub fn has_padding_bytes_cleared(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 5)
+                    ::protozero::gen_support::has(&self.d, 5)
                 }
 
                 /// Chunks (not packets) written.
@@ -3192,7 +3258,7 @@ pub mod perfetto {
                 /// Whether `chunks_written` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_chunks_written(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 6)
+                    ::protozero::gen_support::has(&self.d, 6)
                 }
 
                 /// Chunks written again with more packets appended (scrape + recommit).
@@ -3206,7 +3272,7 @@ pub mod perfetto {
                 /// Whether `chunks_rewritten` (field 10) occurs with the right wire type.
                 #[inline]
                 pub fn has_chunks_rewritten(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 7)
+                    ::protozero::gen_support::has(&self.d, 7)
                 }
 
                 /// Chunks overwritten before being read (data loss in ring mode).
@@ -3221,7 +3287,7 @@ pub mod perfetto {
                 /// Whether `chunks_overwritten` (field 3) occurs with the right wire type.
                 #[inline]
                 pub fn has_chunks_overwritten(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 8)
+                    ::protozero::gen_support::has(&self.d, 8)
                 }
 
                 /// Chunks dropped because the buffer is full in DISCARD mode.
@@ -3235,7 +3301,7 @@ pub mod perfetto {
                 /// Whether `chunks_discarded` (field 18) occurs with the right wire type.
                 #[inline]
                 pub fn has_chunks_discarded(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 9)
+                    ::protozero::gen_support::has(&self.d, 9)
                 }
 
                 /// Chunks fully read by the consumer.
@@ -3249,7 +3315,7 @@ pub mod perfetto {
                 /// Whether `chunks_read` (field 17) occurs with the right wire type.
                 #[inline]
                 pub fn has_chunks_read(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 10)
+                    ::protozero::gen_support::has(&self.d, 10)
                 }
 
                 /// Chunks committed with a ChunkID lower than one already seen.
@@ -3265,7 +3331,7 @@ pub mod perfetto {
                 /// type.
                 #[inline]
                 pub fn has_chunks_committed_out_of_order(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 11)
+                    ::protozero::gen_support::has(&self.d, 11)
                 }
 
                 /// Times the write pointer wrapped to the start.
@@ -3279,7 +3345,7 @@ pub mod perfetto {
                 /// Whether `write_wrap_count` (field 4) occurs with the right wire type.
                 #[inline]
                 pub fn has_write_wrap_count(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 12)
+                    ::protozero::gen_support::has(&self.d, 12)
                 }
 
                 /// Out-of-band patches applied / rejected.
@@ -3293,7 +3359,7 @@ pub mod perfetto {
                 /// Whether `patches_succeeded` (field 5) occurs with the right wire type.
                 #[inline]
                 pub fn has_patches_succeeded(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 13)
+                    ::protozero::gen_support::has(&self.d, 13)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 patches_failed = 6`.
@@ -3305,7 +3371,7 @@ pub mod perfetto {
                 /// Whether `patches_failed` (field 6) occurs with the right wire type.
                 #[inline]
                 pub fn has_patches_failed(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 14)
+                    ::protozero::gen_support::has(&self.d, 14)
                 }
 
                 /// Multi-chunk packet reads that completed / stopped on a missing chunk.
@@ -3320,7 +3386,7 @@ pub mod perfetto {
                 /// Whether `readaheads_succeeded` (field 7) occurs with the right wire type.
                 #[inline]
                 pub fn has_readaheads_succeeded(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 15)
+                    ::protozero::gen_support::has(&self.d, 15)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 readaheads_failed = 8`.
@@ -3332,7 +3398,7 @@ pub mod perfetto {
                 /// Whether `readaheads_failed` (field 8) occurs with the right wire type.
                 #[inline]
                 pub fn has_readaheads_failed(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 16)
+                    ::protozero::gen_support::has(&self.d, 16)
                 }
 
                 /// Shared memory ABI violations seen (buggy or hostile producer).
@@ -3346,7 +3412,7 @@ pub mod perfetto {
                 /// Whether `abi_violations` (field 9) occurs with the right wire type.
                 #[inline]
                 pub fn has_abi_violations(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 17)
+                    ::protozero::gen_support::has(&self.d, 17)
                 }
 
                 /// Packets a trace writer reported as dropped (drop sentinel in a fragment
@@ -3362,7 +3428,7 @@ pub mod perfetto {
                 /// Whether `trace_writer_packet_loss` (field 19) occurs with the right wire type.
                 #[inline]
                 pub fn has_trace_writer_packet_loss(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 18)
+                    ::protozero::gen_support::has(&self.d, 18)
                 }
 
                 /// Chunks moved inside the buffer (TraceBufferV2 only). Taken from
@@ -3378,7 +3444,7 @@ pub mod perfetto {
                 /// Whether `chunks_relocated` (field 20) occurs with the right wire type.
                 #[inline]
                 pub fn has_chunks_relocated(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 19)
+                    ::protozero::gen_support::has(&self.d, 19)
                 }
 
                 /// Breakdown of detected losses by cause (TraceBufferV2 only). One loss
@@ -3395,7 +3461,7 @@ pub mod perfetto {
                 /// Whether `data_loss_read_gap` (field 22) occurs with the right wire type.
                 #[inline]
                 pub fn has_data_loss_read_gap(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 20)
+                    ::protozero::gen_support::has(&self.d, 20)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64
@@ -3408,7 +3474,7 @@ pub mod perfetto {
                 /// Whether `data_loss_chunk_corrupted` (field 23) occurs with the right wire type.
                 #[inline]
                 pub fn has_data_loss_chunk_corrupted(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 21)
+                    ::protozero::gen_support::has(&self.d, 21)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64
@@ -3422,7 +3488,7 @@ pub mod perfetto {
                 /// type.
                 #[inline]
                 pub fn has_data_loss_orphan_continuation(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 22)
+                    ::protozero::gen_support::has(&self.d, 22)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64
@@ -3435,7 +3501,7 @@ pub mod perfetto {
                 /// Whether `data_loss_reassembly_gap` (field 25) occurs with the right wire type.
                 #[inline]
                 pub fn has_data_loss_reassembly_gap(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 23)
+                    ::protozero::gen_support::has(&self.d, 23)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64
@@ -3449,7 +3515,7 @@ pub mod perfetto {
                 /// wire type.
                 #[inline]
                 pub fn has_data_loss_reassembly_broken_chain(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 24)
+                    ::protozero::gen_support::has(&self.d, 24)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 data_loss_overwrite =
@@ -3462,7 +3528,7 @@ pub mod perfetto {
                 /// Whether `data_loss_overwrite` (field 27) occurs with the right wire type.
                 #[inline]
                 pub fn has_data_loss_overwrite(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 25)
+                    ::protozero::gen_support::has(&self.d, 25)
                 }
 
                 /// Lower bound on chunks missing across ChunkID gaps.
@@ -3477,7 +3543,7 @@ pub mod perfetto {
                 /// Whether `data_loss_missing_chunks` (field 28) occurs with the right wire type.
                 #[inline]
                 pub fn has_data_loss_missing_chunks(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 26)
+                    ::protozero::gen_support::has(&self.d, 26)
                 }
 
                 /// The last occurrence (an empty message when absent) of `optional
@@ -3495,7 +3561,7 @@ pub mod perfetto {
                 /// Whether `shadow_buffer_stats` (field 21) occurs with the right wire type.
                 #[inline]
                 pub fn has_shadow_buffer_stats(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 27)
+                    ::protozero::gen_support::has(&self.d, 27)
                 }
             }
 
@@ -3605,41 +3671,51 @@ pub mod perfetto {
                 /// writes this field.
                 ///
                 /// A zero-copy view of an encoded
-                /// `perfetto.protos.TraceStats.BufferStats.ShadowBufferStats`: its fields are
-                /// indexed once by [`Self::decode`] and read from the borrowed bytes by the
-                /// getters, which never allocate.
+                /// `perfetto.protos.TraceStats.BufferStats.ShadowBufferStats`: [`Self::decode`]
+                /// walks the message once, keeping each singular field's value and where each
+                /// repeated field lies, and the getters read from that and the borrowed bytes; they
+                /// never allocate.
                 ///
                 /// A singular field reads its last occurrence (the default when absent); repeated
                 /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
                 /// does not match the declared type is skipped like an unknown field.
                 #[derive(Clone, Debug)]
                 pub struct ShadowBufferStatsView<'a> {
-                    d: ::protozero::TypedDecoder<'a, 8>,
+                    d: ::protozero::gen_support::Slots<'a, 8, 1, 0>,
                 }
 
                 impl<'a> ShadowBufferStatsView<'a> {
-                    /// Indexes the fields of `bytes`, skipping unknown ones.
+                    /// Reads the fields of `bytes`, skipping unknown ones.
                     ///
                     /// # Errors
                     ///
                     /// The first malformation if `bytes` is not a well-formed protobuf message.
                     #[inline]
                     pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                        ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                        let mut d = ::protozero::gen_support::Slots::new(bytes);
+                        let mut pos = 0;
+                        while pos < bytes.len() {
+                            let start = pos;
+                            let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                            pos = match tag {
+                                8 => d.varint(0, at)?,
+                                16 => d.varint(1, at)?,
+                                24 => d.varint(2, at)?,
+                                32 => d.varint(3, at)?,
+                                40 => d.varint(4, at)?,
+                                48 => d.varint(5, at)?,
+                                56 => d.varint(6, at)?,
+                                64 => d.varint(7, at)?,
+                                _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                            };
+                        }
+                        ::core::result::Result::Ok(Self { d })
                     }
 
                     /// The encoded message this view reads.
                     #[inline]
                     pub fn bytes(&self) -> &'a [u8] {
                         self.d.bytes()
-                    }
-
-                    #[inline]
-                    fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                        match id {
-                            1..=8 => ::core::option::Option::Some(id as usize - 1),
-                            _ => ::core::option::Option::None,
-                        }
                     }
 
                     /// The last occurrence, or the default, of `optional uint64 packets_seen = 1`.
@@ -3651,7 +3727,7 @@ pub mod perfetto {
                     /// Whether `packets_seen` (field 1) occurs with the right wire type.
                     #[inline]
                     pub fn has_packets_seen(&self) -> bool {
-                        ::protozero::gen_support::has_varint(&self.d, 0)
+                        ::protozero::gen_support::has(&self.d, 0)
                     }
 
                     /// The last occurrence, or the default, of `optional uint64 packets_in_both =
@@ -3664,7 +3740,7 @@ pub mod perfetto {
                     /// Whether `packets_in_both` (field 2) occurs with the right wire type.
                     #[inline]
                     pub fn has_packets_in_both(&self) -> bool {
-                        ::protozero::gen_support::has_varint(&self.d, 1)
+                        ::protozero::gen_support::has(&self.d, 1)
                     }
 
                     /// The last occurrence, or the default, of `optional uint64 packets_only_v1 =
@@ -3677,7 +3753,7 @@ pub mod perfetto {
                     /// Whether `packets_only_v1` (field 3) occurs with the right wire type.
                     #[inline]
                     pub fn has_packets_only_v1(&self) -> bool {
-                        ::protozero::gen_support::has_varint(&self.d, 2)
+                        ::protozero::gen_support::has(&self.d, 2)
                     }
 
                     /// The last occurrence, or the default, of `optional uint64 packets_only_v2 =
@@ -3690,7 +3766,7 @@ pub mod perfetto {
                     /// Whether `packets_only_v2` (field 4) occurs with the right wire type.
                     #[inline]
                     pub fn has_packets_only_v2(&self) -> bool {
-                        ::protozero::gen_support::has_varint(&self.d, 3)
+                        ::protozero::gen_support::has(&self.d, 3)
                     }
 
                     /// The last occurrence, or the default, of `optional uint64 patches_attempted =
@@ -3703,7 +3779,7 @@ pub mod perfetto {
                     /// Whether `patches_attempted` (field 5) occurs with the right wire type.
                     #[inline]
                     pub fn has_patches_attempted(&self) -> bool {
-                        ::protozero::gen_support::has_varint(&self.d, 4)
+                        ::protozero::gen_support::has(&self.d, 4)
                     }
 
                     /// The last occurrence, or the default, of `optional uint64
@@ -3716,7 +3792,7 @@ pub mod perfetto {
                     /// Whether `v1_patches_succeeded` (field 6) occurs with the right wire type.
                     #[inline]
                     pub fn has_v1_patches_succeeded(&self) -> bool {
-                        ::protozero::gen_support::has_varint(&self.d, 5)
+                        ::protozero::gen_support::has(&self.d, 5)
                     }
 
                     /// The last occurrence, or the default, of `optional uint64
@@ -3729,7 +3805,7 @@ pub mod perfetto {
                     /// Whether `v2_patches_succeeded` (field 7) occurs with the right wire type.
                     #[inline]
                     pub fn has_v2_patches_succeeded(&self) -> bool {
-                        ::protozero::gen_support::has_varint(&self.d, 6)
+                        ::protozero::gen_support::has(&self.d, 6)
                     }
 
                     /// The last occurrence, or the default, of `optional uint32 stats_version = 8`.
@@ -3741,7 +3817,7 @@ pub mod perfetto {
                     /// Whether `stats_version` (field 8) occurs with the right wire type.
                     #[inline]
                     pub fn has_stats_version(&self) -> bool {
-                        ::protozero::gen_support::has_varint(&self.d, 7)
+                        ::protozero::gen_support::has(&self.d, 7)
                     }
                 }
             }
@@ -3832,43 +3908,49 @@ pub mod perfetto {
 
             /// Per-sequence statistics (one per {producer, writer}).
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.TraceStats.WriterStats`: its fields
-            /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.TraceStats.WriterStats`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct WriterStatsView<'a> {
-                d: ::protozero::TypedDecoder<'a, 4>,
+                d: ::protozero::gen_support::Slots<'a, 2, 1, 2>,
             }
 
             impl<'a> WriterStatsView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            32 => d.varint(1, at)?,
+                            16 => d.rep_varint(0, start, at)?,
+                            18 => d.rep_len(0, start, at)?,
+                            24 => d.rep_varint(1, start, at)?,
+                            26 => d.rep_len(1, start, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1 => ::core::option::Option::Some(0),
-                        4 => ::core::option::Option::Some(1),
-                        2..=3 => ::core::option::Option::Some(id as usize),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// Equals TracePacket.trusted_packet_sequence_id of that writer.
@@ -3882,7 +3964,7 @@ pub mod perfetto {
                 /// Whether `sequence_id` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_sequence_id(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// Index of the target buffer in TraceConfig.buffers.
@@ -3896,7 +3978,7 @@ pub mod perfetto {
                 /// Whether `buffer` (field 4) occurs with the right wire type.
                 #[inline]
                 pub fn has_buffer(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// Chunk payload size histogram: one entry per bucket of
@@ -3906,14 +3988,14 @@ pub mod perfetto {
                 /// true]`.
                 #[inline]
                 pub fn chunk_payload_histogram_counts(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_uint64(&self.d, 2)
+                    ::protozero::gen_support::repeated_uint64(&self.d, 0, 2)
                 }
 
                 /// The elements of `repeated int64 chunk_payload_histogram_sum = 3 [packed =
                 /// true]`.
                 #[inline]
                 pub fn chunk_payload_histogram_sum(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i64, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_int64(&self.d, 3)
+                    ::protozero::gen_support::repeated_int64(&self.d, 1, 3)
                 }
             }
 
@@ -4003,42 +4085,50 @@ pub mod perfetto {
 
             /// Trace filter counters; only set when TraceConfig has a trace filter.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.TraceStats.FilterStats`: its fields
-            /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.TraceStats.FilterStats`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct FilterStatsView<'a> {
-                d: ::protozero::TypedDecoder<'a, 6>,
+                d: ::protozero::gen_support::Slots<'a, 5, 1, 1>,
             }
 
             impl<'a> FilterStatsView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            16 => d.varint(1, at)?,
+                            24 => d.varint(2, at)?,
+                            32 => d.varint(3, at)?,
+                            40 => d.varint(4, at)?,
+                            160 => d.rep_varint(0, start, at)?,
+                            162 => d.rep_len(0, start, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=5 => ::core::option::Option::Some(id as usize - 1),
-                        20 => ::core::option::Option::Some(5),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 input_packets = 1`.
@@ -4050,7 +4140,7 @@ pub mod perfetto {
                 /// Whether `input_packets` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_input_packets(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 input_bytes = 2`.
@@ -4062,7 +4152,7 @@ pub mod perfetto {
                 /// Whether `input_bytes` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_input_bytes(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 output_bytes = 3`.
@@ -4074,7 +4164,7 @@ pub mod perfetto {
                 /// Whether `output_bytes` (field 3) occurs with the right wire type.
                 #[inline]
                 pub fn has_output_bytes(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 2)
+                    ::protozero::gen_support::has(&self.d, 2)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 errors = 4`.
@@ -4086,7 +4176,7 @@ pub mod perfetto {
                 /// Whether `errors` (field 4) occurs with the right wire type.
                 #[inline]
                 pub fn has_errors(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 3)
+                    ::protozero::gen_support::has(&self.d, 3)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 time_taken_ns = 5`.
@@ -4098,13 +4188,13 @@ pub mod perfetto {
                 /// Whether `time_taken_ns` (field 5) occurs with the right wire type.
                 #[inline]
                 pub fn has_time_taken_ns(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 4)
+                    ::protozero::gen_support::has(&self.d, 4)
                 }
 
                 /// The elements of `repeated uint64 bytes_discarded_per_buffer = 20`.
                 #[inline]
                 pub fn bytes_discarded_per_buffer(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_uint64(&self.d, 5)
+                    ::protozero::gen_support::repeated_uint64(&self.d, 0, 20)
                 }
             }
 
@@ -4385,53 +4475,57 @@ pub mod perfetto {
         /// than process_stats_config 103, sys_stats_config 104, perf_event_config 111
         /// and track_event_config 113, and for_testing 1001.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.DataSourceConfig`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-        /// never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.DataSourceConfig`: [`Self::decode`]
+        /// walks the message once, keeping each singular field's value and where each repeated
+        /// field lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct DataSourceConfigView<'a> {
-            d: ::protozero::TypedDecoder<'a, 15>,
+            d: ::protozero::gen_support::Slots<'a, 15, 1, 0>,
         }
 
         impl<'a> DataSourceConfigView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.len(0, at)?,
+                        16 => d.varint(1, at)?,
+                        90 => d.len(2, at)?,
+                        24 => d.varint(3, at)?,
+                        976 => d.varint(4, at)?,
+                        56 => d.varint(5, at)?,
+                        48 => d.varint(6, at)?,
+                        64 => d.varint(7, at)?,
+                        32 => d.varint(8, at)?,
+                        72 => d.varint(9, at)?,
+                        826 => d.len(10, at)?,
+                        834 => d.len(11, at)?,
+                        890 => d.len(12, at)?,
+                        906 => d.len(13, at)?,
+                        8002 => d.len(14, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=2 => ::core::option::Option::Some(id as usize - 1),
-                    11 => ::core::option::Option::Some(2),
-                    3 => ::core::option::Option::Some(3),
-                    122 => ::core::option::Option::Some(4),
-                    7 => ::core::option::Option::Some(5),
-                    6 => ::core::option::Option::Some(6),
-                    8 => ::core::option::Option::Some(7),
-                    4 => ::core::option::Option::Some(8),
-                    9 => ::core::option::Option::Some(9),
-                    103..=104 => ::core::option::Option::Some(id as usize - 93),
-                    111 => ::core::option::Option::Some(12),
-                    113 => ::core::option::Option::Some(13),
-                    1000 => ::core::option::Option::Some(14),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// Data source name, e.g. "track_event". Must match the registered name.
@@ -4455,7 +4549,7 @@ pub mod perfetto {
             /// Whether `name` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_name(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// In a consumer config: index into TraceConfig.buffers. When the service
@@ -4471,7 +4565,7 @@ pub mod perfetto {
             /// Whether `target_buffer` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_target_buffer(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// Alternative to target_buffer: refer to a buffer by its name.
@@ -4495,7 +4589,7 @@ pub mod perfetto {
             /// Whether `target_buffer_name` (field 11) occurs with the right wire type.
             #[inline]
             pub fn has_target_buffer_name(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// Set by the service: session duration.
@@ -4509,7 +4603,7 @@ pub mod perfetto {
             /// Whether `trace_duration_ms` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_trace_duration_ms(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// Set by the service: whether the duration counts time in suspend.
@@ -4525,7 +4619,7 @@ pub mod perfetto {
             /// type.
             #[inline]
             pub fn has_prefer_suspend_clock_for_duration(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 4)
             }
 
             /// Set by the service: how long it waits after StopDataSource.
@@ -4539,7 +4633,7 @@ pub mod perfetto {
             /// Whether `stop_timeout_ms` (field 7) occurs with the right wire type.
             #[inline]
             pub fn has_stop_timeout_ms(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 5)
+                ::protozero::gen_support::has(&self.d, 5)
             }
 
             /// Set by the service.
@@ -4553,7 +4647,7 @@ pub mod perfetto {
             /// Whether `enable_extra_guardrails` (field 6) occurs with the right wire type.
             #[inline]
             pub fn has_enable_extra_guardrails(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 6)
+                ::protozero::gen_support::has(&self.d, 6)
             }
 
             /// Set by the service.
@@ -4576,7 +4670,7 @@ pub mod perfetto {
             /// Whether `session_initiator` (field 8) occurs with the right wire type.
             #[inline]
             pub fn has_session_initiator(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 7)
+                ::protozero::gen_support::has(&self.d, 7)
             }
 
             /// Set by the service: id of the session this instance belongs to.
@@ -4590,7 +4684,7 @@ pub mod perfetto {
             /// Whether `tracing_session_id` (field 4) occurs with the right wire type.
             #[inline]
             pub fn has_tracing_session_id(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 8)
+                ::protozero::gen_support::has(&self.d, 8)
             }
 
             /// The last occurrence, or the default, of `optional
@@ -4612,7 +4706,7 @@ pub mod perfetto {
             /// Whether `buffer_exhausted_policy` (field 9) occurs with the right wire type.
             #[inline]
             pub fn has_buffer_exhausted_policy(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 9)
+                ::protozero::gen_support::has(&self.d, 9)
             }
 
             /// Config of the "linux.process_stats" data source. Upstream marks the
@@ -4632,7 +4726,7 @@ pub mod perfetto {
             /// Whether `process_stats_config` (field 103) occurs with the right wire type.
             #[inline]
             pub fn has_process_stats_config(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 10)
+                ::protozero::gen_support::has(&self.d, 10)
             }
 
             /// Config of the "linux.sys_stats" data source.
@@ -4651,7 +4745,7 @@ pub mod perfetto {
             /// Whether `sys_stats_config` (field 104) occurs with the right wire type.
             #[inline]
             pub fn has_sys_stats_config(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 11)
+                ::protozero::gen_support::has(&self.d, 11)
             }
 
             /// Config of the "linux.perf" data source.
@@ -4670,7 +4764,7 @@ pub mod perfetto {
             /// Whether `perf_event_config` (field 111) occurs with the right wire type.
             #[inline]
             pub fn has_perf_event_config(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 12)
+                ::protozero::gen_support::has(&self.d, 12)
             }
 
             /// Config of the "track_event" data source. A plain field, as in Perfetto
@@ -4690,7 +4784,7 @@ pub mod perfetto {
             /// Whether `track_event_config` (field 113) occurs with the right wire type.
             #[inline]
             pub fn has_track_event_config(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 13)
+                ::protozero::gen_support::has(&self.d, 13)
             }
 
             /// Free-form fallback config string.
@@ -4714,7 +4808,7 @@ pub mod perfetto {
             /// Whether `legacy_config` (field 1000) occurs with the right wire type.
             #[inline]
             pub fn has_legacy_config(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 14)
+                ::protozero::gen_support::has(&self.d, 14)
             }
         }
 
@@ -4981,27 +5075,46 @@ pub mod perfetto {
         ///
         /// Not modelled: record_process_dmabuf_rss (number taken upstream).
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.ProcessStatsConfig`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-        /// never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.ProcessStatsConfig`: [`Self::decode`]
+        /// walks the message once, keeping each singular field's value and where each repeated
+        /// field lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct ProcessStatsConfigView<'a> {
-            d: ::protozero::TypedDecoder<'a, 9>,
+            d: ::protozero::gen_support::Slots<'a, 8, 1, 1>,
         }
 
         impl<'a> ProcessStatsConfigView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.rep_varint(0, start, at)?,
+                        10 => d.rep_len(0, start, at)?,
+                        16 => d.varint(0, at)?,
+                        24 => d.varint(1, at)?,
+                        32 => d.varint(2, at)?,
+                        48 => d.varint(3, at)?,
+                        72 => d.varint(4, at)?,
+                        80 => d.varint(5, at)?,
+                        88 => d.varint(6, at)?,
+                        96 => d.varint(7, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
@@ -5010,26 +5123,16 @@ pub mod perfetto {
                 self.d.bytes()
             }
 
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=4 => ::core::option::Option::Some(id as usize - 1),
-                    6 => ::core::option::Option::Some(4),
-                    9..=12 => ::core::option::Option::Some(id as usize - 4),
-                    _ => ::core::option::Option::None,
-                }
-            }
-
             /// The elements of `repeated perfetto.protos.ProcessStatsConfig.Quirks quirks = 1`.
             #[inline]
             pub fn quirks(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<::core::option::Option<process_stats_config::Quirks>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_int32(&self.d, 0).map(|r| r.map(process_stats_config::Quirks::from_i32))
+                ::protozero::gen_support::repeated_int32(&self.d, 0, 1).map(|r| r.map(process_stats_config::Quirks::from_i32))
             }
 
             /// The elements of `quirks` as raw values (also those the enum does not declare).
             #[inline]
             pub fn quirks_raw(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_int32(&self.d, 0)
+                ::protozero::gen_support::repeated_int32(&self.d, 0, 1)
             }
 
             /// Dump every process and thread when the data source starts.
@@ -5038,13 +5141,13 @@ pub mod perfetto {
             /// 2`.
             #[inline]
             pub fn scan_all_processes_on_start(&self) -> bool {
-                ::protozero::gen_support::bool(&self.d, 1, false)
+                ::protozero::gen_support::bool(&self.d, 0, false)
             }
 
             /// Whether `scan_all_processes_on_start` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_scan_all_processes_on_start(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// Also record thread names.
@@ -5052,13 +5155,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional bool record_thread_names = 3`.
             #[inline]
             pub fn record_thread_names(&self) -> bool {
-                ::protozero::gen_support::bool(&self.d, 2, false)
+                ::protozero::gen_support::bool(&self.d, 1, false)
             }
 
             /// Whether `record_thread_names` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_record_thread_names(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// Period of the per-process counter polling in ms; 0 = off, minimum 100.
@@ -5066,13 +5169,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint32 proc_stats_poll_ms = 4`.
             #[inline]
             pub fn proc_stats_poll_ms(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 3, 0)
+                ::protozero::gen_support::uint32(&self.d, 2, 0)
             }
 
             /// Whether `proc_stats_poll_ms` (field 4) occurs with the right wire type.
             #[inline]
             pub fn has_proc_stats_poll_ms(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// How long unchanged polled values are not re-emitted; 0 or a multiple of
@@ -5082,13 +5185,13 @@ pub mod perfetto {
             /// 6`.
             #[inline]
             pub fn proc_stats_cache_ttl_ms(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 4, 0)
+                ::protozero::gen_support::uint32(&self.d, 3, 0)
             }
 
             /// Whether `proc_stats_cache_ttl_ms` (field 6) occurs with the right wire type.
             #[inline]
             pub fn has_proc_stats_cache_ttl_ms(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// Resolve open file descriptors to paths (deprecated upstream).
@@ -5096,13 +5199,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional bool resolve_process_fds = 9`.
             #[inline]
             pub fn resolve_process_fds(&self) -> bool {
-                ::protozero::gen_support::bool(&self.d, 5, false)
+                ::protozero::gen_support::bool(&self.d, 4, false)
             }
 
             /// Whether `resolve_process_fds` (field 9) occurs with the right wire type.
             #[inline]
             pub fn has_resolve_process_fds(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 5)
+                ::protozero::gen_support::has(&self.d, 4)
             }
 
             /// Also read /proc/\<pid\>/smaps_rollup.
@@ -5110,13 +5213,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional bool scan_smaps_rollup = 10`.
             #[inline]
             pub fn scan_smaps_rollup(&self) -> bool {
-                ::protozero::gen_support::bool(&self.d, 6, false)
+                ::protozero::gen_support::bool(&self.d, 5, false)
             }
 
             /// Whether `scan_smaps_rollup` (field 10) occurs with the right wire type.
             #[inline]
             pub fn has_scan_smaps_rollup(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 6)
+                ::protozero::gen_support::has(&self.d, 5)
             }
 
             /// Record process start times (ProcessTree.Process.process_start_from_boot).
@@ -5124,13 +5227,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional bool record_process_age = 11`.
             #[inline]
             pub fn record_process_age(&self) -> bool {
-                ::protozero::gen_support::bool(&self.d, 7, false)
+                ::protozero::gen_support::bool(&self.d, 6, false)
             }
 
             /// Whether `record_process_age` (field 11) occurs with the right wire type.
             #[inline]
             pub fn has_record_process_age(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 7)
+                ::protozero::gen_support::has(&self.d, 6)
             }
 
             /// Record per-process user and kernel CPU time.
@@ -5138,13 +5241,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional bool record_process_runtime = 12`.
             #[inline]
             pub fn record_process_runtime(&self) -> bool {
-                ::protozero::gen_support::bool(&self.d, 8, false)
+                ::protozero::gen_support::bool(&self.d, 7, false)
             }
 
             /// Whether `record_process_runtime` (field 12) occurs with the right wire type.
             #[inline]
             pub fn has_record_process_runtime(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 8)
+                ::protozero::gen_support::has(&self.d, 7)
             }
         }
 
@@ -5369,46 +5472,55 @@ pub mod perfetto {
         /// unwind_state_clear_period_ms 10, target_installed_by 18,
         /// additional_cmdline_count 11, reserved 14.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.PerfEventConfig`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.PerfEventConfig`: [`Self::decode`] walks
+        /// the message once, keeping each singular field's value and where each repeated field
+        /// lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct PerfEventConfigView<'a> {
-            d: ::protozero::TypedDecoder<'a, 11>,
+            d: ::protozero::gen_support::Slots<'a, 7, 1, 4>,
         }
 
         impl<'a> PerfEventConfigView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        122 => d.len(0, at)?,
+                        130 => d.len(1, at)?,
+                        64 => d.varint(2, at)?,
+                        24 => d.varint(3, at)?,
+                        8 => d.varint(4, at)?,
+                        16 => d.varint(5, at)?,
+                        96 => d.varint(6, at)?,
+                        32 => d.rep_varint(0, start, at)?,
+                        34 => d.rep_len(0, start, at)?,
+                        42 => d.rep_len(1, start, at)?,
+                        48 => d.rep_varint(2, start, at)?,
+                        50 => d.rep_len(2, start, at)?,
+                        58 => d.rep_len(3, start, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    15..=16 => ::core::option::Option::Some(id as usize - 15),
-                    8 => ::core::option::Option::Some(2),
-                    3 => ::core::option::Option::Some(3),
-                    1..=2 => ::core::option::Option::Some(id as usize + 3),
-                    12 => ::core::option::Option::Some(6),
-                    4..=7 => ::core::option::Option::Some(id as usize + 3),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The event samples are taken on and how often.
@@ -5427,7 +5539,7 @@ pub mod perfetto {
             /// Whether `timebase` (field 15) occurs with the right wire type.
             #[inline]
             pub fn has_timebase(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// Whose call stacks are sampled, and how they are unwound.
@@ -5446,7 +5558,7 @@ pub mod perfetto {
             /// Whether `callstack_sampling` (field 16) occurs with the right wire type.
             #[inline]
             pub fn has_callstack_sampling(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// How often the daemon reads the kernel's ring buffers (ms).
@@ -5461,7 +5573,7 @@ pub mod perfetto {
             /// Whether `ring_buffer_read_period_ms` (field 8) occurs with the right wire type.
             #[inline]
             pub fn has_ring_buffer_read_period_ms(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// Size of each ring buffer, in pages (a power of two).
@@ -5475,7 +5587,7 @@ pub mod perfetto {
             /// Whether `ring_buffer_pages` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_ring_buffer_pages(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// Legacy (before timebase and callstack_sampling): the same settings at
@@ -5490,7 +5602,7 @@ pub mod perfetto {
             /// Whether `all_cpus` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_all_cpus(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 4)
             }
 
             /// The last occurrence, or the default, of `optional uint32 sampling_frequency = 2`.
@@ -5502,7 +5614,7 @@ pub mod perfetto {
             /// Whether `sampling_frequency` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_sampling_frequency(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 5)
+                ::protozero::gen_support::has(&self.d, 5)
             }
 
             /// The last occurrence, or the default, of `optional bool kernel_frames = 12`.
@@ -5514,31 +5626,31 @@ pub mod perfetto {
             /// Whether `kernel_frames` (field 12) occurs with the right wire type.
             #[inline]
             pub fn has_kernel_frames(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 6)
+                ::protozero::gen_support::has(&self.d, 6)
             }
 
             /// The elements of `repeated int32 target_pid = 4`.
             #[inline]
             pub fn target_pid(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_int32(&self.d, 7)
+                ::protozero::gen_support::repeated_int32(&self.d, 0, 4)
             }
 
             /// The elements of `repeated string target_cmdline = 5`.
             #[inline]
             pub fn target_cmdline(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<&'a str, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_string(&self.d, 8)
+                ::protozero::gen_support::repeated_string(&self.d, 1, 5)
             }
 
             /// The elements of `repeated int32 exclude_pid = 6`.
             #[inline]
             pub fn exclude_pid(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_int32(&self.d, 9)
+                ::protozero::gen_support::repeated_int32(&self.d, 2, 6)
             }
 
             /// The elements of `repeated string exclude_cmdline = 7`.
             #[inline]
             pub fn exclude_cmdline(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<&'a str, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_string(&self.d, 10)
+                ::protozero::gen_support::repeated_string(&self.d, 3, 7)
             }
         }
 
@@ -5612,40 +5724,45 @@ pub mod perfetto {
             }
 
             /// A zero-copy view of an encoded `perfetto.protos.PerfEventConfig.CallstackSampling`:
-            /// its fields are indexed once by [`Self::decode`] and read from the borrowed bytes by
-            /// the getters, which never allocate.
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct CallstackSamplingView<'a> {
-                d: ::protozero::TypedDecoder<'a, 3>,
+                d: ::protozero::gen_support::Slots<'a, 3, 1, 0>,
             }
 
             impl<'a> CallstackSamplingView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            10 => d.len(0, at)?,
+                            16 => d.varint(1, at)?,
+                            24 => d.varint(2, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=3 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The processes sampled (unset: every process).
@@ -5664,7 +5781,7 @@ pub mod perfetto {
                 /// Whether `scope` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_scope(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// Whether kernel frames are recorded too.
@@ -5678,7 +5795,7 @@ pub mod perfetto {
                 /// Whether `kernel_frames` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_kernel_frames(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// How user frames are unwound.
@@ -5701,7 +5818,7 @@ pub mod perfetto {
                 /// Whether `user_frames` (field 3) occurs with the right wire type.
                 #[inline]
                 pub fn has_user_frames(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 2)
+                    ::protozero::gen_support::has(&self.d, 2)
                 }
             }
 
@@ -5787,27 +5904,43 @@ pub mod perfetto {
             /// Not modelled (numbers taken upstream, do not reuse):
             /// additional_cmdline_count 5, process_shard_count 6.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.PerfEventConfig.Scope`: its fields
-            /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.PerfEventConfig.Scope`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct ScopeView<'a> {
-                d: ::protozero::TypedDecoder<'a, 4>,
+                d: ::protozero::gen_support::Slots<'a, 0, 0, 4>,
             }
 
             impl<'a> ScopeView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.rep_varint(0, start, at)?,
+                            10 => d.rep_len(0, start, at)?,
+                            18 => d.rep_len(1, start, at)?,
+                            24 => d.rep_varint(2, start, at)?,
+                            26 => d.rep_len(2, start, at)?,
+                            34 => d.rep_len(3, start, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
@@ -5816,18 +5949,10 @@ pub mod perfetto {
                     self.d.bytes()
                 }
 
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=4 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
-                }
-
                 /// The elements of `repeated int32 target_pid = 1`.
                 #[inline]
                 pub fn target_pid(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_int32(&self.d, 0)
+                    ::protozero::gen_support::repeated_int32(&self.d, 0, 1)
                 }
 
                 /// Matched against the process's command line (its first argument, or
@@ -5836,19 +5961,19 @@ pub mod perfetto {
                 /// The elements of `repeated string target_cmdline = 2`.
                 #[inline]
                 pub fn target_cmdline(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<&'a str, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_string(&self.d, 1)
+                    ::protozero::gen_support::repeated_string(&self.d, 1, 2)
                 }
 
                 /// The elements of `repeated int32 exclude_pid = 3`.
                 #[inline]
                 pub fn exclude_pid(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_int32(&self.d, 2)
+                    ::protozero::gen_support::repeated_int32(&self.d, 2, 3)
                 }
 
                 /// The elements of `repeated string exclude_cmdline = 4`.
                 #[inline]
                 pub fn exclude_cmdline(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<&'a str, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_string(&self.d, 3)
+                    ::protozero::gen_support::repeated_string(&self.d, 3, 4)
                 }
             }
 
@@ -6147,41 +6272,59 @@ pub mod perfetto {
         /// hour); periods should be multiples of each other. Empty counter lists
         /// mean "all known counters".
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.SysStatsConfig`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.SysStatsConfig`: [`Self::decode`] walks
+        /// the message once, keeping each singular field's value and where each repeated field
+        /// lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct SysStatsConfigView<'a> {
-            d: ::protozero::TypedDecoder<'a, 14>,
+            d: ::protozero::gen_support::Slots<'a, 11, 1, 3>,
         }
 
         impl<'a> SysStatsConfigView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        16 => d.rep_varint(0, start, at)?,
+                        18 => d.rep_len(0, start, at)?,
+                        24 => d.varint(1, at)?,
+                        32 => d.rep_varint(1, start, at)?,
+                        34 => d.rep_len(1, start, at)?,
+                        40 => d.varint(2, at)?,
+                        48 => d.rep_varint(2, start, at)?,
+                        50 => d.rep_len(2, start, at)?,
+                        56 => d.varint(3, at)?,
+                        64 => d.varint(4, at)?,
+                        72 => d.varint(5, at)?,
+                        80 => d.varint(6, at)?,
+                        88 => d.varint(7, at)?,
+                        96 => d.varint(8, at)?,
+                        104 => d.varint(9, at)?,
+                        112 => d.varint(10, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=14 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// /proc/meminfo.
@@ -6195,20 +6338,20 @@ pub mod perfetto {
             /// Whether `meminfo_period_ms` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_meminfo_period_ms(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The elements of `repeated perfetto.protos.MeminfoCounters meminfo_counters = 2`.
             #[inline]
             pub fn meminfo_counters(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<::core::option::Option<MeminfoCounters>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_int32(&self.d, 1).map(|r| r.map(MeminfoCounters::from_i32))
+                ::protozero::gen_support::repeated_int32(&self.d, 0, 2).map(|r| r.map(MeminfoCounters::from_i32))
             }
 
             /// The elements of `meminfo_counters` as raw values (also those the enum does not
             /// declare).
             #[inline]
             pub fn meminfo_counters_raw(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_int32(&self.d, 1)
+                ::protozero::gen_support::repeated_int32(&self.d, 0, 2)
             }
 
             /// /proc/vmstat.
@@ -6216,26 +6359,26 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint32 vmstat_period_ms = 3`.
             #[inline]
             pub fn vmstat_period_ms(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 2, 0)
+                ::protozero::gen_support::uint32(&self.d, 1, 0)
             }
 
             /// Whether `vmstat_period_ms` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_vmstat_period_ms(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// The elements of `repeated perfetto.protos.VmstatCounters vmstat_counters = 4`.
             #[inline]
             pub fn vmstat_counters(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<::core::option::Option<VmstatCounters>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_int32(&self.d, 3).map(|r| r.map(VmstatCounters::from_i32))
+                ::protozero::gen_support::repeated_int32(&self.d, 1, 4).map(|r| r.map(VmstatCounters::from_i32))
             }
 
             /// The elements of `vmstat_counters` as raw values (also those the enum does not
             /// declare).
             #[inline]
             pub fn vmstat_counters_raw(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_int32(&self.d, 3)
+                ::protozero::gen_support::repeated_int32(&self.d, 1, 4)
             }
 
             /// /proc/stat, and which parts of it to report.
@@ -6243,27 +6386,27 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint32 stat_period_ms = 5`.
             #[inline]
             pub fn stat_period_ms(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 4, 0)
+                ::protozero::gen_support::uint32(&self.d, 2, 0)
             }
 
             /// Whether `stat_period_ms` (field 5) occurs with the right wire type.
             #[inline]
             pub fn has_stat_period_ms(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// The elements of `repeated perfetto.protos.SysStatsConfig.StatCounters stat_counters
             /// = 6`.
             #[inline]
             pub fn stat_counters(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<::core::option::Option<sys_stats_config::StatCounters>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_int32(&self.d, 5).map(|r| r.map(sys_stats_config::StatCounters::from_i32))
+                ::protozero::gen_support::repeated_int32(&self.d, 2, 6).map(|r| r.map(sys_stats_config::StatCounters::from_i32))
             }
 
             /// The elements of `stat_counters` as raw values (also those the enum does not
             /// declare).
             #[inline]
             pub fn stat_counters_raw(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_int32(&self.d, 5)
+                ::protozero::gen_support::repeated_int32(&self.d, 2, 6)
             }
 
             /// /sys/class/devfreq/*/cur_freq.
@@ -6271,13 +6414,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint32 devfreq_period_ms = 7`.
             #[inline]
             pub fn devfreq_period_ms(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 6, 0)
+                ::protozero::gen_support::uint32(&self.d, 3, 0)
             }
 
             /// Whether `devfreq_period_ms` (field 7) occurs with the right wire type.
             #[inline]
             pub fn has_devfreq_period_ms(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 6)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// Per-CPU current frequency (cpufreq).
@@ -6285,13 +6428,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint32 cpufreq_period_ms = 8`.
             #[inline]
             pub fn cpufreq_period_ms(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 7, 0)
+                ::protozero::gen_support::uint32(&self.d, 4, 0)
             }
 
             /// Whether `cpufreq_period_ms` (field 8) occurs with the right wire type.
             #[inline]
             pub fn has_cpufreq_period_ms(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 7)
+                ::protozero::gen_support::has(&self.d, 4)
             }
 
             /// /proc/buddyinfo.
@@ -6299,13 +6442,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint32 buddyinfo_period_ms = 9`.
             #[inline]
             pub fn buddyinfo_period_ms(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 8, 0)
+                ::protozero::gen_support::uint32(&self.d, 5, 0)
             }
 
             /// Whether `buddyinfo_period_ms` (field 9) occurs with the right wire type.
             #[inline]
             pub fn has_buddyinfo_period_ms(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 8)
+                ::protozero::gen_support::has(&self.d, 5)
             }
 
             /// /proc/diskstats.
@@ -6313,13 +6456,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint32 diskstat_period_ms = 10`.
             #[inline]
             pub fn diskstat_period_ms(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 9, 0)
+                ::protozero::gen_support::uint32(&self.d, 6, 0)
             }
 
             /// Whether `diskstat_period_ms` (field 10) occurs with the right wire type.
             #[inline]
             pub fn has_diskstat_period_ms(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 9)
+                ::protozero::gen_support::has(&self.d, 6)
             }
 
             /// /proc/pressure/*.
@@ -6327,13 +6470,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint32 psi_period_ms = 11`.
             #[inline]
             pub fn psi_period_ms(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 10, 0)
+                ::protozero::gen_support::uint32(&self.d, 7, 0)
             }
 
             /// Whether `psi_period_ms` (field 11) occurs with the right wire type.
             #[inline]
             pub fn has_psi_period_ms(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 10)
+                ::protozero::gen_support::has(&self.d, 7)
             }
 
             /// /sys/class/thermal/*.
@@ -6341,13 +6484,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint32 thermal_period_ms = 12`.
             #[inline]
             pub fn thermal_period_ms(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 11, 0)
+                ::protozero::gen_support::uint32(&self.d, 8, 0)
             }
 
             /// Whether `thermal_period_ms` (field 12) occurs with the right wire type.
             #[inline]
             pub fn has_thermal_period_ms(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 11)
+                ::protozero::gen_support::has(&self.d, 8)
             }
 
             /// cpuidle state residency.
@@ -6355,13 +6498,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint32 cpuidle_period_ms = 13`.
             #[inline]
             pub fn cpuidle_period_ms(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 12, 0)
+                ::protozero::gen_support::uint32(&self.d, 9, 0)
             }
 
             /// Whether `cpuidle_period_ms` (field 13) occurs with the right wire type.
             #[inline]
             pub fn has_cpuidle_period_ms(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 12)
+                ::protozero::gen_support::has(&self.d, 9)
             }
 
             /// GPU frequency.
@@ -6369,13 +6512,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint32 gpufreq_period_ms = 14`.
             #[inline]
             pub fn gpufreq_period_ms(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 13, 0)
+                ::protozero::gen_support::uint32(&self.d, 10, 0)
             }
 
             /// Whether `gpufreq_period_ms` (field 14) occurs with the right wire type.
             #[inline]
             pub fn has_gpufreq_period_ms(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 13)
+                ::protozero::gen_support::has(&self.d, 10)
             }
         }
 
@@ -6680,27 +6823,53 @@ pub mod perfetto {
         /// session_semaphores 39, priority_boost 40, exclusive_prio 41,
         /// no_flush_before_write_into_file 42.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.TraceConfig`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.TraceConfig`: [`Self::decode`] walks the
+        /// message once, keeping each singular field's value and where each repeated field lies,
+        /// and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct TraceConfigView<'a> {
-            d: ::protozero::TypedDecoder<'a, 17>,
+            d: ::protozero::gen_support::Slots<'a, 15, 1, 2>,
         }
 
         impl<'a> TraceConfigView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.rep_len(0, start, at)?,
+                        18 => d.rep_len(1, start, at)?,
+                        162 => d.len(0, at)?,
+                        24 => d.varint(1, at)?,
+                        288 => d.varint(2, at)?,
+                        32 => d.varint(3, at)?,
+                        64 => d.varint(4, at)?,
+                        234 => d.len(5, at)?,
+                        72 => d.varint(6, at)?,
+                        80 => d.varint(7, at)?,
+                        96 => d.varint(8, at)?,
+                        104 => d.varint(9, at)?,
+                        112 => d.varint(10, at)?,
+                        184 => d.varint(11, at)?,
+                        170 => d.len(12, at)?,
+                        178 => d.len(13, at)?,
+                        192 => d.varint(14, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
@@ -6709,35 +6878,16 @@ pub mod perfetto {
                 self.d.bytes()
             }
 
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=2 => ::core::option::Option::Some(id as usize - 1),
-                    20 => ::core::option::Option::Some(2),
-                    3 => ::core::option::Option::Some(3),
-                    36 => ::core::option::Option::Some(4),
-                    4 => ::core::option::Option::Some(5),
-                    8 => ::core::option::Option::Some(6),
-                    29 => ::core::option::Option::Some(7),
-                    9..=10 => ::core::option::Option::Some(id as usize - 1),
-                    12..=14 => ::core::option::Option::Some(id as usize - 2),
-                    23 => ::core::option::Option::Some(13),
-                    21..=22 => ::core::option::Option::Some(id as usize - 7),
-                    24 => ::core::option::Option::Some(16),
-                    _ => ::core::option::Option::None,
-                }
-            }
-
             /// The elements of `repeated perfetto.protos.TraceConfig.BufferConfig buffers = 1`.
             #[inline]
             pub fn buffers(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<trace_config::BufferConfigView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 0).map(trace_config::BufferConfigView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 0, 1).map(trace_config::BufferConfigView::decode)
             }
 
             /// The elements of `repeated perfetto.protos.TraceConfig.DataSource data_sources = 2`.
             #[inline]
             pub fn data_sources(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<trace_config::DataSourceView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 1).map(trace_config::DataSourceView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 1, 2).map(trace_config::DataSourceView::decode)
             }
 
             /// The last occurrence (an empty message when absent) of `optional
@@ -6748,13 +6898,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn builtin_data_sources(&self) -> ::core::result::Result<trace_config::BuiltinDataSourceView<'a>, ::protozero::DecodeError> {
-                trace_config::BuiltinDataSourceView::decode(::protozero::gen_support::bytes(&self.d, 2, b""))
+                trace_config::BuiltinDataSourceView::decode(::protozero::gen_support::bytes(&self.d, 0, b""))
             }
 
             /// Whether `builtin_data_sources` (field 20) occurs with the right wire type.
             #[inline]
             pub fn has_builtin_data_sources(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// Stop the session this long after it started (0 = until stopped).
@@ -6762,13 +6912,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint32 duration_ms = 3`.
             #[inline]
             pub fn duration_ms(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 3, 0)
+                ::protozero::gen_support::uint32(&self.d, 1, 0)
             }
 
             /// Whether `duration_ms` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_duration_ms(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// Count duration_ms with a suspend-aware clock.
@@ -6777,14 +6927,14 @@ pub mod perfetto {
             /// prefer_suspend_clock_for_duration = 36`.
             #[inline]
             pub fn prefer_suspend_clock_for_duration(&self) -> bool {
-                ::protozero::gen_support::bool(&self.d, 4, false)
+                ::protozero::gen_support::bool(&self.d, 2, false)
             }
 
             /// Whether `prefer_suspend_clock_for_duration` (field 36) occurs with the right wire
             /// type.
             #[inline]
             pub fn has_prefer_suspend_clock_for_duration(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// Enable extra resource guardrails.
@@ -6792,13 +6942,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional bool enable_extra_guardrails = 4`.
             #[inline]
             pub fn enable_extra_guardrails(&self) -> bool {
-                ::protozero::gen_support::bool(&self.d, 5, false)
+                ::protozero::gen_support::bool(&self.d, 3, false)
             }
 
             /// Whether `enable_extra_guardrails` (field 4) occurs with the right wire type.
             #[inline]
             pub fn has_enable_extra_guardrails(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 5)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// Stream the buffers into a file while tracing, either into a file
@@ -6807,13 +6957,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional bool write_into_file = 8`.
             #[inline]
             pub fn write_into_file(&self) -> bool {
-                ::protozero::gen_support::bool(&self.d, 6, false)
+                ::protozero::gen_support::bool(&self.d, 4, false)
             }
 
             /// Whether `write_into_file` (field 8) occurs with the right wire type.
             #[inline]
             pub fn has_write_into_file(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 6)
+                ::protozero::gen_support::has(&self.d, 4)
             }
 
             /// File to create for write_into_file; must not exist yet.
@@ -6825,19 +6975,19 @@ pub mod perfetto {
             /// `InvalidUtf8` if the string is not UTF-8 (see [`Self::output_path_bytes`]).
             #[inline]
             pub fn output_path(&self) -> ::core::result::Result<&'a str, ::protozero::DecodeError> {
-                ::protozero::gen_support::string(&self.d, 7, "")
+                ::protozero::gen_support::string(&self.d, 5, "")
             }
 
             /// `output_path` as bytes, not checked to be UTF-8.
             #[inline]
             pub fn output_path_bytes(&self) -> &'a [u8] {
-                ::protozero::gen_support::bytes(&self.d, 7, b"")
+                ::protozero::gen_support::bytes(&self.d, 5, b"")
             }
 
             /// Whether `output_path` (field 29) occurs with the right wire type.
             #[inline]
             pub fn has_output_path(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 7)
+                ::protozero::gen_support::has(&self.d, 5)
             }
 
             /// Period of the write_into_file drain. Default 5000, minimum 100.
@@ -6845,13 +6995,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint32 file_write_period_ms = 9`.
             #[inline]
             pub fn file_write_period_ms(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 8, 0)
+                ::protozero::gen_support::uint32(&self.d, 6, 0)
             }
 
             /// Whether `file_write_period_ms` (field 9) occurs with the right wire type.
             #[inline]
             pub fn has_file_write_period_ms(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 8)
+                ::protozero::gen_support::has(&self.d, 6)
             }
 
             /// Stop the session once this many bytes were written to the file.
@@ -6859,13 +7009,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint64 max_file_size_bytes = 10`.
             #[inline]
             pub fn max_file_size_bytes(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 9, 0)
+                ::protozero::gen_support::uint64(&self.d, 7, 0)
             }
 
             /// Whether `max_file_size_bytes` (field 10) occurs with the right wire type.
             #[inline]
             pub fn has_max_file_size_bytes(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 9)
+                ::protozero::gen_support::has(&self.d, 7)
             }
 
             /// Start data sources only on an explicit StartTracing request.
@@ -6873,13 +7023,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional bool deferred_start = 12`.
             #[inline]
             pub fn deferred_start(&self) -> bool {
-                ::protozero::gen_support::bool(&self.d, 10, false)
+                ::protozero::gen_support::bool(&self.d, 8, false)
             }
 
             /// Whether `deferred_start` (field 12) occurs with the right wire type.
             #[inline]
             pub fn has_deferred_start(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 10)
+                ::protozero::gen_support::has(&self.d, 8)
             }
 
             /// Issue a Flush to all data sources periodically (0 = only at stop).
@@ -6887,13 +7037,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint32 flush_period_ms = 13`.
             #[inline]
             pub fn flush_period_ms(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 11, 0)
+                ::protozero::gen_support::uint32(&self.d, 9, 0)
             }
 
             /// Whether `flush_period_ms` (field 13) occurs with the right wire type.
             #[inline]
             pub fn has_flush_period_ms(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 11)
+                ::protozero::gen_support::has(&self.d, 9)
             }
 
             /// How long to wait for producers to ack a flush. Default 5000.
@@ -6901,13 +7051,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint32 flush_timeout_ms = 14`.
             #[inline]
             pub fn flush_timeout_ms(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 12, 0)
+                ::protozero::gen_support::uint32(&self.d, 10, 0)
             }
 
             /// Whether `flush_timeout_ms` (field 14) occurs with the right wire type.
             #[inline]
             pub fn has_flush_timeout_ms(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 12)
+                ::protozero::gen_support::has(&self.d, 10)
             }
 
             /// How long to wait for producers to ack a stop. Default 5000.
@@ -6916,13 +7066,13 @@ pub mod perfetto {
             /// = 23`.
             #[inline]
             pub fn data_source_stop_timeout_ms(&self) -> u32 {
-                ::protozero::gen_support::uint32(&self.d, 13, 0)
+                ::protozero::gen_support::uint32(&self.d, 11, 0)
             }
 
             /// Whether `data_source_stop_timeout_ms` (field 23) occurs with the right wire type.
             #[inline]
             pub fn has_data_source_stop_timeout_ms(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 13)
+                ::protozero::gen_support::has(&self.d, 11)
             }
 
             /// The last occurrence (an empty message when absent) of `optional
@@ -6933,13 +7083,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn incremental_state_config(&self) -> ::core::result::Result<trace_config::IncrementalStateConfigView<'a>, ::protozero::DecodeError> {
-                trace_config::IncrementalStateConfigView::decode(::protozero::gen_support::bytes(&self.d, 14, b""))
+                trace_config::IncrementalStateConfigView::decode(::protozero::gen_support::bytes(&self.d, 12, b""))
             }
 
             /// Whether `incremental_state_config` (field 21) occurs with the right wire type.
             #[inline]
             pub fn has_incremental_state_config(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 14)
+                ::protozero::gen_support::has(&self.d, 12)
             }
 
             /// At most one session with this name may exist at a time.
@@ -6951,19 +7101,19 @@ pub mod perfetto {
             /// `InvalidUtf8` if the string is not UTF-8 (see [`Self::unique_session_name_bytes`]).
             #[inline]
             pub fn unique_session_name(&self) -> ::core::result::Result<&'a str, ::protozero::DecodeError> {
-                ::protozero::gen_support::string(&self.d, 15, "")
+                ::protozero::gen_support::string(&self.d, 13, "")
             }
 
             /// `unique_session_name` as bytes, not checked to be UTF-8.
             #[inline]
             pub fn unique_session_name_bytes(&self) -> &'a [u8] {
-                ::protozero::gen_support::bytes(&self.d, 15, b"")
+                ::protozero::gen_support::bytes(&self.d, 13, b"")
             }
 
             /// Whether `unique_session_name` (field 22) occurs with the right wire type.
             #[inline]
             pub fn has_unique_session_name(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 15)
+                ::protozero::gen_support::has(&self.d, 13)
             }
 
             /// The last occurrence, or the default, of `optional
@@ -6978,13 +7128,13 @@ pub mod perfetto {
             /// `compression_type` as a raw value (also one the enum does not declare).
             #[inline]
             pub fn compression_type_raw(&self) -> i32 {
-                ::protozero::gen_support::int32(&self.d, 16, 0)
+                ::protozero::gen_support::int32(&self.d, 14, 0)
             }
 
             /// Whether `compression_type` (field 24) occurs with the right wire type.
             #[inline]
             pub fn has_compression_type(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 16)
+                ::protozero::gen_support::has(&self.d, 14)
             }
         }
 
@@ -7053,42 +7203,45 @@ pub mod perfetto {
             /// buffer `name` / `experimental_mode` (TraceBufferV2 opt-in) fields, whose
             /// numbers we could not confirm from the repo.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.TraceConfig.BufferConfig`: its
-            /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.TraceConfig.BufferConfig`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct BufferConfigView<'a> {
-                d: ::protozero::TypedDecoder<'a, 2>,
+                d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
             }
 
             impl<'a> BufferConfigView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            32 => d.varint(1, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1 => ::core::option::Option::Some(0),
-                        4 => ::core::option::Option::Some(1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional uint32 size_kb = 1`.
@@ -7100,7 +7253,7 @@ pub mod perfetto {
                 /// Whether `size_kb` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_size_kb(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// The last occurrence, or the default, of `optional
@@ -7121,7 +7274,7 @@ pub mod perfetto {
                 /// Whether `fill_policy` (field 4) occurs with the right wire type.
                 #[inline]
                 pub fn has_fill_policy(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
             }
 
@@ -7253,41 +7406,47 @@ pub mod perfetto {
 
             /// One data source to enable, optionally restricted to some producers.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.TraceConfig.DataSource`: its fields
-            /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.TraceConfig.DataSource`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct DataSourceView<'a> {
-                d: ::protozero::TypedDecoder<'a, 4>,
+                d: ::protozero::gen_support::Slots<'a, 1, 1, 3>,
             }
 
             impl<'a> DataSourceView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            10 => d.len(0, at)?,
+                            18 => d.rep_len(0, start, at)?,
+                            26 => d.rep_len(1, start, at)?,
+                            34 => d.rep_len(2, start, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=4 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence (an empty message when absent) of `optional
@@ -7304,7 +7463,7 @@ pub mod perfetto {
                 /// Whether `config` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_config(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// Exact producer names (OR semantics). Empty means all producers.
@@ -7312,7 +7471,7 @@ pub mod perfetto {
                 /// The elements of `repeated string producer_name_filter = 2`.
                 #[inline]
                 pub fn producer_name_filter(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<&'a str, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_string(&self.d, 1)
+                    ::protozero::gen_support::repeated_string(&self.d, 0, 2)
                 }
 
                 /// Producer name regexes (OR semantics).
@@ -7320,7 +7479,7 @@ pub mod perfetto {
                 /// The elements of `repeated string producer_name_regex_filter = 3`.
                 #[inline]
                 pub fn producer_name_regex_filter(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<&'a str, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_string(&self.d, 2)
+                    ::protozero::gen_support::repeated_string(&self.d, 1, 3)
                 }
 
                 /// Machine names (multi-machine tracing). "host" is the service's host.
@@ -7328,7 +7487,7 @@ pub mod perfetto {
                 /// The elements of `repeated string machine_name_filter = 4`.
                 #[inline]
                 pub fn machine_name_filter(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<&'a str, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_string(&self.d, 3)
+                    ::protozero::gen_support::repeated_string(&self.d, 2, 4)
                 }
             }
 
@@ -7450,41 +7609,51 @@ pub mod perfetto {
 
             /// Switches for packets the service itself writes.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.TraceConfig.BuiltinDataSource`: its
-            /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.TraceConfig.BuiltinDataSource`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct BuiltinDataSourceView<'a> {
-                d: ::protozero::TypedDecoder<'a, 8>,
+                d: ::protozero::gen_support::Slots<'a, 8, 1, 0>,
             }
 
             impl<'a> BuiltinDataSourceView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            16 => d.varint(1, at)?,
+                            24 => d.varint(2, at)?,
+                            32 => d.varint(3, at)?,
+                            40 => d.varint(4, at)?,
+                            48 => d.varint(5, at)?,
+                            56 => d.varint(6, at)?,
+                            64 => d.varint(7, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=8 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// Do not emit ClockSnapshot packets.
@@ -7499,7 +7668,7 @@ pub mod perfetto {
                 /// Whether `disable_clock_snapshotting` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_disable_clock_snapshotting(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// Do not echo this config into the trace.
@@ -7514,7 +7683,7 @@ pub mod perfetto {
                 /// Whether `disable_trace_config` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_disable_trace_config(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// Do not emit system info packets.
@@ -7528,7 +7697,7 @@ pub mod perfetto {
                 /// Whether `disable_system_info` (field 3) occurs with the right wire type.
                 #[inline]
                 pub fn has_disable_system_info(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 2)
+                    ::protozero::gen_support::has(&self.d, 2)
                 }
 
                 /// Do not emit TracingServiceEvent packets.
@@ -7543,7 +7712,7 @@ pub mod perfetto {
                 /// Whether `disable_service_events` (field 4) occurs with the right wire type.
                 #[inline]
                 pub fn has_disable_service_events(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 3)
+                    ::protozero::gen_support::has(&self.d, 3)
                 }
 
                 /// Clock that the trace's timestamps are converted to. Default BOOTTIME.
@@ -7567,7 +7736,7 @@ pub mod perfetto {
                 /// Whether `primary_trace_clock` (field 5) occurs with the right wire type.
                 #[inline]
                 pub fn has_primary_trace_clock(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 4)
+                    ::protozero::gen_support::has(&self.d, 4)
                 }
 
                 /// Period of sync markers, clock snapshots and stats packets.
@@ -7582,7 +7751,7 @@ pub mod perfetto {
                 /// Whether `snapshot_interval_ms` (field 6) occurs with the right wire type.
                 #[inline]
                 pub fn has_snapshot_interval_ms(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 5)
+                    ::protozero::gen_support::has(&self.d, 5)
                 }
 
                 /// Prefer a suspend-aware clock for those periodic snapshots.
@@ -7598,7 +7767,7 @@ pub mod perfetto {
                 /// type.
                 #[inline]
                 pub fn has_prefer_suspend_clock_for_snapshot(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 6)
+                    ::protozero::gen_support::has(&self.d, 6)
                 }
 
                 /// Do not report per-writer histograms in TraceStats.
@@ -7614,7 +7783,7 @@ pub mod perfetto {
                 /// type.
                 #[inline]
                 pub fn has_disable_chunk_usage_histograms(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 7)
+                    ::protozero::gen_support::has(&self.d, 7)
                 }
             }
 
@@ -7662,40 +7831,43 @@ pub mod perfetto {
             /// Interning / incremental state handling.
             ///
             /// A zero-copy view of an encoded `perfetto.protos.TraceConfig.IncrementalStateConfig`:
-            /// its fields are indexed once by [`Self::decode`] and read from the borrowed bytes by
-            /// the getters, which never allocate.
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct IncrementalStateConfigView<'a> {
-                d: ::protozero::TypedDecoder<'a, 1>,
+                d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
             }
 
             impl<'a> IncrementalStateConfigView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1 => ::core::option::Option::Some(0),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// If non-zero, ask data sources that handle it to clear their
@@ -7711,7 +7883,7 @@ pub mod perfetto {
                 /// Whether `clear_period_ms` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_clear_period_ms(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
             }
 
@@ -7908,27 +8080,46 @@ pub mod perfetto {
         /// categories, exact enabled tags, exact disabled categories, exact disabled
         /// tags, then the same four as patterns. With no hit, the SDK default applies.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.TrackEventConfig`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-        /// never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.TrackEventConfig`: [`Self::decode`]
+        /// walks the message once, keeping each singular field's value and where each repeated
+        /// field lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct TrackEventConfigView<'a> {
-            d: ::protozero::TypedDecoder<'a, 10>,
+            d: ::protozero::gen_support::Slots<'a, 6, 1, 4>,
         }
 
         impl<'a> TrackEventConfigView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.rep_len(0, start, at)?,
+                        18 => d.rep_len(1, start, at)?,
+                        26 => d.rep_len(2, start, at)?,
+                        34 => d.rep_len(3, start, at)?,
+                        40 => d.varint(0, at)?,
+                        48 => d.varint(1, at)?,
+                        56 => d.varint(2, at)?,
+                        64 => d.varint(3, at)?,
+                        72 => d.varint(4, at)?,
+                        80 => d.varint(5, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
@@ -7937,20 +8128,12 @@ pub mod perfetto {
                 self.d.bytes()
             }
 
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=10 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
-            }
-
             /// Default: empty.
             ///
             /// The elements of `repeated string disabled_categories = 1`.
             #[inline]
             pub fn disabled_categories(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<&'a str, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_string(&self.d, 0)
+                ::protozero::gen_support::repeated_string(&self.d, 0, 1)
             }
 
             /// Default: empty.
@@ -7958,7 +8141,7 @@ pub mod perfetto {
             /// The elements of `repeated string enabled_categories = 2`.
             #[inline]
             pub fn enabled_categories(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<&'a str, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_string(&self.d, 1)
+                ::protozero::gen_support::repeated_string(&self.d, 1, 2)
             }
 
             /// Default: \["slow", "debug"\].
@@ -7966,7 +8149,7 @@ pub mod perfetto {
             /// The elements of `repeated string disabled_tags = 3`.
             #[inline]
             pub fn disabled_tags(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<&'a str, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_string(&self.d, 2)
+                ::protozero::gen_support::repeated_string(&self.d, 2, 3)
             }
 
             /// Default: empty.
@@ -7974,7 +8157,7 @@ pub mod perfetto {
             /// The elements of `repeated string enabled_tags = 4`.
             #[inline]
             pub fn enabled_tags(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<&'a str, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_string(&self.d, 3)
+                ::protozero::gen_support::repeated_string(&self.d, 3, 4)
             }
 
             /// When true, packets carry absolute timestamps instead of deltas on the
@@ -7984,13 +8167,13 @@ pub mod perfetto {
             /// disable_incremental_timestamps = 5`.
             #[inline]
             pub fn disable_incremental_timestamps(&self) -> bool {
-                ::protozero::gen_support::bool(&self.d, 4, false)
+                ::protozero::gen_support::bool(&self.d, 0, false)
             }
 
             /// Whether `disable_incremental_timestamps` (field 5) occurs with the right wire type.
             #[inline]
             pub fn has_disable_incremental_timestamps(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// Unit of (incremental) timestamps in ns; 1000 means microseconds.
@@ -8000,13 +8183,13 @@ pub mod perfetto {
             /// 6`.
             #[inline]
             pub fn timestamp_unit_multiplier(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 5, 0)
+                ::protozero::gen_support::uint64(&self.d, 1, 0)
             }
 
             /// Whether `timestamp_unit_multiplier` (field 6) occurs with the right wire type.
             #[inline]
             pub fn has_timestamp_unit_multiplier(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 5)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// When true, untyped debug annotations are dropped. Default false.
@@ -8015,13 +8198,13 @@ pub mod perfetto {
             /// 7`.
             #[inline]
             pub fn filter_debug_annotations(&self) -> bool {
-                ::protozero::gen_support::bool(&self.d, 6, false)
+                ::protozero::gen_support::bool(&self.d, 2, false)
             }
 
             /// Whether `filter_debug_annotations` (field 7) occurs with the right wire type.
             #[inline]
             pub fn has_filter_debug_annotations(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 6)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// When true, each event on a thread track also records the thread's CPU
@@ -8031,13 +8214,13 @@ pub mod perfetto {
             /// 8`.
             #[inline]
             pub fn enable_thread_time_sampling(&self) -> bool {
-                ::protozero::gen_support::bool(&self.d, 7, false)
+                ::protozero::gen_support::bool(&self.d, 3, false)
             }
 
             /// Whether `enable_thread_time_sampling` (field 8) occurs with the right wire type.
             #[inline]
             pub fn has_enable_thread_time_sampling(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 7)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// When true, event names that are not compile-time constants are
@@ -8047,13 +8230,13 @@ pub mod perfetto {
             /// 9`.
             #[inline]
             pub fn filter_dynamic_event_names(&self) -> bool {
-                ::protozero::gen_support::bool(&self.d, 8, false)
+                ::protozero::gen_support::bool(&self.d, 4, false)
             }
 
             /// Whether `filter_dynamic_event_names` (field 9) occurs with the right wire type.
             #[inline]
             pub fn has_filter_dynamic_event_names(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 8)
+                ::protozero::gen_support::has(&self.d, 4)
             }
 
             /// With enable_thread_time_sampling: only sample thread time if more than
@@ -8063,13 +8246,13 @@ pub mod perfetto {
             /// = 10`.
             #[inline]
             pub fn thread_time_subsampling_ns(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 9, 0)
+                ::protozero::gen_support::uint64(&self.d, 5, 0)
             }
 
             /// Whether `thread_time_subsampling_ns` (field 10) occurs with the right wire type.
             #[inline]
             pub fn has_thread_time_subsampling_ns(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 9)
+                ::protozero::gen_support::has(&self.d, 5)
             }
         }
 
@@ -8130,41 +8313,44 @@ pub mod perfetto {
         /// they start at once unless trace_config.deferred_start is set. The reply
         /// is only sent when the session ends.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.EnableTracingRequest`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-        /// never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.EnableTracingRequest`: [`Self::decode`]
+        /// walks the message once, keeping each singular field's value and where each repeated
+        /// field lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct EnableTracingRequestView<'a> {
-            d: ::protozero::TypedDecoder<'a, 2>,
+            d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
         }
 
         impl<'a> EnableTracingRequestView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.len(0, at)?,
+                        16 => d.varint(1, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=2 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence (an empty message when absent) of `optional
@@ -8181,7 +8367,7 @@ pub mod perfetto {
             /// Whether `trace_config` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_trace_config(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// Only re-subscribe to the end-of-session reply (after Detach + Attach);
@@ -8197,7 +8383,7 @@ pub mod perfetto {
             /// Whether `attach_notification_only` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_attach_notification_only(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
         }
 
@@ -8251,42 +8437,44 @@ pub mod perfetto {
             }
         }
 
-        /// A zero-copy view of an encoded `perfetto.protos.EnableTracingResponse`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-        /// never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.EnableTracingResponse`: [`Self::decode`]
+        /// walks the message once, keeping each singular field's value and where each repeated
+        /// field lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct EnableTracingResponseView<'a> {
-            d: ::protozero::TypedDecoder<'a, 2>,
+            d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
         }
 
         impl<'a> EnableTracingResponseView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        26 => d.len(1, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    3 => ::core::option::Option::Some(1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The session was disabled (stopped, timed out or failed).
@@ -8303,7 +8491,7 @@ pub mod perfetto {
             /// Whether `disabled` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_disabled(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// Non-empty when the session ended because of an error.
@@ -8327,7 +8515,7 @@ pub mod perfetto {
             /// Whether `error` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_error(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
         }
 
@@ -8361,38 +8549,40 @@ pub mod perfetto {
 
         /// StartTracing: start a session enabled with deferred_start.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.StartTracingRequest`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-        /// never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.StartTracingRequest`: [`Self::decode`]
+        /// walks the message once, keeping each singular field's value and where each repeated
+        /// field lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct StartTracingRequestView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> StartTracingRequestView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -8422,38 +8612,40 @@ pub mod perfetto {
             }
         }
 
-        /// A zero-copy view of an encoded `perfetto.protos.StartTracingResponse`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-        /// never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.StartTracingResponse`: [`Self::decode`]
+        /// walks the message once, keeping each singular field's value and where each repeated
+        /// field lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct StartTracingResponseView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> StartTracingResponseView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -8499,41 +8691,44 @@ pub mod perfetto {
 
         /// ChangeTraceConfig: update the few options a running session may change.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.ChangeTraceConfigRequest`: its fields
-        /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
-        /// which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.ChangeTraceConfigRequest`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
+        /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct ChangeTraceConfigRequestView<'a> {
-            d: ::protozero::TypedDecoder<'a, 1>,
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
         }
 
         impl<'a> ChangeTraceConfigRequestView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.len(0, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence (an empty message when absent) of `optional
@@ -8550,7 +8745,7 @@ pub mod perfetto {
             /// Whether `trace_config` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_trace_config(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
         }
 
@@ -8580,38 +8775,41 @@ pub mod perfetto {
             }
         }
 
-        /// A zero-copy view of an encoded `perfetto.protos.ChangeTraceConfigResponse`: its fields
-        /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
-        /// which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.ChangeTraceConfigResponse`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
+        /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct ChangeTraceConfigResponseView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> ChangeTraceConfigResponseView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -8645,38 +8843,40 @@ pub mod perfetto {
 
         /// DisableTracing: stop the session's data sources.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.DisableTracingRequest`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-        /// never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.DisableTracingRequest`: [`Self::decode`]
+        /// walks the message once, keeping each singular field's value and where each repeated
+        /// field lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct DisableTracingRequestView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> DisableTracingRequestView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -8706,8 +8906,9 @@ pub mod perfetto {
             }
         }
 
-        /// A zero-copy view of an encoded `perfetto.protos.DisableTracingResponse`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
+        /// A zero-copy view of an encoded `perfetto.protos.DisableTracingResponse`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
         /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
@@ -8715,29 +8916,31 @@ pub mod perfetto {
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct DisableTracingResponseView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> DisableTracingResponseView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -8773,38 +8976,40 @@ pub mod perfetto {
         /// ReadBuffers: drain all buffers of the session. The service answers with a
         /// stream of replies; the last one has IPC has_more = false.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.ReadBuffersRequest`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-        /// never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.ReadBuffersRequest`: [`Self::decode`]
+        /// walks the message once, keeping each singular field's value and where each repeated
+        /// field lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct ReadBuffersRequestView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> ReadBuffersRequestView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -8847,27 +9052,37 @@ pub mod perfetto {
             }
         }
 
-        /// A zero-copy view of an encoded `perfetto.protos.ReadBuffersResponse`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-        /// never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.ReadBuffersResponse`: [`Self::decode`]
+        /// walks the message once, keeping each singular field's value and where each repeated
+        /// field lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct ReadBuffersResponseView<'a> {
-            d: ::protozero::TypedDecoder<'a, 1>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 1>,
         }
 
         impl<'a> ReadBuffersResponseView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        18 => d.rep_len(0, start, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
@@ -8876,18 +9091,10 @@ pub mod perfetto {
                 self.d.bytes()
             }
 
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    2 => ::core::option::Option::Some(0),
-                    _ => ::core::option::Option::None,
-                }
-            }
-
             /// The elements of `repeated perfetto.protos.ReadBuffersResponse.Slice slices = 2`.
             #[inline]
             pub fn slices(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<read_buffers_response::SliceView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 0).map(read_buffers_response::SliceView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 0, 2).map(read_buffers_response::SliceView::decode)
             }
         }
 
@@ -8946,41 +9153,45 @@ pub mod perfetto {
             /// never interleaved with another packet's, and a packet may continue in
             /// the next reply.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.ReadBuffersResponse.Slice`: its
-            /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.ReadBuffersResponse.Slice`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct SliceView<'a> {
-                d: ::protozero::TypedDecoder<'a, 2>,
+                d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
             }
 
             impl<'a> SliceView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            10 => d.len(0, at)?,
+                            16 => d.varint(1, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=2 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional bytes data = 1`.
@@ -8992,7 +9203,7 @@ pub mod perfetto {
                 /// Whether `data` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_data(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// This piece completes the packet.
@@ -9007,7 +9218,7 @@ pub mod perfetto {
                 /// Whether `last_slice_for_packet` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_last_slice_for_packet(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
             }
         }
@@ -9058,27 +9269,38 @@ pub mod perfetto {
 
         /// FreeBuffers: destroy the session's buffers (also implied by disconnect).
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.FreeBuffersRequest`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-        /// never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.FreeBuffersRequest`: [`Self::decode`]
+        /// walks the message once, keeping each singular field's value and where each repeated
+        /// field lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct FreeBuffersRequestView<'a> {
-            d: ::protozero::TypedDecoder<'a, 1>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 1>,
         }
 
         impl<'a> FreeBuffersRequestView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.rep_varint(0, start, at)?,
+                        10 => d.rep_len(0, start, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
@@ -9087,18 +9309,10 @@ pub mod perfetto {
                 self.d.bytes()
             }
 
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    _ => ::core::option::Option::None,
-                }
-            }
-
             /// The elements of `repeated uint32 buffer_ids = 1`.
             #[inline]
             pub fn buffer_ids(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u32, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_uint32(&self.d, 0)
+                ::protozero::gen_support::repeated_uint32(&self.d, 0, 1)
             }
         }
 
@@ -9128,38 +9342,40 @@ pub mod perfetto {
             }
         }
 
-        /// A zero-copy view of an encoded `perfetto.protos.FreeBuffersResponse`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-        /// never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.FreeBuffersResponse`: [`Self::decode`]
+        /// walks the message once, keeping each singular field's value and where each repeated
+        /// field lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct FreeBuffersResponseView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> FreeBuffersResponseView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -9214,41 +9430,44 @@ pub mod perfetto {
         /// Flush: ask every data source of the session to commit its data. The
         /// reply succeeds once all acknowledged, or fails after timeout_ms.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.FlushRequest`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.FlushRequest`: [`Self::decode`] walks
+        /// the message once, keeping each singular field's value and where each repeated field
+        /// lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct FlushRequestView<'a> {
-            d: ::protozero::TypedDecoder<'a, 2>,
+            d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
         }
 
         impl<'a> FlushRequestView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        16 => d.varint(1, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=2 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional uint32 timeout_ms = 1`.
@@ -9260,7 +9479,7 @@ pub mod perfetto {
             /// Whether `timeout_ms` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_timeout_ms(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// Reason and initiator bits (Perfetto's FlushFlags).
@@ -9274,7 +9493,7 @@ pub mod perfetto {
             /// Whether `flags` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_flags(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
         }
 
@@ -9304,38 +9523,40 @@ pub mod perfetto {
             }
         }
 
-        /// A zero-copy view of an encoded `perfetto.protos.FlushResponse`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.FlushResponse`: [`Self::decode`] walks
+        /// the message once, keeping each singular field's value and where each repeated field
+        /// lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct FlushResponseView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> FlushResponseView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -9378,41 +9599,43 @@ pub mod perfetto {
 
         /// Detach: leave the session running without this connection, under |key|.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.DetachRequest`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.DetachRequest`: [`Self::decode`] walks
+        /// the message once, keeping each singular field's value and where each repeated field
+        /// lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct DetachRequestView<'a> {
-            d: ::protozero::TypedDecoder<'a, 1>,
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
         }
 
         impl<'a> DetachRequestView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.len(0, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional string key = 1`.
@@ -9434,7 +9657,7 @@ pub mod perfetto {
             /// Whether `key` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_key(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
         }
 
@@ -9464,38 +9687,40 @@ pub mod perfetto {
             }
         }
 
-        /// A zero-copy view of an encoded `perfetto.protos.DetachResponse`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.DetachResponse`: [`Self::decode`] walks
+        /// the message once, keeping each singular field's value and where each repeated field
+        /// lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct DetachResponseView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> DetachResponseView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -9538,41 +9763,43 @@ pub mod perfetto {
 
         /// Attach: take a detached session back by |key|.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.AttachRequest`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.AttachRequest`: [`Self::decode`] walks
+        /// the message once, keeping each singular field's value and where each repeated field
+        /// lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct AttachRequestView<'a> {
-            d: ::protozero::TypedDecoder<'a, 1>,
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
         }
 
         impl<'a> AttachRequestView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.len(0, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional string key = 1`.
@@ -9594,7 +9821,7 @@ pub mod perfetto {
             /// Whether `key` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_key(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
         }
 
@@ -9636,41 +9863,43 @@ pub mod perfetto {
             }
         }
 
-        /// A zero-copy view of an encoded `perfetto.protos.AttachResponse`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.AttachResponse`: [`Self::decode`] walks
+        /// the message once, keeping each singular field's value and where each repeated field
+        /// lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct AttachResponseView<'a> {
-            d: ::protozero::TypedDecoder<'a, 1>,
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
         }
 
         impl<'a> AttachResponseView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.len(0, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence (an empty message when absent) of `optional
@@ -9687,7 +9916,7 @@ pub mod perfetto {
             /// Whether `trace_config` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_trace_config(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
         }
 
@@ -9721,38 +9950,40 @@ pub mod perfetto {
 
         /// GetTraceStats: buffer and session statistics of the current session.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.GetTraceStatsRequest`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-        /// never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.GetTraceStatsRequest`: [`Self::decode`]
+        /// walks the message once, keeping each singular field's value and where each repeated
+        /// field lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct GetTraceStatsRequestView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> GetTraceStatsRequestView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -9794,41 +10025,43 @@ pub mod perfetto {
             }
         }
 
-        /// A zero-copy view of an encoded `perfetto.protos.GetTraceStatsResponse`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-        /// never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.GetTraceStatsResponse`: [`Self::decode`]
+        /// walks the message once, keeping each singular field's value and where each repeated
+        /// field lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct GetTraceStatsResponseView<'a> {
-            d: ::protozero::TypedDecoder<'a, 1>,
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
         }
 
         impl<'a> GetTraceStatsResponseView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.len(0, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence (an empty message when absent) of `optional
@@ -9845,7 +10078,7 @@ pub mod perfetto {
             /// Whether `trace_stats` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_trace_stats(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
         }
 
@@ -9879,38 +10112,41 @@ pub mod perfetto {
 
         /// SaveTraceForBugreport: Android only.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.SaveTraceForBugreportRequest`: its
-        /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-        /// getters, which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.SaveTraceForBugreportRequest`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
+        /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct SaveTraceForBugreportRequestView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> SaveTraceForBugreportRequestView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -9961,41 +10197,45 @@ pub mod perfetto {
             }
         }
 
-        /// A zero-copy view of an encoded `perfetto.protos.SaveTraceForBugreportResponse`: its
-        /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-        /// getters, which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.SaveTraceForBugreportResponse`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
+        /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct SaveTraceForBugreportResponseView<'a> {
-            d: ::protozero::TypedDecoder<'a, 2>,
+            d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
         }
 
         impl<'a> SaveTraceForBugreportResponseView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        18 => d.len(1, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=2 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// A trace was saved.
@@ -10009,7 +10249,7 @@ pub mod perfetto {
             /// Whether `success` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_success(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// Details when it was not.
@@ -10033,7 +10273,7 @@ pub mod perfetto {
             /// Whether `msg` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_msg(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
         }
 
@@ -10150,42 +10390,50 @@ pub mod perfetto {
         /// memory buffer's file descriptor out of band (unless the producer supplied
         /// its own buffer and the service accepted it).
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.InitializeConnectionRequest`: its fields
-        /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
-        /// which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.InitializeConnectionRequest`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
+        /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct InitializeConnectionRequestView<'a> {
-            d: ::protozero::TypedDecoder<'a, 7>,
+            d: ::protozero::gen_support::Slots<'a, 7, 1, 0>,
         }
 
         impl<'a> InitializeConnectionRequestView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        16 => d.varint(1, at)?,
+                        26 => d.len(2, at)?,
+                        32 => d.varint(3, at)?,
+                        48 => d.varint(4, at)?,
+                        58 => d.len(5, at)?,
+                        66 => d.len(6, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=4 => ::core::option::Option::Some(id as usize - 1),
-                    6..=8 => ::core::option::Option::Some(id as usize - 2),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// Suggested page size of the shared memory buffer; a multiple of 4096.
@@ -10202,7 +10450,7 @@ pub mod perfetto {
             /// type.
             #[inline]
             pub fn has_shared_memory_page_size_hint_bytes(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// Suggested total size of the shared memory buffer. A hint only.
@@ -10217,7 +10465,7 @@ pub mod perfetto {
             /// Whether `shared_memory_size_hint_bytes` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_shared_memory_size_hint_bytes(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// The producer's name, matched against TraceConfig.producers.
@@ -10241,7 +10489,7 @@ pub mod perfetto {
             /// Whether `producer_name` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_producer_name(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// The last occurrence, or the default, of `optional
@@ -10263,7 +10511,7 @@ pub mod perfetto {
             /// Whether `smb_scraping_mode` (field 4) occurs with the right wire type.
             #[inline]
             pub fn has_smb_scraping_mode(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// The producer already created the shared memory buffer (startup tracing)
@@ -10278,7 +10526,7 @@ pub mod perfetto {
             /// Whether `producer_provided_shmem` (field 6) occurs with the right wire type.
             #[inline]
             pub fn has_producer_provided_shmem(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 4)
             }
 
             /// Windows only: the name of the producer-created shared memory region.
@@ -10302,7 +10550,7 @@ pub mod perfetto {
             /// Whether `shm_key_windows` (field 7) occurs with the right wire type.
             #[inline]
             pub fn has_shm_key_windows(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 5)
+                ::protozero::gen_support::has(&self.d, 5)
             }
 
             /// Free-form client library version, for humans debugging.
@@ -10326,7 +10574,7 @@ pub mod perfetto {
             /// Whether `sdk_version` (field 8) occurs with the right wire type.
             #[inline]
             pub fn has_sdk_version(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 6)
+                ::protozero::gen_support::has(&self.d, 6)
             }
         }
 
@@ -10449,41 +10697,46 @@ pub mod perfetto {
             }
         }
 
-        /// A zero-copy view of an encoded `perfetto.protos.InitializeConnectionResponse`: its
-        /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-        /// getters, which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.InitializeConnectionResponse`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
+        /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct InitializeConnectionResponseView<'a> {
-            d: ::protozero::TypedDecoder<'a, 3>,
+            d: ::protozero::gen_support::Slots<'a, 3, 1, 0>,
         }
 
         impl<'a> InitializeConnectionResponseView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        16 => d.varint(1, at)?,
+                        24 => d.varint(2, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=3 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The service adopted the buffer the producer provided.
@@ -10499,7 +10752,7 @@ pub mod perfetto {
             /// type.
             #[inline]
             pub fn has_using_shmem_provided_by_producer(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The service accepts patches written straight into chunks that are not
@@ -10515,7 +10768,7 @@ pub mod perfetto {
             /// Whether `direct_smb_patching_supported` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_direct_smb_patching_supported(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// The producer must send chunk contents inline in CommitDataRequest
@@ -10530,7 +10783,7 @@ pub mod perfetto {
             /// Whether `use_shmem_emulation` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_use_shmem_emulation(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 2)
             }
         }
 
@@ -10576,41 +10829,44 @@ pub mod perfetto {
 
         /// RegisterDataSource: advertise one data source.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.RegisterDataSourceRequest`: its fields
-        /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
-        /// which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.RegisterDataSourceRequest`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
+        /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct RegisterDataSourceRequestView<'a> {
-            d: ::protozero::TypedDecoder<'a, 1>,
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
         }
 
         impl<'a> RegisterDataSourceRequestView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.len(0, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence (an empty message when absent) of `optional
@@ -10627,7 +10883,7 @@ pub mod perfetto {
             /// Whether `data_source_descriptor` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_data_source_descriptor(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
         }
 
@@ -10668,41 +10924,44 @@ pub mod perfetto {
             }
         }
 
-        /// A zero-copy view of an encoded `perfetto.protos.RegisterDataSourceResponse`: its fields
-        /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
-        /// which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.RegisterDataSourceResponse`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
+        /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct RegisterDataSourceResponseView<'a> {
-            d: ::protozero::TypedDecoder<'a, 1>,
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
         }
 
         impl<'a> RegisterDataSourceResponseView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.len(0, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// Set only when the registration failed.
@@ -10726,7 +10985,7 @@ pub mod perfetto {
             /// Whether `error` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_error(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
         }
 
@@ -10774,8 +11033,9 @@ pub mod perfetto {
         /// UpdateDataSource: replace the descriptor of an already registered data
         /// source, matched by descriptor {id, name}.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.UpdateDataSourceRequest`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
+        /// A zero-copy view of an encoded `perfetto.protos.UpdateDataSourceRequest`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
         /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
@@ -10783,32 +11043,34 @@ pub mod perfetto {
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct UpdateDataSourceRequestView<'a> {
-            d: ::protozero::TypedDecoder<'a, 1>,
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
         }
 
         impl<'a> UpdateDataSourceRequestView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.len(0, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence (an empty message when absent) of `optional
@@ -10825,7 +11087,7 @@ pub mod perfetto {
             /// Whether `data_source_descriptor` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_data_source_descriptor(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
         }
 
@@ -10855,38 +11117,41 @@ pub mod perfetto {
             }
         }
 
-        /// A zero-copy view of an encoded `perfetto.protos.UpdateDataSourceResponse`: its fields
-        /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
-        /// which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.UpdateDataSourceResponse`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
+        /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct UpdateDataSourceResponseView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> UpdateDataSourceResponseView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -10929,41 +11194,44 @@ pub mod perfetto {
 
         /// UnregisterDataSource: withdraw a data source by name.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.UnregisterDataSourceRequest`: its fields
-        /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
-        /// which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.UnregisterDataSourceRequest`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
+        /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct UnregisterDataSourceRequestView<'a> {
-            d: ::protozero::TypedDecoder<'a, 1>,
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
         }
 
         impl<'a> UnregisterDataSourceRequestView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.len(0, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional string data_source_name = 1`.
@@ -10985,7 +11253,7 @@ pub mod perfetto {
             /// Whether `data_source_name` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_data_source_name(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
         }
 
@@ -11015,38 +11283,41 @@ pub mod perfetto {
             }
         }
 
-        /// A zero-copy view of an encoded `perfetto.protos.UnregisterDataSourceResponse`: its
-        /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-        /// getters, which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.UnregisterDataSourceResponse`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
+        /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct UnregisterDataSourceResponseView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> UnregisterDataSourceResponseView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -11099,41 +11370,45 @@ pub mod perfetto {
         /// RegisterTraceWriter: tie a writer id to its target buffer, so the service
         /// can attribute the writer's chunks before they are committed.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.RegisterTraceWriterRequest`: its fields
-        /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
-        /// which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.RegisterTraceWriterRequest`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
+        /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct RegisterTraceWriterRequestView<'a> {
-            d: ::protozero::TypedDecoder<'a, 2>,
+            d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
         }
 
         impl<'a> RegisterTraceWriterRequestView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        16 => d.varint(1, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=2 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional uint32 trace_writer_id = 1`.
@@ -11145,7 +11420,7 @@ pub mod perfetto {
             /// Whether `trace_writer_id` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_trace_writer_id(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The last occurrence, or the default, of `optional uint32 target_buffer = 2`.
@@ -11157,7 +11432,7 @@ pub mod perfetto {
             /// Whether `target_buffer` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_target_buffer(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
         }
 
@@ -11187,38 +11462,41 @@ pub mod perfetto {
             }
         }
 
-        /// A zero-copy view of an encoded `perfetto.protos.RegisterTraceWriterResponse`: its fields
-        /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
-        /// which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.RegisterTraceWriterResponse`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
+        /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct RegisterTraceWriterResponseView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> RegisterTraceWriterResponseView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -11261,41 +11539,44 @@ pub mod perfetto {
 
         /// UnregisterTraceWriter: undo RegisterTraceWriter.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.UnregisterTraceWriterRequest`: its
-        /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-        /// getters, which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.UnregisterTraceWriterRequest`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
+        /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct UnregisterTraceWriterRequestView<'a> {
-            d: ::protozero::TypedDecoder<'a, 1>,
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
         }
 
         impl<'a> UnregisterTraceWriterRequestView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional uint32 trace_writer_id = 1`.
@@ -11307,7 +11588,7 @@ pub mod perfetto {
             /// Whether `trace_writer_id` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_trace_writer_id(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
         }
 
@@ -11337,38 +11618,41 @@ pub mod perfetto {
             }
         }
 
-        /// A zero-copy view of an encoded `perfetto.protos.UnregisterTraceWriterResponse`: its
-        /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-        /// getters, which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.UnregisterTraceWriterResponse`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
+        /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct UnregisterTraceWriterResponseView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> UnregisterTraceWriterResponseView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -11402,38 +11686,40 @@ pub mod perfetto {
 
         /// CommitData takes a CommitDataRequest (its own file) and returns this.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.CommitDataResponse`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-        /// never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.CommitDataResponse`: [`Self::decode`]
+        /// walks the message once, keeping each singular field's value and where each repeated
+        /// field lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct CommitDataResponseView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> CommitDataResponseView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -11480,41 +11766,44 @@ pub mod perfetto {
         /// NotifyDataSourceStarted: ack of StartDataSource, only for data sources
         /// registered with will_notify_on_start.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.NotifyDataSourceStartedRequest`: its
-        /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-        /// getters, which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.NotifyDataSourceStartedRequest`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
+        /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct NotifyDataSourceStartedRequestView<'a> {
-            d: ::protozero::TypedDecoder<'a, 1>,
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
         }
 
         impl<'a> NotifyDataSourceStartedRequestView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// StartDataSource.new_instance_id of the instance that started.
@@ -11528,7 +11817,7 @@ pub mod perfetto {
             /// Whether `data_source_id` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_data_source_id(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
         }
 
@@ -11558,38 +11847,41 @@ pub mod perfetto {
             }
         }
 
-        /// A zero-copy view of an encoded `perfetto.protos.NotifyDataSourceStartedResponse`: its
-        /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-        /// getters, which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.NotifyDataSourceStartedResponse`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
+        /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct NotifyDataSourceStartedResponseView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> NotifyDataSourceStartedResponseView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -11636,41 +11928,44 @@ pub mod perfetto {
         /// NotifyDataSourceStopped: ack of StopDataSource, only for data sources
         /// registered with will_notify_on_stop.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.NotifyDataSourceStoppedRequest`: its
-        /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-        /// getters, which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.NotifyDataSourceStoppedRequest`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
+        /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct NotifyDataSourceStoppedRequestView<'a> {
-            d: ::protozero::TypedDecoder<'a, 1>,
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
         }
 
         impl<'a> NotifyDataSourceStoppedRequestView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The instance id of the instance that stopped.
@@ -11684,7 +11979,7 @@ pub mod perfetto {
             /// Whether `data_source_id` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_data_source_id(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
         }
 
@@ -11714,38 +12009,41 @@ pub mod perfetto {
             }
         }
 
-        /// A zero-copy view of an encoded `perfetto.protos.NotifyDataSourceStoppedResponse`: its
-        /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-        /// getters, which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.NotifyDataSourceStoppedResponse`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
+        /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct NotifyDataSourceStoppedResponseView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> NotifyDataSourceStoppedResponseView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -11788,8 +12086,9 @@ pub mod perfetto {
 
         /// ActivateTriggers: fire named triggers of the sessions that declare them.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.ActivateTriggersRequest`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
+        /// A zero-copy view of an encoded `perfetto.protos.ActivateTriggersRequest`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
         /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
@@ -11797,18 +12096,28 @@ pub mod perfetto {
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct ActivateTriggersRequestView<'a> {
-            d: ::protozero::TypedDecoder<'a, 1>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 1>,
         }
 
         impl<'a> ActivateTriggersRequestView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.rep_len(0, start, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
@@ -11817,18 +12126,10 @@ pub mod perfetto {
                 self.d.bytes()
             }
 
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    _ => ::core::option::Option::None,
-                }
-            }
-
             /// The elements of `repeated string trigger_names = 1`.
             #[inline]
             pub fn trigger_names(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<&'a str, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_string(&self.d, 0)
+                ::protozero::gen_support::repeated_string(&self.d, 0, 1)
             }
         }
 
@@ -11858,38 +12159,41 @@ pub mod perfetto {
             }
         }
 
-        /// A zero-copy view of an encoded `perfetto.protos.ActivateTriggersResponse`: its fields
-        /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
-        /// which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.ActivateTriggersResponse`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
+        /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct ActivateTriggersResponseView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> ActivateTriggersResponseView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -11925,8 +12229,9 @@ pub mod perfetto {
         /// GetAsyncCommand: opened once by the producer; the service answers with a
         /// stream of commands, one per reply.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.GetAsyncCommandRequest`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
+        /// A zero-copy view of an encoded `perfetto.protos.GetAsyncCommandRequest`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
         /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
@@ -11934,29 +12239,31 @@ pub mod perfetto {
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct GetAsyncCommandRequestView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> GetAsyncCommandRequestView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -12075,8 +12382,9 @@ pub mod perfetto {
             }
         }
 
-        /// A zero-copy view of an encoded `perfetto.protos.GetAsyncCommandResponse`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
+        /// A zero-copy view of an encoded `perfetto.protos.GetAsyncCommandResponse`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
         /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
@@ -12084,36 +12392,39 @@ pub mod perfetto {
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct GetAsyncCommandResponseView<'a> {
-            d: ::protozero::TypedDecoder<'a, 6>,
+            d: ::protozero::gen_support::Slots<'a, 6, 1, 0>,
         }
 
         impl<'a> GetAsyncCommandResponseView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        26 => d.len(0, at)?,
+                        50 => d.len(1, at)?,
+                        10 => d.len(2, at)?,
+                        18 => d.len(3, at)?,
+                        42 => d.len(4, at)?,
+                        58 => d.len(5, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    3 => ::core::option::Option::Some(0),
-                    6 => ::core::option::Option::Some(1),
-                    1..=2 => ::core::option::Option::Some(id as usize + 1),
-                    5 => ::core::option::Option::Some(4),
-                    7 => ::core::option::Option::Some(5),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence (an empty message when absent) of
@@ -12133,7 +12444,7 @@ pub mod perfetto {
             /// Whether `setup_tracing` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_setup_tracing(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The last occurrence (an empty message when absent) of
@@ -12153,7 +12464,7 @@ pub mod perfetto {
             /// Whether `setup_data_source` (field 6) occurs with the right wire type.
             #[inline]
             pub fn has_setup_data_source(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// The last occurrence (an empty message when absent) of
@@ -12173,7 +12484,7 @@ pub mod perfetto {
             /// Whether `start_data_source` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_start_data_source(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// The last occurrence (an empty message when absent) of
@@ -12193,7 +12504,7 @@ pub mod perfetto {
             /// Whether `stop_data_source` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_stop_data_source(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// The last occurrence (an empty message when absent) of
@@ -12213,7 +12524,7 @@ pub mod perfetto {
             /// Whether `flush` (field 5) occurs with the right wire type.
             #[inline]
             pub fn has_flush(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 4)
             }
 
             /// The last occurrence (an empty message when absent) of
@@ -12234,7 +12545,7 @@ pub mod perfetto {
             /// Whether `clear_incremental_state` (field 7) occurs with the right wire type.
             #[inline]
             pub fn has_clear_incremental_state(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 5)
+                ::protozero::gen_support::has(&self.d, 5)
             }
         }
 
@@ -12291,41 +12602,44 @@ pub mod perfetto {
             /// Prepare an instance (sent before StartDataSource).
             ///
             /// A zero-copy view of an encoded
-            /// `perfetto.protos.GetAsyncCommandResponse.SetupDataSource`: its fields are indexed
-            /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-            /// never allocate.
+            /// `perfetto.protos.GetAsyncCommandResponse.SetupDataSource`: [`Self::decode`] walks
+            /// the message once, keeping each singular field's value and where each repeated field
+            /// lies, and the getters read from that and the borrowed bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct SetupDataSourceView<'a> {
-                d: ::protozero::TypedDecoder<'a, 2>,
+                d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
             }
 
             impl<'a> SetupDataSourceView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            18 => d.len(1, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=2 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 new_instance_id = 1`.
@@ -12337,7 +12651,7 @@ pub mod perfetto {
                 /// Whether `new_instance_id` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_new_instance_id(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// The last occurrence (an empty message when absent) of `optional
@@ -12354,7 +12668,7 @@ pub mod perfetto {
                 /// Whether `config` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_config(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
             }
 
@@ -12409,41 +12723,44 @@ pub mod perfetto {
             /// Start an instance; config repeats SetupDataSource's.
             ///
             /// A zero-copy view of an encoded
-            /// `perfetto.protos.GetAsyncCommandResponse.StartDataSource`: its fields are indexed
-            /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-            /// never allocate.
+            /// `perfetto.protos.GetAsyncCommandResponse.StartDataSource`: [`Self::decode`] walks
+            /// the message once, keeping each singular field's value and where each repeated field
+            /// lies, and the getters read from that and the borrowed bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct StartDataSourceView<'a> {
-                d: ::protozero::TypedDecoder<'a, 2>,
+                d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
             }
 
             impl<'a> StartDataSourceView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            18 => d.len(1, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=2 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 new_instance_id = 1`.
@@ -12455,7 +12772,7 @@ pub mod perfetto {
                 /// Whether `new_instance_id` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_new_instance_id(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// The last occurrence (an empty message when absent) of `optional
@@ -12472,7 +12789,7 @@ pub mod perfetto {
                 /// Whether `config` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_config(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
             }
 
@@ -12516,41 +12833,43 @@ pub mod perfetto {
             /// Stop an instance.
             ///
             /// A zero-copy view of an encoded
-            /// `perfetto.protos.GetAsyncCommandResponse.StopDataSource`: its fields are indexed
-            /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-            /// never allocate.
+            /// `perfetto.protos.GetAsyncCommandResponse.StopDataSource`: [`Self::decode`] walks the
+            /// message once, keeping each singular field's value and where each repeated field
+            /// lies, and the getters read from that and the borrowed bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct StopDataSourceView<'a> {
-                d: ::protozero::TypedDecoder<'a, 1>,
+                d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
             }
 
             impl<'a> StopDataSourceView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1 => ::core::option::Option::Some(0),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 instance_id = 1`.
@@ -12562,7 +12881,7 @@ pub mod perfetto {
                 /// Whether `instance_id` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_instance_id(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
             }
 
@@ -12618,41 +12937,44 @@ pub mod perfetto {
             /// buffer's file descriptor travels with it out of band.
             ///
             /// A zero-copy view of an encoded
-            /// `perfetto.protos.GetAsyncCommandResponse.SetupTracing`: its fields are indexed once
-            /// by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-            /// allocate.
+            /// `perfetto.protos.GetAsyncCommandResponse.SetupTracing`: [`Self::decode`] walks the
+            /// message once, keeping each singular field's value and where each repeated field
+            /// lies, and the getters read from that and the borrowed bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct SetupTracingView<'a> {
-                d: ::protozero::TypedDecoder<'a, 2>,
+                d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
             }
 
             impl<'a> SetupTracingView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            18 => d.len(1, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=2 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional uint32
@@ -12665,7 +12987,7 @@ pub mod perfetto {
                 /// Whether `shared_buffer_page_size_kb` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_shared_buffer_page_size_kb(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// Windows only: the name of the service-created shared memory region.
@@ -12689,7 +13011,7 @@ pub mod perfetto {
                 /// Whether `shm_key_windows` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_shm_key_windows(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
             }
 
@@ -12763,27 +13085,41 @@ pub mod perfetto {
             /// Commit everything written so far by these instances, then answer with
             /// a CommitDataRequest whose flush_request_id is |request_id|.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.GetAsyncCommandResponse.Flush`: its
-            /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.GetAsyncCommandResponse.Flush`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct FlushView<'a> {
-                d: ::protozero::TypedDecoder<'a, 3>,
+                d: ::protozero::gen_support::Slots<'a, 2, 1, 1>,
             }
 
             impl<'a> FlushView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.rep_varint(0, start, at)?,
+                            10 => d.rep_len(0, start, at)?,
+                            16 => d.varint(0, at)?,
+                            24 => d.varint(1, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
@@ -12792,20 +13128,12 @@ pub mod perfetto {
                     self.d.bytes()
                 }
 
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=3 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
-                }
-
                 /// Instance ids (StartDataSource.new_instance_id) to flush.
                 ///
                 /// The elements of `repeated uint64 data_source_ids = 1`.
                 #[inline]
                 pub fn data_source_ids(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_uint64(&self.d, 0)
+                    ::protozero::gen_support::repeated_uint64(&self.d, 0, 1)
                 }
 
                 /// Service-chosen, increasing; to be echoed back.
@@ -12813,13 +13141,13 @@ pub mod perfetto {
                 /// The last occurrence, or the default, of `optional uint64 request_id = 2`.
                 #[inline]
                 pub fn request_id(&self) -> u64 {
-                    ::protozero::gen_support::uint64(&self.d, 1, 0)
+                    ::protozero::gen_support::uint64(&self.d, 0, 0)
                 }
 
                 /// Whether `request_id` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_request_id(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// Reason and initiator bits (Perfetto's FlushFlags).
@@ -12827,13 +13155,13 @@ pub mod perfetto {
                 /// The last occurrence, or the default, of `optional uint64 flags = 3`.
                 #[inline]
                 pub fn flags(&self) -> u64 {
-                    ::protozero::gen_support::uint64(&self.d, 2, 0)
+                    ::protozero::gen_support::uint64(&self.d, 1, 0)
                 }
 
                 /// Whether `flags` (field 3) occurs with the right wire type.
                 #[inline]
                 pub fn has_flags(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 2)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
             }
 
@@ -12890,27 +13218,39 @@ pub mod perfetto {
             /// handles_incremental_state_clear.
             ///
             /// A zero-copy view of an encoded
-            /// `perfetto.protos.GetAsyncCommandResponse.ClearIncrementalState`: its fields are
-            /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
-            /// which never allocate.
+            /// `perfetto.protos.GetAsyncCommandResponse.ClearIncrementalState`: [`Self::decode`]
+            /// walks the message once, keeping each singular field's value and where each repeated
+            /// field lies, and the getters read from that and the borrowed bytes; they never
+            /// allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct ClearIncrementalStateView<'a> {
-                d: ::protozero::TypedDecoder<'a, 1>,
+                d: ::protozero::gen_support::Slots<'a, 0, 0, 1>,
             }
 
             impl<'a> ClearIncrementalStateView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.rep_varint(0, start, at)?,
+                            10 => d.rep_len(0, start, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
@@ -12919,20 +13259,12 @@ pub mod perfetto {
                     self.d.bytes()
                 }
 
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1 => ::core::option::Option::Some(0),
-                        _ => ::core::option::Option::None,
-                    }
-                }
-
                 /// Instance ids to clear.
                 ///
                 /// The elements of `repeated uint64 data_source_ids = 1`.
                 #[inline]
                 pub fn data_source_ids(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_uint64(&self.d, 0)
+                    ::protozero::gen_support::repeated_uint64(&self.d, 0, 1)
                 }
             }
         }
@@ -12969,38 +13301,40 @@ pub mod perfetto {
         /// Sync: the reply arrives after every earlier request of this connection
         /// has been handled by the service.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.SyncRequest`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.SyncRequest`: [`Self::decode`] walks the
+        /// message once, keeping each singular field's value and where each repeated field lies,
+        /// and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct SyncRequestView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> SyncRequestView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -13030,38 +13364,40 @@ pub mod perfetto {
             }
         }
 
-        /// A zero-copy view of an encoded `perfetto.protos.SyncResponse`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.SyncResponse`: [`Self::decode`] walks
+        /// the message once, keeping each singular field's value and where each repeated field
+        /// lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct SyncResponseView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> SyncResponseView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -13192,42 +13528,49 @@ pub mod perfetto {
         /// first binds a service by name, then invokes its methods by numeric id;
         /// streaming methods answer with several replies sharing one request_id.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.IPCFrame`: its fields are indexed once
-        /// by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.IPCFrame`: [`Self::decode`] walks the
+        /// message once, keeping each singular field's value and where each repeated field lies,
+        /// and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct IPCFrameView<'a> {
-            d: ::protozero::TypedDecoder<'a, 7>,
+            d: ::protozero::gen_support::Slots<'a, 6, 1, 1>,
         }
 
         impl<'a> IPCFrameView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        16 => d.varint(0, at)?,
+                        26 => d.len(1, at)?,
+                        34 => d.len(2, at)?,
+                        42 => d.len(3, at)?,
+                        50 => d.len(4, at)?,
+                        58 => d.len(5, at)?,
+                        10 => d.rep_len(0, start, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    2..=7 => ::core::option::Option::Some(id as usize - 2),
-                    1 => ::core::option::Option::Some(6),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// Chosen by the client, increasing; echoed by the host in its replies.
@@ -13241,7 +13584,7 @@ pub mod perfetto {
             /// Whether `request_id` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_request_id(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The last occurrence (an empty message when absent) of
@@ -13261,7 +13604,7 @@ pub mod perfetto {
             /// Whether `msg_bind_service` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_msg_bind_service(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// The last occurrence (an empty message when absent) of
@@ -13281,7 +13624,7 @@ pub mod perfetto {
             /// Whether `msg_bind_service_reply` (field 4) occurs with the right wire type.
             #[inline]
             pub fn has_msg_bind_service_reply(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// The last occurrence (an empty message when absent) of
@@ -13301,7 +13644,7 @@ pub mod perfetto {
             /// Whether `msg_invoke_method` (field 5) occurs with the right wire type.
             #[inline]
             pub fn has_msg_invoke_method(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// The last occurrence (an empty message when absent) of
@@ -13321,7 +13664,7 @@ pub mod perfetto {
             /// Whether `msg_invoke_method_reply` (field 6) occurs with the right wire type.
             #[inline]
             pub fn has_msg_invoke_method_reply(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 4)
             }
 
             /// The last occurrence (an empty message when absent) of
@@ -13341,7 +13684,7 @@ pub mod perfetto {
             /// Whether `msg_request_error` (field 7) occurs with the right wire type.
             #[inline]
             pub fn has_msg_request_error(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 5)
+                ::protozero::gen_support::has(&self.d, 5)
             }
 
             /// Padding of arbitrary size, only used by tests.
@@ -13349,7 +13692,7 @@ pub mod perfetto {
             /// The elements of `repeated bytes data_for_testing = 1`.
             #[inline]
             pub fn data_for_testing(&self) -> impl ::core::iter::Iterator<Item = &'a [u8]> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 6)
+                ::protozero::gen_support::repeated_bytes(&self.d, 0, 1)
             }
         }
 
@@ -13394,41 +13737,44 @@ pub mod perfetto {
 
             /// Client -\> host: look up a service by name.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.IPCFrame.BindService`: its fields
-            /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.IPCFrame.BindService`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct BindServiceView<'a> {
-                d: ::protozero::TypedDecoder<'a, 1>,
+                d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
             }
 
             impl<'a> BindServiceView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            10 => d.len(0, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1 => ::core::option::Option::Some(0),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional string service_name = 1`.
@@ -13450,7 +13796,7 @@ pub mod perfetto {
                 /// Whether `service_name` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_service_name(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
             }
 
@@ -13513,41 +13859,46 @@ pub mod perfetto {
 
             /// Host -\> client: the bound service's id and its method table.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.IPCFrame.BindServiceReply`: its
-            /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.IPCFrame.BindServiceReply`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct BindServiceReplyView<'a> {
-                d: ::protozero::TypedDecoder<'a, 3>,
+                d: ::protozero::gen_support::Slots<'a, 2, 1, 1>,
             }
 
             impl<'a> BindServiceReplyView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            16 => d.varint(1, at)?,
+                            26 => d.rep_len(0, start, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=3 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional bool success = 1`.
@@ -13559,7 +13910,7 @@ pub mod perfetto {
                 /// Whether `success` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_success(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// The last occurrence, or the default, of `optional uint32 service_id = 2`.
@@ -13571,14 +13922,14 @@ pub mod perfetto {
                 /// Whether `service_id` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_service_id(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// The elements of `repeated perfetto.protos.IPCFrame.BindServiceReply.MethodInfo
                 /// methods = 3`.
                 #[inline]
                 pub fn methods(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<bind_service_reply::MethodInfoView<'a>, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_bytes(&self.d, 2).map(bind_service_reply::MethodInfoView::decode)
+                    ::protozero::gen_support::repeated_bytes(&self.d, 0, 3).map(bind_service_reply::MethodInfoView::decode)
                 }
             }
 
@@ -13632,41 +13983,45 @@ pub mod perfetto {
                 /// One entry of the method table: numeric id and method name.
                 ///
                 /// A zero-copy view of an encoded
-                /// `perfetto.protos.IPCFrame.BindServiceReply.MethodInfo`: its fields are indexed
-                /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-                /// never allocate.
+                /// `perfetto.protos.IPCFrame.BindServiceReply.MethodInfo`: [`Self::decode`] walks
+                /// the message once, keeping each singular field's value and where each repeated
+                /// field lies, and the getters read from that and the borrowed bytes; they never
+                /// allocate.
                 ///
                 /// A singular field reads its last occurrence (the default when absent); repeated
                 /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
                 /// does not match the declared type is skipped like an unknown field.
                 #[derive(Clone, Debug)]
                 pub struct MethodInfoView<'a> {
-                    d: ::protozero::TypedDecoder<'a, 2>,
+                    d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
                 }
 
                 impl<'a> MethodInfoView<'a> {
-                    /// Indexes the fields of `bytes`, skipping unknown ones.
+                    /// Reads the fields of `bytes`, skipping unknown ones.
                     ///
                     /// # Errors
                     ///
                     /// The first malformation if `bytes` is not a well-formed protobuf message.
                     #[inline]
                     pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                        ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                        let mut d = ::protozero::gen_support::Slots::new(bytes);
+                        let mut pos = 0;
+                        while pos < bytes.len() {
+                            let start = pos;
+                            let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                            pos = match tag {
+                                8 => d.varint(0, at)?,
+                                18 => d.len(1, at)?,
+                                _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                            };
+                        }
+                        ::core::result::Result::Ok(Self { d })
                     }
 
                     /// The encoded message this view reads.
                     #[inline]
                     pub fn bytes(&self) -> &'a [u8] {
                         self.d.bytes()
-                    }
-
-                    #[inline]
-                    fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                        match id {
-                            1..=2 => ::core::option::Option::Some(id as usize - 1),
-                            _ => ::core::option::Option::None,
-                        }
                     }
 
                     /// The last occurrence, or the default, of `optional uint32 id = 1`.
@@ -13678,7 +14033,7 @@ pub mod perfetto {
                     /// Whether `id` (field 1) occurs with the right wire type.
                     #[inline]
                     pub fn has_id(&self) -> bool {
-                        ::protozero::gen_support::has_varint(&self.d, 0)
+                        ::protozero::gen_support::has(&self.d, 0)
                     }
 
                     /// The last occurrence, or the default, of `optional string name = 2`.
@@ -13700,7 +14055,7 @@ pub mod perfetto {
                     /// Whether `name` (field 2) occurs with the right wire type.
                     #[inline]
                     pub fn has_name(&self) -> bool {
-                        ::protozero::gen_support::has_len(&self.d, 1)
+                        ::protozero::gen_support::has(&self.d, 1)
                     }
                 }
             }
@@ -13776,41 +14131,47 @@ pub mod perfetto {
 
             /// Client -\> host: call a method of a bound service.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.IPCFrame.InvokeMethod`: its fields
-            /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.IPCFrame.InvokeMethod`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct InvokeMethodView<'a> {
-                d: ::protozero::TypedDecoder<'a, 4>,
+                d: ::protozero::gen_support::Slots<'a, 4, 1, 0>,
             }
 
             impl<'a> InvokeMethodView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            16 => d.varint(1, at)?,
+                            26 => d.len(2, at)?,
+                            32 => d.varint(3, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=4 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// From BindServiceReply.service_id.
@@ -13824,7 +14185,7 @@ pub mod perfetto {
                 /// Whether `service_id` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_service_id(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// From BindServiceReply.MethodInfo.id.
@@ -13838,7 +14199,7 @@ pub mod perfetto {
                 /// Whether `method_id` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_method_id(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// The encoded request message of the method.
@@ -13852,7 +14213,7 @@ pub mod perfetto {
                 /// Whether `args_proto` (field 3) occurs with the right wire type.
                 #[inline]
                 pub fn has_args_proto(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 2)
+                    ::protozero::gen_support::has(&self.d, 2)
                 }
 
                 /// The caller wants no reply (fire-and-forget, saves a round trip).
@@ -13866,7 +14227,7 @@ pub mod perfetto {
                 /// Whether `drop_reply` (field 4) occurs with the right wire type.
                 #[inline]
                 pub fn has_drop_reply(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 3)
+                    ::protozero::gen_support::has(&self.d, 3)
                 }
             }
 
@@ -13929,41 +14290,46 @@ pub mod perfetto {
 
             /// Host -\> client: one reply (or one of several, for a stream).
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.IPCFrame.InvokeMethodReply`: its
-            /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.IPCFrame.InvokeMethodReply`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct InvokeMethodReplyView<'a> {
-                d: ::protozero::TypedDecoder<'a, 3>,
+                d: ::protozero::gen_support::Slots<'a, 3, 1, 0>,
             }
 
             impl<'a> InvokeMethodReplyView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            16 => d.varint(1, at)?,
+                            26 => d.len(2, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=3 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional bool success = 1`.
@@ -13975,7 +14341,7 @@ pub mod perfetto {
                 /// Whether `success` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_success(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// More replies for the same request follow (streaming methods only).
@@ -13989,7 +14355,7 @@ pub mod perfetto {
                 /// Whether `has_more` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_has_more(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// The encoded response message of the method.
@@ -14003,7 +14369,7 @@ pub mod perfetto {
                 /// Whether `reply_proto` (field 3) occurs with the right wire type.
                 #[inline]
                 pub fn has_reply_proto(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 2)
+                    ::protozero::gen_support::has(&self.d, 2)
                 }
             }
 
@@ -14046,41 +14412,44 @@ pub mod perfetto {
 
             /// Host -\> client: the request could not be handled at all.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.IPCFrame.RequestError`: its fields
-            /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.IPCFrame.RequestError`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct RequestErrorView<'a> {
-                d: ::protozero::TypedDecoder<'a, 1>,
+                d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
             }
 
             impl<'a> RequestErrorView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            10 => d.len(0, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1 => ::core::option::Option::Some(0),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional string error = 1`.
@@ -14102,7 +14471,7 @@ pub mod perfetto {
                 /// Whether `error` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_error(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
             }
         }
@@ -14174,27 +14543,38 @@ pub mod perfetto {
         /// the service emits them periodically; the processor uses them to map every
         /// timestamp onto the trace clock.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.ClockSnapshot`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.ClockSnapshot`: [`Self::decode`] walks
+        /// the message once, keeping each singular field's value and where each repeated field
+        /// lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct ClockSnapshotView<'a> {
-            d: ::protozero::TypedDecoder<'a, 2>,
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 1>,
         }
 
         impl<'a> ClockSnapshotView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.rep_len(0, start, at)?,
+                        16 => d.varint(0, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
@@ -14203,18 +14583,10 @@ pub mod perfetto {
                 self.d.bytes()
             }
 
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=2 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
-            }
-
             /// The elements of `repeated perfetto.protos.ClockSnapshot.Clock clocks = 1`.
             #[inline]
             pub fn clocks(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<clock_snapshot::ClockView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 0).map(clock_snapshot::ClockView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 0, 1).map(clock_snapshot::ClockView::decode)
             }
 
             /// The clock all timestamps are converted to. Default BOOTTIME.
@@ -14231,13 +14603,13 @@ pub mod perfetto {
             /// `primary_trace_clock` as a raw value (also one the enum does not declare).
             #[inline]
             pub fn primary_trace_clock_raw(&self) -> i32 {
-                ::protozero::gen_support::int32(&self.d, 1, 0)
+                ::protozero::gen_support::int32(&self.d, 0, 0)
             }
 
             /// Whether `primary_trace_clock` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_primary_trace_clock(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 0)
             }
         }
 
@@ -14316,41 +14688,47 @@ pub mod perfetto {
                 }
             }
 
-            /// A zero-copy view of an encoded `perfetto.protos.ClockSnapshot.Clock`: its fields are
-            /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
-            /// which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.ClockSnapshot.Clock`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct ClockView<'a> {
-                d: ::protozero::TypedDecoder<'a, 4>,
+                d: ::protozero::gen_support::Slots<'a, 4, 1, 0>,
             }
 
             impl<'a> ClockView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            16 => d.varint(1, at)?,
+                            24 => d.varint(2, at)?,
+                            32 => d.varint(3, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=4 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// 1..63: BuiltinClock. 64..127: custom clock valid only on the sequence
@@ -14366,7 +14744,7 @@ pub mod perfetto {
                 /// Whether `clock_id` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_clock_id(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// Reading of the clock, in ns unless unit_multiplier_ns says otherwise.
@@ -14380,7 +14758,7 @@ pub mod perfetto {
                 /// Whether `timestamp` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_timestamp(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// When true, packet timestamps on this clock are deltas from the
@@ -14397,7 +14775,7 @@ pub mod perfetto {
                 /// Whether `is_incremental` (field 3) occurs with the right wire type.
                 #[inline]
                 pub fn has_is_incremental(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 2)
+                    ::protozero::gen_support::has(&self.d, 2)
                 }
 
                 /// Length of one clock unit in ns (e.g. 1000 for microseconds). Must be
@@ -14413,7 +14791,7 @@ pub mod perfetto {
                 /// Whether `unit_multiplier_ns` (field 4) occurs with the right wire type.
                 #[inline]
                 pub fn has_unit_multiplier_ns(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 3)
+                    ::protozero::gen_support::has(&self.d, 3)
                 }
             }
 
@@ -14759,27 +15137,52 @@ pub mod perfetto {
         /// 31..35, protolog 36..37, viewcapture 38..41, app_wakelock_info 42,
         /// android_job_name 44.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.InternedData`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.InternedData`: [`Self::decode`] walks
+        /// the message once, keeping each singular field's value and where each repeated field
+        /// lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct InternedDataView<'a> {
-            d: ::protozero::TypedDecoder<'a, 16>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 16>,
         }
 
         impl<'a> InternedDataView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.rep_len(0, start, at)?,
+                        18 => d.rep_len(1, start, at)?,
+                        26 => d.rep_len(2, start, at)?,
+                        218 => d.rep_len(3, start, at)?,
+                        34 => d.rep_len(4, start, at)?,
+                        226 => d.rep_len(5, start, at)?,
+                        162 => d.rep_len(6, start, at)?,
+                        234 => d.rep_len(7, start, at)?,
+                        346 => d.rep_len(8, start, at)?,
+                        130 => d.rep_len(9, start, at)?,
+                        138 => d.rep_len(10, start, at)?,
+                        146 => d.rep_len(11, start, at)?,
+                        42 => d.rep_len(12, start, at)?,
+                        154 => d.rep_len(13, start, at)?,
+                        50 => d.rep_len(14, start, at)?,
+                        58 => d.rep_len(15, start, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
@@ -14788,30 +15191,12 @@ pub mod perfetto {
                 self.d.bytes()
             }
 
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=3 => ::core::option::Option::Some(id as usize - 1),
-                    27 => ::core::option::Option::Some(3),
-                    4 => ::core::option::Option::Some(4),
-                    28 => ::core::option::Option::Some(5),
-                    20 => ::core::option::Option::Some(6),
-                    29 => ::core::option::Option::Some(7),
-                    43 => ::core::option::Option::Some(8),
-                    16..=18 => ::core::option::Option::Some(id as usize - 7),
-                    5 => ::core::option::Option::Some(12),
-                    19 => ::core::option::Option::Some(13),
-                    6..=7 => ::core::option::Option::Some(id as usize + 8),
-                    _ => ::core::option::Option::None,
-                }
-            }
-
             /// TrackEvent.category_iids.
             ///
             /// The elements of `repeated perfetto.protos.EventCategory event_categories = 1`.
             #[inline]
             pub fn event_categories(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<EventCategoryView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 0).map(EventCategoryView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 0, 1).map(EventCategoryView::decode)
             }
 
             /// TrackEvent.name_iid.
@@ -14819,7 +15204,7 @@ pub mod perfetto {
             /// The elements of `repeated perfetto.protos.EventName event_names = 2`.
             #[inline]
             pub fn event_names(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<EventNameView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 1).map(EventNameView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 1, 2).map(EventNameView::decode)
             }
 
             /// DebugAnnotation.name_iid.
@@ -14828,7 +15213,7 @@ pub mod perfetto {
             /// = 3`.
             #[inline]
             pub fn debug_annotation_names(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<DebugAnnotationNameView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 2).map(DebugAnnotationNameView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 2, 3).map(DebugAnnotationNameView::decode)
             }
 
             /// DebugAnnotation.proto_type_name_iid.
@@ -14837,7 +15222,7 @@ pub mod perfetto {
             /// debug_annotation_value_type_names = 27`.
             #[inline]
             pub fn debug_annotation_value_type_names(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<DebugAnnotationValueTypeNameView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 3).map(DebugAnnotationValueTypeNameView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 3, 27).map(DebugAnnotationValueTypeNameView::decode)
             }
 
             /// TrackEvent.source_location_iid.
@@ -14845,14 +15230,14 @@ pub mod perfetto {
             /// The elements of `repeated perfetto.protos.SourceLocation source_locations = 4`.
             #[inline]
             pub fn source_locations(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<SourceLocationView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 4).map(SourceLocationView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 4, 4).map(SourceLocationView::decode)
             }
 
             /// The elements of `repeated perfetto.protos.UnsymbolizedSourceLocation
             /// unsymbolized_source_locations = 28`.
             #[inline]
             pub fn unsymbolized_source_locations(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<UnsymbolizedSourceLocationView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 5).map(UnsymbolizedSourceLocationView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 5, 28).map(UnsymbolizedSourceLocationView::decode)
             }
 
             /// LogMessage.body_iid.
@@ -14860,7 +15245,7 @@ pub mod perfetto {
             /// The elements of `repeated perfetto.protos.LogMessageBody log_message_body = 20`.
             #[inline]
             pub fn log_message_body(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<LogMessageBodyView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 6).map(LogMessageBodyView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 6, 20).map(LogMessageBodyView::decode)
             }
 
             /// DebugAnnotation.string_value_iid.
@@ -14869,7 +15254,7 @@ pub mod perfetto {
             /// debug_annotation_string_values = 29`.
             #[inline]
             pub fn debug_annotation_string_values(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<InternedStringView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 7).map(InternedStringView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 7, 29).map(InternedStringView::decode)
             }
 
             /// TrackEvent.correlation_id_str_iid.
@@ -14877,7 +15262,7 @@ pub mod perfetto {
             /// The elements of `repeated perfetto.protos.InternedString correlation_id_str = 43`.
             #[inline]
             pub fn correlation_id_str(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<InternedStringView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 8).map(InternedStringView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 8, 43).map(InternedStringView::decode)
             }
 
             /// Build ids of executables (Mapping.build_id).
@@ -14885,7 +15270,7 @@ pub mod perfetto {
             /// The elements of `repeated perfetto.protos.InternedString build_ids = 16`.
             #[inline]
             pub fn build_ids(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<InternedStringView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 9).map(InternedStringView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 9, 16).map(InternedStringView::decode)
             }
 
             /// Path components of executables (Mapping.path_string_ids).
@@ -14893,7 +15278,7 @@ pub mod perfetto {
             /// The elements of `repeated perfetto.protos.InternedString mapping_paths = 17`.
             #[inline]
             pub fn mapping_paths(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<InternedStringView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 10).map(InternedStringView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 10, 17).map(InternedStringView::decode)
             }
 
             /// Source file paths (Frame.source_path_iid).
@@ -14901,7 +15286,7 @@ pub mod perfetto {
             /// The elements of `repeated perfetto.protos.InternedString source_paths = 18`.
             #[inline]
             pub fn source_paths(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<InternedStringView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 11).map(InternedStringView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 11, 18).map(InternedStringView::decode)
             }
 
             /// Function names (Frame.function_name_id).
@@ -14909,7 +15294,7 @@ pub mod perfetto {
             /// The elements of `repeated perfetto.protos.InternedString function_names = 5`.
             #[inline]
             pub fn function_names(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<InternedStringView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 12).map(InternedStringView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 12, 5).map(InternedStringView::decode)
             }
 
             /// Executable mappings (Frame.mapping_id).
@@ -14917,7 +15302,7 @@ pub mod perfetto {
             /// The elements of `repeated perfetto.protos.Mapping mappings = 19`.
             #[inline]
             pub fn mappings(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<MappingView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 13).map(MappingView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 13, 19).map(MappingView::decode)
             }
 
             /// Frames (Callstack.frame_ids).
@@ -14925,7 +15310,7 @@ pub mod perfetto {
             /// The elements of `repeated perfetto.protos.Frame frames = 6`.
             #[inline]
             pub fn frames(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<FrameView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 14).map(FrameView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 14, 6).map(FrameView::decode)
             }
 
             /// Call stacks (TrackEvent.callstack_iid).
@@ -14933,7 +15318,7 @@ pub mod perfetto {
             /// The elements of `repeated perfetto.protos.Callstack callstacks = 7`.
             #[inline]
             pub fn callstacks(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<CallstackView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 15).map(CallstackView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 15, 7).map(CallstackView::decode)
             }
         }
 
@@ -15046,43 +15431,47 @@ pub mod perfetto {
         /// Newer Perfetto versions add more members (6 and up) that Tachyon does not
         /// model.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.TracingServiceEvent`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-        /// never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.TracingServiceEvent`: [`Self::decode`]
+        /// walks the message once, keeping each singular field's value and where each repeated
+        /// field lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct TracingServiceEventView<'a> {
-            d: ::protozero::TypedDecoder<'a, 5>,
+            d: ::protozero::gen_support::Slots<'a, 5, 1, 0>,
         }
 
         impl<'a> TracingServiceEventView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        16 => d.varint(0, at)?,
+                        8 => d.varint(1, at)?,
+                        24 => d.varint(2, at)?,
+                        32 => d.varint(3, at)?,
+                        40 => d.varint(4, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    2 => ::core::option::Option::Some(0),
-                    1 => ::core::option::Option::Some(1),
-                    3..=5 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// Tracing started, before any producer was told about the session.
@@ -15099,7 +15488,7 @@ pub mod perfetto {
             /// Whether `tracing_started` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_tracing_started(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// All data sources acknowledged the start.
@@ -15116,7 +15505,7 @@ pub mod perfetto {
             /// Whether `all_data_sources_started` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_all_data_sources_started(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// A flush completed (successfully or not). Can repeat.
@@ -15133,7 +15522,7 @@ pub mod perfetto {
             /// Whether `all_data_sources_flushed` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_all_data_sources_flushed(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// A read-back of the central buffers finished. Repeats with
@@ -15151,7 +15540,7 @@ pub mod perfetto {
             /// Whether `read_tracing_buffers_completed` (field 4) occurs with the right wire type.
             #[inline]
             pub fn has_read_tracing_buffers_completed(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// Tracing stopped and all producer data reached the central buffers.
@@ -15168,7 +15557,7 @@ pub mod perfetto {
             /// Whether `tracing_disabled` (field 5) occurs with the right wire type.
             #[inline]
             pub fn has_tracing_disabled(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 4)
             }
         }
 
@@ -15198,38 +15587,40 @@ pub mod perfetto {
             }
         }
 
-        /// A zero-copy view of an encoded `perfetto.protos.Profiling`: its fields are indexed once
-        /// by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.Profiling`: [`Self::decode`] walks the
+        /// message once, keeping each singular field's value and where each repeated field lies,
+        /// and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct ProfilingView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> ProfilingView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -15552,44 +15943,51 @@ pub mod perfetto {
         /// interned call stack (InternedData.callstacks of the packet's sequence).
         /// The packet's timestamp is the sample's time.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.PerfSample`: its fields are indexed once
-        /// by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.PerfSample`: [`Self::decode`] walks the
+        /// message once, keeping each singular field's value and where each repeated field lies,
+        /// and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct PerfSampleView<'a> {
-            d: ::protozero::TypedDecoder<'a, 9>,
+            d: ::protozero::gen_support::Slots<'a, 9, 1, 0>,
         }
 
         impl<'a> PerfSampleView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        16 => d.varint(1, at)?,
+                        24 => d.varint(2, at)?,
+                        40 => d.varint(3, at)?,
+                        48 => d.varint(4, at)?,
+                        32 => d.varint(5, at)?,
+                        128 => d.varint(6, at)?,
+                        136 => d.varint(7, at)?,
+                        144 => d.varint(8, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=3 => ::core::option::Option::Some(id as usize - 1),
-                    5..=6 => ::core::option::Option::Some(id as usize - 2),
-                    4 => ::core::option::Option::Some(5),
-                    16..=18 => ::core::option::Option::Some(id as usize - 10),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional uint32 cpu = 1`.
@@ -15601,7 +15999,7 @@ pub mod perfetto {
             /// Whether `cpu` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_cpu(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The last occurrence, or the default, of `optional uint32 pid = 2`.
@@ -15613,7 +16011,7 @@ pub mod perfetto {
             /// Whether `pid` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_pid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// The last occurrence, or the default, of `optional uint32 tid = 3`.
@@ -15625,7 +16023,7 @@ pub mod perfetto {
             /// Whether `tid` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_tid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// The last occurrence, or the default, of `optional perfetto.protos.Profiling.CpuMode
@@ -15646,7 +16044,7 @@ pub mod perfetto {
             /// Whether `cpu_mode` (field 5) occurs with the right wire type.
             #[inline]
             pub fn has_cpu_mode(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// Value of the sampling event (e.g. ns of CPU time for a cpu-clock timer).
@@ -15660,7 +16058,7 @@ pub mod perfetto {
             /// Whether `timebase_count` (field 6) occurs with the right wire type.
             #[inline]
             pub fn has_timebase_count(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 4)
             }
 
             /// The last occurrence, or the default, of `optional uint64 callstack_iid = 4`.
@@ -15672,7 +16070,7 @@ pub mod perfetto {
             /// Whether `callstack_iid` (field 4) occurs with the right wire type.
             #[inline]
             pub fn has_callstack_iid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 5)
+                ::protozero::gen_support::has(&self.d, 5)
             }
 
             /// The last occurrence, or the default, of `perfetto.protos.Profiling.StackUnwindError
@@ -15696,7 +16094,7 @@ pub mod perfetto {
             /// Whether `unwind_error` (field 16) occurs with the right wire type.
             #[inline]
             pub fn has_unwind_error(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 6)
+                ::protozero::gen_support::has(&self.d, 6)
             }
 
             /// Not a sample: records the kernel lost in this CPU's ring buffer.
@@ -15710,7 +16108,7 @@ pub mod perfetto {
             /// Whether `kernel_records_lost` (field 17) occurs with the right wire type.
             #[inline]
             pub fn has_kernel_records_lost(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 7)
+                ::protozero::gen_support::has(&self.d, 7)
             }
 
             /// The last occurrence, or the default, of `perfetto.protos.PerfSample.SampleSkipReason
@@ -15735,7 +16133,7 @@ pub mod perfetto {
             /// Whether `sample_skipped_reason` (field 18) occurs with the right wire type.
             #[inline]
             pub fn has_sample_skipped_reason(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 8)
+                ::protozero::gen_support::has(&self.d, 8)
             }
         }
 
@@ -15850,41 +16248,44 @@ pub mod perfetto {
 
         /// An interned string (function name, build id, path component, ...).
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.InternedString`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.InternedString`: [`Self::decode`] walks
+        /// the message once, keeping each singular field's value and where each repeated field
+        /// lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct InternedStringView<'a> {
-            d: ::protozero::TypedDecoder<'a, 2>,
+            d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
         }
 
         impl<'a> InternedStringView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        18 => d.len(1, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=2 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional uint64 iid = 1`.
@@ -15896,7 +16297,7 @@ pub mod perfetto {
             /// Whether `iid` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_iid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// Raw bytes; not necessarily UTF-8.
@@ -15910,7 +16311,7 @@ pub mod perfetto {
             /// Whether `str` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_str(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
         }
 
@@ -16029,42 +16430,51 @@ pub mod perfetto {
 
         /// A memory mapping of an executable file in the process.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.Mapping`: its fields are indexed once by
-        /// [`Self::decode`] and read from the borrowed bytes by the getters, which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.Mapping`: [`Self::decode`] walks the
+        /// message once, keeping each singular field's value and where each repeated field lies,
+        /// and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct MappingView<'a> {
-            d: ::protozero::TypedDecoder<'a, 8>,
+            d: ::protozero::gen_support::Slots<'a, 7, 1, 1>,
         }
 
         impl<'a> MappingView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        16 => d.varint(1, at)?,
+                        64 => d.varint(2, at)?,
+                        24 => d.varint(3, at)?,
+                        32 => d.varint(4, at)?,
+                        40 => d.varint(5, at)?,
+                        48 => d.varint(6, at)?,
+                        56 => d.rep_varint(0, start, at)?,
+                        58 => d.rep_len(0, start, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=2 => ::core::option::Option::Some(id as usize - 1),
-                    8 => ::core::option::Option::Some(2),
-                    3..=7 => ::core::option::Option::Some(id as usize),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional uint64 iid = 1`.
@@ -16076,7 +16486,7 @@ pub mod perfetto {
             /// Whether `iid` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_iid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// iid of the build id (InternedData.build_ids).
@@ -16090,7 +16500,7 @@ pub mod perfetto {
             /// Whether `build_id` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_build_id(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// File offset of this mapping.
@@ -16104,7 +16514,7 @@ pub mod perfetto {
             /// Whether `exact_offset` (field 8) occurs with the right wire type.
             #[inline]
             pub fn has_exact_offset(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// File offset of the first mapping of the same file (0 for most .so).
@@ -16118,7 +16528,7 @@ pub mod perfetto {
             /// Whether `start_offset` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_start_offset(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// Address range.
@@ -16132,7 +16542,7 @@ pub mod perfetto {
             /// Whether `start` (field 4) occurs with the right wire type.
             #[inline]
             pub fn has_start(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 4)
             }
 
             /// The last occurrence, or the default, of `optional uint64 end = 5`.
@@ -16144,7 +16554,7 @@ pub mod perfetto {
             /// Whether `end` (field 5) occurs with the right wire type.
             #[inline]
             pub fn has_end(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 5)
+                ::protozero::gen_support::has(&self.d, 5)
             }
 
             /// p_vaddr - p_offset of the executable segment, to turn relative pcs
@@ -16159,7 +16569,7 @@ pub mod perfetto {
             /// Whether `load_bias` (field 6) occurs with the right wire type.
             #[inline]
             pub fn has_load_bias(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 6)
+                ::protozero::gen_support::has(&self.d, 6)
             }
 
             /// Path components, each an iid into InternedData.mapping_paths.
@@ -16167,7 +16577,7 @@ pub mod perfetto {
             /// The elements of `repeated uint64 path_string_ids = 7`.
             #[inline]
             pub fn path_string_ids(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_uint64(&self.d, 7)
+                ::protozero::gen_support::repeated_uint64(&self.d, 0, 7)
             }
         }
 
@@ -16286,40 +16696,50 @@ pub mod perfetto {
 
         /// One stack frame.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.Frame`: its fields are indexed once by
-        /// [`Self::decode`] and read from the borrowed bytes by the getters, which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.Frame`: [`Self::decode`] walks the
+        /// message once, keeping each singular field's value and where each repeated field lies,
+        /// and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct FrameView<'a> {
-            d: ::protozero::TypedDecoder<'a, 8>,
+            d: ::protozero::gen_support::Slots<'a, 8, 1, 0>,
         }
 
         impl<'a> FrameView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        16 => d.varint(1, at)?,
+                        24 => d.varint(2, at)?,
+                        32 => d.varint(3, at)?,
+                        40 => d.varint(4, at)?,
+                        48 => d.varint(5, at)?,
+                        56 => d.varint(6, at)?,
+                        66 => d.len(7, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=8 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional uint64 iid = 1`.
@@ -16331,7 +16751,7 @@ pub mod perfetto {
             /// Whether `iid` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_iid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// iid into InternedData.function_names (set when symbolized).
@@ -16345,7 +16765,7 @@ pub mod perfetto {
             /// Whether `function_name_id` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_function_name_id(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// iid of the Mapping that contains the pc. If set, rel_pc must be set.
@@ -16359,7 +16779,7 @@ pub mod perfetto {
             /// Whether `mapping_id` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_mapping_id(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// pc relative to the start of the mapping.
@@ -16373,7 +16793,7 @@ pub mod perfetto {
             /// Whether `rel_pc` (field 4) occurs with the right wire type.
             #[inline]
             pub fn has_rel_pc(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// iid into InternedData.source_paths.
@@ -16387,7 +16807,7 @@ pub mod perfetto {
             /// Whether `source_path_iid` (field 5) occurs with the right wire type.
             #[inline]
             pub fn has_source_path_iid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 4)
             }
 
             /// The last occurrence, or the default, of `optional uint32 line_number = 6`.
@@ -16399,7 +16819,7 @@ pub mod perfetto {
             /// Whether `line_number` (field 6) occurs with the right wire type.
             #[inline]
             pub fn has_line_number(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 5)
+                ::protozero::gen_support::has(&self.d, 5)
             }
 
             /// The last occurrence, or the default, of `perfetto.protos.Frame.Kind kind = 7`.
@@ -16422,7 +16842,7 @@ pub mod perfetto {
             /// Whether `kind` (field 7) occurs with the right wire type.
             #[inline]
             pub fn has_kind(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 6)
+                ::protozero::gen_support::has(&self.d, 6)
             }
 
             /// The last occurrence, or the default, of `string kind_str = 8`.
@@ -16447,7 +16867,7 @@ pub mod perfetto {
             /// Whether `kind_str` (field 8) occurs with the right wire type.
             #[inline]
             pub fn has_kind_str(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 7)
+                ::protozero::gen_support::has(&self.d, 7)
             }
         }
 
@@ -16580,41 +17000,45 @@ pub mod perfetto {
 
         /// A call stack: frame iids, outermost (bottom) frame first.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.Callstack`: its fields are indexed once
-        /// by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.Callstack`: [`Self::decode`] walks the
+        /// message once, keeping each singular field's value and where each repeated field lies,
+        /// and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct CallstackView<'a> {
-            d: ::protozero::TypedDecoder<'a, 2>,
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 1>,
         }
 
         impl<'a> CallstackView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        16 => d.rep_varint(0, start, at)?,
+                        18 => d.rep_len(0, start, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=2 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional uint64 iid = 1`.
@@ -16626,13 +17050,13 @@ pub mod perfetto {
             /// Whether `iid` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_iid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The elements of `repeated uint64 frame_ids = 2`.
             #[inline]
             pub fn frame_ids(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_uint64(&self.d, 1)
+                ::protozero::gen_support::repeated_uint64(&self.d, 0, 2)
             }
         }
 
@@ -16691,40 +17115,45 @@ pub mod perfetto {
 
         /// One source line of a symbolized address.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.Line`: its fields are indexed once by
-        /// [`Self::decode`] and read from the borrowed bytes by the getters, which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.Line`: [`Self::decode`] walks the
+        /// message once, keeping each singular field's value and where each repeated field lies,
+        /// and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct LineView<'a> {
-            d: ::protozero::TypedDecoder<'a, 3>,
+            d: ::protozero::gen_support::Slots<'a, 3, 1, 0>,
         }
 
         impl<'a> LineView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.len(0, at)?,
+                        18 => d.len(1, at)?,
+                        24 => d.varint(2, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=3 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional string function_name = 1`.
@@ -16746,7 +17175,7 @@ pub mod perfetto {
             /// Whether `function_name` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_function_name(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The last occurrence, or the default, of `optional string source_file_name = 2`.
@@ -16768,7 +17197,7 @@ pub mod perfetto {
             /// Whether `source_file_name` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_source_file_name(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// The last occurrence, or the default, of `optional uint32 line_number = 3`.
@@ -16780,7 +17209,7 @@ pub mod perfetto {
             /// Whether `line_number` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_line_number(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 2)
             }
         }
 
@@ -16836,41 +17265,44 @@ pub mod perfetto {
         /// The symbols of one address (Frame.rel_pc) of a module: the outermost
         /// function first, then the functions inlined into it, innermost last.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.AddressSymbols`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.AddressSymbols`: [`Self::decode`] walks
+        /// the message once, keeping each singular field's value and where each repeated field
+        /// lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct AddressSymbolsView<'a> {
-            d: ::protozero::TypedDecoder<'a, 2>,
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 1>,
         }
 
         impl<'a> AddressSymbolsView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        18 => d.rep_len(0, start, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=2 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional uint64 address = 1`.
@@ -16882,13 +17314,13 @@ pub mod perfetto {
             /// Whether `address` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_address(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The elements of `repeated perfetto.protos.Line lines = 2`.
             #[inline]
             pub fn lines(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<LineView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 1).map(LineView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 0, 2).map(LineView::decode)
             }
         }
 
@@ -16953,41 +17385,45 @@ pub mod perfetto {
 
         /// Symbols of one binary, matched to the trace's mappings by path and build id.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.ModuleSymbols`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.ModuleSymbols`: [`Self::decode`] walks
+        /// the message once, keeping each singular field's value and where each repeated field
+        /// lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct ModuleSymbolsView<'a> {
-            d: ::protozero::TypedDecoder<'a, 3>,
+            d: ::protozero::gen_support::Slots<'a, 2, 1, 1>,
         }
 
         impl<'a> ModuleSymbolsView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.len(0, at)?,
+                        18 => d.len(1, at)?,
+                        26 => d.rep_len(0, start, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=3 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional string path = 1`.
@@ -17009,7 +17445,7 @@ pub mod perfetto {
             /// Whether `path` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_path(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The raw build id bytes (Perfetto declares it `string` and stores raw
@@ -17024,13 +17460,13 @@ pub mod perfetto {
             /// Whether `build_id` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_build_id(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// The elements of `repeated perfetto.protos.AddressSymbols address_symbols = 3`.
             #[inline]
             pub fn address_symbols(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<AddressSymbolsView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 2).map(AddressSymbolsView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 0, 3).map(AddressSymbolsView::decode)
             }
         }
 
@@ -17161,27 +17597,43 @@ pub mod perfetto {
         /// StreamingFree, Profiling, PerfSample, PerfSampleDefaults, SmapsPacket
         /// (other profilers' packets).
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.ProfilePacket`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.ProfilePacket`: [`Self::decode`] walks
+        /// the message once, keeping each singular field's value and where each repeated field
+        /// lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct ProfilePacketView<'a> {
-            d: ::protozero::TypedDecoder<'a, 7>,
+            d: ::protozero::gen_support::Slots<'a, 2, 1, 5>,
         }
 
         impl<'a> ProfilePacketView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.rep_len(0, start, at)?,
+                        34 => d.rep_len(1, start, at)?,
+                        18 => d.rep_len(2, start, at)?,
+                        26 => d.rep_len(3, start, at)?,
+                        42 => d.rep_len(4, start, at)?,
+                        48 => d.varint(0, at)?,
+                        56 => d.varint(1, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
@@ -17190,48 +17642,37 @@ pub mod perfetto {
                 self.d.bytes()
             }
 
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    4 => ::core::option::Option::Some(1),
-                    2..=3 => ::core::option::Option::Some(id as usize),
-                    5..=7 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
-            }
-
             /// Strings the mappings and frames of this dump refer to (iid 0 is "").
             ///
             /// The elements of `repeated perfetto.protos.InternedString strings = 1`.
             #[inline]
             pub fn strings(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<InternedStringView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 0).map(InternedStringView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 0, 1).map(InternedStringView::decode)
             }
 
             /// The elements of `repeated perfetto.protos.Mapping mappings = 4`.
             #[inline]
             pub fn mappings(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<MappingView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 1).map(MappingView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 1, 4).map(MappingView::decode)
             }
 
             /// The elements of `repeated perfetto.protos.Frame frames = 2`.
             #[inline]
             pub fn frames(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<FrameView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 2).map(FrameView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 2, 2).map(FrameView::decode)
             }
 
             /// The elements of `repeated perfetto.protos.Callstack callstacks = 3`.
             #[inline]
             pub fn callstacks(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<CallstackView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 3).map(CallstackView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 3, 3).map(CallstackView::decode)
             }
 
             /// The elements of `repeated perfetto.protos.ProfilePacket.ProcessHeapSamples
             /// process_dumps = 5`.
             #[inline]
             pub fn process_dumps(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<profile_packet::ProcessHeapSamplesView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 4).map(profile_packet::ProcessHeapSamplesView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 4, 5).map(profile_packet::ProcessHeapSamplesView::decode)
             }
 
             /// More packets of the same dump follow.
@@ -17239,13 +17680,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional bool continued = 6`.
             #[inline]
             pub fn continued(&self) -> bool {
-                ::protozero::gen_support::bool(&self.d, 5, false)
+                ::protozero::gen_support::bool(&self.d, 0, false)
             }
 
             /// Whether `continued` (field 6) occurs with the right wire type.
             #[inline]
             pub fn has_continued(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 5)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// Packet index on this sequence, from 0: a gap means a lost packet.
@@ -17253,13 +17694,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint64 index = 7`.
             #[inline]
             pub fn index(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 6, 0)
+                ::protozero::gen_support::uint64(&self.d, 1, 0)
             }
 
             /// Whether `index` (field 7) occurs with the right wire type.
             #[inline]
             pub fn has_index(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 6)
+                ::protozero::gen_support::has(&self.d, 1)
             }
         }
 
@@ -17366,43 +17807,51 @@ pub mod perfetto {
             /// Totals for one call stack since the profile started (cumulative: a
             /// reader turns consecutive dumps into deltas).
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.ProfilePacket.HeapSample`: its
-            /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.ProfilePacket.HeapSample`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct HeapSampleView<'a> {
-                d: ::protozero::TypedDecoder<'a, 8>,
+                d: ::protozero::gen_support::Slots<'a, 8, 1, 0>,
             }
 
             impl<'a> HeapSampleView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            16 => d.varint(1, at)?,
+                            24 => d.varint(2, at)?,
+                            64 => d.varint(3, at)?,
+                            72 => d.varint(4, at)?,
+                            32 => d.varint(5, at)?,
+                            40 => d.varint(6, at)?,
+                            48 => d.varint(7, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=3 => ::core::option::Option::Some(id as usize - 1),
-                        8..=9 => ::core::option::Option::Some(id as usize - 5),
-                        4..=6 => ::core::option::Option::Some(id as usize + 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 callstack_id = 1`.
@@ -17414,7 +17863,7 @@ pub mod perfetto {
                 /// Whether `callstack_id` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_callstack_id(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// Bytes allocated and freed at this call stack.
@@ -17428,7 +17877,7 @@ pub mod perfetto {
                 /// Whether `self_allocated` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_self_allocated(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 self_freed = 3`.
@@ -17440,7 +17889,7 @@ pub mod perfetto {
                 /// Whether `self_freed` (field 3) occurs with the right wire type.
                 #[inline]
                 pub fn has_self_freed(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 2)
+                    ::protozero::gen_support::has(&self.d, 2)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 self_max = 8`.
@@ -17452,7 +17901,7 @@ pub mod perfetto {
                 /// Whether `self_max` (field 8) occurs with the right wire type.
                 #[inline]
                 pub fn has_self_max(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 3)
+                    ::protozero::gen_support::has(&self.d, 3)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 self_max_count = 9`.
@@ -17464,7 +17913,7 @@ pub mod perfetto {
                 /// Whether `self_max_count` (field 9) occurs with the right wire type.
                 #[inline]
                 pub fn has_self_max_count(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 4)
+                    ::protozero::gen_support::has(&self.d, 4)
                 }
 
                 /// Time of the last allocation seen at this call stack.
@@ -17478,7 +17927,7 @@ pub mod perfetto {
                 /// Whether `timestamp` (field 4) occurs with the right wire type.
                 #[inline]
                 pub fn has_timestamp(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 5)
+                    ::protozero::gen_support::has(&self.d, 5)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 alloc_count = 5`.
@@ -17490,7 +17939,7 @@ pub mod perfetto {
                 /// Whether `alloc_count` (field 5) occurs with the right wire type.
                 #[inline]
                 pub fn has_alloc_count(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 6)
+                    ::protozero::gen_support::has(&self.d, 6)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 free_count = 6`.
@@ -17502,7 +17951,7 @@ pub mod perfetto {
                 /// Whether `free_count` (field 6) occurs with the right wire type.
                 #[inline]
                 pub fn has_free_count(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 7)
+                    ::protozero::gen_support::has(&self.d, 7)
                 }
             }
 
@@ -17545,27 +17994,38 @@ pub mod perfetto {
                 }
             }
 
-            /// A zero-copy view of an encoded `perfetto.protos.ProfilePacket.Histogram`: its fields
-            /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.ProfilePacket.Histogram`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct HistogramView<'a> {
-                d: ::protozero::TypedDecoder<'a, 1>,
+                d: ::protozero::gen_support::Slots<'a, 0, 0, 1>,
             }
 
             impl<'a> HistogramView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            10 => d.rep_len(0, start, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
@@ -17574,19 +18034,11 @@ pub mod perfetto {
                     self.d.bytes()
                 }
 
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1 => ::core::option::Option::Some(0),
-                        _ => ::core::option::Option::None,
-                    }
-                }
-
                 /// The elements of `repeated perfetto.protos.ProfilePacket.Histogram.Bucket buckets
                 /// = 1`.
                 #[inline]
                 pub fn buckets(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<histogram::BucketView<'a>, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_bytes(&self.d, 0).map(histogram::BucketView::decode)
+                    ::protozero::gen_support::repeated_bytes(&self.d, 0, 1).map(histogram::BucketView::decode)
                 }
             }
 
@@ -17648,40 +18100,45 @@ pub mod perfetto {
                 }
 
                 /// A zero-copy view of an encoded `perfetto.protos.ProfilePacket.Histogram.Bucket`:
-                /// its fields are indexed once by [`Self::decode`] and read from the borrowed bytes
-                /// by the getters, which never allocate.
+                /// [`Self::decode`] walks the message once, keeping each singular field's value and
+                /// where each repeated field lies, and the getters read from that and the borrowed
+                /// bytes; they never allocate.
                 ///
                 /// A singular field reads its last occurrence (the default when absent); repeated
                 /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
                 /// does not match the declared type is skipped like an unknown field.
                 #[derive(Clone, Debug)]
                 pub struct BucketView<'a> {
-                    d: ::protozero::TypedDecoder<'a, 3>,
+                    d: ::protozero::gen_support::Slots<'a, 3, 1, 0>,
                 }
 
                 impl<'a> BucketView<'a> {
-                    /// Indexes the fields of `bytes`, skipping unknown ones.
+                    /// Reads the fields of `bytes`, skipping unknown ones.
                     ///
                     /// # Errors
                     ///
                     /// The first malformation if `bytes` is not a well-formed protobuf message.
                     #[inline]
                     pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                        ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                        let mut d = ::protozero::gen_support::Slots::new(bytes);
+                        let mut pos = 0;
+                        while pos < bytes.len() {
+                            let start = pos;
+                            let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                            pos = match tag {
+                                8 => d.varint(0, at)?,
+                                16 => d.varint(1, at)?,
+                                24 => d.varint(2, at)?,
+                                _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                            };
+                        }
+                        ::core::result::Result::Ok(Self { d })
                     }
 
                     /// The encoded message this view reads.
                     #[inline]
                     pub fn bytes(&self) -> &'a [u8] {
                         self.d.bytes()
-                    }
-
-                    #[inline]
-                    fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                        match id {
-                            1..=3 => ::core::option::Option::Some(id as usize - 1),
-                            _ => ::core::option::Option::None,
-                        }
                     }
 
                     /// Inclusive upper bound; ignored when max_bucket is set.
@@ -17695,7 +18152,7 @@ pub mod perfetto {
                     /// Whether `upper_limit` (field 1) occurs with the right wire type.
                     #[inline]
                     pub fn has_upper_limit(&self) -> bool {
-                        ::protozero::gen_support::has_varint(&self.d, 0)
+                        ::protozero::gen_support::has(&self.d, 0)
                     }
 
                     /// The bucket without an upper bound.
@@ -17709,7 +18166,7 @@ pub mod perfetto {
                     /// Whether `max_bucket` (field 2) occurs with the right wire type.
                     #[inline]
                     pub fn has_max_bucket(&self) -> bool {
-                        ::protozero::gen_support::has_varint(&self.d, 1)
+                        ::protozero::gen_support::has(&self.d, 1)
                     }
 
                     /// The last occurrence, or the default, of `optional uint64 count = 3`.
@@ -17721,7 +18178,7 @@ pub mod perfetto {
                     /// Whether `count` (field 3) occurs with the right wire type.
                     #[inline]
                     pub fn has_count(&self) -> bool {
-                        ::protozero::gen_support::has_varint(&self.d, 2)
+                        ::protozero::gen_support::has(&self.d, 2)
                     }
                 }
             }
@@ -17804,41 +18261,49 @@ pub mod perfetto {
                 }
             }
 
-            /// A zero-copy view of an encoded `perfetto.protos.ProfilePacket.ProcessStats`: its
-            /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.ProfilePacket.ProcessStats`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct ProcessStatsView<'a> {
-                d: ::protozero::TypedDecoder<'a, 6>,
+                d: ::protozero::gen_support::Slots<'a, 6, 1, 0>,
             }
 
             impl<'a> ProcessStatsView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            16 => d.varint(1, at)?,
+                            24 => d.varint(2, at)?,
+                            34 => d.len(3, at)?,
+                            40 => d.varint(4, at)?,
+                            48 => d.varint(5, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=6 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 unwinding_errors = 1`.
@@ -17850,7 +18315,7 @@ pub mod perfetto {
                 /// Whether `unwinding_errors` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_unwinding_errors(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 heap_samples = 2`.
@@ -17862,7 +18327,7 @@ pub mod perfetto {
                 /// Whether `heap_samples` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_heap_samples(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 map_reparses = 3`.
@@ -17874,7 +18339,7 @@ pub mod perfetto {
                 /// Whether `map_reparses` (field 3) occurs with the right wire type.
                 #[inline]
                 pub fn has_map_reparses(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 2)
+                    ::protozero::gen_support::has(&self.d, 2)
                 }
 
                 /// The last occurrence (an empty message when absent) of `optional
@@ -17891,7 +18356,7 @@ pub mod perfetto {
                 /// Whether `unwinding_time_us` (field 4) occurs with the right wire type.
                 #[inline]
                 pub fn has_unwinding_time_us(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 3)
+                    ::protozero::gen_support::has(&self.d, 3)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 total_unwinding_time_us
@@ -17904,7 +18369,7 @@ pub mod perfetto {
                 /// Whether `total_unwinding_time_us` (field 5) occurs with the right wire type.
                 #[inline]
                 pub fn has_total_unwinding_time_us(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 4)
+                    ::protozero::gen_support::has(&self.d, 4)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64
@@ -17917,7 +18382,7 @@ pub mod perfetto {
                 /// Whether `client_spinlock_blocked_us` (field 6) occurs with the right wire type.
                 #[inline]
                 pub fn has_client_spinlock_blocked_us(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 5)
+                    ::protozero::gen_support::has(&self.d, 5)
                 }
             }
 
@@ -18106,49 +18571,57 @@ pub mod perfetto {
             }
 
             /// A zero-copy view of an encoded `perfetto.protos.ProfilePacket.ProcessHeapSamples`:
-            /// its fields are indexed once by [`Self::decode`] and read from the borrowed bytes by
-            /// the getters, which never allocate.
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct ProcessHeapSamplesView<'a> {
-                d: ::protozero::TypedDecoder<'a, 15>,
+                d: ::protozero::gen_support::Slots<'a, 14, 1, 1>,
             }
 
             impl<'a> ProcessHeapSamplesView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            24 => d.varint(1, at)?,
+                            32 => d.varint(2, at)?,
+                            48 => d.varint(3, at)?,
+                            56 => d.varint(4, at)?,
+                            112 => d.varint(5, at)?,
+                            64 => d.varint(6, at)?,
+                            80 => d.varint(7, at)?,
+                            90 => d.len(8, at)?,
+                            96 => d.varint(9, at)?,
+                            104 => d.varint(10, at)?,
+                            72 => d.varint(11, at)?,
+                            120 => d.varint(12, at)?,
+                            42 => d.len(13, at)?,
+                            18 => d.rep_len(0, start, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1 => ::core::option::Option::Some(0),
-                        3..=4 => ::core::option::Option::Some(id as usize - 2),
-                        6..=7 => ::core::option::Option::Some(id as usize - 3),
-                        14 => ::core::option::Option::Some(5),
-                        8 => ::core::option::Option::Some(6),
-                        10..=13 => ::core::option::Option::Some(id as usize - 3),
-                        9 => ::core::option::Option::Some(11),
-                        15 => ::core::option::Option::Some(12),
-                        5 => ::core::option::Option::Some(13),
-                        2 => ::core::option::Option::Some(14),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 pid = 1`.
@@ -18160,7 +18633,7 @@ pub mod perfetto {
                 /// Whether `pid` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_pid(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// The process was profiled from its start.
@@ -18175,7 +18648,7 @@ pub mod perfetto {
                 /// Whether `from_startup` (field 3) occurs with the right wire type.
                 #[inline]
                 pub fn has_from_startup(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// Another profiling session already had this process.
@@ -18189,7 +18662,7 @@ pub mod perfetto {
                 /// Whether `rejected_concurrent` (field 4) occurs with the right wire type.
                 #[inline]
                 pub fn has_rejected_concurrent(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 2)
+                    ::protozero::gen_support::has(&self.d, 2)
                 }
 
                 /// The client went away before the end of the session.
@@ -18203,7 +18676,7 @@ pub mod perfetto {
                 /// Whether `disconnected` (field 6) occurs with the right wire type.
                 #[inline]
                 pub fn has_disconnected(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 3)
+                    ::protozero::gen_support::has(&self.d, 3)
                 }
 
                 /// Records were lost because the client's buffer was full.
@@ -18217,7 +18690,7 @@ pub mod perfetto {
                 /// Whether `buffer_overran` (field 7) occurs with the right wire type.
                 #[inline]
                 pub fn has_buffer_overran(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 4)
+                    ::protozero::gen_support::has(&self.d, 4)
                 }
 
                 /// The last occurrence, or the default, of `optional
@@ -18238,7 +18711,7 @@ pub mod perfetto {
                 /// Whether `client_error` (field 14) occurs with the right wire type.
                 #[inline]
                 pub fn has_client_error(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 5)
+                    ::protozero::gen_support::has(&self.d, 5)
                 }
 
                 /// The client's buffer was found corrupted.
@@ -18252,7 +18725,7 @@ pub mod perfetto {
                 /// Whether `buffer_corrupted` (field 8) occurs with the right wire type.
                 #[inline]
                 pub fn has_buffer_corrupted(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 6)
+                    ::protozero::gen_support::has(&self.d, 6)
                 }
 
                 /// The profile hit a memory or CPU guardrail.
@@ -18266,7 +18739,7 @@ pub mod perfetto {
                 /// Whether `hit_guardrail` (field 10) occurs with the right wire type.
                 #[inline]
                 pub fn has_hit_guardrail(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 7)
+                    ::protozero::gen_support::has(&self.d, 7)
                 }
 
                 /// The heap (allocator or pool) this dump describes, e.g. "libc.malloc".
@@ -18290,7 +18763,7 @@ pub mod perfetto {
                 /// Whether `heap_name` (field 11) occurs with the right wire type.
                 #[inline]
                 pub fn has_heap_name(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 8)
+                    ::protozero::gen_support::has(&self.d, 8)
                 }
 
                 /// Sampling interval in bytes (1: every allocation).
@@ -18305,7 +18778,7 @@ pub mod perfetto {
                 /// Whether `sampling_interval_bytes` (field 12) occurs with the right wire type.
                 #[inline]
                 pub fn has_sampling_interval_bytes(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 9)
+                    ::protozero::gen_support::has(&self.d, 9)
                 }
 
                 /// The interval asked for, when it was adjusted.
@@ -18321,7 +18794,7 @@ pub mod perfetto {
                 /// type.
                 #[inline]
                 pub fn has_orig_sampling_interval_bytes(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 10)
+                    ::protozero::gen_support::has(&self.d, 10)
                 }
 
                 /// End of the window the dump describes, on CLOCK_MONOTONIC_COARSE.
@@ -18335,7 +18808,7 @@ pub mod perfetto {
                 /// Whether `timestamp` (field 9) occurs with the right wire type.
                 #[inline]
                 pub fn has_timestamp(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 11)
+                    ::protozero::gen_support::has(&self.d, 11)
                 }
 
                 /// Start of the window, on CLOCK_MONOTONIC_COARSE.
@@ -18349,7 +18822,7 @@ pub mod perfetto {
                 /// Whether `start_timestamp` (field 15) occurs with the right wire type.
                 #[inline]
                 pub fn has_start_timestamp(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 12)
+                    ::protozero::gen_support::has(&self.d, 12)
                 }
 
                 /// The last occurrence (an empty message when absent) of `optional
@@ -18366,13 +18839,13 @@ pub mod perfetto {
                 /// Whether `stats` (field 5) occurs with the right wire type.
                 #[inline]
                 pub fn has_stats(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 13)
+                    ::protozero::gen_support::has(&self.d, 13)
                 }
 
                 /// The elements of `repeated perfetto.protos.ProfilePacket.HeapSample samples = 2`.
                 #[inline]
                 pub fn samples(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<HeapSampleView<'a>, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_bytes(&self.d, 14).map(HeapSampleView::decode)
+                    ::protozero::gen_support::repeated_bytes(&self.d, 0, 2).map(HeapSampleView::decode)
                 }
             }
 
@@ -18508,8 +18981,9 @@ pub mod perfetto {
         /// timestamp_delta_us; the deltas also advance the reference timestamp that
         /// TrackEvents' timestamp_delta_us build on.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.StreamingProfilePacket`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
+        /// A zero-copy view of an encoded `perfetto.protos.StreamingProfilePacket`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
         /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
@@ -18517,18 +18991,32 @@ pub mod perfetto {
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct StreamingProfilePacketView<'a> {
-            d: ::protozero::TypedDecoder<'a, 3>,
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 2>,
         }
 
         impl<'a> StreamingProfilePacketView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.rep_varint(0, start, at)?,
+                        10 => d.rep_len(0, start, at)?,
+                        16 => d.rep_varint(1, start, at)?,
+                        18 => d.rep_len(1, start, at)?,
+                        24 => d.varint(0, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
@@ -18537,38 +19025,30 @@ pub mod perfetto {
                 self.d.bytes()
             }
 
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=3 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
-            }
-
             /// Index into InternedData.callstacks.
             ///
             /// The elements of `repeated uint64 callstack_iid = 1`.
             #[inline]
             pub fn callstack_iid(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_uint64(&self.d, 0)
+                ::protozero::gen_support::repeated_uint64(&self.d, 0, 1)
             }
 
             /// The elements of `repeated int64 timestamp_delta_us = 2`.
             #[inline]
             pub fn timestamp_delta_us(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_int64(&self.d, 1)
+                ::protozero::gen_support::repeated_int64(&self.d, 1, 2)
             }
 
             /// The last occurrence, or the default, of `optional int32 process_priority = 3`.
             #[inline]
             pub fn process_priority(&self) -> i32 {
-                ::protozero::gen_support::int32(&self.d, 2, 0)
+                ::protozero::gen_support::int32(&self.d, 0, 0)
             }
 
             /// Whether `process_priority` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_process_priority(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 0)
             }
         }
 
@@ -18636,27 +19116,38 @@ pub mod perfetto {
         ///
         /// Not modelled: Thread's numbers 2-4 (reserved upstream).
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.ProcessStats`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.ProcessStats`: [`Self::decode`] walks
+        /// the message once, keeping each singular field's value and where each repeated field
+        /// lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct ProcessStatsView<'a> {
-            d: ::protozero::TypedDecoder<'a, 2>,
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 1>,
         }
 
         impl<'a> ProcessStatsView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.rep_len(0, start, at)?,
+                        16 => d.varint(0, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
@@ -18665,18 +19156,10 @@ pub mod perfetto {
                 self.d.bytes()
             }
 
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=2 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
-            }
-
             /// The elements of `repeated perfetto.protos.ProcessStats.Process processes = 1`.
             #[inline]
             pub fn processes(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<process_stats::ProcessView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 0).map(process_stats::ProcessView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 0, 1).map(process_stats::ProcessView::decode)
             }
 
             /// When polling finished; the packet timestamp is when it began.
@@ -18685,13 +19168,13 @@ pub mod perfetto {
             /// 2`.
             #[inline]
             pub fn collection_end_timestamp(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 1, 0)
+                ::protozero::gen_support::uint64(&self.d, 0, 0)
             }
 
             /// Whether `collection_end_timestamp` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_collection_end_timestamp(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 0)
             }
         }
 
@@ -18736,41 +19219,44 @@ pub mod perfetto {
 
             /// A thread of the process (its fields are deprecated upstream).
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.ProcessStats.Thread`: its fields are
-            /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
-            /// which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.ProcessStats.Thread`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct ThreadView<'a> {
-                d: ::protozero::TypedDecoder<'a, 1>,
+                d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
             }
 
             impl<'a> ThreadView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1 => ::core::option::Option::Some(0),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional int32 tid = 1`.
@@ -18782,7 +19268,7 @@ pub mod perfetto {
                 /// Whether `tid` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_tid(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
             }
 
@@ -18833,41 +19319,45 @@ pub mod perfetto {
 
             /// One open file descriptor.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.ProcessStats.FDInfo`: its fields are
-            /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
-            /// which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.ProcessStats.FDInfo`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct FDInfoView<'a> {
-                d: ::protozero::TypedDecoder<'a, 2>,
+                d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
             }
 
             impl<'a> FDInfoView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            18 => d.len(1, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=2 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 fd = 1`.
@@ -18879,7 +19369,7 @@ pub mod perfetto {
                 /// Whether `fd` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_fd(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// The last occurrence, or the default, of `optional string path = 2`.
@@ -18901,7 +19391,7 @@ pub mod perfetto {
                 /// Whether `path` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_path(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
             }
 
@@ -19149,47 +19639,67 @@ pub mod perfetto {
                 }
             }
 
-            /// A zero-copy view of an encoded `perfetto.protos.ProcessStats.Process`: its fields
-            /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.ProcessStats.Process`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct ProcessView<'a> {
-                d: ::protozero::TypedDecoder<'a, 24>,
+                d: ::protozero::gen_support::Slots<'a, 22, 1, 2>,
             }
 
             impl<'a> ProcessView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            90 => d.rep_len(0, start, at)?,
+                            16 => d.varint(1, at)?,
+                            24 => d.varint(2, at)?,
+                            32 => d.varint(3, at)?,
+                            40 => d.varint(4, at)?,
+                            48 => d.varint(5, at)?,
+                            56 => d.varint(6, at)?,
+                            64 => d.varint(7, at)?,
+                            72 => d.varint(8, at)?,
+                            80 => d.varint(9, at)?,
+                            96 => d.varint(10, at)?,
+                            104 => d.varint(11, at)?,
+                            112 => d.varint(12, at)?,
+                            122 => d.rep_len(1, start, at)?,
+                            128 => d.varint(13, at)?,
+                            136 => d.varint(14, at)?,
+                            144 => d.varint(15, at)?,
+                            152 => d.varint(16, at)?,
+                            160 => d.varint(17, at)?,
+                            184 => d.varint(18, at)?,
+                            168 => d.varint(19, at)?,
+                            176 => d.varint(20, at)?,
+                            192 => d.varint(21, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1 => ::core::option::Option::Some(0),
-                        11 => ::core::option::Option::Some(1),
-                        2..=10 => ::core::option::Option::Some(id as usize),
-                        12..=20 => ::core::option::Option::Some(id as usize - 1),
-                        23 => ::core::option::Option::Some(20),
-                        21..=22 => ::core::option::Option::Some(id as usize),
-                        24 => ::core::option::Option::Some(23),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional int32 pid = 1`.
@@ -19201,13 +19711,13 @@ pub mod perfetto {
                 /// Whether `pid` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_pid(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// The elements of `repeated perfetto.protos.ProcessStats.Thread threads = 11`.
                 #[inline]
                 pub fn threads(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<ThreadView<'a>, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_bytes(&self.d, 1).map(ThreadView::decode)
+                    ::protozero::gen_support::repeated_bytes(&self.d, 0, 11).map(ThreadView::decode)
                 }
 
                 /// From /proc/PID/status, in KiB.
@@ -19215,85 +19725,85 @@ pub mod perfetto {
                 /// The last occurrence, or the default, of `optional uint64 vm_size_kb = 2`.
                 #[inline]
                 pub fn vm_size_kb(&self) -> u64 {
-                    ::protozero::gen_support::uint64(&self.d, 2, 0)
+                    ::protozero::gen_support::uint64(&self.d, 1, 0)
                 }
 
                 /// Whether `vm_size_kb` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_vm_size_kb(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 2)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 vm_rss_kb = 3`.
                 #[inline]
                 pub fn vm_rss_kb(&self) -> u64 {
-                    ::protozero::gen_support::uint64(&self.d, 3, 0)
+                    ::protozero::gen_support::uint64(&self.d, 2, 0)
                 }
 
                 /// Whether `vm_rss_kb` (field 3) occurs with the right wire type.
                 #[inline]
                 pub fn has_vm_rss_kb(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 3)
+                    ::protozero::gen_support::has(&self.d, 2)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 rss_anon_kb = 4`.
                 #[inline]
                 pub fn rss_anon_kb(&self) -> u64 {
-                    ::protozero::gen_support::uint64(&self.d, 4, 0)
+                    ::protozero::gen_support::uint64(&self.d, 3, 0)
                 }
 
                 /// Whether `rss_anon_kb` (field 4) occurs with the right wire type.
                 #[inline]
                 pub fn has_rss_anon_kb(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 4)
+                    ::protozero::gen_support::has(&self.d, 3)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 rss_file_kb = 5`.
                 #[inline]
                 pub fn rss_file_kb(&self) -> u64 {
-                    ::protozero::gen_support::uint64(&self.d, 5, 0)
+                    ::protozero::gen_support::uint64(&self.d, 4, 0)
                 }
 
                 /// Whether `rss_file_kb` (field 5) occurs with the right wire type.
                 #[inline]
                 pub fn has_rss_file_kb(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 5)
+                    ::protozero::gen_support::has(&self.d, 4)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 rss_shmem_kb = 6`.
                 #[inline]
                 pub fn rss_shmem_kb(&self) -> u64 {
-                    ::protozero::gen_support::uint64(&self.d, 6, 0)
+                    ::protozero::gen_support::uint64(&self.d, 5, 0)
                 }
 
                 /// Whether `rss_shmem_kb` (field 6) occurs with the right wire type.
                 #[inline]
                 pub fn has_rss_shmem_kb(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 6)
+                    ::protozero::gen_support::has(&self.d, 5)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 vm_swap_kb = 7`.
                 #[inline]
                 pub fn vm_swap_kb(&self) -> u64 {
-                    ::protozero::gen_support::uint64(&self.d, 7, 0)
+                    ::protozero::gen_support::uint64(&self.d, 6, 0)
                 }
 
                 /// Whether `vm_swap_kb` (field 7) occurs with the right wire type.
                 #[inline]
                 pub fn has_vm_swap_kb(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 7)
+                    ::protozero::gen_support::has(&self.d, 6)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 vm_locked_kb = 8`.
                 #[inline]
                 pub fn vm_locked_kb(&self) -> u64 {
-                    ::protozero::gen_support::uint64(&self.d, 8, 0)
+                    ::protozero::gen_support::uint64(&self.d, 7, 0)
                 }
 
                 /// Whether `vm_locked_kb` (field 8) occurs with the right wire type.
                 #[inline]
                 pub fn has_vm_locked_kb(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 8)
+                    ::protozero::gen_support::has(&self.d, 7)
                 }
 
                 /// Peak RSS.
@@ -19301,13 +19811,13 @@ pub mod perfetto {
                 /// The last occurrence, or the default, of `optional uint64 vm_hwm_kb = 9`.
                 #[inline]
                 pub fn vm_hwm_kb(&self) -> u64 {
-                    ::protozero::gen_support::uint64(&self.d, 9, 0)
+                    ::protozero::gen_support::uint64(&self.d, 8, 0)
                 }
 
                 /// Whether `vm_hwm_kb` (field 9) occurs with the right wire type.
                 #[inline]
                 pub fn has_vm_hwm_kb(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 9)
+                    ::protozero::gen_support::has(&self.d, 8)
                 }
 
                 /// /proc/PID/oom_score_adj.
@@ -19315,13 +19825,13 @@ pub mod perfetto {
                 /// The last occurrence, or the default, of `optional int64 oom_score_adj = 10`.
                 #[inline]
                 pub fn oom_score_adj(&self) -> i64 {
-                    ::protozero::gen_support::int64(&self.d, 10, 0)
+                    ::protozero::gen_support::int64(&self.d, 9, 0)
                 }
 
                 /// Whether `oom_score_adj` (field 10) occurs with the right wire type.
                 #[inline]
                 pub fn has_oom_score_adj(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 10)
+                    ::protozero::gen_support::has(&self.d, 9)
                 }
 
                 /// Whether the peak RSS can be reset (and the writer resets it after each
@@ -19331,13 +19841,13 @@ pub mod perfetto {
                 /// 12`.
                 #[inline]
                 pub fn is_peak_rss_resettable(&self) -> bool {
-                    ::protozero::gen_support::bool(&self.d, 11, false)
+                    ::protozero::gen_support::bool(&self.d, 10, false)
                 }
 
                 /// Whether `is_peak_rss_resettable` (field 12) occurs with the right wire type.
                 #[inline]
                 pub fn has_is_peak_rss_resettable(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 11)
+                    ::protozero::gen_support::has(&self.d, 10)
                 }
 
                 /// Chrome's own memory measurements.
@@ -19346,34 +19856,34 @@ pub mod perfetto {
                 /// chrome_private_footprint_kb = 13`.
                 #[inline]
                 pub fn chrome_private_footprint_kb(&self) -> u32 {
-                    ::protozero::gen_support::uint32(&self.d, 12, 0)
+                    ::protozero::gen_support::uint32(&self.d, 11, 0)
                 }
 
                 /// Whether `chrome_private_footprint_kb` (field 13) occurs with the right wire
                 /// type.
                 #[inline]
                 pub fn has_chrome_private_footprint_kb(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 12)
+                    ::protozero::gen_support::has(&self.d, 11)
                 }
 
                 /// The last occurrence, or the default, of `optional uint32
                 /// chrome_peak_resident_set_kb = 14`.
                 #[inline]
                 pub fn chrome_peak_resident_set_kb(&self) -> u32 {
-                    ::protozero::gen_support::uint32(&self.d, 13, 0)
+                    ::protozero::gen_support::uint32(&self.d, 12, 0)
                 }
 
                 /// Whether `chrome_peak_resident_set_kb` (field 14) occurs with the right wire
                 /// type.
                 #[inline]
                 pub fn has_chrome_peak_resident_set_kb(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 13)
+                    ::protozero::gen_support::has(&self.d, 12)
                 }
 
                 /// The elements of `repeated perfetto.protos.ProcessStats.FDInfo fds = 15`.
                 #[inline]
                 pub fn fds(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<FDInfoView<'a>, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_bytes(&self.d, 14).map(FDInfoView::decode)
+                    ::protozero::gen_support::repeated_bytes(&self.d, 1, 15).map(FDInfoView::decode)
                 }
 
                 /// From /proc/PID/smaps_rollup (scan_smaps_rollup), in KiB.
@@ -19381,73 +19891,73 @@ pub mod perfetto {
                 /// The last occurrence, or the default, of `optional uint64 smr_rss_kb = 16`.
                 #[inline]
                 pub fn smr_rss_kb(&self) -> u64 {
-                    ::protozero::gen_support::uint64(&self.d, 15, 0)
+                    ::protozero::gen_support::uint64(&self.d, 13, 0)
                 }
 
                 /// Whether `smr_rss_kb` (field 16) occurs with the right wire type.
                 #[inline]
                 pub fn has_smr_rss_kb(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 15)
+                    ::protozero::gen_support::has(&self.d, 13)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 smr_pss_kb = 17`.
                 #[inline]
                 pub fn smr_pss_kb(&self) -> u64 {
-                    ::protozero::gen_support::uint64(&self.d, 16, 0)
+                    ::protozero::gen_support::uint64(&self.d, 14, 0)
                 }
 
                 /// Whether `smr_pss_kb` (field 17) occurs with the right wire type.
                 #[inline]
                 pub fn has_smr_pss_kb(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 16)
+                    ::protozero::gen_support::has(&self.d, 14)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 smr_pss_anon_kb = 18`.
                 #[inline]
                 pub fn smr_pss_anon_kb(&self) -> u64 {
-                    ::protozero::gen_support::uint64(&self.d, 17, 0)
+                    ::protozero::gen_support::uint64(&self.d, 15, 0)
                 }
 
                 /// Whether `smr_pss_anon_kb` (field 18) occurs with the right wire type.
                 #[inline]
                 pub fn has_smr_pss_anon_kb(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 17)
+                    ::protozero::gen_support::has(&self.d, 15)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 smr_pss_file_kb = 19`.
                 #[inline]
                 pub fn smr_pss_file_kb(&self) -> u64 {
-                    ::protozero::gen_support::uint64(&self.d, 18, 0)
+                    ::protozero::gen_support::uint64(&self.d, 16, 0)
                 }
 
                 /// Whether `smr_pss_file_kb` (field 19) occurs with the right wire type.
                 #[inline]
                 pub fn has_smr_pss_file_kb(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 18)
+                    ::protozero::gen_support::has(&self.d, 16)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 smr_pss_shmem_kb = 20`.
                 #[inline]
                 pub fn smr_pss_shmem_kb(&self) -> u64 {
-                    ::protozero::gen_support::uint64(&self.d, 19, 0)
+                    ::protozero::gen_support::uint64(&self.d, 17, 0)
                 }
 
                 /// Whether `smr_pss_shmem_kb` (field 20) occurs with the right wire type.
                 #[inline]
                 pub fn has_smr_pss_shmem_kb(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 19)
+                    ::protozero::gen_support::has(&self.d, 17)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 smr_swap_pss_kb = 23`.
                 #[inline]
                 pub fn smr_swap_pss_kb(&self) -> u64 {
-                    ::protozero::gen_support::uint64(&self.d, 20, 0)
+                    ::protozero::gen_support::uint64(&self.d, 18, 0)
                 }
 
                 /// Whether `smr_swap_pss_kb` (field 23) occurs with the right wire type.
                 #[inline]
                 pub fn has_smr_swap_pss_kb(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 20)
+                    ::protozero::gen_support::has(&self.d, 18)
                 }
 
                 /// CPU time in user and kernel mode, in ns (utime and stime of
@@ -19457,26 +19967,26 @@ pub mod perfetto {
                 /// 21`.
                 #[inline]
                 pub fn runtime_user_mode(&self) -> u64 {
-                    ::protozero::gen_support::uint64(&self.d, 21, 0)
+                    ::protozero::gen_support::uint64(&self.d, 19, 0)
                 }
 
                 /// Whether `runtime_user_mode` (field 21) occurs with the right wire type.
                 #[inline]
                 pub fn has_runtime_user_mode(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 21)
+                    ::protozero::gen_support::has(&self.d, 19)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 runtime_kernel_mode =
                 /// 22`.
                 #[inline]
                 pub fn runtime_kernel_mode(&self) -> u64 {
-                    ::protozero::gen_support::uint64(&self.d, 22, 0)
+                    ::protozero::gen_support::uint64(&self.d, 20, 0)
                 }
 
                 /// Whether `runtime_kernel_mode` (field 22) occurs with the right wire type.
                 #[inline]
                 pub fn has_runtime_kernel_mode(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 22)
+                    ::protozero::gen_support::has(&self.d, 20)
                 }
 
                 /// Total size of the dmabufs the process references, in KiB.
@@ -19484,13 +19994,13 @@ pub mod perfetto {
                 /// The last occurrence, or the default, of `optional uint64 dmabuf_rss_kb = 24`.
                 #[inline]
                 pub fn dmabuf_rss_kb(&self) -> u64 {
-                    ::protozero::gen_support::uint64(&self.d, 23, 0)
+                    ::protozero::gen_support::uint64(&self.d, 21, 0)
                 }
 
                 /// Whether `dmabuf_rss_kb` (field 24) occurs with the right wire type.
                 #[inline]
                 pub fn has_dmabuf_rss_kb(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 23)
+                    ::protozero::gen_support::has(&self.d, 21)
                 }
             }
         }
@@ -19570,27 +20080,39 @@ pub mod perfetto {
         /// Not modelled: Process.cmdline_is_comm and Process.is_kthread (numbers
         /// taken upstream).
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.ProcessTree`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.ProcessTree`: [`Self::decode`] walks the
+        /// message once, keeping each singular field's value and where each repeated field lies,
+        /// and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct ProcessTreeView<'a> {
-            d: ::protozero::TypedDecoder<'a, 3>,
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 2>,
         }
 
         impl<'a> ProcessTreeView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.rep_len(0, start, at)?,
+                        18 => d.rep_len(1, start, at)?,
+                        24 => d.varint(0, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
@@ -19599,24 +20121,16 @@ pub mod perfetto {
                 self.d.bytes()
             }
 
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=3 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
-            }
-
             /// The elements of `repeated perfetto.protos.ProcessTree.Process processes = 1`.
             #[inline]
             pub fn processes(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<process_tree::ProcessView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 0).map(process_tree::ProcessView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 0, 1).map(process_tree::ProcessView::decode)
             }
 
             /// The elements of `repeated perfetto.protos.ProcessTree.Thread threads = 2`.
             #[inline]
             pub fn threads(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<process_tree::ThreadView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 1).map(process_tree::ThreadView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 1, 2).map(process_tree::ThreadView::decode)
             }
 
             /// When the scan finished; the packet timestamp is when it began.
@@ -19625,13 +20139,13 @@ pub mod perfetto {
             /// 3`.
             #[inline]
             pub fn collection_end_timestamp(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 2, 0)
+                ::protozero::gen_support::uint64(&self.d, 0, 0)
             }
 
             /// Whether `collection_end_timestamp` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_collection_end_timestamp(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 0)
             }
         }
 
@@ -19711,44 +20225,48 @@ pub mod perfetto {
                 }
             }
 
-            /// A zero-copy view of an encoded `perfetto.protos.ProcessTree.Thread`: its fields are
-            /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
-            /// which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.ProcessTree.Thread`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct ThreadView<'a> {
-                d: ::protozero::TypedDecoder<'a, 4>,
+                d: ::protozero::gen_support::Slots<'a, 3, 1, 1>,
             }
 
             impl<'a> ThreadView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            24 => d.varint(1, at)?,
+                            18 => d.len(2, at)?,
+                            32 => d.rep_varint(0, start, at)?,
+                            34 => d.rep_len(0, start, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1 => ::core::option::Option::Some(0),
-                        3 => ::core::option::Option::Some(1),
-                        2 => ::core::option::Option::Some(2),
-                        4 => ::core::option::Option::Some(3),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// Thread id (gettid()).
@@ -19762,7 +20280,7 @@ pub mod perfetto {
                 /// Whether `tid` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_tid(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// Id of the owning process (its main thread's tid).
@@ -19776,7 +20294,7 @@ pub mod perfetto {
                 /// Whether `tgid` (field 3) occurs with the right wire type.
                 #[inline]
                 pub fn has_tgid(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// Thread name (comm).
@@ -19800,7 +20318,7 @@ pub mod perfetto {
                 /// Whether `name` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_name(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 2)
+                    ::protozero::gen_support::has(&self.d, 2)
                 }
 
                 /// Thread ids in nested pid namespaces, outermost first after the root.
@@ -19808,7 +20326,7 @@ pub mod perfetto {
                 /// The elements of `repeated int32 nstid = 4`.
                 #[inline]
                 pub fn nstid(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_int32(&self.d, 3)
+                    ::protozero::gen_support::repeated_int32(&self.d, 0, 4)
                 }
             }
 
@@ -19942,41 +20460,53 @@ pub mod perfetto {
                 }
             }
 
-            /// A zero-copy view of an encoded `perfetto.protos.ProcessTree.Process`: its fields are
-            /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
-            /// which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.ProcessTree.Process`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct ProcessView<'a> {
-                d: ::protozero::TypedDecoder<'a, 9>,
+                d: ::protozero::gen_support::Slots<'a, 6, 1, 3>,
             }
 
             impl<'a> ProcessView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            16 => d.varint(1, at)?,
+                            26 => d.rep_len(0, start, at)?,
+                            34 => d.rep_len(1, start, at)?,
+                            40 => d.varint(2, at)?,
+                            48 => d.rep_varint(2, start, at)?,
+                            50 => d.rep_len(2, start, at)?,
+                            56 => d.varint(3, at)?,
+                            64 => d.varint(4, at)?,
+                            72 => d.varint(5, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=9 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// Process id (getpid()).
@@ -19990,7 +20520,7 @@ pub mod perfetto {
                 /// Whether `pid` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_pid(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// Parent process id.
@@ -20004,7 +20534,7 @@ pub mod perfetto {
                 /// Whether `ppid` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_ppid(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// argv from /proc/\<pid\>/cmdline, one entry per argument; for a kernel
@@ -20013,7 +20543,7 @@ pub mod perfetto {
                 /// The elements of `repeated string cmdline = 3`.
                 #[inline]
                 pub fn cmdline(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<&'a str, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_string(&self.d, 2)
+                    ::protozero::gen_support::repeated_string(&self.d, 0, 3)
                 }
 
                 /// Old home of the thread list, superseded by ProcessTree.threads.
@@ -20022,7 +20552,7 @@ pub mod perfetto {
                 /// = 4`.
                 #[inline]
                 pub fn threads_deprecated(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<ThreadView<'a>, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_bytes(&self.d, 3).map(ThreadView::decode)
+                    ::protozero::gen_support::repeated_bytes(&self.d, 1, 4).map(ThreadView::decode)
                 }
 
                 /// Real uid from /proc/\<pid\>/status.
@@ -20030,13 +20560,13 @@ pub mod perfetto {
                 /// The last occurrence, or the default, of `optional int32 uid = 5`.
                 #[inline]
                 pub fn uid(&self) -> i32 {
-                    ::protozero::gen_support::int32(&self.d, 4, 0)
+                    ::protozero::gen_support::int32(&self.d, 2, 0)
                 }
 
                 /// Whether `uid` (field 5) occurs with the right wire type.
                 #[inline]
                 pub fn has_uid(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 4)
+                    ::protozero::gen_support::has(&self.d, 2)
                 }
 
                 /// Process ids in nested pid namespaces.
@@ -20044,7 +20574,7 @@ pub mod perfetto {
                 /// The elements of `repeated int32 nspid = 6`.
                 #[inline]
                 pub fn nspid(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_int32(&self.d, 5)
+                    ::protozero::gen_support::repeated_int32(&self.d, 2, 6)
                 }
 
                 /// Process start time, in BOOTTIME nanoseconds.
@@ -20053,13 +20583,13 @@ pub mod perfetto {
                 /// = 7`.
                 #[inline]
                 pub fn process_start_from_boot(&self) -> u64 {
-                    ::protozero::gen_support::uint64(&self.d, 6, 0)
+                    ::protozero::gen_support::uint64(&self.d, 3, 0)
                 }
 
                 /// Whether `process_start_from_boot` (field 7) occurs with the right wire type.
                 #[inline]
                 pub fn has_process_start_from_boot(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 6)
+                    ::protozero::gen_support::has(&self.d, 3)
                 }
 
                 /// Whether the process is a kernel thread (from /proc/\<pid\>/stat's flags).
@@ -20067,13 +20597,13 @@ pub mod perfetto {
                 /// The last occurrence, or the default, of `optional bool is_kthread = 8`.
                 #[inline]
                 pub fn is_kthread(&self) -> bool {
-                    ::protozero::gen_support::bool(&self.d, 7, false)
+                    ::protozero::gen_support::bool(&self.d, 4, false)
                 }
 
                 /// Whether `is_kthread` (field 8) occurs with the right wire type.
                 #[inline]
                 pub fn has_is_kthread(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 7)
+                    ::protozero::gen_support::has(&self.d, 4)
                 }
 
                 /// cmdline holds the process's comm (a kernel thread has no argv), which
@@ -20082,13 +20612,13 @@ pub mod perfetto {
                 /// The last occurrence, or the default, of `optional bool cmdline_is_comm = 9`.
                 #[inline]
                 pub fn cmdline_is_comm(&self) -> bool {
-                    ::protozero::gen_support::bool(&self.d, 8, false)
+                    ::protozero::gen_support::bool(&self.d, 5, false)
                 }
 
                 /// Whether `cmdline_is_comm` (field 9) occurs with the right wire type.
                 #[inline]
                 pub fn has_cmdline_is_comm(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 8)
+                    ::protozero::gen_support::has(&self.d, 5)
                 }
             }
         }
@@ -20342,27 +20872,56 @@ pub mod perfetto {
         ///
         /// Not modelled: cgroup 19 (number taken upstream).
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.SysStats`: its fields are indexed once
-        /// by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.SysStats`: [`Self::decode`] walks the
+        /// message once, keeping each singular field's value and where each repeated field lies,
+        /// and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct SysStatsView<'a> {
-            d: ::protozero::TypedDecoder<'a, 18>,
+            d: ::protozero::gen_support::Slots<'a, 4, 1, 14>,
         }
 
         impl<'a> SysStatsView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.rep_len(0, start, at)?,
+                        18 => d.rep_len(1, start, at)?,
+                        26 => d.rep_len(2, start, at)?,
+                        32 => d.varint(0, at)?,
+                        40 => d.varint(1, at)?,
+                        50 => d.rep_len(3, start, at)?,
+                        56 => d.varint(2, at)?,
+                        66 => d.rep_len(4, start, at)?,
+                        72 => d.varint(3, at)?,
+                        82 => d.rep_len(5, start, at)?,
+                        88 => d.rep_varint(6, start, at)?,
+                        90 => d.rep_len(6, start, at)?,
+                        98 => d.rep_len(7, start, at)?,
+                        106 => d.rep_len(8, start, at)?,
+                        114 => d.rep_len(9, start, at)?,
+                        122 => d.rep_len(10, start, at)?,
+                        130 => d.rep_len(11, start, at)?,
+                        136 => d.rep_varint(12, start, at)?,
+                        138 => d.rep_len(12, start, at)?,
+                        146 => d.rep_len(13, start, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
@@ -20371,30 +20930,22 @@ pub mod perfetto {
                 self.d.bytes()
             }
 
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=18 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
-            }
-
             /// The elements of `repeated perfetto.protos.SysStats.MeminfoValue meminfo = 1`.
             #[inline]
             pub fn meminfo(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<sys_stats::MeminfoValueView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 0).map(sys_stats::MeminfoValueView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 0, 1).map(sys_stats::MeminfoValueView::decode)
             }
 
             /// The elements of `repeated perfetto.protos.SysStats.VmstatValue vmstat = 2`.
             #[inline]
             pub fn vmstat(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<sys_stats::VmstatValueView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 1).map(sys_stats::VmstatValueView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 1, 2).map(sys_stats::VmstatValueView::decode)
             }
 
             /// The elements of `repeated perfetto.protos.SysStats.CpuTimes cpu_stat = 3`.
             #[inline]
             pub fn cpu_stat(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<sys_stats::CpuTimesView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 2).map(sys_stats::CpuTimesView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 2, 3).map(sys_stats::CpuTimesView::decode)
             }
 
             /// Processes created since boot (STAT_FORK_COUNT).
@@ -20402,13 +20953,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint64 num_forks = 4`.
             #[inline]
             pub fn num_forks(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 3, 0)
+                ::protozero::gen_support::uint64(&self.d, 0, 0)
             }
 
             /// Whether `num_forks` (field 4) occurs with the right wire type.
             #[inline]
             pub fn has_num_forks(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// Hard interrupts since boot, total and per IRQ (STAT_IRQ_COUNTS).
@@ -20416,19 +20967,19 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint64 num_irq_total = 5`.
             #[inline]
             pub fn num_irq_total(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 4, 0)
+                ::protozero::gen_support::uint64(&self.d, 1, 0)
             }
 
             /// Whether `num_irq_total` (field 5) occurs with the right wire type.
             #[inline]
             pub fn has_num_irq_total(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// The elements of `repeated perfetto.protos.SysStats.InterruptCount num_irq = 6`.
             #[inline]
             pub fn num_irq(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<sys_stats::InterruptCountView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 5).map(sys_stats::InterruptCountView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 3, 6).map(sys_stats::InterruptCountView::decode)
             }
 
             /// Softirqs since boot, total and per kind (STAT_SOFTIRQ_COUNTS).
@@ -20436,19 +20987,19 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint64 num_softirq_total = 7`.
             #[inline]
             pub fn num_softirq_total(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 6, 0)
+                ::protozero::gen_support::uint64(&self.d, 2, 0)
             }
 
             /// Whether `num_softirq_total` (field 7) occurs with the right wire type.
             #[inline]
             pub fn has_num_softirq_total(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 6)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// The elements of `repeated perfetto.protos.SysStats.InterruptCount num_softirq = 8`.
             #[inline]
             pub fn num_softirq(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<sys_stats::InterruptCountView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 7).map(sys_stats::InterruptCountView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 4, 8).map(sys_stats::InterruptCountView::decode)
             }
 
             /// When polling finished; the packet timestamp is when it began.
@@ -20457,19 +21008,19 @@ pub mod perfetto {
             /// 9`.
             #[inline]
             pub fn collection_end_timestamp(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 8, 0)
+                ::protozero::gen_support::uint64(&self.d, 3, 0)
             }
 
             /// Whether `collection_end_timestamp` (field 9) occurs with the right wire type.
             #[inline]
             pub fn has_collection_end_timestamp(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 8)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// The elements of `repeated perfetto.protos.SysStats.DevfreqValue devfreq = 10`.
             #[inline]
             pub fn devfreq(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<sys_stats::DevfreqValueView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 9).map(sys_stats::DevfreqValueView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 5, 10).map(sys_stats::DevfreqValueView::decode)
             }
 
             /// Current frequency per CPU in kHz (0 for an offline CPU).
@@ -20477,37 +21028,37 @@ pub mod perfetto {
             /// The elements of `repeated uint32 cpufreq_khz = 11`.
             #[inline]
             pub fn cpufreq_khz(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u32, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_uint32(&self.d, 10)
+                ::protozero::gen_support::repeated_uint32(&self.d, 6, 11)
             }
 
             /// The elements of `repeated perfetto.protos.SysStats.BuddyInfo buddy_info = 12`.
             #[inline]
             pub fn buddy_info(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<sys_stats::BuddyInfoView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 11).map(sys_stats::BuddyInfoView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 7, 12).map(sys_stats::BuddyInfoView::decode)
             }
 
             /// The elements of `repeated perfetto.protos.SysStats.DiskStat disk_stat = 13`.
             #[inline]
             pub fn disk_stat(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<sys_stats::DiskStatView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 12).map(sys_stats::DiskStatView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 8, 13).map(sys_stats::DiskStatView::decode)
             }
 
             /// The elements of `repeated perfetto.protos.SysStats.PsiSample psi = 14`.
             #[inline]
             pub fn psi(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<sys_stats::PsiSampleView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 13).map(sys_stats::PsiSampleView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 9, 14).map(sys_stats::PsiSampleView::decode)
             }
 
             /// The elements of `repeated perfetto.protos.SysStats.ThermalZone thermal_zone = 15`.
             #[inline]
             pub fn thermal_zone(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<sys_stats::ThermalZoneView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 14).map(sys_stats::ThermalZoneView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 10, 15).map(sys_stats::ThermalZoneView::decode)
             }
 
             /// The elements of `repeated perfetto.protos.SysStats.CpuIdleState cpuidle_state = 16`.
             #[inline]
             pub fn cpuidle_state(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<sys_stats::CpuIdleStateView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 15).map(sys_stats::CpuIdleStateView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 11, 16).map(sys_stats::CpuIdleStateView::decode)
             }
 
             /// GPU frequencies in MHz (Intel/AMD).
@@ -20515,13 +21066,13 @@ pub mod perfetto {
             /// The elements of `repeated uint64 gpufreq_mhz = 17`.
             #[inline]
             pub fn gpufreq_mhz(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_uint64(&self.d, 16)
+                ::protozero::gen_support::repeated_uint64(&self.d, 12, 17)
             }
 
             /// The elements of `repeated perfetto.protos.SysStats.SlabInfo slab_info = 18`.
             #[inline]
             pub fn slab_info(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<sys_stats::SlabInfoView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 17).map(sys_stats::SlabInfoView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 13, 18).map(sys_stats::SlabInfoView::decode)
             }
         }
 
@@ -20581,41 +21132,45 @@ pub mod perfetto {
 
             /// One /proc/meminfo line; value in KiB.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.SysStats.MeminfoValue`: its fields
-            /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.SysStats.MeminfoValue`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct MeminfoValueView<'a> {
-                d: ::protozero::TypedDecoder<'a, 2>,
+                d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
             }
 
             impl<'a> MeminfoValueView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            16 => d.varint(1, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=2 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional
@@ -20636,7 +21191,7 @@ pub mod perfetto {
                 /// Whether `key` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_key(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 value = 2`.
@@ -20648,7 +21203,7 @@ pub mod perfetto {
                 /// Whether `value` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_value(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
             }
 
@@ -20706,41 +21261,45 @@ pub mod perfetto {
 
             /// One /proc/vmstat line; the unit depends on the key (often pages).
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.SysStats.VmstatValue`: its fields
-            /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.SysStats.VmstatValue`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct VmstatValueView<'a> {
-                d: ::protozero::TypedDecoder<'a, 2>,
+                d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
             }
 
             impl<'a> VmstatValueView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            16 => d.varint(1, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=2 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional perfetto.protos.VmstatCounters
@@ -20761,7 +21320,7 @@ pub mod perfetto {
                 /// Whether `key` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_key(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 value = 2`.
@@ -20773,7 +21332,7 @@ pub mod perfetto {
                 /// Whether `value` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_value(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
             }
 
@@ -20884,41 +21443,52 @@ pub mod perfetto {
 
             /// Per-CPU time since boot from /proc/stat, in nanoseconds.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.SysStats.CpuTimes`: its fields are
-            /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
-            /// which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.SysStats.CpuTimes`: [`Self::decode`]
+            /// walks the message once, keeping each singular field's value and where each repeated
+            /// field lies, and the getters read from that and the borrowed bytes; they never
+            /// allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct CpuTimesView<'a> {
-                d: ::protozero::TypedDecoder<'a, 9>,
+                d: ::protozero::gen_support::Slots<'a, 9, 1, 0>,
             }
 
             impl<'a> CpuTimesView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            16 => d.varint(1, at)?,
+                            24 => d.varint(2, at)?,
+                            32 => d.varint(3, at)?,
+                            40 => d.varint(4, at)?,
+                            48 => d.varint(5, at)?,
+                            56 => d.varint(6, at)?,
+                            64 => d.varint(7, at)?,
+                            72 => d.varint(8, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=9 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional uint32 cpu_id = 1`.
@@ -20930,7 +21500,7 @@ pub mod perfetto {
                 /// Whether `cpu_id` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_cpu_id(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 user_ns = 2`.
@@ -20942,7 +21512,7 @@ pub mod perfetto {
                 /// Whether `user_ns` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_user_ns(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// User time at lowered priority.
@@ -20956,7 +21526,7 @@ pub mod perfetto {
                 /// Whether `user_nice_ns` (field 3) occurs with the right wire type.
                 #[inline]
                 pub fn has_user_nice_ns(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 2)
+                    ::protozero::gen_support::has(&self.d, 2)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 system_mode_ns = 4`.
@@ -20968,7 +21538,7 @@ pub mod perfetto {
                 /// Whether `system_mode_ns` (field 4) occurs with the right wire type.
                 #[inline]
                 pub fn has_system_mode_ns(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 3)
+                    ::protozero::gen_support::has(&self.d, 3)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 idle_ns = 5`.
@@ -20980,7 +21550,7 @@ pub mod perfetto {
                 /// Whether `idle_ns` (field 5) occurs with the right wire type.
                 #[inline]
                 pub fn has_idle_ns(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 4)
+                    ::protozero::gen_support::has(&self.d, 4)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 io_wait_ns = 6`.
@@ -20992,7 +21562,7 @@ pub mod perfetto {
                 /// Whether `io_wait_ns` (field 6) occurs with the right wire type.
                 #[inline]
                 pub fn has_io_wait_ns(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 5)
+                    ::protozero::gen_support::has(&self.d, 5)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 irq_ns = 7`.
@@ -21004,7 +21574,7 @@ pub mod perfetto {
                 /// Whether `irq_ns` (field 7) occurs with the right wire type.
                 #[inline]
                 pub fn has_irq_ns(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 6)
+                    ::protozero::gen_support::has(&self.d, 6)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 softirq_ns = 8`.
@@ -21016,7 +21586,7 @@ pub mod perfetto {
                 /// Whether `softirq_ns` (field 8) occurs with the right wire type.
                 #[inline]
                 pub fn has_softirq_ns(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 7)
+                    ::protozero::gen_support::has(&self.d, 7)
                 }
 
                 /// Time taken by the hypervisor for other guests.
@@ -21030,7 +21600,7 @@ pub mod perfetto {
                 /// Whether `steal_ns` (field 9) occurs with the right wire type.
                 #[inline]
                 pub fn has_steal_ns(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 8)
+                    ::protozero::gen_support::has(&self.d, 8)
                 }
             }
 
@@ -21081,41 +21651,45 @@ pub mod perfetto {
 
             /// Count of one interrupt or softirq number.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.SysStats.InterruptCount`: its fields
-            /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.SysStats.InterruptCount`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct InterruptCountView<'a> {
-                d: ::protozero::TypedDecoder<'a, 2>,
+                d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
             }
 
             impl<'a> InterruptCountView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            16 => d.varint(1, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=2 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional int32 irq = 1`.
@@ -21127,7 +21701,7 @@ pub mod perfetto {
                 /// Whether `irq` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_irq(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 count = 2`.
@@ -21139,7 +21713,7 @@ pub mod perfetto {
                 /// Whether `count` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_count(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
             }
 
@@ -21190,41 +21764,45 @@ pub mod perfetto {
 
             /// Current frequency of one /sys/class/devfreq device, in kHz.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.SysStats.DevfreqValue`: its fields
-            /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.SysStats.DevfreqValue`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct DevfreqValueView<'a> {
-                d: ::protozero::TypedDecoder<'a, 2>,
+                d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
             }
 
             impl<'a> DevfreqValueView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            10 => d.len(0, at)?,
+                            16 => d.varint(1, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=2 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional string key = 1`.
@@ -21246,7 +21824,7 @@ pub mod perfetto {
                 /// Whether `key` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_key(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 value = 2`.
@@ -21258,7 +21836,7 @@ pub mod perfetto {
                 /// Whether `value` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_value(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
             }
 
@@ -21324,41 +21902,47 @@ pub mod perfetto {
 
             /// Free pages per order of one memory zone (/proc/buddyinfo).
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.SysStats.BuddyInfo`: its fields are
-            /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
-            /// which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.SysStats.BuddyInfo`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct BuddyInfoView<'a> {
-                d: ::protozero::TypedDecoder<'a, 3>,
+                d: ::protozero::gen_support::Slots<'a, 2, 1, 1>,
             }
 
             impl<'a> BuddyInfoView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            10 => d.len(0, at)?,
+                            18 => d.len(1, at)?,
+                            24 => d.rep_varint(0, start, at)?,
+                            26 => d.rep_len(0, start, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=3 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional string node = 1`.
@@ -21380,7 +21964,7 @@ pub mod perfetto {
                 /// Whether `node` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_node(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// The last occurrence, or the default, of `optional string zone = 2`.
@@ -21402,13 +21986,13 @@ pub mod perfetto {
                 /// Whether `zone` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_zone(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// The elements of `repeated uint32 order_pages = 3`.
                 #[inline]
                 pub fn order_pages(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u32, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_uint32(&self.d, 2)
+                    ::protozero::gen_support::repeated_uint32(&self.d, 0, 3)
                 }
             }
 
@@ -21515,41 +22099,52 @@ pub mod perfetto {
 
             /// Cumulative counters of one block device (/proc/diskstats).
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.SysStats.DiskStat`: its fields are
-            /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
-            /// which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.SysStats.DiskStat`: [`Self::decode`]
+            /// walks the message once, keeping each singular field's value and where each repeated
+            /// field lies, and the getters read from that and the borrowed bytes; they never
+            /// allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct DiskStatView<'a> {
-                d: ::protozero::TypedDecoder<'a, 9>,
+                d: ::protozero::gen_support::Slots<'a, 9, 1, 0>,
             }
 
             impl<'a> DiskStatView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            10 => d.len(0, at)?,
+                            16 => d.varint(1, at)?,
+                            24 => d.varint(2, at)?,
+                            32 => d.varint(3, at)?,
+                            40 => d.varint(4, at)?,
+                            48 => d.varint(5, at)?,
+                            56 => d.varint(6, at)?,
+                            64 => d.varint(7, at)?,
+                            72 => d.varint(8, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=9 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional string device_name = 1`.
@@ -21571,7 +22166,7 @@ pub mod perfetto {
                 /// Whether `device_name` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_device_name(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 read_sectors = 2`.
@@ -21583,7 +22178,7 @@ pub mod perfetto {
                 /// Whether `read_sectors` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_read_sectors(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 read_time_ms = 3`.
@@ -21595,7 +22190,7 @@ pub mod perfetto {
                 /// Whether `read_time_ms` (field 3) occurs with the right wire type.
                 #[inline]
                 pub fn has_read_time_ms(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 2)
+                    ::protozero::gen_support::has(&self.d, 2)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 write_sectors = 4`.
@@ -21607,7 +22202,7 @@ pub mod perfetto {
                 /// Whether `write_sectors` (field 4) occurs with the right wire type.
                 #[inline]
                 pub fn has_write_sectors(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 3)
+                    ::protozero::gen_support::has(&self.d, 3)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 write_time_ms = 5`.
@@ -21619,7 +22214,7 @@ pub mod perfetto {
                 /// Whether `write_time_ms` (field 5) occurs with the right wire type.
                 #[inline]
                 pub fn has_write_time_ms(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 4)
+                    ::protozero::gen_support::has(&self.d, 4)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 discard_sectors = 6`.
@@ -21631,7 +22226,7 @@ pub mod perfetto {
                 /// Whether `discard_sectors` (field 6) occurs with the right wire type.
                 #[inline]
                 pub fn has_discard_sectors(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 5)
+                    ::protozero::gen_support::has(&self.d, 5)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 discard_time_ms = 7`.
@@ -21643,7 +22238,7 @@ pub mod perfetto {
                 /// Whether `discard_time_ms` (field 7) occurs with the right wire type.
                 #[inline]
                 pub fn has_discard_time_ms(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 6)
+                    ::protozero::gen_support::has(&self.d, 6)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 flush_count = 8`.
@@ -21655,7 +22250,7 @@ pub mod perfetto {
                 /// Whether `flush_count` (field 8) occurs with the right wire type.
                 #[inline]
                 pub fn has_flush_count(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 7)
+                    ::protozero::gen_support::has(&self.d, 7)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 flush_time_ms = 9`.
@@ -21667,7 +22262,7 @@ pub mod perfetto {
                 /// Whether `flush_time_ms` (field 9) occurs with the right wire type.
                 #[inline]
                 pub fn has_flush_time_ms(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 8)
+                    ::protozero::gen_support::has(&self.d, 8)
                 }
             }
 
@@ -21727,41 +22322,45 @@ pub mod perfetto {
 
             /// Total stall time of one resource (/proc/pressure/*).
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.SysStats.PsiSample`: its fields are
-            /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
-            /// which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.SysStats.PsiSample`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct PsiSampleView<'a> {
-                d: ::protozero::TypedDecoder<'a, 2>,
+                d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
             }
 
             impl<'a> PsiSampleView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            16 => d.varint(1, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=2 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional
@@ -21782,7 +22381,7 @@ pub mod perfetto {
                 /// Whether `resource` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_resource(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// Cumulative stall time in nanoseconds.
@@ -21796,7 +22395,7 @@ pub mod perfetto {
                 /// Whether `total_ns` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_total_ns(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
             }
 
@@ -21930,41 +22529,46 @@ pub mod perfetto {
 
             /// One /sys/class/thermal zone.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.SysStats.ThermalZone`: its fields
-            /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.SysStats.ThermalZone`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct ThermalZoneView<'a> {
-                d: ::protozero::TypedDecoder<'a, 3>,
+                d: ::protozero::gen_support::Slots<'a, 3, 1, 0>,
             }
 
             impl<'a> ThermalZoneView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            10 => d.len(0, at)?,
+                            16 => d.varint(1, at)?,
+                            26 => d.len(2, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=3 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional string name = 1`.
@@ -21986,7 +22590,7 @@ pub mod perfetto {
                 /// Whether `name` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_name(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 temp = 2`.
@@ -21998,7 +22602,7 @@ pub mod perfetto {
                 /// Whether `temp` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_temp(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// The last occurrence, or the default, of `optional string type = 3`.
@@ -22020,7 +22624,7 @@ pub mod perfetto {
                 /// Whether `type` (field 3) occurs with the right wire type.
                 #[inline]
                 pub fn has_type(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 2)
+                    ::protozero::gen_support::has(&self.d, 2)
                 }
             }
 
@@ -22073,41 +22677,45 @@ pub mod perfetto {
 
             /// Time spent in one idle state.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.SysStats.CpuIdleStateEntry`: its
-            /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.SysStats.CpuIdleStateEntry`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct CpuIdleStateEntryView<'a> {
-                d: ::protozero::TypedDecoder<'a, 2>,
+                d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
             }
 
             impl<'a> CpuIdleStateEntryView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            10 => d.len(0, at)?,
+                            16 => d.varint(1, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=2 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// State name, e.g. "C1".
@@ -22131,7 +22739,7 @@ pub mod perfetto {
                 /// Whether `state` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_state(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 duration_us = 2`.
@@ -22143,7 +22751,7 @@ pub mod perfetto {
                 /// Whether `duration_us` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_duration_us(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
             }
 
@@ -22198,41 +22806,45 @@ pub mod perfetto {
 
             /// Idle-state residency of one CPU.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.SysStats.CpuIdleState`: its fields
-            /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.SysStats.CpuIdleState`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct CpuIdleStateView<'a> {
-                d: ::protozero::TypedDecoder<'a, 2>,
+                d: ::protozero::gen_support::Slots<'a, 1, 1, 1>,
             }
 
             impl<'a> CpuIdleStateView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            18 => d.rep_len(0, start, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=2 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional uint32 cpu_id = 1`.
@@ -22244,14 +22856,14 @@ pub mod perfetto {
                 /// Whether `cpu_id` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_cpu_id(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// The elements of `repeated perfetto.protos.SysStats.CpuIdleStateEntry
                 /// cpuidle_state_entry = 2`.
                 #[inline]
                 pub fn cpuidle_state_entry(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<CpuIdleStateEntryView<'a>, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_bytes(&self.d, 1).map(CpuIdleStateEntryView::decode)
+                    ::protozero::gen_support::repeated_bytes(&self.d, 0, 2).map(CpuIdleStateEntryView::decode)
                 }
             }
 
@@ -22310,41 +22922,46 @@ pub mod perfetto {
 
             /// One /proc/slabinfo cache.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.SysStats.SlabInfo`: its fields are
-            /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
-            /// which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.SysStats.SlabInfo`: [`Self::decode`]
+            /// walks the message once, keeping each singular field's value and where each repeated
+            /// field lies, and the getters read from that and the borrowed bytes; they never
+            /// allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct SlabInfoView<'a> {
-                d: ::protozero::TypedDecoder<'a, 3>,
+                d: ::protozero::gen_support::Slots<'a, 3, 1, 0>,
             }
 
             impl<'a> SlabInfoView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            10 => d.len(0, at)?,
+                            16 => d.varint(1, at)?,
+                            24 => d.varint(2, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=3 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional string name = 1`.
@@ -22366,7 +22983,7 @@ pub mod perfetto {
                 /// Whether `name` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_name(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// The last occurrence, or the default, of `optional uint32 pages_per_slab = 2`.
@@ -22378,7 +22995,7 @@ pub mod perfetto {
                 /// Whether `pages_per_slab` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_pages_per_slab(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// The last occurrence, or the default, of `optional uint32 num_slabs = 3`.
@@ -22390,7 +23007,7 @@ pub mod perfetto {
                 /// Whether `num_slabs` (field 3) occurs with the right wire type.
                 #[inline]
                 pub fn has_num_slabs(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 2)
+                    ::protozero::gen_support::has(&self.d, 2)
                 }
             }
         }
@@ -22479,41 +23096,47 @@ pub mod perfetto {
         /// Payload used by tests (TracePacket.for_testing = 900). Tachyon's own tests
         /// and stress tools use it to write packets of controlled size and nesting.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.TestEvent`: its fields are indexed once
-        /// by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.TestEvent`: [`Self::decode`] walks the
+        /// message once, keeping each singular field's value and where each repeated field lies,
+        /// and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct TestEventView<'a> {
-            d: ::protozero::TypedDecoder<'a, 5>,
+            d: ::protozero::gen_support::Slots<'a, 5, 1, 0>,
         }
 
         impl<'a> TestEventView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.len(0, at)?,
+                        16 => d.varint(1, at)?,
+                        24 => d.varint(2, at)?,
+                        32 => d.varint(3, at)?,
+                        42 => d.len(4, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=5 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// Free-form string.
@@ -22537,7 +23160,7 @@ pub mod perfetto {
             /// Whether `str` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_str(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// Current value of the test's pseudo-random sequence.
@@ -22551,7 +23174,7 @@ pub mod perfetto {
             /// Whether `seq_value` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_seq_value(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// Monotonic counter of the test writer.
@@ -22565,7 +23188,7 @@ pub mod perfetto {
             /// Whether `counter` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_counter(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// Marks the last packet written by a test writer.
@@ -22579,7 +23202,7 @@ pub mod perfetto {
             /// Whether `is_last` (field 4) occurs with the right wire type.
             #[inline]
             pub fn has_is_last(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// The last occurrence (an empty message when absent) of `optional
@@ -22596,7 +23219,7 @@ pub mod perfetto {
             /// Whether `payload` (field 5) occurs with the right wire type.
             #[inline]
             pub fn has_payload(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 4)
             }
         }
 
@@ -22706,27 +23329,45 @@ pub mod perfetto {
 
             /// Nested test payload.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.TestEvent.TestPayload`: its fields
-            /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.TestEvent.TestPayload`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct TestPayloadView<'a> {
-                d: ::protozero::TypedDecoder<'a, 7>,
+                d: ::protozero::gen_support::Slots<'a, 3, 1, 4>,
             }
 
             impl<'a> TestPayloadView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            10 => d.rep_len(0, start, at)?,
+                            18 => d.rep_len(1, start, at)?,
+                            34 => d.len(0, at)?,
+                            40 => d.varint(1, at)?,
+                            48 => d.rep_varint(2, start, at)?,
+                            50 => d.rep_len(2, start, at)?,
+                            24 => d.varint(2, at)?,
+                            58 => d.rep_len(3, start, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
@@ -22735,27 +23376,16 @@ pub mod perfetto {
                     self.d.bytes()
                 }
 
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=2 => ::core::option::Option::Some(id as usize - 1),
-                        4..=6 => ::core::option::Option::Some(id as usize - 2),
-                        3 => ::core::option::Option::Some(5),
-                        7 => ::core::option::Option::Some(6),
-                        _ => ::core::option::Option::None,
-                    }
-                }
-
                 /// The elements of `repeated string str = 1`.
                 #[inline]
                 pub fn str(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<&'a str, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_string(&self.d, 0)
+                    ::protozero::gen_support::repeated_string(&self.d, 0, 1)
                 }
 
                 /// The elements of `repeated perfetto.protos.TestEvent.TestPayload nested = 2`.
                 #[inline]
                 pub fn nested(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<TestPayloadView<'a>, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_bytes(&self.d, 1).map(TestPayloadView::decode)
+                    ::protozero::gen_support::repeated_bytes(&self.d, 1, 2).map(TestPayloadView::decode)
                 }
 
                 /// The last occurrence, or the default, of `optional string single_string = 4`.
@@ -22765,37 +23395,37 @@ pub mod perfetto {
                 /// `InvalidUtf8` if the string is not UTF-8 (see [`Self::single_string_bytes`]).
                 #[inline]
                 pub fn single_string(&self) -> ::core::result::Result<&'a str, ::protozero::DecodeError> {
-                    ::protozero::gen_support::string(&self.d, 2, "")
+                    ::protozero::gen_support::string(&self.d, 0, "")
                 }
 
                 /// `single_string` as bytes, not checked to be UTF-8.
                 #[inline]
                 pub fn single_string_bytes(&self) -> &'a [u8] {
-                    ::protozero::gen_support::bytes(&self.d, 2, b"")
+                    ::protozero::gen_support::bytes(&self.d, 0, b"")
                 }
 
                 /// Whether `single_string` (field 4) occurs with the right wire type.
                 #[inline]
                 pub fn has_single_string(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 2)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// The last occurrence, or the default, of `optional int32 single_int = 5`.
                 #[inline]
                 pub fn single_int(&self) -> i32 {
-                    ::protozero::gen_support::int32(&self.d, 3, 0)
+                    ::protozero::gen_support::int32(&self.d, 1, 0)
                 }
 
                 /// Whether `single_int` (field 5) occurs with the right wire type.
                 #[inline]
                 pub fn has_single_int(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 3)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// The elements of `repeated int32 repeated_ints = 6`.
                 #[inline]
                 pub fn repeated_ints(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i32, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_int32(&self.d, 4)
+                    ::protozero::gen_support::repeated_int32(&self.d, 2, 6)
                 }
 
                 /// 0 for the innermost payload.
@@ -22804,20 +23434,20 @@ pub mod perfetto {
                 /// = 3`.
                 #[inline]
                 pub fn remaining_nesting_depth(&self) -> u32 {
-                    ::protozero::gen_support::uint32(&self.d, 5, 0)
+                    ::protozero::gen_support::uint32(&self.d, 2, 0)
                 }
 
                 /// Whether `remaining_nesting_depth` (field 3) occurs with the right wire type.
                 #[inline]
                 pub fn has_remaining_nesting_depth(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 5)
+                    ::protozero::gen_support::has(&self.d, 2)
                 }
 
                 /// The elements of `repeated perfetto.protos.DebugAnnotation debug_annotations =
                 /// 7`.
                 #[inline]
                 pub fn debug_annotations(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<super::DebugAnnotationView<'a>, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_bytes(&self.d, 6).map(super::DebugAnnotationView::decode)
+                    ::protozero::gen_support::repeated_bytes(&self.d, 3, 7).map(super::DebugAnnotationView::decode)
                 }
             }
         }
@@ -22870,26 +23500,37 @@ pub mod perfetto {
         /// packet by packet, so two trace files can simply be concatenated.
         /// Nothing else may ever be added to this message.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.Trace`: its fields are indexed once by
-        /// [`Self::decode`] and read from the borrowed bytes by the getters, which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.Trace`: [`Self::decode`] walks the
+        /// message once, keeping each singular field's value and where each repeated field lies,
+        /// and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct TraceView<'a> {
-            d: ::protozero::TypedDecoder<'a, 1>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 1>,
         }
 
         impl<'a> TraceView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        10 => d.rep_len(0, start, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
@@ -22898,18 +23539,10 @@ pub mod perfetto {
                 self.d.bytes()
             }
 
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    _ => ::core::option::Option::None,
-                }
-            }
-
             /// The elements of `repeated perfetto.protos.TracePacket packet = 1`.
             #[inline]
             pub fn packet(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<TracePacketView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 0).map(TracePacketView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 0, 1).map(TracePacketView::decode)
             }
         }
 
@@ -23445,72 +24078,76 @@ pub mod perfetto {
         /// Tachyon declares none, and uses one number of the range itself
         /// (tachyon_packets_dropped, below).
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.TracePacket`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.TracePacket`: [`Self::decode`] walks the
+        /// message once, keeping each singular field's value and where each repeated field lies,
+        /// and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct TracePacketView<'a> {
-            d: ::protozero::TypedDecoder<'a, 34>,
+            d: ::protozero::gen_support::Slots<'a, 34, 1, 0>,
         }
 
         impl<'a> TracePacketView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        64 => d.varint(0, at)?,
+                        464 => d.varint(1, at)?,
+                        90 => d.len(2, at)?,
+                        482 => d.len(3, at)?,
+                        50 => d.len(4, at)?,
+                        18 => d.len(5, at)?,
+                        74 => d.len(6, at)?,
+                        58 => d.len(7, at)?,
+                        298 => d.len(8, at)?,
+                        714 => d.len(9, at)?,
+                        266 => d.len(10, at)?,
+                        282 => d.len(11, at)?,
+                        554 => d.len(12, at)?,
+                        722 => d.len(13, at)?,
+                        346 => d.len(14, at)?,
+                        354 => d.len(15, at)?,
+                        290 => d.len(16, at)?,
+                        402 => d.len(17, at)?,
+                        1066 => d.len(18, at)?,
+                        530 => d.len(19, at)?,
+                        490 => d.len(20, at)?,
+                        434 => d.len(21, at)?,
+                        7202 => d.len(22, at)?,
+                        24 => d.varint(23, at)?,
+                        80 => d.varint(24, at)?,
+                        632 => d.varint(25, at)?,
+                        98 => d.len(26, at)?,
+                        104 => d.varint(27, at)?,
+                        328 => d.varint(28, at)?,
+                        474 => d.len(29, at)?,
+                        336 => d.varint(30, at)?,
+                        696 => d.varint(31, at)?,
+                        784 => d.varint(32, at)?,
+                        15200 => d.varint(33, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    8 => ::core::option::Option::Some(0),
-                    58 => ::core::option::Option::Some(1),
-                    11 => ::core::option::Option::Some(2),
-                    60 => ::core::option::Option::Some(3),
-                    6 => ::core::option::Option::Some(4),
-                    2 => ::core::option::Option::Some(5),
-                    9 => ::core::option::Option::Some(6),
-                    7 => ::core::option::Option::Some(7),
-                    37 => ::core::option::Option::Some(8),
-                    89 => ::core::option::Option::Some(9),
-                    33 => ::core::option::Option::Some(10),
-                    35 => ::core::option::Option::Some(11),
-                    69 => ::core::option::Option::Some(12),
-                    90 => ::core::option::Option::Some(13),
-                    43..=44 => ::core::option::Option::Some(id as usize - 29),
-                    36 => ::core::option::Option::Some(16),
-                    50 => ::core::option::Option::Some(17),
-                    133 => ::core::option::Option::Some(18),
-                    66 => ::core::option::Option::Some(19),
-                    61 => ::core::option::Option::Some(20),
-                    54 => ::core::option::Option::Some(21),
-                    900 => ::core::option::Option::Some(22),
-                    3 => ::core::option::Option::Some(23),
-                    10 => ::core::option::Option::Some(24),
-                    79 => ::core::option::Option::Some(25),
-                    12..=13 => ::core::option::Option::Some(id as usize + 14),
-                    41 => ::core::option::Option::Some(28),
-                    59 => ::core::option::Option::Some(29),
-                    42 => ::core::option::Option::Some(30),
-                    87 => ::core::option::Option::Some(31),
-                    98 => ::core::option::Option::Some(32),
-                    1900 => ::core::option::Option::Some(33),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// Packet time. Refers to the trace clock (BOOTTIME) unless
@@ -23527,7 +24164,7 @@ pub mod perfetto {
             /// Whether `timestamp` (field 8) occurs with the right wire type.
             #[inline]
             pub fn has_timestamp(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// Clock of |timestamp|: a BuiltinClock id or a custom clock id.
@@ -23541,7 +24178,7 @@ pub mod perfetto {
             /// Whether `timestamp_clock_id` (field 58) occurs with the right wire type.
             #[inline]
             pub fn has_timestamp_clock_id(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// The last occurrence (an empty message when absent) of `perfetto.protos.TrackEvent
@@ -23561,7 +24198,7 @@ pub mod perfetto {
             /// Whether `track_event` (field 11) occurs with the right wire type.
             #[inline]
             pub fn has_track_event(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// The last occurrence (an empty message when absent) of
@@ -23581,7 +24218,7 @@ pub mod perfetto {
             /// Whether `track_descriptor` (field 60) occurs with the right wire type.
             #[inline]
             pub fn has_track_descriptor(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// The last occurrence (an empty message when absent) of `perfetto.protos.ClockSnapshot
@@ -23601,7 +24238,7 @@ pub mod perfetto {
             /// Whether `clock_snapshot` (field 6) occurs with the right wire type.
             #[inline]
             pub fn has_clock_snapshot(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 4)
             }
 
             /// Written by the probes data sources ("linux.process_stats",
@@ -23624,7 +24261,7 @@ pub mod perfetto {
             /// Whether `process_tree` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_process_tree(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 5)
+                ::protozero::gen_support::has(&self.d, 5)
             }
 
             /// The last occurrence (an empty message when absent) of `perfetto.protos.ProcessStats
@@ -23644,7 +24281,7 @@ pub mod perfetto {
             /// Whether `process_stats` (field 9) occurs with the right wire type.
             #[inline]
             pub fn has_process_stats(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 6)
+                ::protozero::gen_support::has(&self.d, 6)
             }
 
             /// The last occurrence (an empty message when absent) of `perfetto.protos.SysStats
@@ -23664,7 +24301,7 @@ pub mod perfetto {
             /// Whether `sys_stats` (field 7) occurs with the right wire type.
             #[inline]
             pub fn has_sys_stats(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 7)
+                ::protozero::gen_support::has(&self.d, 7)
             }
 
             /// A heap profile dump (Tachyon's tracking allocator, heapprofd).
@@ -23686,7 +24323,7 @@ pub mod perfetto {
             /// Whether `profile_packet` (field 37) occurs with the right wire type.
             #[inline]
             pub fn has_profile_packet(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 8)
+                ::protozero::gen_support::has(&self.d, 8)
             }
 
             /// Written by the service only.
@@ -23708,7 +24345,7 @@ pub mod perfetto {
             /// Whether `trace_uuid` (field 89) occurs with the right wire type.
             #[inline]
             pub fn has_trace_uuid(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 9)
+                ::protozero::gen_support::has(&self.d, 9)
             }
 
             /// The last occurrence (an empty message when absent) of `perfetto.protos.TraceConfig
@@ -23728,7 +24365,7 @@ pub mod perfetto {
             /// Whether `trace_config` (field 33) occurs with the right wire type.
             #[inline]
             pub fn has_trace_config(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 10)
+                ::protozero::gen_support::has(&self.d, 10)
             }
 
             /// The last occurrence (an empty message when absent) of `perfetto.protos.TraceStats
@@ -23748,7 +24385,7 @@ pub mod perfetto {
             /// Whether `trace_stats` (field 35) occurs with the right wire type.
             #[inline]
             pub fn has_trace_stats(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 11)
+                ::protozero::gen_support::has(&self.d, 11)
             }
 
             /// The last occurrence (an empty message when absent) of
@@ -23768,7 +24405,7 @@ pub mod perfetto {
             /// Whether `service_event` (field 69) occurs with the right wire type.
             #[inline]
             pub fn has_service_event(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 12)
+                ::protozero::gen_support::has(&self.d, 12)
             }
 
             /// The last occurrence (an empty message when absent) of
@@ -23788,7 +24425,7 @@ pub mod perfetto {
             /// Whether `track_event_range_of_interest` (field 90) occurs with the right wire type.
             #[inline]
             pub fn has_track_event_range_of_interest(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 13)
+                ::protozero::gen_support::has(&self.d, 13)
             }
 
             /// Legacy per-sequence descriptors; new writers use TrackDescriptor.
@@ -23810,7 +24447,7 @@ pub mod perfetto {
             /// Whether `process_descriptor` (field 43) occurs with the right wire type.
             #[inline]
             pub fn has_process_descriptor(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 14)
+                ::protozero::gen_support::has(&self.d, 14)
             }
 
             /// The last occurrence (an empty message when absent) of
@@ -23830,7 +24467,7 @@ pub mod perfetto {
             /// Whether `thread_descriptor` (field 44) occurs with the right wire type.
             #[inline]
             pub fn has_thread_descriptor(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 15)
+                ::protozero::gen_support::has(&self.d, 15)
             }
 
             /// Written by the service every ~10 s: the 16 bytes of the UUID
@@ -23849,7 +24486,7 @@ pub mod perfetto {
             /// Whether `synchronization_marker` (field 36) occurs with the right wire type.
             #[inline]
             pub fn has_synchronization_marker(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 16)
+                ::protozero::gen_support::has(&self.d, 16)
             }
 
             /// Zero or more serialized TracePacket records (as in Trace), compressed
@@ -23867,7 +24504,7 @@ pub mod perfetto {
             /// Whether `compressed_packets` (field 50) occurs with the right wire type.
             #[inline]
             pub fn has_compressed_packets(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 17)
+                ::protozero::gen_support::has(&self.d, 17)
             }
 
             /// Same as compressed_packets, compressed with zstd.
@@ -23884,7 +24521,7 @@ pub mod perfetto {
             /// Whether `zstd_compressed_packets` (field 133) occurs with the right wire type.
             #[inline]
             pub fn has_zstd_compressed_packets(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 18)
+                ::protozero::gen_support::has(&self.d, 18)
             }
 
             /// CPU samples (the SDK's sampler, `linux.perf`).
@@ -23906,7 +24543,7 @@ pub mod perfetto {
             /// Whether `perf_sample` (field 66) occurs with the right wire type.
             #[inline]
             pub fn has_perf_sample(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 19)
+                ::protozero::gen_support::has(&self.d, 19)
             }
 
             /// Symbols for the frames of the trace's mappings (symbolization).
@@ -23928,7 +24565,7 @@ pub mod perfetto {
             /// Whether `module_symbols` (field 61) occurs with the right wire type.
             #[inline]
             pub fn has_module_symbols(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 20)
+                ::protozero::gen_support::has(&self.d, 20)
             }
 
             /// Chrome's sampling profiler: stacks of one thread, timed by the
@@ -23951,7 +24588,7 @@ pub mod perfetto {
             /// Whether `streaming_profile_packet` (field 54) occurs with the right wire type.
             #[inline]
             pub fn has_streaming_profile_packet(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 21)
+                ::protozero::gen_support::has(&self.d, 21)
             }
 
             /// Test payload.
@@ -23973,7 +24610,7 @@ pub mod perfetto {
             /// Whether `for_testing` (field 900) occurs with the right wire type.
             #[inline]
             pub fn has_for_testing(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 22)
+                ::protozero::gen_support::has(&self.d, 22)
             }
 
             /// The last occurrence, or the default, of `int32 trusted_uid = 3`.
@@ -23988,7 +24625,7 @@ pub mod perfetto {
             /// Whether `trusted_uid` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_trusted_uid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 23)
+                ::protozero::gen_support::has(&self.d, 23)
             }
 
             /// The last occurrence, or the default, of `uint32 trusted_packet_sequence_id = 10`.
@@ -24003,7 +24640,7 @@ pub mod perfetto {
             /// Whether `trusted_packet_sequence_id` (field 10) occurs with the right wire type.
             #[inline]
             pub fn has_trusted_packet_sequence_id(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 24)
+                ::protozero::gen_support::has(&self.d, 24)
             }
 
             /// Written by the service: pid of the producer.
@@ -24017,7 +24654,7 @@ pub mod perfetto {
             /// Whether `trusted_pid` (field 79) occurs with the right wire type.
             #[inline]
             pub fn has_trusted_pid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 25)
+                ::protozero::gen_support::has(&self.d, 25)
             }
 
             /// New interning entries for this sequence, valid until the next
@@ -24037,7 +24674,7 @@ pub mod perfetto {
             /// Whether `interned_data` (field 12) occurs with the right wire type.
             #[inline]
             pub fn has_interned_data(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 26)
+                ::protozero::gen_support::has(&self.d, 26)
             }
 
             /// The last occurrence, or the default, of `optional uint32 sequence_flags = 13`.
@@ -24049,7 +24686,7 @@ pub mod perfetto {
             /// Whether `sequence_flags` (field 13) occurs with the right wire type.
             #[inline]
             pub fn has_sequence_flags(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 27)
+                ::protozero::gen_support::has(&self.d, 27)
             }
 
             /// Deprecated form of SEQ_INCREMENTAL_STATE_CLEARED.
@@ -24064,7 +24701,7 @@ pub mod perfetto {
             /// Whether `incremental_state_cleared` (field 41) occurs with the right wire type.
             #[inline]
             pub fn has_incremental_state_cleared(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 28)
+                ::protozero::gen_support::has(&self.d, 28)
             }
 
             /// Defaults for later packets of this sequence; re-emitted after every
@@ -24084,7 +24721,7 @@ pub mod perfetto {
             /// Whether `trace_packet_defaults` (field 59) occurs with the right wire type.
             #[inline]
             pub fn has_trace_packet_defaults(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 29)
+                ::protozero::gen_support::has(&self.d, 29)
             }
 
             /// Non-zero if packets of this sequence were lost right before this one
@@ -24102,7 +24739,7 @@ pub mod perfetto {
             /// Whether `previous_packet_dropped` (field 42) occurs with the right wire type.
             #[inline]
             pub fn has_previous_packet_dropped(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 30)
+                ::protozero::gen_support::has(&self.d, 30)
             }
 
             /// Set by the writer on the very first packet of a sequence, so a reader
@@ -24118,7 +24755,7 @@ pub mod perfetto {
             /// Whether `first_packet_on_sequence` (field 87) occurs with the right wire type.
             #[inline]
             pub fn has_first_packet_on_sequence(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 31)
+                ::protozero::gen_support::has(&self.d, 31)
             }
 
             /// Written by the service: id of the machine the producer runs on
@@ -24133,7 +24770,7 @@ pub mod perfetto {
             /// Whether `machine_id` (field 98) occurs with the right wire type.
             #[inline]
             pub fn has_machine_id(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 32)
+                ::protozero::gen_support::has(&self.d, 32)
             }
 
             /// Tachyon's extension (a number in Perfetto's TracePacket extension range,
@@ -24154,7 +24791,7 @@ pub mod perfetto {
             /// Whether `tachyon_packets_dropped` (field 1900) occurs with the right wire type.
             #[inline]
             pub fn has_tachyon_packets_dropped(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 33)
+                ::protozero::gen_support::has(&self.d, 33)
             }
         }
 
@@ -24389,42 +25026,44 @@ pub mod perfetto {
         /// Not modelled (taken upstream, do not reuse): perf_sample_defaults 12,
         /// v8_code_defaults 99.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.TracePacketDefaults`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-        /// never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.TracePacketDefaults`: [`Self::decode`]
+        /// walks the message once, keeping each singular field's value and where each repeated
+        /// field lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct TracePacketDefaultsView<'a> {
-            d: ::protozero::TypedDecoder<'a, 2>,
+            d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
         }
 
         impl<'a> TracePacketDefaultsView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        464 => d.varint(0, at)?,
+                        90 => d.len(1, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    58 => ::core::option::Option::Some(0),
-                    11 => ::core::option::Option::Some(1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional uint32 timestamp_clock_id = 58`.
@@ -24436,7 +25075,7 @@ pub mod perfetto {
             /// Whether `timestamp_clock_id` (field 58) occurs with the right wire type.
             #[inline]
             pub fn has_timestamp_clock_id(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// Defaults for TrackEvent fields (e.g. track_uuid).
@@ -24455,7 +25094,7 @@ pub mod perfetto {
             /// Whether `track_event_defaults` (field 11) occurs with the right wire type.
             #[inline]
             pub fn has_track_event_defaults(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
         }
 
@@ -24508,41 +25147,44 @@ pub mod perfetto {
         /// Unique id of a trace, emitted by the service as a TracePacket
         /// (trace_uuid = 89). Tachyon's service writes one per session.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.TraceUuid`: its fields are indexed once
-        /// by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.TraceUuid`: [`Self::decode`] walks the
+        /// message once, keeping each singular field's value and where each repeated field lies,
+        /// and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct TraceUuidView<'a> {
-            d: ::protozero::TypedDecoder<'a, 2>,
+            d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
         }
 
         impl<'a> TraceUuidView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        16 => d.varint(1, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=2 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional int64 msb = 1`.
@@ -24554,7 +25196,7 @@ pub mod perfetto {
             /// Whether `msb` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_msb(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The last occurrence, or the default, of `optional int64 lsb = 2`.
@@ -24566,7 +25208,7 @@ pub mod perfetto {
             /// Whether `lsb` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_lsb(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
         }
 
@@ -24643,8 +25285,9 @@ pub mod perfetto {
         /// Chrome's details of a process track. Tachyon writes none; the processor
         /// reads host_app_package_name (the `chrome.host_app_package_name` process arg).
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.ChromeProcessDescriptor`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
+        /// A zero-copy view of an encoded `perfetto.protos.ChromeProcessDescriptor`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
         /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
@@ -24652,32 +25295,38 @@ pub mod perfetto {
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct ChromeProcessDescriptorView<'a> {
-            d: ::protozero::TypedDecoder<'a, 5>,
+            d: ::protozero::gen_support::Slots<'a, 5, 1, 0>,
         }
 
         impl<'a> ChromeProcessDescriptorView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        16 => d.varint(1, at)?,
+                        24 => d.varint(2, at)?,
+                        34 => d.len(3, at)?,
+                        40 => d.varint(4, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=5 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional int32 process_type = 1`.
@@ -24689,7 +25338,7 @@ pub mod perfetto {
             /// Whether `process_type` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_process_type(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The last occurrence, or the default, of `optional int32 process_priority = 2`.
@@ -24701,7 +25350,7 @@ pub mod perfetto {
             /// Whether `process_priority` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_process_priority(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// The last occurrence, or the default, of `optional int32 legacy_sort_index = 3`.
@@ -24713,7 +25362,7 @@ pub mod perfetto {
             /// Whether `legacy_sort_index` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_legacy_sort_index(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// The last occurrence, or the default, of `optional string host_app_package_name = 4`.
@@ -24736,7 +25385,7 @@ pub mod perfetto {
             /// Whether `host_app_package_name` (field 4) occurs with the right wire type.
             #[inline]
             pub fn has_host_app_package_name(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// The last occurrence, or the default, of `optional uint64 crash_trace_id = 5`.
@@ -24748,7 +25397,7 @@ pub mod perfetto {
             /// Whether `crash_trace_id` (field 5) occurs with the right wire type.
             #[inline]
             pub fn has_crash_trace_id(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 4)
             }
         }
 
@@ -24869,44 +25518,49 @@ pub mod perfetto {
         /// counter with one; values then arrive as TYPE_COUNTER events or as extra
         /// counter values on other events.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.CounterDescriptor`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-        /// never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.CounterDescriptor`: [`Self::decode`]
+        /// walks the message once, keeping each singular field's value and where each repeated
+        /// field lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct CounterDescriptorView<'a> {
-            d: ::protozero::TypedDecoder<'a, 7>,
+            d: ::protozero::gen_support::Slots<'a, 6, 1, 1>,
         }
 
         impl<'a> CounterDescriptorView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        18 => d.rep_len(0, start, at)?,
+                        24 => d.varint(1, at)?,
+                        50 => d.len(2, at)?,
+                        32 => d.varint(3, at)?,
+                        40 => d.varint(4, at)?,
+                        58 => d.len(5, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=3 => ::core::option::Option::Some(id as usize - 1),
-                    6 => ::core::option::Option::Some(3),
-                    4..=5 => ::core::option::Option::Some(id as usize),
-                    7 => ::core::option::Option::Some(6),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// Only for builtin counters; user counters name the track instead.
@@ -24929,7 +25583,7 @@ pub mod perfetto {
             /// Whether `type` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_type(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// Categories the counter belongs to.
@@ -24937,7 +25591,7 @@ pub mod perfetto {
             /// The elements of `repeated string categories = 2`.
             #[inline]
             pub fn categories(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<&'a str, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_string(&self.d, 1)
+                ::protozero::gen_support::repeated_string(&self.d, 0, 2)
             }
 
             /// The last occurrence, or the default, of `optional
@@ -24952,13 +25606,13 @@ pub mod perfetto {
             /// `unit` as a raw value (also one the enum does not declare).
             #[inline]
             pub fn unit_raw(&self) -> i32 {
-                ::protozero::gen_support::int32(&self.d, 2, 0)
+                ::protozero::gen_support::int32(&self.d, 1, 0)
             }
 
             /// Whether `unit` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_unit(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// Free-form unit name, for units not in |Unit|.
@@ -24970,19 +25624,19 @@ pub mod perfetto {
             /// `InvalidUtf8` if the string is not UTF-8 (see [`Self::unit_name_bytes`]).
             #[inline]
             pub fn unit_name(&self) -> ::core::result::Result<&'a str, ::protozero::DecodeError> {
-                ::protozero::gen_support::string(&self.d, 3, "")
+                ::protozero::gen_support::string(&self.d, 2, "")
             }
 
             /// `unit_name` as bytes, not checked to be UTF-8.
             #[inline]
             pub fn unit_name_bytes(&self) -> &'a [u8] {
-                ::protozero::gen_support::bytes(&self.d, 3, b"")
+                ::protozero::gen_support::bytes(&self.d, 2, b"")
             }
 
             /// Whether `unit_name` (field 6) occurs with the right wire type.
             #[inline]
             pub fn has_unit_name(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// Scale applied to each value (e.g. 1000 to give times in us).
@@ -24990,13 +25644,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional int64 unit_multiplier = 4`.
             #[inline]
             pub fn unit_multiplier(&self) -> i64 {
-                ::protozero::gen_support::int64(&self.d, 4, 0)
+                ::protozero::gen_support::int64(&self.d, 3, 0)
             }
 
             /// Whether `unit_multiplier` (field 4) occurs with the right wire type.
             #[inline]
             pub fn has_unit_multiplier(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// Values are deltas from the previous value on the same sequence; the
@@ -25006,13 +25660,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional bool is_incremental = 5`.
             #[inline]
             pub fn is_incremental(&self) -> bool {
-                ::protozero::gen_support::bool(&self.d, 5, false)
+                ::protozero::gen_support::bool(&self.d, 4, false)
             }
 
             /// Whether `is_incremental` (field 5) occurs with the right wire type.
             #[inline]
             pub fn has_is_incremental(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 5)
+                ::protozero::gen_support::has(&self.d, 4)
             }
 
             /// Counter tracks with the same key and parent share a y-axis in the UI.
@@ -25024,19 +25678,19 @@ pub mod perfetto {
             /// `InvalidUtf8` if the string is not UTF-8 (see [`Self::y_axis_share_key_bytes`]).
             #[inline]
             pub fn y_axis_share_key(&self) -> ::core::result::Result<&'a str, ::protozero::DecodeError> {
-                ::protozero::gen_support::string(&self.d, 6, "")
+                ::protozero::gen_support::string(&self.d, 5, "")
             }
 
             /// `y_axis_share_key` as bytes, not checked to be UTF-8.
             #[inline]
             pub fn y_axis_share_key_bytes(&self) -> &'a [u8] {
-                ::protozero::gen_support::bytes(&self.d, 6, b"")
+                ::protozero::gen_support::bytes(&self.d, 5, b"")
             }
 
             /// Whether `y_axis_share_key` (field 7) occurs with the right wire type.
             #[inline]
             pub fn has_y_axis_share_key(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 6)
+                ::protozero::gen_support::has(&self.d, 5)
             }
         }
 
@@ -25381,49 +26035,58 @@ pub mod perfetto {
         /// array_values, each entry itself a DebugAnnotation (dict entries carry a
         /// name, array elements do not).
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.DebugAnnotation`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.DebugAnnotation`: [`Self::decode`] walks
+        /// the message once, keeping each singular field's value and where each repeated field
+        /// lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct DebugAnnotationView<'a> {
-            d: ::protozero::TypedDecoder<'a, 16>,
+            d: ::protozero::gen_support::Slots<'a, 14, 1, 2>,
         }
 
         impl<'a> DebugAnnotationView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        82 => d.len(1, at)?,
+                        16 => d.varint(2, at)?,
+                        24 => d.varint(3, at)?,
+                        32 => d.varint(4, at)?,
+                        41 => d.fixed64(5, at)?,
+                        56 => d.varint(6, at)?,
+                        66 => d.len(7, at)?,
+                        74 => d.len(8, at)?,
+                        50 => d.len(9, at)?,
+                        136 => d.varint(10, at)?,
+                        130 => d.len(11, at)?,
+                        104 => d.varint(12, at)?,
+                        114 => d.len(13, at)?,
+                        90 => d.rep_len(0, start, at)?,
+                        98 => d.rep_len(1, start, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    10 => ::core::option::Option::Some(1),
-                    2..=5 => ::core::option::Option::Some(id as usize),
-                    7..=9 => ::core::option::Option::Some(id as usize - 1),
-                    6 => ::core::option::Option::Some(9),
-                    17 => ::core::option::Option::Some(10),
-                    16 => ::core::option::Option::Some(11),
-                    13..=14 => ::core::option::Option::Some(id as usize - 1),
-                    11..=12 => ::core::option::Option::Some(id as usize + 3),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// Interned DebugAnnotationName.
@@ -25440,7 +26103,7 @@ pub mod perfetto {
             /// Whether `name_iid` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_name_iid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The last occurrence, or the default, of `string name = 10`.
@@ -25465,7 +26128,7 @@ pub mod perfetto {
             /// Whether `name` (field 10) occurs with the right wire type.
             #[inline]
             pub fn has_name(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// The last occurrence, or the default, of `bool bool_value = 2`.
@@ -25480,7 +26143,7 @@ pub mod perfetto {
             /// Whether `bool_value` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_bool_value(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// The last occurrence, or the default, of `uint64 uint_value = 3`.
@@ -25495,7 +26158,7 @@ pub mod perfetto {
             /// Whether `uint_value` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_uint_value(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// The last occurrence, or the default, of `int64 int_value = 4`.
@@ -25510,7 +26173,7 @@ pub mod perfetto {
             /// Whether `int_value` (field 4) occurs with the right wire type.
             #[inline]
             pub fn has_int_value(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 4)
             }
 
             /// The last occurrence, or the default, of `double double_value = 5`.
@@ -25526,7 +26189,7 @@ pub mod perfetto {
             /// Whether `double_value` (field 5) occurs with the right wire type.
             #[inline]
             pub fn has_double_value(&self) -> bool {
-                ::protozero::gen_support::has_fixed64(&self.d, 5)
+                ::protozero::gen_support::has(&self.d, 5)
             }
 
             /// Like uint_value, but displayed as an address.
@@ -25543,7 +26206,7 @@ pub mod perfetto {
             /// Whether `pointer_value` (field 7) occurs with the right wire type.
             #[inline]
             pub fn has_pointer_value(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 6)
+                ::protozero::gen_support::has(&self.d, 6)
             }
 
             /// Deprecated.
@@ -25565,7 +26228,7 @@ pub mod perfetto {
             /// Whether `nested_value` (field 8) occurs with the right wire type.
             #[inline]
             pub fn has_nested_value(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 7)
+                ::protozero::gen_support::has(&self.d, 7)
             }
 
             /// A JSON string from legacy instrumentation.
@@ -25592,7 +26255,7 @@ pub mod perfetto {
             /// Whether `legacy_json_value` (field 9) occurs with the right wire type.
             #[inline]
             pub fn has_legacy_json_value(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 8)
+                ::protozero::gen_support::has(&self.d, 8)
             }
 
             /// The last occurrence, or the default, of `string string_value = 6`.
@@ -25617,7 +26280,7 @@ pub mod perfetto {
             /// Whether `string_value` (field 6) occurs with the right wire type.
             #[inline]
             pub fn has_string_value(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 9)
+                ::protozero::gen_support::has(&self.d, 9)
             }
 
             /// Interned string (InternedData.debug_annotation_string_values).
@@ -25634,7 +26297,7 @@ pub mod perfetto {
             /// Whether `string_value_iid` (field 17) occurs with the right wire type.
             #[inline]
             pub fn has_string_value_iid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 10)
+                ::protozero::gen_support::has(&self.d, 10)
             }
 
             /// The last occurrence, or the default, of `string proto_type_name = 16`.
@@ -25659,7 +26322,7 @@ pub mod perfetto {
             /// Whether `proto_type_name` (field 16) occurs with the right wire type.
             #[inline]
             pub fn has_proto_type_name(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 11)
+                ::protozero::gen_support::has(&self.d, 11)
             }
 
             /// Interned DebugAnnotationValueTypeName.
@@ -25676,7 +26339,7 @@ pub mod perfetto {
             /// Whether `proto_type_name_iid` (field 13) occurs with the right wire type.
             #[inline]
             pub fn has_proto_type_name_iid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 12)
+                ::protozero::gen_support::has(&self.d, 12)
             }
 
             /// A serialized proto message of type proto_type_name.
@@ -25690,19 +26353,19 @@ pub mod perfetto {
             /// Whether `proto_value` (field 14) occurs with the right wire type.
             #[inline]
             pub fn has_proto_value(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 13)
+                ::protozero::gen_support::has(&self.d, 13)
             }
 
             /// The elements of `repeated perfetto.protos.DebugAnnotation dict_entries = 11`.
             #[inline]
             pub fn dict_entries(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<DebugAnnotationView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 14).map(DebugAnnotationView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 0, 11).map(DebugAnnotationView::decode)
             }
 
             /// The elements of `repeated perfetto.protos.DebugAnnotation array_values = 12`.
             #[inline]
             pub fn array_values(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<DebugAnnotationView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 15).map(DebugAnnotationView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 1, 12).map(DebugAnnotationView::decode)
             }
         }
 
@@ -25821,41 +26484,51 @@ pub mod perfetto {
             /// Old nested-value encoding, kept so older traces decode. New writers use
             /// dict_entries / array_values.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.DebugAnnotation.NestedValue`: its
-            /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.DebugAnnotation.NestedValue`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct NestedValueView<'a> {
-                d: ::protozero::TypedDecoder<'a, 8>,
+                d: ::protozero::gen_support::Slots<'a, 5, 1, 3>,
             }
 
             impl<'a> NestedValueView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            18 => d.rep_len(0, start, at)?,
+                            26 => d.rep_len(1, start, at)?,
+                            34 => d.rep_len(2, start, at)?,
+                            40 => d.varint(1, at)?,
+                            49 => d.fixed64(2, at)?,
+                            56 => d.varint(3, at)?,
+                            66 => d.len(4, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=8 => ::core::option::Option::Some(id as usize - 1),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// The last occurrence, or the default, of `optional
@@ -25876,64 +26549,64 @@ pub mod perfetto {
                 /// Whether `nested_type` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_nested_type(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// The elements of `repeated string dict_keys = 2`.
                 #[inline]
                 pub fn dict_keys(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<&'a str, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_string(&self.d, 1)
+                    ::protozero::gen_support::repeated_string(&self.d, 0, 2)
                 }
 
                 /// The elements of `repeated perfetto.protos.DebugAnnotation.NestedValue
                 /// dict_values = 3`.
                 #[inline]
                 pub fn dict_values(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<NestedValueView<'a>, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_bytes(&self.d, 2).map(NestedValueView::decode)
+                    ::protozero::gen_support::repeated_bytes(&self.d, 1, 3).map(NestedValueView::decode)
                 }
 
                 /// The elements of `repeated perfetto.protos.DebugAnnotation.NestedValue
                 /// array_values = 4`.
                 #[inline]
                 pub fn array_values(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<NestedValueView<'a>, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_bytes(&self.d, 3).map(NestedValueView::decode)
+                    ::protozero::gen_support::repeated_bytes(&self.d, 2, 4).map(NestedValueView::decode)
                 }
 
                 /// The last occurrence, or the default, of `optional int64 int_value = 5`.
                 #[inline]
                 pub fn int_value(&self) -> i64 {
-                    ::protozero::gen_support::int64(&self.d, 4, 0)
+                    ::protozero::gen_support::int64(&self.d, 1, 0)
                 }
 
                 /// Whether `int_value` (field 5) occurs with the right wire type.
                 #[inline]
                 pub fn has_int_value(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 4)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// The last occurrence, or the default, of `optional double double_value = 6`.
                 #[inline]
                 #[allow(clippy::approx_constant)]
                 pub fn double_value(&self) -> f64 {
-                    ::protozero::gen_support::double(&self.d, 5, 0.0)
+                    ::protozero::gen_support::double(&self.d, 2, 0.0)
                 }
 
                 /// Whether `double_value` (field 6) occurs with the right wire type.
                 #[inline]
                 pub fn has_double_value(&self) -> bool {
-                    ::protozero::gen_support::has_fixed64(&self.d, 5)
+                    ::protozero::gen_support::has(&self.d, 2)
                 }
 
                 /// The last occurrence, or the default, of `optional bool bool_value = 7`.
                 #[inline]
                 pub fn bool_value(&self) -> bool {
-                    ::protozero::gen_support::bool(&self.d, 6, false)
+                    ::protozero::gen_support::bool(&self.d, 3, false)
                 }
 
                 /// Whether `bool_value` (field 7) occurs with the right wire type.
                 #[inline]
                 pub fn has_bool_value(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 6)
+                    ::protozero::gen_support::has(&self.d, 3)
                 }
 
                 /// The last occurrence, or the default, of `optional string string_value = 8`.
@@ -25943,19 +26616,19 @@ pub mod perfetto {
                 /// `InvalidUtf8` if the string is not UTF-8 (see [`Self::string_value_bytes`]).
                 #[inline]
                 pub fn string_value(&self) -> ::core::result::Result<&'a str, ::protozero::DecodeError> {
-                    ::protozero::gen_support::string(&self.d, 7, "")
+                    ::protozero::gen_support::string(&self.d, 4, "")
                 }
 
                 /// `string_value` as bytes, not checked to be UTF-8.
                 #[inline]
                 pub fn string_value_bytes(&self) -> &'a [u8] {
-                    ::protozero::gen_support::bytes(&self.d, 7, b"")
+                    ::protozero::gen_support::bytes(&self.d, 4, b"")
                 }
 
                 /// Whether `string_value` (field 8) occurs with the right wire type.
                 #[inline]
                 pub fn has_string_value(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 7)
+                    ::protozero::gen_support::has(&self.d, 4)
                 }
             }
 
@@ -26061,41 +26734,44 @@ pub mod perfetto {
 
         /// Interning entry for DebugAnnotation names.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.DebugAnnotationName`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-        /// never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.DebugAnnotationName`: [`Self::decode`]
+        /// walks the message once, keeping each singular field's value and where each repeated
+        /// field lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct DebugAnnotationNameView<'a> {
-            d: ::protozero::TypedDecoder<'a, 2>,
+            d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
         }
 
         impl<'a> DebugAnnotationNameView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        18 => d.len(1, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=2 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional uint64 iid = 1`.
@@ -26107,7 +26783,7 @@ pub mod perfetto {
             /// Whether `iid` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_iid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The last occurrence, or the default, of `optional string name = 2`.
@@ -26129,7 +26805,7 @@ pub mod perfetto {
             /// Whether `name` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_name(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
         }
 
@@ -26180,41 +26856,45 @@ pub mod perfetto {
 
         /// Interning entry for DebugAnnotation.proto_type_name.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.DebugAnnotationValueTypeName`: its
-        /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-        /// getters, which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.DebugAnnotationValueTypeName`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
+        /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct DebugAnnotationValueTypeNameView<'a> {
-            d: ::protozero::TypedDecoder<'a, 2>,
+            d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
         }
 
         impl<'a> DebugAnnotationValueTypeNameView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        18 => d.len(1, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=2 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional uint64 iid = 1`.
@@ -26226,7 +26906,7 @@ pub mod perfetto {
             /// Whether `iid` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_iid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The last occurrence, or the default, of `optional string name = 2`.
@@ -26248,7 +26928,7 @@ pub mod perfetto {
             /// Whether `name` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_name(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
         }
 
@@ -26325,41 +27005,45 @@ pub mod perfetto {
         /// body iid each time). Perfetto's trace processor turns it into a row of
         /// android_logs (tag "file:line", prio as below).
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.LogMessage`: its fields are indexed once
-        /// by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.LogMessage`: [`Self::decode`] walks the
+        /// message once, keeping each singular field's value and where each repeated field lies,
+        /// and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct LogMessageView<'a> {
-            d: ::protozero::TypedDecoder<'a, 3>,
+            d: ::protozero::gen_support::Slots<'a, 3, 1, 0>,
         }
 
         impl<'a> LogMessageView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        16 => d.varint(1, at)?,
+                        24 => d.varint(2, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=3 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// Interned SourceLocation (InternedData.source_locations).
@@ -26373,7 +27057,7 @@ pub mod perfetto {
             /// Whether `source_location_iid` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_source_location_iid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// Interned LogMessageBody (InternedData.log_message_body).
@@ -26387,7 +27071,7 @@ pub mod perfetto {
             /// Whether `body_iid` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_body_iid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// The last occurrence, or the default, of `optional
@@ -26408,7 +27092,7 @@ pub mod perfetto {
             /// Whether `prio` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_prio(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 2)
             }
         }
 
@@ -26538,41 +27222,44 @@ pub mod perfetto {
 
         /// The text of a log message, interned (InternedData.log_message_body).
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.LogMessageBody`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.LogMessageBody`: [`Self::decode`] walks
+        /// the message once, keeping each singular field's value and where each repeated field
+        /// lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct LogMessageBodyView<'a> {
-            d: ::protozero::TypedDecoder<'a, 2>,
+            d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
         }
 
         impl<'a> LogMessageBodyView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        18 => d.len(1, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=2 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional uint64 iid = 1`.
@@ -26584,7 +27271,7 @@ pub mod perfetto {
             /// Whether `iid` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_iid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The last occurrence, or the default, of `optional string body = 2`.
@@ -26606,7 +27293,7 @@ pub mod perfetto {
             /// Whether `body` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_body(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
         }
 
@@ -26721,46 +27408,50 @@ pub mod perfetto {
         /// Attributes of a process. Tachyon puts it in the TrackDescriptor of each
         /// process's track (and, for old readers, may emit it as a legacy packet).
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.ProcessDescriptor`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-        /// never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.ProcessDescriptor`: [`Self::decode`]
+        /// walks the message once, keeping each singular field's value and where each repeated
+        /// field lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct ProcessDescriptorView<'a> {
-            d: ::protozero::TypedDecoder<'a, 8>,
+            d: ::protozero::gen_support::Slots<'a, 6, 1, 2>,
         }
 
         impl<'a> ProcessDescriptorView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        18 => d.rep_len(0, start, at)?,
+                        50 => d.len(1, at)?,
+                        40 => d.varint(2, at)?,
+                        56 => d.varint(3, at)?,
+                        66 => d.rep_len(1, start, at)?,
+                        32 => d.varint(4, at)?,
+                        24 => d.varint(5, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=2 => ::core::option::Option::Some(id as usize - 1),
-                    6 => ::core::option::Option::Some(2),
-                    5 => ::core::option::Option::Some(3),
-                    7..=8 => ::core::option::Option::Some(id as usize - 3),
-                    4 => ::core::option::Option::Some(6),
-                    3 => ::core::option::Option::Some(7),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional int32 pid = 1`.
@@ -26772,13 +27463,13 @@ pub mod perfetto {
             /// Whether `pid` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_pid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The elements of `repeated string cmdline = 2`.
             #[inline]
             pub fn cmdline(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<&'a str, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_string(&self.d, 1)
+                ::protozero::gen_support::repeated_string(&self.d, 0, 2)
             }
 
             /// The last occurrence, or the default, of `optional string process_name = 6`.
@@ -26788,31 +27479,31 @@ pub mod perfetto {
             /// `InvalidUtf8` if the string is not UTF-8 (see [`Self::process_name_bytes`]).
             #[inline]
             pub fn process_name(&self) -> ::core::result::Result<&'a str, ::protozero::DecodeError> {
-                ::protozero::gen_support::string(&self.d, 2, "")
+                ::protozero::gen_support::string(&self.d, 1, "")
             }
 
             /// `process_name` as bytes, not checked to be UTF-8.
             #[inline]
             pub fn process_name_bytes(&self) -> &'a [u8] {
-                ::protozero::gen_support::bytes(&self.d, 2, b"")
+                ::protozero::gen_support::bytes(&self.d, 1, b"")
             }
 
             /// Whether `process_name` (field 6) occurs with the right wire type.
             #[inline]
             pub fn has_process_name(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// The last occurrence, or the default, of `optional int32 process_priority = 5`.
             #[inline]
             pub fn process_priority(&self) -> i32 {
-                ::protozero::gen_support::int32(&self.d, 3, 0)
+                ::protozero::gen_support::int32(&self.d, 2, 0)
             }
 
             /// Whether `process_priority` (field 5) occurs with the right wire type.
             #[inline]
             pub fn has_process_priority(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// Process start time in ns, in the trace clock.
@@ -26820,13 +27511,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional int64 start_timestamp_ns = 7`.
             #[inline]
             pub fn start_timestamp_ns(&self) -> i64 {
-                ::protozero::gen_support::int64(&self.d, 4, 0)
+                ::protozero::gen_support::int64(&self.d, 3, 0)
             }
 
             /// Whether `start_timestamp_ns` (field 7) occurs with the right wire type.
             #[inline]
             pub fn has_start_timestamp_ns(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// Free-form labels describing what the process does.
@@ -26834,7 +27525,7 @@ pub mod perfetto {
             /// The elements of `repeated string process_labels = 8`.
             #[inline]
             pub fn process_labels(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<&'a str, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_string(&self.d, 5)
+                ::protozero::gen_support::repeated_string(&self.d, 1, 8)
             }
 
             /// The last occurrence, or the default, of `optional
@@ -26849,13 +27540,13 @@ pub mod perfetto {
             /// `chrome_process_type` as a raw value (also one the enum does not declare).
             #[inline]
             pub fn chrome_process_type_raw(&self) -> i32 {
-                ::protozero::gen_support::int32(&self.d, 6, 0)
+                ::protozero::gen_support::int32(&self.d, 4, 0)
             }
 
             /// Whether `chrome_process_type` (field 4) occurs with the right wire type.
             #[inline]
             pub fn has_chrome_process_type(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 6)
+                ::protozero::gen_support::has(&self.d, 4)
             }
 
             /// Sort hint for old UIs.
@@ -26863,13 +27554,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional int32 legacy_sort_index = 3`.
             #[inline]
             pub fn legacy_sort_index(&self) -> i32 {
-                ::protozero::gen_support::int32(&self.d, 7, 0)
+                ::protozero::gen_support::int32(&self.d, 5, 0)
             }
 
             /// Whether `legacy_sort_index` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_legacy_sort_index(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 7)
+                ::protozero::gen_support::has(&self.d, 5)
             }
         }
 
@@ -27000,41 +27691,44 @@ pub mod perfetto {
         /// buffer's oldest complete data): with cropping enabled, the processor drops
         /// TrackEvents before it.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.TrackEventRangeOfInterest`: its fields
-        /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
-        /// which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.TrackEventRangeOfInterest`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
+        /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct TrackEventRangeOfInterestView<'a> {
-            d: ::protozero::TypedDecoder<'a, 1>,
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 0>,
         }
 
         impl<'a> TrackEventRangeOfInterestView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional int64 start_us = 1`.
@@ -27046,7 +27740,7 @@ pub mod perfetto {
             /// Whether `start_us` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_start_us(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
         }
 
@@ -27117,41 +27811,46 @@ pub mod perfetto {
         /// (InternedData.source_locations). Tachyon's zone macros intern file,
         /// function and line once per sequence and refer to them by iid.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.SourceLocation`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.SourceLocation`: [`Self::decode`] walks
+        /// the message once, keeping each singular field's value and where each repeated field
+        /// lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct SourceLocationView<'a> {
-            d: ::protozero::TypedDecoder<'a, 4>,
+            d: ::protozero::gen_support::Slots<'a, 4, 1, 0>,
         }
 
         impl<'a> SourceLocationView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        18 => d.len(1, at)?,
+                        26 => d.len(2, at)?,
+                        32 => d.varint(3, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=4 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional uint64 iid = 1`.
@@ -27163,7 +27862,7 @@ pub mod perfetto {
             /// Whether `iid` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_iid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The last occurrence, or the default, of `optional string file_name = 2`.
@@ -27185,7 +27884,7 @@ pub mod perfetto {
             /// Whether `file_name` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_file_name(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// The last occurrence, or the default, of `optional string function_name = 3`.
@@ -27207,7 +27906,7 @@ pub mod perfetto {
             /// Whether `function_name` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_function_name(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// The last occurrence, or the default, of `optional uint32 line_number = 4`.
@@ -27219,7 +27918,7 @@ pub mod perfetto {
             /// Whether `line_number` (field 4) occurs with the right wire type.
             #[inline]
             pub fn has_line_number(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 3)
             }
         }
 
@@ -27280,41 +27979,46 @@ pub mod perfetto {
         /// A source location given as a code address (mapping + relative pc) still
         /// to be symbolized. Interned in InternedData.unsymbolized_source_locations.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.UnsymbolizedSourceLocation`: its fields
-        /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the getters,
-        /// which never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.UnsymbolizedSourceLocation`:
+        /// [`Self::decode`] walks the message once, keeping each singular field's value and where
+        /// each repeated field lies, and the getters read from that and the borrowed bytes; they
+        /// never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct UnsymbolizedSourceLocationView<'a> {
-            d: ::protozero::TypedDecoder<'a, 3>,
+            d: ::protozero::gen_support::Slots<'a, 3, 1, 0>,
         }
 
         impl<'a> UnsymbolizedSourceLocationView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        16 => d.varint(1, at)?,
+                        24 => d.varint(2, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=3 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional uint64 iid = 1`.
@@ -27326,7 +28030,7 @@ pub mod perfetto {
             /// Whether `iid` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_iid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The last occurrence, or the default, of `optional uint64 mapping_id = 2`.
@@ -27338,7 +28042,7 @@ pub mod perfetto {
             /// Whether `mapping_id` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_mapping_id(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// The last occurrence, or the default, of `optional uint64 rel_pc = 3`.
@@ -27350,7 +28054,7 @@ pub mod perfetto {
             /// Whether `rel_pc` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_rel_pc(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 2)
             }
         }
 
@@ -27388,38 +28092,40 @@ pub mod perfetto {
         /// Perfetto v57.1+ defines this message; its contents (none known to us) are
         /// not modelled, so any fields decode as unknown.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.StateDescriptor`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.StateDescriptor`: [`Self::decode`] walks
+        /// the message once, keeping each singular field's value and where each repeated field
+        /// lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct StateDescriptorView<'a> {
-            d: ::protozero::TypedDecoder<'a, 0>,
+            d: ::protozero::gen_support::Slots<'a, 0, 0, 0>,
         }
 
         impl<'a> StateDescriptorView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = ::protozero::gen_support::skip(bytes, start, tag, at)?;
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(_id: u32) -> ::core::option::Option<usize> {
-                ::core::option::Option::None
             }
         }
 
@@ -27527,43 +28233,49 @@ pub mod perfetto {
         /// Not modelled: chrome_thread_type 4 (a Chrome-only enum whose value names
         /// differ between Perfetto versions); the number stays taken.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.ThreadDescriptor`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-        /// never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.ThreadDescriptor`: [`Self::decode`]
+        /// walks the message once, keeping each singular field's value and where each repeated
+        /// field lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct ThreadDescriptorView<'a> {
-            d: ::protozero::TypedDecoder<'a, 7>,
+            d: ::protozero::gen_support::Slots<'a, 7, 1, 0>,
         }
 
         impl<'a> ThreadDescriptorView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        16 => d.varint(1, at)?,
+                        42 => d.len(2, at)?,
+                        48 => d.varint(3, at)?,
+                        56 => d.varint(4, at)?,
+                        64 => d.varint(5, at)?,
+                        24 => d.varint(6, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=2 => ::core::option::Option::Some(id as usize - 1),
-                    5..=8 => ::core::option::Option::Some(id as usize - 3),
-                    3 => ::core::option::Option::Some(6),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional int32 pid = 1`.
@@ -27575,7 +28287,7 @@ pub mod perfetto {
             /// Whether `pid` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_pid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// Widened from int32 to int64 upstream (varint compatible). The repo
@@ -27591,7 +28303,7 @@ pub mod perfetto {
             /// Whether `tid` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_tid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// The last occurrence, or the default, of `optional string thread_name = 5`.
@@ -27613,7 +28325,7 @@ pub mod perfetto {
             /// Whether `thread_name` (field 5) occurs with the right wire type.
             #[inline]
             pub fn has_thread_name(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// Legacy absolute reference values for the deprecated microsecond delta
@@ -27628,7 +28340,7 @@ pub mod perfetto {
             /// Whether `reference_timestamp_us` (field 6) occurs with the right wire type.
             #[inline]
             pub fn has_reference_timestamp_us(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// The last occurrence, or the default, of `optional int64 reference_thread_time_us =
@@ -27641,7 +28353,7 @@ pub mod perfetto {
             /// Whether `reference_thread_time_us` (field 7) occurs with the right wire type.
             #[inline]
             pub fn has_reference_thread_time_us(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 4)
             }
 
             /// The last occurrence, or the default, of `optional int64
@@ -27655,7 +28367,7 @@ pub mod perfetto {
             /// type.
             #[inline]
             pub fn has_reference_thread_instruction_count(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 5)
+                ::protozero::gen_support::has(&self.d, 5)
             }
 
             /// Sort hint for old UIs.
@@ -27669,7 +28381,7 @@ pub mod perfetto {
             /// Whether `legacy_sort_index` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_legacy_sort_index(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 6)
+                ::protozero::gen_support::has(&self.d, 6)
             }
         }
 
@@ -27954,53 +28666,61 @@ pub mod perfetto {
         ///
         /// Not modelled (numbers taken upstream): chrome_thread 7.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.TrackDescriptor`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.TrackDescriptor`: [`Self::decode`] walks
+        /// the message once, keeping each singular field's value and where each repeated field
+        /// lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct TrackDescriptorView<'a> {
-            d: ::protozero::TypedDecoder<'a, 19>,
+            d: ::protozero::gen_support::Slots<'a, 19, 1, 0>,
         }
 
         impl<'a> TrackDescriptorView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        40 => d.varint(1, at)?,
+                        18 => d.len(2, at)?,
+                        82 => d.len(3, at)?,
+                        106 => d.len(4, at)?,
+                        114 => d.len(5, at)?,
+                        26 => d.len(6, at)?,
+                        34 => d.len(7, at)?,
+                        66 => d.len(8, at)?,
+                        146 => d.len(9, at)?,
+                        72 => d.varint(10, at)?,
+                        88 => d.varint(11, at)?,
+                        96 => d.varint(12, at)?,
+                        120 => d.varint(13, at)?,
+                        130 => d.len(14, at)?,
+                        136 => d.varint(15, at)?,
+                        50 => d.len(16, at)?,
+                        152 => d.varint(17, at)?,
+                        160 => d.varint(18, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1 => ::core::option::Option::Some(0),
-                    5 => ::core::option::Option::Some(1),
-                    2 => ::core::option::Option::Some(2),
-                    10 => ::core::option::Option::Some(3),
-                    13..=14 => ::core::option::Option::Some(id as usize - 9),
-                    3..=4 => ::core::option::Option::Some(id as usize + 3),
-                    8 => ::core::option::Option::Some(8),
-                    18 => ::core::option::Option::Some(9),
-                    9 => ::core::option::Option::Some(10),
-                    11..=12 => ::core::option::Option::Some(id as usize),
-                    15..=17 => ::core::option::Option::Some(id as usize - 2),
-                    6 => ::core::option::Option::Some(16),
-                    19..=20 => ::core::option::Option::Some(id as usize - 2),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// Trace-global id of the track. 0 is the implicit global track.
@@ -28014,7 +28734,7 @@ pub mod perfetto {
             /// Whether `uuid` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_uuid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// Parent track. Ignored when |process| or |thread| is set; a child of a
@@ -28029,7 +28749,7 @@ pub mod perfetto {
             /// Whether `parent_uuid` (field 5) occurs with the right wire type.
             #[inline]
             pub fn has_parent_uuid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// The last occurrence, or the default, of `string name = 2`.
@@ -28054,7 +28774,7 @@ pub mod perfetto {
             /// Whether `name` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_name(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// Same as name, for names known at compile time.
@@ -28081,7 +28801,7 @@ pub mod perfetto {
             /// Whether `static_name` (field 10) occurs with the right wire type.
             #[inline]
             pub fn has_static_name(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// Same as name, marking data that came from android.os.Trace.
@@ -28108,7 +28828,7 @@ pub mod perfetto {
             /// Whether `atrace_name` (field 13) occurs with the right wire type.
             #[inline]
             pub fn has_atrace_name(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 4)
             }
 
             /// Longer human-readable description (UI help popup).
@@ -28132,7 +28852,7 @@ pub mod perfetto {
             /// Whether `description` (field 14) occurs with the right wire type.
             #[inline]
             pub fn has_description(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 5)
+                ::protozero::gen_support::has(&self.d, 5)
             }
 
             /// Makes this the track of a process (one per process).
@@ -28151,7 +28871,7 @@ pub mod perfetto {
             /// Whether `process` (field 3) occurs with the right wire type.
             #[inline]
             pub fn has_process(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 6)
+                ::protozero::gen_support::has(&self.d, 6)
             }
 
             /// Makes this the track of a thread (one per thread).
@@ -28170,7 +28890,7 @@ pub mod perfetto {
             /// Whether `thread` (field 4) occurs with the right wire type.
             #[inline]
             pub fn has_thread(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 7)
+                ::protozero::gen_support::has(&self.d, 7)
             }
 
             /// Makes this a counter track.
@@ -28189,7 +28909,7 @@ pub mod perfetto {
             /// Whether `counter` (field 8) occurs with the right wire type.
             #[inline]
             pub fn has_counter(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 8)
+                ::protozero::gen_support::has(&self.d, 8)
             }
 
             /// Makes this a state track (TYPE_STATE events). Perfetto v57.1+.
@@ -28208,7 +28928,7 @@ pub mod perfetto {
             /// Whether `state` (field 18) occurs with the right wire type.
             #[inline]
             pub fn has_state(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 9)
+                ::protozero::gen_support::has(&self.d, 9)
             }
 
             /// Keep this thread's track events apart from system (e.g. ftrace) slices
@@ -28225,7 +28945,7 @@ pub mod perfetto {
             /// type.
             #[inline]
             pub fn has_disallow_merging_with_system_tracks(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 10)
+                ::protozero::gen_support::has(&self.d, 10)
             }
 
             /// The last occurrence, or the default, of `optional
@@ -28246,7 +28966,7 @@ pub mod perfetto {
             /// Whether `child_ordering` (field 11) occurs with the right wire type.
             #[inline]
             pub fn has_child_ordering(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 11)
+                ::protozero::gen_support::has(&self.d, 11)
             }
 
             /// Rank among siblings when the parent uses EXPLICIT ordering.
@@ -28260,7 +28980,7 @@ pub mod perfetto {
             /// Whether `sibling_order_rank` (field 12) occurs with the right wire type.
             #[inline]
             pub fn has_sibling_order_rank(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 12)
+                ::protozero::gen_support::has(&self.d, 12)
             }
 
             /// The last occurrence, or the default, of `optional
@@ -28282,7 +29002,7 @@ pub mod perfetto {
             /// Whether `sibling_merge_behavior` (field 15) occurs with the right wire type.
             #[inline]
             pub fn has_sibling_merge_behavior(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 13)
+                ::protozero::gen_support::has(&self.d, 13)
             }
 
             /// The last occurrence, or the default, of `string sibling_merge_key = 16`.
@@ -28307,7 +29027,7 @@ pub mod perfetto {
             /// Whether `sibling_merge_key` (field 16) occurs with the right wire type.
             #[inline]
             pub fn has_sibling_merge_key(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 14)
+                ::protozero::gen_support::has(&self.d, 14)
             }
 
             /// The last occurrence, or the default, of `uint64 sibling_merge_key_int = 17`.
@@ -28322,7 +29042,7 @@ pub mod perfetto {
             /// Whether `sibling_merge_key_int` (field 17) occurs with the right wire type.
             #[inline]
             pub fn has_sibling_merge_key_int(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 15)
+                ::protozero::gen_support::has(&self.d, 15)
             }
 
             /// Chrome's details of a process track.
@@ -28341,7 +29061,7 @@ pub mod perfetto {
             /// Whether `chrome_process` (field 6) occurs with the right wire type.
             #[inline]
             pub fn has_chrome_process(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 16)
+                ::protozero::gen_support::has(&self.d, 16)
             }
 
             /// The last occurrence, or the default, of `optional
@@ -28362,7 +29082,7 @@ pub mod perfetto {
             /// Whether `process_ordering` (field 19) occurs with the right wire type.
             #[inline]
             pub fn has_process_ordering(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 17)
+                ::protozero::gen_support::has(&self.d, 17)
             }
 
             /// The last occurrence, or the default, of `optional
@@ -28383,7 +29103,7 @@ pub mod perfetto {
             /// Whether `thread_ordering` (field 20) occurs with the right wire type.
             #[inline]
             pub fn has_thread_ordering(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 18)
+                ::protozero::gen_support::has(&self.d, 18)
             }
         }
 
@@ -29108,27 +29828,78 @@ pub mod perfetto {
         /// chrome_active_processes 49, screenshot 50. Perfetto also declares
         /// extension ranges (1000-9899 and 9900-10000); Tachyon uses none.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.TrackEvent`: its fields are indexed once
-        /// by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.TrackEvent`: [`Self::decode`] walks the
+        /// message once, keeping each singular field's value and where each repeated field lies,
+        /// and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct TrackEventView<'a> {
-            d: ::protozero::TypedDecoder<'a, 33>,
+            d: ::protozero::gen_support::Slots<'a, 22, 1, 11>,
         }
 
         impl<'a> TrackEventView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        24 => d.rep_varint(0, start, at)?,
+                        26 => d.rep_len(0, start, at)?,
+                        178 => d.rep_len(1, start, at)?,
+                        80 => d.varint(0, at)?,
+                        186 => d.len(1, at)?,
+                        72 => d.varint(2, at)?,
+                        88 => d.varint(3, at)?,
+                        240 => d.varint(4, at)?,
+                        353 => d.fixed64(5, at)?,
+                        248 => d.rep_varint(2, start, at)?,
+                        250 => d.rep_len(2, start, at)?,
+                        96 => d.rep_varint(3, start, at)?,
+                        98 => d.rep_len(3, start, at)?,
+                        360 => d.rep_varint(4, start, at)?,
+                        362 => d.rep_len(4, start, at)?,
+                        369 => d.rep_fixed64(5, start, at)?,
+                        370 => d.rep_len(5, start, at)?,
+                        288 => d.rep_varint(6, start, at)?,
+                        290 => d.rep_len(6, start, at)?,
+                        377 => d.rep_fixed64(7, start, at)?,
+                        378 => d.rep_len(7, start, at)?,
+                        336 => d.rep_varint(8, start, at)?,
+                        338 => d.rep_len(8, start, at)?,
+                        385 => d.rep_fixed64(9, start, at)?,
+                        386 => d.rep_len(9, start, at)?,
+                        416 => d.varint(6, at)?,
+                        426 => d.len(7, at)?,
+                        432 => d.varint(8, at)?,
+                        442 => d.len(9, at)?,
+                        448 => d.varint(10, at)?,
+                        457 => d.fixed64(11, at)?,
+                        34 => d.rep_len(10, start, at)?,
+                        266 => d.len(12, at)?,
+                        272 => d.varint(13, at)?,
+                        170 => d.len(14, at)?,
+                        8 => d.varint(15, at)?,
+                        128 => d.varint(16, at)?,
+                        16 => d.varint(17, at)?,
+                        136 => d.varint(18, at)?,
+                        64 => d.varint(19, at)?,
+                        160 => d.varint(20, at)?,
+                        50 => d.len(21, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
@@ -29137,52 +29908,19 @@ pub mod perfetto {
                 self.d.bytes()
             }
 
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    3 => ::core::option::Option::Some(0),
-                    22 => ::core::option::Option::Some(1),
-                    10 => ::core::option::Option::Some(2),
-                    23 => ::core::option::Option::Some(3),
-                    9 => ::core::option::Option::Some(4),
-                    11 => ::core::option::Option::Some(5),
-                    30 => ::core::option::Option::Some(6),
-                    44 => ::core::option::Option::Some(7),
-                    31 => ::core::option::Option::Some(8),
-                    12 => ::core::option::Option::Some(9),
-                    45..=46 => ::core::option::Option::Some(id as usize - 35),
-                    36 => ::core::option::Option::Some(12),
-                    47 => ::core::option::Option::Some(13),
-                    42 => ::core::option::Option::Some(14),
-                    48 => ::core::option::Option::Some(15),
-                    52..=57 => ::core::option::Option::Some(id as usize - 36),
-                    4 => ::core::option::Option::Some(22),
-                    33..=34 => ::core::option::Option::Some(id as usize - 10),
-                    21 => ::core::option::Option::Some(25),
-                    1 => ::core::option::Option::Some(26),
-                    16 => ::core::option::Option::Some(27),
-                    2 => ::core::option::Option::Some(28),
-                    17 => ::core::option::Option::Some(29),
-                    8 => ::core::option::Option::Some(30),
-                    20 => ::core::option::Option::Some(31),
-                    6 => ::core::option::Option::Some(32),
-                    _ => ::core::option::Option::None,
-                }
-            }
-
             /// Categories of the event: interned (InternedData.event_categories) or
             /// inline.
             ///
             /// The elements of `repeated uint64 category_iids = 3`.
             #[inline]
             pub fn category_iids(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_uint64(&self.d, 0)
+                ::protozero::gen_support::repeated_uint64(&self.d, 0, 3)
             }
 
             /// The elements of `repeated string categories = 22`.
             #[inline]
             pub fn categories(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<&'a str, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_string(&self.d, 1)
+                ::protozero::gen_support::repeated_string(&self.d, 1, 22)
             }
 
             /// The last occurrence, or the default, of `uint64 name_iid = 10`.
@@ -29191,13 +29929,13 @@ pub mod perfetto {
             /// the last one written); the view reads each member on its own.
             #[inline]
             pub fn name_iid(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 2, 0)
+                ::protozero::gen_support::uint64(&self.d, 0, 0)
             }
 
             /// Whether `name_iid` (field 10) occurs with the right wire type.
             #[inline]
             pub fn has_name_iid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 2)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The last occurrence, or the default, of `string name = 23`.
@@ -29210,19 +29948,19 @@ pub mod perfetto {
             /// `InvalidUtf8` if the string is not UTF-8 (see [`Self::name_bytes`]).
             #[inline]
             pub fn name(&self) -> ::core::result::Result<&'a str, ::protozero::DecodeError> {
-                ::protozero::gen_support::string(&self.d, 3, "")
+                ::protozero::gen_support::string(&self.d, 1, "")
             }
 
             /// `name` as bytes, not checked to be UTF-8.
             #[inline]
             pub fn name_bytes(&self) -> &'a [u8] {
-                ::protozero::gen_support::bytes(&self.d, 3, b"")
+                ::protozero::gen_support::bytes(&self.d, 1, b"")
             }
 
             /// Whether `name` (field 23) occurs with the right wire type.
             #[inline]
             pub fn has_name(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 3)
+                ::protozero::gen_support::has(&self.d, 1)
             }
 
             /// The last occurrence, or the default, of `optional perfetto.protos.TrackEvent.Type
@@ -29237,13 +29975,13 @@ pub mod perfetto {
             /// `type` as a raw value (also one the enum does not declare).
             #[inline]
             pub fn type_raw(&self) -> i32 {
-                ::protozero::gen_support::int32(&self.d, 4, 0)
+                ::protozero::gen_support::int32(&self.d, 2, 0)
             }
 
             /// Whether `type` (field 9) occurs with the right wire type.
             #[inline]
             pub fn has_type(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 4)
+                ::protozero::gen_support::has(&self.d, 2)
             }
 
             /// Track of the event. Falls back to TrackEventDefaults.track_uuid, then to
@@ -29252,13 +29990,13 @@ pub mod perfetto {
             /// The last occurrence, or the default, of `optional uint64 track_uuid = 11`.
             #[inline]
             pub fn track_uuid(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 5, 0)
+                ::protozero::gen_support::uint64(&self.d, 3, 0)
             }
 
             /// Whether `track_uuid` (field 11) occurs with the right wire type.
             #[inline]
             pub fn has_track_uuid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 5)
+                ::protozero::gen_support::has(&self.d, 3)
             }
 
             /// The last occurrence, or the default, of `int64 counter_value = 30`.
@@ -29267,13 +30005,13 @@ pub mod perfetto {
             /// keeps the last one written); the view reads each member on its own.
             #[inline]
             pub fn counter_value(&self) -> i64 {
-                ::protozero::gen_support::int64(&self.d, 6, 0)
+                ::protozero::gen_support::int64(&self.d, 4, 0)
             }
 
             /// Whether `counter_value` (field 30) occurs with the right wire type.
             #[inline]
             pub fn has_counter_value(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 6)
+                ::protozero::gen_support::has(&self.d, 4)
             }
 
             /// The last occurrence, or the default, of `double double_counter_value = 44`.
@@ -29283,13 +30021,13 @@ pub mod perfetto {
             #[inline]
             #[allow(clippy::approx_constant)]
             pub fn double_counter_value(&self) -> f64 {
-                ::protozero::gen_support::double(&self.d, 7, 0.0)
+                ::protozero::gen_support::double(&self.d, 5, 0.0)
             }
 
             /// Whether `double_counter_value` (field 44) occurs with the right wire type.
             #[inline]
             pub fn has_double_counter_value(&self) -> bool {
-                ::protozero::gen_support::has_fixed64(&self.d, 7)
+                ::protozero::gen_support::has(&self.d, 5)
             }
 
             /// Extra counter samples taken at this event's timestamp, on any event
@@ -29300,13 +30038,13 @@ pub mod perfetto {
             /// The elements of `repeated uint64 extra_counter_track_uuids = 31`.
             #[inline]
             pub fn extra_counter_track_uuids(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_uint64(&self.d, 8)
+                ::protozero::gen_support::repeated_uint64(&self.d, 2, 31)
             }
 
             /// The elements of `repeated int64 extra_counter_values = 12`.
             #[inline]
             pub fn extra_counter_values(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<i64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_int64(&self.d, 9)
+                ::protozero::gen_support::repeated_int64(&self.d, 3, 12)
             }
 
             /// Same with floating point values.
@@ -29314,13 +30052,13 @@ pub mod perfetto {
             /// The elements of `repeated uint64 extra_double_counter_track_uuids = 45`.
             #[inline]
             pub fn extra_double_counter_track_uuids(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_uint64(&self.d, 10)
+                ::protozero::gen_support::repeated_uint64(&self.d, 4, 45)
             }
 
             /// The elements of `repeated double extra_double_counter_values = 46`.
             #[inline]
             pub fn extra_double_counter_values(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<f64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_double(&self.d, 11)
+                ::protozero::gen_support::repeated_double(&self.d, 5, 46)
             }
 
             /// Flows (arrows) passing through this event. Flow ids are trace-global;
@@ -29329,13 +30067,13 @@ pub mod perfetto {
             /// The elements of `repeated uint64 flow_ids_old = 36`.
             #[inline]
             pub fn flow_ids_old(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_uint64(&self.d, 12)
+                ::protozero::gen_support::repeated_uint64(&self.d, 6, 36)
             }
 
             /// The elements of `repeated fixed64 flow_ids = 47`.
             #[inline]
             pub fn flow_ids(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_fixed64(&self.d, 13)
+                ::protozero::gen_support::repeated_fixed64(&self.d, 7, 47)
             }
 
             /// Flows ending at this event (the id may then be reused). An id is in
@@ -29344,13 +30082,13 @@ pub mod perfetto {
             /// The elements of `repeated uint64 terminating_flow_ids_old = 42`.
             #[inline]
             pub fn terminating_flow_ids_old(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_uint64(&self.d, 14)
+                ::protozero::gen_support::repeated_uint64(&self.d, 8, 42)
             }
 
             /// The elements of `repeated fixed64 terminating_flow_ids = 48`.
             #[inline]
             pub fn terminating_flow_ids(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_fixed64(&self.d, 15)
+                ::protozero::gen_support::repeated_fixed64(&self.d, 9, 48)
             }
 
             /// The last occurrence, or the default, of `uint64 correlation_id = 52`.
@@ -29359,13 +30097,13 @@ pub mod perfetto {
             /// parser keeps the last one written); the view reads each member on its own.
             #[inline]
             pub fn correlation_id(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 16, 0)
+                ::protozero::gen_support::uint64(&self.d, 6, 0)
             }
 
             /// Whether `correlation_id` (field 52) occurs with the right wire type.
             #[inline]
             pub fn has_correlation_id(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 16)
+                ::protozero::gen_support::has(&self.d, 6)
             }
 
             /// The last occurrence, or the default, of `string correlation_id_str = 53`.
@@ -29378,19 +30116,19 @@ pub mod perfetto {
             /// `InvalidUtf8` if the string is not UTF-8 (see [`Self::correlation_id_str_bytes`]).
             #[inline]
             pub fn correlation_id_str(&self) -> ::core::result::Result<&'a str, ::protozero::DecodeError> {
-                ::protozero::gen_support::string(&self.d, 17, "")
+                ::protozero::gen_support::string(&self.d, 7, "")
             }
 
             /// `correlation_id_str` as bytes, not checked to be UTF-8.
             #[inline]
             pub fn correlation_id_str_bytes(&self) -> &'a [u8] {
-                ::protozero::gen_support::bytes(&self.d, 17, b"")
+                ::protozero::gen_support::bytes(&self.d, 7, b"")
             }
 
             /// Whether `correlation_id_str` (field 53) occurs with the right wire type.
             #[inline]
             pub fn has_correlation_id_str(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 17)
+                ::protozero::gen_support::has(&self.d, 7)
             }
 
             /// Interned in InternedData.correlation_id_str.
@@ -29401,13 +30139,13 @@ pub mod perfetto {
             /// parser keeps the last one written); the view reads each member on its own.
             #[inline]
             pub fn correlation_id_str_iid(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 18, 0)
+                ::protozero::gen_support::uint64(&self.d, 8, 0)
             }
 
             /// Whether `correlation_id_str_iid` (field 54) occurs with the right wire type.
             #[inline]
             pub fn has_correlation_id_str_iid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 18)
+                ::protozero::gen_support::has(&self.d, 8)
             }
 
             /// The last occurrence (an empty message when absent) of
@@ -29421,13 +30159,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn callstack(&self) -> ::core::result::Result<track_event::CallstackView<'a>, ::protozero::DecodeError> {
-                track_event::CallstackView::decode(::protozero::gen_support::bytes(&self.d, 19, b""))
+                track_event::CallstackView::decode(::protozero::gen_support::bytes(&self.d, 9, b""))
             }
 
             /// Whether `callstack` (field 55) occurs with the right wire type.
             #[inline]
             pub fn has_callstack(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 19)
+                ::protozero::gen_support::has(&self.d, 9)
             }
 
             /// The last occurrence, or the default, of `uint64 callstack_iid = 56`.
@@ -29436,13 +30174,13 @@ pub mod perfetto {
             /// keeps the last one written); the view reads each member on its own.
             #[inline]
             pub fn callstack_iid(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 20, 0)
+                ::protozero::gen_support::uint64(&self.d, 10, 0)
             }
 
             /// Whether `callstack_iid` (field 56) occurs with the right wire type.
             #[inline]
             pub fn has_callstack_iid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 20)
+                ::protozero::gen_support::has(&self.d, 10)
             }
 
             /// An additive value attributed to this occurrence of the call stack (weighted
@@ -29452,13 +30190,13 @@ pub mod perfetto {
             #[inline]
             #[allow(clippy::approx_constant)]
             pub fn callstack_weight(&self) -> f64 {
-                ::protozero::gen_support::double(&self.d, 21, 0.0)
+                ::protozero::gen_support::double(&self.d, 11, 0.0)
             }
 
             /// Whether `callstack_weight` (field 57) occurs with the right wire type.
             #[inline]
             pub fn has_callstack_weight(&self) -> bool {
-                ::protozero::gen_support::has_fixed64(&self.d, 21)
+                ::protozero::gen_support::has(&self.d, 11)
             }
 
             /// Arguments.
@@ -29466,7 +30204,7 @@ pub mod perfetto {
             /// The elements of `repeated perfetto.protos.DebugAnnotation debug_annotations = 4`.
             #[inline]
             pub fn debug_annotations(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<DebugAnnotationView<'a>, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_bytes(&self.d, 22).map(DebugAnnotationView::decode)
+                ::protozero::gen_support::repeated_bytes(&self.d, 10, 4).map(DebugAnnotationView::decode)
             }
 
             /// The last occurrence (an empty message when absent) of
@@ -29480,13 +30218,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn source_location(&self) -> ::core::result::Result<SourceLocationView<'a>, ::protozero::DecodeError> {
-                SourceLocationView::decode(::protozero::gen_support::bytes(&self.d, 23, b""))
+                SourceLocationView::decode(::protozero::gen_support::bytes(&self.d, 12, b""))
             }
 
             /// Whether `source_location` (field 33) occurs with the right wire type.
             #[inline]
             pub fn has_source_location(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 23)
+                ::protozero::gen_support::has(&self.d, 12)
             }
 
             /// The last occurrence, or the default, of `uint64 source_location_iid = 34`.
@@ -29495,13 +30233,13 @@ pub mod perfetto {
             /// parser keeps the last one written); the view reads each member on its own.
             #[inline]
             pub fn source_location_iid(&self) -> u64 {
-                ::protozero::gen_support::uint64(&self.d, 24, 0)
+                ::protozero::gen_support::uint64(&self.d, 13, 0)
             }
 
             /// Whether `source_location_iid` (field 34) occurs with the right wire type.
             #[inline]
             pub fn has_source_location_iid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 24)
+                ::protozero::gen_support::has(&self.d, 13)
             }
 
             /// A log message (Tachyon's message! macros): the event is an instant on
@@ -29515,13 +30253,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn log_message(&self) -> ::core::result::Result<LogMessageView<'a>, ::protozero::DecodeError> {
-                LogMessageView::decode(::protozero::gen_support::bytes(&self.d, 25, b""))
+                LogMessageView::decode(::protozero::gen_support::bytes(&self.d, 14, b""))
             }
 
             /// Whether `log_message` (field 21) occurs with the right wire type.
             #[inline]
             pub fn has_log_message(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 25)
+                ::protozero::gen_support::has(&self.d, 14)
             }
 
             /// Delta from the previous event (or ThreadDescriptor reference).
@@ -29532,13 +30270,13 @@ pub mod perfetto {
             /// last one written); the view reads each member on its own.
             #[inline]
             pub fn timestamp_delta_us(&self) -> i64 {
-                ::protozero::gen_support::int64(&self.d, 26, 0)
+                ::protozero::gen_support::int64(&self.d, 15, 0)
             }
 
             /// Whether `timestamp_delta_us` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_timestamp_delta_us(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 26)
+                ::protozero::gen_support::has(&self.d, 15)
             }
 
             /// The last occurrence, or the default, of `int64 timestamp_absolute_us = 16`.
@@ -29547,13 +30285,13 @@ pub mod perfetto {
             /// last one written); the view reads each member on its own.
             #[inline]
             pub fn timestamp_absolute_us(&self) -> i64 {
-                ::protozero::gen_support::int64(&self.d, 27, 0)
+                ::protozero::gen_support::int64(&self.d, 16, 0)
             }
 
             /// Whether `timestamp_absolute_us` (field 16) occurs with the right wire type.
             #[inline]
             pub fn has_timestamp_absolute_us(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 27)
+                ::protozero::gen_support::has(&self.d, 16)
             }
 
             /// The last occurrence, or the default, of `int64 thread_time_delta_us = 2`.
@@ -29562,13 +30300,13 @@ pub mod perfetto {
             /// the last one written); the view reads each member on its own.
             #[inline]
             pub fn thread_time_delta_us(&self) -> i64 {
-                ::protozero::gen_support::int64(&self.d, 28, 0)
+                ::protozero::gen_support::int64(&self.d, 17, 0)
             }
 
             /// Whether `thread_time_delta_us` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_thread_time_delta_us(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 28)
+                ::protozero::gen_support::has(&self.d, 17)
             }
 
             /// The last occurrence, or the default, of `int64 thread_time_absolute_us = 17`.
@@ -29577,13 +30315,13 @@ pub mod perfetto {
             /// the last one written); the view reads each member on its own.
             #[inline]
             pub fn thread_time_absolute_us(&self) -> i64 {
-                ::protozero::gen_support::int64(&self.d, 29, 0)
+                ::protozero::gen_support::int64(&self.d, 18, 0)
             }
 
             /// Whether `thread_time_absolute_us` (field 17) occurs with the right wire type.
             #[inline]
             pub fn has_thread_time_absolute_us(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 29)
+                ::protozero::gen_support::has(&self.d, 18)
             }
 
             /// The last occurrence, or the default, of `int64 thread_instruction_count_delta = 8`.
@@ -29592,13 +30330,13 @@ pub mod perfetto {
             /// parser keeps the last one written); the view reads each member on its own.
             #[inline]
             pub fn thread_instruction_count_delta(&self) -> i64 {
-                ::protozero::gen_support::int64(&self.d, 30, 0)
+                ::protozero::gen_support::int64(&self.d, 19, 0)
             }
 
             /// Whether `thread_instruction_count_delta` (field 8) occurs with the right wire type.
             #[inline]
             pub fn has_thread_instruction_count_delta(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 30)
+                ::protozero::gen_support::has(&self.d, 19)
             }
 
             /// The last occurrence, or the default, of `int64 thread_instruction_count_absolute =
@@ -29608,14 +30346,14 @@ pub mod perfetto {
             /// parser keeps the last one written); the view reads each member on its own.
             #[inline]
             pub fn thread_instruction_count_absolute(&self) -> i64 {
-                ::protozero::gen_support::int64(&self.d, 31, 0)
+                ::protozero::gen_support::int64(&self.d, 20, 0)
             }
 
             /// Whether `thread_instruction_count_absolute` (field 20) occurs with the right wire
             /// type.
             #[inline]
             pub fn has_thread_instruction_count_absolute(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 31)
+                ::protozero::gen_support::has(&self.d, 20)
             }
 
             /// The last occurrence (an empty message when absent) of `optional
@@ -29626,13 +30364,13 @@ pub mod perfetto {
             /// The first malformation if the nested message is not well-formed.
             #[inline]
             pub fn legacy_event(&self) -> ::core::result::Result<track_event::LegacyEventView<'a>, ::protozero::DecodeError> {
-                track_event::LegacyEventView::decode(::protozero::gen_support::bytes(&self.d, 32, b""))
+                track_event::LegacyEventView::decode(::protozero::gen_support::bytes(&self.d, 21, b""))
             }
 
             /// Whether `legacy_event` (field 6) occurs with the right wire type.
             #[inline]
             pub fn has_legacy_event(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 32)
+                ::protozero::gen_support::has(&self.d, 21)
             }
         }
 
@@ -29685,27 +30423,38 @@ pub mod perfetto {
             /// A simple inline call stack (function names and source positions). For
             /// stacks with mappings and relative pcs, intern a Callstack instead.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.TrackEvent.Callstack`: its fields
-            /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.TrackEvent.Callstack`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct CallstackView<'a> {
-                d: ::protozero::TypedDecoder<'a, 1>,
+                d: ::protozero::gen_support::Slots<'a, 0, 0, 1>,
             }
 
             impl<'a> CallstackView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            10 => d.rep_len(0, start, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
@@ -29714,21 +30463,13 @@ pub mod perfetto {
                     self.d.bytes()
                 }
 
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1 => ::core::option::Option::Some(0),
-                        _ => ::core::option::Option::None,
-                    }
-                }
-
                 /// Outermost frame first.
                 ///
                 /// The elements of `repeated perfetto.protos.TrackEvent.Callstack.Frame frames =
                 /// 1`.
                 #[inline]
                 pub fn frames(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<callstack::FrameView<'a>, ::protozero::DecodeError>> + use<'a> {
-                    ::protozero::gen_support::repeated_bytes(&self.d, 0).map(callstack::FrameView::decode)
+                    ::protozero::gen_support::repeated_bytes(&self.d, 0, 1).map(callstack::FrameView::decode)
                 }
             }
 
@@ -29785,41 +30526,46 @@ pub mod perfetto {
                     }
                 }
 
-                /// A zero-copy view of an encoded `perfetto.protos.TrackEvent.Callstack.Frame`: its
-                /// fields are indexed once by [`Self::decode`] and read from the borrowed bytes by
-                /// the getters, which never allocate.
+                /// A zero-copy view of an encoded `perfetto.protos.TrackEvent.Callstack.Frame`:
+                /// [`Self::decode`] walks the message once, keeping each singular field's value and
+                /// where each repeated field lies, and the getters read from that and the borrowed
+                /// bytes; they never allocate.
                 ///
                 /// A singular field reads its last occurrence (the default when absent); repeated
                 /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
                 /// does not match the declared type is skipped like an unknown field.
                 #[derive(Clone, Debug)]
                 pub struct FrameView<'a> {
-                    d: ::protozero::TypedDecoder<'a, 3>,
+                    d: ::protozero::gen_support::Slots<'a, 3, 1, 0>,
                 }
 
                 impl<'a> FrameView<'a> {
-                    /// Indexes the fields of `bytes`, skipping unknown ones.
+                    /// Reads the fields of `bytes`, skipping unknown ones.
                     ///
                     /// # Errors
                     ///
                     /// The first malformation if `bytes` is not a well-formed protobuf message.
                     #[inline]
                     pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                        ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                        let mut d = ::protozero::gen_support::Slots::new(bytes);
+                        let mut pos = 0;
+                        while pos < bytes.len() {
+                            let start = pos;
+                            let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                            pos = match tag {
+                                10 => d.len(0, at)?,
+                                18 => d.len(1, at)?,
+                                24 => d.varint(2, at)?,
+                                _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                            };
+                        }
+                        ::core::result::Result::Ok(Self { d })
                     }
 
                     /// The encoded message this view reads.
                     #[inline]
                     pub fn bytes(&self) -> &'a [u8] {
                         self.d.bytes()
-                    }
-
-                    #[inline]
-                    fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                        match id {
-                            1..=3 => ::core::option::Option::Some(id as usize - 1),
-                            _ => ::core::option::Option::None,
-                        }
                     }
 
                     /// The last occurrence, or the default, of `optional string function_name = 1`.
@@ -29842,7 +30588,7 @@ pub mod perfetto {
                     /// Whether `function_name` (field 1) occurs with the right wire type.
                     #[inline]
                     pub fn has_function_name(&self) -> bool {
-                        ::protozero::gen_support::has_len(&self.d, 0)
+                        ::protozero::gen_support::has(&self.d, 0)
                     }
 
                     /// The last occurrence, or the default, of `optional string source_file = 2`.
@@ -29864,7 +30610,7 @@ pub mod perfetto {
                     /// Whether `source_file` (field 2) occurs with the right wire type.
                     #[inline]
                     pub fn has_source_file(&self) -> bool {
-                        ::protozero::gen_support::has_len(&self.d, 1)
+                        ::protozero::gen_support::has(&self.d, 1)
                     }
 
                     /// The last occurrence, or the default, of `optional uint32 line_number = 3`.
@@ -29876,7 +30622,7 @@ pub mod perfetto {
                     /// Whether `line_number` (field 3) occurs with the right wire type.
                     #[inline]
                     pub fn has_line_number(&self) -> bool {
-                        ::protozero::gen_support::has_varint(&self.d, 2)
+                        ::protozero::gen_support::has(&self.d, 2)
                     }
                 }
             }
@@ -30067,49 +30813,59 @@ pub mod perfetto {
 
             /// Attributes of Chrome's legacy JSON trace events.
             ///
-            /// A zero-copy view of an encoded `perfetto.protos.TrackEvent.LegacyEvent`: its fields
-            /// are indexed once by [`Self::decode`] and read from the borrowed bytes by the
-            /// getters, which never allocate.
+            /// A zero-copy view of an encoded `perfetto.protos.TrackEvent.LegacyEvent`:
+            /// [`Self::decode`] walks the message once, keeping each singular field's value and
+            /// where each repeated field lies, and the getters read from that and the borrowed
+            /// bytes; they never allocate.
             ///
             /// A singular field reads its last occurrence (the default when absent); repeated
             /// scalars accept packed and unpacked elements alike; an occurrence whose wire type
             /// does not match the declared type is skipped like an unknown field.
             #[derive(Clone, Debug)]
             pub struct LegacyEventView<'a> {
-                d: ::protozero::TypedDecoder<'a, 16>,
+                d: ::protozero::gen_support::Slots<'a, 16, 1, 0>,
             }
 
             impl<'a> LegacyEventView<'a> {
-                /// Indexes the fields of `bytes`, skipping unknown ones.
+                /// Reads the fields of `bytes`, skipping unknown ones.
                 ///
                 /// # Errors
                 ///
                 /// The first malformation if `bytes` is not a well-formed protobuf message.
                 #[inline]
                 pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                    ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                    let mut d = ::protozero::gen_support::Slots::new(bytes);
+                    let mut pos = 0;
+                    while pos < bytes.len() {
+                        let start = pos;
+                        let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                        pos = match tag {
+                            8 => d.varint(0, at)?,
+                            16 => d.varint(1, at)?,
+                            24 => d.varint(2, at)?,
+                            32 => d.varint(3, at)?,
+                            120 => d.varint(4, at)?,
+                            48 => d.varint(5, at)?,
+                            80 => d.varint(6, at)?,
+                            88 => d.varint(7, at)?,
+                            58 => d.len(8, at)?,
+                            72 => d.varint(9, at)?,
+                            64 => d.varint(10, at)?,
+                            96 => d.varint(11, at)?,
+                            104 => d.varint(12, at)?,
+                            112 => d.varint(13, at)?,
+                            144 => d.varint(14, at)?,
+                            152 => d.varint(15, at)?,
+                            _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                        };
+                    }
+                    ::core::result::Result::Ok(Self { d })
                 }
 
                 /// The encoded message this view reads.
                 #[inline]
                 pub fn bytes(&self) -> &'a [u8] {
                     self.d.bytes()
-                }
-
-                #[inline]
-                fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                    match id {
-                        1..=4 => ::core::option::Option::Some(id as usize - 1),
-                        15 => ::core::option::Option::Some(4),
-                        6 => ::core::option::Option::Some(5),
-                        10..=11 => ::core::option::Option::Some(id as usize - 4),
-                        7 => ::core::option::Option::Some(8),
-                        9 => ::core::option::Option::Some(9),
-                        8 => ::core::option::Option::Some(10),
-                        12..=14 => ::core::option::Option::Some(id as usize - 1),
-                        18..=19 => ::core::option::Option::Some(id as usize - 4),
-                        _ => ::core::option::Option::None,
-                    }
                 }
 
                 /// Interned EventName; use TrackEvent.name_iid instead.
@@ -30123,7 +30879,7 @@ pub mod perfetto {
                 /// Whether `name_iid` (field 1) occurs with the right wire type.
                 #[inline]
                 pub fn has_name_iid(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 0)
+                    ::protozero::gen_support::has(&self.d, 0)
                 }
 
                 /// The last occurrence, or the default, of `optional int32 phase = 2`.
@@ -30135,7 +30891,7 @@ pub mod perfetto {
                 /// Whether `phase` (field 2) occurs with the right wire type.
                 #[inline]
                 pub fn has_phase(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 1)
+                    ::protozero::gen_support::has(&self.d, 1)
                 }
 
                 /// The last occurrence, or the default, of `optional int64 duration_us = 3`.
@@ -30147,7 +30903,7 @@ pub mod perfetto {
                 /// Whether `duration_us` (field 3) occurs with the right wire type.
                 #[inline]
                 pub fn has_duration_us(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 2)
+                    ::protozero::gen_support::has(&self.d, 2)
                 }
 
                 /// The last occurrence, or the default, of `optional int64 thread_duration_us = 4`.
@@ -30159,7 +30915,7 @@ pub mod perfetto {
                 /// Whether `thread_duration_us` (field 4) occurs with the right wire type.
                 #[inline]
                 pub fn has_thread_duration_us(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 3)
+                    ::protozero::gen_support::has(&self.d, 3)
                 }
 
                 /// The last occurrence, or the default, of `optional int64 thread_instruction_delta
@@ -30172,7 +30928,7 @@ pub mod perfetto {
                 /// Whether `thread_instruction_delta` (field 15) occurs with the right wire type.
                 #[inline]
                 pub fn has_thread_instruction_delta(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 4)
+                    ::protozero::gen_support::has(&self.d, 4)
                 }
 
                 /// The last occurrence, or the default, of `uint64 unscoped_id = 6`.
@@ -30187,7 +30943,7 @@ pub mod perfetto {
                 /// Whether `unscoped_id` (field 6) occurs with the right wire type.
                 #[inline]
                 pub fn has_unscoped_id(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 5)
+                    ::protozero::gen_support::has(&self.d, 5)
                 }
 
                 /// The last occurrence, or the default, of `uint64 local_id = 10`.
@@ -30202,7 +30958,7 @@ pub mod perfetto {
                 /// Whether `local_id` (field 10) occurs with the right wire type.
                 #[inline]
                 pub fn has_local_id(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 6)
+                    ::protozero::gen_support::has(&self.d, 6)
                 }
 
                 /// The last occurrence, or the default, of `uint64 global_id = 11`.
@@ -30217,7 +30973,7 @@ pub mod perfetto {
                 /// Whether `global_id` (field 11) occurs with the right wire type.
                 #[inline]
                 pub fn has_global_id(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 7)
+                    ::protozero::gen_support::has(&self.d, 7)
                 }
 
                 /// The last occurrence, or the default, of `optional string id_scope = 7`.
@@ -30239,7 +30995,7 @@ pub mod perfetto {
                 /// Whether `id_scope` (field 7) occurs with the right wire type.
                 #[inline]
                 pub fn has_id_scope(&self) -> bool {
-                    ::protozero::gen_support::has_len(&self.d, 8)
+                    ::protozero::gen_support::has(&self.d, 8)
                 }
 
                 /// The last occurrence, or the default, of `optional bool use_async_tts = 9`.
@@ -30251,7 +31007,7 @@ pub mod perfetto {
                 /// Whether `use_async_tts` (field 9) occurs with the right wire type.
                 #[inline]
                 pub fn has_use_async_tts(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 9)
+                    ::protozero::gen_support::has(&self.d, 9)
                 }
 
                 /// The last occurrence, or the default, of `optional uint64 bind_id = 8`.
@@ -30263,7 +31019,7 @@ pub mod perfetto {
                 /// Whether `bind_id` (field 8) occurs with the right wire type.
                 #[inline]
                 pub fn has_bind_id(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 10)
+                    ::protozero::gen_support::has(&self.d, 10)
                 }
 
                 /// The last occurrence, or the default, of `optional bool bind_to_enclosing = 12`.
@@ -30275,7 +31031,7 @@ pub mod perfetto {
                 /// Whether `bind_to_enclosing` (field 12) occurs with the right wire type.
                 #[inline]
                 pub fn has_bind_to_enclosing(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 11)
+                    ::protozero::gen_support::has(&self.d, 11)
                 }
 
                 /// The last occurrence, or the default, of `optional
@@ -30296,7 +31052,7 @@ pub mod perfetto {
                 /// Whether `flow_direction` (field 13) occurs with the right wire type.
                 #[inline]
                 pub fn has_flow_direction(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 12)
+                    ::protozero::gen_support::has(&self.d, 12)
                 }
 
                 /// The last occurrence, or the default, of `optional
@@ -30319,7 +31075,7 @@ pub mod perfetto {
                 /// Whether `instant_event_scope` (field 14) occurs with the right wire type.
                 #[inline]
                 pub fn has_instant_event_scope(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 13)
+                    ::protozero::gen_support::has(&self.d, 13)
                 }
 
                 /// The last occurrence, or the default, of `optional int32 pid_override = 18`.
@@ -30331,7 +31087,7 @@ pub mod perfetto {
                 /// Whether `pid_override` (field 18) occurs with the right wire type.
                 #[inline]
                 pub fn has_pid_override(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 14)
+                    ::protozero::gen_support::has(&self.d, 14)
                 }
 
                 /// The last occurrence, or the default, of `optional int32 tid_override = 19`.
@@ -30343,7 +31099,7 @@ pub mod perfetto {
                 /// Whether `tid_override` (field 19) occurs with the right wire type.
                 #[inline]
                 pub fn has_tid_override(&self) -> bool {
-                    ::protozero::gen_support::has_varint(&self.d, 15)
+                    ::protozero::gen_support::has(&self.d, 15)
                 }
             }
 
@@ -30606,43 +31362,47 @@ pub mod perfetto {
         /// Sequence-wide defaults for TrackEvent fields, sent inside
         /// TracePacketDefaults. Numbers equal those of the TrackEvent fields.
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.TrackEventDefaults`: its fields are
-        /// indexed once by [`Self::decode`] and read from the borrowed bytes by the getters, which
-        /// never allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.TrackEventDefaults`: [`Self::decode`]
+        /// walks the message once, keeping each singular field's value and where each repeated
+        /// field lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct TrackEventDefaultsView<'a> {
-            d: ::protozero::TypedDecoder<'a, 3>,
+            d: ::protozero::gen_support::Slots<'a, 1, 1, 2>,
         }
 
         impl<'a> TrackEventDefaultsView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        88 => d.varint(0, at)?,
+                        248 => d.rep_varint(0, start, at)?,
+                        250 => d.rep_len(0, start, at)?,
+                        360 => d.rep_varint(1, start, at)?,
+                        362 => d.rep_len(1, start, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    11 => ::core::option::Option::Some(0),
-                    31 => ::core::option::Option::Some(1),
-                    45 => ::core::option::Option::Some(2),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional uint64 track_uuid = 11`.
@@ -30654,19 +31414,19 @@ pub mod perfetto {
             /// Whether `track_uuid` (field 11) occurs with the right wire type.
             #[inline]
             pub fn has_track_uuid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The elements of `repeated uint64 extra_counter_track_uuids = 31`.
             #[inline]
             pub fn extra_counter_track_uuids(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_uint64(&self.d, 1)
+                ::protozero::gen_support::repeated_uint64(&self.d, 0, 31)
             }
 
             /// The elements of `repeated uint64 extra_double_counter_track_uuids = 45`.
             #[inline]
             pub fn extra_double_counter_track_uuids(&self) -> impl ::core::iter::Iterator<Item = ::core::result::Result<u64, ::protozero::DecodeError>> + use<'a> {
-                ::protozero::gen_support::repeated_uint64(&self.d, 2)
+                ::protozero::gen_support::repeated_uint64(&self.d, 1, 45)
             }
         }
 
@@ -30717,41 +31477,44 @@ pub mod perfetto {
 
         /// Interning entry for category names (InternedData.event_categories).
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.EventCategory`: its fields are indexed
-        /// once by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.EventCategory`: [`Self::decode`] walks
+        /// the message once, keeping each singular field's value and where each repeated field
+        /// lies, and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct EventCategoryView<'a> {
-            d: ::protozero::TypedDecoder<'a, 2>,
+            d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
         }
 
         impl<'a> EventCategoryView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        18 => d.len(1, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=2 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional uint64 iid = 1`.
@@ -30763,7 +31526,7 @@ pub mod perfetto {
             /// Whether `iid` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_iid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The last occurrence, or the default, of `optional string name = 2`.
@@ -30785,7 +31548,7 @@ pub mod perfetto {
             /// Whether `name` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_name(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
         }
 
@@ -30836,41 +31599,44 @@ pub mod perfetto {
 
         /// Interning entry for event names (InternedData.event_names).
         ///
-        /// A zero-copy view of an encoded `perfetto.protos.EventName`: its fields are indexed once
-        /// by [`Self::decode`] and read from the borrowed bytes by the getters, which never
-        /// allocate.
+        /// A zero-copy view of an encoded `perfetto.protos.EventName`: [`Self::decode`] walks the
+        /// message once, keeping each singular field's value and where each repeated field lies,
+        /// and the getters read from that and the borrowed bytes; they never allocate.
         ///
         /// A singular field reads its last occurrence (the default when absent); repeated scalars
         /// accept packed and unpacked elements alike; an occurrence whose wire type does not match
         /// the declared type is skipped like an unknown field.
         #[derive(Clone, Debug)]
         pub struct EventNameView<'a> {
-            d: ::protozero::TypedDecoder<'a, 2>,
+            d: ::protozero::gen_support::Slots<'a, 2, 1, 0>,
         }
 
         impl<'a> EventNameView<'a> {
-            /// Indexes the fields of `bytes`, skipping unknown ones.
+            /// Reads the fields of `bytes`, skipping unknown ones.
             ///
             /// # Errors
             ///
             /// The first malformation if `bytes` is not a well-formed protobuf message.
             #[inline]
             pub fn decode(bytes: &'a [u8]) -> ::core::result::Result<Self, ::protozero::DecodeError> {
-                ::protozero::gen_support::decode(bytes, Self::slot_of).map(|d| Self { d })
+                let mut d = ::protozero::gen_support::Slots::new(bytes);
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let start = pos;
+                    let (tag, at) = ::protozero::gen_support::tag(bytes, start)?;
+                    pos = match tag {
+                        8 => d.varint(0, at)?,
+                        18 => d.len(1, at)?,
+                        _ => ::protozero::gen_support::skip(bytes, start, tag, at)?,
+                    };
+                }
+                ::core::result::Result::Ok(Self { d })
             }
 
             /// The encoded message this view reads.
             #[inline]
             pub fn bytes(&self) -> &'a [u8] {
                 self.d.bytes()
-            }
-
-            #[inline]
-            fn slot_of(id: u32) -> ::core::option::Option<usize> {
-                match id {
-                    1..=2 => ::core::option::Option::Some(id as usize - 1),
-                    _ => ::core::option::Option::None,
-                }
             }
 
             /// The last occurrence, or the default, of `optional uint64 iid = 1`.
@@ -30882,7 +31648,7 @@ pub mod perfetto {
             /// Whether `iid` (field 1) occurs with the right wire type.
             #[inline]
             pub fn has_iid(&self) -> bool {
-                ::protozero::gen_support::has_varint(&self.d, 0)
+                ::protozero::gen_support::has(&self.d, 0)
             }
 
             /// The last occurrence, or the default, of `optional string name = 2`.
@@ -30904,7 +31670,7 @@ pub mod perfetto {
             /// Whether `name` (field 2) occurs with the right wire type.
             #[inline]
             pub fn has_name(&self) -> bool {
-                ::protozero::gen_support::has_len(&self.d, 1)
+                ::protozero::gen_support::has(&self.d, 1)
             }
         }
     }
