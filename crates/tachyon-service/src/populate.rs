@@ -18,9 +18,27 @@
 /// when the kernel does not offer it (then the pages fault in on first write, as without it).
 #[cfg(all(target_os = "linux", not(miri)))]
 pub(crate) fn populate_for_write(bytes: &mut [u8]) -> bool {
-    if bytes.is_empty() {
-        return true;
-    }
+    // MADV_POPULATE_WRITE only faults the pages in as a write would (breaking copy-on-write
+    // sharing, allocating zero pages) and never changes their contents.
+    bytes.is_empty() || advise_pages(bytes, Advice::PopulateWrite)
+}
+
+/// The `madvise` advice this module gives: only kinds that never change a byte as the process
+/// sees it.
+#[cfg(all(target_os = "linux", not(miri)))]
+#[derive(Clone, Copy)]
+enum Advice {
+    PopulateWrite,
+    HugePage,
+}
+
+/// `madvise(advice)` over the whole pages holding `bytes`; whether the kernel accepted it.
+#[cfg(all(target_os = "linux", not(miri)))]
+fn advise_pages(bytes: &mut [u8], advice: Advice) -> bool {
+    let advice = match advice {
+        Advice::PopulateWrite => libc::MADV_POPULATE_WRITE,
+        Advice::HugePage => libc::MADV_HUGEPAGE,
+    };
     let page = page_size();
     let start = bytes.as_mut_ptr() as usize;
     let aligned = start & !(page - 1);
@@ -28,17 +46,10 @@ pub(crate) fn populate_for_write(bytes: &mut [u8]) -> bool {
     // mapping the slice lies in (the allocator maps whole pages), as does rounding down.
     let end = (start + bytes.len()).next_multiple_of(page);
     // SAFETY: `[aligned, end)` is made of whole pages each holding at least one byte of
-    // `bytes`, so all of it is mapped, in this process. MADV_POPULATE_WRITE only faults the
-    // pages in as a write would (breaking copy-on-write sharing, allocating zero pages) and
-    // never changes their contents, so no Rust reference to any of it observes a change; the
-    // kernel reads no user memory through the pointer. An error leaves the pages as they were.
-    let r = unsafe {
-        libc::madvise(
-            aligned as *mut libc::c_void,
-            end - aligned,
-            libc::MADV_POPULATE_WRITE,
-        )
-    };
+    // `bytes`, so all of it is mapped, in this process. Neither kind of `Advice` changes the
+    // pages' contents as the process sees them (see their callers), so no Rust reference to any of it observes a change; the kernel reads no
+    // user memory through the pointer. An error leaves the pages as they were.
+    let r = unsafe { libc::madvise(aligned as *mut libc::c_void, end - aligned, advice) };
     r == 0
 }
 
@@ -62,29 +73,10 @@ pub(crate) const HUGE_PAGE: usize = 2 << 20;
 /// A stretch the kernel cannot find a free 2 MiB page for falls back to 4 KiB pages.
 #[cfg(all(target_os = "linux", not(miri)))]
 pub(crate) fn advise_huge_pages(bytes: &mut [u8]) -> bool {
-    if bytes.len() < HUGE_PAGE {
-        // No whole huge page can fit inside.
-        return false;
-    }
-    let page = page_size();
-    let start = bytes.as_mut_ptr() as usize;
-    let aligned = start & !(page - 1);
-    let end = (start + bytes.len()).next_multiple_of(page);
-    // SAFETY: `[aligned, end)` is made of whole pages each holding at least one byte of
-    // `bytes`, so all of it is mapped, in this process (as in `populate_for_write`).
-    // MADV_HUGEPAGE only sets a flag on the mapping that lets the kernel back it with 2 MiB
-    // pages on later faults (or by collapsing its pages in the background, `khugepaged`, which
-    // copies their contents); it never changes a byte as the process sees it, so no Rust
-    // reference to any of it observes a change, and the kernel reads no user memory through
-    // the pointer. An error leaves the mapping as it was.
-    let r = unsafe {
-        libc::madvise(
-            aligned as *mut libc::c_void,
-            end - aligned,
-            libc::MADV_HUGEPAGE,
-        )
-    };
-    r == 0
+    // No whole huge page can fit inside a shorter slice. MADV_HUGEPAGE only sets a flag on
+    // the mapping that lets the kernel back it with 2 MiB pages on later faults (or by
+    // collapsing its pages in the background, `khugepaged`, which copies their contents).
+    bytes.len() >= HUGE_PAGE && advise_pages(bytes, Advice::HugePage)
 }
 
 /// Not offered here.
