@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 
 /// (case, query) pairs where Tachyon and Perfetto agree.
 const AGREED: &[(&str, &str)] = &[
+    ("args_nested", "args"),
     ("args_nested", "extract_arg"),
     ("callstacks", "events"),
     ("callstacks", "samples"),

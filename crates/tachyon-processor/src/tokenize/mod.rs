@@ -172,8 +172,8 @@ pub(crate) struct Tokenizer {
     v1_flow_ids: FxHashMap<(u64, StrId, StrId), u64>,
     key_debug: StrId,
     /// The keys of a source location's args (`source.file_name`, `source.function_name`,
-    /// `source.line_number`), interned once rather than per event.
-    keys_source: [StrId; 3],
+    /// `source.line_number`, `source_location_iid`), interned once rather than per event.
+    keys_source: [StrId; 4],
     /// Reused for the events of one TrackEvent, so that tokenizing does not allocate.
     scratch: Vec<Event>,
     /// The sequence of the packet being tokenized: the sorter keeps each sequence's events
@@ -189,6 +189,7 @@ impl Tokenizer {
             "source.file_name",
             "source.function_name",
             "source.line_number",
+            "source_location_iid",
         ]
         .map(|k| parser.st.strings.intern(k));
         Tokenizer {
@@ -1828,29 +1829,8 @@ impl Tokenizer {
         rare: Option<&TrackEventView<'_>>,
         misses: &mut i64,
     ) {
-        for a in ev.debug_annotations() {
-            let Ok(a) = a else {
-                self.parser.st.stats.inc(Stat::track_event_tokenizer_errors);
-                continue;
-            };
-            let key = if let Some(name) = a.name {
-                let name = self.parser.st.strings.intern_bytes(name);
-                self.top_key(name)
-            } else if let Some(&(_, key)) = self.seqs[&seq_id]
-                .annotation_names
-                .get(&a.name_iid.unwrap_or(0))
-            {
-                key
-            } else {
-                *misses += 1;
-                continue;
-            };
-            match a.view() {
-                Some(view) => self.annotation_value(seq_id, &view, key, key, 0, misses),
-                None => self.scalar_annotation(seq_id, &a, key, misses),
-            }
-        }
-        // Source location: interned or inline, as `source.*` args.
+        // Source location, interned or inline, as `source.*` args: first, as Perfetto orders
+        // them (before the debug annotations).
         let seq = &self.seqs[&seq_id];
         let loc = if ev.has_source_location_iid() {
             match seq.source_locations.get(&ev.source_location_iid()) {
@@ -1872,13 +1852,41 @@ impl Tokenizer {
             None
         };
         if let Some((file, func, line)) = loc {
-            let [kf, kn, kl] = self.keys_source;
+            // As Perfetto: the line as the proto's `uint32`, and an interned location's iid
+            // beside it.
+            let [kf, kn, kl, ki] = self.keys_source;
             for (k, v) in [
                 (kf, ArgValue::Str(file)),
                 (kn, ArgValue::Str(func)),
-                (kl, ArgValue::Int(line as i64)),
+                (kl, ArgValue::UInt(u64::from(line))),
             ] {
                 self.parser.pend_arg(k, k, v);
+            }
+            if ev.has_source_location_iid() {
+                let iid = ArgValue::UInt(ev.source_location_iid());
+                self.parser.pend_arg(ki, ki, iid);
+            }
+        }
+        for a in ev.debug_annotations() {
+            let Ok(a) = a else {
+                self.parser.st.stats.inc(Stat::track_event_tokenizer_errors);
+                continue;
+            };
+            let key = if let Some(name) = a.name {
+                let name = self.parser.st.strings.intern_bytes(name);
+                self.top_key(name)
+            } else if let Some(&(_, key)) = self.seqs[&seq_id]
+                .annotation_names
+                .get(&a.name_iid.unwrap_or(0))
+            {
+                key
+            } else {
+                *misses += 1;
+                continue;
+            };
+            match a.view() {
+                Some(view) => self.annotation_value(seq_id, &view, key, key, 0, misses),
+                None => self.scalar_annotation(seq_id, &a, key, misses),
             }
         }
     }
