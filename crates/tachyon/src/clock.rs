@@ -344,12 +344,7 @@ impl SegmentSlot {
         let seq = self.seq.load(Ordering::Acquire);
         let base_ticks = self.pieces[0][0].load(Ordering::Relaxed);
         let end_ticks = self.pieces[1][0].load(Ordering::Relaxed);
-        let p = &self.pieces[usize::from(ticks >= end_ticks)];
-        let piece = Piece {
-            ticks: p[0].load(Ordering::Relaxed),
-            ns: p[1].load(Ordering::Relaxed),
-            slope: p[2].load(Ordering::Relaxed),
-        };
+        let piece = load_piece(&self.pieces[usize::from(ticks >= end_ticks)]);
         fence(Ordering::Acquire);
         let whole = seq & 1 == 0 && self.seq.load(Ordering::Relaxed) == seq;
         (whole && (before || ticks >= base_ticks)).then(|| piece.at(ticks))
@@ -358,13 +353,8 @@ impl SegmentSlot {
     /// The segment, or `None` when a write overlapped the read.
     fn read(&self) -> Option<Segment> {
         let seq = self.seq.load(Ordering::Acquire);
-        let piece = |p: &[AtomicU64; 3]| Piece {
-            ticks: p[0].load(Ordering::Relaxed),
-            ns: p[1].load(Ordering::Relaxed),
-            slope: p[2].load(Ordering::Relaxed),
-        };
         let segment = Segment {
-            pieces: [piece(&self.pieces[0]), piece(&self.pieces[1])],
+            pieces: [load_piece(&self.pieces[0]), load_piece(&self.pieces[1])],
         };
         fence(Ordering::Acquire);
         (seq & 1 == 0 && self.seq.load(Ordering::Relaxed) == seq).then_some(segment)
@@ -381,6 +371,16 @@ impl SegmentSlot {
             }
         }
         self.seq.store(seq.wrapping_add(2), Ordering::Release);
+    }
+}
+
+/// A piece's fields, loaded relaxed (the slot's sequence number orders them).
+#[inline(always)]
+fn load_piece(p: &[AtomicU64; 3]) -> Piece {
+    Piece {
+        ticks: p[0].load(Ordering::Relaxed),
+        ns: p[1].load(Ordering::Relaxed),
+        slope: p[2].load(Ordering::Relaxed),
     }
 }
 

@@ -395,13 +395,7 @@ impl Parser {
     ) -> Result<(), ()> {
         let s = p.sys_stats().map_err(drop)?;
         let mut push = |sys: &mut SystemState, key: TrackKey, value: f64| {
-            let track = sys.intern(key);
-            out.push(Event::bare(
-                EventKind::SystemCounter,
-                0,
-                track,
-                value.to_bits(),
-            ));
+            push_counter(sys, out, key, value);
         };
         for m in s.meminfo() {
             let m = m.map_err(drop)?;
@@ -586,17 +580,12 @@ impl Parser {
                     Kind::PeakRssResettable => f.as_bool() as u8 as f64,
                     _ => f.as_i64().wrapping_mul(1024) as f64,
                 };
-                let track = self.system.intern(TrackKey {
+                let key = TrackKey {
                     key,
                     num: Some(pid),
                     ..TrackKey::new(kind)
-                });
-                out.push(Event::bare(
-                    EventKind::SystemCounter,
-                    0,
-                    track,
-                    value.to_bits(),
-                ));
+                };
+                push_counter(&mut self.system, out, key, value);
             }
         }
         for proc in stats.processes() {
@@ -634,17 +623,12 @@ impl Parser {
                     Kind::ProcessMemory | Kind::Smaps => f.as_i64().wrapping_mul(1024) as f64,
                     _ => f.as_i64() as f64,
                 };
-                let track = self.system.intern(TrackKey {
+                let key = TrackKey {
                     key,
                     num: Some(pid),
                     ..TrackKey::new(kind)
-                });
-                out.push(Event::bare(
-                    EventKind::SystemCounter,
-                    0,
-                    track,
-                    value.to_bits(),
-                ));
+                };
+                push_counter(&mut self.system, out, key, value);
             }
         }
         Ok(())
@@ -860,6 +844,18 @@ pub(crate) struct TreeProcessExtra {
     pub(crate) start_ts: Option<i64>,
     pub(crate) is_kthread: Option<bool>,
     pub(crate) cmdline_is_comm: bool,
+}
+
+/// A value of the system counter `key` (its track interned on first use), timestamp to be set
+/// by the caller.
+fn push_counter(sys: &mut SystemState, out: &mut Vec<Event>, key: TrackKey, value: f64) {
+    let track = sys.intern(key);
+    out.push(Event::bare(
+        EventKind::SystemCounter,
+        0,
+        track,
+        value.to_bits(),
+    ));
 }
 
 #[cfg(test)]

@@ -452,7 +452,10 @@ impl Parser {
         }
     }
 
-    fn push_flow(&mut self, slice_out: u32, slice_in: u32, trace_id: u64) {
+    /// Records a flow between the slice that carried `trace_id` last and the one it arrives
+    /// at, oriented as [`flow_direction`] says.
+    fn push_flow(&mut self, carrier: u32, slice: u32, trace_id: u64) {
+        let (slice_out, slice_in) = flow_direction(&self.st.slices, carrier, slice);
         self.st.flows.push(crate::storage::FlowRow {
             slice_out,
             slice_in,
@@ -501,21 +504,13 @@ impl Parser {
         for i in ids {
             let id = self.arena_flows[i];
             if let Some(prev) = self.parse.flows.insert(id, slice) {
-                self.st.flows.push(crate::storage::FlowRow {
-                    slice_out: prev,
-                    slice_in: slice,
-                    trace_id: id,
-                });
+                self.push_flow(prev, slice, id);
             }
         }
         for i in terms {
             let id = self.arena_flows[i];
             match self.parse.flows.remove(&id) {
-                Some(prev) => self.st.flows.push(crate::storage::FlowRow {
-                    slice_out: prev,
-                    slice_in: slice,
-                    trace_id: id,
-                }),
+                Some(prev) => self.push_flow(prev, slice, id),
                 None => self.st.stats.inc(Stat::flow_end_without_start),
             }
         }
@@ -839,5 +834,44 @@ impl Parser {
         };
         self.parse.scopes.insert(uuid, result);
         Some(result)
+    }
+}
+
+/// A flow goes from the earlier slice to the later one, whichever carried its id first, as
+/// Perfetto's `FlowTracker` orders them (equal timestamps keep the carrying order): a flow
+/// step or end can land on a slice that began before the slice that started it.
+fn flow_direction(slices: &[SliceRow], from: u32, to: u32) -> (u32, u32) {
+    let ts = |id: u32| slices.get(id as usize).map(|s| s.ts);
+    match (ts(from), ts(to)) {
+        (Some(a), Some(b)) if a > b => (to, from),
+        _ => (from, to),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slice_at(ts: i64) -> SliceRow {
+        SliceRow {
+            ts,
+            dur: 0,
+            track: 0,
+            name_id: 0,
+            parent: NONE,
+            arg_set: NONE,
+            depth: 0,
+        }
+    }
+
+    #[test]
+    fn flows_go_from_the_earlier_slice() {
+        let slices = [slice_at(100), slice_at(50), slice_at(100)];
+        // Slice 0 carried the flow first, slice 1 began earlier: Perfetto links 1 -> 0.
+        assert_eq!(flow_direction(&slices, 0, 1), (1, 0));
+        assert_eq!(flow_direction(&slices, 1, 0), (1, 0));
+        // Equal timestamps keep the carrying order; unknown ids are left alone.
+        assert_eq!(flow_direction(&slices, 2, 0), (2, 0));
+        assert_eq!(flow_direction(&slices, 0, 9), (0, 9));
     }
 }

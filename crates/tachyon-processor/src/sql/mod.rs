@@ -130,17 +130,6 @@ fn trace_bounds(st: &Storage, slices: &[SliceRow]) -> (i64, i64) {
     }
 }
 
-/// A flow goes from the earlier slice to the later one, whichever carried its id first, as
-/// Perfetto's `FlowTracker` orders them (equal timestamps keep the carrying order): a flow
-/// step or end can land on a slice that began before the slice that started it.
-fn flow_direction(slices: &[SliceRow], from: u32, to: u32) -> (u32, u32) {
-    let ts = |id: u32| slices.get(id as usize).map(|s| s.ts);
-    match (ts(from), ts(to)) {
-        (Some(a), Some(b)) if a > b => (to, from),
-        _ => (from, to),
-    }
-}
-
 /// A row reference as SQL sees it: NULL for none.
 pub(crate) fn opt(id: u32) -> Option<i64> {
     (id != NONE).then_some(id as i64)
@@ -252,8 +241,12 @@ pub(crate) fn load(conn: &Connection, mut st: Storage) -> rusqlite::Result<()> {
             "INSERT INTO flow(id, slice_out, slice_in, trace_id) VALUES (?1, ?2, ?3, ?4)",
         )?;
         for (i, f) in st.flows.iter().enumerate() {
-            let (slice_out, slice_in) = flow_direction(&slices, f.slice_out, f.slice_in);
-            ins.execute(params![i as i64, slice_out, slice_in, f.trace_id as i64])?;
+            ins.execute(params![
+                i as i64,
+                f.slice_out,
+                f.slice_in,
+                f.trace_id as i64
+            ])?;
         }
         let mut ins =
             tx.prepare("INSERT INTO __intrinsic_zero_length_zone(slice_id) VALUES (?1)")?;
@@ -351,16 +344,5 @@ mod tests {
             value: 1.0,
         });
         assert_eq!(trace_bounds(&st, &[done, open]), (500, 3000));
-    }
-
-    #[test]
-    fn flows_go_from_the_earlier_slice() {
-        let slices = [slice_at(100), slice_at(50), slice_at(100)];
-        // Slice 0 carried the flow first, slice 1 began earlier: Perfetto links 1 -> 0.
-        assert_eq!(flow_direction(&slices, 0, 1), (1, 0));
-        assert_eq!(flow_direction(&slices, 1, 0), (1, 0));
-        // Equal timestamps keep the carrying order; unknown ids are left alone.
-        assert_eq!(flow_direction(&slices, 2, 0), (2, 0));
-        assert_eq!(flow_direction(&slices, 0, 9), (0, 9));
     }
 }

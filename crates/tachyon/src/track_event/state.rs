@@ -555,9 +555,10 @@ impl ThreadState {
     #[cold]
     fn new() -> Self {
         let tid = current_tid();
+        let clock = *clock::clock();
         ThreadState {
-            clock: *clock::clock(),
-            ticks: clock::clock().converter(),
+            clock,
+            ticks: clock.converter(),
             epoch: 0,
             pin: None,
             writer: None,
