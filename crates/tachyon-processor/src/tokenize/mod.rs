@@ -184,6 +184,8 @@ pub(crate) struct Tokenizer {
     /// The sequence of the packet being tokenized: the sorter keeps each sequence's events
     /// together.
     cur_seq: u32,
+    /// The highest arg entry id a debug annotation has become (`u32::MAX`: none yet).
+    newest_arg_entry: u32,
 }
 
 impl Tokenizer {
@@ -215,6 +217,7 @@ impl Tokenizer {
             keys_source,
             scratch: Vec::new(),
             cur_seq: 0,
+            newest_arg_entry: u32::MAX,
         }
     }
 
@@ -1919,8 +1922,15 @@ impl Tokenizer {
             match a.view() {
                 Some(view) => self.annotation_value(seq_id, &view, key, key, 0, misses),
                 None => {
+                    // Entry ids are handed out in order, so an id above every one seen here
+                    // is a new argument: one that may never repeat (a counter, a timestamp)
+                    // is not cached, where it would evict one that does.
                     if let Some(id) = self.scalar_annotation(seq_id, &a, key, misses) {
-                        self.seq(seq_id).arg_cache.put_annotation(bytes, id);
+                        if id.wrapping_add(1) > self.newest_arg_entry.wrapping_add(1) {
+                            self.newest_arg_entry = id;
+                        } else {
+                            self.seq(seq_id).arg_cache.put_annotation(bytes, id);
+                        }
                     }
                 }
             }
