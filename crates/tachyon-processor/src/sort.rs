@@ -276,11 +276,13 @@ fn encode(out: &mut [u8; MAX_ENCODED], prev: &Event, e: &Event) -> usize {
     if flags & NO_DATA == 0 {
         put(out, at, e.data);
     }
+    // Ids are written plus one, so that `NONE` (u32::MAX, an end's name and category) takes
+    // one byte rather than five.
     if flags & SAME_NAME == 0 {
-        put(out, at, u64::from(e.name));
+        put(out, at, u64::from(e.name.wrapping_add(1)));
     }
     if flags & SAME_CATEGORY == 0 {
-        put(out, at, u64::from(e.category));
+        put(out, at, u64::from(e.category.wrapping_add(1)));
     }
     if flags & NO_FLOWS == 0 {
         put(out, at, u64::from(e.flows));
@@ -324,10 +326,10 @@ fn decode_into(b: &[u8], e: &mut Event) -> Option<usize> {
         get(b, &mut at)?
     };
     if flags & SAME_NAME == 0 {
-        e.name = get(b, &mut at)? as u32;
+        e.name = (get(b, &mut at)? as u32).wrapping_sub(1);
     }
     if flags & SAME_CATEGORY == 0 {
-        e.category = get(b, &mut at)? as u32;
+        e.category = (get(b, &mut at)? as u32).wrapping_sub(1);
     }
     if flags & NO_FLOWS != 0 {
         (e.flows, e.nflows, e.nterm) = (0, 0, 0);

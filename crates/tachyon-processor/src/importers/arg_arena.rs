@@ -44,14 +44,30 @@ impl ArgArena {
     #[inline]
     pub(crate) fn push(&mut self, table: &mut ArgBuilder, a: PendingArg) {
         let id = self.entry(table, a);
-        let page = self.len / PAGE;
-        if page == self.pages.len() {
-            self.pages.push(Some(Vec::with_capacity(PAGE)));
-            self.holds.push(0);
+        self.push_id(id);
+    }
+
+    /// Appends the argument stored in `table` as entry `id` ([`ArgBuilder::entry_id`]), which
+    /// is not a placeholder (its key is not `NONE`).
+    #[inline]
+    pub(crate) fn push_id(&mut self, id: u32) {
+        // The page being filled is the last one, and is never freed (`release`).
+        if let Some(Some(p)) = self.pages.last_mut() {
+            if p.len() < PAGE {
+                p.push(id);
+                self.len += 1;
+                return;
+            }
         }
-        if let Some(p) = &mut self.pages[page] {
-            p.push(id);
-        }
+        self.push_new_page(id);
+    }
+
+    #[cold]
+    fn push_new_page(&mut self, id: u32) {
+        let mut p = Vec::with_capacity(PAGE);
+        p.push(id);
+        self.pages.push(Some(p));
+        self.holds.push(0);
         self.len += 1;
     }
 
@@ -104,6 +120,21 @@ impl ArgArena {
     #[inline]
     pub(crate) fn is_placeholder(&self, id: u32) -> bool {
         !self.placeholders.is_empty() && self.placeholders.contains(&id)
+    }
+
+    /// Whether any argument is a placeholder ([`Self::is_placeholder`]).
+    #[inline]
+    pub(crate) fn has_placeholders(&self) -> bool {
+        !self.placeholders.is_empty()
+    }
+
+    /// The entry ids of the `n` arguments from `start`, if they all lie in one page that is
+    /// still held (most events' do: a page holds 65 536).
+    #[inline]
+    pub(crate) fn ids(&self, start: u32, n: u32) -> Option<&[u32]> {
+        let (start, n) = (start as usize, n as usize);
+        let page = self.pages.get(start / PAGE)?.as_ref()?;
+        page.get(start % PAGE..start % PAGE + n)
     }
 
     /// The entry id of the argument at `i`; `None` if it was freed or never pushed.

@@ -468,6 +468,20 @@ impl Parser {
         if ev.nargs == 0 {
             return set;
         }
+        // The common case: no placeholders, every id in one page.
+        if !self.arena_args.has_placeholders() {
+            if let Some(ids) = self.arena_args.ids(ev.args, ev.nargs) {
+                let set = if set == NONE {
+                    self.st.new_arg_set()
+                } else {
+                    set
+                };
+                for &id in ids {
+                    self.st.args.push_id(set, id);
+                }
+                return set;
+            }
+        }
         let (merging, mut set) = (set != NONE, set);
         let range = ev.args as usize..(ev.args + ev.nargs) as usize;
         for i in range {
@@ -497,7 +511,11 @@ impl Parser {
 
     /// Flow v2 semantics: each of `flow_ids` links the slice that last carried the id to this
     /// one (and this one becomes the carrier); each of `terminating_flow_ids` links and ends.
+    #[inline]
     fn flows_for(&mut self, slice: u32, ev: &Event) {
+        if ev.nflows == 0 && ev.nterm == 0 {
+            return;
+        }
         let start = ev.flows as usize;
         let ids = start..start + ev.nflows as usize;
         let terms = ids.end..ids.end + ev.nterm as usize;

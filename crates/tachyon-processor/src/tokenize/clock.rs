@@ -141,6 +141,9 @@ struct Series {
     /// Per clock (in `ids` order), its reading (ns) in each snapshot. Non-decreasing for every
     /// clock that is not incremental (`add_snapshot` rejects the others).
     readings: Vec<Vec<i64>>,
+    /// Per clock: some reading is below the one before it (an incremental clock restarted):
+    /// no [`Memo`] is made through such a column.
+    unsorted: Vec<bool>,
 }
 
 /// One hop of a conversion path: from column `from` to column `to` of series `series`.
@@ -150,6 +153,28 @@ struct Hop {
     from: usize,
     to: usize,
 }
+
+/// A conversion's whole path as one offset: a reading `ns` of `clock` (through `anchor`) in
+/// `lo..hi` takes the same snapshot row at every hop as the reading the memo was made from, so
+/// it converts to `ns + offset`. A sequence's events mostly convert on one clock between the
+/// same snapshots, and this is one comparison and an add instead of the walk.
+///
+/// Made only when the walk provably gives the same number: paths of at most two hops, every
+/// reading involved and the range within ±2^60 (no step of the walk can overflow, so its
+/// checked steps add up to the offset), and the rows of unanchored hops chosen in columns
+/// whose readings never go down (where the binary search's row is the one whose interval
+/// holds the reading). Forgotten whenever a snapshot arrives or the paths change.
+#[derive(Clone, Copy, Debug)]
+struct Memo {
+    clock: ClockId,
+    anchor: Option<(usize, usize)>,
+    lo: i64,
+    hi: i64,
+    offset: i64,
+}
+
+/// Bound on the readings and values a [`Memo`] covers.
+const MEMO_BOUND: i64 = 1 << 60;
 
 /// Why a snapshot was rejected.
 #[derive(Debug, PartialEq, Eq)]
@@ -178,6 +203,8 @@ pub(crate) struct ClockTracker {
     /// The path converted along last, and its clock (a copy of its `path_cache` entry): a
     /// sequence's packets come in runs, each converting its timestamp on the same clock.
     last_path: Option<(ClockId, Vec<Hop>)>,
+    /// The last conversion as one offset, and the readings it holds for: see [`Memo`].
+    memo: Option<Memo>,
     any_snapshot: bool,
     converted: bool,
 }
@@ -195,6 +222,7 @@ impl Default for ClockTracker {
             adjacency: FxHashMap::default(),
             path_cache: FxHashMap::default(),
             last_path: None,
+            memo: None,
             any_snapshot: false,
             converted: false,
         }
@@ -222,6 +250,8 @@ impl ClockTracker {
         if readings.is_empty() {
             return Err(InvalidSnapshot);
         }
+        // New rows change which snapshot a reading falls in.
+        self.memo = None;
         let ordered: Vec<ClockId> = readings.iter().map(|r| r.id).collect();
         let mut ids = ordered.clone();
         ids.sort_unstable();
@@ -250,6 +280,7 @@ impl ClockTracker {
                 let s = self.series.len();
                 self.series.push(Series {
                     readings: vec![Vec::new(); ids.len()],
+                    unsorted: vec![false; ids.len()],
                     hash: snapshot_hash(&ordered),
                     ids,
                 });
@@ -260,7 +291,11 @@ impl ClockTracker {
         let row = self.series[s].readings[0].len();
         for (r, &v) in readings.iter().zip(&ns) {
             let col = self.series[s].column(r.id);
-            self.series[s].readings[col].push(v);
+            let series = &mut self.series[s];
+            if series.readings[col].last().is_some_and(|&last| v < last) {
+                series.unsorted[col] = true;
+            }
+            series.readings[col].push(v);
             let info = ClockInfo {
                 unit_ns: r.unit_multiplier_ns.max(1).min(i64::MAX as u64) as i64,
                 incremental: r.is_incremental,
@@ -366,6 +401,12 @@ impl ClockTracker {
             self.converted = true;
             return Converted::At(ns);
         }
+        if let Some(m) = &self.memo {
+            if m.clock == clock && m.anchor == anchor && m.lo <= ns && ns < m.hi {
+                self.converted = true;
+                return Converted::At(ns + m.offset);
+            }
+        }
         if !matches!(&self.last_path, Some((c, _)) if *c == clock) {
             let path = match self.path_cache.get(&clock) {
                 Some(path) => path.clone(),
@@ -388,14 +429,37 @@ impl ClockTracker {
         };
         self.converted = true;
         let mut ts = ns;
+        // The memo being made: `ns`'s range so far, and whether the path qualifies.
+        let (mut lo, mut hi) = (-MEMO_BOUND, MEMO_BOUND);
+        let mut memo_ok = path.len() <= 2 && (-MEMO_BOUND..MEMO_BOUND).contains(&ns);
         for (i, hop) in path.iter().enumerate() {
             let series = &self.series[hop.series];
             let (src, dst) = (&series.readings[hop.from], &series.readings[hop.to]);
             let snap = match anchor {
                 // An incremental clock: the snapshot that last reset it before this reading.
                 Some((s, row)) if i == 0 && s == hop.series => row,
-                _ => src.partition_point(|&v| v <= ts).saturating_sub(1),
+                _ => {
+                    let row = src.partition_point(|&v| v <= ts).saturating_sub(1);
+                    // The readings of this hop that take the same row: from the row's own
+                    // (none below for the first row) to the next row's (none above for the
+                    // last), as values of `ns` (`ts - ns` is what the hops before added).
+                    if memo_ok && !series.unsorted[hop.from] {
+                        let acc = ts - ns;
+                        if row > 0 {
+                            lo = lo.max(src[row].saturating_sub(acc));
+                        }
+                        if let Some(&next) = src.get(row + 1) {
+                            hi = hi.min(next.saturating_sub(acc));
+                        }
+                    } else {
+                        memo_ok = false;
+                    }
+                    row
+                }
             };
+            memo_ok &= [src.get(snap), dst.get(snap)]
+                .iter()
+                .all(|v| v.is_some_and(|v| (-MEMO_BOUND..MEMO_BOUND).contains(v)));
             let Some(next) = ts
                 .checked_sub(src[snap])
                 .and_then(|d| dst[snap].checked_add(d))
@@ -404,6 +468,15 @@ impl ClockTracker {
             };
             ts = next;
         }
+        if memo_ok && lo <= ns && ns < hi {
+            self.memo = Some(Memo {
+                clock,
+                anchor,
+                lo,
+                hi,
+                offset: ts - ns,
+            });
+        }
         Converted::At(ts)
     }
 
@@ -411,6 +484,7 @@ impl ClockTracker {
     fn clear_paths(&mut self) {
         self.path_cache.clear();
         self.last_path = None;
+        self.memo = None;
     }
 
     /// The path Perfetto's breadth-first search takes from `clock` to the trace clock: a
@@ -524,6 +598,55 @@ mod tests {
             is_incremental: true,
             unit_multiplier_ns: ns_per_unit,
             ..r(id, value)
+        }
+    }
+
+    /// A conversion through the memo of the last one gives what the walk gives, on random
+    /// snapshots (one and two hops, an incremental clock, readings going back, values near
+    /// the rows' edges and near the bounds) and random conversions in between.
+    #[test]
+    fn memo_converts_as_the_walk_does() {
+        let mut next = crate::xorshift(0x6a09_e667_f3bc_c909);
+        for round in 0..200 {
+            let (mut with, mut without) = (ClockTracker::default(), ClockTracker::default());
+            let seq = sequence_clock(1 + round % 3, 64);
+            let mut readings = Vec::new();
+            let big = |x: u64| match x % 5 {
+                0 => (MEMO_BOUND as u64).wrapping_add(x % 7).wrapping_sub(3),
+                1 => u64::MAX - x % 100,
+                _ => x % 10_000,
+            };
+            for step in 0..60 {
+                let x = next();
+                if step % 10 == 0 || x % 13 == 0 {
+                    let snap = match x % 3 {
+                        0 => vec![r(BOOTTIME, big(next())), r(3, big(next()))],
+                        1 => vec![r(3, big(next())), incremental(seq, x % 500, 1 + x % 3)],
+                        _ => vec![r(BOOTTIME, big(next())), incremental(seq, x % 900, 1)],
+                    };
+                    let a = with.add_snapshot(&snap);
+                    assert_eq!(a, without.add_snapshot(&snap));
+                    readings.extend(snap.iter().map(|r| r.value));
+                    continue;
+                }
+                let clock = if x % 2 == 0 { 3 } else { seq };
+                // Near a reading (either side of a row's edge) or anywhere.
+                let raw = match (x >> 8) % 3 {
+                    0 if !readings.is_empty() => {
+                        let v = readings[(x >> 16) as usize % readings.len()];
+                        v.wrapping_add((x >> 32) % 5).wrapping_sub(2)
+                    }
+                    1 => (x >> 20) % 50,
+                    _ => big(x >> 4),
+                };
+                let got = with.convert(clock, raw).at();
+                without.memo = None;
+                let want = without.convert(clock, raw).at();
+                assert_eq!(
+                    got, want,
+                    "round {round} step {step}: clock {clock} raw {raw}"
+                );
+            }
         }
     }
 

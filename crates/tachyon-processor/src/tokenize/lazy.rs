@@ -47,6 +47,13 @@ fn varint(buf: &[u8], pos: usize) -> Result<(u64, usize), DecodeError> {
         if b < 0x80 {
             return Ok((u64::from(b), pos + 1));
         }
+        // Two bytes (a timestamp delta, a string id past 127), also in a message's last
+        // bytes, where the word read below does not fit.
+        if let Some(&c) = buf.get(pos + 1) {
+            if c < 0x80 {
+                return Ok((u64::from(b & 0x7f) | u64::from(c) << 7, pos + 2));
+            }
+        }
     }
     if let Some(&w) = buf.get(pos..).and_then(|rest| rest.first_chunk::<8>()) {
         let x = u64::from_le_bytes(w);
@@ -735,6 +742,12 @@ impl<'a> TrackEvent<'a> {
             self.category_iids,
         ))
     }
+    /// Whether the event has any `flow_ids` or `terminating_flow_ids` occurrence (most have
+    /// none, and then the flow arena is not touched).
+    #[inline]
+    pub(crate) fn has_flows(&self) -> bool {
+        self.flow_ids.count != 0 || self.terminating_flow_ids.count != 0
+    }
     pub(crate) fn flow_ids(&self) -> Fixed64s<'a> {
         Scalars::new(Occurrences::new(self.bytes, EVENT_FLOW_IDS, self.flow_ids))
     }
@@ -744,6 +757,12 @@ impl<'a> TrackEvent<'a> {
             EVENT_TERMINATING_FLOW_IDS,
             self.terminating_flow_ids,
         ))
+    }
+    /// The bytes of each debug annotation, undecoded.
+    pub(crate) fn debug_annotation_bytes(&self) -> impl Iterator<Item = &'a [u8]> + 'a {
+        Messages {
+            fields: Occurrences::new(self.bytes, EVENT_DEBUG_ANNOTATIONS, self.debug_annotations),
+        }
     }
     /// The debug annotations, each decoded as it is reached (a malformed one is an error and
     /// the iteration goes on, as with the view).

@@ -28,6 +28,7 @@ use crate::storage::{ArgValue, NONE};
 use crate::SortMode;
 use clock::{ClockId, ClockReading, ClockTracker, Converted, Pending};
 
+mod arg_cache;
 pub(crate) mod clock;
 mod iid_map;
 pub(crate) mod json_args;
@@ -125,6 +126,9 @@ struct Sequence {
     needs_skipped: u64,
     /// Interned call stacks (`profile.rs`).
     profile: crate::importers::profile::SeqProfile,
+    /// Annotations and source locations seen recently, with their arg entries; emptied
+    /// whenever the interned data changes.
+    arg_cache: arg_cache::ArgCache,
 }
 
 impl Sequence {
@@ -140,6 +144,7 @@ impl Sequence {
         self.log_bodies.clear();
         self.counter_values.clear();
         self.profile.clear();
+        self.arg_cache.clear();
     }
 }
 
@@ -179,6 +184,8 @@ pub(crate) struct Tokenizer {
     /// The sequence of the packet being tokenized: the sorter keeps each sequence's events
     /// together.
     cur_seq: u32,
+    /// The highest arg entry id a debug annotation has become (`u32::MAX`: none yet).
+    newest_arg_entry: u32,
 }
 
 impl Tokenizer {
@@ -210,6 +217,7 @@ impl Tokenizer {
             keys_source,
             scratch: Vec::new(),
             cur_seq: 0,
+            newest_arg_entry: u32::MAX,
         }
     }
 
@@ -831,6 +839,7 @@ impl Tokenizer {
             &d,
             &mut self.parser.st.strings,
         )?;
+        seq.arg_cache.clear();
         seq.log_bodies.extend(bodies);
         seq.names.extend(names);
         seq.categories.extend(cats);
@@ -1558,42 +1567,13 @@ impl Tokenizer {
             }
             let nargs = self.parser.arena_args.len() as u32 - args;
             self.parser.arena_args.hold(args, nargs);
-            let flows = self.parser.arena_flows.len() as u32;
-            self.parser
-                .arena_flows
-                .extend(ev.flow_ids().filter_map(Result::ok));
-            if let Some(r) = rare {
-                self.parser
-                    .arena_flows
-                    .extend(r.flow_ids_old().filter_map(Result::ok));
-            }
-            // An event carries at most u16::MAX flow ids of each kind; more are dropped and
-            // counted.
-            let all_flows = self.parser.arena_flows.len() as u32 - flows;
-            let nflows = all_flows.min(u16::MAX as u32) as u16;
-            self.parser
-                .arena_flows
-                .truncate((flows + nflows as u32) as usize);
-            self.parser
-                .arena_flows
-                .extend(ev.terminating_flow_ids().filter_map(Result::ok));
-            if let Some(r) = rare {
-                self.parser
-                    .arena_flows
-                    .extend(r.terminating_flow_ids_old().filter_map(Result::ok));
-            }
-            let all_terms = self.parser.arena_flows.len() as u32 - flows - nflows as u32;
-            let nterm = all_terms.min(u16::MAX as u32) as u16;
-            self.parser
-                .arena_flows
-                .truncate((flows + nflows as u32 + nterm as u32) as usize);
-            let dropped = (all_flows - nflows as u32) + (all_terms - nterm as u32);
-            if dropped > 0 {
-                self.parser
-                    .st
-                    .stats
-                    .add(Stat::flow_ids_dropped, dropped as i64);
-            }
+            // Most events carry no flow ids: they leave the flow arena alone, and their
+            // `flows` is 0, which the sorter encodes in no bytes.
+            let (flows, nflows, nterm) = if ev.has_flows() || rare.is_some() {
+                self.event_flows(ev, rare)
+            } else {
+                (0, 0, 0)
+            };
             // (Call stacks are rare fields: an event without them has no callsite.)
             if let (Some(r), EventKind::SliceBegin | EventKind::SliceEnd | EventKind::Instant) =
                 (rare, kind)
@@ -1668,6 +1648,53 @@ impl Tokenizer {
                 .stats
                 .add(Stat::interned_data_tokenizer_errors, interned_misses);
         }
+    }
+
+    /// Appends an event's flow ids, then its terminating flow ids, to the flow arena: (where
+    /// they start, how many of each). An event carries at most u16::MAX flow ids of each kind;
+    /// more are dropped and counted.
+    fn event_flows(
+        &mut self,
+        ev: &lazy::TrackEvent<'_>,
+        rare: Option<&TrackEventView<'_>>,
+    ) -> (u32, u16, u16) {
+        let flows = self.parser.arena_flows.len() as u32;
+        self.parser
+            .arena_flows
+            .extend(ev.flow_ids().filter_map(Result::ok));
+        if let Some(r) = rare {
+            self.parser
+                .arena_flows
+                .extend(r.flow_ids_old().filter_map(Result::ok));
+        }
+        // An event carries at most u16::MAX flow ids of each kind; more are dropped and
+        // counted.
+        let all_flows = self.parser.arena_flows.len() as u32 - flows;
+        let nflows = all_flows.min(u16::MAX as u32) as u16;
+        self.parser
+            .arena_flows
+            .truncate((flows + nflows as u32) as usize);
+        self.parser
+            .arena_flows
+            .extend(ev.terminating_flow_ids().filter_map(Result::ok));
+        if let Some(r) = rare {
+            self.parser
+                .arena_flows
+                .extend(r.terminating_flow_ids_old().filter_map(Result::ok));
+        }
+        let all_terms = self.parser.arena_flows.len() as u32 - flows - nflows as u32;
+        let nterm = all_terms.min(u16::MAX as u32) as u16;
+        self.parser
+            .arena_flows
+            .truncate((flows + nflows as u32 + nterm as u32) as usize);
+        let dropped = (all_flows - nflows as u32) + (all_terms - nterm as u32);
+        if dropped > 0 {
+            self.parser
+                .st
+                .stats
+                .add(Stat::flow_ids_dropped, dropped as i64);
+        }
+        (flows, nflows, nterm)
     }
 
     /// A track event's `log_message`: its priority, `file:line` tag and body; `None` when its
@@ -1830,45 +1857,53 @@ impl Tokenizer {
         misses: &mut i64,
     ) {
         // Source location, interned or inline, as `source.*` args: first, as Perfetto orders
-        // them (before the debug annotations).
-        let seq = &self.seqs[&seq_id];
-        let loc = if ev.has_source_location_iid() {
-            match seq.source_locations.get(&ev.source_location_iid()) {
-                Some(&l) => Some(l),
-                None => {
-                    *misses += 1;
-                    None
+        // them (before the debug annotations). As Perfetto: the line as the proto's `uint32`,
+        // and an interned location's iid beside it.
+        let [kf, kn, kl, ki] = self.keys_source;
+        if ev.has_source_location_iid() {
+            let iid = ev.source_location_iid();
+            let seq = &self.seqs[&seq_id];
+            if let Some(ids) = seq.arg_cache.location(iid) {
+                for id in ids {
+                    self.parser.arena_args.push_id(id);
                 }
+            } else if let Some(&(file, func, line)) = seq.source_locations.get(&iid) {
+                let table = &mut self.parser.st.args;
+                let ids = [
+                    (kf, ArgValue::Str(file)),
+                    (kn, ArgValue::Str(func)),
+                    (kl, ArgValue::UInt(u64::from(line))),
+                    (ki, ArgValue::UInt(iid)),
+                ]
+                .map(|(k, v)| table.entry_id(k, k, v));
+                for id in ids {
+                    self.parser.arena_args.push_id(id);
+                }
+                self.seq(seq_id).arg_cache.put_location(iid, ids);
+            } else {
+                *misses += 1;
             }
         } else if let Some(r) = rare.filter(|r| r.has_source_location()) {
-            r.source_location().ok().map(|l| {
-                (
-                    self.parser.st.strings.intern_bytes(l.file_name_bytes()),
-                    self.parser.st.strings.intern_bytes(l.function_name_bytes()),
-                    l.line_number(),
-                )
-            })
-        } else {
-            None
-        };
-        if let Some((file, func, line)) = loc {
-            // As Perfetto: the line as the proto's `uint32`, and an interned location's iid
-            // beside it.
-            let [kf, kn, kl, ki] = self.keys_source;
-            for (k, v) in [
-                (kf, ArgValue::Str(file)),
-                (kn, ArgValue::Str(func)),
-                (kl, ArgValue::UInt(u64::from(line))),
-            ] {
-                self.parser.pend_arg(k, k, v);
-            }
-            if ev.has_source_location_iid() {
-                let iid = ArgValue::UInt(ev.source_location_iid());
-                self.parser.pend_arg(ki, ki, iid);
+            if let Ok(l) = r.source_location() {
+                let file = self.parser.st.strings.intern_bytes(l.file_name_bytes());
+                let func = self.parser.st.strings.intern_bytes(l.function_name_bytes());
+                for (k, v) in [
+                    (kf, ArgValue::Str(file)),
+                    (kn, ArgValue::Str(func)),
+                    (kl, ArgValue::UInt(u64::from(l.line_number()))),
+                ] {
+                    self.parser.pend_arg(k, k, v);
+                }
             }
         }
-        for a in ev.debug_annotations() {
-            let Ok(a) = a else {
+        for bytes in ev.debug_annotation_bytes() {
+            // An annotation seen before on the sequence (same bytes, same interned data) is
+            // the arg it became then.
+            if let Some(id) = self.seqs[&seq_id].arg_cache.annotation(bytes) {
+                self.parser.arena_args.push_id(id);
+                continue;
+            }
+            let Ok(a) = lazy::Annotation::decode(bytes) else {
                 self.parser.st.stats.inc(Stat::track_event_tokenizer_errors);
                 continue;
             };
@@ -1886,7 +1921,18 @@ impl Tokenizer {
             };
             match a.view() {
                 Some(view) => self.annotation_value(seq_id, &view, key, key, 0, misses),
-                None => self.scalar_annotation(seq_id, &a, key, misses),
+                None => {
+                    // Entry ids are handed out in order, so an id above every one seen here
+                    // is a new argument: one that may never repeat (a counter, a timestamp)
+                    // is not cached, where it would evict one that does.
+                    if let Some(id) = self.scalar_annotation(seq_id, &a, key, misses) {
+                        if id.wrapping_add(1) > self.newest_arg_entry.wrapping_add(1) {
+                            self.newest_arg_entry = id;
+                        } else {
+                            self.seq(seq_id).arg_cache.put_annotation(bytes, id);
+                        }
+                    }
+                }
             }
         }
     }
@@ -1915,7 +1961,7 @@ impl Tokenizer {
         a: &lazy::Annotation<'_>,
         key: StrId,
         misses: &mut i64,
-    ) {
+    ) -> Option<u32> {
         let value = if let Some(v) = a.bool_value {
             ArgValue::Bool(v)
         } else if let Some(v) = a.uint_value {
@@ -1931,16 +1977,18 @@ impl Tokenizer {
                 Some(&s) => ArgValue::Str(s),
                 None => {
                     *misses += 1;
-                    return;
+                    return None;
                 }
             }
         } else if let Some(v) = a.pointer_value {
             ArgValue::Pointer(v)
         } else {
             // No value: nothing (dictionaries, arrays and the rest take the view's path).
-            return;
+            return None;
         };
-        self.parser.pend_arg(key, key, value);
+        let id = self.parser.st.args.entry_id(key, key, value);
+        self.parser.arena_args.push_id(id);
+        Some(id)
     }
 
     fn annotation_value(

@@ -1,0 +1,167 @@
+//! A sequence's recently seen debug annotations and source locations, by their bytes (or iid),
+//! with the arg entries they became: an SDK writes the same annotation (an interned name with
+//! the same enum-like string, a thread index, …) and the same source location over and over,
+//! and each would otherwise be decoded, resolved through the sequence's interned data, and
+//! looked up in the arg table again.
+//!
+//! What an annotation becomes depends on the sequence's interned data (its name and string
+//! iids), so each sequence has its own cache, emptied whenever that data changes (a new
+//! generation, or any interned data added). Entry ids are never removed or changed in the arg
+//! table, so a hit gives exactly the ids a decode would.
+
+/// Annotations longer than this are not cached (the common ones, an iid and a scalar, take
+/// 4 to 20 bytes).
+const MAX_BYTES: usize = 24;
+/// Slots of each direct-mapped table.
+const ANNOTATION_SLOTS: usize = 256;
+const LOCATION_SLOTS: usize = 64;
+
+/// The bytes of a short annotation as three zero-padded words, and its length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+struct Key {
+    words: [u64; 3],
+    len: u8,
+}
+
+impl Key {
+    #[inline]
+    fn new(bytes: &[u8]) -> Option<Key> {
+        if bytes.len() > MAX_BYTES {
+            return None;
+        }
+        let mut buf = [0u8; MAX_BYTES];
+        buf[..bytes.len()].copy_from_slice(bytes);
+        let word = |i: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&buf[i * 8..i * 8 + 8]);
+            u64::from_le_bytes(w)
+        };
+        Some(Key {
+            words: [word(0), word(1), word(2)],
+            len: bytes.len() as u8,
+        })
+    }
+
+    #[inline]
+    fn slot(&self) -> usize {
+        let [a, b, c] = self.words;
+        let h = (a.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ b.rotate_left(23) ^ c.rotate_left(47))
+            .wrapping_add(u64::from(self.len))
+            .wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        (h >> (64 - ANNOTATION_SLOTS.trailing_zeros())) as usize
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct AnnotationSlot {
+    key: Key,
+    /// The arg entry id; `u32::MAX`: empty.
+    id: u32,
+}
+
+/// The args of an interned source location: file, function, line and iid entries.
+#[derive(Clone, Copy, Debug)]
+struct LocationSlot {
+    iid: u64,
+    ids: [u32; 4],
+}
+
+/// One sequence's cache (empty until first used).
+#[derive(Debug, Default)]
+pub(crate) struct ArgCache {
+    annotations: Vec<AnnotationSlot>,
+    locations: Vec<Option<LocationSlot>>,
+}
+
+impl ArgCache {
+    /// Forgets everything: the sequence's interned data changed.
+    pub(crate) fn clear(&mut self) {
+        self.annotations.clear();
+        self.locations.clear();
+    }
+
+    /// The arg entry a debug annotation with these bytes became, if cached.
+    #[inline]
+    pub(crate) fn annotation(&self, bytes: &[u8]) -> Option<u32> {
+        let key = Key::new(bytes)?;
+        let s = self.annotations.get(key.slot())?;
+        (s.id != u32::MAX && s.key == key).then_some(s.id)
+    }
+
+    /// Remembers that a debug annotation with these bytes became the one arg entry `id`.
+    #[inline]
+    pub(crate) fn put_annotation(&mut self, bytes: &[u8], id: u32) {
+        let Some(key) = Key::new(bytes) else {
+            return;
+        };
+        if self.annotations.is_empty() {
+            self.annotations = vec![
+                AnnotationSlot {
+                    key: Key::default(),
+                    id: u32::MAX,
+                };
+                ANNOTATION_SLOTS
+            ];
+        }
+        self.annotations[key.slot()] = AnnotationSlot { key, id };
+    }
+
+    /// The arg entries of interned source location `iid`, if cached.
+    #[inline]
+    pub(crate) fn location(&self, iid: u64) -> Option<[u32; 4]> {
+        match self.locations.get(iid as usize % LOCATION_SLOTS) {
+            Some(Some(s)) if s.iid == iid => Some(s.ids),
+            _ => None,
+        }
+    }
+
+    /// Remembers the arg entries of interned source location `iid`.
+    #[inline]
+    pub(crate) fn put_location(&mut self, iid: u64, ids: [u32; 4]) {
+        if self.locations.is_empty() {
+            self.locations = vec![None; LOCATION_SLOTS];
+        }
+        self.locations[iid as usize % LOCATION_SLOTS] = Some(LocationSlot { iid, ids });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every hit is an exact match of bytes (whatever collides in a slot), misses are misses,
+    /// and a cleared cache has nothing.
+    #[test]
+    fn hits_only_on_the_same_bytes() {
+        let mut c = ArgCache::default();
+        let mut next = crate::xorshift(0x5851_f42d_4c95_7f2d);
+        let mut want = std::collections::HashMap::new();
+        for i in 0..20_000u32 {
+            let x = next();
+            let len = (x % 30) as usize;
+            let bytes: Vec<u8> = (0..len).map(|j| (x >> (j % 8 * 8)) as u8 % 4).collect();
+            if let Some(id) = c.annotation(&bytes) {
+                assert_eq!(want.get(&bytes), Some(&id), "{bytes:?}");
+            }
+            c.put_annotation(&bytes, i);
+            if len <= MAX_BYTES {
+                want.insert(bytes.clone(), i);
+                assert_eq!(c.annotation(&bytes), Some(i));
+            } else {
+                assert_eq!(c.annotation(&bytes), None);
+            }
+        }
+        // Trailing zero bytes are not padding.
+        let mut c = ArgCache::default();
+        c.put_annotation(&[1, 0], 7);
+        assert_eq!(c.annotation(&[1]), None);
+        assert_eq!(c.annotation(&[1, 0]), Some(7));
+        c.put_location(3, [1, 2, 3, 4]);
+        c.put_location(3 + LOCATION_SLOTS as u64, [5, 6, 7, 8]);
+        assert_eq!(c.location(3), None, "evicted by a colliding iid");
+        assert_eq!(c.location(3 + LOCATION_SLOTS as u64), Some([5, 6, 7, 8]));
+        c.clear();
+        assert_eq!(c.annotation(&[1, 0]), None);
+        assert_eq!(c.location(3 + LOCATION_SLOTS as u64), None);
+    }
+}
