@@ -31,6 +31,7 @@ const AGREED: &[(&str, &str)] = &[
     ("legacy_async", "args"),
     ("legacy_async", "slice"),
     ("log_messages", "android_logs"),
+    ("log_messages", "slice_args"),
     ("process_tree", "process"),
     ("process_tree", "slice"),
     ("process_tree", "thread"),

@@ -179,6 +179,9 @@ pub(crate) struct Tokenizer {
     /// The keys of a source location's args (`source.file_name`, `source.function_name`,
     /// `source.line_number`, `source_location_iid`), interned once rather than per event.
     keys_source: [StrId; 4],
+    /// The keys of a log message's args (`track_event.log_message.{message,file_name,
+    /// function_name,line_number}`, `track_event.priority`).
+    keys_log: [StrId; 5],
     /// Reused for the events of one TrackEvent, so that tokenizing does not allocate.
     scratch: Vec<Event>,
     /// The sequence of the packet being tokenized: the sorter keeps each sequence's events
@@ -199,6 +202,14 @@ impl Tokenizer {
             "source_location_iid",
         ]
         .map(|k| parser.st.strings.intern(k));
+        let keys_log = [
+            "track_event.log_message.message",
+            "track_event.log_message.file_name",
+            "track_event.log_message.function_name",
+            "track_event.log_message.line_number",
+            "track_event.priority",
+        ]
+        .map(|k| parser.st.strings.intern(k));
         Tokenizer {
             parser,
             clocks: ClockTracker::default(),
@@ -215,6 +226,7 @@ impl Tokenizer {
             v1_flow_ids: FxHashMap::default(),
             key_debug,
             keys_source,
+            keys_log,
             scratch: Vec::new(),
             cur_seq: 0,
             newest_arg_entry: u32::MAX,
@@ -1896,6 +1908,9 @@ impl Tokenizer {
                 }
             }
         }
+        if let Some(r) = rare.filter(|r| r.has_log_message()) {
+            self.log_message_args(seq_id, r);
+        }
         for bytes in ev.debug_annotation_bytes() {
             // An annotation seen before on the sequence (same bytes, same interned data) is
             // the arg it became then.
@@ -1934,6 +1949,45 @@ impl Tokenizer {
                     }
                 }
             }
+        }
+    }
+
+    /// A log message's args on its event, as Perfetto adds them (after the source location,
+    /// before the debug annotations): the body, the message's own source location, and its
+    /// priority when the message states one. The line is a signed int here, where the
+    /// event's own `source.line_number` is a uint: Perfetto types the two differently. Interned
+    /// data that does not resolve ends the args where Perfetto's parser stops; the log row's
+    /// own path counts the miss.
+    fn log_message_args(&mut self, seq_id: u32, ev: &TrackEventView<'_>) {
+        let Ok(m) = ev.log_message() else {
+            return;
+        };
+        let seq = &self.seqs[&seq_id];
+        let Some(&body) = seq.log_bodies.get(&m.body_iid()) else {
+            return;
+        };
+        let loc = if m.has_source_location_iid() {
+            match seq.source_locations.get(&m.source_location_iid()) {
+                Some(&loc) => Some(loc),
+                None => {
+                    let [kb, ..] = self.keys_log;
+                    self.parser.pend_arg(kb, kb, ArgValue::Str(body));
+                    return;
+                }
+            }
+        } else {
+            None
+        };
+        let [kb, kf, kn, kl, kp] = self.keys_log;
+        self.parser.pend_arg(kb, kb, ArgValue::Str(body));
+        if let Some((file, func, line)) = loc {
+            self.parser.pend_arg(kf, kf, ArgValue::Str(file));
+            self.parser.pend_arg(kn, kn, ArgValue::Str(func));
+            self.parser.pend_arg(kl, kl, ArgValue::Int(i64::from(line)));
+        }
+        if m.has_prio() {
+            let prio = i64::from(m.prio_raw().clamp(0, 7));
+            self.parser.pend_arg(kp, kp, ArgValue::Int(prio));
         }
     }
 

@@ -1,0 +1,1 @@
+SELECT s.ts, s.name, a.key, a.value_type, a.display_value FROM slice s JOIN args a USING (arg_set_id) WHERE a.key GLOB 'track_event.*' AND s.track_id IN (SELECT id FROM thread_track) ORDER BY s.ts, a.key;
