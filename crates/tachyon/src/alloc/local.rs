@@ -732,6 +732,8 @@ struct Local {
     /// it; 0: none drawn yet). Unsigned, so the fast path's test is the subtraction's borrow.
     to_sample: Cell<u64>,
     rng: Cell<u64>,
+    /// The sampler's next gap, drawn one sample ahead ([`next_gap`]).
+    spare_gap: Cell<u64>,
     /// The sampler generation it was drawn for (a new session restarts it).
     sampler_gen: Cell<u32>,
     /// Open zones (callsite addresses) and the interned path of each prefix.
@@ -778,6 +780,7 @@ thread_local! {
             busy: Cell::new(false),
             to_sample: Cell::new(0),
             rng: Cell::new(0),
+            spare_gap: Cell::new(0),
             sampler_gen: Cell::new(0),
             depth: Cell::new(0),
             interned: Cell::new(0),
@@ -1392,11 +1395,11 @@ fn sample_weight(l: &Local, size: u64) -> u64 {
         l.sampler_gen.set(gen);
         let n = THREAD_COUNTER.fetch_add(1, Ordering::Relaxed);
         let seed = super::sampler::thread_seed(SAMPLE_SEED.load(Ordering::Relaxed), n);
-        l.rng.set(seed);
-        let mut rng = l.rng.get();
-        l.to_sample
+        let mut rng = seed;
+        l.spare_gap
             .set(super::sampler::next_gap(&mut rng, interval));
         l.rng.set(rng);
+        l.to_sample.set(next_gap(l, interval));
     }
     if size >= interval {
         // Large allocations are always taken, at their size (the countdown is not touched).
@@ -1405,17 +1408,28 @@ fn sample_weight(l: &Local, size: u64) -> u64 {
     // In i64 (`min` keeps the casts exact; a countdown is a few intervals in practice).
     let mut left = l.to_sample.get().min(i64::MAX as u64) as i64 - size as i64;
     let mut weight = 0;
-    let mut rng = l.rng.get();
     while left <= 0 {
-        left = left.saturating_add(
-            super::sampler::next_gap(&mut rng, interval).min(i64::MAX as u64) as i64,
-        );
+        left = left.saturating_add(next_gap(l, interval).min(i64::MAX as u64) as i64);
         weight += interval;
     }
-    l.rng.set(rng);
     // `left` > 0 here.
     l.to_sample.set(left as u64);
     weight
+}
+
+/// The thread's next gap of the sampler: the one drawn at the previous call (or when the
+/// session's generation began), while the one after it is drawn now. The gaps are the same
+/// sequence as drawn one at a time; drawing one ahead takes the draw's long chain of
+/// dependent float operations off the sample's path (nothing waits for its result until the
+/// next sample, so the processor runs it beside the rest of the hook).
+#[inline(always)]
+fn next_gap(l: &Local, interval: u64) -> u64 {
+    let ready = l.spare_gap.get();
+    let mut rng = l.rng.get();
+    l.spare_gap
+        .set(super::sampler::next_gap(&mut rng, interval));
+    l.rng.set(rng);
+    ready
 }
 
 // === Zones (sites) ===
@@ -1451,6 +1465,14 @@ pub(crate) fn zone_pop() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Held by the tests that use the process-wide table and filter: one of them empties
+    /// both ([`filter_clear`]), which would wipe another's entries mid-test.
+    static TABLE_TESTS: Mutex<()> = Mutex::new(());
+
+    fn table_lock() -> std::sync::MutexGuard<'static, ()> {
+        TABLE_TESTS.lock().unwrap_or_else(|e| e.into_inner())
+    }
 
     #[test]
     fn ring_keeps_order_and_reports_full() {
@@ -1696,6 +1718,7 @@ mod tests {
 
     #[test]
     fn filter_counts_saturate() {
+        let _table = table_lock();
         let a = 0xdead_bee0u64;
         filter_add(a);
         filter_add(a);
@@ -1717,6 +1740,7 @@ mod tests {
         ignore = "131 072 stores: slow under Miri, no unsafe code involved"
     )]
     fn clearing_empties_table_and_filter() {
+        let _table = table_lock();
         let a = 0x5555_0000u64;
         filter_add(a);
         table_slot(addr_hash(a)).store(a, Ordering::Relaxed);
@@ -1727,6 +1751,7 @@ mod tests {
 
     #[test]
     fn sampled_table_finds_its_addresses_once() {
+        let _table = table_lock();
         let (a, b) = (0x7000_1230u64, 0x7000_9990u64);
         sampled_add(a);
         assert_eq!(sampled_free(a), Some(0));
@@ -1753,5 +1778,55 @@ mod tests {
         assert_eq!(slot.load(Ordering::Relaxed), b | OVERFLOWED);
         assert_eq!(sampled_free(b), Some(0));
         slot.store(0, Ordering::Relaxed);
+    }
+
+    /// The free's inline check ([`free_needs_hook`]) never misses a sampled block (no false
+    /// negatives), and a free it sends on because another block holds the slot is not
+    /// recorded ([`sampled_free`] compares the address).
+    #[test]
+    fn free_check_misses_no_sampled_block() {
+        let _table = table_lock();
+        let a = 0x5555_0000_4440u64;
+        // Another address in the same slot (different filter bits), found by search.
+        let same_slot = |x: u64| ptr::eq(table_slot(addr_hash(x)), table_slot(addr_hash(a)));
+        let b = (1..1u64 << 24)
+            .map(|i| a + 16 * i)
+            .find(|&x| same_slot(x))
+            .expect("an address sharing the slot");
+        let slot = table_slot(addr_hash(a));
+        assert_eq!(slot.load(Ordering::Relaxed), 0);
+        assert!(!free_needs_hook(
+            SAMPLED,
+            ptr::without_provenance_mut(a as usize)
+        ));
+        sampled_add(a);
+        assert!(free_needs_hook(
+            SAMPLED,
+            ptr::without_provenance_mut(a as usize)
+        ));
+        // `b` is not sampled: the check sends it on (the slot is taken), the compare drops it.
+        assert!(free_needs_hook(
+            SAMPLED,
+            ptr::without_provenance_mut(b as usize)
+        ));
+        if filter_slot(addr_hash(b)).load(Ordering::Relaxed) == 0 {
+            assert_eq!(sampled_free(b), None);
+        }
+        assert_eq!(slot.load(Ordering::Relaxed), a, "a's entry is untouched");
+        assert_eq!(sampled_free(a), Some(0));
+        // Empty again: neither goes out of line.
+        assert!(!free_needs_hook(
+            SAMPLED,
+            ptr::without_provenance_mut(a as usize)
+        ));
+        assert!(!free_needs_hook(
+            SAMPLED,
+            ptr::without_provenance_mut(b as usize)
+        ));
+        // Exact mode sends every free on; off mode is filtered by the caller (`mode != OFF`).
+        assert!(free_needs_hook(
+            EXACT,
+            ptr::without_provenance_mut(b as usize)
+        ));
     }
 }
