@@ -35,7 +35,8 @@
 //! `TACHYON_ALLOC_ONLY=LABEL,...` runs only the named rows (for a profiler; the floor is then
 //! skipped unless `floor` is named): labels are `MODE/STACKS` as `off/None`, `exact/None`, `sampled:4096/None`,
 //! `sampled:4096/Some(0)`, `sampled:1099511627776/Some(0)`, `exact/Some(16)`, and
-//! `sampled:1/Some(0)` (every allocation sampled: the cost of one sample, run only when named).
+//! `sampled:1/Some(0)` and `sampled:1/None` (every allocation sampled: the cost of one sample,
+//! without and with its stack; run only when named).
 //!
 //! `TACHYON_ALLOC_DEMO=ROUNDS` (with `--features log-bridge`, which the demo's logging needs)
 //! measures the realistic workload instead: the very jobs `tachyon demo` runs
@@ -318,8 +319,10 @@ fn ratio(rounds: usize) {
         // The sampled hooks' fast paths alone: a 64-byte block never reaches 2^40 bytes.
         (Some(MemoryMode::Sampled { interval: 1 << 40 }), Some(0)),
         (Some(MemoryMode::Exact), Some(16)),
-        // Every allocation sampled: what one sample costs (only when asked for by name).
+        // Every allocation sampled: what one sample costs (only when asked for by name),
+        // without and with its stack.
         (Some(MemoryMode::Sampled { interval: 1 }), Some(0)),
+        (Some(MemoryMode::Sampled { interval: 1 }), None),
     ] {
         let label = format!(
             "{}/{stacks:?}",

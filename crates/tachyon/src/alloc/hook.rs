@@ -3,7 +3,7 @@
 use std::alloc::{GlobalAlloc, Layout};
 use std::sync::atomic::Ordering;
 
-use super::local::{self, ACTIVE, OFF};
+use super::local::{self, HOOK, OFF};
 
 /// A global allocator that records what `A` does while a session tracks memory (module docs
 /// of [`alloc`](crate::alloc)):
@@ -43,33 +43,29 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Tracked<A> {
     // a session's start or stop overtakes is recorded as if it came just before or after.)
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let mode = ACTIVE.load(Ordering::Relaxed);
+        let mode = HOOK.mode();
         if mode == OFF || local::alloc_not_sampled(mode, layout.size()) {
             // SAFETY: the caller's contract, forwarded.
             return unsafe { self.inner.alloc(layout) };
         }
         // SAFETY: the caller's contract, forwarded.
-        alloc_hooked(layout.size(), mode, move || unsafe {
-            self.inner.alloc(layout)
-        })
+        unsafe { alloc_hooked(&self.inner, layout, mode, false) }
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let mode = ACTIVE.load(Ordering::Relaxed);
+        let mode = HOOK.mode();
         if mode == OFF || local::alloc_not_sampled(mode, layout.size()) {
             // SAFETY: the caller's contract, forwarded.
             return unsafe { self.inner.alloc_zeroed(layout) };
         }
         // SAFETY: the caller's contract, forwarded.
-        alloc_hooked(layout.size(), mode, move || unsafe {
-            self.inner.alloc_zeroed(layout)
-        })
+        unsafe { alloc_hooked(&self.inner, layout, mode, true) }
     }
 
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        let mode = ACTIVE.load(Ordering::Relaxed);
+        let mode = HOOK.mode();
         if mode != OFF && local::free_needs_hook(mode, ptr) {
             // SAFETY: the caller's contract, forwarded.
             return unsafe { dealloc_hooked(ptr, layout, &self.inner, mode) };
@@ -80,7 +76,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Tracked<A> {
 
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let mode = ACTIVE.load(Ordering::Relaxed);
+        let mode = HOOK.mode();
         if mode != OFF {
             // A reallocation is a free and an allocation; the free goes first, for the reason
             // `dealloc` gives.
@@ -109,16 +105,34 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Tracked<A> {
 /// common path and keeps no registers across a call (both releases are tail calls)
 /// (`ptr` and `layout` first: they stay in the registers they came in.)
 #[inline(never)]
-unsafe fn dealloc_hooked<A: GlobalAlloc>(ptr: *mut u8, layout: Layout, inner: &A, mode: u8) {
+unsafe fn dealloc_hooked<A: GlobalAlloc>(ptr: *mut u8, layout: Layout, inner: &A, mode: u32) {
     local::on_free(mode, ptr, layout.size());
     // SAFETY: the caller's contract (of `Tracked::dealloc`), forwarded.
     unsafe { inner.dealloc(ptr, layout) }
 }
 
 /// An allocation the hook records (exact mode, a probe, or a sampled allocation whose
-/// countdown ran out, [`local::alloc_not_sampled`]): allocated (`inner`: the inner
-/// allocator's call), then recorded.
+/// countdown ran out, [`local::alloc_not_sampled`]): allocated by `inner` (zeroed or not), then
+/// recorded. Its arguments are the allocator's own, in registers (no closure on the caller's
+/// stack: the shim's common path then needs no stack frame), and the recording is its tail
+/// call, so the stack a sample walks goes from [`local::on_alloc_counted`] to the shim.
+///
+/// # Safety
+/// `Tracked::alloc`'s (or `alloc_zeroed`'s) contract for `layout`.
 #[inline(never)]
-fn alloc_hooked(size: usize, mode: u8, inner: impl FnOnce() -> *mut u8) -> *mut u8 {
-    local::on_alloc_counted(mode, inner(), size)
+unsafe fn alloc_hooked<A: GlobalAlloc>(
+    inner: &A,
+    layout: Layout,
+    mode: u32,
+    zeroed: bool,
+) -> *mut u8 {
+    // SAFETY: the caller's contract, forwarded.
+    let p = unsafe {
+        if zeroed {
+            inner.alloc_zeroed(layout)
+        } else {
+            inner.alloc(layout)
+        }
+    };
+    local::on_alloc_counted(mode, p, layout.size())
 }

@@ -8,7 +8,7 @@
 //! Rust TLS destructors.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
+use std::cell::{Cell, UnsafeCell};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -39,16 +39,46 @@ pub(crate) const PAIR_VIA_FILTER: u64 = 1 << 26;
 /// drops it when it saw the mark after all ([`Ring::settle`]).
 pub(crate) const LATE_FREE: u64 = 1 << 27;
 
-/// `ACTIVE` values: what the hook records.
-pub(crate) const OFF: u8 = 0;
-pub(crate) const EXACT: u8 = 1;
-pub(crate) const SAMPLED: u8 = 2;
+/// [`HookState::active`] values: what the hook records.
+pub(crate) const OFF: u32 = 0;
+pub(crate) const EXACT: u32 = 1;
+pub(crate) const SAMPLED: u32 = 2;
 /// Set while a session starts: the next allocation through [`Tracked`](super::Tracked) sets
 /// [`INSTALLED`].
-pub(crate) const PROBE: u8 = 0x80;
+pub(crate) const PROBE: u32 = 0x80;
 
-/// The one load the hook makes when nothing is recorded.
-pub(crate) static ACTIVE: AtomicU8 = AtomicU8::new(OFF);
+/// What the hook reads on every call: the mode, and beside it the table of sampled addresses a
+/// sampled free looks at (one static, so the program's code, which reaches another crate's
+/// statics through the GOT, loads its address once for both).
+#[repr(C)]
+pub(crate) struct HookState {
+    /// The mode ([`OFF`], [`EXACT`], [`SAMPLED`], with [`PROBE`]): the one load the hook
+    /// makes when nothing is recorded. On a cache line of its own (every thread reads it on
+    /// every call; the table's slots are written at samples). A 32-bit word, as the modes are:
+    /// a byte would be zero-extended after its load before the hook's compares.
+    active: Line<AtomicU32>,
+    /// Sampled addresses ("Sampled addresses" below).
+    table: [AtomicU64; 1 << TABLE_BITS],
+}
+
+impl HookState {
+    /// The mode now (relaxed: the hook's one load).
+    #[inline(always)]
+    pub(crate) fn mode(&self) -> u32 {
+        self.active.load(Ordering::Relaxed)
+    }
+
+    /// Sets the mode (session start and stop; relaxed: an allocation that a change overtakes
+    /// is recorded as if it came just before or after).
+    pub(crate) fn set_mode(&self, mode: u32) {
+        self.active.store(mode, Ordering::Relaxed);
+    }
+}
+
+pub(crate) static HOOK: HookState = HookState {
+    active: Line(AtomicU32::new(OFF)),
+    table: [const { AtomicU64::new(0) }; 1 << TABLE_BITS],
+};
 /// [`Tracked`](super::Tracked) is the global allocator (seen during a probe).
 pub(crate) static INSTALLED: AtomicBool = AtomicBool::new(false);
 
@@ -126,7 +156,7 @@ const RING_EXITED: u8 = 2;
 /// A cache line of its own: the producer's and the consumer's indices apart, so the
 /// consumer's stores of `tail` do not take the line the producer writes `head` in.
 #[repr(align(64))]
-struct Line<T>(T);
+pub(crate) struct Line<T>(T);
 
 impl<T> std::ops::Deref for Line<T> {
     type Target = T;
@@ -702,6 +732,8 @@ struct Local {
     /// it; 0: none drawn yet). Unsigned, so the fast path's test is the subtraction's borrow.
     to_sample: Cell<u64>,
     rng: Cell<u64>,
+    /// The sampler's next gap, drawn one sample ahead ([`next_gap`]).
+    spare_gap: Cell<u64>,
     /// The sampler generation it was drawn for (a new session restarts it).
     sampler_gen: Cell<u32>,
     /// Open zones (callsite addresses) and the interned path of each prefix.
@@ -712,6 +744,14 @@ struct Local {
     /// The last native stack this thread interned: its hash and site (a repeated stack skips
     /// the shared table and its lock).
     last_stack: Cell<(u64, u32)>,
+    /// The walk id ([`callstack::capture_with_id`](crate::callstack::capture_with_id)) and
+    /// zone path `last_stack` was made from (0: none): a walk with that id and path has that
+    /// site, without hashing its frames.
+    last_walk: Cell<(u64, u32)>,
+    /// Where [`stack_site_walk`] builds a stack's key (the zone path, then the frames): here
+    /// rather than on the stack, where it would be zeroed on every walk. Only used with `busy`
+    /// set, so never by two calls at once.
+    stack_key: UnsafeCell<[u64; crate::callstack::MAX_DEPTH + 1]>,
     /// The block this thread's latest record allocated and that record's counter reading,
     /// while no other record of the thread followed it ([`NO_BLOCK`] otherwise): its free can
     /// take that reading instead of a new one ([`free_ticks`]).
@@ -740,12 +780,15 @@ thread_local! {
             busy: Cell::new(false),
             to_sample: Cell::new(0),
             rng: Cell::new(0),
+            spare_gap: Cell::new(0),
             sampler_gen: Cell::new(0),
             depth: Cell::new(0),
             interned: Cell::new(0),
             zones: [const { Cell::new(0) }; MAX_ZONES],
             paths: [const { Cell::new(0) }; MAX_ZONES],
             last_stack: Cell::new((0, 0)),
+            last_walk: Cell::new((0, 0)),
+            stack_key: UnsafeCell::new([0; crate::callstack::MAX_DEPTH + 1]),
             last_alloc: Cell::new(NO_BLOCK),
             last_free: Cell::new(NO_BLOCK),
             reused: Cell::new(0),
@@ -871,25 +914,38 @@ fn stack_site(l: &Local, path: u32) -> u32 {
 
 #[inline(never)]
 fn stack_site_walk(l: &Local, path: u32, depth: usize) -> u32 {
-    let mut key = [0u64; crate::callstack::MAX_DEPTH + 1];
-    key[0] = path as u64;
-    let n = crate::callstack::capture(&mut key[1..=depth.min(crate::callstack::MAX_DEPTH)], 2);
+    debug_assert!(l.busy.get());
+    // SAFETY: `stack_key` is only borrowed here, with the thread's guard (`busy`) set, which
+    // keeps out every other entry into the hook on this thread (a signal handler's included:
+    // it sees `busy` and records nothing), so this is the only reference for its lifetime.
+    let key = unsafe { &mut *l.stack_key.get() };
+    let (n, walk) =
+        crate::callstack::capture_with_id(&mut key[1..=depth.min(crate::callstack::MAX_DEPTH)], 2);
     if n == 0 {
         STACKS_MISSED.fetch_add(1, Ordering::Relaxed);
         return path;
     }
+    let (last_hash, last_site) = l.last_stack.get();
+    if walk != 0 && l.last_walk.get() == (walk, path) && last_site != 0 {
+        // The same frames as the walk that made `last_stack` (the thread's kept walk, found
+        // unchanged), under the same zones: the same key.
+        return last_site;
+    }
+    key[0] = path as u64;
     let key = &key[..=n];
     let hash = super::sites::stack_hash(key);
-    let (last_hash, last_site) = l.last_stack.get();
     if last_hash == hash && last_site != 0 {
+        l.last_walk.set((walk, path));
         return last_site;
     }
     match super::sites::intern_stack(key) {
         Some(id) => {
             l.last_stack.set((hash, id));
+            l.last_walk.set((walk, path));
             id
         }
         None => {
+            l.last_walk.set((0, 0));
             STACKS_MISSED.fetch_add(1, Ordering::Relaxed);
             path
         }
@@ -908,7 +964,6 @@ fn stack_site_walk(l: &Local, path: u32, depth: usize) -> u32 {
 // common free costs a multiplication, one load and a compare.
 
 const TABLE_BITS: u32 = 16;
-static SAMPLED_TABLE: [AtomicU64; 1 << TABLE_BITS] = [const { AtomicU64::new(0) }; 1 << TABLE_BITS];
 
 /// In a table slot: some sampled block that hashes here went to the overflow filter (an
 /// address's bit 0 is free: blocks the hook sees are at least 2-aligned, and an odd address
@@ -924,7 +979,7 @@ fn addr_hash(addr: u64) -> u64 {
 
 #[inline(always)]
 fn table_slot(hash: u64) -> &'static AtomicU64 {
-    &SAMPLED_TABLE[(hash >> (64 - TABLE_BITS)) as usize]
+    &HOOK.table[(hash >> (64 - TABLE_BITS)) as usize]
 }
 
 /// A sampled block at `addr`: into its table slot when that is empty, else into the overflow
@@ -1011,7 +1066,7 @@ pub(crate) fn filter_clear() {
     for s in &FILTER {
         s.store(0, Ordering::Relaxed);
     }
-    for s in &SAMPLED_TABLE {
+    for s in &HOOK.table {
         s.store(0, Ordering::Relaxed);
     }
 }
@@ -1031,7 +1086,7 @@ static THREAD_COUNTER: AtomicU64 = AtomicU64::new(0);
 /// ([`alloc_not_sampled`] before the inner allocator runs, [`on_alloc_counted`] after, out of
 /// line); this is both, for `realloc` and the tests.
 #[inline(always)]
-pub(crate) fn on_alloc(mode: u8, addr: *mut u8, size: usize) -> *mut u8 {
+pub(crate) fn on_alloc(mode: u32, addr: *mut u8, size: usize) -> *mut u8 {
     if alloc_not_sampled(mode, size) {
         return addr;
     }
@@ -1044,7 +1099,7 @@ pub(crate) fn on_alloc(mode: u8, addr: *mut u8, size: usize) -> *mut u8 {
 /// (a failed allocation, which the countdown then counts, is not recorded in sampled mode
 /// either way unless it is sampled).
 #[inline(always)]
-pub(crate) fn alloc_not_sampled(mode: u8, size: usize) -> bool {
+pub(crate) fn alloc_not_sampled(mode: u32, size: usize) -> bool {
     if mode != SAMPLED {
         return false;
     }
@@ -1064,7 +1119,7 @@ pub(crate) fn alloc_not_sampled(mode: u8, size: usize) -> bool {
 /// The allocation at `addr` after [`alloc_not_sampled`] said it is recorded (in sampled mode,
 /// the countdown ran out: a sample is drawn). Returns `addr`.
 #[inline(never)]
-pub(crate) fn on_alloc_counted(mode: u8, addr: *mut u8, size: usize) -> *mut u8 {
+pub(crate) fn on_alloc_counted(mode: u32, addr: *mut u8, size: usize) -> *mut u8 {
     record_alloc(mode, addr, size);
     addr
 }
@@ -1072,7 +1127,7 @@ pub(crate) fn on_alloc_counted(mode: u8, addr: *mut u8, size: usize) -> *mut u8 
 // Inlined: `on_alloc_counted` stays the one frame the stack capture skips above
 // `stack_site_walk`.
 #[inline(always)]
-fn record_alloc(mode: u8, addr: *mut u8, size: usize) {
+fn record_alloc(mode: u32, addr: *mut u8, size: usize) {
     if mode == EXACT
         && !addr.is_null()
         && LOCAL
@@ -1185,14 +1240,17 @@ fn exact_alloc(l: &Local, addr: u64, size: u64) -> bool {
 }
 
 /// Whether a free of `addr` needs [`on_free`] (`mode` is not [`OFF`]): in exact mode always; in
-/// sampled mode when the address's table slot holds it or is marked [`OVERFLOWED`] (a hash,
-/// one load, two compares: most frees stop here). Inlined into the allocator's `dealloc`,
-/// which calls nothing else on this path, so it keeps no registers across a call.
+/// sampled mode when the address's table slot is not empty (a hash, one load and a test: most
+/// frees stop here). A slot that holds another sampled block, or that is marked
+/// [`OVERFLOWED`], sends the free to [`on_free`], which compares the address and asks the
+/// filter ([`sampled_free`]): only live sampled blocks take slots (a program with a thousand
+/// of them fills 1.5 % of the 65 536), so the exact compare is left to the few frees that find
+/// one. Inlined into the allocator's `dealloc`, which calls
+/// nothing else on this path, so it keeps no registers across a call.
 #[inline(always)]
-pub(crate) fn free_needs_hook(mode: u8, addr: *mut u8) -> bool {
+pub(crate) fn free_needs_hook(mode: u32, addr: *mut u8) -> bool {
     if mode == SAMPLED {
-        let v = table_slot(addr_hash(addr as u64)).load(Ordering::Relaxed);
-        v & !OVERFLOWED == addr as u64 || v & OVERFLOWED != 0
+        table_slot(addr_hash(addr as u64)).load(Ordering::Relaxed) != 0
     } else {
         mode & EXACT != 0
     }
@@ -1203,7 +1261,7 @@ pub(crate) fn free_needs_hook(mode: u8, addr: *mut u8) -> bool {
 /// mode it is recorded when the table holds it (which this takes out) or the filter counts it;
 /// [`free_needs_hook`] has filtered out the rest.
 #[inline(always)]
-pub(crate) fn on_free(mode: u8, addr: *mut u8, size: usize) {
+pub(crate) fn on_free(mode: u32, addr: *mut u8, size: usize) {
     let flags = if mode == SAMPLED {
         match sampled_free(addr as u64) {
             Some(f) => f,
@@ -1296,7 +1354,7 @@ fn on_free_slow(addr: *mut u8, size: usize, flags: u64) {
 /// Never inlined: the call-stack capture skips this frame and [`stack_site`]'s.
 #[inline(never)]
 pub(crate) fn record_pool(kind: u64, pool: u16, addr: u64, size: u64) {
-    if ACTIVE.load(Ordering::Relaxed) & (EXACT | SAMPLED) == 0 {
+    if HOOK.mode() & (EXACT | SAMPLED) == 0 {
         return;
     }
     let _ = LOCAL.try_with(|l| {
@@ -1337,11 +1395,11 @@ fn sample_weight(l: &Local, size: u64) -> u64 {
         l.sampler_gen.set(gen);
         let n = THREAD_COUNTER.fetch_add(1, Ordering::Relaxed);
         let seed = super::sampler::thread_seed(SAMPLE_SEED.load(Ordering::Relaxed), n);
-        l.rng.set(seed);
-        let mut rng = l.rng.get();
-        l.to_sample
+        let mut rng = seed;
+        l.spare_gap
             .set(super::sampler::next_gap(&mut rng, interval));
         l.rng.set(rng);
+        l.to_sample.set(next_gap(l, interval));
     }
     if size >= interval {
         // Large allocations are always taken, at their size (the countdown is not touched).
@@ -1350,17 +1408,28 @@ fn sample_weight(l: &Local, size: u64) -> u64 {
     // In i64 (`min` keeps the casts exact; a countdown is a few intervals in practice).
     let mut left = l.to_sample.get().min(i64::MAX as u64) as i64 - size as i64;
     let mut weight = 0;
-    let mut rng = l.rng.get();
     while left <= 0 {
-        left = left.saturating_add(
-            super::sampler::next_gap(&mut rng, interval).min(i64::MAX as u64) as i64,
-        );
+        left = left.saturating_add(next_gap(l, interval).min(i64::MAX as u64) as i64);
         weight += interval;
     }
-    l.rng.set(rng);
     // `left` > 0 here.
     l.to_sample.set(left as u64);
     weight
+}
+
+/// The thread's next gap of the sampler: the one drawn at the previous call (or when the
+/// session's generation began), while the one after it is drawn now. The gaps are the same
+/// sequence as drawn one at a time; drawing one ahead takes the draw's long chain of
+/// dependent float operations off the sample's path (nothing waits for its result until the
+/// next sample, so the processor runs it beside the rest of the hook).
+#[inline(always)]
+fn next_gap(l: &Local, interval: u64) -> u64 {
+    let ready = l.spare_gap.get();
+    let mut rng = l.rng.get();
+    l.spare_gap
+        .set(super::sampler::next_gap(&mut rng, interval));
+    l.rng.set(rng);
+    ready
 }
 
 // === Zones (sites) ===
@@ -1396,6 +1465,14 @@ pub(crate) fn zone_pop() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Held by the tests that use the process-wide table and filter: one of them empties
+    /// both ([`filter_clear`]), which would wipe another's entries mid-test.
+    static TABLE_TESTS: Mutex<()> = Mutex::new(());
+
+    fn table_lock() -> std::sync::MutexGuard<'static, ()> {
+        TABLE_TESTS.lock().unwrap_or_else(|e| e.into_inner())
+    }
 
     #[test]
     fn ring_keeps_order_and_reports_full() {
@@ -1641,6 +1718,7 @@ mod tests {
 
     #[test]
     fn filter_counts_saturate() {
+        let _table = table_lock();
         let a = 0xdead_bee0u64;
         filter_add(a);
         filter_add(a);
@@ -1662,6 +1740,7 @@ mod tests {
         ignore = "131 072 stores: slow under Miri, no unsafe code involved"
     )]
     fn clearing_empties_table_and_filter() {
+        let _table = table_lock();
         let a = 0x5555_0000u64;
         filter_add(a);
         table_slot(addr_hash(a)).store(a, Ordering::Relaxed);
@@ -1672,6 +1751,7 @@ mod tests {
 
     #[test]
     fn sampled_table_finds_its_addresses_once() {
+        let _table = table_lock();
         let (a, b) = (0x7000_1230u64, 0x7000_9990u64);
         sampled_add(a);
         assert_eq!(sampled_free(a), Some(0));
@@ -1698,5 +1778,55 @@ mod tests {
         assert_eq!(slot.load(Ordering::Relaxed), b | OVERFLOWED);
         assert_eq!(sampled_free(b), Some(0));
         slot.store(0, Ordering::Relaxed);
+    }
+
+    /// The free's inline check ([`free_needs_hook`]) never misses a sampled block (no false
+    /// negatives), and a free it sends on because another block holds the slot is not
+    /// recorded ([`sampled_free`] compares the address).
+    #[test]
+    fn free_check_misses_no_sampled_block() {
+        let _table = table_lock();
+        let a = 0x5555_0000_4440u64;
+        // Another address in the same slot (different filter bits), found by search.
+        let same_slot = |x: u64| ptr::eq(table_slot(addr_hash(x)), table_slot(addr_hash(a)));
+        let b = (1..1u64 << 24)
+            .map(|i| a + 16 * i)
+            .find(|&x| same_slot(x))
+            .expect("an address sharing the slot");
+        let slot = table_slot(addr_hash(a));
+        assert_eq!(slot.load(Ordering::Relaxed), 0);
+        assert!(!free_needs_hook(
+            SAMPLED,
+            ptr::without_provenance_mut(a as usize)
+        ));
+        sampled_add(a);
+        assert!(free_needs_hook(
+            SAMPLED,
+            ptr::without_provenance_mut(a as usize)
+        ));
+        // `b` is not sampled: the check sends it on (the slot is taken), the compare drops it.
+        assert!(free_needs_hook(
+            SAMPLED,
+            ptr::without_provenance_mut(b as usize)
+        ));
+        if filter_slot(addr_hash(b)).load(Ordering::Relaxed) == 0 {
+            assert_eq!(sampled_free(b), None);
+        }
+        assert_eq!(slot.load(Ordering::Relaxed), a, "a's entry is untouched");
+        assert_eq!(sampled_free(a), Some(0));
+        // Empty again: neither goes out of line.
+        assert!(!free_needs_hook(
+            SAMPLED,
+            ptr::without_provenance_mut(a as usize)
+        ));
+        assert!(!free_needs_hook(
+            SAMPLED,
+            ptr::without_provenance_mut(b as usize)
+        ));
+        // Exact mode sends every free on; off mode is filtered by the caller (`mode != OFF`).
+        assert!(free_needs_hook(
+            EXACT,
+            ptr::without_provenance_mut(b as usize)
+        ));
     }
 }

@@ -22,11 +22,17 @@ fn next(state: &mut u64) -> u64 {
 }
 
 /// Bytes to the next sample: an exponential draw with mean `interval`, at least 1.
+///
+/// The conversions between integers and floats go through `i64`: every value here fits in 63
+/// bits (53 random bits; an interval below 2^62; a gap below 37 intervals, as `-ln u` is below
+/// 37), and x86-64 converts signed integers in one instruction where unsigned ones take a
+/// branch and a fix-up (this runs once per sample, on the allocating thread).
 pub(crate) fn next_gap(state: &mut u64, interval: u64) -> u64 {
     // A uniform in (0, 1]: 53 random bits, never 0 (ln 0 is infinite).
-    let u = ((next(state) >> 11) + 1) as f64 / (1u64 << 53) as f64;
-    let gap = neg_ln(u) * interval as f64;
-    (gap as u64).max(1)
+    let u = ((next(state) >> 11) as i64 + 1) as f64 * (1.0 / (1u64 << 53) as f64);
+    let mean = interval.min(1 << 62) as i64 as f64;
+    // `as i64` saturates (a gap never comes near).
+    ((neg_ln(u) * mean) as i64).max(1) as u64
 }
 
 /// `ln(1 + x) / x` on `[√½ − 1, √2 − 1]`: a degree-9 least-squares fit (coefficients of

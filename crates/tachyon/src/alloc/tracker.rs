@@ -14,7 +14,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::live::LiveTable;
-use super::local::{self, Record, ACTIVE, EXACT, OFF, PROBE, SAMPLED};
+use super::local::{self, Record, EXACT, HOOK, OFF, PROBE, SAMPLED};
 use super::profile::{self, HeapDump, Totals};
 use super::sites;
 use super::{MemoryConfig, MemoryMode};
@@ -421,7 +421,7 @@ impl Heap {
 
 struct Tracker {
     mode: MemoryMode,
-    mode_bits: u8,
+    mode_bits: u32,
     start_ticks: u64,
     start_ns: u64,
     session: u32,
@@ -677,9 +677,9 @@ pub(crate) fn start_session(config: &MemoryConfig) {
     if running.is_some() {
         return;
     }
-    ACTIVE.store(PROBE, Ordering::Relaxed);
+    HOOK.set_mode(PROBE);
     drop(std::hint::black_box(Box::new(0u64)));
-    ACTIVE.store(OFF, Ordering::Relaxed);
+    HOOK.set_mode(OFF);
     if !local::INSTALLED.load(Ordering::Relaxed) {
         return;
     }
@@ -746,14 +746,14 @@ pub(crate) fn start_session(config: &MemoryConfig) {
         stop: &STOP,
     });
     local::ZONES_ON.store(true, Ordering::Relaxed);
-    ACTIVE.store(bits, Ordering::Relaxed);
+    HOOK.set_mode(bits);
 }
 
 /// Stops tracking: the hook goes quiet, the tracker applies what is left, writes the last heap
 /// profile and returns its summary (`None` if tracking was not running).
 pub(crate) fn stop_session() -> Option<MemorySummary> {
     let running = lock(&RUNNING).take()?;
-    ACTIVE.store(OFF, Ordering::Relaxed);
+    HOOK.set_mode(OFF);
     local::ZONES_ON.store(false, Ordering::Relaxed);
     running.stop.store(true, Ordering::Release);
     local::WAKE_CV.notify_all();

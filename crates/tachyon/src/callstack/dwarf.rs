@@ -171,6 +171,9 @@ struct Memo {
     /// (ip, sp, bp, skip, out.len()) of the walk.
     key: (u64, u64, u64, usize, usize),
     valid: bool,
+    /// Names the kept walk: a new value (never 0) each time a walk is kept, so two walks
+    /// answered with the same id gave the same frames ([`walk_from`]'s second value).
+    id: u64,
     n: usize,
     frames: [u64; super::MAX_DEPTH],
     reads: usize,
@@ -202,12 +205,21 @@ pub(super) fn regs() -> (u64, u64, u64) {
 /// exact pc, the others return addresses minus one), after skipping `skip`; `None` when this
 /// thread cannot be unwound this way (its stack bounds unknown, a nested call). The frame of
 /// the function that read the registers stays intact above `sp` while this runs.
+#[inline(always)]
+pub(super) fn walk_from(regs: (u64, u64, u64), out: &mut [u64], skip: usize) -> Option<usize> {
+    walk_from_id(regs, out, skip).map(|(n, _)| n)
+}
+
+/// [`walk_from`], and the id of the thread's kept walk ([`Memo`]) that the frames are (0: not
+/// a kept walk). The same non-zero id from two calls of one thread means the same frames, so
+/// a caller that keeps what it derived from the last frames (a hash, an interned id) can
+/// reuse it without looking at them.
 #[inline(never)]
-pub(super) fn walk_from(
+pub(super) fn walk_from_id(
     (ip, sp, bp): (u64, u64, u64),
     out: &mut [u64],
     skip: usize,
-) -> Option<usize> {
+) -> Option<(usize, u64)> {
     let (lo, hi) = stack_bounds()?;
     if !(lo..hi).contains(&sp) {
         return None;
@@ -222,7 +234,8 @@ pub(super) fn walk_from(
             Err(())
         }
     };
-    memo_walk(ip, sp, bp, skip, out, &mut read).or_else(|| run(ip, sp, bp, skip, out, &mut read))
+    memo_walk(ip, sp, bp, skip, out, &mut read)
+        .or_else(|| run(ip, sp, bp, skip, out, &mut read).map(|n| (n, 0)))
 }
 
 /// [`fast_walk`] through the thread's [`Memo`]: the last walk's frames when it started from
@@ -236,7 +249,7 @@ fn memo_walk(
     skip: usize,
     out: &mut [u64],
     read: &mut impl FnMut(u64) -> Result<u64, ()>,
-) -> Option<usize> {
+) -> Option<(usize, u64)> {
     let key = (ip, sp, bp, skip, out.len());
     let kept = MEMO.try_with(|m| {
         // A nested call (the memo in use): walk without it.
@@ -246,6 +259,7 @@ fn memo_walk(
                 state: std::ptr::null(),
                 key: (0, 0, 0, 0, 0),
                 valid: false,
+                id: 0,
                 n: 0,
                 frames: [0; super::MAX_DEPTH],
                 reads: 0,
@@ -256,10 +270,16 @@ fn memo_walk(
             && m.key == key
             && std::ptr::eq(m.state, STATE.load(Ordering::Acquire))
             && m.n <= out.len()
-            && m.words[..m.reads].iter().all(|&(a, v)| read(a) == Ok(v))
+            && m.words[..m.reads].iter().all(|&(a, v)| {
+                // SAFETY: `a` was read by the kept walk through `read`, which only reads
+                // 8-aligned words between that walk's `sp` and the top of this thread's stack;
+                // `sp` is the same now (`key`) and so is the stack (the memo is this thread's),
+                // so `a` is a mapped, readable word of it (no bounds checks needed again).
+                unsafe { std::ptr::read(a as *const u64) == v }
+            })
         {
             out[..m.n].copy_from_slice(&m.frames[..m.n]);
-            return Some(Some(m.n));
+            return Some(Some((m.n, m.id)));
         }
         m.valid = false;
         m.reads = 0;
@@ -288,13 +308,15 @@ fn memo_walk(
                 // appeared): a later one may have other rules.
                 m.state = STATE.load(Ordering::Acquire);
                 m.valid = true;
+                m.id = m.id.wrapping_add(1).max(1);
+                return Some(Some((n, m.id)));
             }
         }
-        Some(got)
+        Some(got.map(|n| (n, 0)))
     });
     match kept {
         Ok(Some(got)) => got,
-        _ => fast_walk(ip, sp, bp, skip, out, read),
+        _ => fast_walk(ip, sp, bp, skip, out, read).map(|n| (n, 0)),
     }
 }
 

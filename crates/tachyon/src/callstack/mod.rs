@@ -97,6 +97,23 @@ pub fn capture(out: &mut [u64], skip: usize) -> usize {
     unwind::walk(&mut out[..n], skip)
 }
 
+/// [`capture`], and an id of the frames it wrote: when two calls on one thread return the same
+/// non-zero id, they wrote the same frames (the thread's last walk, kept and found unchanged),
+/// so what the caller derived from the first (a hash, an interned id) holds for the second.
+/// 0: no such promise (a walk not kept, or the platform unwinder).
+#[inline(always)]
+pub(crate) fn capture_with_id(out: &mut [u64], skip: usize) -> (usize, u64) {
+    let n = out.len().min(MAX_DEPTH);
+    if n == 0 {
+        return (0, 0);
+    }
+    #[cfg(all(feature = "dwarf-unwind", target_arch = "x86_64", target_os = "linux"))]
+    if let Some(got) = dwarf::walk_from_id(dwarf::regs(), &mut out[..n], skip) {
+        return got;
+    }
+    (unwind::walk(&mut out[..n], skip), 0)
+}
+
 /// [`capture`] with the platform unwinder (`_Unwind_Backtrace`) even when the feature
 /// `dwarf-unwind` is on: for comparisons.
 #[inline(never)]
@@ -186,6 +203,64 @@ mod tests {
             assert_eq!(a[..na], first[..], "the same stack, the same frames");
             // Frame 2: the two call sites in this function; above it, the same callers.
             assert_eq!(a[3..na], b[3..nb], "the same callers above");
+        }
+    }
+
+    #[inline(never)]
+    fn id_leaf(out: &mut [u64]) -> (usize, u64) {
+        std::hint::black_box(capture_with_id(out, 0))
+    }
+
+    #[inline(never)]
+    fn id_via_a(out: &mut [u64]) -> (usize, u64) {
+        std::hint::black_box(id_leaf(out))
+    }
+
+    #[inline(never)]
+    fn id_via_b(out: &mut [u64]) -> (usize, u64) {
+        std::hint::black_box(id_leaf(out))
+    }
+
+    /// A repeated walk from one call path keeps its id (and its frames); a walk from another
+    /// path gets a new id, and so does the first path's next walk after it.
+    #[cfg(all(feature = "dwarf-unwind", target_arch = "x86_64", target_os = "linux"))]
+    #[cfg_attr(
+        miri,
+        ignore = "walks the real stack and the loader's module list, which Miri does not model"
+    )]
+    #[test]
+    fn walk_ids_name_the_frames() {
+        let (mut a, mut b) = ([0u64; MAX_DEPTH], [0u64; MAX_DEPTH]);
+        let mut ids = Vec::new();
+        let mut frames: Vec<Vec<u64>> = Vec::new();
+        for i in 0..6 {
+            let (n, id) = if i % 3 == 2 {
+                id_via_b(&mut b)
+            } else {
+                id_via_a(&mut a)
+            };
+            assert!(n >= 3, "{n}");
+            let f = if i % 3 == 2 { &b[..n] } else { &a[..n] };
+            frames.push(f.to_vec());
+            ids.push(id);
+        }
+        // a, a (kept walk: same id), b (new), a (new again), a (same), b (new).
+        assert_ne!(ids[0], 0);
+        assert_eq!(ids[1], ids[0], "{ids:?}");
+        assert_eq!(frames[1], frames[0]);
+        assert_ne!(ids[2], ids[1], "{ids:?}");
+        assert_ne!(frames[2], frames[1]);
+        assert_ne!(ids[3], ids[2], "{ids:?}");
+        assert_eq!(frames[3], frames[0]);
+        assert_eq!(ids[4], ids[3], "{ids:?}");
+        assert_ne!(ids[5], ids[4], "{ids:?}");
+        // Ids only ever name one set of frames.
+        for i in 0..6 {
+            for j in 0..6 {
+                if ids[i] == ids[j] {
+                    assert_eq!(frames[i], frames[j], "{ids:?}");
+                }
+            }
         }
     }
 
