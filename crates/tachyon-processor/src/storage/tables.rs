@@ -6,8 +6,12 @@
 //! [`SliceRow`] (strings are pool ids; a slice's category and name share one id), and
 //! arguments are deduplicated as they arrive ([`ArgBuilder`]): each distinct
 //! `(flat_key, key, value)` is stored once in [`ArgTable::entries`] and an arg set is a run of
-//! 4-byte entry ids, so the source location and constant arguments every zone repeats cost 4
-//! bytes per slice instead of a row each.
+//! entry ids as varints, so the source location and constant arguments every zone repeats
+//! cost a byte per slice instead of a row each.
+//!
+//! The import's peak is the tables at their fullest beside what the import still holds (the
+//! sorter's events, the arg arena, the deduplication index), so nothing here is held in one
+//! form and converted to another at the end: the varints are written as arguments arrive.
 
 use crate::storage::strings::{FxHashMap, StrId, StringPool};
 #[cfg(test)]
