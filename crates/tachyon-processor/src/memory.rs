@@ -1,12 +1,13 @@
 //! Whether a trace can be imported in the memory this machine has: checked before the import
 //! starts, so that a trace too large ends in a clear error instead of the out-of-memory killer.
 
-/// Peak import memory per byte of (decompressed) trace, measured: 1.16 with the import bench
-/// (`cargo bench -p tachyon-processor --bench import`, 1 M events, SDK-written: 72 bytes of
-/// peak per slice) and 1.48 for `tachyon query` on a 2.15 GB SDK-written trace (3.19 GB peak
-/// RSS, the whole process), since the import fixes glibc's mmap threshold (`trim.rs`,
-/// 2026-11-27; 2.1-2.3 before). Rounded up, with room for traces whose sequences go back in
-/// time often (more runs); [`Guarded`] stops a file's import that outgrows the limit anyway.
+/// Peak import memory per byte of (decompressed) trace, measured: 0.9 with the import bench
+/// (`cargo bench -p tachyon-processor --bench import`, 1 M events, SDK-written: 55 bytes of
+/// peak per slice) and 1.02 for `tachyon stats` on a 2.16 GB SDK-written trace (2.20 GB peak
+/// RSS, the whole process, its zone statistics included; 2026-11-27). Rounded up, with room
+/// for traces whose sequences go back in time often (more runs) and for traces with more
+/// distinct strings and args; [`Guarded`] stops a file's import that outgrows the limit while
+/// the file is read.
 pub(crate) const PEAK_BYTES_PER_TRACE_BYTE: u64 = 2;
 
 /// The memory an import of `trace_bytes` needs at its peak (beyond the trace itself).

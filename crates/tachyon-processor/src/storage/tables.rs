@@ -6,8 +6,12 @@
 //! [`SliceRow`] (strings are pool ids; a slice's category and name share one id), and
 //! arguments are deduplicated as they arrive ([`ArgBuilder`]): each distinct
 //! `(flat_key, key, value)` is stored once in [`ArgTable::entries`] and an arg set is a run of
-//! 4-byte entry ids, so the source location and constant arguments every zone repeats cost 4
-//! bytes per slice instead of a row each.
+//! entry ids as varints, so the source location and constant arguments every zone repeats
+//! cost a byte per slice instead of a row each.
+//!
+//! The import's peak is the tables at their fullest beside what the import still holds (the
+//! sorter's events, the arg arena, the deduplication index), so nothing here is held in one
+//! form and converted to another at the end: the varints are written as arguments arrive.
 
 use crate::storage::strings::{FxHashMap, StrId, StringPool};
 #[cfg(test)]
@@ -75,8 +79,9 @@ impl Iterator for SetIds<'_> {
 }
 
 /// Collects arguments during the import straight into [`ArgTable`]'s form: each argument is
-/// deduplicated as it arrives and costs one 4-byte entry id (no 32-byte row per argument is
-/// kept until the end, which set the import's peak memory).
+/// deduplicated as it arrives and its entry id is appended to [`ArgTable`]'s varints at once,
+/// so an argument costs one or two bytes during the import as after it (a 4-byte id per
+/// argument, packed at the end, held both forms at once there and set the import's peak).
 ///
 /// Arg sets are numbered as they are created and nearly always filled at once, in order, so
 /// ids are appended to the run of the newest set. An argument for an older set (a slice end's
@@ -84,25 +89,122 @@ impl Iterator for SetIds<'_> {
 /// [`ArgBuilder::finish`] merges those in, keeping each set's arguments in arrival order.
 #[derive(Debug, Default)]
 pub(crate) struct ArgBuilder {
+    /// `table.offsets[s]` is the row where set `s` starts (the newest set's run ends at
+    /// `rows`), `table.data` holds every in-order id as a varint and `table.group` where every
+    /// [`GROUP`]th set starts in it, as in the finished table.
     table: ArgTable,
-    /// `ids[table.offsets[s]..table.offsets[s + 1]]` are set `s`'s entry ids so far (the
-    /// newest set's run ends at `ids.len()`); [`ArgBuilder::finish`] packs them.
-    ids: Vec<u32>,
-    seen: FxHashMap<(StrId, StrId, u8, u64), u32>,
+    /// In-order arguments so far.
+    rows: u32,
+    /// The distinct arguments' ids, by content.
+    seen: EntryIndex,
     /// (set, entry id) of arguments for sets older than the newest one.
     late: Vec<(u32, u32)>,
+    /// In-order arguments given a new value ([`ArgBuilder::update`]) whose id needs more
+    /// bytes than the old one had: byte position in `table.data` → new entry id.
+    patched: FxHashMap<usize, u32>,
     /// Recently seen distinct arguments and their entry ids, before `seen`.
     recent: RecentArgs,
+}
+
+/// The hash of a distinct argument's content, for [`EntryIndex`].
+#[inline]
+fn entry_hash(flat_key: StrId, key: StrId, tag: u8, bits: u64) -> u64 {
+    let k = (u64::from(flat_key) << 32 | u64::from(key)) ^ u64::from(tag).rotate_right(8);
+    let h = (k.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ bits).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h ^ (h >> 31)
+}
+
+/// The deduplication index of [`ArgBuilder`]: an open-addressing table (linear probing) of
+/// entry ids, each beside 32 bits of its hash, whose contents are compared in
+/// [`ArgTable::entries`]. 8 bytes a slot at most 3/4 full, where a map keyed by the
+/// argument's content held 32 bytes a slot (the content a second time); it lives only during
+/// the import, beside the growing tables, so its size adds to the peak.
+#[derive(Debug, Default)]
+struct EntryIndex {
+    /// (hash tag, entry id); `id == u32::MAX`: empty. Empty or a power of two long.
+    slots: Vec<(u32, u32)>,
+    len: usize,
+}
+
+const EMPTY_SLOT: (u32, u32) = (0, u32::MAX);
+
+impl EntryIndex {
+    /// The id of the entry equal to (`flat_key`, `key`, `value`), or a new one that
+    /// `add` appends to `entries` (its id is the index).
+    #[inline]
+    fn get_or_add(
+        &mut self,
+        entries: &mut Vec<ArgEntry>,
+        flat_key: StrId,
+        key: StrId,
+        value: ArgValue,
+    ) -> u32 {
+        let (t, b) = (tag(&value), bits(&value));
+        if (self.len + 1) * 4 > self.slots.len() * 3 {
+            self.grow(entries);
+        }
+        let h = entry_hash(flat_key, key, t, b);
+        let mask = self.slots.len() - 1;
+        let fp = (h >> 32) as u32;
+        let mut i = (h as usize) & mask;
+        loop {
+            let (f, id) = self.slots[i];
+            if id == u32::MAX {
+                let id = entries.len() as u32;
+                entries.push(ArgEntry {
+                    flat_key,
+                    key,
+                    value,
+                });
+                self.slots[i] = (fp, id);
+                self.len += 1;
+                return id;
+            }
+            if f == fp {
+                let e = &entries[id as usize];
+                if e.flat_key == flat_key
+                    && e.key == key
+                    && tag(&e.value) == t
+                    && bits(&e.value) == b
+                {
+                    return id;
+                }
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Doubles the table (rehashing every entry from its content).
+    #[cold]
+    fn grow(&mut self, entries: &[ArgEntry]) {
+        let cap = (self.slots.len() * 2).max(1024);
+        let mut slots = vec![EMPTY_SLOT; cap];
+        let mask = cap - 1;
+        for (f, id) in std::mem::take(&mut self.slots) {
+            if id == u32::MAX {
+                continue;
+            }
+            let e = &entries[id as usize];
+            let h = entry_hash(e.flat_key, e.key, tag(&e.value), bits(&e.value));
+            debug_assert_eq!((h >> 32) as u32, f);
+            let mut i = (h as usize) & mask;
+            while slots[i].1 != u32::MAX {
+                i = (i + 1) & mask;
+            }
+            slots[i] = (f, id);
+        }
+        self.slots = slots;
+    }
 }
 
 /// Slots of [`RecentArgs`] (a power of two; 24 bytes each, so the cache stays in L2).
 const RECENT_SLOTS: usize = 1 << 12;
 
-/// A direct-mapped cache in front of [`ArgBuilder`]'s deduplication map: a trace repeats most
-/// of its arguments within a few events (a callsite's source location, an enum-like string, a
-/// thread index), and the map, holding every distinct argument of the trace, costs a cache
-/// miss per lookup once it is large. A hit gives the same entry id the map would (entries are
-/// never removed or changed), so the arg sets are the same with or without it.
+/// A direct-mapped cache in front of [`ArgBuilder`]'s deduplication index: a trace repeats
+/// most of its arguments within a few events (a callsite's source location, an enum-like
+/// string, a thread index), and the index, holding every distinct argument of the trace, costs
+/// cache misses per lookup once it is large. A hit gives the same entry id the index would
+/// (entries are never removed or changed), so the arg sets are the same with or without it.
 #[derive(Debug, Default)]
 struct RecentArgs {
     /// Empty until the first argument; a slot with `id == u32::MAX` holds nothing.
@@ -164,6 +266,34 @@ impl RecentArgs {
 /// The bit of an [`ArgBuilder::set_keys`] position that says it indexes `late`.
 const LATE: usize = 1 << (usize::BITS - 1);
 
+/// The varint at `data[at..]`: (value, its length in bytes); `None` if cut or too long.
+fn read_varint(data: &[u8], at: usize) -> Option<(u32, usize)> {
+    let mut v = 0u32;
+    for (n, shift) in (0..35).step_by(7).enumerate() {
+        let byte = *data.get(at + n)?;
+        v |= u32::from(byte & 0x7f) << shift;
+        if byte < 0x80 {
+            return Some((v, n + 1));
+        }
+    }
+    None
+}
+
+/// The bytes a minimal varint of `v` takes.
+fn varint_len(v: u32) -> usize {
+    (32 - (v | 1).leading_zeros() as usize).div_ceil(7)
+}
+
+/// Appends `id` to `data` as a varint (the common one-byte case without the loop).
+#[inline(always)]
+fn push_id_varint(data: &mut Vec<u8>, id: u32) {
+    if id < 0x80 {
+        data.push(id as u8);
+    } else {
+        put_varint(data, u64::from(id));
+    }
+}
+
 impl ArgBuilder {
     /// The id of the distinct argument `(flat_key, key, value)`, stored on first sight.
     pub(crate) fn entry_id(&mut self, flat_key: StrId, key: StrId, value: ArgValue) -> u32 {
@@ -178,18 +308,8 @@ impl ArgBuilder {
 
     /// [`entry_id`](Self::entry_id) without the cache of recent arguments.
     fn entry_id_uncached(&mut self, flat_key: StrId, key: StrId, value: ArgValue) -> u32 {
-        let entries = &mut self.table.entries;
-        *self
-            .seen
-            .entry((flat_key, key, tag(&value), bits(&value)))
-            .or_insert_with(|| {
-                entries.push(ArgEntry {
-                    flat_key,
-                    key,
-                    value,
-                });
-                (entries.len() - 1) as u32
-            })
+        self.seen
+            .get_or_add(&mut self.table.entries, flat_key, key, value)
     }
 
     /// The distinct argument with id `id` (from [`ArgBuilder::entry_id`]).
@@ -204,6 +324,7 @@ impl ArgBuilder {
     }
 
     /// Adds the distinct argument `id` (from [`ArgBuilder::entry_id`]) to arg set `set`.
+    #[inline]
     pub(crate) fn push_id(&mut self, set: u32, id: u32) {
         let t = &mut self.table;
         // `offsets[s]` is where set `s` starts; the newest set is `offsets.len() - 1`.
@@ -213,9 +334,13 @@ impl ArgBuilder {
             return;
         }
         while (t.offsets.len() as i64) <= set as i64 {
-            t.offsets.push(self.ids.len() as u32);
+            if t.offsets.len() % GROUP == 0 {
+                t.group.push(t.data.len() as u64);
+            }
+            t.offsets.push(self.rows);
         }
-        self.ids.push(id);
+        push_id_varint(&mut t.data, id);
+        self.rows += 1;
     }
 
     /// The number of arguments added to older sets so far: a mark for [`ArgBuilder::set_keys`]
@@ -224,22 +349,48 @@ impl ArgBuilder {
         self.late.len()
     }
 
-    /// The arguments of set `set` so far, in order: (position, key). A position is an index
-    /// into the newest runs of ids, or [`LATE`] plus an index into `late` (scanned from
-    /// `mark` on, so merging one slice's end args does not rescan every late argument).
-    pub(crate) fn set_keys(&self, set: u32, mark: usize) -> Vec<(usize, StrId)> {
+    /// The in-order arguments of set `set`: (byte position in `table.data`, entry id), in order.
+    fn in_order(&self, set: usize) -> Vec<(usize, u32)> {
         let t = &self.table;
         let mut out = Vec::new();
-        let s = set as usize;
-        if let Some(&start) = t.offsets.get(s) {
-            let end = t.offsets.get(s + 1).map_or(self.ids.len(), |&e| e as usize);
-            for p in start as usize..end {
-                out.push((p, t.entries[self.ids[p] as usize].key));
+        let Some(&start) = t.offsets.get(set) else {
+            return out;
+        };
+        let end = t.offsets.get(set + 1).copied().unwrap_or(self.rows);
+        let first = set - set % GROUP;
+        let (Some(&at), Some(&base)) = (t.group.get(set / GROUP), t.offsets.get(first)) else {
+            return out;
+        };
+        let mut at = at as usize;
+        for _ in base..start {
+            match read_varint(&t.data, at) {
+                Some((_, n)) => at += n,
+                None => return out,
             }
         }
+        for _ in start..end {
+            let Some((id, n)) = read_varint(&t.data, at) else {
+                break;
+            };
+            out.push((at, self.patched.get(&at).copied().unwrap_or(id)));
+            at += n;
+        }
+        out
+    }
+
+    /// The arguments of set `set` so far, in order: (position, key). A position is a byte
+    /// position of an in-order argument, or [`LATE`] plus an index into `late` (scanned from
+    /// `mark` on, so merging one slice's end args does not rescan every late argument).
+    pub(crate) fn set_keys(&self, set: u32, mark: usize) -> Vec<(usize, StrId)> {
+        let entries = &self.table.entries;
+        let mut out: Vec<(usize, StrId)> = self
+            .in_order(set as usize)
+            .into_iter()
+            .map(|(pos, id)| (pos, entries[id as usize].key))
+            .collect();
         for (i, &(ls, id)) in self.late.iter().enumerate().skip(mark) {
             if ls == set {
-                out.push((LATE | i, t.entries[id as usize].key));
+                out.push((LATE | i, entries[id as usize].key));
             }
         }
         out
@@ -251,68 +402,114 @@ impl ArgBuilder {
         let old = if pos & LATE != 0 {
             self.late.get(pos & !LATE).map(|l| l.1)
         } else {
-            self.ids.get(pos).copied()
+            read_varint(&self.table.data, pos)
+                .map(|(id, _)| self.patched.get(&pos).copied().unwrap_or(id))
         };
         let Some(old) = old else { return };
         let key = self.table.entries[old as usize].key;
         let id = self.entry_id(flat_key, key, value);
         if pos & LATE != 0 {
             self.late[pos & !LATE].1 = id;
+            return;
+        }
+        let Some((_, len)) = read_varint(&self.table.data, pos) else {
+            return;
+        };
+        if varint_len(id) <= len {
+            // Rewritten in place, padded to the old length (a varint may have continuation
+            // bytes with nothing in them).
+            let mut v = id;
+            for (n, b) in self.table.data[pos..pos + len].iter_mut().enumerate() {
+                *b = (v & 0x7f) as u8 | if n + 1 < len { 0x80 } else { 0 };
+                v >>= 7;
+            }
+            self.patched.remove(&pos);
         } else {
-            self.ids[pos] = id;
+            self.patched.insert(pos, id);
         }
     }
 
-    /// The finished table: each set's ids packed as varints, its late arguments after its
-    /// in-order ones (arrival order within a set is kept).
+    /// The finished table: each set's late arguments after its in-order ones (arrival order
+    /// within a set is kept). Without late or patched arguments the in-order varints are the
+    /// table as they are; with some, the varints are written anew with them merged in.
     pub(crate) fn finish(self) -> ArgTable {
         let ArgBuilder {
             mut table,
-            ids,
+            rows,
             seen,
             mut late,
+            patched,
             recent,
         } = self;
         drop((seen, recent));
-        // Stable: a set's late arguments keep their arrival order.
-        late.sort_by_key(|l| l.0);
-        let sets = table
-            .offsets
-            .len()
-            .max(late.last().map_or(0, |l| l.0 as usize + 1));
-        let mut data = Vec::new();
-        let mut group = Vec::with_capacity(sets.div_ceil(GROUP));
-        let mut rows = 0u32;
-        let mut li = 0;
-        for s in 0..sets {
-            // The set's in-order run (before `offsets[s]` is rewritten to count late rows).
-            let start = table.offsets.get(s).map_or(ids.len(), |&o| o as usize);
-            let end = table.offsets.get(s + 1).map_or(ids.len(), |&o| o as usize);
-            match table.offsets.get_mut(s) {
-                Some(o) => *o = rows,
-                None => table.offsets.push(rows),
-            }
-            if s % GROUP == 0 {
-                group.push(data.len() as u64);
-            }
-            for &id in ids.get(start..end).unwrap_or(&[]) {
-                put_varint(&mut data, u64::from(id));
-                rows += 1;
-            }
-            while late.get(li).is_some_and(|l| l.0 as usize == s) {
-                put_varint(&mut data, u64::from(late[li].1));
-                rows += 1;
-                li += 1;
-            }
+        if !late.is_empty() || !patched.is_empty() {
+            table = merge_late(table, rows, late.as_mut_slice(), &patched);
+        } else {
+            table.offsets.push(rows);
         }
-        drop(ids);
-        table.offsets.push(rows);
         table.entries.shrink_to_fit();
         table.offsets.shrink_to_fit();
-        data.shrink_to_fit();
-        table.data = data;
-        table.group = group;
+        table.data.shrink_to_fit();
+        table.group.shrink_to_fit();
         table
+    }
+}
+
+/// The table of `old` (whose `rows` in-order ids are its varints, `offsets` not yet closed)
+/// with the `late` (set, id)s merged after each set's in-order ones and the `patched` ids
+/// (byte position → id) in place of those at their positions.
+fn merge_late(
+    old: ArgTable,
+    rows_in_order: u32,
+    late: &mut [(u32, u32)],
+    patched: &FxHashMap<usize, u32>,
+) -> ArgTable {
+    let ArgTable {
+        entries,
+        mut offsets,
+        data: old_data,
+        group: _,
+    } = old;
+    // Stable: a set's late arguments keep their arrival order.
+    late.sort_by_key(|l| l.0);
+    let sets = offsets
+        .len()
+        .max(late.last().map_or(0, |l| l.0 as usize + 1));
+    let mut data = Vec::with_capacity(old_data.len() + late.len() * 2);
+    let mut group = Vec::with_capacity(sets.div_ceil(GROUP));
+    let (mut rows, mut li, mut at) = (0u32, 0, 0usize);
+    for s in 0..sets {
+        // The set's in-order run (before `offsets[s]` is rewritten to count late rows).
+        let start = offsets.get(s).copied().unwrap_or(rows_in_order);
+        let end = offsets.get(s + 1).copied().unwrap_or(rows_in_order);
+        match offsets.get_mut(s) {
+            Some(o) => *o = rows,
+            None => offsets.push(rows),
+        }
+        if s % GROUP == 0 {
+            group.push(data.len() as u64);
+        }
+        for _ in start..end {
+            let Some((id, n)) = read_varint(&old_data, at) else {
+                break;
+            };
+            push_id_varint(&mut data, patched.get(&at).copied().unwrap_or(id));
+            at += n;
+            rows += 1;
+        }
+        while late.get(li).is_some_and(|l| l.0 as usize == s) {
+            push_id_varint(&mut data, late[li].1);
+            rows += 1;
+            li += 1;
+        }
+    }
+    drop(old_data);
+    offsets.push(rows);
+    ArgTable {
+        entries,
+        offsets,
+        data,
+        group,
     }
 }
 
@@ -467,6 +664,8 @@ impl Tables {
 mod tests {
     use super::*;
 
+    const NONE_KEY: StrId = crate::storage::NONE;
+
     #[test]
     fn arg_sets_share_distinct_entries_and_keep_their_order() {
         let mut s = StringPool::default();
@@ -547,6 +746,72 @@ mod tests {
                 cached.entry_id(flat_key, key, value),
                 plain.entry_id_uncached(flat_key, key, value)
             );
+        }
+    }
+
+    /// Updates of in-order and late arguments read back as a plain model of the sets says:
+    /// new ids shorter than the old (rewritten in place, padded), longer (patched, merged at
+    /// the end), updated twice, with and without late arguments in the table.
+    #[test]
+    fn updated_arguments_read_back_as_the_model() {
+        for seed in [1u64, 2, 3, 4] {
+            let mut next = crate::xorshift(0x2545_f491_4f6c_dd1d ^ seed);
+            let mut rnd = move |n: u64| next() % n;
+            let mut s = StringPool::default();
+            let keys: Vec<StrId> = (0..4).map(|k| s.intern(&format!("k{k}"))).collect();
+            let mut b = ArgBuilder::default();
+            // Values 0..20 000 make ids of one to three varint bytes.
+            let mut want: Vec<Vec<(StrId, i64)>> = Vec::new();
+            let mut marks = Vec::new();
+            for set in 0..2000u32 {
+                want.push(Vec::new());
+                marks.push(b.late_len());
+                for &k in keys.iter().take(rnd(4) as usize) {
+                    let v = rnd(20_000) as i64;
+                    b.push(set, k, k, ArgValue::Int(v));
+                    want[set as usize].push((k, v));
+                }
+                // A late argument for an older set (seeds 1 and 3 only: 2 and 4 keep the
+                // in-order varints as the finished table).
+                if seed % 2 == 1 && set > 0 && rnd(5) == 0 {
+                    let old = rnd(u64::from(set)) as u32;
+                    let v = rnd(20_000) as i64;
+                    b.push(old, keys[3], keys[3], ArgValue::Int(v));
+                    want[old as usize].push((keys[3], v));
+                }
+                // Updates of a recent set's args, sometimes twice.
+                for _ in 0..rnd(3) {
+                    let old = set.saturating_sub(rnd(20) as u32);
+                    // In the set's order: its in-order arguments, then its late ones.
+                    let found = b.set_keys(old, marks[old as usize]);
+                    assert_eq!(found.len(), want[old as usize].len());
+                    for (j, (pos, key)) in found.into_iter().enumerate() {
+                        assert_eq!(key, want[old as usize][j].0);
+                        if rnd(2) == 0 {
+                            continue;
+                        }
+                        let v = if rnd(2) == 0 { rnd(100) } else { rnd(20_000) } as i64;
+                        b.update(pos, key, ArgValue::Int(v));
+                        want[old as usize][j].1 = v;
+                    }
+                }
+            }
+            assert!(
+                !b.patched.is_empty(),
+                "some new ids are longer than the old"
+            );
+            assert_eq!(b.late.is_empty(), seed % 2 == 0);
+            let t = b.finish();
+            for (set, vals) in want.iter().enumerate() {
+                let got: Vec<(StrId, i64)> = t
+                    .set_ids(set)
+                    .map(|id| match t.entry(id).value {
+                        ArgValue::Int(v) => (t.entry(id).key, v),
+                        _ => (NONE_KEY, -1),
+                    })
+                    .collect();
+                assert_eq!(&got, vals, "seed {seed}, set {set}");
+            }
         }
     }
 
