@@ -45,8 +45,9 @@
 //!
 //! With `TACHYON_CLIENT_STREAM=N` the bench skips criterion, writes N zones into a session
 //! streaming into a file every 100 ms (blocks of 20 000 zones, 5 ms apart) and prints
-//! the helper threads' CPU per event (the periods' read-out included) and the service thread's
-//! page faults: a streamed session's read-out frees the ring, which the writes then reuse.
+//! the traced thread's and the helper threads' CPU per event (the periods' read-out included),
+//! how often each helper slept, and the service thread's page faults: a streamed session's
+//! read-out frees the ring, which the writes then reuse.
 //!
 //! With `TACHYON_CLIENT_RATIO=N` the bench skips criterion too and measures the goal's ratio on
 //! a machine others share: N rounds, each timing 2 000 enabled zones then 2 000 pairs of raw
@@ -377,6 +378,8 @@ fn streamed(n: u64) {
     let before = helpers_cpu_ns();
     let faults_before = thread_minor_faults("tachyon-service");
     let owner_before = tachyon::__rt::owner_encoded();
+    let sleeps_before = HELPERS.map(thread_sleeps);
+    let hot_cpu_before = this_thread_cpu_ns();
     let t = Instant::now();
     let mut done = 0;
     while done < n {
@@ -385,6 +388,9 @@ fn streamed(n: u64) {
         std::thread::sleep(Duration::from_millis(5));
     }
     let wall = t.elapsed();
+    // The traced thread's CPU: its zones, the pauses' sleeps (a few µs each), and the
+    // encoding it did itself.
+    let hot_cpu = this_thread_cpu_ns().zip(hot_cpu_before).map(|(a, b)| a - b);
     // The last period's read-out.
     std::thread::sleep(Duration::from_millis(150));
     let after = helpers_cpu_ns();
@@ -397,7 +403,22 @@ fn streamed(n: u64) {
         wall.as_secs_f64(),
         tachyon::__rt::owner_encoded() - owner_before
     );
+    if let Some(ns) = hot_cpu {
+        eprintln!(
+            "hot thread CPU: {:.2} ns per event",
+            ns as f64 / events as f64
+        );
+    }
     report_helpers_cpu(before, after, events);
+    for ((name, b), a) in HELPERS
+        .iter()
+        .zip(sleeps_before)
+        .zip(HELPERS.map(thread_sleeps))
+    {
+        if let (Some(b), Some(a)) = (b, a) {
+            eprintln!("{name} thread: {} sleeps", a - b);
+        }
+    }
     if let Some(f) = faults {
         eprintln!("tachyon-service thread: {f} minor page faults");
     }

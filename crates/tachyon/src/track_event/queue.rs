@@ -36,6 +36,36 @@ pub(crate) const CAPACITY: usize = 16384;
 
 const _: () = assert!(CAPACITY.is_power_of_two());
 
+/// The producer looks at its queue's fill level every this many records, on its cold path (its
+/// bound on `pos` is never further ahead): an eighth of the queue.
+pub(crate) const WAKE_STEP: usize = CAPACITY / 8;
+/// At a look, a queue holding this many records or more wakes the drainer if it is in a long
+/// nap ([`wake_drainer`]): a burst after a quiet spell gets the drainer while seven eighths of
+/// the queue are still free, instead of filling it and being encoded by its own thread.
+pub(crate) const WAKE_FILL: usize = CAPACITY / 8;
+
+/// The drainer thread, once started: what [`wake_drainer`] unparks.
+pub(crate) static DRAINER: std::sync::OnceLock<std::thread::Thread> = std::sync::OnceLock::new();
+
+/// Set by the drainer while it takes a long nap (its queues were empty): only then does a
+/// filling queue wake it. A busy drainer's short naps end by its own timer: a wake-up sent from
+/// a busy traced thread tends to queue the drainer behind that thread on its core, where it
+/// waits while the queue fills, so a wake from the hot side is kept for the start of a burst.
+pub(crate) static DRAINER_NAPS_LONG: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// Ends the drainer's long nap, if it takes one: a `futex` wake. No lock and no allocation:
+/// safe in a signal handler that traces.
+#[cold]
+#[inline(never)]
+fn wake_drainer() {
+    if DRAINER_NAPS_LONG.swap(false, Ordering::Relaxed) {
+        if let Some(t) = DRAINER.get() {
+            t.unpark();
+        }
+    }
+}
+
 /// A value alone on its cache line: the producer's and the consumer's positions do not share
 /// one, so publishing a record does not steal the line the consumer reads from.
 #[repr(align(64))]
@@ -46,7 +76,9 @@ struct Padded<T>(T);
 pub(crate) struct Producer {
     /// Records written so far (wrapping: the ring index is `pos % CAPACITY`).
     pos: usize,
-    /// `pos` may grow up to this: the consumer's position, as last read, plus the capacity.
+    /// `pos` may grow up to this: the consumer's position, as last read, plus the capacity,
+    /// or [`WAKE_STEP`] past where the producer last looked, whichever comes first (see
+    /// [`Slot::refresh`]).
     limit: usize,
     /// What `state.rs` keeps beside the ring for its hot path (the epoch the queue is open
     /// for, the session, the clock).
@@ -113,7 +145,7 @@ impl<S> Slot<S> {
             tail: Padded(AtomicUsize::new(0)),
             producer: UnsafeCell::new(Producer {
                 pos: 0,
-                limit: CAPACITY,
+                limit: WAKE_STEP,
                 hot,
             }),
             ring: (0..CAPACITY)
@@ -201,12 +233,20 @@ impl<S> Slot<S> {
         Some(p.hot.session)
     }
 
-    /// Reads the consumer's position again: whether there is room now.
+    /// Reads the consumer's position again: whether there is room now. Called every
+    /// [`WAKE_STEP`] records and when the queue looks full; wakes the drainer from a long nap
+    /// when the queue holds [`WAKE_FILL`] records or more.
     #[cold]
     #[inline(never)]
     fn refresh(&self, p: &mut Producer) -> bool {
-        p.limit = self.head.0.load(Ordering::Acquire).wrapping_add(CAPACITY);
-        p.pos != p.limit
+        let full = self.head.0.load(Ordering::Acquire).wrapping_add(CAPACITY);
+        // `head <= pos <= head + CAPACITY`: the room is at most the capacity.
+        let room = full.wrapping_sub(p.pos);
+        if CAPACITY - room >= WAKE_FILL && DRAINER_NAPS_LONG.load(Ordering::Relaxed) {
+            wake_drainer();
+        }
+        p.limit = p.pos.wrapping_add(room.min(WAKE_STEP));
+        room != 0
     }
 
     /// Records published and not consumed yet (a hint: the producer may be adding more).

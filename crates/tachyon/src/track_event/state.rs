@@ -386,9 +386,26 @@ pub(crate) fn drain_all(how: Drain) -> usize {
 /// quarter of it meanwhile); after a larger one it goes round again at once.
 const DRAIN_BUSY: usize = queue::CAPACITY / 8;
 const DRAIN_NAP: Duration = Duration::from_micros(100);
+/// After passes that found every queue empty, the nap doubles up to this (a session with
+/// nothing to trace wakes the drainer a thousand times a second, not seven thousand; each
+/// wake-up, a context switch in and out with the caches refilled, costs about as much as
+/// encoding a few hundred events). Meanwhile a queue that fills to an eighth
+/// ([`queue::WAKE_FILL`]) wakes the drainer (the producer looks every [`queue::WAKE_STEP`]
+/// records, off its fast path), so a burst after a quiet spell is not left to its own thread.
+const DRAIN_NAP_LONG: Duration = Duration::from_millis(1);
 /// With no session, the drainer looks this often (a session's start does not wake it: the
 /// first events wait at most this long in their queue, which holds them).
 const DRAIN_IDLE: Duration = Duration::from_millis(20);
+
+/// The nap after a pass that found `found` events, the previous nap having been `nap`: `None`
+/// to go round at once.
+fn drain_nap(found: usize, nap: Duration) -> Option<Duration> {
+    match found {
+        0 => Some((2 * nap).clamp(DRAIN_NAP, DRAIN_NAP_LONG)),
+        n if n < DRAIN_BUSY => Some(DRAIN_NAP),
+        _ => None,
+    }
+}
 
 /// Events the threads encoded themselves, their queue full (the drainer behind), or before a
 /// slow-path event: work the hot path did that the drainer's CPU time does not show. Counted
@@ -414,20 +431,41 @@ fn start_drainer() {
     STARTED.call_once(|| {
         let spawned = std::thread::Builder::new()
             .name("tachyon-drain".into())
-            .spawn(|| loop {
-                if FLUSH_PASS.swap(false, Ordering::Relaxed) {
-                    drain_all(Drain::Flush);
-                }
-                if EPOCH.load(Ordering::Relaxed) == 0 {
-                    std::thread::sleep(DRAIN_IDLE);
-                } else if drain_all(Drain::Pass) < DRAIN_BUSY {
-                    std::thread::sleep(DRAIN_NAP);
-                }
-            });
+            .spawn(drainer);
         // Without the thread (no resources for one), threads drain their own queues when
         // full, and flushes and stops drain the rest: slower, nothing lost.
         drop(spawned);
     });
+}
+
+/// The drainer thread's loop: passes paced by [`drain_nap`] while a session runs.
+fn drainer() {
+    // Only this thread sets it, once.
+    let _ = queue::DRAINER.set(std::thread::current());
+    let mut nap = DRAIN_NAP;
+    loop {
+        if FLUSH_PASS.swap(false, Ordering::Relaxed) {
+            drain_all(Drain::Flush);
+        }
+        if EPOCH.load(Ordering::Relaxed) == 0 {
+            std::thread::sleep(DRAIN_IDLE);
+            continue;
+        }
+        match drain_nap(drain_all(Drain::Pass), nap) {
+            Some(n) if n > DRAIN_NAP => {
+                nap = n;
+                queue::DRAINER_NAPS_LONG.store(true, Ordering::Relaxed);
+                // Woken early by a filling queue (or a stale wake: one pass more).
+                std::thread::park_timeout(n);
+                queue::DRAINER_NAPS_LONG.store(false, Ordering::Relaxed);
+            }
+            Some(n) => {
+                nap = n;
+                std::thread::sleep(n);
+            }
+            None => nap = DRAIN_NAP,
+        }
+    }
 }
 
 /// A slice begin (`TY` = `TYPE_SLICE_BEGIN`) or an instant (`TYPE_INSTANT`) of an enabled
@@ -1534,4 +1572,25 @@ fn current_tid() -> i64 {
     use std::sync::atomic::AtomicI64;
     static NEXT: AtomicI64 = AtomicI64::new(1);
     NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+#[cfg(test)]
+mod drain_pace_tests {
+    use super::*;
+
+    /// Empty passes double the nap up to the longest; any events bring it back to the
+    /// shortest, a busy pass to none.
+    #[test]
+    fn the_nap_grows_only_while_every_queue_is_empty() {
+        let mut nap = DRAIN_NAP;
+        let mut naps = Vec::new();
+        for _ in 0..6 {
+            nap = drain_nap(0, nap).expect("an empty pass naps");
+            naps.push(nap.as_micros());
+        }
+        assert_eq!(naps, [200, 400, 800, 1000, 1000, 1000]);
+        assert_eq!(drain_nap(1, DRAIN_NAP_LONG), Some(DRAIN_NAP));
+        assert_eq!(drain_nap(DRAIN_BUSY - 1, DRAIN_NAP_LONG), Some(DRAIN_NAP));
+        assert_eq!(drain_nap(DRAIN_BUSY, DRAIN_NAP_LONG), None);
+    }
 }
