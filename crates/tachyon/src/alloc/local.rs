@@ -1784,6 +1784,10 @@ mod tests {
     /// negatives), and a free it sends on because another block holds the slot is not
     /// recorded ([`sampled_free`] compares the address).
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "searches up to 2^24 addresses for a shared slot: slow under Miri, no unsafe code involved"
+    )]
     fn free_check_misses_no_sampled_block() {
         let _table = table_lock();
         let a = 0x5555_0000_4440u64;
