@@ -1679,8 +1679,6 @@ impl Tokenizer {
                 .arena_flows
                 .extend(r.flow_ids_old().filter_map(Result::ok));
         }
-        // An event carries at most u16::MAX flow ids of each kind; more are dropped and
-        // counted.
         let all_flows = self.parser.arena_flows.len() as u32 - flows;
         let nflows = all_flows.min(u16::MAX as u32) as u16;
         self.parser
