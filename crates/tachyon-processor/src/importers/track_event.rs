@@ -870,21 +870,9 @@ fn flow_direction(slices: &[SliceRow], from: u32, to: u32) -> (u32, u32) {
 mod tests {
     use super::*;
 
-    fn slice_at(ts: i64) -> SliceRow {
-        SliceRow {
-            ts,
-            dur: 0,
-            track: 0,
-            name_id: 0,
-            parent: NONE,
-            arg_set: NONE,
-            depth: 0,
-        }
-    }
-
     #[test]
     fn flows_go_from_the_earlier_slice() {
-        let slices = [slice_at(100), slice_at(50), slice_at(100)];
+        let slices = [SliceRow::at(100), SliceRow::at(50), SliceRow::at(100)];
         // Slice 0 carried the flow first, slice 1 began earlier: Perfetto links 1 -> 0.
         assert_eq!(flow_direction(&slices, 0, 1), (1, 0));
         assert_eq!(flow_direction(&slices, 1, 0), (1, 0));

@@ -314,28 +314,16 @@ pub(crate) fn load(conn: &Connection, mut st: Storage) -> rusqlite::Result<()> {
 mod tests {
     use super::*;
 
-    fn slice_at(ts: i64) -> SliceRow {
-        SliceRow {
-            ts,
-            dur: 0,
-            track: 0,
-            name_id: 0,
-            parent: NONE,
-            arg_set: NONE,
-            depth: 0,
-        }
-    }
-
     #[test]
     fn trace_bounds_are_perfettos() {
         let mut st = Storage::default();
         assert_eq!(trace_bounds(&st, &[]), (0, 0));
         // A lone point: the end is one past the start.
-        assert_eq!(trace_bounds(&st, &[slice_at(70)]), (70, 71));
+        assert_eq!(trace_bounds(&st, &[SliceRow::at(70)]), (70, 71));
         // A finished slice counts to its end, an unfinished one (dur -1) to its start.
-        let mut done = slice_at(1000);
+        let mut done = SliceRow::at(1000);
         done.dur = 1000;
-        let mut open = slice_at(3000);
+        let mut open = SliceRow::at(3000);
         open.dur = -1;
         assert_eq!(trace_bounds(&st, &[done, open]), (1000, 3000));
         st.counters.push(crate::storage::CounterRow {

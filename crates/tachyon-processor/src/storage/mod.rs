@@ -83,6 +83,22 @@ pub(crate) struct SliceRow {
     pub(crate) depth: u16,
 }
 
+#[cfg(test)]
+impl SliceRow {
+    /// A root instant at `ts` on track 0 with no name or args: for tests that only need times.
+    pub(crate) fn at(ts: i64) -> SliceRow {
+        SliceRow {
+            ts,
+            dur: 0,
+            track: 0,
+            name_id: 0,
+            parent: NONE,
+            arg_set: NONE,
+            depth: 0,
+        }
+    }
+}
+
 /// The distinct (category, name) pairs of slices: a program has few, so a slice stores one
 /// 4-byte id for both strings.
 #[derive(Debug, Default)]

@@ -74,7 +74,8 @@ pub(crate) struct ArgCache {
 }
 
 impl ArgCache {
-    /// Forgets everything: the sequence's interned data changed.
+    /// Forgets everything: the sequence's interned data changed. The tables keep their
+    /// memory: an SDK adds interned data often, and the next put refills them in place.
     pub(crate) fn clear(&mut self) {
         self.annotations.clear();
         self.locations.clear();
@@ -95,13 +96,11 @@ impl ArgCache {
             return;
         };
         if self.annotations.is_empty() {
-            self.annotations = vec![
-                AnnotationSlot {
-                    key: Key::default(),
-                    id: u32::MAX,
-                };
-                ANNOTATION_SLOTS
-            ];
+            let empty = AnnotationSlot {
+                key: Key::default(),
+                id: u32::MAX,
+            };
+            self.annotations.resize(ANNOTATION_SLOTS, empty);
         }
         self.annotations[key.slot()] = AnnotationSlot { key, id };
     }
@@ -119,7 +118,7 @@ impl ArgCache {
     #[inline]
     pub(crate) fn put_location(&mut self, iid: u64, ids: [u32; 4]) {
         if self.locations.is_empty() {
-            self.locations = vec![None; LOCATION_SLOTS];
+            self.locations.resize(LOCATION_SLOTS, None);
         }
         self.locations[iid as usize % LOCATION_SLOTS] = Some(LocationSlot { iid, ids });
     }

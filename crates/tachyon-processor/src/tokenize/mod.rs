@@ -155,6 +155,17 @@ struct Deferred {
     event: Event,
 }
 
+/// A TrackEvent's log message with its interned data resolved: its args and its
+/// `android_logs` row are made from this.
+#[derive(Clone, Copy)]
+struct LogMessage {
+    body: StrId,
+    /// The message's source location (file, function, line); `Err`: its iid is not interned.
+    location: Result<Option<(StrId, StrId, u32)>, ()>,
+    /// The priority, when the message states one (clamped to Android's 0..=7).
+    prio: Option<u32>,
+}
+
 /// The tokenize stage's state; the stages after it are the sorter and the [`Parser`] it feeds.
 #[derive(Debug)]
 pub(crate) struct Tokenizer {
@@ -1562,7 +1573,11 @@ impl Tokenizer {
             if let Some((t, phase)) = async_track {
                 self.parser.async_args_before(t, phase);
             }
-            self.annotations(seq_id, ev, rare, &mut interned_misses);
+            // A log message's interned data, resolved once: for its args now and its row later.
+            let log = rare
+                .filter(|r| r.has_log_message())
+                .map(|r| self.log_message(seq_id, r));
+            self.annotations(seq_id, ev, rare, log.flatten(), &mut interned_misses);
             if let Some((t, phase)) = async_track {
                 self.parser.async_args_after(t, phase);
             } else if !legacy_thread && kind != EventKind::SliceEnd {
@@ -1642,11 +1657,11 @@ impl Tokenizer {
                 flow.legacy_thread = legacy_thread;
                 out.push(flow);
             }
-            if let Some(r) = rare.filter(|r| r.has_log_message()) {
+            if let Some(log) = log {
                 // As Perfetto: an unresolved body or location is an interning miss and a
                 // parser error, and no row.
-                match self.log_message(seq_id, r) {
-                    Some(log) => self.parser.push_log(&event, log, out),
+                match log.and_then(|l| self.log_row(l)) {
+                    Some(row) => self.parser.push_log(&event, row, out),
                     None => {
                         interned_misses += 1;
                         self.parser.st.stats.inc(Stat::track_event_parser_errors);
@@ -1707,34 +1722,40 @@ impl Tokenizer {
         (flows, nflows, nterm)
     }
 
-    /// A track event's `log_message`: its priority, `file:line` tag and body; `None` when its
-    /// body or source location is not interned on the sequence.
-    fn log_message(
-        &mut self,
-        seq_id: u32,
-        ev: &TrackEventView<'_>,
-    ) -> Option<crate::importers::logs::PendingLog> {
+    /// A track event's `log_message` with its interned data resolved; `None` when it does not
+    /// decode or its body is not interned on the sequence.
+    fn log_message(&self, seq_id: u32, ev: &TrackEventView<'_>) -> Option<LogMessage> {
         let m = ev.log_message().ok()?;
         let seq = &self.seqs[&seq_id];
-        let msg = *seq.log_bodies.get(&m.body_iid())?;
-        let loc = if m.has_source_location_iid() {
-            Some(*seq.source_locations.get(&m.source_location_iid())?)
+        let body = *seq.log_bodies.get(&m.body_iid())?;
+        let location = if m.has_source_location_iid() {
+            let loc = seq.source_locations.get(&m.source_location_iid()).copied();
+            loc.map(Some).ok_or(())
         } else {
-            None
+            Ok(None)
         };
-        let tag = match loc {
+        Some(LogMessage {
+            body,
+            location,
+            prio: m.has_prio().then(|| m.prio_raw().clamp(0, 7) as u32),
+        })
+    }
+
+    /// A resolved log message's `android_logs` row: its priority (INFO when it states none),
+    /// `file:line` tag and body; `None` when its source location is not interned.
+    fn log_row(&mut self, log: LogMessage) -> Option<crate::importers::logs::PendingLog> {
+        let tag = match log.location.ok()? {
             Some((file, _, line)) => {
                 let t = format!("{}:{line}", self.parser.st.strings.get(file));
                 self.parser.st.strings.intern(&t)
             }
             None => NONE,
         };
-        let prio = if m.has_prio() {
-            m.prio_raw().clamp(0, 7) as u32
-        } else {
-            crate::importers::logs::PRIO_INFO
-        };
-        Some(crate::importers::logs::PendingLog { prio, tag, msg })
+        Some(crate::importers::logs::PendingLog {
+            prio: log.prio.unwrap_or(crate::importers::logs::PRIO_INFO),
+            tag,
+            msg: log.body,
+        })
     }
 
     fn extra_counters(
@@ -1864,6 +1885,7 @@ impl Tokenizer {
         seq_id: u32,
         ev: &lazy::TrackEvent<'_>,
         rare: Option<&TrackEventView<'_>>,
+        log: Option<LogMessage>,
         misses: &mut i64,
     ) {
         // Source location, interned or inline, as `source.*` args: first, as Perfetto orders
@@ -1906,8 +1928,8 @@ impl Tokenizer {
                 }
             }
         }
-        if let Some(r) = rare.filter(|r| r.has_log_message()) {
-            self.log_message_args(seq_id, r);
+        if let Some(log) = log {
+            self.log_message_args(log);
         }
         for bytes in ev.debug_annotation_bytes() {
             // An annotation seen before on the sequence (same bytes, same interned data) is
@@ -1953,39 +1975,22 @@ impl Tokenizer {
     /// A log message's args on its event, as Perfetto adds them (after the source location,
     /// before the debug annotations): the body, the message's own source location, and its
     /// priority when the message states one. The line is a signed int here, where the
-    /// event's own `source.line_number` is a uint: Perfetto types the two differently. Interned
-    /// data that does not resolve ends the args where Perfetto's parser stops; the log row's
-    /// own path counts the miss.
-    fn log_message_args(&mut self, seq_id: u32, ev: &TrackEventView<'_>) {
-        let Ok(m) = ev.log_message() else {
-            return;
-        };
-        let seq = &self.seqs[&seq_id];
-        let Some(&body) = seq.log_bodies.get(&m.body_iid()) else {
-            return;
-        };
-        let loc = if m.has_source_location_iid() {
-            match seq.source_locations.get(&m.source_location_iid()) {
-                Some(&loc) => Some(loc),
-                None => {
-                    let [kb, ..] = self.keys_log;
-                    self.parser.pend_arg(kb, kb, ArgValue::Str(body));
-                    return;
-                }
-            }
-        } else {
-            None
-        };
+    /// event's own `source.line_number` is a uint: Perfetto types the two differently. A
+    /// source location that is not interned ends the args after the body, where Perfetto's
+    /// parser stops; the log row's own path counts the miss.
+    fn log_message_args(&mut self, log: LogMessage) {
         let [kb, kf, kn, kl, kp] = self.keys_log;
-        self.parser.pend_arg(kb, kb, ArgValue::Str(body));
-        if let Some((file, func, line)) = loc {
+        self.parser.pend_arg(kb, kb, ArgValue::Str(log.body));
+        let Ok(location) = log.location else {
+            return;
+        };
+        if let Some((file, func, line)) = location {
             self.parser.pend_arg(kf, kf, ArgValue::Str(file));
             self.parser.pend_arg(kn, kn, ArgValue::Str(func));
             self.parser.pend_arg(kl, kl, ArgValue::Int(i64::from(line)));
         }
-        if m.has_prio() {
-            let prio = i64::from(m.prio_raw().clamp(0, 7));
-            self.parser.pend_arg(kp, kp, ArgValue::Int(prio));
+        if let Some(prio) = log.prio {
+            self.parser.pend_arg(kp, kp, ArgValue::Int(i64::from(prio)));
         }
     }
 
