@@ -65,16 +65,9 @@ impl Iterator for SetIds<'_> {
             return None;
         }
         self.left -= 1;
-        let mut v = 0u32;
-        for shift in (0..35).step_by(7) {
-            let byte = *self.data.get(self.at)?;
-            self.at += 1;
-            v |= u32::from(byte & 0x7f) << shift;
-            if byte < 0x80 {
-                return Some(v);
-            }
-        }
-        None
+        let (v, n) = read_varint(self.data, self.at)?;
+        self.at += n;
+        Some(v)
     }
 }
 
@@ -267,6 +260,7 @@ impl RecentArgs {
 const LATE: usize = 1 << (usize::BITS - 1);
 
 /// The varint at `data[at..]`: (value, its length in bytes); `None` if cut or too long.
+#[inline]
 fn read_varint(data: &[u8], at: usize) -> Option<(u32, usize)> {
     let mut v = 0u32;
     for (n, shift) in (0..35).step_by(7).enumerate() {
@@ -277,11 +271,6 @@ fn read_varint(data: &[u8], at: usize) -> Option<(u32, usize)> {
         }
     }
     None
-}
-
-/// The bytes a minimal varint of `v` takes.
-fn varint_len(v: u32) -> usize {
-    (32 - (v | 1).leading_zeros() as usize).div_ceil(7)
 }
 
 /// Appends `id` to `data` as a varint (the common one-byte case without the loop).
@@ -415,7 +404,7 @@ impl ArgBuilder {
         let Some((_, len)) = read_varint(&self.table.data, pos) else {
             return;
         };
-        if varint_len(id) <= len {
+        if protozero::wire::varint_size(u64::from(id)) <= len {
             // Rewritten in place, padded to the old length (a varint may have continuation
             // bytes with nothing in them).
             let mut v = id;
