@@ -213,9 +213,10 @@ pub(crate) struct LockTemplate {
     end_words: [u64; 3],
 }
 
-/// Room for the longest begin template: 2 + 2 + 11 + 5 + 11 + 3 bytes with a 10-byte uuid and
-/// dynamic interning ids (6-byte varints), and the length byte.
-const LOCK_TEMPLATE: usize = 40;
+/// Room for the longest begin template: its length byte, then 2 + 2 + 11 + 11 + 11 + 3 bytes
+/// with a 10-byte uuid and 10-byte interning ids (41 bytes; stamped with an absolute time, 54
+/// bytes: within a block).
+const LOCK_TEMPLATE: usize = 48;
 
 /// Lock templates of a thread, by [`lock_template_key`].
 pub(crate) type LockTemplates = std::collections::HashMap<u64, LockTemplate, IdHash>;
@@ -1238,4 +1239,83 @@ pub(crate) fn with_thread_state<R>(f: impl FnOnce(&mut ThreadState, u64) -> R) -
         let ts = clock::now();
         f(st, ts)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tachyon_protos::TracePacketView;
+
+    fn packet(block: &encode::Block) -> &[u8] {
+        &block[1..=block[0] as usize]
+    }
+
+    /// A lock's templates, stamped, decode as the fields they claim (with the generated
+    /// views); the run path's words are the template's bytes; a begin with long ids still has
+    /// a template, outside the run path.
+    #[test]
+    fn lock_templates_decode_as_the_fields_they_claim() {
+        // A 49-bit uuid (`sync::lock_uuid`'s largest), static ids up to 2^21.
+        for (uuid, name_iid, cat_iid, fits) in [
+            ((1u64 << 49) - 1, 1u64, 1u64, true),
+            ((1 << 49) - 1, (1 << 21) - 1, (1 << 21) - 1, true),
+            (5, 300, 7, true),
+            (u64::MAX, 1, 1, true),
+            ((1 << 49) - 1, 1 << 40, 1 << 28, false),
+            (u64::MAX, u64::MAX, u64::MAX, false),
+        ] {
+            let t = lock_template(9, uuid, name_iid, cat_iid).expect("fits its block");
+            assert_eq!(t.generation, 9);
+            assert_eq!(t.begin_words.is_some(), fits, "{uuid} {name_iid} {cat_iid}");
+            if let Some(words) = t.begin_words {
+                let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+                assert_eq!(bytes[..], t.begin[..encode::EVENT_PREFIX]);
+                assert!(usize::from(t.begin[0]) < encode::EVENT_PREFIX);
+            }
+            let bytes: Vec<u8> = t.end_words.iter().flat_map(|w| w.to_le_bytes()).collect();
+            assert_eq!(bytes[..], t.end[..]);
+            for delta in [0, 127, 1 << 20, u64::MAX] {
+                let b = with_varint(&t.begin, delta).unwrap();
+                let p = TracePacketView::decode(packet(&b)).unwrap();
+                assert_eq!(p.timestamp(), delta);
+                assert!(!p.has_timestamp_clock_id());
+                assert_eq!(p.sequence_flags(), 2);
+                let e = p.track_event().unwrap();
+                assert_eq!(e.r#type(), Some(track_event::Type::SliceBegin));
+                assert_eq!(e.track_uuid(), uuid);
+                assert_eq!(e.name_iid(), name_iid);
+                let cats: Vec<u64> = e.category_iids().collect::<Result<_, _>>().unwrap();
+                assert_eq!(cats, vec![cat_iid]);
+
+                let b = with_absolute_time(&t.begin, delta).unwrap();
+                let p = TracePacketView::decode(packet(&b)).unwrap();
+                assert_eq!(p.timestamp(), delta);
+                assert_eq!(p.timestamp_clock_id(), TRACE_CLOCK_ID);
+                assert_eq!(p.sequence_flags(), 2);
+                let e = p.track_event().unwrap();
+                assert_eq!(e.r#type(), Some(track_event::Type::SliceBegin));
+                assert_eq!((e.track_uuid(), e.name_iid()), (uuid, name_iid));
+
+                let b = with_varint(&t.end, delta).unwrap();
+                let p = TracePacketView::decode(packet(&b)).unwrap();
+                assert_eq!(p.timestamp(), delta);
+                assert_eq!(p.sequence_flags(), 2);
+                let e = p.track_event().unwrap();
+                assert_eq!(e.r#type(), Some(track_event::Type::SliceEnd));
+                assert_eq!(e.track_uuid(), uuid);
+                assert!(!e.has_name_iid());
+                assert_eq!(e.category_iids().count(), 0);
+            }
+        }
+    }
+
+    /// What a hold costs the trace: with small ids, a begin and an end of at most 22 and 18
+    /// bytes with their one-byte fragment headers and 2-byte deltas.
+    #[test]
+    fn a_hold_is_two_small_packets() {
+        let t = lock_template(1, (1 << 49) - 1, 100, 100).unwrap();
+        let b = with_varint(&t.begin, 1000).unwrap();
+        let e = with_varint(&t.end, 1000).unwrap();
+        assert_eq!((b[0] + 1, e[0] + 1), (22, 18));
+    }
 }
