@@ -686,56 +686,56 @@ impl ThreadState {
         };
         let (ticks, next_snapshot, generation) = (*ticks, *next_snapshot, *generation);
         let mut i = 0;
-        // A hold's end, when its begin was the last packet handed out.
-        let mut pending_end: Option<([u64; 3], u64)> = None;
-        let mut cached: Option<(u64, &LockTemplate)> = None;
+        // The template of the last record's lock and kind of hold, copied out (no key has all
+        // bits set: lock indices have 27).
+        let (mut key, mut begin_words, mut end_words) = (u64::MAX, None, [0u64; 3]);
+        // A hold's end's delta, when its begin was the last packet handed out.
+        let mut pending_end: Option<u64> = None;
         w.write_event_run::<{ encode::EVENT_PREFIX }, 3>(|| {
-            if let Some(end) = pending_end.take() {
-                return Some(end);
+            if let Some(delta) = pending_end.take() {
+                return Some((end_words, delta));
             }
             let record = records.get(i)?;
             let word = record.word.addr() as u64;
-            if word & 3 != 0 {
+            // The operation's bits (`LockOp`): 4 and 5 a whole hold, 2 and 3 the end of one
+            // that waited (in `session`), the low bit set for a shared hold; the event type's
+            // two bits clear.
+            let op = (word >> 2) & 7;
+            let complete = op >> 1 == LockOp::Complete as u64 >> 1;
+            if word & 3 != 0
+                || !complete
+                    && (op >> 1 != LockOp::Release as u64 >> 1 || (word >> 32) as u32 != session)
+            {
                 return None;
             }
-            let op = LockOp::from_bits((word >> 2) & 7)?;
-            let complete = matches!(op, LockOp::Complete | LockOp::CompleteShared);
-            if !complete && (op.is_begin() || (word >> 32) as u32 != session) {
-                return None;
+            let k = lock_template_key(((word >> 5) as u32) & (MAX_LOCK_INDEX - 1), op & 1 != 0);
+            if k != key {
+                let t = ext_templates
+                    .get(&k)
+                    .filter(|t| t.generation == generation)?;
+                (key, begin_words, end_words) = (k, t.begin_words, t.end_words);
             }
-            let index = ((word >> 5) as u32) & (MAX_LOCK_INDEX - 1);
-            let key = lock_template_key(index, op.shared());
-            let t = match cached {
-                Some((k, t)) if k == key => t,
-                _ => {
-                    let t = ext_templates
-                        .get(&key)
-                        .filter(|t| t.generation == generation)?;
-                    cached = Some((key, t));
-                    t
-                }
-            };
             let end = ticks.ns(record.ticks);
             if !complete {
                 let delta = fast_window_delta(end, *last_ts, next_snapshot)?;
                 *last_ts = end;
                 i += 1;
-                return Some((t.end_words, delta));
+                return Some((end_words, delta));
             }
-            let begin_words = t.begin_words?;
+            let words = begin_words?;
             let begin = ticks.ns(record.ticks.wrapping_sub(word >> 32));
             let delta = fast_window_delta(begin, *last_ts, next_snapshot)?;
             let end_delta = fast_window_delta(end, begin, next_snapshot)?;
             *last_ts = end;
-            pending_end = Some((t.end_words, end_delta));
+            pending_end = Some(end_delta);
             i += 1;
-            Some((begin_words, delta))
+            Some((words, delta))
         });
         // The run stopped between a begin and its end (the chunk's room or packet count): the
         // end goes through the writer's general path, which switches chunks.
-        if let Some((words, delta)) = pending_end {
+        if let Some(delta) = pending_end {
             let mut end = [0u8; encode::EVENT_PREFIX];
-            for (b, w) in end.chunks_exact_mut(8).zip(words) {
+            for (b, w) in end.chunks_exact_mut(8).zip(end_words) {
                 b.copy_from_slice(&w.to_le_bytes());
             }
             if let Some(block) = with_varint(&end, delta) {
