@@ -16,7 +16,9 @@
 //! start is the moment it obtained the lock), nothing else. The release reads the counter,
 //! unlocks, then queues one 16-byte record on the thread's event queue carrying both readings
 //! (a zone queues two: its begin and its end), looking up the lock's index only then; the
-//! drainer thread writes the hold's begin and end from it. Only an acquisition that has to
+//! drainer thread writes the hold's begin and end from it, as it writes a zone's: each packet
+//! from the lock's pre-encoded bytes and a timestamp delta (`state_ext.rs`). Only an
+//! acquisition that has to
 //! wait takes the slow path: it reads the clock before and after blocking and writes the wait
 //! and the hold's begin at once; its release queues the end.
 //!
