@@ -18,9 +18,8 @@
 //! (a zone queues two: its begin and its end), looking up the lock's index only then; the
 //! drainer thread writes the hold's begin and end from it, as it writes a zone's: each packet
 //! from the lock's pre-encoded bytes and a timestamp delta (`state_ext.rs`). Only an
-//! acquisition that has to
-//! wait takes the slow path: it reads the clock before and after blocking and writes the wait
-//! and the hold's begin at once; its release queues the end.
+//! acquisition that has to wait takes the slow path: it reads the clock before and after
+//! blocking and writes the wait and the hold's begin at once; its release queues the end.
 //!
 //! ```
 //! tachyon::start(tachyon::Config::in_memory())?;
