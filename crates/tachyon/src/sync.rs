@@ -16,9 +16,10 @@
 //! start is the moment it obtained the lock), nothing else. The release reads the counter,
 //! unlocks, then queues one 16-byte record on the thread's event queue carrying both readings
 //! (a zone queues two: its begin and its end), looking up the lock's index only then; the
-//! drainer thread writes the hold's begin and end from it. Only an acquisition that has to
-//! wait takes the slow path: it reads the clock before and after blocking and writes the wait
-//! and the hold's begin at once; its release queues the end.
+//! drainer thread writes the hold's begin and end from it, as it writes a zone's: each packet
+//! from the lock's pre-encoded bytes and a timestamp delta (`state_ext.rs`). Only an
+//! acquisition that has to wait takes the slow path: it reads the clock before and after
+//! blocking and writes the wait and the hold's begin at once; its release queues the end.
 //!
 //! ```
 //! tachyon::start(tachyon::Config::in_memory())?;
@@ -107,11 +108,29 @@ fn names() -> std::sync::MutexGuard<'static, Vec<Box<str>>> {
     NAMES.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Lock track uuids keep this many bits: a 7-byte varint, so that a hold's begin packet fits
+/// the drainer's fast path (`state_ext.rs`). Among a process's few thousand locks at most, a
+/// collision of two of them (or with a thread's 64-bit uuid) has odds below one in 10^8.
+const LOCK_UUID_BITS: u32 = 49;
+
 /// The track uuid of lock `index`.
 pub(crate) fn lock_uuid(index: u32) -> u64 {
     global::mix64(
         global::process().uuid ^ (u64::from(index) + 1).wrapping_mul(0x6c6f_636b_0000_0001),
-    )
+    ) >> (64 - LOCK_UUID_BITS)
+}
+
+/// The track uuid of a thread's shared holds of the lock whose track is `lock`, under it
+/// (`thread` is the thread's own track uuid).
+pub(crate) fn shared_hold_uuid(lock: u64, thread: u64) -> u64 {
+    global::mix64(lock ^ thread.rotate_left(23)) >> (64 - LOCK_UUID_BITS)
+}
+
+/// The interning id lock holds use on each thread's sequence for their category and their
+/// holder's name (`state_ext.rs`): the static id of the callsite that turns lock tracing on,
+/// which writes no event of its own. `None` before that callsite was first checked.
+pub(crate) fn lock_callsite_id() -> Option<u64> {
+    Some(HOLD.id()).filter(|&id| id != 0)
 }
 
 /// The name of lock `index`.

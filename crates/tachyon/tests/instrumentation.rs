@@ -252,6 +252,100 @@ fn many_uncontended_holds_read_back_whole() {
     assert_eq!(m.slices(child.uuid).len(), N / 2);
 }
 
+/// Holds encoded from the lock's pre-encoded packets keep their times exactly, in order with
+/// the zones the same thread writes around them and inside them: a hold's begin is written as
+/// a delta from the sequence's last packet when nothing came between, and with its absolute
+/// time when a zone inside the hold was queued first. Each hold lies between the zone before
+/// it and the zone after it, and around the zone inside it, on one clock.
+#[test]
+fn holds_keep_their_times_among_the_threads_zones() {
+    let _l = lock();
+    let m1 = Mutex::new_named("ordered", 0u64);
+    let rw = RwLock::new_named("ordered rw", 0u64);
+    const N: usize = 3000;
+    let (m, _) = record(|| {
+        for i in 0..N {
+            {
+                let _z = tachyon::zone!("between");
+            }
+            if i % 3 == 2 {
+                let _r = rw.read().unwrap();
+                continue;
+            }
+            let mut g = m1.lock().unwrap();
+            if i % 3 == 1 {
+                let _z = tachyon::zone!("inside");
+            }
+            *g += 1;
+        }
+        let _z = tachyon::zone!("between");
+    });
+    let me = tid();
+    let zones = m.slices(m.thread_track(me));
+    let between: Vec<_> = zones
+        .iter()
+        .filter(|z| z.begin.name.as_deref() == Some("between"))
+        .collect();
+    let inside: Vec<_> = zones
+        .iter()
+        .filter(|z| z.begin.name.as_deref() == Some("inside"))
+        .collect();
+    assert_eq!(between.len(), N + 1);
+    assert_eq!(inside.len(), N / 3);
+    let holds = m.slices(the_track(&m, "ordered"));
+    assert_eq!(holds.len(), N - N / 3);
+    let rw_track = the_track(&m, "ordered rw");
+    let child = m
+        .descriptors
+        .iter()
+        .find(|d| d.parent == Some(rw_track))
+        .expect("the shared holds' track");
+    let shared = m.slices(child.uuid);
+    assert_eq!(shared.len(), N / 3);
+    assert!(m.slices(rw_track).is_empty());
+    let clock = between[0].begin.clock;
+    let (mut h, mut s, mut z) = (0, 0, 0);
+    for i in 0..N {
+        let before = between[i].end.expect("ended");
+        let after = between[i + 1].begin;
+        let hold = if i % 3 == 2 {
+            s += 1;
+            &shared[s - 1]
+        } else {
+            h += 1;
+            &holds[h - 1]
+        };
+        let end = hold.end.expect("every hold ended");
+        for e in [before, after, hold.begin, end] {
+            assert_eq!(e.clock, clock, "one clock: {e:?}");
+        }
+        assert!(
+            before.ts <= hold.begin.ts,
+            "hold {i} begins after the zone before it"
+        );
+        assert!(hold.begin.ts <= end.ts, "hold {i}");
+        assert!(end.ts <= after.ts, "hold {i} ends before the zone after it");
+        assert_eq!(hold.depth, 0);
+        let name = format!("thread {me}");
+        let holder = hold.begin.name.as_deref().unwrap_or_default();
+        assert!(
+            holder.ends_with(&format!("({me})")) || holder == name,
+            "{holder}"
+        );
+        assert_eq!(hold.begin.categories, vec!["tachyon.lock".to_string()]);
+        if i % 3 == 1 {
+            let zone = &inside[z];
+            z += 1;
+            let zone_end = zone.end.expect("ended");
+            assert!(
+                hold.begin.ts <= zone.begin.ts,
+                "hold {i} begins before its zone"
+            );
+            assert!(zone_end.ts <= end.ts, "hold {i} ends after its zone");
+        }
+    }
+}
+
 /// Two threads taking one mutex in turn, mostly without waiting: a hold's end is read before
 /// its unlock and its begin after its acquisition, so on the lock's track the holds follow one
 /// another and never overlap (an overlap would pair one thread's begin with the other's end).

@@ -132,9 +132,8 @@ pub(crate) struct ThreadState {
     group_rank: Option<i32>,
     /// Interning ids `ext.rs` gave its names, categories and argument names: (iid, generation).
     ext_keys: HashMap<Box<str>, (u64, u32)>,
-    /// Lock events' pre-encoded packets, by lock index and operation (`ext.rs`): (generation,
-    /// block).
-    ext_templates: HashMap<u64, (u32, encode::Block), ext::IdHash>,
+    /// Lock holds' pre-encoded packets, by lock index and kind of hold (`ext.rs`).
+    ext_templates: ext::LockTemplates,
     writer: Option<TraceWriter>,
     /// Call stacks interned on this sequence, valid for `callstacks_generation`.
     callstacks: CallstackInterner,
@@ -705,11 +704,18 @@ impl ThreadState {
     fn replay_all(&mut self, mut records: &[Record]) {
         self.ticks = self.clock.converter();
         while !records.is_empty() {
-            records = records.get(self.replay_run(records)..).unwrap_or_default();
-            if let Some((first, rest)) = records.split_first() {
-                self.replay(*first);
-                records = rest;
+            let mut n = self.replay_run(records);
+            if n == 0 {
+                // A run of lock holds (`ext.rs`), the same way.
+                n = self.replay_lock_run(records);
             }
+            if n == 0 {
+                if let Some(first) = records.first() {
+                    self.replay(*first);
+                }
+                n = 1;
+            }
+            records = records.get(n..).unwrap_or_default();
         }
     }
 

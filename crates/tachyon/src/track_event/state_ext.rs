@@ -5,17 +5,41 @@
 //!
 //! Lock holds are the one hot event here: an uncontended hold queues a single 16-byte record
 //! when it ends (half a zone's two), its word carrying how long it lasted in counter ticks and
-//! the record's own reading when it ended; the drainer writes its begin (with an absolute
-//! timestamp, the sequence's clock having moved on meanwhile) and its end. A hold that waited
-//! had its begin written when it obtained the lock; its end queues a record carrying the
-//! session of that begin. The record's word has its two low bits clear (the event types
-//! `state.rs` uses are 1–3), then the operation, the lock's index, then the duration or the
-//! session:
+//! the record's own reading when it ended. A hold that waited had its begin written when it
+//! obtained the lock; its end queues a record carrying the session of that begin. The record's
+//! word has its two low bits clear (the event types `state.rs` uses are 1–3), then the
+//! operation, the lock's index, then the duration or the session:
 //!
 //! ```text
 //!  63                     32 31          5 4   2 1  0
 //!  [ ticks held | session  ][ lock index  ][ op ][ 00 ]
 //! ```
+//!
+//! The drainer encodes a hold as a zone's two packets are encoded: from a [`LockTemplate`],
+//! the packets' fixed bytes made once per lock, kind of hold and generation of the sequence,
+//! each followed by its timestamp's delta, written by the writer's run path
+//! ([`TraceWriter::write_event_run`](crate::writer::TraceWriter)) for a run of lock records.
+//! The begin's delta is from the sequence's last packet (the hold began after it when this
+//! thread queued nothing while holding the lock), the end's from the begin. Both packets fit
+//! the fast path's 24 bytes because their interned ids are small: the hold's name (the holding
+//! thread's) and its category `tachyon.lock` take the lock callsite's static id on each
+//! sequence, and a lock's track uuid has 49 bits (a 7-byte varint):
+//!
+//! ```text
+//!  len │ 5a <n>              track_event (11) {
+//!      │   48 01               type (9) = SLICE_BEGIN   (SLICE_END: 48 02)
+//!      │   58 <uuid>           track_uuid (11)
+//!      │   18 <iid>            category_iids (3)        (begins only)
+//!      │   50 <iid>            name_iid (10)            (begins only)
+//!      │                     }
+//!      │ 68 02               sequence_flags (13) = SEQ_NEEDS_INCREMENTAL_STATE
+//!      │ 40 <delta>          timestamp (8), on the sequence's incremental clock
+//! ```
+//!
+//! A hold that began before the sequence's last packet (this thread wrote zones while holding
+//! the lock) has its begin stamped with its absolute time on the trace clock instead; the
+//! first hold of each lock and kind in a generation goes through the general path, which
+//! interns the names and carries the argument `lock_id`, and makes the template.
 
 use std::ptr;
 
@@ -24,11 +48,12 @@ use tachyon_protos::{
     counter_descriptor, track_descriptor, track_event, InternedData, TracePacket, TrackEvent,
 };
 
-use super::{push, push_at, with_state, ThreadState};
+use super::{fast_window_delta, push, push_at, with_state, ThreadState};
 use crate::clock::{self, TRACE_CLOCK_ID};
 use crate::track_event::callsite::{Callsite, Enabled};
 use crate::track_event::encode::{self, CounterSample, Template, SEQ_NEEDS_INCREMENTAL_STATE};
 use crate::track_event::global::{self, session_of};
+use crate::track_event::queue::Record;
 
 /// The hasher of the lock templates' map: its keys are small distinct integers, one
 /// multiplication spreads them (SipHash would cost more than the rest of a replay).
@@ -113,17 +138,93 @@ impl LockOp {
     }
 }
 
-/// A lock packet's pre-encoded template (length in byte 0, as [`encode::Block`]s are) with
-/// the varint `v` appended: its timestamp. `None` when it does not fit the block.
-#[inline(always)]
-fn with_varint(template: &encode::Block, v: u64) -> Option<encode::Block> {
-    let mut block = *template;
-    let at = 1 + block[0] as usize;
+/// A template's [`EVENT_PREFIX`](encode::EVENT_PREFIX) bytes as little-endian words (what
+/// the writer's run path takes).
+fn words_of(bytes: &[u8; encode::EVENT_PREFIX]) -> [u64; 3] {
+    let mut words = [0u64; 3];
+    for (w, b) in words.iter_mut().zip(bytes.chunks_exact(8)) {
+        *w = u64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
+    }
+    words
+}
+
+/// A lock packet's template (length in byte 0, the packet's bytes up to its timestamp's tag)
+/// with the varint `v` appended: the packet as a block for
+/// [`TraceWriter::write_small_packet`](crate::writer::TraceWriter::write_small_packet). `None`
+/// when it does not fit the block.
+#[inline]
+fn with_varint(template: &[u8], v: u64) -> Option<encode::Block> {
+    let n = usize::from(*template.first()?);
+    let mut block = [0u8; encode::BLOCK];
+    block.get_mut(..=n)?.copy_from_slice(template.get(..=n)?);
     let mut bytes = [0u8; 10];
-    let n = encode_varint(v, &mut bytes);
-    block.get_mut(at..at + n)?.copy_from_slice(&bytes[..n]);
-    block[0] += n as u8;
+    let len = encode_varint(v, &mut bytes);
+    block
+        .get_mut(1 + n..1 + n + len)?
+        .copy_from_slice(&bytes[..len]);
+    block[0] += len as u8;
     Some(block)
+}
+
+/// A begin's template stamped with its absolute time `ts` on the trace clock (the sequence's
+/// clock has moved past it): the template without its timestamp's tag, the clock's id, then
+/// the timestamp.
+fn with_absolute_time(template: &[u8], ts: u64) -> Option<encode::Block> {
+    let n = usize::from(*template.first()?);
+    let mut head = [0u8; encode::BLOCK];
+    // The template up to its flags (its last byte is the timestamp's tag), then field 58 (a
+    // two-byte tag), the clock's id, and the timestamp's tag again.
+    let body = template.get(1..n)?;
+    head.get_mut(1..n)?.copy_from_slice(body);
+    let mut at = n;
+    let mut put = |v: u64| -> Option<()> {
+        let mut b = [0u8; 10];
+        let len = encode_varint(v, &mut b);
+        head.get_mut(at..at + len)?.copy_from_slice(&b[..len]);
+        at += len;
+        Some(())
+    };
+    put(u64::from(make_tag(
+        TracePacket::TIMESTAMP_CLOCK_ID_FIELD_NUMBER,
+        WireType::Varint,
+    )))?;
+    put(u64::from(TRACE_CLOCK_ID))?;
+    put(u64::from(tag(
+        TracePacket::TIMESTAMP_FIELD_NUMBER,
+        WireType::Varint,
+    )))?;
+    head[0] = u8::try_from(at - 1).ok()?;
+    with_varint(&head, ts)
+}
+
+/// A lock's pre-encoded packets on one thread's sequence, for one kind of hold (exclusive or
+/// shared: a shared hold's track is the thread's own under the lock's), valid in one
+/// generation: what [`ThreadState::replay_lock_run`] writes a hold from.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LockTemplate {
+    generation: u32,
+    /// The hold's begin up to and including the timestamp's tag, its length in byte 0.
+    begin: [u8; LOCK_TEMPLATE],
+    /// The hold's end, likewise (at most 18 bytes: it fits the run path's prefix).
+    end: [u8; encode::EVENT_PREFIX],
+    /// `begin`'s first [`EVENT_PREFIX`](encode::EVENT_PREFIX) bytes as words, when the whole
+    /// template fits them (its interned ids below 2^21): the run path's.
+    begin_words: Option<[u64; 3]>,
+    end_words: [u64; 3],
+}
+
+/// Room for the longest begin template: its length byte, then 2 + 2 + 11 + 11 + 11 + 3 bytes
+/// with a 10-byte uuid and 10-byte interning ids (41 bytes; stamped with an absolute time, 54
+/// bytes: within a block).
+const LOCK_TEMPLATE: usize = 48;
+
+/// Lock templates of a thread, by [`lock_template_key`].
+pub(crate) type LockTemplates = std::collections::HashMap<u64, LockTemplate, IdHash>;
+
+/// The key of a lock's templates: its index and the kind of hold.
+#[inline(always)]
+fn lock_template_key(index: u32, shared: bool) -> u64 {
+    (u64::from(index) << 1) | u64::from(shared)
 }
 
 /// The record word of a lock event (see the module docs): `high` is the session of a
@@ -166,7 +267,14 @@ pub(crate) fn lock_complete_cold(
 ) {
     let c = clock::clock();
     let (begin, end) = (c.ticks_to_ns(since), c.ticks_to_ns(end));
-    with_state(|st| st.lock_complete(begin, end, shared, index, flow_out));
+    with_state(|st| match flow_out {
+        // The queue was full (encoded now, by `with_state`) or closed: the hold as the drainer
+        // writes it, from the lock's templates when it can.
+        None => st.replay_lock_complete(index, shared, begin, end),
+        Some(_) => {
+            st.lock_complete(begin, end, shared, index, flow_out);
+        }
+    });
 }
 
 /// The hold of lock `index` begun in `session` ends now.
@@ -235,10 +343,75 @@ pub(crate) fn lock_contended(
     .unwrap_or(0)
 }
 
+/// The templates of a hold on `track` in generation `generation` (see the module docs):
+/// `None` if a begin would not fit [`LOCK_TEMPLATE`] (it always does).
+fn lock_template(generation: u32, track: u64, name_iid: u64, cat_iid: u64) -> Option<LockTemplate> {
+    let varint = |buf: &mut Vec<u8>, v: u64| {
+        let mut b = [0u8; 10];
+        let n = encode_varint(v, &mut b);
+        buf.extend_from_slice(&b[..n]);
+    };
+    let event = |begin: bool| {
+        let mut ev: Vec<u8> = Vec::with_capacity(32);
+        ev.push(tag(TrackEvent::TYPE_FIELD_NUMBER, WireType::Varint));
+        ev.push(if begin {
+            track_event::Type::SliceBegin as u8
+        } else {
+            track_event::Type::SliceEnd as u8
+        });
+        ev.push(tag(TrackEvent::TRACK_UUID_FIELD_NUMBER, WireType::Varint));
+        varint(&mut ev, track);
+        if begin {
+            ev.push(tag(
+                TrackEvent::CATEGORY_IIDS_FIELD_NUMBER,
+                WireType::Varint,
+            ));
+            varint(&mut ev, cat_iid);
+            ev.push(tag(TrackEvent::NAME_IID_FIELD_NUMBER, WireType::Varint));
+            varint(&mut ev, name_iid);
+        }
+        let mut packet = vec![
+            0,
+            tag(
+                TracePacket::TRACK_EVENT_FIELD_NUMBER,
+                WireType::LengthDelimited,
+            ),
+            ev.len() as u8,
+        ];
+        packet.extend_from_slice(&ev);
+        packet.extend_from_slice(&[
+            tag(TracePacket::SEQUENCE_FLAGS_FIELD_NUMBER, WireType::Varint),
+            SEQ_NEEDS_INCREMENTAL_STATE,
+            tag(TracePacket::TIMESTAMP_FIELD_NUMBER, WireType::Varint),
+        ]);
+        packet[0] = (packet.len() - 1) as u8;
+        packet
+    };
+    let (b, e) = (event(true), event(false));
+    let mut begin = [0u8; LOCK_TEMPLATE];
+    begin.get_mut(..b.len())?.copy_from_slice(&b);
+    let mut end = [0u8; encode::EVENT_PREFIX];
+    end.get_mut(..e.len())?.copy_from_slice(&e);
+    let begin_words = (b.len() <= encode::EVENT_PREFIX).then(|| {
+        let mut p = [0u8; encode::EVENT_PREFIX];
+        p.copy_from_slice(&begin[..encode::EVENT_PREFIX]);
+        words_of(&p)
+    });
+    Some(LockTemplate {
+        generation,
+        begin,
+        end,
+        begin_words,
+        end_words: words_of(&end),
+    })
+}
+
 /// Prefixes of the interning keys of categories, argument names and event names.
 const KEY_CATEGORY: &str = "c";
 const KEY_ARG_NAME: &str = "a";
 const KEY_NAME: &str = "n";
+/// Marks (in `ext_keys`) that a holder's name took the lock callsite's id in a generation.
+const KEY_HOLDER_ID_TAKEN: &str = "h";
 
 /// Category of lock holds and waits.
 pub(crate) const CAT_LOCK: &str = "tachyon.lock";
@@ -310,9 +483,51 @@ impl ThreadState {
         (iid, true)
     }
 
+    /// As [`intern_key`](Self::intern_key), but a key new in this generation takes
+    /// `preferred` as its id when given (the caller makes sure no other key of its kind has
+    /// it in this generation).
+    fn intern_key_as(&mut self, key: &str, preferred: Option<u64>) -> (u64, bool) {
+        let Some(iid) = preferred else {
+            return self.intern_key(key);
+        };
+        let generation = self.generation;
+        if let Some(&(old, g)) = self.ext_keys.get(key) {
+            if g == generation {
+                return (old, false);
+            }
+        }
+        self.ext_keys.insert(key.into(), (iid, generation));
+        (iid, true)
+    }
+
+    /// The category's interning id. `tachyon.lock` takes the lock callsite's static id (short:
+    /// a hold's begin then fits the drainer's fast path); that callsite never writes an event,
+    /// so its id names no other category on the sequence.
     fn intern_category(&mut self, cat: &str) -> (u64, bool) {
         let key = format!("{KEY_CATEGORY}{cat}");
-        self.intern_key(&key)
+        let preferred = (cat == CAT_LOCK)
+            .then(crate::sync::lock_callsite_id)
+            .flatten();
+        self.intern_key_as(&key, preferred)
+    }
+
+    /// The interning id of the name lock holds of this thread carry (its thread's name): the
+    /// lock callsite's static id, the first time in a generation (a renamed thread's next
+    /// name takes a dynamic id: an id names one string per generation).
+    fn intern_holder_name(&mut self, name: &str) -> (u64, bool) {
+        let key = format!("{KEY_NAME}{name}");
+        let generation = self.generation;
+        let free = self
+            .ext_keys
+            .get(KEY_HOLDER_ID_TAKEN)
+            .is_none_or(|&(_, g)| g != generation);
+        let preferred = crate::sync::lock_callsite_id().filter(|_| free);
+        let (iid, new) = self.intern_key_as(&key, preferred);
+        if new && Some(iid) == preferred {
+            self.ext_keys
+                .insert(KEY_HOLDER_ID_TAKEN.into(), (iid, generation));
+        }
+        (iid, new)
     }
 
     fn intern_arg_name(&mut self, name: &str) -> (u64, bool) {
@@ -445,10 +660,96 @@ impl ThreadState {
 
     // === Locks ===
 
-    /// Replays a queued lock record (`word` as [`lock_word`] made it) at `ts`: the packet
-    /// pre-encoded for this lock, operation and generation with the timestamp's delta
-    /// appended, when the sequence's state allows (as `write_template_slow`); else the general
-    /// path, which also makes the template for the next time.
+    /// Encodes the longest prefix of `records` made of lock records whose packets the lock
+    /// templates give and the writer's run path takes (as
+    /// [`replay_run`](Self::replay_run) does for zones); the number encoded, 0 when the first
+    /// record needs [`replay`](Self::replay). A whole hold is two packets, its begin and its
+    /// end; the end of a hold that waited, one. Per hold: the template's generation, the
+    /// begin no earlier than the sequence's last packet, both deltas within the fast path's
+    /// window; the template is looked up once per run of holds of one lock.
+    pub(super) fn replay_lock_run(&mut self, records: &[Record]) -> usize {
+        if self.epoch != self.epoch_now() {
+            return 0;
+        }
+        let session = session_of(self.epoch);
+        let ThreadState {
+            ticks,
+            last_ts,
+            next_snapshot,
+            generation,
+            ext_templates,
+            writer,
+            ..
+        } = self;
+        let Some(w) = writer.as_mut() else {
+            return 0;
+        };
+        let (ticks, next_snapshot, generation) = (*ticks, *next_snapshot, *generation);
+        let mut i = 0;
+        // The template of the last record's lock and kind of hold, copied out (no key has all
+        // bits set: lock indices have 27).
+        let (mut key, mut begin_words, mut end_words) = (u64::MAX, None, [0u64; 3]);
+        // A hold's end's delta, when its begin was the last packet handed out.
+        let mut pending_end: Option<u64> = None;
+        w.write_event_run::<{ encode::EVENT_PREFIX }, 3>(|| {
+            if let Some(delta) = pending_end.take() {
+                return Some((end_words, delta));
+            }
+            let record = records.get(i)?;
+            let word = record.word.addr() as u64;
+            // The operation's bits (`LockOp`): 4 and 5 a whole hold, 2 and 3 the end of one
+            // that waited (in `session`), the low bit set for a shared hold; the event type's
+            // two bits clear.
+            let op = (word >> 2) & 7;
+            let complete = op >> 1 == LockOp::Complete as u64 >> 1;
+            if word & 3 != 0
+                || !complete
+                    && (op >> 1 != LockOp::Release as u64 >> 1 || (word >> 32) as u32 != session)
+            {
+                return None;
+            }
+            let k = lock_template_key(((word >> 5) as u32) & (MAX_LOCK_INDEX - 1), op & 1 != 0);
+            if k != key {
+                let t = ext_templates
+                    .get(&k)
+                    .filter(|t| t.generation == generation)?;
+                (key, begin_words, end_words) = (k, t.begin_words, t.end_words);
+            }
+            let end = ticks.ns(record.ticks);
+            if !complete {
+                let delta = fast_window_delta(end, *last_ts, next_snapshot)?;
+                *last_ts = end;
+                i += 1;
+                return Some((end_words, delta));
+            }
+            let words = begin_words?;
+            let begin = ticks.ns(record.ticks.wrapping_sub(word >> 32));
+            let delta = fast_window_delta(begin, *last_ts, next_snapshot)?;
+            let end_delta = fast_window_delta(end, begin, next_snapshot)?;
+            *last_ts = end;
+            pending_end = Some(end_delta);
+            i += 1;
+            Some((words, delta))
+        });
+        // The run stopped between a begin and its end (the chunk's room or packet count): the
+        // end goes through the writer's general path, which switches chunks.
+        if let Some(delta) = pending_end {
+            let mut end = [0u8; encode::EVENT_PREFIX];
+            for (b, w) in end.chunks_exact_mut(8).zip(end_words) {
+                b.copy_from_slice(&w.to_le_bytes());
+            }
+            if let Some(block) = with_varint(&end, delta) {
+                w.write_small_packet(&block);
+            }
+        }
+        i
+    }
+
+    /// Replays one queued lock record (`word` as [`lock_word`] made it) read at counter
+    /// reading `ticks`, which [`replay_lock_run`](Self::replay_lock_run) did not take: from the
+    /// lock's templates through the writer's general path when the sequence's state allows
+    /// (as `write_template_slow`), else through the state's general path, which also makes the
+    /// templates for the next time.
     pub(super) fn replay_lock(&mut self, word: u64, ticks: u64) {
         let ts = self.ticks.ns(ticks);
         let Some(op) = LockOp::from_bits((word >> 2) & 7) else {
@@ -470,12 +771,12 @@ impl ThreadState {
         if session_of(self.epoch) != session {
             return;
         }
-        let key = self.lock_template_key(index, op);
         if self.in_window(ts) {
+            let key = lock_template_key(index, op.shared());
             let generation = self.generation;
-            if let (Some((g, t)), Some(w)) = (self.ext_templates.get(&key), self.writer.as_mut()) {
-                if *g == generation && w.is_synced() {
-                    if let Some(block) = with_varint(t, ts - self.last_ts) {
+            if let (Some(t), Some(w)) = (self.ext_templates.get(&key), self.writer.as_mut()) {
+                if t.generation == generation && w.is_synced() {
+                    if let Some(block) = with_varint(&t.end, ts - self.last_ts) {
                         w.write_small_packet(&block);
                         self.last_ts = ts;
                         return;
@@ -486,26 +787,23 @@ impl ThreadState {
         self.lock_event(ts.into(), op, index, session, None);
     }
 
-    /// A whole hold from `begin` to `end`: the begin's pre-encoded packet with its absolute
-    /// timestamp, then the end's with its delta, when the sequence's state allows; else the
-    /// general path (which makes both templates).
-    fn replay_lock_complete(&mut self, index: u32, shared: bool, begin: u64, end: u64) {
-        let (b_op, e_op) = LockOp::pair(shared);
-        if self.in_window(end) {
+    /// A whole hold from `begin` to `end` (trace-clock ns): the lock's templates through the
+    /// writer's general path when the sequence's state allows (the begin with its delta if it
+    /// is not before the sequence's last packet, else with its absolute time), else the
+    /// state's general path (which makes the templates).
+    pub(super) fn replay_lock_complete(&mut self, index: u32, shared: bool, begin: u64, end: u64) {
+        if self.in_window(end) && begin <= end {
             let generation = self.generation;
-            let (b_key, e_key) = (
-                self.lock_template_key(index, b_op),
-                self.lock_template_key(index, e_op),
-            );
-            if let (Some((gb, tb)), Some((ge, te)), Some(w)) = (
-                self.ext_templates.get(&b_key),
-                self.ext_templates.get(&e_key),
-                self.writer.as_mut(),
-            ) {
-                if *gb == generation && *ge == generation && w.is_synced() {
-                    if let (Some(b), Some(e)) =
-                        (with_varint(tb, begin), with_varint(te, end - self.last_ts))
-                    {
+            let last_ts = self.last_ts;
+            let key = lock_template_key(index, shared);
+            if let (Some(t), Some(w)) = (self.ext_templates.get(&key), self.writer.as_mut()) {
+                if t.generation == generation && w.is_synced() {
+                    let blocks = if begin >= last_ts {
+                        with_varint(&t.begin, begin - last_ts).zip(with_varint(&t.end, end - begin))
+                    } else {
+                        with_absolute_time(&t.begin, begin).zip(with_varint(&t.end, end - last_ts))
+                    };
+                    if let Some((b, e)) = blocks {
                         w.write_small_packet(&b);
                         w.write_small_packet(&e);
                         self.last_ts = end;
@@ -536,85 +834,23 @@ impl ThreadState {
             && self.lock_event(Stamp::Sequence(end), e_op, index, session, flow_out)
     }
 
-    /// The key of a lock event's template: the lock's index and the operation (the state is
-    /// this thread's, so a shared hold's track is implied).
-    #[inline]
-    fn lock_template_key(&self, index: u32, op: LockOp) -> u64 {
-        (u64::from(index) << 2) | op as u64
-    }
-
-    /// Keeps the packet of a lock event just written through the general path (its interned
-    /// data is on the sequence now) for [`replay_lock`](Self::replay_lock): the track event,
-    /// the flags, the timestamp's tag; the delta follows (a begin: the clock's id, then the
-    /// timestamp's tag; the absolute time follows).
+    /// Keeps the packets of a hold of lock `index` on `track` (a begin named `name_iid` in
+    /// category `cat_iid`, both interned on the sequence now, and an end) for
+    /// [`replay_lock_run`](Self::replay_lock_run): each up to and including its timestamp's
+    /// tag; the delta follows.
     fn keep_lock_template(
         &mut self,
         index: u32,
-        op: LockOp,
+        shared: bool,
         track: u64,
-        begin: Option<(u64, u64)>,
+        name_iid: u64,
+        cat_iid: u64,
     ) {
-        let mut ev: Vec<u8> = Vec::with_capacity(48);
-        let varint = |buf: &mut Vec<u8>, v: u64| {
-            let mut b = [0u8; 10];
-            let n = encode_varint(v, &mut b);
-            buf.extend_from_slice(&b[..n]);
-        };
-        ev.push(tag(TrackEvent::TRACK_UUID_FIELD_NUMBER, WireType::Varint));
-        varint(&mut ev, track);
-        ev.push(tag(TrackEvent::TYPE_FIELD_NUMBER, WireType::Varint));
-        ev.push(if op.is_begin() {
-            track_event::Type::SliceBegin as u8
-        } else {
-            track_event::Type::SliceEnd as u8
-        });
-        // The `lock_id` argument rides on the first hold of each track and generation (the
-        // general path's): the track says which lock a hold is, and a smaller packet is less
-        // for the drainer to write and the service to copy.
-        if let Some((name_iid, cat_iid)) = begin {
-            ev.push(tag(TrackEvent::NAME_IID_FIELD_NUMBER, WireType::Varint));
-            varint(&mut ev, name_iid);
-            ev.push(tag(
-                TrackEvent::CATEGORY_IIDS_FIELD_NUMBER,
-                WireType::Varint,
-            ));
-            varint(&mut ev, cat_iid);
-        }
-        let mut packet = vec![
-            tag(
-                TracePacket::TRACK_EVENT_FIELD_NUMBER,
-                WireType::LengthDelimited,
-            ),
-            ev.len() as u8,
-        ];
-        packet.extend_from_slice(&ev);
-        packet.extend_from_slice(&[
-            tag(TracePacket::SEQUENCE_FLAGS_FIELD_NUMBER, WireType::Varint),
-            SEQ_NEEDS_INCREMENTAL_STATE,
-        ]);
-        if op.is_begin() {
-            // A begin is replayed when its hold ends, after the sequence's clock moved on: its
-            // absolute time on the trace clock follows.
-            // Field 58: a two-byte tag.
-            varint(
-                &mut packet,
-                u64::from(make_tag(
-                    TracePacket::TIMESTAMP_CLOCK_ID_FIELD_NUMBER,
-                    WireType::Varint,
-                )),
-            );
-            varint(&mut packet, u64::from(TRACE_CLOCK_ID));
-        }
-        packet.push(tag(TracePacket::TIMESTAMP_FIELD_NUMBER, WireType::Varint));
-        // Room for the delta's varint (10 bytes at most) in the block, and one-byte lengths.
-        let mut block = [0u8; encode::BLOCK];
-        if ev.len() > 127 || 1 + packet.len() + 10 > block.len() {
+        let Some(t) = lock_template(self.generation, track, name_iid, cat_iid) else {
             return;
-        }
-        block[0] = packet.len() as u8;
-        block[1..=packet.len()].copy_from_slice(&packet);
-        let key = self.lock_template_key(index, op);
-        self.ext_templates.insert(key, (self.generation, block));
+        };
+        self.ext_templates
+            .insert(lock_template_key(index, shared), t);
     }
 
     /// The lock's track (and, for a shared hold, this thread's track under it), described
@@ -638,7 +874,7 @@ impl ThreadState {
         if !shared {
             return uuid;
         }
-        let child = global::mix64(uuid ^ self.track_uuid.rotate_left(23));
+        let child = crate::sync::shared_hold_uuid(uuid, self.track_uuid);
         if self.tracks_seen.get(&child) != Some(&self.generation) {
             let child_name = format!("shared: {}", self.holder_name());
             self.ensure_own_track(
@@ -657,6 +893,7 @@ impl ThreadState {
 
     /// A hold's begin or end on the lock's track at `ts`; `end_session` is the session of the
     /// begin (ends of another session's holds are dropped). False when nothing was written.
+    /// A begin carries the argument `lock_id` and makes the lock's templates.
     fn lock_event(
         &mut self,
         ts: Stamp,
@@ -677,24 +914,35 @@ impl ThreadState {
         let track = self.lock_track(index, op.shared(), ts.time());
         if op.is_begin() {
             let name = self.holder_name();
+            let (name_iid, new_name) = self.intern_holder_name(&name);
+            let (cat_iid, new_cat) = self.intern_category(CAT_LOCK);
             let args = [("lock_id", ArgVal::Uint(u64::from(index)))];
             self.own_event(
                 ts,
                 track_event::Type::SliceBegin,
                 Some(track),
-                Some(&name),
-                Some(CAT_LOCK),
+                None,
+                None,
                 &args,
-                |_| {},
-                false,
-                |_| {},
+                |i| {
+                    if new_name {
+                        let mut e = i.add_event_names();
+                        e.set_iid(name_iid);
+                        e.set_name(&name);
+                    }
+                    if new_cat {
+                        let mut e = i.add_event_categories();
+                        e.set_iid(cat_iid);
+                        e.set_name(CAT_LOCK);
+                    }
+                },
+                new_name || new_cat,
+                |e| {
+                    e.add_category_iids(cat_iid);
+                    e.set_name_iid(name_iid);
+                },
             );
-            // The iids just used (interned in this generation now).
-            let iids = (
-                self.intern_key(&format!("{KEY_NAME}{name}")).0,
-                self.intern_category(CAT_LOCK).0,
-            );
-            self.keep_lock_template(index, op, track, Some(iids));
+            self.keep_lock_template(index, op.shared(), track, name_iid, cat_iid);
         } else {
             self.own_event(
                 ts,
@@ -711,9 +959,6 @@ impl ThreadState {
                     }
                 },
             );
-            if flow_out.is_none() {
-                self.keep_lock_template(index, op, track, None);
-            }
         }
         true
     }
@@ -994,4 +1239,83 @@ pub(crate) fn with_thread_state<R>(f: impl FnOnce(&mut ThreadState, u64) -> R) -
         let ts = clock::now();
         f(st, ts)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tachyon_protos::TracePacketView;
+
+    fn packet(block: &encode::Block) -> &[u8] {
+        &block[1..=block[0] as usize]
+    }
+
+    /// A lock's templates, stamped, decode as the fields they claim (with the generated
+    /// views); the run path's words are the template's bytes; a begin with long ids still has
+    /// a template, outside the run path.
+    #[test]
+    fn lock_templates_decode_as_the_fields_they_claim() {
+        // A 49-bit uuid (`sync::lock_uuid`'s largest), static ids up to 2^21.
+        for (uuid, name_iid, cat_iid, fits) in [
+            ((1u64 << 49) - 1, 1u64, 1u64, true),
+            ((1 << 49) - 1, (1 << 21) - 1, (1 << 21) - 1, true),
+            (5, 300, 7, true),
+            (u64::MAX, 1, 1, true),
+            ((1 << 49) - 1, 1 << 40, 1 << 28, false),
+            (u64::MAX, u64::MAX, u64::MAX, false),
+        ] {
+            let t = lock_template(9, uuid, name_iid, cat_iid).expect("fits its block");
+            assert_eq!(t.generation, 9);
+            assert_eq!(t.begin_words.is_some(), fits, "{uuid} {name_iid} {cat_iid}");
+            if let Some(words) = t.begin_words {
+                let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+                assert_eq!(bytes[..], t.begin[..encode::EVENT_PREFIX]);
+                assert!(usize::from(t.begin[0]) < encode::EVENT_PREFIX);
+            }
+            let bytes: Vec<u8> = t.end_words.iter().flat_map(|w| w.to_le_bytes()).collect();
+            assert_eq!(bytes[..], t.end[..]);
+            for delta in [0, 127, 1 << 20, u64::MAX] {
+                let b = with_varint(&t.begin, delta).unwrap();
+                let p = TracePacketView::decode(packet(&b)).unwrap();
+                assert_eq!(p.timestamp(), delta);
+                assert!(!p.has_timestamp_clock_id());
+                assert_eq!(p.sequence_flags(), 2);
+                let e = p.track_event().unwrap();
+                assert_eq!(e.r#type(), Some(track_event::Type::SliceBegin));
+                assert_eq!(e.track_uuid(), uuid);
+                assert_eq!(e.name_iid(), name_iid);
+                let cats: Vec<u64> = e.category_iids().collect::<Result<_, _>>().unwrap();
+                assert_eq!(cats, vec![cat_iid]);
+
+                let b = with_absolute_time(&t.begin, delta).unwrap();
+                let p = TracePacketView::decode(packet(&b)).unwrap();
+                assert_eq!(p.timestamp(), delta);
+                assert_eq!(p.timestamp_clock_id(), TRACE_CLOCK_ID);
+                assert_eq!(p.sequence_flags(), 2);
+                let e = p.track_event().unwrap();
+                assert_eq!(e.r#type(), Some(track_event::Type::SliceBegin));
+                assert_eq!((e.track_uuid(), e.name_iid()), (uuid, name_iid));
+
+                let b = with_varint(&t.end, delta).unwrap();
+                let p = TracePacketView::decode(packet(&b)).unwrap();
+                assert_eq!(p.timestamp(), delta);
+                assert_eq!(p.sequence_flags(), 2);
+                let e = p.track_event().unwrap();
+                assert_eq!(e.r#type(), Some(track_event::Type::SliceEnd));
+                assert_eq!(e.track_uuid(), uuid);
+                assert!(!e.has_name_iid());
+                assert_eq!(e.category_iids().count(), 0);
+            }
+        }
+    }
+
+    /// What a hold costs the trace: with small ids, a begin and an end of at most 22 and 18
+    /// bytes with their one-byte fragment headers and 2-byte deltas.
+    #[test]
+    fn a_hold_is_two_small_packets() {
+        let t = lock_template(1, (1 << 49) - 1, 100, 100).unwrap();
+        let b = with_varint(&t.begin, 1000).unwrap();
+        let e = with_varint(&t.end, 1000).unwrap();
+        assert_eq!((b[0] + 1, e[0] + 1), (22, 18));
+    }
 }
