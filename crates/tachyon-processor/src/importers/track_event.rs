@@ -476,9 +476,7 @@ impl Parser {
                 } else {
                     set
                 };
-                for &id in ids {
-                    self.st.args.push_id(set, id);
-                }
+                self.st.args.push_ids(set, ids);
                 return set;
             }
         }

@@ -346,31 +346,46 @@ impl Tokenizer {
         nested: bool,
         progress: &mut dyn FnMut(usize),
     ) {
-        let mut dec = ProtoDecoder::new(bytes);
+        let mut pos = 0;
         let mut count = 0u32;
-        loop {
-            match dec.read_field() {
-                Ok(Some(f)) => {
-                    if f.id() != 1 {
-                        continue; // Not a packet: Trace has no other fields we know.
-                    }
-                    match f.value() {
-                        FieldValue::Bytes(packet) => {
-                            self.push_packet(packet, nested);
-                            count += 1;
-                            if count % 4096 == 0 {
-                                progress(dec.offset());
+        while pos < bytes.len() {
+            // A packet in the common form is framed inline; anything else takes the general
+            // field reader, one field, from the same offset.
+            let packet = match lazy::trace_packet(bytes, pos) {
+                Some((packet, next)) => {
+                    pos = next;
+                    packet
+                }
+                None => {
+                    let mut dec = ProtoDecoder::new(&bytes[pos..]);
+                    let field = dec.read_field();
+                    pos += dec.offset();
+                    match field {
+                        Ok(Some(f)) => {
+                            if f.id() != 1 {
+                                continue; // Not a packet: Trace has no other fields we know.
+                            }
+                            match f.value() {
+                                FieldValue::Bytes(packet) => packet,
+                                _ => {
+                                    self.parser.st.stats.inc(Stat::trace_packet_malformed);
+                                    continue;
+                                }
                             }
                         }
-                        _ => self.parser.st.stats.inc(Stat::trace_packet_malformed),
+                        Ok(None) => break,
+                        Err(_) => {
+                            // A broken length or tag: nothing after it can be framed again.
+                            self.parser.st.stats.inc(Stat::trace_truncated);
+                            break;
+                        }
                     }
                 }
-                Ok(None) => break,
-                Err(_) => {
-                    // A broken length or tag: nothing after it can be framed again.
-                    self.parser.st.stats.inc(Stat::trace_truncated);
-                    break;
-                }
+            };
+            self.push_packet(packet, nested);
+            count += 1;
+            if count % 4096 == 0 {
+                progress(pos);
             }
         }
         progress(bytes.len());
