@@ -18,7 +18,7 @@ const LOCATION_SLOTS: usize = 64;
 
 /// The bytes of a short annotation as three zero-padded words, and its length.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-struct Key {
+pub(crate) struct Key {
     words: [u64; 3],
     len: u8,
 }
@@ -100,20 +100,22 @@ impl ArgCache {
         self.locations.clear();
     }
 
-    /// The arg entry a debug annotation with these bytes became, if cached.
+    /// The arg entry a debug annotation with these bytes became, if cached (`Ok`); else the
+    /// key to remember it by ([`ArgCache::put_annotation`]), `None` if it is too long to be
+    /// cached.
     #[inline]
-    pub(crate) fn annotation(&self, bytes: &[u8]) -> Option<u32> {
-        let key = Key::new(bytes)?;
-        let s = self.annotations.get(key.slot())?;
-        (s.id != u32::MAX && s.key == key).then_some(s.id)
+    pub(crate) fn annotation(&self, bytes: &[u8]) -> Result<u32, Option<Key>> {
+        let key = Key::new(bytes).ok_or(None)?;
+        match self.annotations.get(key.slot()) {
+            Some(s) if s.id != u32::MAX && s.key == key => Ok(s.id),
+            _ => Err(Some(key)),
+        }
     }
 
-    /// Remembers that a debug annotation with these bytes became the one arg entry `id`.
+    /// Remembers that a debug annotation with the bytes of `key` became the one arg entry
+    /// `id`.
     #[inline]
-    pub(crate) fn put_annotation(&mut self, bytes: &[u8], id: u32) {
-        let Some(key) = Key::new(bytes) else {
-            return;
-        };
+    pub(crate) fn put_annotation(&mut self, key: Key, id: u32) {
         if self.annotations.is_empty() {
             let empty = AnnotationSlot {
                 key: Key::default(),
@@ -151,6 +153,11 @@ mod tests {
     /// and a cleared cache has nothing.
     #[test]
     fn hits_only_on_the_same_bytes() {
+        fn put(c: &mut ArgCache, bytes: &[u8], id: u32) {
+            if let Some(key) = Key::new(bytes) {
+                c.put_annotation(key, id);
+            }
+        }
         let mut c = ArgCache::default();
         let mut next = crate::xorshift(0x5851_f42d_4c95_7f2d);
         let mut want = std::collections::HashMap::new();
@@ -158,15 +165,17 @@ mod tests {
             let x = next();
             let len = (x % 30) as usize;
             let bytes: Vec<u8> = (0..len).map(|j| (x >> (j % 8 * 8)) as u8 % 4).collect();
-            if let Some(id) = c.annotation(&bytes) {
-                assert_eq!(want.get(&bytes), Some(&id), "{bytes:?}");
+            match c.annotation(&bytes) {
+                Ok(id) => assert_eq!(want.get(&bytes), Some(&id), "{bytes:?}"),
+                Err(None) => assert!(len > MAX_BYTES),
+                Err(Some(_)) => {}
             }
-            c.put_annotation(&bytes, i);
+            put(&mut c, &bytes, i);
             if len <= MAX_BYTES {
                 want.insert(bytes.clone(), i);
-                assert_eq!(c.annotation(&bytes), Some(i));
+                assert_eq!(c.annotation(&bytes), Ok(i));
             } else {
-                assert_eq!(c.annotation(&bytes), None);
+                assert_eq!(c.annotation(&bytes), Err(None));
             }
         }
         // The words are the bytes zero-padded, for every length and content.
@@ -186,15 +195,15 @@ mod tests {
         }
         // Trailing zero bytes are not padding.
         let mut c = ArgCache::default();
-        c.put_annotation(&[1, 0], 7);
-        assert_eq!(c.annotation(&[1]), None);
-        assert_eq!(c.annotation(&[1, 0]), Some(7));
+        put(&mut c, &[1, 0], 7);
+        assert!(c.annotation(&[1]).is_err());
+        assert_eq!(c.annotation(&[1, 0]), Ok(7));
         c.put_location(3, [1, 2, 3, 4]);
         c.put_location(3 + LOCATION_SLOTS as u64, [5, 6, 7, 8]);
         assert_eq!(c.location(3), None, "evicted by a colliding iid");
         assert_eq!(c.location(3 + LOCATION_SLOTS as u64), Some([5, 6, 7, 8]));
         c.clear();
-        assert_eq!(c.annotation(&[1, 0]), None);
+        assert!(c.annotation(&[1, 0]).is_err());
         assert_eq!(c.location(3 + LOCATION_SLOTS as u64), None);
     }
 }

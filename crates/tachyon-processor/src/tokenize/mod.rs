@@ -1316,15 +1316,21 @@ impl Tokenizer {
         }
         let mut out = std::mem::take(&mut self.scratch);
         self.tokenize_track_event(seq_id, &ev, rare, ts, &mut out);
-        for event in out.drain(..) {
-            match deferred {
-                None => self.emit(event),
-                Some(time) => {
-                    self.sorter.force_full_sort();
-                    self.deferred.push(Deferred { time, event })
+        match deferred {
+            None => {
+                for &event in &out {
+                    self.emit(event);
                 }
             }
+            Some(time) if !out.is_empty() => {
+                self.sorter.force_full_sort();
+                for &event in &out {
+                    self.deferred.push(Deferred { time, event });
+                }
+            }
+            Some(_) => {}
         }
+        out.clear();
         self.scratch = out;
         Ok(())
     }
@@ -1949,10 +1955,13 @@ impl Tokenizer {
         for bytes in ev.debug_annotation_bytes() {
             // An annotation seen before on the sequence (same bytes, same interned data) is
             // the arg it became then.
-            if let Some(id) = self.seqs[&seq_id].arg_cache.annotation(bytes) {
-                self.parser.arena_args.push_id(id);
-                continue;
-            }
+            let cache_key = match self.seqs[&seq_id].arg_cache.annotation(bytes) {
+                Ok(id) => {
+                    self.parser.arena_args.push_id(id);
+                    continue;
+                }
+                Err(key) => key,
+            };
             let Ok(a) = lazy::Annotation::decode(bytes) else {
                 self.parser.st.stats.inc(Stat::track_event_tokenizer_errors);
                 continue;
@@ -1978,8 +1987,8 @@ impl Tokenizer {
                     if let Some(id) = self.scalar_annotation(seq_id, &a, key, misses) {
                         if id.wrapping_add(1) > self.newest_arg_entry.wrapping_add(1) {
                             self.newest_arg_entry = id;
-                        } else {
-                            self.seq(seq_id).arg_cache.put_annotation(bytes, id);
+                        } else if let Some(k) = cache_key {
+                            self.seq(seq_id).arg_cache.put_annotation(k, id);
                         }
                     }
                 }

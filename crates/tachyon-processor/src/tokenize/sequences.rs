@@ -88,6 +88,7 @@ impl<T: Default> std::ops::Index<&u32> for Sequences<T> {
     type Output = T;
 
     /// Panics if sequence `id` was never seen (a caller's invariant, as with a map).
+    #[inline]
     fn index(&self, id: &u32) -> &T {
         self.get(id).expect("sequence exists")
     }
