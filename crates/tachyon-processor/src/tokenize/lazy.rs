@@ -53,6 +53,13 @@ fn varint(buf: &[u8], pos: usize) -> Result<(u64, usize), DecodeError> {
             if c < 0x80 {
                 return Ok((u64::from(b & 0x7f) | u64::from(c) << 7, pos + 2));
             }
+            // Three (an int argument, a longer delta), also in the last bytes.
+            if let Some(&d) = buf.get(pos + 2) {
+                if d < 0x80 {
+                    let v = u64::from(b & 0x7f) | u64::from(c & 0x7f) << 7 | u64::from(d) << 14;
+                    return Ok((v, pos + 3));
+                }
+            }
         }
     }
     if let Some(&w) = buf.get(pos..).and_then(|rest| rest.first_chunk::<8>()) {

@@ -1901,6 +1901,7 @@ impl Tokenizer {
 
     // === Debug annotations → args ===
 
+    #[inline(always)]
     fn annotations(
         &mut self,
         seq_id: u32,
