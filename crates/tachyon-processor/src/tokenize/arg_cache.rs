@@ -76,6 +76,8 @@ struct AnnotationSlot {
     key: Key,
     /// The arg entry id; `u32::MAX`: empty.
     id: u32,
+    /// Hit since it was filled (or last spared): see [`ArgCache::put_annotation`].
+    hit: bool,
 }
 
 /// The args of an interned source location: file, function, line and iid entries.
@@ -104,26 +106,43 @@ impl ArgCache {
     /// key to remember it by ([`ArgCache::put_annotation`]), `None` if it is too long to be
     /// cached.
     #[inline]
-    pub(crate) fn annotation(&self, bytes: &[u8]) -> Result<u32, Option<Key>> {
+    pub(crate) fn annotation(&mut self, bytes: &[u8]) -> Result<u32, Option<Key>> {
         let key = Key::new(bytes).ok_or(None)?;
-        match self.annotations.get(key.slot()) {
-            Some(s) if s.id != u32::MAX && s.key == key => Ok(s.id),
+        match self.annotations.get_mut(key.slot()) {
+            Some(s) if s.id != u32::MAX && s.key == key => {
+                s.hit = true;
+                Ok(s.id)
+            }
             _ => Err(Some(key)),
         }
     }
 
     /// Remembers that a debug annotation with the bytes of `key` became the one arg entry
-    /// `id`.
+    /// `id`, unless its slot holds one that was hit since it was filled: that one is spared
+    /// once (its mark cleared) instead. An annotation that repeats (an enum-like string, a
+    /// thread index) thus keeps its slot against values seen once since (a counter's, which
+    /// other sequences may have made entries of), and the next such value takes it only if
+    /// it was not hit again in between.
     #[inline]
     pub(crate) fn put_annotation(&mut self, key: Key, id: u32) {
         if self.annotations.is_empty() {
             let empty = AnnotationSlot {
                 key: Key::default(),
                 id: u32::MAX,
+                hit: false,
             };
             self.annotations.resize(ANNOTATION_SLOTS, empty);
         }
-        self.annotations[key.slot()] = AnnotationSlot { key, id };
+        let s = &mut self.annotations[key.slot()];
+        if s.id != u32::MAX && s.hit {
+            s.hit = false;
+            return;
+        }
+        *s = AnnotationSlot {
+            key,
+            id,
+            hit: false,
+        };
     }
 
     /// The arg entries of interned source location `iid`, if cached.
@@ -165,17 +184,18 @@ mod tests {
             let x = next();
             let len = (x % 30) as usize;
             let bytes: Vec<u8> = (0..len).map(|j| (x >> (j % 8 * 8)) as u8 % 4).collect();
+            // As the importer uses it: a put only after a miss.
             match c.annotation(&bytes) {
                 Ok(id) => assert_eq!(want.get(&bytes), Some(&id), "{bytes:?}"),
                 Err(None) => assert!(len > MAX_BYTES),
-                Err(Some(_)) => {}
-            }
-            put(&mut c, &bytes, i);
-            if len <= MAX_BYTES {
-                want.insert(bytes.clone(), i);
-                assert_eq!(c.annotation(&bytes), Ok(i));
-            } else {
-                assert_eq!(c.annotation(&bytes), Err(None));
+                Err(Some(_)) => {
+                    put(&mut c, &bytes, i);
+                    // Stored, or refused to spare a hit slot (then still a miss).
+                    if let Ok(id) = c.annotation(&bytes) {
+                        assert_eq!(id, i);
+                        want.insert(bytes.clone(), i);
+                    }
+                }
             }
         }
         // The words are the bytes zero-padded, for every length and content.
@@ -193,6 +213,24 @@ mod tests {
                 assert_eq!(usize::from(key.len), len);
             }
         }
+        // A slot hit since it was filled is spared once by a colliding put, then taken.
+        let mut c = ArgCache::default();
+        let a = [1u8, 2, 3];
+        let slot = Key::new(&a).expect("short").slot();
+        let b: Vec<u8> = (0..u32::MAX)
+            .map(|n| n.to_le_bytes().to_vec())
+            .find(|b| Key::new(b).expect("short").slot() == slot)
+            .expect("a colliding key");
+        put(&mut c, &a, 1);
+        put(&mut c, &b, 2); // Not hit yet: replaced.
+        assert!(c.annotation(&a).is_err());
+        put(&mut c, &a, 1);
+        assert_eq!(c.annotation(&a), Ok(1)); // Hit.
+        put(&mut c, &b, 2); // Spared once.
+        assert_eq!(c.annotation(&b), Err(Key::new(&b)));
+        put(&mut c, &b, 2); // Not hit since: replaced.
+        assert_eq!(c.annotation(&b), Ok(2));
+        assert!(c.annotation(&a).is_err());
         // Trailing zero bytes are not padding.
         let mut c = ArgCache::default();
         put(&mut c, &[1, 0], 7);

@@ -1956,7 +1956,7 @@ impl Tokenizer {
         for bytes in ev.debug_annotation_bytes() {
             // An annotation seen before on the sequence (same bytes, same interned data) is
             // the arg it became then.
-            let cache_key = match self.seqs[&seq_id].arg_cache.annotation(bytes) {
+            let cache_key = match self.seq(seq_id).arg_cache.annotation(bytes) {
                 Ok(id) => {
                     self.parser.arena_args.push_id(id);
                     continue;
