@@ -860,7 +860,7 @@ mod tests {
         }
         let mut want: Vec<Vec<i64>> = Vec::new();
         // A set's arguments one at a time or (`push_ids`) all at once, in order and late.
-        let mut push = |b: &mut ArgBuilder, set: u32, vals: &[i64], at_once: bool| {
+        let push = |b: &mut ArgBuilder, set: u32, vals: &[i64], at_once: bool| {
             let ids: Vec<u32> = vals
                 .iter()
                 .map(|&v| b.entry_id(k, k, ArgValue::Int(v)))
