@@ -88,25 +88,34 @@ impl Default for Run {
 impl Run {
     #[inline(always)]
     fn push(&mut self, ev: &Event) {
-        if self
-            .blocks
-            .back()
-            .is_none_or(|b| b.len() - self.fill < MAX_ENCODED)
-        {
-            self.new_block();
-        }
+        // The last block has room for one more event exactly when its next `MAX_ENCODED`
+        // bytes exist: one lookup both checks and finds them.
         let fill = self.fill;
-        if let Some(dst) = self
+        match self
             .blocks
             .back_mut()
             .and_then(|b| b.get_mut(fill..fill + MAX_ENCODED))
             .and_then(|d| <&mut [u8; MAX_ENCODED]>::try_from(d).ok())
         {
-            self.fill = fill + encode(dst, &self.write_prev, ev);
+            Some(dst) => self.fill = fill + encode(dst, &self.write_prev, ev),
+            None => self.push_to_new_block(ev),
         }
         self.write_prev = *ev;
         self.last_ts = ev.ts;
         self.len += 1;
+    }
+
+    /// Encodes `ev` at the start of a new block.
+    #[cold]
+    fn push_to_new_block(&mut self, ev: &Event) {
+        self.new_block();
+        if let Some(dst) = self
+            .blocks
+            .back_mut()
+            .and_then(|b| b.first_chunk_mut::<MAX_ENCODED>())
+        {
+            self.fill = encode(dst, &self.write_prev, ev);
+        }
     }
 
     /// Cuts the last block to what it holds and starts the next, twice its size up to
@@ -170,6 +179,8 @@ fn zero() -> Event {
 
 /// The most bytes one event takes encoded.
 const MAX_ENCODED: usize = 96;
+// A new block holds at least one event.
+const _: () = assert!(FIRST_BLOCK >= MAX_ENCODED);
 
 /// The LEB128 varint at `b[*at..]`. Most of an encoded event's fields are one byte, which
 /// takes the first branch; string ids past 127 take two, the second.

@@ -80,9 +80,12 @@ impl ArgArena {
         id
     }
 
-    fn pages_of(start: u32, n: u32) -> std::ops::RangeInclusive<usize> {
+    /// The pages of the `n > 0` arguments from `start` (a half-open range, which iterates
+    /// with one comparison a step where an inclusive one takes two).
+    #[inline]
+    fn pages_of(start: u32, n: u32) -> std::ops::Range<usize> {
         let start = start as usize;
-        start / PAGE..=(start + n as usize - 1) / PAGE
+        start / PAGE..(start + n as usize - 1) / PAGE + 1
     }
 
     /// An event was tokenized with the `n` arguments from `start`: they stay until it is
@@ -100,6 +103,7 @@ impl ArgArena {
 
     /// The event holding `n` arguments from `start` was parsed: pages no other event holds,
     /// and that no more arguments will be added to, are freed.
+    #[inline]
     pub(crate) fn release(&mut self, start: u32, n: u32) {
         if n == 0 {
             return;

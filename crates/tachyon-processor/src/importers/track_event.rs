@@ -249,7 +249,9 @@ impl Parser {
                             ),
                         });
                 }
-                self.flows_for(id, ev);
+                if ev.nflows != 0 || ev.nterm != 0 {
+                    self.flows_for(id, ev);
+                }
                 // Legacy flows waiting for the next slice are rare: most traces never hash
                 // the track here.
                 if !self.parse.flows_to_next.is_empty() {
@@ -314,7 +316,9 @@ impl Parser {
                             ),
                         });
                 }
-                self.flows_for(id, ev);
+                if ev.nflows != 0 || ev.nterm != 0 {
+                    self.flows_for(id, ev);
+                }
             }
             EventKind::TrackRename => {
                 // Before the track exists, a rename is just the newest name. Once it exists,
@@ -476,9 +480,7 @@ impl Parser {
                 } else {
                     set
                 };
-                for &id in ids {
-                    self.st.args.push_id(set, id);
-                }
+                self.st.args.push_ids(set, ids);
                 return set;
             }
         }
@@ -544,10 +546,20 @@ impl Parser {
     // === Tracks ===
 
     /// The track id of an event: its legacy thread's track or its uuid's.
+    #[inline]
     fn event_track(&mut self, ev: &Event, event_name: StrId) -> Option<u32> {
         if !ev.legacy_thread {
+            // A track seen before (every event's but the first on it), without the call.
+            if let Some(&t) = self.parse.tracks.get(&ev.track) {
+                return Some(t);
+            }
             return self.intern_track(ev.track, event_name);
         }
+        self.legacy_event_track(ev)
+    }
+
+    /// [`Parser::event_track`] of an event on a legacy thread or async track.
+    fn legacy_event_track(&mut self, ev: &Event) -> Option<u32> {
         if ev.track & crate::importers::legacy::ASYNC_TRACK != 0 {
             return self.async_track(ev.track, ev.name);
         }

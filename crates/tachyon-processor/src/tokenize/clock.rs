@@ -343,6 +343,7 @@ impl ClockTracker {
 
     /// Converts a raw reading of `clock` (in its units) to trace time in ns, or says why not
     /// yet. An incremental clock's delta is taken now either way.
+    #[inline]
     pub(crate) fn convert(&mut self, clock: ClockId, raw: u64) -> Converted {
         if !self.any_snapshot {
             // Perfetto's rule: without any ClockSnapshot, timestamps are already trace time.
@@ -396,6 +397,7 @@ impl ClockTracker {
 
     /// Walks the path of a reading of `clock` already in ns (`anchor`: the snapshot that last
     /// reset an incremental clock): `Later` without a path, `Failed` on overflow.
+    #[inline]
     fn resolve(&mut self, clock: ClockId, ns: i64, anchor: Option<(usize, usize)>) -> Converted {
         if clock == self.trace_clock {
             self.converted = true;
@@ -407,6 +409,12 @@ impl ClockTracker {
                 return Converted::At(ns + m.offset);
             }
         }
+        self.walk(clock, ns, anchor)
+    }
+
+    /// [`ClockTracker::resolve`] past the trace clock and the memo: the path's hops.
+    #[inline(never)]
+    fn walk(&mut self, clock: ClockId, ns: i64, anchor: Option<(usize, usize)>) -> Converted {
         if !matches!(&self.last_path, Some((c, _)) if *c == clock) {
             let path = match self.path_cache.get(&clock) {
                 Some(path) => path.clone(),

@@ -53,6 +53,13 @@ fn varint(buf: &[u8], pos: usize) -> Result<(u64, usize), DecodeError> {
             if c < 0x80 {
                 return Ok((u64::from(b & 0x7f) | u64::from(c) << 7, pos + 2));
             }
+            // Three (an int argument, a longer delta), also in the last bytes.
+            if let Some(&d) = buf.get(pos + 2) {
+                if d < 0x80 {
+                    let v = u64::from(b & 0x7f) | u64::from(c & 0x7f) << 7 | u64::from(d) << 14;
+                    return Ok((v, pos + 3));
+                }
+            }
         }
     }
     if let Some(&w) = buf.get(pos..).and_then(|rest| rest.first_chunk::<8>()) {
@@ -208,9 +215,14 @@ const LEN: u64 = 2;
 
 /// Where a repeated field's occurrences are: the tag offset of the first and their number
 /// (of any wire type; the iterators pick the usable ones).
+///
+/// The offset is kept in 32 bits, which keeps [`TrackEvent`] small enough to be moved without
+/// a call to `memcpy`; a first occurrence past 4 GiB (no payload the importer decodes is that
+/// large: `MAX_MESSAGE_LENGTH` is below 2^28) is noted as offset 0, from where the
+/// iterators find the same occurrences by their id.
 #[derive(Clone, Copy, Debug, Default)]
 struct Repeated {
-    first: usize,
+    first: u32,
     count: u32,
 }
 
@@ -218,7 +230,7 @@ impl Repeated {
     #[inline(always)]
     fn note(&mut self, at: usize) {
         if self.count == 0 {
-            self.first = at;
+            self.first = u32::try_from(at).unwrap_or(0);
         }
         self.count = self.count.saturating_add(1);
     }
@@ -237,7 +249,7 @@ impl<'a> Occurrences<'a> {
     fn new(buf: &'a [u8], id: u32, r: Repeated) -> Self {
         Occurrences {
             buf,
-            pos: r.first,
+            pos: r.first as usize,
             id,
             left: r.count,
         }
@@ -550,26 +562,42 @@ const EVENT_TERMINATING_FLOW_IDS: u32 = 48;
 /// to the schema (legacy events, inline categories, thread time, extra counters, log
 /// messages, call stacks, …) is read through its generated view for those
 /// ([`TrackEvent::view`]).
+///
+/// Scalars are kept as plain values with a bit each in `present` (not `Option`s), so that the
+/// struct stays below 128 bytes: a larger one is moved (out of `decode`, into the importer)
+/// with a call to `memcpy`, which cost more than the rest of the move per event.
 #[derive(Clone, Debug)]
 pub(crate) struct TrackEvent<'a> {
     bytes: &'a [u8],
-    type_raw: Option<i32>,
-    track_uuid: Option<u64>,
-    name_iid: Option<u64>,
     name: Option<&'a [u8]>,
-    counter_value: Option<i64>,
-    double_counter_value: Option<f64>,
-    source_location_iid: Option<u64>,
+    track_uuid: u64,
+    name_iid: u64,
+    counter_value: i64,
+    double_counter_value: f64,
+    source_location_iid: u64,
+    /// The first category iid, if its occurrence is an unpacked varint: with one occurrence,
+    /// the categories need no second walk.
+    first_category: u64,
     category_iids: Repeated,
     debug_annotations: Repeated,
     flow_ids: Repeated,
     terminating_flow_ids: Repeated,
-    /// The first category iid, if its occurrence is an unpacked varint: with one occurrence,
-    /// the categories need no second walk.
-    first_category: Option<u64>,
+    type_raw: i32,
+    /// Which of the scalars above are present (`HAS_*`).
+    present: u8,
     /// A field outside the ones above is present: read it through [`TrackEvent::view`].
     rare: bool,
 }
+
+const HAS_TYPE: u8 = 1;
+const HAS_TRACK_UUID: u8 = 2;
+const HAS_NAME_IID: u8 = 4;
+const HAS_COUNTER_VALUE: u8 = 8;
+const HAS_DOUBLE_COUNTER_VALUE: u8 = 16;
+const HAS_SOURCE_LOCATION_IID: u8 = 32;
+const HAS_FIRST_CATEGORY: u8 = 64;
+// Moved without `memcpy` (see above), also inside `decode`'s `Result`.
+const _: () = assert!(std::mem::size_of::<Result<TrackEvent<'static>, DecodeError>>() <= 128);
 
 /// Field ids `TrackEventView` knows besides the ones [`TrackEvent`] keeps: their presence
 /// makes the event take the view too. (Ids the view does not know are skipped by both.)
@@ -586,18 +614,19 @@ impl<'a> TrackEvent<'a> {
     pub(crate) fn decode(bytes: &'a [u8]) -> Result<Self, DecodeError> {
         let mut e = TrackEvent {
             bytes,
-            type_raw: None,
-            track_uuid: None,
-            name_iid: None,
             name: None,
-            counter_value: None,
-            double_counter_value: None,
-            source_location_iid: None,
+            track_uuid: 0,
+            name_iid: 0,
+            counter_value: 0,
+            double_counter_value: 0.0,
+            source_location_iid: 0,
+            first_category: 0,
             category_iids: Repeated::default(),
             debug_annotations: Repeated::default(),
             flow_ids: Repeated::default(),
             terminating_flow_ids: Repeated::default(),
-            first_category: None,
+            type_raw: 0,
+            present: 0,
             rare: false,
         };
         let mut pos = 0;
@@ -608,7 +637,8 @@ impl<'a> TrackEvent<'a> {
                 EVENT_CATEGORY_IIDS_VARINT => {
                     let (v, next) = varint(bytes, at)?;
                     if e.category_iids.count == 0 {
-                        e.first_category = Some(v);
+                        e.first_category = v;
+                        e.present |= HAS_FIRST_CATEGORY;
                     }
                     e.category_iids.note(start);
                     next
@@ -622,22 +652,22 @@ impl<'a> TrackEvent<'a> {
                 }
                 EVENT_TYPE_VARINT => {
                     let (v, next) = varint(bytes, at)?;
-                    e.type_raw = Some(v as i32);
+                    e.set_type(v);
                     next
                 }
                 EVENT_NAME_IID_VARINT => {
                     let (v, next) = varint(bytes, at)?;
-                    e.name_iid = Some(v);
+                    e.set_name_iid(v);
                     next
                 }
                 EVENT_TRACK_UUID_VARINT => {
                     let (v, next) = varint(bytes, at)?;
-                    e.track_uuid = Some(v);
+                    e.set_track_uuid(v);
                     next
                 }
                 EVENT_SOURCE_LOCATION_IID_VARINT => {
                     let (v, next) = varint(bytes, at)?;
-                    e.source_location_iid = Some(v);
+                    e.set_source_location_iid(v);
                     next
                 }
                 _ => {
@@ -659,21 +689,26 @@ impl<'a> TrackEvent<'a> {
         match (id, v) {
             (EVENT_CATEGORY_IIDS, v) => {
                 if let (0, Value::Varint(v)) = (e.category_iids.count, v) {
-                    e.first_category = Some(v);
+                    e.first_category = v;
+                    e.present |= HAS_FIRST_CATEGORY;
                 }
                 e.category_iids.note(at)
             }
             (EVENT_DEBUG_ANNOTATIONS, _) => e.debug_annotations.note(at),
             (EVENT_FLOW_IDS, _) => e.flow_ids.note(at),
             (EVENT_TERMINATING_FLOW_IDS, _) => e.terminating_flow_ids.note(at),
-            (EVENT_TYPE, Value::Varint(v)) => e.type_raw = Some(v as i32),
-            (EVENT_NAME_IID, Value::Varint(v)) => e.name_iid = Some(v),
-            (EVENT_TRACK_UUID, Value::Varint(v)) => e.track_uuid = Some(v),
+            (EVENT_TYPE, Value::Varint(v)) => e.set_type(v),
+            (EVENT_NAME_IID, Value::Varint(v)) => e.set_name_iid(v),
+            (EVENT_TRACK_UUID, Value::Varint(v)) => e.set_track_uuid(v),
             (EVENT_NAME, Value::Bytes(b)) => e.name = Some(b),
-            (EVENT_COUNTER_VALUE, Value::Varint(v)) => e.counter_value = Some(v as i64),
-            (EVENT_SOURCE_LOCATION_IID, Value::Varint(v)) => e.source_location_iid = Some(v),
+            (EVENT_COUNTER_VALUE, Value::Varint(v)) => {
+                e.counter_value = v as i64;
+                e.present |= HAS_COUNTER_VALUE;
+            }
+            (EVENT_SOURCE_LOCATION_IID, Value::Varint(v)) => e.set_source_location_iid(v),
             (EVENT_DOUBLE_COUNTER_VALUE, Value::Fixed64(v)) => {
-                e.double_counter_value = Some(f64::from_bits(v))
+                e.double_counter_value = f64::from_bits(v);
+                e.present |= HAS_DOUBLE_COUNTER_VALUE;
             }
             (id, _) => e.rare |= is_rare_event_field(id),
         }
@@ -688,23 +723,46 @@ impl<'a> TrackEvent<'a> {
             .flatten()
     }
 
+    #[inline(always)]
+    fn set_type(&mut self, v: u64) {
+        self.type_raw = v as i32;
+        self.present |= HAS_TYPE;
+    }
+    #[inline(always)]
+    fn set_track_uuid(&mut self, v: u64) {
+        self.track_uuid = v;
+        self.present |= HAS_TRACK_UUID;
+    }
+    #[inline(always)]
+    fn set_name_iid(&mut self, v: u64) {
+        self.name_iid = v;
+        self.present |= HAS_NAME_IID;
+    }
+    #[inline(always)]
+    fn set_source_location_iid(&mut self, v: u64) {
+        self.source_location_iid = v;
+        self.present |= HAS_SOURCE_LOCATION_IID;
+    }
+
+    // A value is only ever set together with its bit, so an absent one reads as the
+    // default (0), as the views' accessors give it.
     pub(crate) fn type_raw(&self) -> i32 {
-        self.type_raw.unwrap_or(0)
+        self.type_raw
     }
     pub(crate) fn has_type(&self) -> bool {
-        self.type_raw.is_some()
+        self.present & HAS_TYPE != 0
     }
     pub(crate) fn track_uuid(&self) -> u64 {
-        self.track_uuid.unwrap_or(0)
+        self.track_uuid
     }
     pub(crate) fn has_track_uuid(&self) -> bool {
-        self.track_uuid.is_some()
+        self.present & HAS_TRACK_UUID != 0
     }
     pub(crate) fn name_iid(&self) -> u64 {
-        self.name_iid.unwrap_or(0)
+        self.name_iid
     }
     pub(crate) fn has_name_iid(&self) -> bool {
-        self.name_iid.is_some()
+        self.present & HAS_NAME_IID != 0
     }
     pub(crate) fn name_bytes(&self) -> &'a [u8] {
         self.name.unwrap_or_default()
@@ -713,25 +771,26 @@ impl<'a> TrackEvent<'a> {
         self.name.is_some()
     }
     pub(crate) fn counter_value(&self) -> i64 {
-        self.counter_value.unwrap_or(0)
+        self.counter_value
     }
     pub(crate) fn has_counter_value(&self) -> bool {
-        self.counter_value.is_some()
+        self.present & HAS_COUNTER_VALUE != 0
     }
     pub(crate) fn double_counter_value(&self) -> f64 {
-        self.double_counter_value.unwrap_or(0.0)
+        self.double_counter_value
     }
     pub(crate) fn has_double_counter_value(&self) -> bool {
-        self.double_counter_value.is_some()
+        self.present & HAS_DOUBLE_COUNTER_VALUE != 0
     }
     pub(crate) fn source_location_iid(&self) -> u64 {
-        self.source_location_iid.unwrap_or(0)
+        self.source_location_iid
     }
     pub(crate) fn has_source_location_iid(&self) -> bool {
-        self.source_location_iid.is_some()
+        self.present & HAS_SOURCE_LOCATION_IID != 0
     }
     pub(crate) fn category_iids(&self) -> Varints<'a> {
-        if let (1, Some(v)) = (self.category_iids.count, self.first_category) {
+        if self.category_iids.count == 1 && self.present & HAS_FIRST_CATEGORY != 0 {
+            let v = self.first_category;
             let mut one = Scalars::new(Occurrences::new(self.bytes, 0, Repeated::default()));
             one.single = Some(v);
             return one;
@@ -909,6 +968,25 @@ impl<'a> Annotation<'a> {
         self.rare
             .then(|| DebugAnnotationView::decode(self.bytes).ok())
             .flatten()
+    }
+}
+
+// === Trace framing ===
+
+/// The `Trace.packet` field at `pos` of a `Trace` message, in the common form (its one-byte
+/// tag, a length within the buffer and at most `MAX_MESSAGE_LENGTH`): the packet's bytes and
+/// the offset past them. `None` for anything else (another field, a framing error, a packet
+/// protozero skips), which the caller reads with `ProtoDecoder` and its rules: this is the
+/// same reading as `ProtoDecoder::read_field` on the cases it accepts.
+#[inline(always)]
+pub(crate) fn trace_packet(trace: &[u8], pos: usize) -> Option<(&[u8], usize)> {
+    const TRACE_PACKET: u8 = tag(1, LEN) as u8;
+    if *trace.get(pos)? != TRACE_PACKET {
+        return None;
+    }
+    match len_value(trace, pos + 1) {
+        Ok((Some(packet), next)) => Some((packet, next)),
+        _ => None,
     }
 }
 

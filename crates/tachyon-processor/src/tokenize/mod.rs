@@ -346,31 +346,46 @@ impl Tokenizer {
         nested: bool,
         progress: &mut dyn FnMut(usize),
     ) {
-        let mut dec = ProtoDecoder::new(bytes);
+        let mut pos = 0;
         let mut count = 0u32;
-        loop {
-            match dec.read_field() {
-                Ok(Some(f)) => {
-                    if f.id() != 1 {
-                        continue; // Not a packet: Trace has no other fields we know.
-                    }
-                    match f.value() {
-                        FieldValue::Bytes(packet) => {
-                            self.push_packet(packet, nested);
-                            count += 1;
-                            if count % 4096 == 0 {
-                                progress(dec.offset());
+        while pos < bytes.len() {
+            // A packet in the common form is framed inline; anything else takes the general
+            // field reader, one field, from the same offset.
+            let packet = match lazy::trace_packet(bytes, pos) {
+                Some((packet, next)) => {
+                    pos = next;
+                    packet
+                }
+                None => {
+                    let mut dec = ProtoDecoder::new(&bytes[pos..]);
+                    let field = dec.read_field();
+                    pos += dec.offset();
+                    match field {
+                        Ok(Some(f)) => {
+                            if f.id() != 1 {
+                                continue; // Not a packet: Trace has no other fields we know.
+                            }
+                            match f.value() {
+                                FieldValue::Bytes(packet) => packet,
+                                _ => {
+                                    self.parser.st.stats.inc(Stat::trace_packet_malformed);
+                                    continue;
+                                }
                             }
                         }
-                        _ => self.parser.st.stats.inc(Stat::trace_packet_malformed),
+                        Ok(None) => break,
+                        Err(_) => {
+                            // A broken length or tag: nothing after it can be framed again.
+                            self.parser.st.stats.inc(Stat::trace_truncated);
+                            break;
+                        }
                     }
                 }
-                Ok(None) => break,
-                Err(_) => {
-                    // A broken length or tag: nothing after it can be framed again.
-                    self.parser.st.stats.inc(Stat::trace_truncated);
-                    break;
-                }
+            };
+            self.push_packet(packet, nested);
+            count += 1;
+            if count % 4096 == 0 {
+                progress(pos);
             }
         }
         progress(bytes.len());
@@ -1301,15 +1316,21 @@ impl Tokenizer {
         }
         let mut out = std::mem::take(&mut self.scratch);
         self.tokenize_track_event(seq_id, &ev, rare, ts, &mut out);
-        for event in out.drain(..) {
-            match deferred {
-                None => self.emit(event),
-                Some(time) => {
-                    self.sorter.force_full_sort();
-                    self.deferred.push(Deferred { time, event })
+        match deferred {
+            None => {
+                for &event in &out {
+                    self.emit(event);
                 }
             }
+            Some(time) if !out.is_empty() => {
+                self.sorter.force_full_sort();
+                for &event in &out {
+                    self.deferred.push(Deferred { time, event });
+                }
+            }
+            Some(_) => {}
         }
+        out.clear();
         self.scratch = out;
         Ok(())
     }
@@ -1880,6 +1901,7 @@ impl Tokenizer {
 
     // === Debug annotations → args ===
 
+    #[inline(always)]
     fn annotations(
         &mut self,
         seq_id: u32,
@@ -1934,10 +1956,13 @@ impl Tokenizer {
         for bytes in ev.debug_annotation_bytes() {
             // An annotation seen before on the sequence (same bytes, same interned data) is
             // the arg it became then.
-            if let Some(id) = self.seqs[&seq_id].arg_cache.annotation(bytes) {
-                self.parser.arena_args.push_id(id);
-                continue;
-            }
+            let cache_key = match self.seq(seq_id).arg_cache.annotation(bytes) {
+                Ok(id) => {
+                    self.parser.arena_args.push_id(id);
+                    continue;
+                }
+                Err(key) => key,
+            };
             let Ok(a) = lazy::Annotation::decode(bytes) else {
                 self.parser.st.stats.inc(Stat::track_event_tokenizer_errors);
                 continue;
@@ -1963,8 +1988,8 @@ impl Tokenizer {
                     if let Some(id) = self.scalar_annotation(seq_id, &a, key, misses) {
                         if id.wrapping_add(1) > self.newest_arg_entry.wrapping_add(1) {
                             self.newest_arg_entry = id;
-                        } else {
-                            self.seq(seq_id).arg_cache.put_annotation(bytes, id);
+                        } else if let Some(k) = cache_key {
+                            self.seq(seq_id).arg_cache.put_annotation(k, id);
                         }
                     }
                 }

@@ -61,15 +61,20 @@ impl<T: Default> Sequences<T> {
     pub(crate) fn get_or_insert(&mut self, id: u32) -> (&mut T, bool) {
         match self.position(id) {
             Some(pos) => (&mut self.states[pos], false),
-            None => {
-                let pos = self.states.len();
-                self.index.insert(id, pos as u32);
-                self.ids.push(id);
-                self.states.push(T::default());
-                self.last.set((id, pos as u32));
-                (&mut self.states[pos], true)
-            }
+            None => (self.insert(id), true),
         }
+    }
+
+    /// A new sequence's state (once per sequence: kept out of the callers' code).
+    #[cold]
+    #[inline(never)]
+    fn insert(&mut self, id: u32) -> &mut T {
+        let pos = self.states.len();
+        self.index.insert(id, pos as u32);
+        self.ids.push(id);
+        self.states.push(T::default());
+        self.last.set((id, pos as u32));
+        &mut self.states[pos]
     }
 
     /// The state of sequence `id`, created if new.
@@ -88,6 +93,7 @@ impl<T: Default> std::ops::Index<&u32> for Sequences<T> {
     type Output = T;
 
     /// Panics if sequence `id` was never seen (a caller's invariant, as with a map).
+    #[inline]
     fn index(&self, id: &u32) -> &T {
         self.get(id).expect("sequence exists")
     }
