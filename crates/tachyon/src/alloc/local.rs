@@ -751,11 +751,9 @@ const STATE_FRESH: u8 = 0;
 const STATE_RING: u8 = 1;
 const STATE_EXITED: u8 = 2;
 
+// `repr(C)`: the two fields sampled mode's fast path reads come first, on one cache line.
+#[repr(C)]
 struct Local {
-    ring: Cell<*const Ring>,
-    state: Cell<u8>,
-    /// Inside the hook, or the tracker's thread: events are not recorded.
-    busy: Cell<bool>,
     /// Sampler: bytes left to the next sample (an allocation of at least this many reaches
     /// it). Unsigned, so the fast path's test is the subtraction's borrow. Only read while
     /// `armed` is the mode.
@@ -763,6 +761,10 @@ struct Local {
     /// The sampled session's mode word ([`sampled_mode`]) the countdown was drawn for (0:
     /// none): the fast path counts down only while the mode is this word.
     armed: Cell<u32>,
+    state: Cell<u8>,
+    /// Inside the hook, or the tracker's thread: events are not recorded.
+    busy: Cell<bool>,
+    ring: Cell<*const Ring>,
     rng: Cell<u64>,
     /// The sampler's next gap when it is drawn already (0: not yet, [`next_gap`]).
     spare_gap: Cell<u64>,
@@ -805,11 +807,11 @@ const NO_BLOCK: (u64, u64) = (u64::MAX, 0);
 thread_local! {
     static LOCAL: Local = const {
         Local {
-            ring: Cell::new(ptr::null()),
-            state: Cell::new(STATE_FRESH),
-            busy: Cell::new(false),
             to_sample: Cell::new(0),
             armed: Cell::new(0),
+            state: Cell::new(STATE_FRESH),
+            busy: Cell::new(false),
+            ring: Cell::new(ptr::null()),
             rng: Cell::new(0),
             spare_gap: Cell::new(0),
             depth: Cell::new(0),
@@ -1271,7 +1273,8 @@ fn exact_alloc(l: &Local, addr: u64, size: u64) -> bool {
     true
 }
 
-/// Whether a free of `addr` needs [`on_free`] (`mode` is not [`OFF`]): in exact mode always; in
+/// Whether a free of `addr` needs [`on_free`]: with the mode [`OFF`] (or a probe) never; in
+/// exact mode always; in
 /// sampled mode when the address's table slot is not empty (a hash, one load and a test: most
 /// frees stop here). A slot that holds another sampled block, or that is marked
 /// [`OVERFLOWED`], sends the free to [`on_free`], which compares the address and asks the
