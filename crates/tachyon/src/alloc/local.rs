@@ -755,8 +755,8 @@ const STATE_EXITED: u8 = 2;
 #[repr(C)]
 struct Local {
     /// Sampler: bytes left to the next sample (an allocation of at least this many reaches
-    /// it). Unsigned, so the fast path's test is the subtraction's borrow. Only read while
-    /// `armed` is the mode.
+    /// it), at most the interval: the rest is in `reserve` ([`set_countdown`]). Unsigned, so
+    /// the fast path's test is the subtraction's borrow. Only read while `armed` is the mode.
     to_sample: Cell<u64>,
     /// The sampled session's mode word ([`sampled_mode`]) the countdown was drawn for (0:
     /// none): the fast path counts down only while the mode is this word.
@@ -765,6 +765,8 @@ struct Local {
     /// Inside the hook, or the tracker's thread: events are not recorded.
     busy: Cell<bool>,
     ring: Cell<*const Ring>,
+    /// Bytes to the next sample beyond `to_sample`.
+    reserve: Cell<u64>,
     rng: Cell<u64>,
     /// The sampler's next gap when it is drawn already (0: not yet, [`next_gap`]).
     spare_gap: Cell<u64>,
@@ -810,6 +812,7 @@ thread_local! {
             to_sample: Cell::new(0),
             armed: Cell::new(0),
             state: Cell::new(STATE_FRESH),
+            reserve: Cell::new(0),
             busy: Cell::new(false),
             ring: Cell::new(ptr::null()),
             rng: Cell::new(0),
@@ -1440,22 +1443,35 @@ fn sample_weight(l: &Local, size: u64, mode: u32) -> u64 {
             n,
         ));
         l.spare_gap.set(0);
-        l.to_sample.set(next_gap(l, interval));
+        set_countdown(l, next_gap(l, interval), interval);
     }
     if size >= interval {
         // Large allocations are always taken, at their size (the countdown is not touched).
         return size;
     }
     // In i64 (`min` keeps the casts exact; a countdown is a few intervals in practice).
-    let mut left = l.to_sample.get().min(i64::MAX as u64) as i64 - size as i64;
+    let countdown = l.to_sample.get().saturating_add(l.reserve.get());
+    let mut left = countdown.min(i64::MAX as u64) as i64 - size as i64;
     let mut weight = 0;
     while left <= 0 {
         left = left.saturating_add(next_gap(l, interval).min(i64::MAX as u64) as i64);
         weight += interval;
     }
-    // `left` > 0 here.
-    l.to_sample.set(left as u64);
+    // `left` > 0 here. Without a crossing, only the cap ran out: the countdown goes on.
+    set_countdown(l, left as u64, interval);
     weight
+}
+
+/// Sets the thread's countdown to `bytes`: at most `interval` of them where the fast path
+/// counts down ([`alloc_not_sampled`]), the rest in reserve. So every allocation of at least
+/// `interval` bytes reaches [`sample_weight`], which always takes it; and an allocation that
+/// runs the capped part out without reaching the sample only moves the countdown on there
+/// (about 0.6 such calls per sample, as a gap is `interval` × an exponential draw).
+#[inline(always)]
+fn set_countdown(l: &Local, bytes: u64, interval: u64) {
+    let fast = bytes.min(interval);
+    l.to_sample.set(fast);
+    l.reserve.set(bytes - fast);
 }
 
 /// The thread's next gap of the sampler: the one drawn ahead when there is one
@@ -1802,6 +1818,36 @@ mod tests {
         assert!(!alloc_not_sampled(EXACT, 64));
         assert!(!alloc_not_sampled(PROBE, 64));
         SAMPLE_INTERVAL.store(saved, Ordering::Relaxed);
+    }
+
+    /// Every allocation of at least the interval reaches the sampler, which takes it at its
+    /// size, whatever the countdown stands at (the fast path's part of it is at most an
+    /// interval); the smaller ones between them are sampled as before.
+    #[test]
+    fn allocations_of_the_interval_always_reach_the_sampler() {
+        let _t = table_lock();
+        let saved = SAMPLE_INTERVAL.swap(4096, Ordering::Relaxed);
+        let mode = sampled_mode();
+        let n: u64 = if cfg!(miri) { 300 } else { 20_000 };
+        let (mut large, mut small) = (0u64, 0u64);
+        let mut alloc = |size: u64| {
+            if alloc_not_sampled(mode, size as usize) {
+                0
+            } else {
+                LOCAL.with(|l| sample_weight(l, size, mode))
+            }
+        };
+        for _ in 0..n {
+            small += alloc(1000);
+            large += alloc(4096);
+        }
+        SAMPLE_INTERVAL.store(saved, Ordering::Relaxed);
+        assert_eq!(large, n * 4096);
+        if !cfg!(miri) {
+            // 20 MB in 1000-byte blocks, sampled every 4096 bytes: about 4880 samples (sd 70).
+            let samples = small / 4096;
+            assert!((4500..5300).contains(&samples), "{samples}");
+        }
     }
 
     #[test]
