@@ -768,8 +768,10 @@ struct Local {
     /// Bytes to the next sample beyond `to_sample`.
     reserve: Cell<u64>,
     rng: Cell<u64>,
-    /// The sampler's next gap when it is drawn already (0: not yet, [`next_gap`]).
-    spare_gap: Cell<u64>,
+    /// The sampler's next gaps drawn ahead ([`draw_ahead`]): `spare[spare_next..SPARE]` are
+    /// the next ones, in order (`spare_next` = [`SPARE`]: none).
+    spare: [Cell<u64>; SPARE],
+    spare_next: Cell<usize>,
     /// Open zones (callsite addresses) and the interned path of each prefix.
     depth: Cell<u32>,
     interned: Cell<u32>,
@@ -816,7 +818,8 @@ thread_local! {
             busy: Cell::new(false),
             ring: Cell::new(ptr::null()),
             rng: Cell::new(0),
-            spare_gap: Cell::new(0),
+            spare: [const { Cell::new(0) }; SPARE],
+            spare_next: Cell::new(SPARE),
             depth: Cell::new(0),
             interned: Cell::new(0),
             zones: [const { Cell::new(0) }; MAX_ZONES],
@@ -1442,7 +1445,7 @@ fn sample_weight(l: &Local, size: u64, mode: u32) -> u64 {
             SAMPLE_SEED.load(Ordering::Relaxed),
             n,
         ));
-        l.spare_gap.set(0);
+        l.spare_next.set(SPARE);
         set_countdown(l, next_gap(l, interval), interval);
     }
     if size >= interval {
@@ -1474,15 +1477,20 @@ fn set_countdown(l: &Local, bytes: u64, interval: u64) {
     l.reserve.set(bytes - fast);
 }
 
-/// The thread's next gap of the sampler: the one drawn ahead when there is one
+/// Gaps [`draw_ahead`] draws at a time.
+const SPARE: usize = 4;
+
+/// The thread's next gap of the sampler: the next one drawn ahead when there is one
 /// ([`draw_ahead`]), else drawn now. Either way the gaps are the generator's sequence, drawn
-/// one at a time in order.
+/// in order.
 #[inline(always)]
 fn next_gap(l: &Local, interval: u64) -> u64 {
-    match l.spare_gap.replace(0) {
-        0 => draw_gap(l, interval),
-        ready => ready,
+    let i = l.spare_next.get();
+    if i < SPARE {
+        l.spare_next.set(i + 1);
+        return l.spare[i].get();
     }
+    draw_gap(l, interval)
 }
 
 fn draw_gap(l: &Local, interval: u64) -> u64 {
@@ -1492,16 +1500,21 @@ fn draw_gap(l: &Local, interval: u64) -> u64 {
     g
 }
 
-/// Draws the thread's next gap ahead of the sample that takes it, unless it is drawn already.
-/// The draw is a long chain of dependent float operations that nothing waits for until the
-/// next sample; called where no locked instruction follows soon (the free of a sample's block
-/// on its own thread, after that free's table update), the processor runs it beside the
-/// allocations that follow instead of holding the next locked instruction until it is done.
+/// Draws the thread's next [`SPARE`] gaps ahead of the samples that take them, when the ones
+/// drawn before are used up. A draw is a long chain of dependent float operations that
+/// nothing waits for until a later sample: called where no locked instruction follows soon
+/// (the free of a sample's block on its own thread, after that free's table update), the
+/// processor runs it beside the allocations that follow instead of holding the next locked
+/// instruction until it is done; and the chains of four draws (after the generator's short
+/// integer steps) run side by side, in about the time of one.
 #[inline(always)]
 fn draw_ahead(l: &Local) {
-    if l.spare_gap.get() == 0 {
+    if l.spare_next.get() >= SPARE {
         let interval = SAMPLE_INTERVAL.load(Ordering::Relaxed).max(1);
-        l.spare_gap.set(draw_gap(l, interval));
+        for s in &l.spare {
+            s.set(draw_gap(l, interval));
+        }
+        l.spare_next.set(0);
     }
 }
 
