@@ -1843,7 +1843,7 @@ mod tests {
         let mode = sampled_mode();
         let n: u64 = if cfg!(miri) { 300 } else { 20_000 };
         let (mut large, mut small) = (0u64, 0u64);
-        let mut alloc = |size: u64| {
+        let alloc = |size: u64| {
             if alloc_not_sampled(mode, size as usize) {
                 0
             } else {
