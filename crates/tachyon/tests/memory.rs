@@ -289,6 +289,37 @@ fn sampled_mode_estimates_within_bounds() {
     assert_eq!(imported, allocated as i64);
 }
 
+/// A thread's sampling countdown belongs to its session: after a session whose interval no
+/// allocation reaches (the thread's countdown then has about 2^40 bytes left), the next
+/// session, sampling every byte, takes this thread's allocations from its first.
+#[test]
+fn a_new_session_draws_each_threads_countdown_again() {
+    let _l = lock();
+    let (first, _) = run(MemoryMode::Sampled { interval: 1 << 40 }, || {
+        for _ in 0..100 {
+            drop(std::hint::black_box(vec![0u8; 64]));
+        }
+    });
+    let sampled: u64 = first.heaps.iter().map(|h| h.alloc_count).sum();
+    assert_eq!(sampled, 0, "{first}");
+    const N: usize = 100;
+    let (second, _) = run(MemoryMode::Sampled { interval: 1 }, || {
+        let _z = tachyon::zone!("second session");
+        for _ in 0..N {
+            std::hint::black_box(Box::leak(vec![1u8; 64].into_boxed_slice()));
+        }
+    });
+    // Every allocation is a sample (gaps of about a byte), weighing its size.
+    let live: u64 = second
+        .heaps
+        .iter()
+        .flat_map(|h| &h.top_live)
+        .filter(|s| s.zones.last().map(String::as_str) == Some("second session"))
+        .map(|s| s.live_bytes)
+        .sum();
+    assert_eq!(live, (N * 64) as u64, "{second}");
+}
+
 /// Bytes the heap profile in `tp` has at exactly the native stack `pcs` (innermost first):
 /// the callsite whose frames, leaf to root, have these addresses relative to their binaries.
 fn allocated_at_stack(tp: &TraceProcessor, pcs: &[u64]) -> i64 {

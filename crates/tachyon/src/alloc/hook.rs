@@ -66,9 +66,11 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Tracked<A> {
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         let mode = HOOK.mode();
-        if mode != OFF && local::free_needs_hook(mode, ptr) {
+        // With no session the test is false too (`free_needs_hook`): sampled mode's test
+        // comes first, as the one that filters most frees.
+        if local::free_needs_hook(mode, ptr) {
             // SAFETY: the caller's contract, forwarded.
-            return unsafe { dealloc_hooked(ptr, layout, &self.inner, mode) };
+            return unsafe { dealloc_hooked(&self.inner, ptr, layout, mode) };
         }
         // SAFETY: the caller's contract, forwarded.
         unsafe { self.inner.dealloc(ptr, layout) }
@@ -103,9 +105,10 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Tracked<A> {
 /// cannot be handed out again (and recorded as another thread's allocation) before this free
 /// is in the ring. Out of line and ending in the release, so `dealloc` calls nothing on its
 /// common path and keeps no registers across a call (both releases are tail calls)
-/// (`ptr` and `layout` first: they stay in the registers they came in.)
+/// (The arguments in the order `dealloc` has them, `inner` standing for `self`: each stays in
+/// the register it came in, and the call is a jump.)
 #[inline(never)]
-unsafe fn dealloc_hooked<A: GlobalAlloc>(ptr: *mut u8, layout: Layout, inner: &A, mode: u32) {
+unsafe fn dealloc_hooked<A: GlobalAlloc>(inner: &A, ptr: *mut u8, layout: Layout, mode: u32) {
     local::on_free(mode, ptr, layout.size());
     // SAFETY: the caller's contract (of `Tracked::dealloc`), forwarded.
     unsafe { inner.dealloc(ptr, layout) }

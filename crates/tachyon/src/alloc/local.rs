@@ -39,13 +39,41 @@ pub(crate) const PAIR_VIA_FILTER: u64 = 1 << 26;
 /// drops it when it saw the mark after all ([`Ring::settle`]).
 pub(crate) const LATE_FREE: u64 = 1 << 27;
 
-/// [`HookState::active`] values: what the hook records.
+/// [`HookState::active`] values: what the hook records (the low byte; a sampled session's
+/// word also carries its generation above it, [`sampled_mode`]).
 pub(crate) const OFF: u32 = 0;
 pub(crate) const EXACT: u32 = 1;
 pub(crate) const SAMPLED: u32 = 2;
 /// Set while a session starts: the next allocation through [`Tracked`](super::Tracked) sets
 /// [`INSTALLED`].
 pub(crate) const PROBE: u32 = 0x80;
+
+/// Whether the mode word is a sampled session's (whatever its generation).
+#[inline(always)]
+pub(crate) fn is_sampled(mode: u32) -> bool {
+    mode as u8 == SAMPLED as u8
+}
+
+/// Sampled sessions started so far (the generation in their mode words).
+static SAMPLED_SESSIONS: AtomicU32 = AtomicU32::new(0);
+
+/// The mode word of a new sampled session: [`SAMPLED`] with the session's generation in bits
+/// 8..32 (never 0). A thread's countdown is armed for one mode word ([`Local::armed`]), so a
+/// new session's word re-arms every thread at its next allocation, at no cost to the fast
+/// path: the countdown's test compares the mode with the armed word instead of with
+/// [`SAMPLED`]. The generation wraps after 2^24 - 1 sessions; a thread that allocated nothing
+/// through exactly that many sessions keeps its countdown (a valid draw, of an older interval).
+pub(crate) fn sampled_mode() -> u32 {
+    loop {
+        let g = SAMPLED_SESSIONS
+            .fetch_add(1, Ordering::Relaxed)
+            .wrapping_add(1)
+            & 0x00ff_ffff;
+        if g != 0 {
+            return SAMPLED | g << 8;
+        }
+    }
+}
 
 /// What the hook reads on every call: the mode, and beside it the table of sampled addresses a
 /// sampled free looks at (one static, so the program's code, which reaches another crate's
@@ -723,19 +751,27 @@ const STATE_FRESH: u8 = 0;
 const STATE_RING: u8 = 1;
 const STATE_EXITED: u8 = 2;
 
+// `repr(C)`: the two fields sampled mode's fast path reads come first, on one cache line.
+#[repr(C)]
 struct Local {
-    ring: Cell<*const Ring>,
+    /// Sampler: bytes left to the next sample (an allocation of at least this many reaches
+    /// it), at most the interval: the rest is in `reserve` ([`set_countdown`]). Unsigned, so
+    /// the fast path's test is the subtraction's borrow. Only read while `armed` is the mode.
+    to_sample: Cell<u64>,
+    /// The sampled session's mode word ([`sampled_mode`]) the countdown was drawn for (0:
+    /// none): the fast path counts down only while the mode is this word.
+    armed: Cell<u32>,
     state: Cell<u8>,
     /// Inside the hook, or the tracker's thread: events are not recorded.
     busy: Cell<bool>,
-    /// Sampler: bytes left to the next sample (an allocation of at least this many reaches
-    /// it; 0: none drawn yet). Unsigned, so the fast path's test is the subtraction's borrow.
-    to_sample: Cell<u64>,
+    ring: Cell<*const Ring>,
+    /// Bytes to the next sample beyond `to_sample`.
+    reserve: Cell<u64>,
     rng: Cell<u64>,
-    /// The sampler's next gap, drawn one sample ahead ([`next_gap`]).
-    spare_gap: Cell<u64>,
-    /// The sampler generation it was drawn for (a new session restarts it).
-    sampler_gen: Cell<u32>,
+    /// The sampler's next gaps drawn ahead ([`draw_ahead`]): `spare[spare_next..SPARE]` are
+    /// the next ones, in order (`spare_next` = [`SPARE`]: none).
+    spare: [Cell<u64>; SPARE],
+    spare_next: Cell<usize>,
     /// Open zones (callsite addresses) and the interned path of each prefix.
     depth: Cell<u32>,
     interned: Cell<u32>,
@@ -775,13 +811,15 @@ const NO_BLOCK: (u64, u64) = (u64::MAX, 0);
 thread_local! {
     static LOCAL: Local = const {
         Local {
-            ring: Cell::new(ptr::null()),
-            state: Cell::new(STATE_FRESH),
-            busy: Cell::new(false),
             to_sample: Cell::new(0),
+            armed: Cell::new(0),
+            state: Cell::new(STATE_FRESH),
+            reserve: Cell::new(0),
+            busy: Cell::new(false),
+            ring: Cell::new(ptr::null()),
             rng: Cell::new(0),
-            spare_gap: Cell::new(0),
-            sampler_gen: Cell::new(0),
+            spare: [const { Cell::new(0) }; SPARE],
+            spare_next: Cell::new(SPARE),
             depth: Cell::new(0),
             interned: Cell::new(0),
             zones: [const { Cell::new(0) }; MAX_ZONES],
@@ -1073,11 +1111,10 @@ pub(crate) fn filter_clear() {
 
 // === The hook's entry points ===
 
-/// Sampler state shared by all threads: the mean interval, the seed, and a generation each
-/// session bumps so threads redraw.
+/// Sampler state shared by all threads: the mean interval and the seed (set before a sampled
+/// session's mode word, [`sampled_mode`], is).
 pub(crate) static SAMPLE_INTERVAL: AtomicU64 = AtomicU64::new(4096);
 pub(crate) static SAMPLE_SEED: AtomicU64 = AtomicU64::new(0);
-pub(crate) static SAMPLER_GEN: AtomicU32 = AtomicU32::new(1);
 static THREAD_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// An allocation of `size` bytes at `addr` happened (after the inner allocator returned);
@@ -1095,16 +1132,19 @@ pub(crate) fn on_alloc(mode: u32, addr: *mut u8, size: usize) -> *mut u8 {
 
 /// Sampled mode's countdown (`mode` is not [`OFF`]): `true` when an allocation of `size` bytes
 /// does not reach the next sample (the countdown is lowered by `size`; nothing else to do), in
-/// the other modes `false`. One thread-local subtraction; it runs before the inner allocator
-/// (a failed allocation, which the countdown then counts, is not recorded in sampled mode
-/// either way unless it is sampled).
+/// the other modes `false`, and `false` too when the thread's countdown was drawn for another
+/// session (or none): [`sample_weight`] draws it for this one. One compare with the
+/// thread-local armed word (where a compare with [`SAMPLED`] would be) and one thread-local
+/// subtraction; it runs before the inner allocator (a failed allocation, which the countdown
+/// then counts, is not recorded in sampled mode either way unless it is sampled).
 #[inline(always)]
 pub(crate) fn alloc_not_sampled(mode: u32, size: usize) -> bool {
-    if mode != SAMPLED {
-        return false;
-    }
     LOCAL
         .try_with(|l| {
+            // Only a sampled session's word is ever armed (exact mode, a probe: `false`).
+            if l.armed.get() != mode {
+                return false;
+            }
             // One `sub` and its flags: no borrow and not zero.
             let left = l.to_sample.get();
             let skip = left > size as u64;
@@ -1153,7 +1193,7 @@ fn record_alloc(mode: u32, addr: *mut u8, size: usize) {
         }
         let mut weight = size as u64;
         if mode & SAMPLED != 0 {
-            weight = sample_weight(l, size as u64);
+            weight = sample_weight(l, size as u64, mode);
             if weight == 0 {
                 return;
             }
@@ -1239,7 +1279,8 @@ fn exact_alloc(l: &Local, addr: u64, size: u64) -> bool {
     true
 }
 
-/// Whether a free of `addr` needs [`on_free`] (`mode` is not [`OFF`]): in exact mode always; in
+/// Whether a free of `addr` needs [`on_free`]: with the mode [`OFF`] (or a probe) never; in
+/// exact mode always; in
 /// sampled mode when the address's table slot is not empty (a hash, one load and a test: most
 /// frees stop here). A slot that holds another sampled block, or that is marked
 /// [`OVERFLOWED`], sends the free to [`on_free`], which compares the address and asks the
@@ -1249,7 +1290,7 @@ fn exact_alloc(l: &Local, addr: u64, size: u64) -> bool {
 /// nothing else on this path, so it keeps no registers across a call.
 #[inline(always)]
 pub(crate) fn free_needs_hook(mode: u32, addr: *mut u8) -> bool {
-    if mode == SAMPLED {
+    if is_sampled(mode) {
         table_slot(addr_hash(addr as u64)).load(Ordering::Relaxed) != 0
     } else {
         mode & EXACT != 0
@@ -1262,7 +1303,7 @@ pub(crate) fn free_needs_hook(mode: u32, addr: *mut u8) -> bool {
 /// [`free_needs_hook`] has filtered out the rest.
 #[inline(always)]
 pub(crate) fn on_free(mode: u32, addr: *mut u8, size: usize) {
-    let flags = if mode == SAMPLED {
+    let flags = if is_sampled(mode) {
         match sampled_free(addr as u64) {
             Some(f) => f,
             None => return,
@@ -1272,7 +1313,7 @@ pub(crate) fn on_free(mode: u32, addr: *mut u8, size: usize) {
     } else {
         return;
     };
-    on_free_slow(addr, size, flags);
+    on_free_slow(addr, size, flags, mode);
 }
 
 /// A free right after its block's allocation (the thread's newest record allocated it) costs
@@ -1289,8 +1330,12 @@ pub(crate) fn on_free(mode: u32, addr: *mut u8, size: usize) {
 /// allocation's. The free's time is early by at most the block's life, which is within one
 /// tracker pass (a pass that takes the allocation before the mark claims it, and the free
 /// then comes as its own record at a new reading).
+///
+/// In sampled mode (`mode`), a thread sampling in this session draws its next gap here when
+/// it is not drawn yet ([`draw_ahead`]: after this free's locked table update, which is the
+/// last one before the thread's next sample when the block is its own, freed right after).
 #[inline(never)]
-fn on_free_slow(addr: *mut u8, size: usize, flags: u64) {
+fn on_free_slow(addr: *mut u8, size: usize, flags: u64, mode: u32) {
     let _ = LOCAL.try_with(|l| {
         if l.busy.get() {
             UNTRACKED.fetch_add(1, Ordering::Relaxed);
@@ -1346,6 +1391,9 @@ fn on_free_slow(addr: *mut u8, size: usize, flags: u64) {
             l.last_free
                 .set(if own { (addr as u64, now) } else { NO_BLOCK });
         }
+        if l.armed.get() == mode {
+            draw_ahead(l);
+        }
         l.busy.set(false);
     });
 }
@@ -1384,52 +1432,90 @@ pub(crate) fn record_pool(kind: u64, pool: u16, addr: u64, size: u64) {
 }
 
 /// heapprofd's sampler: the bytes this allocation stands for (0: not sampled). Called when
-/// the countdown ran out. A thread's first call in a session (new generation) draws a fresh
-/// countdown from the session's seed; a countdown carried over from an earlier session is
-/// still a valid exponential draw (memoryless) until then.
+/// the countdown ran out, or was armed for another session than `mode`'s (the first
+/// allocation of a thread in a sampled session): then the thread's generator is seeded from
+/// the session's seed and its countdown drawn anew, and the allocation counts against that.
 #[cold]
-fn sample_weight(l: &Local, size: u64) -> u64 {
+fn sample_weight(l: &Local, size: u64, mode: u32) -> u64 {
     let interval = SAMPLE_INTERVAL.load(Ordering::Relaxed).max(1);
-    let gen = SAMPLER_GEN.load(Ordering::Relaxed);
-    if l.sampler_gen.get() != gen {
-        l.sampler_gen.set(gen);
+    if l.armed.get() != mode {
+        l.armed.set(mode);
         let n = THREAD_COUNTER.fetch_add(1, Ordering::Relaxed);
-        let seed = super::sampler::thread_seed(SAMPLE_SEED.load(Ordering::Relaxed), n);
-        let mut rng = seed;
-        l.spare_gap
-            .set(super::sampler::next_gap(&mut rng, interval));
-        l.rng.set(rng);
-        l.to_sample.set(next_gap(l, interval));
+        l.rng.set(super::sampler::thread_seed(
+            SAMPLE_SEED.load(Ordering::Relaxed),
+            n,
+        ));
+        l.spare_next.set(SPARE);
+        set_countdown(l, next_gap(l, interval), interval);
     }
     if size >= interval {
         // Large allocations are always taken, at their size (the countdown is not touched).
         return size;
     }
     // In i64 (`min` keeps the casts exact; a countdown is a few intervals in practice).
-    let mut left = l.to_sample.get().min(i64::MAX as u64) as i64 - size as i64;
+    let countdown = l.to_sample.get().saturating_add(l.reserve.get());
+    let mut left = countdown.min(i64::MAX as u64) as i64 - size as i64;
     let mut weight = 0;
     while left <= 0 {
         left = left.saturating_add(next_gap(l, interval).min(i64::MAX as u64) as i64);
         weight += interval;
     }
-    // `left` > 0 here.
-    l.to_sample.set(left as u64);
+    // `left` > 0 here. Without a crossing, only the cap ran out: the countdown goes on.
+    set_countdown(l, left as u64, interval);
     weight
 }
 
-/// The thread's next gap of the sampler: the one drawn at the previous call (or when the
-/// session's generation began), while the one after it is drawn now. The gaps are the same
-/// sequence as drawn one at a time; drawing one ahead takes the draw's long chain of
-/// dependent float operations off the sample's path (nothing waits for its result until the
-/// next sample, so the processor runs it beside the rest of the hook).
+/// Sets the thread's countdown to `bytes`: at most `interval` of them where the fast path
+/// counts down ([`alloc_not_sampled`]), the rest in reserve. So every allocation of at least
+/// `interval` bytes reaches [`sample_weight`], which always takes it; and an allocation that
+/// runs the capped part out without reaching the sample only moves the countdown on there
+/// (about 0.6 such calls per sample, as a gap is `interval` × an exponential draw).
+#[inline(always)]
+fn set_countdown(l: &Local, bytes: u64, interval: u64) {
+    let fast = bytes.min(interval);
+    l.to_sample.set(fast);
+    l.reserve.set(bytes - fast);
+}
+
+/// Gaps [`draw_ahead`] draws at a time.
+const SPARE: usize = 4;
+
+/// The thread's next gap of the sampler: the next one drawn ahead when there is one
+/// ([`draw_ahead`]), else drawn now. Either way the gaps are the generator's sequence, drawn
+/// in order.
 #[inline(always)]
 fn next_gap(l: &Local, interval: u64) -> u64 {
-    let ready = l.spare_gap.get();
+    let i = l.spare_next.get();
+    if i < SPARE {
+        l.spare_next.set(i + 1);
+        return l.spare[i].get();
+    }
+    draw_gap(l, interval)
+}
+
+fn draw_gap(l: &Local, interval: u64) -> u64 {
     let mut rng = l.rng.get();
-    l.spare_gap
-        .set(super::sampler::next_gap(&mut rng, interval));
+    let g = super::sampler::next_gap(&mut rng, interval);
     l.rng.set(rng);
-    ready
+    g
+}
+
+/// Draws the thread's next [`SPARE`] gaps ahead of the samples that take them, when the ones
+/// drawn before are used up. A draw is a long chain of dependent float operations that
+/// nothing waits for until a later sample: called where no locked instruction follows soon
+/// (the free of a sample's block on its own thread, after that free's table update), the
+/// processor runs it beside the allocations that follow instead of holding the next locked
+/// instruction until it is done; and the chains of four draws (after the generator's short
+/// integer steps) run side by side, in about the time of one.
+#[inline(always)]
+fn draw_ahead(l: &Local) {
+    if l.spare_next.get() >= SPARE {
+        let interval = SAMPLE_INTERVAL.load(Ordering::Relaxed).max(1);
+        for s in &l.spare {
+            s.set(draw_gap(l, interval));
+        }
+        l.spare_next.set(0);
+    }
 }
 
 // === Zones (sites) ===
@@ -1707,6 +1793,73 @@ mod tests {
             runs.dedup();
             assert!(runs.len() >= 2, "{allocs:?}");
             assert!(runs.len() < allocs.len(), "some reuse: {allocs:?}");
+        }
+    }
+
+    /// A sampled session's first allocation on a thread draws the thread's countdown for that
+    /// session, even while a countdown drawn in an earlier session (with a far larger
+    /// interval) has bytes left: it never runs on into the new session.
+    #[test]
+    fn a_new_session_rearms_the_countdown() {
+        let _t = table_lock();
+        let saved = SAMPLE_INTERVAL.load(Ordering::Relaxed);
+        let (first, second) = (sampled_mode(), sampled_mode());
+        assert_ne!(first, second);
+        assert!(is_sampled(first) && is_sampled(second));
+        assert!(first & (EXACT | PROBE) == 0 && second & (EXACT | PROBE) == 0);
+        // A session sampling every 2^40 bytes: its first allocation arms the countdown, which
+        // then lets 64-byte allocations through (the fast path).
+        SAMPLE_INTERVAL.store(1 << 40, Ordering::Relaxed);
+        assert!(!alloc_not_sampled(first, 64), "not armed yet");
+        LOCAL.with(|l| assert_eq!(sample_weight(l, 64, first), 0));
+        for _ in 0..1000 {
+            assert!(alloc_not_sampled(first, 64));
+        }
+        // The next session samples every byte: its first allocation goes to the sampler (not
+        // counted down by the fast path), which re-arms the thread and takes it.
+        SAMPLE_INTERVAL.store(1, Ordering::Relaxed);
+        assert!(!alloc_not_sampled(second, 64), "re-armed, not counted down");
+        LOCAL.with(|l| {
+            assert_eq!(sample_weight(l, 64, second), 64, "every byte a sample");
+            assert_eq!(l.armed.get(), second);
+        });
+        assert!(
+            !alloc_not_sampled(second, 64),
+            "interval 1: every allocation"
+        );
+        // Exact mode and a probe never count down, whatever the thread is armed for.
+        assert!(!alloc_not_sampled(EXACT, 64));
+        assert!(!alloc_not_sampled(PROBE, 64));
+        SAMPLE_INTERVAL.store(saved, Ordering::Relaxed);
+    }
+
+    /// Every allocation of at least the interval reaches the sampler, which takes it at its
+    /// size, whatever the countdown stands at (the fast path's part of it is at most an
+    /// interval); the smaller ones between them are sampled as before.
+    #[test]
+    fn allocations_of_the_interval_always_reach_the_sampler() {
+        let _t = table_lock();
+        let saved = SAMPLE_INTERVAL.swap(4096, Ordering::Relaxed);
+        let mode = sampled_mode();
+        let n: u64 = if cfg!(miri) { 300 } else { 20_000 };
+        let (mut large, mut small) = (0u64, 0u64);
+        let alloc = |size: u64| {
+            if alloc_not_sampled(mode, size as usize) {
+                0
+            } else {
+                LOCAL.with(|l| sample_weight(l, size, mode))
+            }
+        };
+        for _ in 0..n {
+            small += alloc(1000);
+            large += alloc(4096);
+        }
+        SAMPLE_INTERVAL.store(saved, Ordering::Relaxed);
+        assert_eq!(large, n * 4096);
+        if !cfg!(miri) {
+            // 20 MB in 1000-byte blocks, sampled every 4096 bytes: about 4880 samples (sd 70).
+            let samples = small / 4096;
+            assert!((4500..5300).contains(&samples), "{samples}");
         }
     }
 

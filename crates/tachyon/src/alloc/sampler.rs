@@ -23,16 +23,22 @@ fn next(state: &mut u64) -> u64 {
 
 /// Bytes to the next sample: an exponential draw with mean `interval`, at least 1.
 ///
-/// The conversions between integers and floats go through `i64`: every value here fits in 63
-/// bits (53 random bits; an interval below 2^62; a gap below 37 intervals, as `-ln u` is below
-/// 37), and x86-64 converts signed integers in one instruction where unsigned ones take a
-/// branch and a fix-up (this runs once per sample, on the allocating thread).
+/// The uniform is `u = v / 2^53` for `v` = 53 random bits + 1 (in `(0, 1]`: ln 0 is infinite),
+/// and `-ln u` is taken from `u`'s exponent and mantissa, which come from `v` by a count of
+/// leading zeros and shifts: the same bits a conversion to `f64` would give (`v` fits in its
+/// 53-bit significand), without the conversions' latency (this runs once per sample, on the
+/// allocating thread, as one chain of dependent operations). The conversions left go through
+/// `i64`: every value here fits in 63 bits (an interval below 2^62; a gap below 37 intervals,
+/// as `-ln u` is below 37), and x86-64 converts signed integers in one instruction where
+/// unsigned ones take a branch and a fix-up.
 pub(crate) fn next_gap(state: &mut u64, interval: u64) -> u64 {
-    // A uniform in (0, 1]: 53 random bits, never 0 (ln 0 is infinite).
-    let u = ((next(state) >> 11) as i64 + 1) as f64 * (1.0 / (1u64 << 53) as f64);
+    let v = (next(state) >> 11) + 1;
+    let lz = v.leading_zeros();
+    // `u = 2^(63 - lz - 53) × 1.mantissa`: the bits after `v`'s leading one, left-aligned.
+    let mantissa = ((v << lz) << 1) >> 12;
     let mean = interval.min(1 << 62) as i64 as f64;
     // `as i64` saturates (a gap never comes near).
-    ((neg_ln(u) * mean) as i64).max(1) as u64
+    ((neg_ln_parts(10 - i64::from(lz), mantissa) * mean) as i64).max(1) as u64
 }
 
 /// `ln(1 + x) / x` on `[√½ − 1, √2 − 1]`: a degree-9 least-squares fit (coefficients of
@@ -50,18 +56,29 @@ const LN1P_OVER_X: [f64; 10] = [
     -0.076_385_924_575_260_47,
 ];
 
-/// `-ln(u)` for `u` in `(0, 1]` (a normal number), without a libm call: `u = 2^e × m` with
-/// `m` in `[√½, √2)` from its bits, and `ln m` from [`LN1P_OVER_X`]. The error (below 2e-9
-/// absolute) is far under what a byte count can show: a gap of `interval` × this.
-#[inline]
+/// `-ln(u)` for `u` in `(0, 1]` (a normal number), without a libm call ([`neg_ln_parts`] of
+/// its exponent and mantissa bits).
+#[cfg(test)]
 fn neg_ln(u: f64) -> f64 {
     let bits = u.to_bits();
-    let mut e = ((bits >> 52) & 0x7ff) as i64 - 1023;
-    let mut m = f64::from_bits((bits & ((1 << 52) - 1)) | (1023 << 52));
-    if m > std::f64::consts::SQRT_2 {
-        m *= 0.5;
-        e += 1;
-    }
+    neg_ln_parts(((bits >> 52) & 0x7ff) as i64 - 1023, bits & MANTISSA)
+}
+
+const MANTISSA: u64 = (1 << 52) - 1;
+
+/// `-ln(2^e × 1.mantissa)` (`mantissa`: the 52 bits of an `f64`'s): with `m` in `[√½, √2)`
+/// (the mantissa halved when above √2, compared as bits), and `ln m` from [`LN1P_OVER_X`]. The
+/// error (below 2e-9 absolute) is far under what a byte count can show: a gap of `interval` ×
+/// this.
+#[inline]
+fn neg_ln_parts(mut e: i64, mantissa: u64) -> f64 {
+    let (exponent, carry) = if mantissa > std::f64::consts::SQRT_2.to_bits() & MANTISSA {
+        (1022, 1)
+    } else {
+        (1023, 0)
+    };
+    e += carry;
+    let m = f64::from_bits(mantissa | exponent << 52);
     let x = m - 1.0;
     // Estrin's scheme: pairs, then quads, then the whole, so the chain of dependent
     // multiply-adds is four long instead of Horner's nine (this runs once per sample, on the
@@ -114,6 +131,25 @@ mod tests {
         }
         assert!(worst < 2e-9, "worst error {worst:e}");
         assert_eq!(neg_ln(1.0), 0.0);
+    }
+
+    /// The gaps are those of the uniform converted to `f64` the plain way (`v as f64 / 2^53`),
+    /// bit for bit.
+    #[test]
+    fn gaps_take_the_uniforms_bits_as_a_conversion_would() {
+        let n = if cfg!(miri) { 200 } else { 100_000 };
+        for interval in [1, 4096, 1 << 40] {
+            let (mut a, mut b) = (thread_seed(9, 1), thread_seed(9, 1));
+            for _ in 0..n {
+                let got = next_gap(&mut a, interval);
+                let u = ((next(&mut b) >> 11) + 1) as f64 / (1u64 << 53) as f64;
+                let want = ((neg_ln(u) * interval as f64) as i64).max(1) as u64;
+                assert_eq!(got, want, "u {u}");
+            }
+        }
+        // The ends: u = 1 (the largest draw, a gap of at least 1) and u = 2^-53.
+        assert_eq!(neg_ln_parts(0, 0), 0.0);
+        assert!((neg_ln_parts(-53, 0) - 53.0 * std::f64::consts::LN_2).abs() < 1e-8);
     }
 
     #[test]

@@ -14,7 +14,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::live::LiveTable;
-use super::local::{self, Record, EXACT, HOOK, OFF, PROBE, SAMPLED};
+use super::local::{self, Record, EXACT, HOOK, OFF, PROBE};
 use super::profile::{self, HeapDump, Totals};
 use super::sites;
 use super::{MemoryConfig, MemoryMode};
@@ -690,13 +690,14 @@ pub(crate) fn start_session(config: &MemoryConfig) {
     let clock = crate::clock::clock();
     let (bits, interval) = match config.mode {
         MemoryMode::Exact => (EXACT, 1),
-        MemoryMode::Sampled { interval } => (SAMPLED, interval.max(1)),
+        // The sampled mode word carries the session's generation: each thread's first
+        // allocation in it draws the thread's countdown anew (`local::sampled_mode`).
+        MemoryMode::Sampled { interval } => (local::sampled_mode(), interval.max(1)),
         MemoryMode::Off => return,
     };
     local::SAMPLE_INTERVAL.store(interval, Ordering::Relaxed);
     let seed = config.seed.unwrap_or_else(crate::clock::realtime_ns);
     local::SAMPLE_SEED.store(seed, Ordering::Relaxed);
-    local::SAMPLER_GEN.fetch_add(1, Ordering::Relaxed);
     local::filter_clear();
     let depth = config.stack_depth();
     if depth > 0 {

@@ -161,15 +161,23 @@ thread_local! {
 const MEMO_READS: usize = 4 * super::MAX_DEPTH;
 
 /// The calling thread's last walk by [`fast_walk`]: where it started, what it gave, and every
-/// stack word it read. Each step of a walk is a function of the unwinder (`state`), the
-/// registers it starts from and the words it reads, so a walk from the same registers whose
-/// words all still hold the same values gives the same frames: checking those words (a load
-/// and a compare each) replaces the walk (a rule lookup and its arithmetic per frame). The
-/// common case it serves: allocations from the same call path, one after another.
+/// stack word whose value it used. Each step of a walk is a function of the unwinder
+/// (`state`), the registers it starts from and the words it reads, so a walk from the same
+/// registers whose words all still hold the same values gives the same frames: checking those
+/// words (a load and a compare each) replaces the walk (a rule lookup and its arithmetic per
+/// frame). The common case it serves: allocations from the same call path, one after another.
+///
+/// Only what the frames depend on is kept: the return addresses, and `bp` (the starting
+/// register, or a word a frame saved it in) only where a later rule computed a frame's address
+/// from it. Optimized code without frame pointers uses `rbp` as an ordinary register (a
+/// caller's loop counter, say), which every function that uses it too saves on the stack: a
+/// walk reads those saved values but never uses them, and they change from call to call.
 struct Memo {
     state: *const State,
-    /// (ip, sp, bp, skip, out.len()) of the walk.
-    key: (u64, u64, u64, usize, usize),
+    /// (ip, sp, skip, out.len()) of the walk.
+    key: (u64, u64, usize, usize),
+    /// The starting `bp`, when the walk used it ([`Words::bp_used`]); `None` when it did not.
+    bp: Option<u64>,
     valid: bool,
     /// Names the kept walk: a new value (never 0) each time a walk is kept, so two walks
     /// answered with the same id gave the same frames ([`walk_from`]'s second value).
@@ -177,7 +185,107 @@ struct Memo {
     n: usize,
     frames: [u64; super::MAX_DEPTH],
     reads: usize,
+    /// (address, value) of the words the walk used.
     words: [(u64, u64); MEMO_READS],
+}
+
+/// How a walk reads the stack, and what it tells about the words it read: [`Words::read_bp`]
+/// reads a saved `bp`, whose value the walk may never use; [`Words::bp_used`] says it used the
+/// current `bp` (the starting register, or the word it was last read from) after all.
+/// [`Memo`] keeps only the words that were used.
+trait Words {
+    /// A word whose value the walk uses (a return address).
+    fn read(&mut self, addr: u64) -> Result<u64, ()>;
+
+    /// A saved `bp`: the walk's `bp` from now on.
+    fn read_bp(&mut self, addr: u64) -> Result<u64, ()> {
+        self.read(addr)
+    }
+
+    /// The walk uses the current `bp`'s value.
+    fn bp_used(&mut self) {}
+}
+
+/// A stack reader that keeps nothing.
+struct Plain<F>(F);
+
+impl<F: FnMut(u64) -> Result<u64, ()>> Words for Plain<F> {
+    #[inline(always)]
+    fn read(&mut self, addr: u64) -> Result<u64, ()> {
+        (self.0)(addr)
+    }
+}
+
+/// In a [`Recorder`]'s word: a saved `bp` not used (yet). Bit 0 is free: words are 8-aligned.
+const UNUSED_BP: u64 = 1;
+
+/// A stack reader that records every word it reads into a [`Memo`]'s `words` (a saved `bp`
+/// tagged [`UNUSED_BP`] until it is used); `full` when they did not fit.
+struct Recorder<'a, R> {
+    read: &'a mut R,
+    words: &'a mut [(u64, u64)],
+    reads: usize,
+    full: bool,
+    /// Where the current `bp` came from: `None`, the starting register; `Some(i)`, `words[i]`.
+    bp_from: Option<usize>,
+    /// The starting `bp` was used.
+    start_bp_used: bool,
+}
+
+impl<R: FnMut(u64) -> Result<u64, ()>> Recorder<'_, R> {
+    #[inline(always)]
+    fn record(&mut self, tagged: u64, v: u64) -> Option<usize> {
+        let i = self.reads;
+        match self.words.get_mut(i) {
+            Some(w) => {
+                *w = (tagged, v);
+                self.reads += 1;
+                Some(i)
+            }
+            None => {
+                self.full = true;
+                None
+            }
+        }
+    }
+
+    /// Drops the saved `bp` words never used; the rest keep their order.
+    fn keep_used(&mut self) {
+        let mut k = 0;
+        for i in 0..self.reads {
+            let w = self.words[i];
+            if w.0 & UNUSED_BP == 0 {
+                self.words[k] = w;
+                k += 1;
+            }
+        }
+        self.reads = k;
+    }
+}
+
+impl<R: FnMut(u64) -> Result<u64, ()>> Words for Recorder<'_, R> {
+    #[inline(always)]
+    fn read(&mut self, addr: u64) -> Result<u64, ()> {
+        let v = (self.read)(addr)?;
+        self.record(addr, v);
+        Ok(v)
+    }
+
+    #[inline(always)]
+    fn read_bp(&mut self, addr: u64) -> Result<u64, ()> {
+        let v = (self.read)(addr)?;
+        // A failed record (`full`) keeps nothing anyway.
+        self.bp_from = self.record(addr | UNUSED_BP, v);
+        Ok(v)
+    }
+
+    #[inline(always)]
+    fn bp_used(&mut self) {
+        match self.bp_from {
+            None => self.start_bp_used = true,
+            Some(i) => self.words[i].0 &= !UNUSED_BP,
+        }
+    }
 }
 
 /// The registers unwinding starts from: inlined, so they are the caller's (the function that
@@ -239,8 +347,8 @@ pub(super) fn walk_from_id(
 }
 
 /// [`fast_walk`] through the thread's [`Memo`]: the last walk's frames when it started from
-/// the same registers and every word it read is unchanged; otherwise a walk, kept for next
-/// time when it succeeds.
+/// the same registers (`bp` only when it used it) and every word it used is unchanged;
+/// otherwise a walk, kept for next time when it succeeds.
 #[inline(always)]
 fn memo_walk(
     ip: u64,
@@ -250,14 +358,15 @@ fn memo_walk(
     out: &mut [u64],
     read: &mut impl FnMut(u64) -> Result<u64, ()>,
 ) -> Option<(usize, u64)> {
-    let key = (ip, sp, bp, skip, out.len());
+    let key = (ip, sp, skip, out.len());
     let kept = MEMO.try_with(|m| {
         // A nested call (the memo in use): walk without it.
         let mut m = m.try_borrow_mut().ok()?;
         let m = m.get_or_insert_with(|| {
             Box::new(Memo {
                 state: std::ptr::null(),
-                key: (0, 0, 0, 0, 0),
+                key: (0, 0, 0, 0),
+                bp: None,
                 valid: false,
                 id: 0,
                 n: 0,
@@ -268,6 +377,7 @@ fn memo_walk(
         });
         if m.valid
             && m.key == key
+            && m.bp.is_none_or(|b| b == bp)
             && std::ptr::eq(m.state, STATE.load(Ordering::Acquire))
             && m.n <= out.len()
             && m.words[..m.reads].iter().all(|&(a, v)| {
@@ -283,27 +393,24 @@ fn memo_walk(
         }
         m.valid = false;
         m.reads = 0;
-        let mut full = false;
-        let got = {
-            let (words, reads) = (&mut m.words, &mut m.reads);
-            let mut rec = |a: u64| -> Result<u64, ()> {
-                let v = read(a)?;
-                match words.get_mut(*reads) {
-                    Some(w) => {
-                        *w = (a, v);
-                        *reads += 1;
-                    }
-                    None => full = true,
-                }
-                Ok(v)
-            };
-            fast_walk(ip, sp, bp, skip, out, &mut rec)
+        let mut rec = Recorder {
+            read,
+            words: &mut m.words,
+            reads: 0,
+            full: false,
+            bp_from: None,
+            start_bp_used: false,
         };
+        let got = fast_walk(ip, sp, bp, skip, out, &mut rec);
+        rec.keep_used();
+        let (full, reads, start_bp_used) = (rec.full, rec.reads, rec.start_bp_used);
         if let Some(n) = got {
             if !full && n <= m.frames.len() {
                 m.frames[..n].copy_from_slice(&out[..n]);
                 m.n = n;
+                m.reads = reads;
                 m.key = key;
+                m.bp = start_bp_used.then_some(bp);
                 // The unwinder the walk used (`fast_walk` builds it again when a module
                 // appeared): a later one may have other rules.
                 m.state = STATE.load(Ordering::Acquire);
@@ -316,7 +423,7 @@ fn memo_walk(
     });
     match kept {
         Ok(Some(got)) => got,
-        _ => fast_walk(ip, sp, bp, skip, out, read).map(|n| (n, 0)),
+        _ => fast_walk(ip, sp, bp, skip, out, &mut Plain(read)).map(|n| (n, 0)),
     }
 }
 
@@ -439,7 +546,7 @@ fn fast_walk(
     bp: u64,
     mut skip: usize,
     out: &mut [u64],
-    read: &mut impl FnMut(u64) -> Result<u64, ()>,
+    read: &mut impl Words,
 ) -> Option<usize> {
     let st = state();
     if !st.ranges.iter().any(|&(s, e)| (s..e).contains(&ip)) {
@@ -490,23 +597,25 @@ fn fast_walk(
                         ..rule
                     };
                 }
-                let (mut ra, mut sp, mut bp) = match f.slots[first] {
-                    rule if rule.addr == ip | EXACT_PC
-                        && !rule.end
-                        && !(rule.cfa_from_bp && bp == 0) =>
-                    {
+                let rule = f.slots[first];
+                let compact = rule.addr == ip | EXACT_PC && !rule.end;
+                if compact && rule.cfa_from_bp {
+                    read.bp_used();
+                }
+                let (mut ra, mut sp, mut bp) = match rule {
+                    rule if compact && !(rule.cfa_from_bp && bp == 0) => {
                         let base = if rule.cfa_from_bp { bp } else { sp };
                         let cfa = base.wrapping_add(rule.cfa_off as i64 as u64);
                         if cfa <= sp {
                             return Some(n);
                         }
-                        let Ok(ra) = read(cfa.wrapping_add(rule.ra_off as i64 as u64)) else {
+                        let Ok(ra) = read.read(cfa.wrapping_add(rule.ra_off as i64 as u64)) else {
                             return Some(n);
                         };
                         let bp = if rule.bp_off == BP_SAME {
                             bp
                         } else {
-                            match read(cfa.wrapping_add(rule.bp_off as i64 as u64)) {
+                            match read.read_bp(cfa.wrapping_add(rule.bp_off as i64 as u64)) {
                                 Ok(b) => b,
                                 Err(()) => return Some(n),
                             }
@@ -514,12 +623,15 @@ fn fast_walk(
                         (ra, cfa, bp)
                     }
                     _ => {
+                        // framehop's step may use `bp`, and every word it reads counts as
+                        // used; the `bp` it leaves comes from those.
+                        read.bp_used();
                         let mut regs = UnwindRegsX86_64::new(ip, sp, bp);
                         let first = st.unwinder.unwind_frame(
                             FrameAddress::InstructionPointer(ip),
                             &mut regs,
                             cache,
-                            read,
+                            &mut |a| read.read(a),
                         );
                         let Ok(Some(ra)) = first else {
                             return Some(n);
@@ -541,19 +653,26 @@ fn fast_walk(
                         rule = learn(st, cache, ra, false)?;
                         f.slots[slot] = rule;
                     }
-                    if rule.end || (rule.cfa_from_bp && bp == 0) {
+                    if rule.end {
                         break;
+                    }
+                    if rule.cfa_from_bp {
+                        read.bp_used();
+                        if bp == 0 {
+                            break;
+                        }
                     }
                     let base = if rule.cfa_from_bp { bp } else { sp };
                     let cfa = base.wrapping_add(rule.cfa_off as i64 as u64);
                     if cfa <= sp {
                         break; // not moving up the stack: a corrupt frame
                     }
-                    let Ok(next) = read(cfa.wrapping_add(rule.ra_off as i64 as u64)) else {
+                    let Ok(next) = read.read(cfa.wrapping_add(rule.ra_off as i64 as u64)) else {
                         break;
                     };
                     if rule.bp_off != BP_SAME {
-                        let Ok(b) = read(cfa.wrapping_add(rule.bp_off as i64 as u64)) else {
+                        let Ok(b) = read.read_bp(cfa.wrapping_add(rule.bp_off as i64 as u64))
+                        else {
                             break;
                         };
                         bp = b;
@@ -667,6 +786,58 @@ fn stack_bounds() -> Option<(u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The recorder keeps the return addresses and only the saved `bp` words a rule used (the
+    /// latest one read before each use), and the starting `bp` when it was used before any.
+    #[test]
+    fn the_memo_keeps_the_words_the_walk_used() {
+        let mut stack = |a: u64| -> Result<u64, ()> { Ok(a * 2) };
+        let mut words = [(0u64, 0u64); 8];
+        let mut r = Recorder {
+            read: &mut stack,
+            words: &mut words,
+            reads: 0,
+            full: false,
+            bp_from: None,
+            start_bp_used: false,
+        };
+        assert_eq!(r.read(0x100), Ok(0x200));
+        assert_eq!(r.read_bp(0x108), Ok(0x210)); // replaced before any use
+        assert_eq!(r.read(0x110), Ok(0x220));
+        assert_eq!(r.read_bp(0x118), Ok(0x230));
+        r.bp_used();
+        r.bp_used();
+        assert_eq!(r.read(0x120), Ok(0x240));
+        assert_eq!(r.read_bp(0x128), Ok(0x250)); // never used
+        r.keep_used();
+        assert!(!r.start_bp_used && !r.full);
+        assert_eq!(r.reads, 4);
+        assert_eq!(
+            r.words[..4],
+            [
+                (0x100, 0x200),
+                (0x110, 0x220),
+                (0x118, 0x230),
+                (0x120, 0x240)
+            ]
+        );
+
+        let mut words = [(0u64, 0u64); 2];
+        let mut r = Recorder {
+            read: &mut stack,
+            words: &mut words,
+            reads: 0,
+            full: false,
+            bp_from: None,
+            start_bp_used: false,
+        };
+        r.bp_used();
+        for a in [0x100, 0x108, 0x110] {
+            r.read(a).unwrap();
+        }
+        assert!(r.start_bp_used);
+        assert!(r.full, "three words do not fit in two");
+    }
 
     #[test]
     fn header_encodings_decode() {
