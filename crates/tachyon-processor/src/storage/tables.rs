@@ -323,15 +323,15 @@ impl ArgBuilder {
         self.push_id(set, id);
     }
 
-    /// Adds the distinct argument `id` (from [`ArgBuilder::entry_id`]) to arg set `set`.
-    #[inline]
-    pub(crate) fn push_id(&mut self, set: u32, id: u32) {
+    /// Makes `set` the newest arg set (opening it and every set before it not opened yet), so
+    /// that its arguments go in order; false when a newer set exists, and they are late.
+    #[inline(always)]
+    fn open_in_order(&mut self, set: u32) -> bool {
         let t = &mut self.table;
         // `offsets[s]` is where set `s` starts; the newest set is `offsets.len() - 1`.
         let newest = t.offsets.len() as i64 - 1;
         if (set as i64) < newest {
-            self.late.push((set, id));
-            return;
+            return false;
         }
         while (t.offsets.len() as i64) <= set as i64 {
             if t.offsets.len() % GROUP == 0 {
@@ -339,7 +339,17 @@ impl ArgBuilder {
             }
             t.offsets.push(self.rows);
         }
-        push_id_varint(&mut t.data, id);
+        true
+    }
+
+    /// Adds the distinct argument `id` (from [`ArgBuilder::entry_id`]) to arg set `set`.
+    #[inline]
+    pub(crate) fn push_id(&mut self, set: u32, id: u32) {
+        if !self.open_in_order(set) {
+            self.late.push((set, id));
+            return;
+        }
+        push_id_varint(&mut self.table.data, id);
         self.rows += 1;
     }
 
@@ -348,18 +358,11 @@ impl ArgBuilder {
     /// arguments all go to one set).
     #[inline]
     pub(crate) fn push_ids(&mut self, set: u32, ids: &[u32]) {
-        let t = &mut self.table;
-        let newest = t.offsets.len() as i64 - 1;
-        if (set as i64) < newest {
+        if !self.open_in_order(set) {
             self.late.extend(ids.iter().map(|&id| (set, id)));
             return;
         }
-        while (t.offsets.len() as i64) <= set as i64 {
-            if t.offsets.len() % GROUP == 0 {
-                t.group.push(t.data.len() as u64);
-            }
-            t.offsets.push(self.rows);
-        }
+        let t = &mut self.table;
         // At most 5 bytes each: one capacity check for them all.
         t.data.reserve(ids.len() * 5);
         for &id in ids {

@@ -205,7 +205,8 @@ pub(crate) struct LockTemplate {
     generation: u32,
     /// The hold's begin up to and including the timestamp's tag, its length in byte 0.
     begin: [u8; LOCK_TEMPLATE],
-    /// The hold's end, likewise (at most 18 bytes: it fits the run path's prefix).
+    /// The hold's end, likewise (at most 19 bytes, 16 with a 49-bit uuid: it fits the run
+    /// path's prefix).
     end: [u8; encode::EVENT_PREFIX],
     /// `begin`'s first [`EVENT_PREFIX`](encode::EVENT_PREFIX) bytes as words, when the whole
     /// template fits them (its interned ids below 2^21): the run path's.
@@ -214,8 +215,8 @@ pub(crate) struct LockTemplate {
 }
 
 /// Room for the longest begin template: its length byte, then 2 + 2 + 11 + 11 + 11 + 3 bytes
-/// with a 10-byte uuid and 10-byte interning ids (41 bytes; stamped with an absolute time, 54
-/// bytes: within a block).
+/// with a 10-byte uuid and 10-byte interning ids (41 bytes; stamped with an absolute time, the
+/// clock's 2-byte tag and 5-byte id and a 10-byte timestamp added, 58 bytes: within a block).
 const LOCK_TEMPLATE: usize = 48;
 
 /// Lock templates of a thread, by [`lock_template_key`].
@@ -1307,6 +1308,22 @@ mod tests {
                 assert_eq!(e.category_iids().count(), 0);
             }
         }
+    }
+
+    /// The longest templates (10-byte uuid and ids) and their longest stampings are the sizes
+    /// the field docs of [`LockTemplate`] and [`LOCK_TEMPLATE`] give, within their arrays and
+    /// a block.
+    #[test]
+    fn the_longest_templates_fit() {
+        let t = lock_template(1, u64::MAX, u64::MAX, u64::MAX).expect("fits");
+        assert_eq!(usize::from(t.begin[0]) + 1, 41);
+        assert_eq!(usize::from(t.end[0]) + 1, 19);
+        let b = with_absolute_time(&t.begin, u64::MAX).expect("fits a block");
+        assert_eq!(usize::from(b[0]) + 1, 58);
+        let b = with_varint(&t.begin, u64::MAX).expect("fits a block");
+        assert_eq!(usize::from(b[0]) + 1, 51);
+        let t = lock_template(1, (1 << 49) - 1, 1, 1).expect("fits");
+        assert_eq!(usize::from(t.end[0]) + 1, 16);
     }
 
     /// What a hold costs the trace: with small ids, a begin and an end of at most 22 and 18
