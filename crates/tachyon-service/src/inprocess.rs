@@ -172,9 +172,6 @@ fn run(
     control: Receiver<Control>,
     hooks: ProducerHooks,
 ) -> io::Result<Vec<u8>> {
-    // Its wake-ups (a commit, the flush timer) do not preempt the traced threads that send
-    // them: see `sched`.
-    crate::sched::run_as_batch();
     let view = smb.service();
     let start = Instant::now();
     let write_period = core

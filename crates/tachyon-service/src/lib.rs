@@ -18,7 +18,7 @@
 //! assert_eq!(packets, [b"abc".to_vec(), b"d".to_vec()]);
 //! assert_eq!(buf.losses().total(), 0);
 //! ```
-// `unsafe` only in `populate` (the `madvise` calls) and `sched` (`sched_setscheduler`).
+// `unsafe` only in `populate` (the `madvise` calls).
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -30,7 +30,6 @@ mod fast_hash;
 mod inprocess;
 mod populate;
 mod readout;
-mod sched;
 mod session;
 mod stats;
 mod trace_buffer;
