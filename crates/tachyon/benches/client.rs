@@ -30,8 +30,9 @@
 //! wall time of stopping that session per event: the read-out of the buffer into the trace.
 //! Beside them: the traced thread's own CPU per event, how many events it encoded itself (its
 //! queue full, the drainer behind: that encoding is in the traced thread's CPU, not the
-//! helpers'), how often each helper slept, and each helper's page faults. The total CPU an
-//! event costs is the traced thread's plus the helpers'.
+//! helpers'), how often another thread took its core (involuntary context switches), how often
+//! each helper slept, and each helper's page faults. The total CPU an event costs, the traced
+//! thread's plus the helpers', is printed too.
 //! It does so twice: with the central buffer mapped page by page as chunks first reach it (the
 //! default; one page fault per 4 KiB chunk on the service thread, since these 2M zones are the
 //! buffer's first pass), then prefaulted at the session's start (`Config::prefault_buffer`),
@@ -244,6 +245,19 @@ fn thread_sleeps(name: &str) -> Option<u64> {
         .ok()
 }
 
+/// Involuntary context switches of the calling thread so far (`status`'s
+/// `nonvoluntary_ctxt_switches`): how often another thread took its core while it ran, a helper
+/// woken on its core among them.
+fn this_thread_preemptions() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/thread-self/status").ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("nonvoluntary_ctxt_switches:"))?
+        .trim()
+        .parse()
+        .ok()
+}
+
 /// Prints each helper thread's CPU time between `before` and `after`, per event.
 fn report_helpers_cpu(before: [Option<u64>; 2], after: [Option<u64>; 2], events: u64) {
     for ((name, b), a) in HELPERS.iter().zip(before).zip(after) {
@@ -287,6 +301,7 @@ fn service_cpu_per_event(prefault: bool) {
     let drain_faults_before = thread_minor_faults("tachyon-drain");
     let sleeps_before = HELPERS.map(thread_sleeps);
     let owner_before = tachyon::__rt::owner_encoded();
+    let preempted_before = this_thread_preemptions();
     let hot_cpu_before = this_thread_cpu_ns();
     let t = Instant::now();
     for _ in 0..ZONES {
@@ -294,6 +309,9 @@ fn service_cpu_per_event(prefault: bool) {
     }
     let hot = t.elapsed();
     let hot_cpu = this_thread_cpu_ns().zip(hot_cpu_before).map(|(a, b)| a - b);
+    let preempted = this_thread_preemptions()
+        .zip(preempted_before)
+        .map(|(a, b)| a - b);
     // Let the drainer encode what is queued and the service copy out everything committed (it
     // polls every 2 ms).
     std::thread::sleep(Duration::from_millis(50));
@@ -311,6 +329,9 @@ fn service_cpu_per_event(prefault: bool) {
         }
     }
     eprintln!("events encoded on the traced thread itself: {owner}");
+    if let Some(n) = preempted {
+        eprintln!("traced thread: {n} involuntary context switches");
+    }
     if let Some(f) = drain_faults {
         // The shared memory buffer's pages, on the drainer's first pass round it.
         eprintln!("tachyon-drain thread: {f} minor page faults");
@@ -327,6 +348,19 @@ fn service_cpu_per_event(prefault: bool) {
         );
     }
     report_helpers_cpu(before, after, events);
+    let helpers: Option<u64> = before
+        .iter()
+        .zip(after)
+        .map(|(b, a)| Some(a? - (*b)?))
+        .sum();
+    if let Some(total) = hot_cpu.zip(helpers).map(|(h, b)| h + b) {
+        // What an event costs the machine, wherever it was encoded: the goal's "total CPU
+        // per zone" is twice this.
+        eprintln!(
+            "total CPU (traced thread + helpers): {:.2} ns per event",
+            total as f64 / events as f64
+        );
+    }
     if let (Some(b), Some(a)) = (faults_before, faults_after) {
         eprintln!(
             "tachyon-service thread: {} minor page faults (first writes to the fresh central \
