@@ -172,6 +172,22 @@ struct Record {
     /// Copied by a scrape, and no commit of it came since: the chunks before it may still
     /// have commits on the way (see [`TraceBuffer::copy_scraped_chunk`]).
     scraped: bool,
+    /// Loss bits for the first packet read from it: its first fragments were lost with an
+    /// earlier scraped copy of it ([`Accounted::loss`]), and no chunk-id gap says so, because
+    /// the chunk itself is read.
+    resume_loss: u32,
+}
+
+/// What left the buffer of a scraped chunk before its real commit came.
+#[derive(Clone, Copy, Debug, Default)]
+struct Accounted {
+    /// Its first fragments already read or counted lost: the commit neither repeats nor
+    /// re-counts them.
+    fragments: u16,
+    /// Loss bits owed to the packet that follows those fragments: some of them were lost, not
+    /// read (overwritten or refused), and the packets read before the commit came may all be
+    /// older than them.
+    loss: u32,
 }
 
 impl Record {
@@ -270,7 +286,7 @@ struct Sequence {
     /// Scraped chunks that left the buffer (read, overwritten or refused) before their real
     /// commit: how many of their fragments are already accounted for (read or counted lost), so
     /// that the real commit neither repeats nor re-counts them.
-    partial: IdMap<u64, u16>,
+    partial: IdMap<u64, Accounted>,
     /// Highest extended id of a refused chunk whose packets were counted lost.
     refused_max: Option<u64>,
     /// Its producer is gone (after a last scrape): nothing more will come, so reads do not
@@ -458,7 +474,7 @@ impl TraceBuffer {
         };
         let ext = seq.extend(chunk.chunk_id);
         if seq.chunks.get(ext).is_some()
-            || seq.partial.get(&ext).is_some_and(|&n| n > 0)
+            || seq.partial.get(&ext).is_some_and(|a| a.fragments > 0)
             || seq.last_read_ext.is_some_and(|last| ext <= last)
             || seq.max_ext.is_some_and(|max| ext < max)
         {
@@ -487,6 +503,7 @@ impl TraceBuffer {
             live: true,
             pinned: false,
             scraped: false,
+            resume_loss: 0,
         };
         self.store_record(key, ext, offset, size, rec);
         true
@@ -532,18 +549,24 @@ impl TraceBuffer {
         // Only a commit of a finished chunk is the last word on it: after a scrape, its commit
         // is to come.
         let is_final = chunk.complete && !scraped;
-        let accounted = seq.partial.get(&ext).copied().unwrap_or(0);
+        let owed = seq.partial.get(&ext).copied().unwrap_or_default();
+        let accounted = owed.fragments;
         if accounted > 0 && readable_in(chunk) <= accounted {
             // A scrape (or recommit) that adds nothing to what was already accounted for.
             if is_final {
                 seq.partial.remove(&ext);
+                if owed.loss != 0 {
+                    // The chunk is never read, so the chunk-id gap after it reports the loss
+                    // (or, if nothing follows, the trailing marker).
+                    seq.refused_max = seq.refused_max.max(Some(ext));
+                }
             }
             return;
         }
         if seq.last_read_ext.is_some_and(|last| ext <= last) {
             // Too late: the sequence has been read past this chunk.
             self.stats.chunks_committed_out_of_order += 1;
-            self.refuse(key, ext, chunk, accounted, is_final);
+            self.refuse(key, ext, chunk, owed, is_final);
             return;
         }
         if seq.max_ext.is_some_and(|max| ext < max) {
@@ -553,15 +576,15 @@ impl TraceBuffer {
         let size = align_up(chunk.payload.len().max(1));
         if chunk.payload.len() > u32::MAX as usize || size > self.ring.len() {
             self.stats.abi_violations += 1;
-            self.refuse(key, ext, chunk, accounted, is_final);
+            self.refuse(key, ext, chunk, owed, is_final);
             return;
         }
         if self.discarding {
-            self.refuse(key, ext, chunk, accounted, is_final);
+            self.refuse(key, ext, chunk, owed, is_final);
             return;
         }
         let Some(offset) = self.reserve(size) else {
-            self.refuse(key, ext, chunk, accounted, is_final);
+            self.refuse(key, ext, chunk, owed, is_final);
             return;
         };
         self.ring[offset..offset + chunk.payload.len()].copy_from_slice(chunk.payload);
@@ -578,9 +601,11 @@ impl TraceBuffer {
             live: true,
             pinned: false,
             scraped,
+            resume_loss: 0,
         };
         let mut rec = rec;
         if accounted > 0 {
+            rec.resume_loss = owed.loss;
             // Skip the fragments a scraped copy of this chunk already accounted for.
             match skip_fragments(chunk.payload, accounted) {
                 Some(off) => {
@@ -628,10 +653,11 @@ impl TraceBuffer {
         key: SeqKey,
         ext: u64,
         chunk: &ChunkToCopy<'_>,
-        accounted: u16,
+        owed: Accounted,
         is_final: bool,
     ) {
         self.stats.chunks_discarded += 1;
+        let accounted = owed.fragments;
         let lost = starts_after(chunk, accounted);
         self.losses.discarded += lost;
         let seq = self.sequences.get_mut(&key).expect("exists");
@@ -650,7 +676,18 @@ impl TraceBuffer {
             seq.partial.remove(&ext);
         } else {
             // Its commit (still to come after a scrape) must not count these again.
-            seq.partial.insert(ext, readable_in(chunk).max(accounted));
+            let loss = if lost > 0 {
+                data_loss::PRESENT | data_loss::READ_GAP
+            } else {
+                0
+            };
+            seq.partial.insert(
+                ext,
+                Accounted {
+                    fragments: readable_in(chunk).max(accounted),
+                    loss: owed.loss | loss,
+                },
+            );
         }
     }
 
@@ -837,7 +874,19 @@ impl TraceBuffer {
         if rec.live {
             seq.chunks.remove(rec.ext);
             if rec.awaits_commit() {
-                seq.partial.insert(rec.ext, rec.readable_fragments());
+                let readable = rec.readable_fragments();
+                let lost = if rec.fragments_read < readable {
+                    data_loss::PRESENT | data_loss::OVERWRITE
+                } else {
+                    0
+                };
+                seq.partial.insert(
+                    rec.ext,
+                    Accounted {
+                        fragments: readable,
+                        loss: rec.resume_loss | lost,
+                    },
+                );
             } else {
                 seq.partial.remove(&rec.ext);
             }
@@ -981,6 +1030,9 @@ impl TraceBuffer {
                     seq.last_read_ext = Some(ext - 1);
                 }
             }
+            if let Some(rec) = self.slab[idx].as_mut() {
+                seq.loss |= std::mem::take(&mut rec.resume_loss);
+            }
             self.read_chunk(idx, sink);
             let rec = self.slab[idx].as_ref().expect("indexed records exist");
             if rec.flag(CHUNK_NEEDS_PATCHING) && rec.fragments_read < rec.readable_fragments() {
@@ -1028,7 +1080,13 @@ impl TraceBuffer {
         seq.chunks.remove(ext);
         seq.last_read_ext = Some(ext);
         if scraped {
-            seq.partial.insert(ext, readable);
+            seq.partial.insert(
+                ext,
+                Accounted {
+                    fragments: readable,
+                    loss: 0,
+                },
+            );
         } else {
             seq.partial.remove(&ext);
         }
