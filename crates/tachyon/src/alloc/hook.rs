@@ -129,6 +129,17 @@ unsafe fn alloc_hooked<A: GlobalAlloc>(
     mode: u32,
     zeroed: bool,
 ) -> *mut u8 {
+    if local::countdown_moves_on(mode, layout.size()) {
+        // Not sampled after all: nothing to record, and the inner call is a tail call.
+        // SAFETY: the caller's contract, forwarded.
+        return unsafe {
+            if zeroed {
+                inner.alloc_zeroed(layout)
+            } else {
+                inner.alloc(layout)
+            }
+        };
+    }
     // SAFETY: the caller's contract, forwarded.
     let p = unsafe {
         if zeroed {

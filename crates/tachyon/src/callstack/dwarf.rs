@@ -315,18 +315,20 @@ pub(super) fn regs() -> (u64, u64, u64) {
 /// the function that read the registers stays intact above `sp` while this runs.
 #[inline(always)]
 pub(super) fn walk_from(regs: (u64, u64, u64), out: &mut [u64], skip: usize) -> Option<usize> {
-    walk_from_id(regs, out, skip).map(|(n, _)| n)
+    walk_from_id(regs, out, skip, 0).map(|(n, _)| n)
 }
 
 /// [`walk_from`], and the id of the thread's kept walk ([`Memo`]) that the frames are (0: not
 /// a kept walk). The same non-zero id from two calls of one thread means the same frames, so
 /// a caller that keeps what it derived from the last frames (a hash, an interned id) can
-/// reuse it without looking at them.
+/// reuse it without looking at them. When the answer is the id `known` (0: none), `out` is
+/// not written: that caller has what it derived from those frames already.
 #[inline(never)]
 pub(super) fn walk_from_id(
     (ip, sp, bp): (u64, u64, u64),
     out: &mut [u64],
     skip: usize,
+    known: u64,
 ) -> Option<(usize, u64)> {
     let (lo, hi) = stack_bounds()?;
     if !(lo..hi).contains(&sp) {
@@ -342,13 +344,14 @@ pub(super) fn walk_from_id(
             Err(())
         }
     };
-    memo_walk(ip, sp, bp, skip, out, &mut read)
+    memo_walk(ip, sp, bp, skip, out, known, &mut read)
         .or_else(|| run(ip, sp, bp, skip, out, &mut read).map(|n| (n, 0)))
 }
 
 /// [`fast_walk`] through the thread's [`Memo`]: the last walk's frames when it started from
 /// the same registers (`bp` only when it used it) and every word it used is unchanged;
-/// otherwise a walk, kept for next time when it succeeds.
+/// otherwise a walk, kept for next time when it succeeds. The kept frames are not copied into
+/// `out` when the kept walk's id is `known` ([`walk_from_id`]).
 #[inline(always)]
 fn memo_walk(
     ip: u64,
@@ -356,6 +359,7 @@ fn memo_walk(
     bp: u64,
     skip: usize,
     out: &mut [u64],
+    known: u64,
     read: &mut impl FnMut(u64) -> Result<u64, ()>,
 ) -> Option<(usize, u64)> {
     let key = (ip, sp, skip, out.len());
@@ -380,15 +384,20 @@ fn memo_walk(
             && m.bp.is_none_or(|b| b == bp)
             && std::ptr::eq(m.state, STATE.load(Ordering::Acquire))
             && m.n <= out.len()
-            && m.words[..m.reads].iter().all(|&(a, v)| {
+            // All the words, without stopping at the first that changed: a miss is rare (a
+            // walk follows it, which costs far more), and a loop without an exit per word
+            // takes fewer instructions per word (the compiler unrolls it).
+            && m.words[..m.reads].iter().fold(0, |diff, &(a, v)| {
                 // SAFETY: `a` was read by the kept walk through `read`, which only reads
                 // 8-aligned words between that walk's `sp` and the top of this thread's stack;
                 // `sp` is the same now (`key`) and so is the stack (the memo is this thread's),
                 // so `a` is a mapped, readable word of it (no bounds checks needed again).
-                unsafe { std::ptr::read(a as *const u64) == v }
-            })
+                diff | (unsafe { std::ptr::read(a as *const u64) } ^ v)
+            }) == 0
         {
-            out[..m.n].copy_from_slice(&m.frames[..m.n]);
+            if m.id != known {
+                out[..m.n].copy_from_slice(&m.frames[..m.n]);
+            }
             return Some(Some((m.n, m.id)));
         }
         m.valid = false;

@@ -101,14 +101,18 @@ pub fn capture(out: &mut [u64], skip: usize) -> usize {
 /// non-zero id, they wrote the same frames (the thread's last walk, kept and found unchanged),
 /// so what the caller derived from the first (a hash, an interned id) holds for the second.
 /// 0: no such promise (a walk not kept, or the platform unwinder).
+///
+/// `known`: an id the caller got before (0: none). When the answer is that id again, `out`
+/// is left as it is (the caller already derived what it needs from those frames): the copy of
+/// the kept frames is skipped.
 #[inline(always)]
-pub(crate) fn capture_with_id(out: &mut [u64], skip: usize) -> (usize, u64) {
+pub(crate) fn capture_with_id(out: &mut [u64], skip: usize, known: u64) -> (usize, u64) {
     let n = out.len().min(MAX_DEPTH);
     if n == 0 {
         return (0, 0);
     }
     #[cfg(all(feature = "dwarf-unwind", target_arch = "x86_64", target_os = "linux"))]
-    if let Some(got) = dwarf::walk_from_id(dwarf::regs(), &mut out[..n], skip) {
+    if let Some(got) = dwarf::walk_from_id(dwarf::regs(), &mut out[..n], skip, known) {
         return got;
     }
     (unwind::walk(&mut out[..n], skip), 0)
@@ -208,7 +212,7 @@ mod tests {
 
     #[inline(never)]
     fn id_leaf(out: &mut [u64]) -> (usize, u64) {
-        std::hint::black_box(capture_with_id(out, 0))
+        std::hint::black_box(capture_with_id(out, 0, 0))
     }
 
     #[inline(never)]
@@ -352,7 +356,7 @@ mod tests {
     extern "C" fn id_walk_into(out: *mut IdWalk) {
         // SAFETY: the test passes a valid, exclusive `IdWalk` through the trampoline.
         let out = unsafe { &mut *out };
-        let (n, id) = capture_with_id(&mut out.frames, 0);
+        let (n, id) = capture_with_id(&mut out.frames, 0, 0);
         out.n = n;
         out.id = id;
     }
