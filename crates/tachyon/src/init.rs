@@ -43,6 +43,7 @@
 //! | `TACHYON_STREAM_PERIOD_MS` | with `TACHYON_STREAM`: write to the file this often (at least 100) | 5000 |
 //! | `TACHYON_COMPRESS` | `1`: DEFLATE the trace (`compressed_packets`, as Perfetto's `compression_type: COMPRESSION_TYPE_DEFLATE`; cargo feature `deflate`, else an error naming it) | off |
 //! | `TACHYON_PREFAULT` | `1`: map the whole central buffer at start, not page by page on first write (see [`Config::prefault_buffer`]) | off |
+//! | `TACHYON_HELPER_SCHED` | `batch`: the drainer thread runs under `SCHED_BATCH`, so its wake-ups never preempt the traced thread (which then encodes more of its own events; see docs/data-path.md) | normal policy |
 //! | `TACHYON_DISABLE` | `1`: [`init`] does nothing | off |
 //! | `TACHYON_CLOCK` | `boottime`: no TSC (see [`clock`](crate::clock)) | TSC |
 //! | `TACHYON_NO_CRASH_HANDLER` | `1`: no crash handler (see [`crash`](crate::crash)) | installed |
