@@ -232,7 +232,20 @@ struct Recorder<'a, R> {
     start_bp_used: bool,
 }
 
-impl<R: FnMut(u64) -> Result<u64, ()>> Recorder<'_, R> {
+impl<'a, R: FnMut(u64) -> Result<u64, ()>> Recorder<'a, R> {
+    /// A recorder of a fresh walk: nothing read yet, the current `bp` the starting register.
+    #[inline(always)]
+    fn new(read: &'a mut R, words: &'a mut [(u64, u64)]) -> Self {
+        Recorder {
+            read,
+            words,
+            reads: 0,
+            full: false,
+            bp_from: None,
+            start_bp_used: false,
+        }
+    }
+
     #[inline(always)]
     fn record(&mut self, tagged: u64, v: u64) -> Option<usize> {
         let i = self.reads;
@@ -402,14 +415,7 @@ fn memo_walk(
         }
         m.valid = false;
         m.reads = 0;
-        let mut rec = Recorder {
-            read,
-            words: &mut m.words,
-            reads: 0,
-            full: false,
-            bp_from: None,
-            start_bp_used: false,
-        };
+        let mut rec = Recorder::new(read, &mut m.words);
         let got = fast_walk(ip, sp, bp, skip, out, &mut rec);
         rec.keep_used();
         let (full, reads, start_bp_used) = (rec.full, rec.reads, rec.start_bp_used);
@@ -802,14 +808,7 @@ mod tests {
     fn the_memo_keeps_the_words_the_walk_used() {
         let mut stack = |a: u64| -> Result<u64, ()> { Ok(a * 2) };
         let mut words = [(0u64, 0u64); 8];
-        let mut r = Recorder {
-            read: &mut stack,
-            words: &mut words,
-            reads: 0,
-            full: false,
-            bp_from: None,
-            start_bp_used: false,
-        };
+        let mut r = Recorder::new(&mut stack, &mut words);
         assert_eq!(r.read(0x100), Ok(0x200));
         assert_eq!(r.read_bp(0x108), Ok(0x210)); // replaced before any use
         assert_eq!(r.read(0x110), Ok(0x220));
@@ -832,14 +831,7 @@ mod tests {
         );
 
         let mut words = [(0u64, 0u64); 2];
-        let mut r = Recorder {
-            read: &mut stack,
-            words: &mut words,
-            reads: 0,
-            full: false,
-            bp_from: None,
-            start_bp_used: false,
-        };
+        let mut r = Recorder::new(&mut stack, &mut words);
         r.bp_used();
         for a in [0x100, 0x108, 0x110] {
             r.read(a).unwrap();
