@@ -669,7 +669,10 @@ impl ThreadState {
     /// begin no earlier than the sequence's last packet, both deltas within the fast path's
     /// window; the template is looked up once per run of holds of one lock.
     pub(super) fn replay_lock_run(&mut self, records: &[Record]) -> usize {
-        if self.epoch != self.epoch_now() {
+        // A zone or instant the zone run left (its event type's two bits set) is no hold:
+        // `replay` takes it, with none of the run's setup spent on it.
+        if records.first().is_none_or(|r| r.word.addr() & 3 != 0) || self.epoch != self.epoch_now()
+        {
             return 0;
         }
         let session = session_of(self.epoch);
