@@ -249,9 +249,7 @@ impl Parser {
                             ),
                         });
                 }
-                if ev.nflows != 0 || ev.nterm != 0 {
-                    self.flows_for(id, ev);
-                }
+                self.flows_for(id, ev);
                 // Legacy flows waiting for the next slice are rare: most traces never hash
                 // the track here.
                 if !self.parse.flows_to_next.is_empty() {
@@ -316,9 +314,7 @@ impl Parser {
                             ),
                         });
                 }
-                if ev.nflows != 0 || ev.nterm != 0 {
-                    self.flows_for(id, ev);
-                }
+                self.flows_for(id, ev);
             }
             EventKind::TrackRename => {
                 // Before the track exists, a rename is just the newest name. Once it exists,

@@ -363,15 +363,10 @@ impl ArgBuilder {
             return;
         }
         let t = &mut self.table;
-        // At most 5 bytes each: one capacity check for them all.
+        // At most 5 bytes each: the vector grows at most once for them all.
         t.data.reserve(ids.len() * 5);
         for &id in ids {
-            let mut v = id;
-            while v >= 0x80 {
-                t.data.push(v as u8 | 0x80);
-                v >>= 7;
-            }
-            t.data.push(v as u8);
+            push_id_varint(&mut t.data, id);
         }
         self.rows += ids.len() as u32;
     }

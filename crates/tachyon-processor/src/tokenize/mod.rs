@@ -1706,34 +1706,25 @@ impl Tokenizer {
         ev: &lazy::TrackEvent<'_>,
         rare: Option<&TrackEventView<'_>>,
     ) -> (u32, u16, u16) {
-        let flows = self.parser.arena_flows.len() as u32;
-        self.parser
-            .arena_flows
-            .extend(ev.flow_ids().filter_map(Result::ok));
-        if let Some(r) = rare {
-            self.parser
-                .arena_flows
-                .extend(r.flow_ids_old().filter_map(Result::ok));
-        }
-        let all_flows = self.parser.arena_flows.len() as u32 - flows;
-        let nflows = all_flows.min(u16::MAX as u32) as u16;
-        self.parser
-            .arena_flows
-            .truncate((flows + nflows as u32) as usize);
-        self.parser
-            .arena_flows
-            .extend(ev.terminating_flow_ids().filter_map(Result::ok));
-        if let Some(r) = rare {
-            self.parser
-                .arena_flows
-                .extend(r.terminating_flow_ids_old().filter_map(Result::ok));
-        }
-        let all_terms = self.parser.arena_flows.len() as u32 - flows - nflows as u32;
-        let nterm = all_terms.min(u16::MAX as u32) as u16;
-        self.parser
-            .arena_flows
-            .truncate((flows + nflows as u32 + nterm as u32) as usize);
-        let dropped = (all_flows - nflows as u32) + (all_terms - nterm as u32);
+        let arena = &mut self.parser.arena_flows;
+        let flows = arena.len() as u32;
+        let rare_flows = rare
+            .into_iter()
+            .flat_map(|r| r.flow_ids_old().filter_map(Result::ok));
+        let (nflows, flows_dropped) = capped_extend(
+            arena,
+            ev.flow_ids().filter_map(Result::ok).chain(rare_flows),
+        );
+        let rare_terms = rare
+            .into_iter()
+            .flat_map(|r| r.terminating_flow_ids_old().filter_map(Result::ok));
+        let (nterm, terms_dropped) = capped_extend(
+            arena,
+            ev.terminating_flow_ids()
+                .filter_map(Result::ok)
+                .chain(rare_terms),
+        );
+        let dropped = flows_dropped + terms_dropped;
         if dropped > 0 {
             self.parser
                 .st
@@ -2348,6 +2339,16 @@ pub(crate) fn inflate(data: &[u8], limit: u64) -> (Vec<u8>, bool) {
     (out, res.is_ok())
 }
 
+/// Appends `ids` to the flow arena, keeping at most `u16::MAX` of them (an event's limit per
+/// kind of flow id): (how many were kept, how many dropped).
+fn capped_extend(arena: &mut Vec<u64>, ids: impl Iterator<Item = u64>) -> (u16, u32) {
+    let start = arena.len();
+    arena.extend(ids);
+    let kept = (arena.len() - start).min(u16::MAX as usize);
+    let dropped = (arena.len() - start - kept) as u32;
+    arena.truncate(start + kept);
+    (kept as u16, dropped)
+}
 #[cfg(test)]
 mod tests {
     use super::*;
