@@ -1176,6 +1176,10 @@ pub(crate) fn alloc_not_sampled(mode: u32, size: usize) -> bool {
 /// a countdown not armed for `mode`, the hook busy): the recording path decides.
 #[inline(always)]
 pub(crate) fn countdown_moves_on(mode: u32, size: usize) -> bool {
+    // Exact mode records every allocation: no countdown, and no thread-local lookup for it.
+    if !is_sampled(mode) {
+        return false;
+    }
     LOCAL
         .try_with(|l| {
             let reserve = l.reserve.get();
