@@ -545,10 +545,6 @@ impl Parser {
     #[inline]
     fn event_track(&mut self, ev: &Event, event_name: StrId) -> Option<u32> {
         if !ev.legacy_thread {
-            // A track seen before (every event's but the first on it), without the call.
-            if let Some(&t) = self.parse.tracks.get(&ev.track) {
-                return Some(t);
-            }
             return self.intern_track(ev.track, event_name);
         }
         self.legacy_event_track(ev)
@@ -613,11 +609,20 @@ impl Parser {
     }
 
     /// The track id for `uuid`, created on first use. `event_name` names global child tracks
-    /// that have no name of their own, as in Perfetto.
+    /// that have no name of their own, as in Perfetto. Inline: a track seen before (every
+    /// event's but the first on it) is one map lookup, without a call.
+    #[inline]
     fn intern_track(&mut self, uuid: u64, event_name: StrId) -> Option<u32> {
-        if let Some(&t) = self.parse.tracks.get(&uuid) {
-            return Some(t);
+        match self.parse.tracks.get(&uuid) {
+            Some(&t) => Some(t),
+            None => self.create_track(uuid, event_name),
         }
+    }
+
+    /// [`Parser::intern_track`] of a track not seen yet.
+    #[cold]
+    #[inline(never)]
+    fn create_track(&mut self, uuid: u64, event_name: StrId) -> Option<u32> {
         let (scope, is_root) = self.resolve(uuid)?;
         let r = self.reservations.get(&uuid).cloned().unwrap_or_default();
         let parent_uuid = r.parent;

@@ -1186,14 +1186,9 @@ pub(crate) fn countdown_moves_on(mode: u32, size: usize) -> bool {
             if reserve == 0 || l.armed.get() != mode || l.busy.get() {
                 return false;
             }
-            let interval = SAMPLE_INTERVAL.load(Ordering::Relaxed).max(1);
+            let interval = sample_interval();
             let size = size as u64;
-            // As `sample_weight` computes it (in i64 there; every value here fits).
-            let countdown = l
-                .to_sample
-                .get()
-                .saturating_add(reserve)
-                .min(i64::MAX as u64);
+            let countdown = countdown_of(l);
             if size >= interval || countdown <= size {
                 return false;
             }
@@ -1478,13 +1473,29 @@ pub(crate) fn record_pool(kind: u64, pool: u16, addr: u64, size: u64) {
     });
 }
 
+/// The sampling interval in bytes (at least 1).
+#[inline(always)]
+fn sample_interval() -> u64 {
+    SAMPLE_INTERVAL.load(Ordering::Relaxed).max(1)
+}
+
+/// Bytes left before the next sample: the fast path's countdown and the reserve behind it, at
+/// most `i64::MAX` (the sampler counts in i64).
+#[inline(always)]
+fn countdown_of(l: &Local) -> u64 {
+    l.to_sample
+        .get()
+        .saturating_add(l.reserve.get())
+        .min(i64::MAX as u64)
+}
+
 /// heapprofd's sampler: the bytes this allocation stands for (0: not sampled). Called when
 /// the countdown ran out, or was armed for another session than `mode`'s (the first
 /// allocation of a thread in a sampled session): then the thread's generator is seeded from
 /// the session's seed and its countdown drawn anew, and the allocation counts against that.
 #[cold]
 fn sample_weight(l: &Local, size: u64, mode: u32) -> u64 {
-    let interval = SAMPLE_INTERVAL.load(Ordering::Relaxed).max(1);
+    let interval = sample_interval();
     if l.armed.get() != mode {
         l.armed.set(mode);
         let n = THREAD_COUNTER.fetch_add(1, Ordering::Relaxed);
@@ -1499,9 +1510,8 @@ fn sample_weight(l: &Local, size: u64, mode: u32) -> u64 {
         // Large allocations are always taken, at their size (the countdown is not touched).
         return size;
     }
-    // In i64 (`min` keeps the casts exact; a countdown is a few intervals in practice).
-    let countdown = l.to_sample.get().saturating_add(l.reserve.get());
-    let mut left = countdown.min(i64::MAX as u64) as i64 - size as i64;
+    // In i64 (`countdown_of` keeps the cast exact; a countdown is a few intervals in practice).
+    let mut left = countdown_of(l) as i64 - size as i64;
     let mut weight = 0;
     while left <= 0 {
         left = left.saturating_add(next_gap(l, interval).min(i64::MAX as u64) as i64);
@@ -1557,7 +1567,7 @@ fn draw_gap(l: &Local, interval: u64) -> u64 {
 #[inline(always)]
 fn draw_ahead(l: &Local) {
     if l.spare_next.get() >= SPARE {
-        let interval = SAMPLE_INTERVAL.load(Ordering::Relaxed).max(1);
+        let interval = sample_interval();
         for s in &l.spare {
             s.set(draw_gap(l, interval));
         }
