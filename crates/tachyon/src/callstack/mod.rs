@@ -294,113 +294,97 @@ mod tests {
         assert_eq!(fh[1..], platform[1..]);
     }
 
-    // A frame as optimized code without frame pointers makes it: it saves the caller's `rbp`
-    // (with its unwind rule), uses `rbp` as an ordinary register (here: set to the first
-    // argument, as a loop counter would be) and calls `f(out)` with it there. Every function
-    // below that uses `rbp` saves that value on the stack, where a walk reads it.
     #[cfg(all(
         feature = "dwarf-unwind",
         target_arch = "x86_64",
         target_os = "linux",
         not(miri)
     ))]
-    std::arch::global_asm!(
-        ".pushsection .text.tachyon_test_call_with_rbp,\"ax\",@progbits",
-        ".globl tachyon_test_call_with_rbp",
-        ".type tachyon_test_call_with_rbp,@function",
-        "tachyon_test_call_with_rbp:",
-        ".cfi_startproc",
-        "push rbp",
-        ".cfi_def_cfa_offset 16",
-        ".cfi_offset rbp, -16",
-        "mov rbp, rdi",
-        "mov rdi, rdx",
-        "call rsi",
-        "pop rbp",
-        ".cfi_def_cfa_offset 8",
-        "ret",
-        ".cfi_endproc",
-        ".size tachyon_test_call_with_rbp, .-tachyon_test_call_with_rbp",
-        ".popsection",
-    );
+    mod rbp_as_register {
+        use super::*;
 
-    #[cfg(all(
-        feature = "dwarf-unwind",
-        target_arch = "x86_64",
-        target_os = "linux",
-        not(miri)
-    ))]
-    #[repr(C)]
-    #[derive(Clone, Copy)]
-    struct IdWalk {
-        n: usize,
-        id: u64,
-        frames: [u64; MAX_DEPTH],
-    }
-
-    #[cfg(all(
-        feature = "dwarf-unwind",
-        target_arch = "x86_64",
-        target_os = "linux",
-        not(miri)
-    ))]
-    extern "C" {
-        fn tachyon_test_call_with_rbp(rbp: u64, f: extern "C" fn(*mut IdWalk), out: *mut IdWalk);
-    }
-
-    #[cfg(all(
-        feature = "dwarf-unwind",
-        target_arch = "x86_64",
-        target_os = "linux",
-        not(miri)
-    ))]
-    #[inline(never)]
-    extern "C" fn id_walk_into(out: *mut IdWalk) {
-        // SAFETY: the test passes a valid, exclusive `IdWalk` through the trampoline.
-        let out = unsafe { &mut *out };
-        let (n, id) = capture_with_id(&mut out.frames, 0, 0);
-        out.n = n;
-        out.id = id;
-    }
-
-    /// A caller that keeps a changing value in `rbp` (a loop counter in code without frame
-    /// pointers) does not make the kept walk miss: the walk reads the saved `rbp` words but
-    /// never computes a frame's address from them, so the kept walk answers (same id, same
-    /// frames) whatever they hold.
-    #[cfg(all(
-        feature = "dwarf-unwind",
-        target_arch = "x86_64",
-        target_os = "linux",
-        not(miri)
-    ))]
-    #[test]
-    fn a_callers_rbp_used_as_a_register_keeps_the_walk() {
-        let mut walks: Vec<IdWalk> = Vec::new();
-        for i in 0..4u64 {
-            let mut w = IdWalk {
-                n: 0,
-                id: 0,
-                frames: [0; MAX_DEPTH],
-            };
-            // SAFETY: the trampoline saves and restores `rbp` and calls `id_walk_into(&mut w)`
-            // with the C ABI (stack aligned, its unwind rule in `.eh_frame`).
-            unsafe {
-                tachyon_test_call_with_rbp(0x5eed_0000 + i * 0x1111, id_walk_into, &mut w);
-            }
-            walks.push(std::hint::black_box(w));
-        }
-        let IdWalk { n, id, frames } = walks[0];
-        assert!(n >= 3, "{n}");
-        let in_fn = |pc: u64, f: usize| pc > f as u64 && pc < f as u64 + 4096;
-        assert!(
-            in_fn(frames[1], tachyon_test_call_with_rbp as *const () as usize),
-            "the walk went through the trampoline: {:#x?}",
-            &frames[..n]
+        // A frame as optimized code without frame pointers makes it: it saves the caller's `rbp`
+        // (with its unwind rule), uses `rbp` as an ordinary register (here: set to the first
+        // argument, as a loop counter would be) and calls `f(out)` with it there. Every function
+        // below that uses `rbp` saves that value on the stack, where a walk reads it.
+        std::arch::global_asm!(
+            ".pushsection .text.tachyon_test_call_with_rbp,\"ax\",@progbits",
+            ".globl tachyon_test_call_with_rbp",
+            ".type tachyon_test_call_with_rbp,@function",
+            "tachyon_test_call_with_rbp:",
+            ".cfi_startproc",
+            "push rbp",
+            ".cfi_def_cfa_offset 16",
+            ".cfi_offset rbp, -16",
+            "mov rbp, rdi",
+            "mov rdi, rdx",
+            "call rsi",
+            "pop rbp",
+            ".cfi_def_cfa_offset 8",
+            "ret",
+            ".cfi_endproc",
+            ".size tachyon_test_call_with_rbp, .-tachyon_test_call_with_rbp",
+            ".popsection",
         );
-        assert_ne!(id, 0, "the walk was kept");
-        for w in &walks[1..] {
-            assert_eq!(w.id, id, "the kept walk answered");
-            assert_eq!(w.frames[..w.n], frames[..n]);
+
+        #[repr(C)]
+        #[derive(Clone, Copy)]
+        struct IdWalk {
+            n: usize,
+            id: u64,
+            frames: [u64; MAX_DEPTH],
+        }
+
+        extern "C" {
+            fn tachyon_test_call_with_rbp(
+                rbp: u64,
+                f: extern "C" fn(*mut IdWalk),
+                out: *mut IdWalk,
+            );
+        }
+
+        #[inline(never)]
+        extern "C" fn id_walk_into(out: *mut IdWalk) {
+            // SAFETY: the test passes a valid, exclusive `IdWalk` through the trampoline.
+            let out = unsafe { &mut *out };
+            let (n, id) = capture_with_id(&mut out.frames, 0, 0);
+            out.n = n;
+            out.id = id;
+        }
+
+        /// A caller that keeps a changing value in `rbp` (a loop counter in code without frame
+        /// pointers) does not make the kept walk miss: the walk reads the saved `rbp` words but
+        /// never computes a frame's address from them, so the kept walk answers (same id, same
+        /// frames) whatever they hold.
+        #[test]
+        fn a_callers_rbp_used_as_a_register_keeps_the_walk() {
+            let mut walks: Vec<IdWalk> = Vec::new();
+            for i in 0..4u64 {
+                let mut w = IdWalk {
+                    n: 0,
+                    id: 0,
+                    frames: [0; MAX_DEPTH],
+                };
+                // SAFETY: the trampoline saves and restores `rbp` and calls `id_walk_into(&mut w)`
+                // with the C ABI (stack aligned, its unwind rule in `.eh_frame`).
+                unsafe {
+                    tachyon_test_call_with_rbp(0x5eed_0000 + i * 0x1111, id_walk_into, &mut w);
+                }
+                walks.push(std::hint::black_box(w));
+            }
+            let IdWalk { n, id, frames } = walks[0];
+            assert!(n >= 3, "{n}");
+            let in_fn = |pc: u64, f: usize| pc > f as u64 && pc < f as u64 + 4096;
+            assert!(
+                in_fn(frames[1], tachyon_test_call_with_rbp as *const () as usize),
+                "the walk went through the trampoline: {:#x?}",
+                &frames[..n]
+            );
+            assert_ne!(id, 0, "the walk was kept");
+            for w in &walks[1..] {
+                assert_eq!(w.id, id, "the kept walk answered");
+                assert_eq!(w.frames[..w.n], frames[..n]);
+            }
         }
     }
 
