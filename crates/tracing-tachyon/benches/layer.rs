@@ -85,6 +85,18 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for TimestampsLayer {
     }
 }
 
+/// This thread's involuntary context switches so far (`/proc/thread-self/status`), where
+/// the kernel shows them.
+fn preemptions() -> Option<u64> {
+    std::fs::read_to_string("/proc/thread-self/status")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("nonvoluntary_ctxt_switches:"))?
+        .trim()
+        .parse()
+        .ok()
+}
+
 fn row(c: &mut Criterion, row: &str) {
     match row {
         "noop" => {
@@ -103,6 +115,8 @@ fn row(c: &mut Criterion, row: &str) {
             })
             .expect("start an in-process session");
             install(TachyonLayer::new());
+            let owner_before = tachyon::__rt::owner_encoded();
+            let preempted_before = preemptions();
             let mut spans = 0u64;
             c.bench_function("layer/tachyon", |b| {
                 b.iter_custom(|iters| {
@@ -110,15 +124,20 @@ fn row(c: &mut Criterion, row: &str) {
                     timed(iters)
                 })
             });
+            // Where a slow run's time went: events this thread encoded itself (its queue full,
+            // the drainer behind), and how often another thread took its core.
+            let owner = tachyon::__rt::owner_encoded() - owner_before;
+            let preempted = preemptions().zip(preempted_before).map(|(a, b)| a - b);
             let report = tachyon::shutdown()
                 .expect("stop the session")
                 .expect("a session was running");
             // Evidence that the spans were recorded, not filtered away.
             eprintln!(
-                "layer/tachyon: {spans} spans; {} trace bytes kept (64 MiB ring), {} chunks committed, {} packets dropped",
+                "layer/tachyon: {spans} spans; {} trace bytes kept (64 MiB ring), {} chunks committed, {} packets dropped; {owner} events encoded on the bench thread, {} preemptions of it",
                 report.trace.len(),
                 report.writers.chunks_committed,
-                report.writers.packets_dropped
+                report.writers.packets_dropped,
+                preempted.map_or_else(|| "?".to_owned(), |n| n.to_string()),
             );
             assert!(
                 spans == 0 || report.writers.chunks_committed > 0,

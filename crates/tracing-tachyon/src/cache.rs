@@ -45,32 +45,35 @@ pub(crate) fn callsite(meta: &'static Metadata<'static>) -> &'static Callsite {
 }
 
 /// The entry of a span's or event's metadata.
-#[inline]
+#[inline(always)]
 pub(crate) fn entry(meta: &'static Metadata<'static>) -> &'static Entry {
     let key = std::ptr::from_ref(meta) as usize;
     // Metadata are at least 8-aligned and larger than 64 bytes: the bits above them spread.
     let way = (key >> 6 ^ key >> 14) & (WAYS - 1);
-    let near = NEAR.try_with(|n| match n[way].get() {
-        (k, e) if k == key => e,
-        _ => None,
-    });
-    if let Ok(Some(e)) = near {
-        return e;
+    // `NEAR` has no destructor: `with` cannot fail.
+    match NEAR.with(|n| n[way].get()) {
+        (k, Some(e)) if k == key => e,
+        _ => far(meta, key, way),
     }
-    let e = far(meta, key);
-    let _ = NEAR.try_with(|n| n[way].set((key, Some(e))));
-    e
 }
 
+/// A miss in this thread's cache: the entry from the global map (made on the callsite's first
+/// use), kept in `way`. Out of line, so that a hit keeps nothing on the stack.
 #[cold]
 #[inline(never)]
-fn far(meta: &'static Metadata<'static>, key: usize) -> &'static Entry {
-    let mut map = global();
-    if let Some(e) = map.get(&key) {
-        return e;
-    }
-    let e = make(meta);
-    map.insert(key, e);
+fn far(meta: &'static Metadata<'static>, key: usize, way: usize) -> &'static Entry {
+    let e = {
+        let mut map = global();
+        match map.get(&key) {
+            Some(e) => *e,
+            None => {
+                let e = make(meta);
+                map.insert(key, e);
+                e
+            }
+        }
+    };
+    NEAR.with(|n| n[way].set((key, Some(e))));
     e
 }
 

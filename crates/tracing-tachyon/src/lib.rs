@@ -56,13 +56,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use tachyon::integration::{self, ZoneSession};
-use tachyon::{Flow, Track, TrackSlice};
+use tachyon::{Callsite, Flow, Track, TrackSlice};
 use tracing_core::span::{Attributes, Id, Record};
 use tracing_core::{Event, Interest, Metadata, Subscriber};
 use tracing_subscriber::layer::Context;
 use tracing_subscriber::registry::LookupSpan;
 
-use cache::Entry;
 use fields::{ArgWriter, OwnedFields};
 
 /// How a span is drawn.
@@ -187,17 +186,36 @@ const INLINE_DEPTH: usize = 32;
 /// The Layer's per-thread state, one thread-local without a destructor (no lazy registration
 /// to test on each access).
 struct Local {
-    /// The span last created on this thread and its callsite, until its first entry: the
-    /// common `span!(...).entered()` / `#[instrument]` case then enters without looking the
-    /// span up in the registry. Taken on use, so it only ever names a span created here and
-    /// not entered yet; the `Registry`'s ids carry a generation, so another span cannot have
-    /// this id while that one lives, and one created later on this thread replaces the memo.
-    created: Cell<(u64, Option<&'static Entry>)>,
+    /// The span last created on this thread and its Tachyon callsite, until its first entry:
+    /// the common `span!(...).entered()` / `#[instrument]` case then enters without looking
+    /// the span up in the registry. Taken on use, so it only ever names a span created here
+    /// and not entered yet; the `Registry`'s ids carry a generation, so another span cannot
+    /// have this id while that one lives, and one created later on this thread replaces the
+    /// memo.
+    created: Cell<(u64, Option<&'static Callsite>)>,
     /// How many spans are entered on this thread and not exited yet.
     depth: Cell<usize>,
-    /// The first [`INLINE_DEPTH`] of them, innermost last, with the session their slice went
-    /// to (0: not recorded).
-    stack: [Cell<(u64, ZoneSession)>; INLINE_DEPTH],
+    /// The first [`INLINE_DEPTH`] of them, innermost last.
+    stack: [Entered; INLINE_DEPTH],
+}
+
+/// An entered span on [`Local`]'s stack: its id, and the session its slice went to (0: not
+/// recorded). Two cells: the hot entry pushes the id before its slice begins and stores the
+/// session after, so that nothing of the entry has to be kept across the begin.
+struct Entered {
+    id: Cell<u64>,
+    session: Cell<ZoneSession>,
+}
+
+impl Entered {
+    fn get(&self) -> (u64, ZoneSession) {
+        (self.id.get(), self.session.get())
+    }
+
+    fn set(&self, (id, session): (u64, ZoneSession)) {
+        self.id.set(id);
+        self.session.set(session);
+    }
 }
 
 thread_local! {
@@ -205,7 +223,12 @@ thread_local! {
         Local {
             created: Cell::new((0, None)),
             depth: Cell::new(0),
-            stack: [const { Cell::new((0, 0)) }; INLINE_DEPTH],
+            stack: [const {
+                Entered {
+                    id: Cell::new(0),
+                    session: Cell::new(0),
+                }
+            }; INLINE_DEPTH],
         }
     };
     /// The entered spans beyond [`INLINE_DEPTH`] (`DEEP[i]` is entry `INLINE_DEPTH + i`).
@@ -213,6 +236,35 @@ thread_local! {
 }
 
 impl Local {
+    /// The hot entry's test: span `raw` is the one [`created`](Self::created) names, no flow
+    /// waits for any span, and the entry fits inline. Then the memo is taken, the entry pushed
+    /// without a session (its slice begins next: [`set_top_session`](Self::set_top_session))
+    /// and the span's callsite returned; otherwise nothing changes and the caller takes
+    /// [`enter_slow`].
+    #[inline(always)]
+    fn take_created(&self, raw: u64) -> Option<&'static Callsite> {
+        let d = self.depth.get();
+        match (self.created.get(), self.stack.get(d)) {
+            ((created, Some(cs)), Some(top))
+                if created == raw && PENDING.load(Ordering::Relaxed) == 0 =>
+            {
+                self.created.set((0, None));
+                top.set((raw, 0));
+                self.depth.set(d + 1);
+                Some(cs)
+            }
+            _ => None,
+        }
+    }
+
+    /// The session of the innermost entry's slice, once it has begun.
+    #[inline(always)]
+    fn set_top_session(&self, session: ZoneSession) {
+        if let Some(top) = self.stack.get(self.depth.get().wrapping_sub(1)) {
+            top.session.set(session);
+        }
+    }
+
     fn get(&self, i: usize) -> (u64, ZoneSession) {
         match self.stack.get(i) {
             Some(c) => c.get(),
@@ -250,14 +302,11 @@ impl Local {
     #[inline]
     fn pop(&self, id: u64) -> ZoneSession {
         let d = self.depth.get();
-        if d == 0 {
-            return 0;
-        }
-        if let Some(c) = self.stack.get(d - 1) {
-            let (top, session) = c.get();
-            if top == id {
+        // With nothing entered, `d - 1` wraps past the stack: `remove_slow` answers 0.
+        if let Some(top) = self.stack.get(d.wrapping_sub(1)) {
+            if top.id.get() == id {
                 self.depth.set(d - 1);
-                return session;
+                return top.session.get();
             }
         }
         self.remove_slow(id)
@@ -303,12 +352,13 @@ where
         Interest::always()
     }
 
+    #[inline(always)]
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
         let meta = attrs.metadata();
         if self.mode == SpanMode::PerEntry && meta.fields().is_empty() {
             // The hot case: nothing to keep; the callsite for the first entry.
-            let e = cache::entry(meta);
-            let _ = LOCAL.try_with(|l| l.created.set((id.into_u64(), Some(e))));
+            let cs = cache::callsite(meta);
+            LOCAL.with(|l| l.created.set((id.into_u64(), Some(cs))));
             return;
         }
         self.new_span_kept(attrs, id, ctx);
@@ -365,42 +415,33 @@ where
         }
     }
 
+    #[inline(always)]
     fn on_enter(&self, id: &Id, ctx: Context<'_, S>) {
         if self.mode != SpanMode::PerEntry {
             return;
         }
         let raw = id.into_u64();
-        let memo = LOCAL
-            .try_with(|l| match l.created.get() {
-                (i, Some(e)) if i == raw => {
-                    l.created.set((0, None));
-                    Some(e)
-                }
-                _ => None,
-            })
-            .ok()
-            .flatten();
-        let session = match memo {
-            // Created here without fields and not entered yet, no flow waiting for any span:
-            // no lookup needed.
-            Some(e) if PENDING.load(Ordering::Relaxed) == 0 => match e.cs.check() {
-                Some(en) => integration::zone_begin(e.cs, en),
-                None => 0,
-            },
-            _ => enter_looked_up(id, ctx),
+        // Created here without fields and not entered yet, no flow waiting for any span: no
+        // lookup needed; anything else is out of line.
+        let Some(cs) = LOCAL.with(|l| l.take_created(raw)) else {
+            return enter_slow(id, ctx);
         };
-        let _ = LOCAL.try_with(|l| l.push((raw, session)));
+        if let Some(en) = cs.check() {
+            let session = integration::zone_begin(cs, en);
+            LOCAL.with(|l| l.set_top_session(session));
+        }
     }
 
+    #[inline(always)]
     fn on_exit(&self, id: &Id, _ctx: Context<'_, S>) {
         if self.mode != SpanMode::PerEntry {
             return;
         }
-        let id = id.into_u64();
-        let session = LOCAL.try_with(|l| l.pop(id)).unwrap_or(0);
+        let session = LOCAL.with(|l| l.pop(id.into_u64()));
         integration::zone_end(session);
     }
 
+    #[inline(always)]
     fn on_close(&self, id: Id, ctx: Context<'_, S>) {
         // Flows to a span that is never entered again end nowhere; the id may be reused.
         if PENDING.load(Ordering::Relaxed) != 0 {
@@ -422,6 +463,31 @@ where
         // Dropping the slice ends it, on this thread's clock.
         span.extensions_mut().remove::<SpanData>();
     }
+}
+
+/// An entry [`Local::take_created`] does not take: a span created elsewhere or entered
+/// before, flows waiting, or nesting beyond the inline entries.
+#[inline(never)]
+fn enter_slow<S>(id: &Id, ctx: Context<'_, S>)
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    let raw = id.into_u64();
+    let memo = LOCAL.with(|l| match l.created.get() {
+        (i, Some(cs)) if i == raw => {
+            l.created.set((0, None));
+            Some(cs)
+        }
+        _ => None,
+    });
+    let session = match memo {
+        Some(cs) if PENDING.load(Ordering::Relaxed) == 0 => match cs.check() {
+            Some(en) => integration::zone_begin(cs, en),
+            None => 0,
+        },
+        _ => enter_looked_up(id, ctx),
+    };
+    LOCAL.with(|l| l.push((raw, session)));
 }
 
 /// Begins the slice of one entry of span `id` found in the registry, ending the flows that wait

@@ -383,6 +383,51 @@ fn nesting_deeper_than_the_inline_entry_stack() {
     );
 }
 
+/// Spans without fields entered as soon as they are created (the Layer's hot entry, which
+/// skips the registry lookup), nested past the inline entry stack, one of them in a filtered-out
+/// category (entered and exited, nothing recorded): every recorded level is a closed slice at
+/// its own depth, and the filtered one ends no other slice.
+#[test]
+fn fieldless_spans_entered_at_creation_nest_past_the_inline_stack() {
+    let _l = lock();
+    const N: usize = 41;
+    fn nest(level: usize) {
+        if level == N {
+            return;
+        }
+        let _g = if level == 10 {
+            tracing::info_span!(target: "noisy", "level").entered()
+        } else {
+            tracing::info_span!("level").entered()
+        };
+        nest(level + 1);
+    }
+    let config = Config {
+        categories: tachyon::CategoryFilter::new(&[], &["noisy*"]),
+        ..Config::in_memory()
+    };
+    let tp = record(config, &dispatch(TachyonLayer::new()), || {
+        nest(0);
+        let _after = tracing::info_span!("after").entered();
+    });
+    let recorded = N as i64 - 1;
+    assert_eq!(
+        rows(
+            &tp,
+            "SELECT count(*), count(DISTINCT depth), min(depth), max(depth), min(dur >= 0) \
+             FROM slice WHERE name = 'level'"
+        ),
+        [[i(recorded), i(recorded), i(0), i(recorded - 1), i(1)]]
+    );
+    assert_eq!(
+        rows(
+            &tp,
+            "SELECT depth, dur >= 0 FROM slice WHERE name = 'after'"
+        ),
+        [[i(0), i(1)]]
+    );
+}
+
 /// `log` records through `tracing-log`, and `tracing` events whose only field is the message:
 /// log messages (`android_logs`) with the level as the priority, instants named after the level
 /// with the record's target as the category, inside the span entered then.
