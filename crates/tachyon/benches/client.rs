@@ -58,6 +58,17 @@
 //! Load that comes and goes hits both halves of a round alike, which criterion's separate runs
 //! cannot promise.
 //!
+//! With `TACHYON_CLIENT_HOT_CPU=N` the bench skips criterion and measures the hot path alone in
+//! the traced thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`: time the thread spends off its core,
+//! preempted or waiting, is not in it): N rounds, each emptying this thread's queue untimed (a
+//! zone with an argument, which encodes the queue on the thread), then timing 4 096 enabled
+//! zones (8 192 records: the queue, 16 384, never fills, so the thread neither waits for the
+//! drainer nor encodes) and 4 096 pairs of raw counter reads; prints the median and minimum CPU
+//! per zone and per pair, the per-round difference's median and deciles, and how often another
+//! thread took this one's core. The drainer and service run as usual meanwhile: the difference
+//! is what the hot path costs beside the clock, plus what the helpers' work on the ring and on
+//! this core costs this thread.
+//!
 //! With `TACHYON_CLIENT_LOCK_RATIO=N` the same for the lock goal: N rounds, each timing 2 000
 //! uncontended lock + unlock of a `tachyon::sync::Mutex`, 2 000 enabled zones and 2 000
 //! lock + unlock of a `std::sync::Mutex` back to back; prints the medians and the per-round
@@ -519,6 +530,83 @@ fn ratio(rounds: usize) {
     );
 }
 
+/// This thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`, read at once, unlike `schedstat`).
+fn thread_cpu_now() -> Duration {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `clock_gettime` writes the `timespec` it is given, a live local.
+    let ok = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) } == 0;
+    assert!(ok, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+/// `TACHYON_CLIENT_HOT_CPU` (module docs).
+fn hot_cpu(rounds: usize) {
+    const ITERS: u32 = 4_096;
+    let rounds = rounds.max(1);
+    start_session();
+    let clock = tachyon::clock::clock();
+    let (mut zone_ns, mut base_ns, mut diff_ns) = (Vec::new(), Vec::new(), Vec::new());
+    // Warm-up: the thread's writer, its generation, the callsite interned, caches.
+    zones(u64::from(ITERS));
+    std::thread::sleep(Duration::from_millis(50));
+    let before = helpers_cpu_ns();
+    let preempted_before = this_thread_preemptions();
+    for _ in 0..rounds {
+        // Encodes what the drainer left in this thread's queue, on this thread, untimed.
+        drop(tachyon::zone!("bench sync", round = 1u8));
+        let t = thread_cpu_now();
+        zones(u64::from(ITERS));
+        let z = (thread_cpu_now() - t).as_secs_f64() * 1e9 / f64::from(ITERS);
+        let t = thread_cpu_now();
+        for _ in 0..ITERS {
+            let a = clock.ticks();
+            let b = clock.ticks();
+            black_box((a, b));
+        }
+        let b = (thread_cpu_now() - t).as_secs_f64() * 1e9 / f64::from(ITERS);
+        zone_ns.push(z);
+        base_ns.push(b);
+        diff_ns.push(z - b);
+    }
+    let preempted = this_thread_preemptions()
+        .zip(preempted_before)
+        .map(|(a, b)| a - b);
+    let after = helpers_cpu_ns();
+    let report = tachyon::shutdown().unwrap().unwrap();
+    report_helpers_cpu(before, after, 2 * u64::from(ITERS) * rounds as u64);
+    let sorted = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v
+    };
+    let (z, b, d) = (sorted(zone_ns), sorted(base_ns), sorted(diff_ns));
+    let q = |v: &[f64], f: f64| v[((v.len() - 1) as f64 * f).round() as usize];
+    let median = |v: &[f64]| q(v, 0.5);
+    println!(
+        "zone - two_timestamps per round: deciles 1, 3, 5, 7, 9: {:.2}, {:.2}, {:.2}, {:.2}, {:.2} ns; \
+         this thread preempted {} times",
+        q(&d, 0.1),
+        q(&d, 0.3),
+        q(&d, 0.5),
+        q(&d, 0.7),
+        q(&d, 0.9),
+        preempted.map_or("?".to_owned(), |n| n.to_string())
+    );
+    println!(
+        "thread CPU: zone/enabled median {:.2} ns (min {:.2}); two_timestamps median {:.2} ns \
+         (min {:.2}); zone - two_timestamps per round: median {:.2} ns; {} rounds, {} packets dropped",
+        median(&z),
+        z[0],
+        median(&b),
+        b[0],
+        median(&d),
+        d.len(),
+        report.writers.packets_dropped
+    );
+}
+
 /// `n` uncontended lock + unlock of `lock`.
 #[inline(never)]
 fn locks(lock: &tachyon::sync::Mutex<u64>, n: u64) {
@@ -770,6 +858,13 @@ fn main() {
         zones(1);
         zones(n);
         tachyon::shutdown().unwrap();
+        return;
+    }
+    if let Some(n) = std::env::var("TACHYON_CLIENT_HOT_CPU")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        hot_cpu(n);
         return;
     }
     if let Some(n) = std::env::var("TACHYON_CLIENT_RATIO")

@@ -20,6 +20,7 @@ use std::cell::UnsafeCell;
 use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 /// One event: what it is (a pointer to its callsite with the event type in the low bits, or a
 /// plain number; see `state.rs`), and the counter's raw reading.
@@ -275,10 +276,10 @@ impl<S> Slot<S> {
     /// The queue is full: while a drainer holds the lock, it is encoding these records and
     /// hands their cells back every [`RELEASE_STEP`]; waits for the first such step. The room
     /// then (0: no drainer held the lock, or it let go with nothing consumed; the caller's
-    /// slow path takes over).
+    /// slow path takes over). Waits as [`Backoff`] does.
     #[cold]
     fn wait_while_drained(&self, p: &Producer) -> usize {
-        let mut spins = 0u32;
+        let mut backoff = Backoff::new(256);
         loop {
             // Acquire: a drainer's last store of `head` comes before its unlock.
             if self.lock.load(Ordering::Acquire) != Holder::Drainer as u8 {
@@ -288,13 +289,7 @@ impl<S> Slot<S> {
             if room != 0 {
                 return room;
             }
-            spins += 1;
-            if spins < 256 {
-                std::hint::spin_loop();
-            } else {
-                // The drainer may have lost its core (to this thread, among others).
-                std::thread::yield_now();
-            }
+            backoff.wait();
         }
     }
 
@@ -340,7 +335,7 @@ impl<S> Slot<S> {
     #[cold]
     #[inline(never)]
     fn lock_slow(&self, by: Holder) -> Option<Guard<'_, S>> {
-        let mut spins = 0u32;
+        let mut backoff = Backoff::new(64);
         loop {
             match self.lock.load(Ordering::Relaxed) {
                 FREE => {
@@ -351,12 +346,52 @@ impl<S> Slot<S> {
                 h if h == Holder::Owner as u8 && by == Holder::Drainer => return None,
                 _ => {}
             }
-            spins += 1;
-            if spins < 64 {
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
-            }
+            backoff.wait();
+        }
+    }
+}
+
+/// A drainer that takes longer than this to hand back a step of the ring (about 10 µs of
+/// encoding while it runs) or to let go of the lock has lost its core: the waiting thread
+/// sleeps in [`STALL_NAP`]s from then on instead of yielding.
+const STALL: Duration = Duration::from_micros(50);
+const STALL_NAP: Duration = Duration::from_micros(20);
+
+/// How a thread waits for a drainer that holds what it needs (the ring's cells, the slot's
+/// lock): a few spins, then yields, and once the wait passes [`STALL`], short sleeps. A
+/// drainer that holds the lock while it waits for a core (the other core taken by another
+/// process or by the service thread) would otherwise be waited for by a thread spinning at full
+/// speed on the one core the drainer could run on (`sched_yield` only gives the core to a
+/// thread already queued on it): the sleep leaves that core idle, and an idle core pulls a
+/// waiting thread over from a busy one at once, so the drainer runs here meanwhile.
+/// `clock_gettime`, `sched_yield` and `nanosleep` are async-signal-safe: a signal handler that
+/// traces may wait here.
+struct Backoff {
+    spins: u32,
+    spin_limit: u32,
+    since: Option<Instant>,
+}
+
+impl Backoff {
+    fn new(spin_limit: u32) -> Backoff {
+        Backoff {
+            spins: 0,
+            spin_limit,
+            since: None,
+        }
+    }
+
+    fn wait(&mut self) {
+        if self.spins < self.spin_limit {
+            self.spins += 1;
+            std::hint::spin_loop();
+            return;
+        }
+        let since = *self.since.get_or_insert_with(Instant::now);
+        if since.elapsed() < STALL {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(STALL_NAP);
         }
     }
 }
