@@ -342,14 +342,15 @@ impl TraceBuffer {
     /// A buffer of `size` bytes (rounded down to a multiple of 16, at least 4 KiB).
     pub fn new(size: usize, policy: FillPolicy) -> Self {
         let size = (size.max(4096) / ALIGN) * ALIGN;
-        // Mapped lazily, in 4 KiB pages. Not huge pages here: a 2 MiB page faulted in on the
-        // service thread mid-stream costs the kernel's search for 2 MiB of free contiguous
-        // memory (direct compaction and reclaim, under `defrag = madvise`), and on the
-        // project's VM, whose memory is mostly page cache, that made a fresh ring's first
-        // pass cost the service 12.7-13.2 ns an event against 5.7-8.4 ns with 4 KiB pages
-        // (`cargo bench -p tachyon --bench client`, alternately, docs/data-path.md), for 20
-        // times fewer faults. [`TraceBuffer::prefault`] asks for them, at the session's start.
-        let ring = vec![0; size];
+        // Mapped lazily. In 2 MiB pages where the kernel has free ones to spare now
+        // (`huge_pages_pay_for`): a fresh ring's first pass then takes one fault per 2 MiB
+        // instead of 512, and commits memory at most a huge page ahead of the writes. Where it
+        // would have to compact memory for them on the service thread mid-stream, in 4 KiB
+        // pages. [`TraceBuffer::prefault`] asks for them anyway, at the session's start.
+        let mut ring = vec![0; size];
+        if crate::populate::huge_pages_pay_for(size) {
+            crate::populate::advise_huge_pages(&mut ring[..]);
+        }
         TraceBuffer {
             ring,
             policy,

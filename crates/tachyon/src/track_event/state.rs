@@ -778,11 +778,21 @@ impl ThreadState {
         };
         let (ticks, next_snapshot, generation) = (*ticks, *next_snapshot, *generation);
         const SLICE_END_WORDS: [u64; 3] = prefix_words(&encode::SLICE_END_EVENT_PREFIX);
-        let mut i = 0;
+        // The clock's line for the run (one range check and a multiply a record), taken again
+        // from the converter when a record falls outside it.
+        let mut line = ticks.linear(records.first().map_or(0, |r| r.ticks));
+        // Locals, not the state's fields, while the run is written: kept in registers.
+        let (mut i, mut last) = (0, *last_ts);
         w.write_event_run::<{ encode::EVENT_PREFIX }, 3>(|| {
             let record = records.get(i)?;
-            let ts = ticks.ns(record.ticks);
-            let delta = fast_window_delta(ts, *last_ts, next_snapshot)?;
+            let ts = match line.ns(record.ticks) {
+                Some(ts) => ts,
+                None => {
+                    line = ticks.linear(record.ticks);
+                    ticks.ns(record.ticks)
+                }
+            };
+            let delta = fast_window_delta(ts, last, next_snapshot)?;
             let word = record.word.addr();
             let ty = (word & 3) as u8;
             let prefix = if ty == TYPE_SLICE_END {
@@ -802,10 +812,11 @@ impl ThreadState {
                     .filter(|e| e.generation == generation)?;
                 prefix_words(e.template.event_prefix())
             };
-            *last_ts = ts;
+            last = ts;
             i += 1;
             Some((prefix, delta))
         });
+        *last_ts = last;
         i
     }
 
