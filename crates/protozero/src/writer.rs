@@ -374,6 +374,28 @@ impl<D: ?Sized + Delegate> ScatteredStreamWriter<D> {
         true
     }
 
+    /// Lets `f` encode straight into the current buffer's free bytes (`cur..end`, given as a
+    /// slice) and moves the write position past the first `used` of them, `f` returning
+    /// `(used, result)` (`used` is capped at the slice's length). For a run of small records
+    /// encoded in one loop: the position stays in a register, not in the writer, and the
+    /// bytes of the slice past `used` are free space the next write overwrites.
+    #[inline(always)]
+    pub fn write_in_place<R>(&mut self, f: impl FnOnce(&mut [u8]) -> (usize, R)) -> R {
+        let len = self.bytes_available();
+        if len == 0 {
+            // No range yet (`cur` may be null, which a slice cannot start at) or a full one.
+            return f(&mut []).1;
+        }
+        // SAFETY: `cur..cur + len` is the free part of the current range: valid, writable and
+        // exclusively ours by the delegate contract, and not otherwise borrowed while `f` runs
+        // (the writer is borrowed mutably for the call).
+        let free = unsafe { std::slice::from_raw_parts_mut(self.cur, len) };
+        let (used, result) = f(free);
+        // SAFETY: `cur + used` stays inside the range: `used` is capped at `len`.
+        self.cur = unsafe { self.cur.add(used.min(len)) };
+        result
+    }
+
     /// Appends a varint-typed field: tag then value.
     #[inline(always)]
     pub fn write_varint_field(&mut self, tag: u32, value: u64) {

@@ -583,3 +583,38 @@ fn block_prefix_writes_only_its_prefix_and_only_when_the_whole_block_fits() {
     assert_eq!(w.delegate().calls.len(), 1, "no buffer switch either");
     assert_eq!(w.error(), None);
 }
+
+/// `write_in_place` hands out exactly the current buffer's free bytes and moves the position by
+/// what the closure used, capped at the buffer's end; a writer with no buffer yet hands out an
+/// empty slice and stays where it is. The bytes come out between the writes around them.
+#[test]
+fn write_in_place_uses_the_free_bytes_and_moves_past_what_it_used() {
+    let mut w = ScatteredStreamWriter::new(EagerDelegate::new(64));
+    // No buffer yet: nothing to write into.
+    let seen = w.write_in_place(|free| (5, free.len()));
+    assert_eq!(seen, 0);
+    assert_eq!(w.written(), 0);
+    w.write_bytes(&[1, 2, 3]);
+    let free = w.bytes_available();
+    let got = w.write_in_place(|buf| {
+        assert_eq!(buf.len(), free);
+        buf[..4].copy_from_slice(&[4, 5, 6, 7]);
+        // Scribbled past what it uses: free space, overwritten by the next write.
+        buf[4] = 0xee;
+        (4, "done")
+    });
+    assert_eq!(got, "done");
+    assert_eq!(w.written(), 7);
+    w.write_bytes(&[8]);
+    // More than is left: the position stops at the buffer's end.
+    let left = w.bytes_available();
+    w.write_in_place(|buf| {
+        buf.fill(9);
+        (left + 100, ())
+    });
+    assert_eq!(w.bytes_available(), 0);
+    assert_eq!(w.written(), 8 + left as u64);
+    let mut want = vec![1, 2, 3, 4, 5, 6, 7, 8];
+    want.resize(8 + left, 9);
+    assert_eq!(collect(&mut w), want);
+}

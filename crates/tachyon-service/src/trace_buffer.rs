@@ -330,6 +330,9 @@ pub struct TraceBuffer {
     /// has been round once, or prefaulted, or where the kernel cannot populate (then each page
     /// faults in on its first write).
     populated: usize,
+    /// Whether the ring asked the kernel for transparent huge pages (at its creation or by
+    /// [`prefault`](Self::prefault)), and was not refused.
+    huge_pages: bool,
     /// How many entries at the front of `fifo` are known to hold nothing anyone needs (read,
     /// or padding, and no pending packet's fragment): a record never becomes needed again once
     /// read, so the count only grows until those entries are popped.
@@ -342,14 +345,14 @@ impl TraceBuffer {
     /// A buffer of `size` bytes (rounded down to a multiple of 16, at least 4 KiB).
     pub fn new(size: usize, policy: FillPolicy) -> Self {
         let size = (size.max(4096) / ALIGN) * ALIGN;
-        // Mapped lazily, in 4 KiB pages. Not huge pages here: a 2 MiB page faulted in on the
-        // service thread mid-stream costs the kernel's search for 2 MiB of free contiguous
-        // memory (direct compaction and reclaim, under `defrag = madvise`), and on the
-        // project's VM, whose memory is mostly page cache, that made a fresh ring's first
-        // pass cost the service 12.7-13.2 ns an event against 5.7-8.4 ns with 4 KiB pages
-        // (`cargo bench -p tachyon --bench client`, alternately, docs/data-path.md), for 20
-        // times fewer faults. [`TraceBuffer::prefault`] asks for them, at the session's start.
-        let ring = vec![0; size];
+        // Mapped lazily. In 2 MiB pages where the kernel has free ones to spare now
+        // (`huge_pages_pay_for`): a fresh ring's first pass then takes one fault per 2 MiB
+        // instead of 512, and commits memory at most a huge page ahead of the writes. Where it
+        // would have to compact memory for them on the service thread mid-stream, in 4 KiB
+        // pages. [`TraceBuffer::prefault`] asks for them anyway, at the session's start.
+        let mut ring = vec![0; size];
+        let huge_pages = crate::populate::huge_pages_pay_for(size)
+            && crate::populate::advise_huge_pages(&mut ring[..]);
         TraceBuffer {
             ring,
             policy,
@@ -362,6 +365,7 @@ impl TraceBuffer {
             read_cursor: 0,
             discarding: false,
             populated: 0,
+            huge_pages,
             dead_front: 0,
             stats: BufferStats {
                 buffer_size: size as u64,
@@ -388,7 +392,7 @@ impl TraceBuffer {
         // Committing it all anyway: in 2 MiB pages where the kernel has them, so that the
         // writes and the read-out walk 32 TLB entries for 64 MiB instead of 16 384 (the
         // service's CPU per event, prefaulted: 2.4-3.0 ns against 3.1-3.8 ns in 4 KiB pages).
-        crate::populate::advise_huge_pages(&mut self.ring[..]);
+        self.huge_pages |= crate::populate::advise_huge_pages(&mut self.ring[..]);
         // One `madvise` for the whole ring where the kernel offers it (no trap per page).
         if !crate::populate::populate_for_write(&mut self.ring[..]) {
             let ring = std::hint::black_box(&mut self.ring[..]);
@@ -415,6 +419,14 @@ impl TraceBuffer {
             // Not offered: the pages fault in on first write, and nothing is asked again.
             self.populated = self.ring.len();
         }
+    }
+
+    /// Whether the ring asked for transparent huge pages and the kernel took the advice (a
+    /// lazily mapped ring only when free 2 MiB blocks were plentiful at its creation;
+    /// [`prefault`](Self::prefault) always asks). The kernel may still map 4 KiB pages where
+    /// it has no huge page free at the fault.
+    pub fn asked_for_huge_pages(&self) -> bool {
+        self.huge_pages
     }
 
     /// The counters, with Perfetto's names.

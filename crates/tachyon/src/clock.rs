@@ -586,6 +586,67 @@ impl Converter {
         }
         self.model.to_ns(ticks)
     }
+
+    /// The line that [`ns`](Self::ns) converts `ticks` with, and the ticks it holds for: for a
+    /// run of readings (the drainer's), each converted by [`Linear::ns`] with one range check
+    /// and a multiply until one falls outside it.
+    #[inline]
+    pub(crate) fn linear(&self, ticks: u64) -> Linear {
+        if self.boottime {
+            // The identity: `at(t)` with slope 1.0 from (0, 0) is `t`.
+            return Linear {
+                lo: 0,
+                span: u64::MAX,
+                piece: Piece {
+                    ticks: 0,
+                    ns: 0,
+                    slope: 1 << 32,
+                },
+            };
+        }
+        let [first, second] = self.segment.pieces;
+        if ticks >= first.ticks && ticks >= second.ticks {
+            // `ns` takes the second piece for every reading from the segment's base on that is
+            // at or after the second piece's start (the two coincide unless the second wrapped).
+            let lo = first.ticks.max(second.ticks);
+            Linear {
+                lo,
+                span: u64::MAX - lo,
+                piece: second,
+            }
+        } else if ticks >= first.ticks {
+            // first.ticks <= ticks < second.ticks.
+            Linear {
+                lo: first.ticks,
+                span: second.ticks - first.ticks,
+                piece: first,
+            }
+        } else {
+            // Before the segment: an older one converts it (`Model::to_ns`), never this line.
+            Linear {
+                lo: 0,
+                span: 0,
+                piece: first,
+            }
+        }
+    }
+}
+
+/// One line of a [`Converter`] and the ticks it holds for ([`Converter::linear`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Linear {
+    lo: u64,
+    span: u64,
+    piece: Piece,
+}
+
+impl Linear {
+    /// `ticks` in trace-clock ns, exactly as [`Converter::ns`] converts it, if the line holds
+    /// for it (`None`: ask the converter).
+    #[inline(always)]
+    pub(crate) fn ns(&self, ticks: u64) -> Option<u64> {
+        (ticks.wrapping_sub(self.lo) < self.span).then(|| self.piece.at(ticks))
+    }
 }
 
 /// A counter reading and BOOTTIME taken together: the BOOTTIME read is bracketed by two counter
@@ -890,6 +951,64 @@ mod tests {
         assert_eq!(c.ticks_to_ns(998), 4997);
         assert_eq!(c.converter().ns(1002), 5003);
         assert_eq!(c.converter().ns(998), 4997);
+    }
+
+    /// What the drainer converts a run with: each line of the newest segment gives exactly the
+    /// converter's value for every reading it claims, and claims none it would get wrong, at
+    /// the edges of both pieces and before the segment (which an older one converts).
+    #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "safe arithmetic on atomics, no unsafe code; slow under Miri"
+    )]
+    fn a_runs_line_converts_as_the_converter_does() {
+        static MODEL: Model = Model::new();
+        let sec = 3_000_000_000u64;
+        MODEL.start(0, 0, ((1u128 << 32) / 3) as u64);
+        // A pairing 400 ns off: the newest segment gets a correcting piece, then the rate.
+        MODEL.observe(sec, sec / 3 + 400, || sec);
+        let c = Clock {
+            source: Source::Tsc,
+            model: &MODEL,
+        };
+        let conv = c.converter();
+        let [first, second] = conv.segment.pieces;
+        assert!(
+            first.slope != second.slope && first.ticks < second.ticks,
+            "{first:?} {second:?}"
+        );
+        let mut probes = Vec::new();
+        for edge in [0, sec, first.ticks, second.ticks, u64::MAX - 40] {
+            probes.extend((0..80).map(|d| edge.saturating_sub(40).saturating_add(d)));
+        }
+        let mut claimed = [0usize; 3];
+        for &from in &probes {
+            let line = conv.linear(from);
+            for &t in &probes {
+                if let Some(ns) = line.ns(t) {
+                    assert_eq!(
+                        ns,
+                        conv.ns(t),
+                        "tick {t} on the line of tick {from}: {line:?}"
+                    );
+                }
+            }
+            let k = match line.ns(from) {
+                None => 0,
+                Some(_) if from < second.ticks => 1,
+                Some(_) => 2,
+            };
+            claimed[k] += 1;
+            // A line claims the reading it was made for, unless an older segment converts it.
+            assert_eq!(k == 0, from < first.ticks, "tick {from}: {line:?}");
+        }
+        assert!(claimed.iter().all(|&n| n > 0), "{claimed:?}");
+        // BOOTTIME: the identity, for every reading but the one past its span.
+        let boot = Clock::BOOTTIME.converter();
+        for t in [0, 1, 12345, u64::MAX - 1] {
+            assert_eq!(boot.linear(7).ns(t), Some(t));
+        }
+        assert_eq!(boot.linear(7).ns(u64::MAX), None);
     }
 
     /// A simulated counter at 3 GHz (`ticks / 3` ns of BOOTTIME) and a model calibrated

@@ -1073,3 +1073,79 @@ fn traces_written_to_a_file() {
         assert_eq!(m.slices(m.thread_track(tid())).len(), 100);
     }
 }
+
+/// A flood of zones, queued faster than they are encoded, goes through the drainer's run path
+/// (a run of queued begins and ends encoded per chunk, each timestamp converted with the clock's
+/// line for the run): every event comes back, in order, each begin at a time between the clock
+/// readings taken just before and after its zone opened, with gaps between the zones that give
+/// the timestamp's delta one, two and three varint bytes, and some past the three bytes (a
+/// packet the run cannot take, so the run ends and starts again after it).
+#[test]
+fn a_flood_of_zones_comes_back_whole_with_every_delta_width() {
+    let _l = lock();
+    const ZONES: usize = 40_000;
+    let spin = |ns: u64| {
+        let t = tachyon::clock::now();
+        while tachyon::clock::now() < t + ns {
+            std::hint::spin_loop();
+        }
+    };
+    let mut brackets = Vec::with_capacity(ZONES);
+    let run = record(Config::in_memory(), || {
+        for i in 0..ZONES {
+            match i % 8 {
+                // Deltas of 128 ns to 16 µs: two varint bytes.
+                5 => spin(300),
+                // 16 µs to 2 ms: three.
+                7 if i % 64 == 7 => spin(20_000),
+                _ => {}
+            }
+            if i % 10_000 == 9_999 {
+                // Past the fast path's three bytes (2.1 ms).
+                std::thread::sleep(std::time::Duration::from_millis(3));
+            }
+            let before = tachyon::clock::now();
+            let z = tachyon::zone!("flood");
+            brackets.push((before, tachyon::clock::now()));
+            drop(z);
+        }
+    });
+    let m = &run.model;
+    let events = m.on_track(m.thread_track(tid()));
+    assert_eq!(events.len(), 2 * ZONES);
+    let mut widths = [0usize; 4];
+    let mut last_end = 0;
+    for (i, pair) in events.chunks(2).enumerate() {
+        let (b, e) = (pair[0], pair[1]);
+        assert!(
+            matches!(b.kind, Kind::Begin) && matches!(e.kind, Kind::End),
+            "zone {i}: {} then {}",
+            show(b),
+            show(e)
+        );
+        assert_eq!(b.name.as_deref(), Some("flood"), "zone {i}");
+        let (lo, hi) = brackets[i];
+        assert!(
+            (lo..=hi).contains(&b.ts),
+            "zone {i} began at {} outside [{lo}, {hi}]",
+            b.ts
+        );
+        assert!(b.ts <= e.ts, "zone {i}: ends at {} before {}", e.ts, b.ts);
+        if i > 0 {
+            let delta = b.ts - last_end;
+            widths[match delta {
+                0..128 => 0,
+                128..16_384 => 1,
+                16_384..2_097_152 => 2,
+                _ => 3,
+            }] += 1;
+        }
+        last_end = e.ts;
+    }
+    eprintln!("begins by delta width (1, 2, 3 varint bytes, past them): {widths:?}");
+    // The gaps asked for: two bytes every eighth zone, three every 64th, past them every
+    // 10 000th (a loaded machine only makes gaps longer, moving zones to wider deltas).
+    assert!(widths[1] + widths[2] + widths[3] >= ZONES / 8, "{widths:?}");
+    assert!(widths[2] + widths[3] >= ZONES / 64, "{widths:?}");
+    assert!(widths[3] >= ZONES / 10_000 - 1, "{widths:?}");
+}

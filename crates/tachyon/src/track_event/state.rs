@@ -381,9 +381,14 @@ pub(crate) fn drain_all(how: Drain) -> usize {
 }
 
 /// The drainer's pace: after a pass that found fewer events than this, it sleeps
-/// [`DRAIN_NAP`] (a thread filling its queue at full speed, one event per ~20 ns, adds about a
-/// quarter of it meanwhile); after a larger one it goes round again at once.
-const DRAIN_BUSY: usize = queue::CAPACITY / 8;
+/// [`DRAIN_NAP`] (a thread filling its queue at full speed, one event per ~20-35 ns, adds
+/// 3 000-5 000 events meanwhile, a quarter of the queue or less); after a larger one it goes
+/// round again at once. A quarter, not less: each nap is a context switch out and in, which on
+/// the project's VM costs the drainer about as much as encoding several hundred events
+/// (`finish_task_switch` held about a third of its profile), and with an eighth a flood of
+/// zones woke it about 1 100 times per 4 M events, with a quarter about 350 times (the client
+/// bench; the queue still has three quarters free when it wakes).
+const DRAIN_BUSY: usize = queue::CAPACITY / 4;
 const DRAIN_NAP: Duration = Duration::from_micros(100);
 /// After passes that found every queue empty, the nap doubles up to this (a session with
 /// nothing to trace wakes the drainer a thousand times a second, not seven thousand; each
@@ -778,11 +783,21 @@ impl ThreadState {
         };
         let (ticks, next_snapshot, generation) = (*ticks, *next_snapshot, *generation);
         const SLICE_END_WORDS: [u64; 3] = prefix_words(&encode::SLICE_END_EVENT_PREFIX);
-        let mut i = 0;
+        // The clock's line for the run (one range check and a multiply a record), taken again
+        // from the converter when a record falls outside it.
+        let mut line = ticks.linear(records.first().map_or(0, |r| r.ticks));
+        // Locals, not the state's fields, while the run is written: kept in registers.
+        let (mut i, mut last) = (0, *last_ts);
         w.write_event_run::<{ encode::EVENT_PREFIX }, 3>(|| {
             let record = records.get(i)?;
-            let ts = ticks.ns(record.ticks);
-            let delta = fast_window_delta(ts, *last_ts, next_snapshot)?;
+            let ts = match line.ns(record.ticks) {
+                Some(ts) => ts,
+                None => {
+                    line = ticks.linear(record.ticks);
+                    ticks.ns(record.ticks)
+                }
+            };
+            let delta = fast_window_delta(ts, last, next_snapshot)?;
             let word = record.word.addr();
             let ty = (word & 3) as u8;
             let prefix = if ty == TYPE_SLICE_END {
@@ -802,10 +817,11 @@ impl ThreadState {
                     .filter(|e| e.generation == generation)?;
                 prefix_words(e.template.event_prefix())
             };
-            *last_ts = ts;
+            last = ts;
             i += 1;
             Some((prefix, delta))
         });
+        *last_ts = last;
         i
     }
 

@@ -1181,31 +1181,35 @@ impl TraceWriter {
         // With `INFLATED`, the count (at most the writer's maximum) already covers the first
         // packet of the run; after `k` packets it is `count + k`, at most `MAX_PACKET_COUNT`.
         let max = usize::from(MAX_PACKET_COUNT.saturating_sub(core.count));
-        let mut k = 0;
-        while k < max && self.stream.bytes_available() >= N + 8 {
-            let Some((mut words, value)) = next() else {
-                break;
-            };
-            let n = (words[0] as u8 as usize).min(N - 1);
-            debug_assert!(value < Self::FAST_DELTA_LIMIT);
-            let (varint, varint_len) = varint3_le(value);
-            // The fragment header: the packet's length grown by the varint's (no carry:
-            // n + 3 < 256).
-            words[0] += varint_len as u64;
-            let mut block = [0u8; N];
-            for (dst, word) in block.chunks_exact_mut(8).zip(words) {
-                dst.copy_from_slice(&word.to_le_bytes());
+        // Encoded in place: the position is a local, so the loop keeps it (and the room
+        // left) in a register instead of storing the stream's pointer after every packet.
+        let k = self.stream.write_in_place(|free| {
+            let (mut pos, mut k) = (0, 0);
+            while k < max {
+                // Room for the whole block and a full varint word: both stores below are
+                // fixed-size (the bytes past the packet are free space, overwritten next).
+                let Some(dst) = free.get_mut(pos..pos + N + 8) else {
+                    break;
+                };
+                let Some((mut words, value)) = next() else {
+                    break;
+                };
+                let n = (words[0] as u8 as usize).min(N - 1);
+                debug_assert!(value < Self::FAST_DELTA_LIMIT);
+                let (varint, varint_len) = varint3_le(value);
+                // The fragment header: the packet's length grown by the varint's (no carry:
+                // n + 3 < 256).
+                words[0] += varint_len as u64;
+                for (d, word) in dst.chunks_exact_mut(8).zip(words) {
+                    d.copy_from_slice(&word.to_le_bytes());
+                }
+                // n + 1 <= N, so the varint's word ends within the N + 8 bytes.
+                dst[n + 1..n + 9].copy_from_slice(&varint.to_le_bytes());
+                pos += n + 1 + varint_len;
+                k += 1;
             }
-            // Both fit: `N + 8` bytes are available (checked above).
-            if !(self.stream.try_write_block_prefix(&block, n + 1)
-                && self
-                    .stream
-                    .try_write_block_prefix(&varint.to_le_bytes(), varint_len))
-            {
-                break;
-            }
-            k += 1;
-        }
+            (pos, k)
+        });
         if k > 0 {
             self.packets_written(k);
         }
