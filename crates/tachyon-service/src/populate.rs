@@ -123,8 +123,16 @@ pub(crate) fn free_blocks_of_order(info: &str, order: usize) -> u64 {
                 .enumerate()
                 .skip(order)
                 .map(|(k, n)| {
+                    // A count too large to mean anything, or a column past any kernel's
+                    // largest order (a block of 2^32 pages is 16 TiB), counts nothing, so odd
+                    // text never argues for huge pages.
                     let n = n.parse::<u64>().unwrap_or(0);
-                    n.checked_shl((k - order) as u32).unwrap_or(u64::MAX)
+                    let shift = (k - order) as u32;
+                    if k >= 32 || n.leading_zeros() < shift {
+                        0
+                    } else {
+                        n << shift
+                    }
                 })
                 .fold(0u64, u64::saturating_add)
         })
@@ -175,6 +183,11 @@ mod tests {
         assert_eq!(free_blocks_of_order(info, 10), 3 + 1 + 1454 + 5);
         assert_eq!(free_blocks_of_order("", 9), 0);
         assert_eq!(free_blocks_of_order("garbage\nzone\n", 9), 0);
+        // Counts or columns too large to be real count nothing (no saturated "plenty").
+        let wide = format!("Node 0, zone Normal {}", "1 ".repeat(80));
+        assert_eq!(free_blocks_of_order(&wide, 9), (1 << 23) - 1);
+        let big = format!("Node 0, zone Normal 0 0 0 0 0 0 0 0 0 0 {}", u64::MAX);
+        assert_eq!(free_blocks_of_order(&big, 9), 0);
         // Never more than a small ring asks for when there is no such file or no huge page.
         assert!(!huge_pages_pay_for(HUGE_PAGE - 1));
     }

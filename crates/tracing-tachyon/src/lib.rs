@@ -190,8 +190,9 @@ struct Local {
     /// the common `span!(...).entered()` / `#[instrument]` case then enters without looking
     /// the span up in the registry. Taken on use, so it only ever names a span created here
     /// and not entered yet; the `Registry`'s ids carry a generation, so another span cannot
-    /// have this id while that one lives, and one created later on this thread replaces the
-    /// memo.
+    /// have this id while that one lives, one created later on this thread replaces the memo,
+    /// and a close on this thread clears it (a span closed on another thread before its first
+    /// entry leaves it, which matters only if its id comes back with the same generation).
     created: Cell<(u64, Option<&'static Callsite>)>,
     /// How many spans are entered on this thread and not exited yet.
     depth: Cell<usize>,
@@ -268,22 +269,29 @@ impl Local {
     fn get(&self, i: usize) -> (u64, ZoneSession) {
         match self.stack.get(i) {
             Some(c) => c.get(),
-            None => DEEP.with(|d| d.borrow()[i - INLINE_DEPTH]),
+            // `try_with`: `DEEP` has a destructor, and a span may exit during thread teardown;
+            // an entry lost then reads as unrecorded.
+            None => DEEP
+                .try_with(|d| d.borrow().get(i - INLINE_DEPTH).copied())
+                .ok()
+                .flatten()
+                .unwrap_or((0, 0)),
         }
     }
 
     fn set(&self, i: usize, v: (u64, ZoneSession)) {
         match self.stack.get(i) {
             Some(c) => c.set(v),
-            None => DEEP.with(|d| {
-                let mut d = d.borrow_mut();
-                let k = i - INLINE_DEPTH;
-                if k == d.len() {
-                    d.push(v);
-                } else {
-                    d[k] = v;
-                }
-            }),
+            None => {
+                let _ = DEEP.try_with(|d| {
+                    let mut d = d.borrow_mut();
+                    let k = i - INLINE_DEPTH;
+                    match d.get_mut(k) {
+                        Some(slot) => *slot = v,
+                        None => d.push(v),
+                    }
+                });
+            }
         }
     }
 
@@ -326,7 +334,7 @@ impl Local {
             self.set(i, self.get(i + 1));
         }
         if d > INLINE_DEPTH {
-            DEEP.with(|v| v.borrow_mut().truncate(d - 1 - INLINE_DEPTH));
+            let _ = DEEP.try_with(|v| v.borrow_mut().truncate(d - 1 - INLINE_DEPTH));
         }
         self.depth.set(d - 1);
         session
@@ -443,17 +451,25 @@ where
 
     #[inline(always)]
     fn on_close(&self, id: Id, ctx: Context<'_, S>) {
+        let raw = id.into_u64();
         // Flows to a span that is never entered again end nowhere; the id may be reused.
         if PENDING.load(Ordering::Relaxed) != 0 {
-            drop(take_incoming_slow(id.into_u64()));
+            drop(take_incoming_slow(raw));
         }
+        // A span closed before its first entry leaves no memo a later span with its id (the
+        // Registry's generation wrapped) could take.
+        LOCAL.with(|l| {
+            if l.created.get().0 == raw {
+                l.created.set((0, None));
+            }
+        });
         if self.mode == SpanMode::AsyncTrack {
             close_async(&id, ctx);
         }
     }
 }
 
-/// Ends an async-track span's slice (out of line: a per-entry span's close is two loads).
+/// Ends an async-track span's slice (out of line: a per-entry span's close is a few loads).
 #[inline(never)]
 fn close_async<S>(id: &Id, ctx: Context<'_, S>)
 where

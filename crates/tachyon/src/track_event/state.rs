@@ -382,12 +382,10 @@ pub(crate) fn drain_all(how: Drain) -> usize {
 
 /// The drainer's pace: after a pass that found fewer events than this, it sleeps
 /// [`DRAIN_NAP`] (a thread filling its queue at full speed, one event per ~20-35 ns, adds
-/// 3 000-5 000 events meanwhile, a quarter of the queue or less); after a larger one it goes
+/// 3 000-5 000 events meanwhile, up to about a third of the queue); after a larger one it goes
 /// round again at once. A quarter, not less: each nap is a context switch out and in, which on
-/// the project's VM costs the drainer about as much as encoding several hundred events
-/// (`finish_task_switch` held about a third of its profile), and with an eighth a flood of
-/// zones woke it about 1 100 times per 4 M events, with a quarter about 350 times (the client
-/// bench; the queue still has three quarters free when it wakes).
+/// the project's VM costs the drainer about as much as encoding several hundred events, so a
+/// flood should wake it rarely (docs/data-path.md has the counts for an eighth and a quarter).
 const DRAIN_BUSY: usize = queue::CAPACITY / 4;
 const DRAIN_NAP: Duration = Duration::from_micros(100);
 /// After passes that found every queue empty, the nap doubles up to this (a session with
