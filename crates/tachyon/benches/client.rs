@@ -506,12 +506,7 @@ fn ratio(rounds: usize) {
     let after = helpers_cpu_ns();
     let report = tachyon::shutdown().unwrap().unwrap();
     report_helpers_cpu(before, after, 2 * u64::from(ITERS) * rounds as u64);
-    let sorted = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v
-    };
     let (z, b, r) = (sorted(zone_ns), sorted(base_ns), sorted(ratios));
-    let q = |v: &[f64], f: f64| v[((v.len() - 1) as f64 * f).round() as usize];
     println!(
         "zone/enabled: min {:.2} ns, median {:.2} ns; two_timestamps: min {:.2} ns, median {:.2} ns",
         z[0],
@@ -577,12 +572,7 @@ fn hot_cpu(rounds: usize) {
     let after = helpers_cpu_ns();
     let report = tachyon::shutdown().unwrap().unwrap();
     report_helpers_cpu(before, after, 2 * u64::from(ITERS) * rounds as u64);
-    let sorted = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v
-    };
     let (z, b, d) = (sorted(zone_ns), sorted(base_ns), sorted(diff_ns));
-    let q = |v: &[f64], f: f64| v[((v.len() - 1) as f64 * f).round() as usize];
     let median = |v: &[f64]| q(v, 0.5);
     println!(
         "zone - two_timestamps per round: deciles 1, 3, 5, 7, 9: {:.2}, {:.2}, {:.2}, {:.2}, {:.2} ns; \
@@ -897,4 +887,15 @@ fn main() {
     }
     benches();
     Criterion::default().configure_from_args().final_summary();
+}
+
+/// `v` in ascending order.
+fn sorted(mut v: Vec<f64>) -> Vec<f64> {
+    v.sort_by(f64::total_cmp);
+    v
+}
+
+/// The `f` quantile of sorted, non-empty `v` (nearest rank).
+fn q(v: &[f64], f: f64) -> f64 {
+    v[((v.len() - 1) as f64 * f).round() as usize]
 }

@@ -258,6 +258,17 @@ impl Local {
         }
     }
 
+    /// Takes the memo if it names span `raw`: its callsite (the memo is empty after).
+    fn take_memo(&self, raw: u64) -> Option<&'static Callsite> {
+        match self.created.get() {
+            (i, Some(cs)) if i == raw => {
+                self.created.set((0, None));
+                Some(cs)
+            }
+            _ => None,
+        }
+    }
+
     /// The session of the innermost entry's slice, once it has begun.
     #[inline(always)]
     fn set_top_session(&self, session: ZoneSession) {
@@ -458,11 +469,7 @@ where
         }
         // A span closed before its first entry leaves no memo a later span with its id (the
         // Registry's generation wrapped) could take.
-        LOCAL.with(|l| {
-            if l.created.get().0 == raw {
-                l.created.set((0, None));
-            }
-        });
+        LOCAL.with(|l| l.take_memo(raw));
         if self.mode == SpanMode::AsyncTrack {
             close_async(&id, ctx);
         }
@@ -489,13 +496,7 @@ where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
     let raw = id.into_u64();
-    let memo = LOCAL.with(|l| match l.created.get() {
-        (i, Some(cs)) if i == raw => {
-            l.created.set((0, None));
-            Some(cs)
-        }
-        _ => None,
-    });
+    let memo = LOCAL.with(|l| l.take_memo(raw));
     let session = match memo {
         Some(cs) if PENDING.load(Ordering::Relaxed) == 0 => match cs.check() {
             Some(en) => integration::zone_begin(cs, en),
