@@ -75,6 +75,14 @@ fn wake_drainer() {
     }
 }
 
+/// Four of the ring's cells: a cache line.
+#[repr(C, align(64))]
+struct Line([UnsafeCell<Record>; RECORDS_PER_LINE]);
+
+const RECORDS_PER_LINE: usize = 4;
+const _: () =
+    assert!(std::mem::size_of::<Line>() == RECORDS_PER_LINE * std::mem::size_of::<Record>());
+
 /// A value alone on its cache line: the producer's and the consumer's positions do not share
 /// one, so publishing a record does not steal the line the consumer reads from.
 #[repr(align(64))]
@@ -85,6 +93,9 @@ struct Padded<T>(T);
 pub(crate) struct Producer {
     /// Records written so far (wrapping: the ring index is `pos % CAPACITY`).
     pos: usize,
+    /// The ring's first cell: the producer's own copy of the slot's pointer, so that a push
+    /// reads nothing from a line another thread writes.
+    cells: *const UnsafeCell<Record>,
     /// `pos` may grow up to this: the consumer's position, as last read, plus the capacity,
     /// or [`WAKE_STEP`] past where the producer last looked, whichever comes first (see
     /// [`Slot::refresh`]).
@@ -121,17 +132,28 @@ pub(crate) enum Holder {
 const FREE: u8 = 0;
 
 /// A thread's state and its queue; shared (in an `Arc`) between the thread and the drainers.
+///
+/// Laid out by line: what the consumer writes (`head`), what the producer publishes
+/// (`tail`), the producer's own fields, then the lock and the state, which the consumer writes
+/// as it encodes. Of the slot, a push reads and writes only the producer's line, `tail`'s and
+/// the ring's cells, so an encoding drainer never takes a line the push needs: a producer
+/// field on a line the drainer writes (the lock's, or the state's) would have to come back
+/// from the other core at the next push.
+#[repr(C)]
 pub(crate) struct Slot<S> {
-    /// [`FREE`] or the [`Holder`].
-    lock: AtomicU8,
-    state: UnsafeCell<S>,
     /// Records consumed.
     head: Padded<AtomicUsize>,
     /// Records published.
     tail: Padded<AtomicUsize>,
-    producer: UnsafeCell<Producer>,
-    /// A fixed-size array: indices masked into it need no bounds check.
-    ring: Box<[UnsafeCell<Record>; CAPACITY]>,
+    producer: Padded<UnsafeCell<Producer>>,
+    /// The ring's cells, a cache line at a time: the ring starts on a line, so a run of
+    /// records that ends on a line's end ends that line (see [`give_lines_up`]). Reached as
+    /// cells through [`cells`](Self::cells); the producer writes through its own copy of the
+    /// pointer, [`Producer::cells`].
+    ring: Box<[Line]>,
+    /// [`FREE`] or the [`Holder`].
+    lock: AtomicU8,
+    state: UnsafeCell<S>,
 }
 
 // SAFETY: `state` is only reached through a `Guard`, which exists only while `lock` is held by
@@ -147,27 +169,36 @@ unsafe impl<S: Send> Send for Slot<S> {}
 
 impl<S> Slot<S> {
     pub(crate) fn new(state: S, hot: Hot) -> Slot<S> {
+        let empty = || {
+            UnsafeCell::new(Record {
+                word: std::ptr::null(),
+                ticks: 0,
+            })
+        };
+        let ring: Box<[Line]> = (0..CAPACITY / RECORDS_PER_LINE)
+            .map(|_| Line(std::array::from_fn(|_| empty())))
+            .collect();
         Slot {
-            lock: AtomicU8::new(FREE),
-            state: UnsafeCell::new(state),
             head: Padded(AtomicUsize::new(0)),
             tail: Padded(AtomicUsize::new(0)),
-            producer: UnsafeCell::new(Producer {
+            producer: Padded(UnsafeCell::new(Producer {
                 pos: 0,
+                cells: ring.as_ptr().cast(),
                 limit: WAKE_STEP,
                 hot,
-            }),
-            ring: (0..CAPACITY)
-                .map(|_| {
-                    UnsafeCell::new(Record {
-                        word: std::ptr::null(),
-                        ticks: 0,
-                    })
-                })
-                .collect::<Box<[_]>>()
-                .try_into()
-                .unwrap_or_else(|_| unreachable!("CAPACITY cells")),
+            })),
+            ring,
+            lock: AtomicU8::new(FREE),
+            state: UnsafeCell::new(state),
         }
+    }
+
+    /// The ring's `CAPACITY` cells, in order.
+    fn cells(&self) -> &[UnsafeCell<Record>] {
+        // SAFETY: `ring` holds `CAPACITY / RECORDS_PER_LINE` lines, each `RECORDS_PER_LINE`
+        // cells laid out in a row with no padding (`repr(C)`, its size asserted above): the
+        // lines make one array of `CAPACITY` cells, borrowed as long as the slot is.
+        unsafe { std::slice::from_raw_parts(self.ring.as_ptr().cast(), CAPACITY) }
     }
 
     /// The producer's side.
@@ -180,7 +211,7 @@ impl<S> Slot<S> {
     #[allow(clippy::mut_from_ref)]
     pub(crate) unsafe fn producer(&self) -> &mut Producer {
         // SAFETY: the caller's contract: one thread, one reference at a time.
-        unsafe { &mut *self.producer.get() }
+        unsafe { &mut *self.producer.0.get() }
     }
 
     /// Appends a record (its word made from the counter's reading now: an event may carry a
@@ -229,7 +260,10 @@ impl<S> Slot<S> {
         };
         let word = word(ts)?;
         let pos = p.pos;
-        let cell = &self.ring[pos & (CAPACITY - 1)];
+        // SAFETY: `cells` points at the first of the ring's `CAPACITY` cells (the box lives as
+        // long as the slot and never moves; see `cells()`), and the index is masked below
+        // `CAPACITY`.
+        let cell = unsafe { &*p.cells.add(pos & (CAPACITY - 1)) };
         // SAFETY: `pos < limit <= head + CAPACITY`, and `pos >= tail` (the producer publishes
         // only what it wrote): the consumer reads no cell in `tail..head + CAPACITY` (see the
         // `Sync` impl), so this one is the producer's alone until `tail` passes it.
@@ -416,7 +450,7 @@ impl<S> Guard<'_, S> {
     /// [`drain_runs`](Self::drain_runs).)
     #[cfg(test)]
     pub(crate) fn drain(&mut self, mut f: impl FnMut(&mut S, Record)) -> usize {
-        self.drain_runs(|state, run| run.iter().for_each(|r| f(state, *r)))
+        self.drain_runs(false, |state, run| run.iter().for_each(|r| f(state, *r)))
     }
 }
 
@@ -426,7 +460,14 @@ impl<S> Guard<'_, S> {
     /// where the records wrap round the ring's end too), and gives each slice's cells back to
     /// the producer as soon as `f` is done with it; the number handed. For an encoder that
     /// checks once what a run of records has in common.
-    pub(crate) fn drain_runs(&mut self, mut f: impl FnMut(&mut S, &[Record])) -> usize {
+    ///
+    /// With `give_up`, each slice's lines are flushed from every cache once `f` is done with
+    /// it ([`give_lines_up`]): for a consumer on another thread than the producer's.
+    pub(crate) fn drain_runs(
+        &mut self,
+        give_up: bool,
+        mut f: impl FnMut(&mut S, &[Record]),
+    ) -> usize {
         let slot = self.slot;
         let tail = slot.tail.0.load(Ordering::Acquire);
         let mut head = slot.head.0.load(Ordering::Relaxed);
@@ -434,7 +475,7 @@ impl<S> Guard<'_, S> {
         while head != tail {
             let at = head & (CAPACITY - 1);
             let len = tail.wrapping_sub(head).min(CAPACITY - at).min(RELEASE_STEP);
-            let cells = &slot.ring[at..at + len];
+            let cells = &slot.cells()[at..at + len];
             // SAFETY: the cells are those of positions `head..head + len`, within
             // `head..tail`, which the producer wrote before its release store of `tail`
             // (loaded above with acquire) and writes again only after `head` passes them (the
@@ -445,11 +486,64 @@ impl<S> Guard<'_, S> {
                 unsafe { std::slice::from_raw_parts(cells.as_ptr().cast::<Record>(), len) };
             // SAFETY: the lock is held (see `deref_mut`).
             f(unsafe { &mut *slot.state.get() }, records);
+            if give_up {
+                give_lines_up(records);
+            }
             head = head.wrapping_add(len);
             slot.head.0.store(head, Ordering::Release);
         }
         n
     }
+}
+
+/// Flushes from every cache (`clflushopt`, where the CPU has it) the ring's lines that end
+/// within `records`, a run the consumer is done with. Every cell before the run was consumed
+/// already, so those lines hold no record the producer is still writing; the line the run ends
+/// in, when it ends mid-line, may be, and goes with the next run.
+///
+/// Why: the producer writes each cell again one lap later. A line the consumer read stays
+/// shared between the two cores' caches, and the producer's store to it then waits at the
+/// head of its store buffer for the other core to drop its copy, which no prefetcher starts
+/// early (the line is present, only not writable). On the project's VM a thread pushing a
+/// record per counter read ran at 35 ns a record instead of 10 in some periods, whatever the
+/// consumer's speed (docs/data-path.md). A flushed line is absent instead: the store misses,
+/// and the hardware prefetcher fetches the lines of a sequential store stream ahead of it.
+fn give_lines_up(records: &[Record]) {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    {
+        use std::sync::atomic::AtomicU8;
+        // 0: not looked yet; 1: no `clflushopt`; 2: `clflushopt`.
+        static HAS_CLFLUSHOPT: AtomicU8 = AtomicU8::new(0);
+        let has = match HAS_CLFLUSHOPT.load(Ordering::Relaxed) {
+            0 => {
+                // CPUID leaf 7, sub-leaf 0: EBX bit 23 is `clflushopt` (a CPU without the leaf
+                // answers zeros).
+                let leaf7 = std::arch::x86_64::__cpuid_count(7, 0);
+                let has = if leaf7.ebx & (1 << 23) != 0 { 2 } else { 1 };
+                HAS_CLFLUSHOPT.store(has, Ordering::Relaxed);
+                has
+            }
+            has => has,
+        };
+        if has != 2 {
+            return;
+        }
+        const LINE: usize = std::mem::size_of::<Line>();
+        let range = records.as_ptr_range();
+        let first = range.start as usize & !(LINE - 1);
+        let end = range.end as usize & !(LINE - 1);
+        for line in (first..end).step_by(LINE) {
+            // SAFETY: `clflushopt` writes a line back if it is dirty and drops it from the
+            // caches: memory's contents stay as they are, so no reader or writer of these
+            // cells sees a change. The address is within the ring's allocation (its lines
+            // start on a line), which is mapped.
+            unsafe {
+                std::arch::asm!("clflushopt [{}]", in(reg) line, options(nostack, preserves_flags));
+            }
+        }
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+    let _ = records;
 }
 
 impl<S> Deref for Guard<'_, S> {
@@ -541,7 +635,7 @@ mod tests {
                 assert!(push(&slot, i, EPOCH).is_some());
             }
             let mut g = slot.lock();
-            let handed = g.drain_runs(|v: &mut Vec<usize>, run| {
+            let handed = g.drain_runs(false, |v: &mut Vec<usize>, run| {
                 runs.push(run.len());
                 v.extend(run.iter().map(|r| r.word.addr()));
             });
@@ -553,7 +647,11 @@ mod tests {
             runs.len() > 3,
             "a drain across the wrap comes in two runs: {runs:?}"
         );
-        assert_eq!(slot.lock().drain_runs(|_, _| panic!("nothing queued")), 0);
+        assert_eq!(
+            slot.lock()
+                .drain_runs(false, |_, _| panic!("nothing queued")),
+            0
+        );
     }
 
     /// A drain hands the ring's cells back a step at a time: while the consumer still holds
@@ -572,7 +670,7 @@ mod tests {
         let mut g = slot.try_lock(Holder::Drainer).unwrap();
         let mut runs = Vec::new();
         let mut pushed = 0;
-        let handed = g.drain_runs(|_, run| {
+        let handed = g.drain_runs(false, |_, run| {
             runs.push(run.len());
             if runs.len() == 2 {
                 // The first step's cells are the producer's again (this thread is both here:
@@ -622,8 +720,9 @@ mod tests {
         assert_eq!(consumer.join().unwrap(), CAPACITY);
     }
 
-    /// A producer thread and a consumer thread that drains whenever it gets the lock: every
-    /// record arrives once, in order, across many wraps of the ring.
+    /// A producer thread and a consumer thread that drains whenever it gets the lock, as the
+    /// drainer does (giving each run's lines up): every record arrives once, in order, across
+    /// many wraps of the ring.
     #[test]
     fn a_concurrent_consumer_sees_every_record_once_in_order() {
         let n = if cfg!(miri) { 300 } else { 200_000 };
@@ -632,9 +731,11 @@ mod tests {
             let slot = Arc::clone(&slot);
             std::thread::spawn(move || loop {
                 if let Some(mut g) = slot.try_lock(Holder::Drainer) {
-                    g.drain(|seen, r| {
-                        assert_eq!(r.word.addr(), *seen);
-                        *seen += 1;
+                    g.drain_runs(true, |seen, run| {
+                        for r in run {
+                            assert_eq!(r.word.addr(), *seen);
+                            *seen += 1;
+                        }
                     });
                     if *g == n {
                         return;

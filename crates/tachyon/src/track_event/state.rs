@@ -367,7 +367,7 @@ pub(crate) fn drain_all(how: Drain) -> usize {
         let Some(mut st) = st else {
             continue;
         };
-        n += ThreadState::drain_queue(&mut st);
+        n += ThreadState::drain_queue_as(&mut st, true);
         if how == Drain::Release
             && session_of(st.epoch) != session_of(EPOCH.load(Ordering::Relaxed))
         {
@@ -404,10 +404,22 @@ const DRAIN_IDLE: Duration = Duration::from_millis(20);
 fn drain_nap(found: usize, nap: Duration) -> Option<Duration> {
     match found {
         0 => Some((2 * nap).clamp(DRAIN_NAP, DRAIN_NAP_LONG)),
-        n if n < DRAIN_BUSY => Some(DRAIN_NAP),
+        n if n < DRAIN_FLOOD => Some(DRAIN_NAP),
+        n if n < DRAIN_BUSY => Some(DRAIN_NAP_FLOOD),
         _ => None,
     }
 }
+
+/// A pass that found this many events or more (and fewer than [`DRAIN_BUSY`]) is followed by
+/// the short [`DRAIN_NAP_FLOOD`]: a thread recording at full speed (an event every 10 ns, its
+/// two counter reads a zone) fills its queue in about 160 µs, and [`DRAIN_NAP`] with the
+/// wake-up's latency is most of that, so the queue would fill during the naps and the thread
+/// encode it itself, on its own time, while the drainer sleeps. 25 µs lets the drainer find a
+/// few thousand events a pass (about 25 passes a millisecond in a flood, each a context
+/// switch) without letting the queue fill. (The drainer's timer slack is set to match: see
+/// [`drainer`].)
+const DRAIN_FLOOD: usize = queue::CAPACITY / 16;
+const DRAIN_NAP_FLOOD: Duration = Duration::from_micros(25);
 
 /// Events the threads encoded themselves, their queue full (the drainer behind), or before a
 /// slow-path event: work the hot path did that the drainer's CPU time does not show. Counted
@@ -446,6 +458,14 @@ fn drainer() {
     let _ = queue::DRAINER.set(std::thread::current());
     if helper_sched_batch() {
         run_as_batch();
+    }
+    // Linux lets a sleep last 50 µs past its end by default (the timer slack), twice the
+    // flood's nap: 5 µs keeps the nap near what it asks for.
+    #[cfg(all(target_os = "linux", not(miri)))]
+    // SAFETY: `PR_SET_TIMERSLACK` takes a number and changes only the calling thread's slack;
+    // no memory is handed over.
+    unsafe {
+        libc::prctl(libc::PR_SET_TIMERSLACK, 5_000 as libc::c_ulong);
     }
     let mut nap = DRAIN_NAP;
     loop {
@@ -728,8 +748,16 @@ impl ThreadState {
     /// queue drains must not take the writer or the sequence's state away from events recorded
     /// before it, nor put them into the next session's writer.
     fn drain_queue(st: &mut Guard<'_, ThreadState>) -> usize {
+        Self::drain_queue_as(st, false)
+    }
+
+    /// [`drain_queue`](Self::drain_queue); with `give_up` (a drainer, not the queue's own
+    /// thread), each run's ring lines are flushed from the caches once encoded, so that the
+    /// thread's next lap of stores does not wait for this core's copies
+    /// (`queue::give_lines_up`).
+    fn drain_queue_as(st: &mut Guard<'_, ThreadState>, give_up: bool) -> usize {
         st.pin = Some(st.epoch);
-        let n = st.drain_runs(ThreadState::replay_all);
+        let n = st.drain_runs(give_up, ThreadState::replay_all);
         st.pin = None;
         n
     }
@@ -1642,7 +1670,12 @@ mod drain_pace_tests {
         }
         assert_eq!(naps, [200, 400, 800, 1000, 1000, 1000]);
         assert_eq!(drain_nap(1, DRAIN_NAP_LONG), Some(DRAIN_NAP));
-        assert_eq!(drain_nap(DRAIN_BUSY - 1, DRAIN_NAP_LONG), Some(DRAIN_NAP));
+        assert_eq!(drain_nap(DRAIN_FLOOD - 1, DRAIN_NAP_LONG), Some(DRAIN_NAP));
+        assert_eq!(drain_nap(DRAIN_FLOOD, DRAIN_NAP), Some(DRAIN_NAP_FLOOD));
+        assert_eq!(
+            drain_nap(DRAIN_BUSY - 1, DRAIN_NAP_LONG),
+            Some(DRAIN_NAP_FLOOD)
+        );
         assert_eq!(drain_nap(DRAIN_BUSY, DRAIN_NAP_LONG), None);
     }
 
