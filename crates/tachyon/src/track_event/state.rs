@@ -380,13 +380,16 @@ pub(crate) fn drain_all(how: Drain) -> usize {
     n
 }
 
-/// The drainer's pace: after a pass that found fewer events than this, it sleeps
-/// [`DRAIN_NAP`] (a thread filling its queue at full speed, one event per ~20-35 ns, adds
-/// 3 000-5 000 events meanwhile, up to about a third of the queue); after a larger one it goes
-/// round again at once. A quarter, not less: each nap is a context switch out and in, which on
-/// the project's VM costs the drainer about as much as encoding several hundred events, so a
-/// flood should wake it rarely (docs/data-path.md has the counts for an eighth and a quarter).
-const DRAIN_BUSY: usize = queue::CAPACITY / 4;
+/// The drainer's pace. After a pass that found this many events or more it goes round again
+/// at once; after fewer, it naps ([`drain_nap`]). A pass encodes an event in 5-9 ns on this
+/// VM, about as long as a thread recording at full speed takes to queue one (its counter read,
+/// ~10 ns), so a drainer that keeps up with such a thread finds about as many events a pass as
+/// the pass before encoded: with a sixteenth of the queue it stays in that loop without a nap,
+/// its passes short and the lines it reads recent, and the thread's queue never fills. Each nap
+/// is a context switch out and in (about as much as encoding a few hundred events); a higher
+/// threshold had the drainer nap between passes of a flood, the queue fill meanwhile and the
+/// thread encode a quarter of its events itself (docs/data-path.md, "The ring's cache lines").
+const DRAIN_BUSY: usize = queue::CAPACITY / 16;
 const DRAIN_NAP: Duration = Duration::from_micros(100);
 /// After passes that found every queue empty, the nap doubles up to this (a session with
 /// nothing to trace wakes the drainer a thousand times a second, not seven thousand; each
@@ -411,14 +414,12 @@ fn drain_nap(found: usize, nap: Duration) -> Option<Duration> {
 }
 
 /// A pass that found this many events or more (and fewer than [`DRAIN_BUSY`]) is followed by
-/// the short [`DRAIN_NAP_FLOOD`]: a thread recording at full speed (an event every 10 ns, its
-/// two counter reads a zone) fills its queue in about 160 µs, and [`DRAIN_NAP`] with the
-/// wake-up's latency is most of that, so the queue would fill during the naps and the thread
-/// encode it itself, on its own time, while the drainer sleeps. 25 µs lets the drainer find a
-/// few thousand events a pass (about 25 passes a millisecond in a flood, each a context
-/// switch) without letting the queue fill. (The drainer's timer slack is set to match: see
-/// [`drainer`].)
-const DRAIN_FLOOD: usize = queue::CAPACITY / 16;
+/// the short [`DRAIN_NAP_FLOOD`] instead of [`DRAIN_NAP`]: events are coming at 20 M a second
+/// or more, and a thread recording at full speed fills its queue in about 160 µs, most of which
+/// [`DRAIN_NAP`] with its wake-up's latency would leave to the queue to fill (and the thread to
+/// encode it itself, on its own time, while the drainer sleeps). (The drainer's timer slack is
+/// set to match: see [`drainer`].)
+const DRAIN_FLOOD: usize = queue::CAPACITY / 32;
 const DRAIN_NAP_FLOOD: Duration = Duration::from_micros(25);
 
 /// Events the threads encoded themselves, their queue full (the drainer behind), or before a
