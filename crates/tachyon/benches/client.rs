@@ -33,7 +33,7 @@
 //! helpers'), how often another thread took its core (involuntary context switches), how often
 //! each helper slept, and each helper's page faults. The total CPU an event costs, the traced
 //! thread's plus the helpers', is printed too, and how the flood's time spreads over its blocks
-//! of 1 024 zones (slow throughout, or slow in a few stalls).
+//! of 1 000 zones (slow throughout, or slow in a few stalls).
 //! It does so twice: with the central buffer mapped page by page as chunks first reach it (the
 //! default; one page fault per 4 KiB chunk on the service thread, since these 2M zones are the
 //! buffer's first pass), then prefaulted at the session's start (`Config::prefault_buffer`),
@@ -285,12 +285,13 @@ fn report_helpers_cpu(before: [Option<u64>; 2], after: [Option<u64>; 2], events:
     }
 }
 
-/// Prints how the flood's time spreads over its blocks of 1 024 zones (`marks`: the time at
-/// each block's end): quantiles of a block's time per event, and every 97th block in order. A
-/// run slow throughout (every block slow) and a run slow in stalls (a few blocks where the
-/// thread encoded its full queue or waited) have the same mean and call for different causes.
-fn report_blocks(marks: &[u64]) {
-    let per_event = |ns: u64| ns as f64 / 2048.0;
+/// Prints how the flood's time spreads over its blocks of `events` events (`marks`: 0, then the
+/// time at each block's end): quantiles of a block's time per event, and every 97th block in
+/// order. A run slow throughout (every block slow) and a run slow in stalls (a few blocks where
+/// the thread encoded its full queue or waited) have the same mean and call for different
+/// causes.
+fn report_blocks(marks: &[u64], events: u64) {
+    let per_event = |ns: u64| ns as f64 / events as f64;
     let mut blocks: Vec<u64> = marks.windows(2).map(|w| w[1] - w[0]).collect();
     let in_order: Vec<String> = blocks
         .iter()
@@ -300,7 +301,7 @@ fn report_blocks(marks: &[u64]) {
     blocks.sort_unstable();
     let q = |f: f64| per_event(blocks[((blocks.len() - 1) as f64 * f) as usize]);
     eprintln!(
-        "flood blocks of 1024 zones, ns per event: p10 {:.1}, p50 {:.1}, p90 {:.1}, p99 {:.1}, \
+        "flood blocks of 1000 zones, ns per event: p10 {:.1}, p50 {:.1}, p90 {:.1}, p99 {:.1}, \
          max {:.1}; every 97th in order: {}",
         q(0.1),
         q(0.5),
@@ -341,16 +342,18 @@ fn service_cpu_per_event(prefault: bool) {
     let owner_before = tachyon::__rt::owner_encoded();
     let preempted_before = this_thread_preemptions();
     let hot_cpu_before = this_thread_cpu_ns();
-    let mut marks = Vec::with_capacity((ZONES / 1024 + 2) as usize);
+    const BLOCK: u64 = 1000;
+    let mut marks = Vec::with_capacity((ZONES / BLOCK + 1) as usize);
+    marks.push(0);
     let t = Instant::now();
-    for _ in 0..ZONES / 1024 {
-        for _ in 0..1024 {
+    for _ in 0..ZONES / BLOCK {
+        for _ in 0..BLOCK {
             let _z = tachyon::zone!("bench zone");
         }
         marks.push(t.elapsed().as_nanos() as u64);
     }
     let hot = t.elapsed();
-    report_blocks(&marks);
+    report_blocks(&marks, 2 * BLOCK);
     let hot_cpu = this_thread_cpu_ns().zip(hot_cpu_before).map(|(a, b)| a - b);
     let preempted = this_thread_preemptions()
         .zip(preempted_before)

@@ -9,8 +9,8 @@
 //!
 //! - The producer is the owning thread, with no lock: [`Slot::try_push_with`] writes the record in
 //!   the ring, then publishes its position with a release store (a plain store on x86-64).
-//! - The consumer is whoever holds the lock ([`Guard::drain`]): it reads the records up to the
-//!   published position (acquire) and hands the space back with a release store, which the
+//! - The consumer is whoever holds the lock ([`Guard::drain_runs`]): it reads the records up to
+//!   the published position (acquire) and hands the space back with a release store, which the
 //!   producer loads only when its cached bound runs out.
 //!
 //! This module is the only one that touches the ring's memory and the state's cell.
@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 /// One event: what it is (a pointer to its callsite with the event type in the low bits, or a
 /// plain number; see `state.rs`), and the counter's raw reading.
 #[derive(Clone, Copy, Debug)]
-#[repr(C)]
+#[repr(C, align(16))]
 pub(crate) struct Record {
     pub(crate) word: *const u8,
     pub(crate) ticks: u64,
@@ -80,8 +80,14 @@ fn wake_drainer() {
 struct Line([UnsafeCell<Record>; RECORDS_PER_LINE]);
 
 const RECORDS_PER_LINE: usize = 4;
+const LINES: usize = CAPACITY / RECORDS_PER_LINE;
+const _: () = assert!(
+    std::mem::size_of::<Record>() == 16,
+    "four records make a line"
+);
 const _: () =
     assert!(std::mem::size_of::<Line>() == RECORDS_PER_LINE * std::mem::size_of::<Record>());
+const _: () = assert!(CAPACITY % RECORDS_PER_LINE == 0);
 
 /// A value alone on its cache line: the producer's and the consumer's positions do not share
 /// one, so publishing a record does not steal the line the consumer reads from.
@@ -146,11 +152,14 @@ pub(crate) struct Slot<S> {
     /// Records published.
     tail: Padded<AtomicUsize>,
     producer: Padded<UnsafeCell<Producer>>,
-    /// The ring's cells, a cache line at a time: the ring starts on a line, so a run of
-    /// records that ends on a line's end ends that line (see [`give_lines_up`]). Reached as
-    /// cells through [`cells`](Self::cells); the producer writes through its own copy of the
-    /// pointer, [`Producer::cells`].
-    ring: Box<[Line]>,
+    /// The ring's [`LINES`] lines (owned: allocated as a boxed slice in [`new`](Self::new),
+    /// freed in `drop`), so that it starts on a line and a run of records that ends on a line's
+    /// end ends that line (see [`give_lines_up`]). Reached as cells through
+    /// [`cells`](Self::cells); the producer writes through its own copy of this pointer,
+    /// [`Producer::cells`]. A raw pointer, not a `Box`: moving a `Box` (into the slot, the slot
+    /// into its `Arc`) would assert it is the only pointer to the ring, and the producer's copy
+    /// must stay valid.
+    ring: std::ptr::NonNull<Line>,
     /// [`FREE`] or the [`Holder`].
     lock: AtomicU8,
     state: UnsafeCell<S>,
@@ -163,6 +172,8 @@ pub(crate) struct Slot<S> {
 // producer only at positions in `tail..head + CAPACITY` and read by the consumer only at
 // positions in `head..tail`, disjoint; `tail`'s release store and acquire load order each
 // record's writes before its reads, and `head`'s order each read before the cell's reuse.
+// `ring` and `Producer::cells` point into the ring, which the slot owns and which lives as long
+// as it does; they are only dereferenced under the rules above.
 unsafe impl<S: Send> Sync for Slot<S> {}
 // SAFETY: as above; nothing in the slot is tied to the thread that created it.
 unsafe impl<S: Send> Send for Slot<S> {}
@@ -175,15 +186,17 @@ impl<S> Slot<S> {
                 ticks: 0,
             })
         };
-        let ring: Box<[Line]> = (0..CAPACITY / RECORDS_PER_LINE)
+        let ring: Box<[Line]> = (0..LINES)
             .map(|_| Line(std::array::from_fn(|_| empty())))
             .collect();
+        // Freed in `drop`, from this pointer and `LINES`.
+        let ring = std::ptr::NonNull::from(Box::leak(ring)).cast::<Line>();
         Slot {
             head: Padded(AtomicUsize::new(0)),
             tail: Padded(AtomicUsize::new(0)),
             producer: Padded(UnsafeCell::new(Producer {
                 pos: 0,
-                cells: ring.as_ptr().cast(),
+                cells: ring.as_ptr().cast_const().cast(),
                 limit: WAKE_STEP,
                 hot,
             })),
@@ -195,10 +208,11 @@ impl<S> Slot<S> {
 
     /// The ring's `CAPACITY` cells, in order.
     fn cells(&self) -> &[UnsafeCell<Record>] {
-        // SAFETY: `ring` holds `CAPACITY / RECORDS_PER_LINE` lines, each `RECORDS_PER_LINE`
-        // cells laid out in a row with no padding (`repr(C)`, its size asserted above): the
-        // lines make one array of `CAPACITY` cells, borrowed as long as the slot is.
-        unsafe { std::slice::from_raw_parts(self.ring.as_ptr().cast(), CAPACITY) }
+        // SAFETY: `ring` points at `LINES` initialised lines the slot owns until it drops,
+        // each `RECORDS_PER_LINE` cells laid out in a row with no padding (`repr(C)`, its size
+        // asserted above), in a slice of lines with no gap between them: one array of
+        // `CAPACITY` cells, borrowed for as long as the slot is.
+        unsafe { std::slice::from_raw_parts(self.ring.as_ptr().cast_const().cast(), CAPACITY) }
     }
 
     /// The producer's side.
@@ -497,9 +511,11 @@ impl<S> Guard<'_, S> {
 }
 
 /// Flushes from every cache (`clflushopt`, where the CPU has it) the ring's lines that end
-/// within `records`, a run the consumer is done with. Every cell before the run was consumed
-/// already, so those lines hold no record the producer is still writing; the line the run ends
-/// in, when it ends mid-line, may be, and goes with the next run.
+/// within `records`, a run the consumer is done with ([`lines_done`]). The line the run ends in,
+/// when it ends mid-line, may hold the next record the producer writes, and goes with the next
+/// run; the line it starts in, when it starts mid-line, had its first cells handed back with
+/// the run before, which the producer may be writing again if the queue was nearly full (the
+/// flush then costs it a miss, never a value: a flush changes no memory).
 ///
 /// Why: the producer writes each cell again one lap later. A line the consumer read stays
 /// shared between the two cores' caches, and the producer's store to it then waits at the
@@ -511,32 +527,15 @@ impl<S> Guard<'_, S> {
 fn give_lines_up(records: &[Record]) {
     #[cfg(all(target_arch = "x86_64", not(miri)))]
     {
-        use std::sync::atomic::AtomicU8;
-        // 0: not looked yet; 1: no `clflushopt`; 2: `clflushopt`.
-        static HAS_CLFLUSHOPT: AtomicU8 = AtomicU8::new(0);
-        let has = match HAS_CLFLUSHOPT.load(Ordering::Relaxed) {
-            0 => {
-                // CPUID leaf 7, sub-leaf 0: EBX bit 23 is `clflushopt` (a CPU without the leaf
-                // answers zeros).
-                let leaf7 = std::arch::x86_64::__cpuid_count(7, 0);
-                let has = if leaf7.ebx & (1 << 23) != 0 { 2 } else { 1 };
-                HAS_CLFLUSHOPT.store(has, Ordering::Relaxed);
-                has
-            }
-            has => has,
-        };
-        if has != 2 {
+        if !has_clflushopt() {
             return;
         }
-        const LINE: usize = std::mem::size_of::<Line>();
         let range = records.as_ptr_range();
-        let first = range.start as usize & !(LINE - 1);
-        let end = range.end as usize & !(LINE - 1);
-        for line in (first..end).step_by(LINE) {
+        for line in lines_done(range.start as usize, range.end as usize) {
             // SAFETY: `clflushopt` writes a line back if it is dirty and drops it from the
             // caches: memory's contents stay as they are, so no reader or writer of these
-            // cells sees a change. The address is within the ring's allocation (its lines
-            // start on a line), which is mapped.
+            // cells sees a change. The line holds at least one of `records`' bytes, so it is
+            // within the ring's allocation (which starts on a line), which is mapped.
             unsafe {
                 std::arch::asm!("clflushopt [{}]", in(reg) line, options(nostack, preserves_flags));
             }
@@ -544,6 +543,45 @@ fn give_lines_up(records: &[Record]) {
     }
     #[cfg(not(all(target_arch = "x86_64", not(miri))))]
     let _ = records;
+}
+
+/// The addresses of the lines that end within the bytes `start..end`: from the line `start` is
+/// in to the last whole line before `end`, a line's size apart.
+fn lines_done(start: usize, end: usize) -> std::iter::StepBy<std::ops::Range<usize>> {
+    const LINE: usize = std::mem::size_of::<Line>();
+    (start & !(LINE - 1)..end & !(LINE - 1)).step_by(LINE)
+}
+
+/// Whether the CPU has `clflushopt` (CPUID leaf 7, sub-leaf 0, EBX bit 23), asked once.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+fn has_clflushopt() -> bool {
+    use std::sync::atomic::AtomicU8;
+    // 0: not asked yet; 1: no; 2: yes.
+    static HAS: AtomicU8 = AtomicU8::new(0);
+    match HAS.load(Ordering::Relaxed) {
+        0 => {
+            use std::arch::x86_64::{__cpuid_count, __get_cpuid_max};
+            // SAFETY: `cpuid` is on every x86-64 CPU and only reads identification registers;
+            // leaf 7 is asked only when the maximum basic leaf reaches it. (Safe to call since
+            // Rust 1.87; `unsafe` for the crate's older minimum version.)
+            #[allow(unused_unsafe)]
+            let has =
+                unsafe { __get_cpuid_max(0).0 >= 7 && __cpuid_count(7, 0).ebx & (1 << 23) != 0 };
+            HAS.store(if has { 2 } else { 1 }, Ordering::Relaxed);
+            has
+        }
+        has => has == 2,
+    }
+}
+
+impl<S> Drop for Slot<S> {
+    fn drop(&mut self) {
+        let lines = std::ptr::slice_from_raw_parts_mut(self.ring.as_ptr(), LINES);
+        // SAFETY: `ring` came from `Box::leak` of a boxed slice of `LINES` lines in `new`, and
+        // this is the only place that takes it back, once; the producer's copy dies with the
+        // slot (no push runs on a slot being dropped: the owner holds a reference meanwhile).
+        drop(unsafe { Box::from_raw(lines) });
+    }
 }
 
 impl<S> Deref for Guard<'_, S> {
@@ -621,6 +659,24 @@ mod tests {
         assert_eq!(push(&slot, 1, EPOCH + 1), None, "closed");
         assert_eq!(push(&slot, 7, EPOCH), Some(5), "room again");
         assert_eq!(slot.lock().drain(|_, r| assert_eq!(r.word.addr(), 7)), 1);
+    }
+
+    /// The lines a run gives up: those that end within it, from the line it starts in; none
+    /// for a run inside one line.
+    #[test]
+    fn a_run_gives_up_the_lines_that_end_within_it() {
+        let lines = |start, end| lines_done(start, end).collect::<Vec<_>>();
+        // Line-aligned start and end: every line.
+        assert_eq!(lines(0x1000, 0x10c0), [0x1000, 0x1040, 0x1080]);
+        // Ending mid-line: that line stays (the producer may write its next cell).
+        assert_eq!(lines(0x1000, 0x10d0), [0x1000, 0x1040, 0x1080]);
+        // Starting mid-line: that line goes (its first cells were consumed before).
+        assert_eq!(lines(0x1010, 0x1080), [0x1000, 0x1040]);
+        // Inside one line, or empty: nothing.
+        assert_eq!(lines(0x1010, 0x1030), Vec::<usize>::new());
+        assert_eq!(lines(0x1040, 0x1040), Vec::<usize>::new());
+        // A run ending at the ring's end (a line's end) gives up its last line.
+        assert_eq!(lines(0x13f0, 0x1400), [0x13c0]);
     }
 
     /// Runs hand out every record once, in order, split where the ring wraps.

@@ -352,7 +352,8 @@ pub(crate) fn drain_all(how: Drain) -> usize {
     // This thread's own slot is locked below like any other: taken out of `SLOT` meanwhile, so
     // that a signal handler tracing on this thread finds nothing instead of waiting for a lock
     // this thread holds.
-    let _restore = Restore(SLOT.with(|s| s.replace(ptr::null())));
+    let own = SLOT.with(|s| s.replace(ptr::null()));
+    let _restore = Restore(own);
     let all: Vec<Arc<ThreadSlot>> = slots().clone();
     let mut n = 0;
     for slot in &all {
@@ -367,7 +368,8 @@ pub(crate) fn drain_all(how: Drain) -> usize {
         let Some(mut st) = st else {
             continue;
         };
-        n += ThreadState::drain_queue_as(&mut st, true);
+        // This thread's own queue keeps its lines: it writes them next.
+        n += ThreadState::drain_queue_as(&mut st, !ptr::eq(Arc::as_ptr(slot), own));
         if how == Drain::Release
             && session_of(st.epoch) != session_of(EPOCH.load(Ordering::Relaxed))
         {
@@ -386,9 +388,9 @@ pub(crate) fn drain_all(how: Drain) -> usize {
 /// ~10 ns), so a drainer that keeps up with such a thread finds about as many events a pass as
 /// the pass before encoded: with a sixteenth of the queue it stays in that loop without a nap,
 /// its passes short and the lines it reads recent, and the thread's queue never fills. Each nap
-/// is a context switch out and in (about as much as encoding a few hundred events); a higher
-/// threshold had the drainer nap between passes of a flood, the queue fill meanwhile and the
-/// thread encode a quarter of its events itself (docs/data-path.md, "The ring's cache lines").
+/// is a context switch out and in (about as much as encoding a few hundred events); with a
+/// higher threshold the drainer naps between the passes of a flood, the queue fills meanwhile
+/// and the thread encodes its own events (docs/data-path.md, "The ring's lines given up").
 const DRAIN_BUSY: usize = queue::CAPACITY / 16;
 const DRAIN_NAP: Duration = Duration::from_micros(100);
 /// After passes that found every queue empty, the nap doubles up to this (a session with
@@ -414,11 +416,11 @@ fn drain_nap(found: usize, nap: Duration) -> Option<Duration> {
 }
 
 /// A pass that found this many events or more (and fewer than [`DRAIN_BUSY`]) is followed by
-/// the short [`DRAIN_NAP_FLOOD`] instead of [`DRAIN_NAP`]: events are coming at 20 M a second
-/// or more, and a thread recording at full speed fills its queue in about 160 µs, most of which
-/// [`DRAIN_NAP`] with its wake-up's latency would leave to the queue to fill (and the thread to
-/// encode it itself, on its own time, while the drainer sleeps). (The drainer's timer slack is
-/// set to match: see [`drainer`].)
+/// the short [`DRAIN_NAP_FLOOD`] instead of [`DRAIN_NAP`]: events came at 5 M a second or more
+/// (512 in a 100 µs nap), and a thread recording at full speed fills its queue in about 160 µs,
+/// most of which [`DRAIN_NAP`] with its wake-up's latency would leave to the queue to fill (and
+/// the thread to encode it itself, on its own time, while the drainer sleeps). (The drainer's
+/// timer slack is set to match: see [`drainer`].)
 const DRAIN_FLOOD: usize = queue::CAPACITY / 32;
 const DRAIN_NAP_FLOOD: Duration = Duration::from_micros(25);
 
