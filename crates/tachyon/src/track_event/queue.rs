@@ -274,8 +274,8 @@ impl<S> Slot<S> {
         };
         let word = word(ts)?;
         let pos = p.pos;
-        // SAFETY: `cells` points at the first of the ring's `CAPACITY` cells (the box lives as
-        // long as the slot and never moves; see `cells()`), and the index is masked below
+        // SAFETY: `cells` points at the first of the ring's `CAPACITY` cells, which the slot
+        // owns and frees only when it drops (see `Slot::ring`), and the index is masked below
         // `CAPACITY`.
         let cell = unsafe { &*p.cells.add(pos & (CAPACITY - 1)) };
         // SAFETY: `pos < limit <= head + CAPACITY`, and `pos >= tail` (the producer publishes
