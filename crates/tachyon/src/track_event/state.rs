@@ -368,8 +368,10 @@ pub(crate) fn drain_all(how: Drain) -> usize {
         let Some(mut st) = st else {
             continue;
         };
-        // This thread's own queue keeps its lines: it writes them next.
-        n += ThreadState::drain_queue_as(&mut st, !ptr::eq(Arc::as_ptr(slot), own));
+        // This thread's own queue keeps its lines (it writes them next), and so does every
+        // queue when the process has one CPU: its threads take turns on the same caches.
+        let give_up = !ptr::eq(Arc::as_ptr(slot), own) && cpus_apart();
+        n += ThreadState::drain_queue_as(&mut st, give_up);
         if how == Drain::Release
             && session_of(st.epoch) != session_of(EPOCH.load(Ordering::Relaxed))
         {
@@ -380,6 +382,16 @@ pub(crate) fn drain_all(how: Drain) -> usize {
         }
     }
     n
+}
+
+/// Whether the process may run on more than one CPU (its affinity and CPU quota, as
+/// `available_parallelism` reads them; looked at once): only then can a drainer run on another
+/// core than the thread whose queue it drains, and only then does giving the queue's lines up
+/// after a run pay (`queue::give_lines_up`). On one CPU the flushed lines are the ones the
+/// thread writes next, and it would fetch them back from memory.
+fn cpus_apart() -> bool {
+    static APART: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *APART.get_or_init(|| std::thread::available_parallelism().is_ok_and(|n| n.get() > 1))
 }
 
 /// The drainer's pace. After a pass that found this many events or more it goes round again
@@ -405,15 +417,23 @@ const DRAIN_NAP_LONG: Duration = Duration::from_millis(1);
 const DRAIN_IDLE: Duration = Duration::from_millis(20);
 
 /// The nap after a pass that found `found` events, the previous nap having been `nap`: `None`
-/// to go round at once.
-fn drain_nap(found: usize, nap: Duration) -> Option<Duration> {
+/// to go round at once. With `apart` false (the process has one CPU, [`cpus_apart`]) the
+/// drainer runs only by taking the core from a traced thread, so it keeps to the longer naps
+/// and goes round at once only after [`DRAIN_BUSY_ONE_CPU`] events: each of its wake-ups there
+/// is a switch away from the thread it drains.
+fn drain_nap(found: usize, nap: Duration, apart: bool) -> Option<Duration> {
     match found {
         0 => Some((2 * nap).clamp(DRAIN_NAP, DRAIN_NAP_LONG)),
+        n if !apart && n < DRAIN_BUSY_ONE_CPU => Some(DRAIN_NAP),
+        _ if !apart => None,
         n if n < DRAIN_FLOOD => Some(DRAIN_NAP),
         n if n < DRAIN_BUSY => Some(DRAIN_NAP_FLOOD),
         _ => None,
     }
 }
+
+/// [`DRAIN_BUSY`] for a process with one CPU: a quarter of the queue.
+const DRAIN_BUSY_ONE_CPU: usize = queue::CAPACITY / 4;
 
 /// A pass that found this many events or more (and fewer than [`DRAIN_BUSY`]) is followed by
 /// the short [`DRAIN_NAP_FLOOD`] instead of [`DRAIN_NAP`]: events came at 5 M a second or more
@@ -479,7 +499,7 @@ fn drainer() {
             std::thread::sleep(DRAIN_IDLE);
             continue;
         }
-        match drain_nap(drain_all(Drain::Pass), nap) {
+        match drain_nap(drain_all(Drain::Pass), nap, cpus_apart()) {
             Some(n) if n > DRAIN_NAP => {
                 nap = n;
                 queue::DRAINER_NAPS_LONG.store(true, Ordering::Relaxed);
@@ -1668,18 +1688,32 @@ mod drain_pace_tests {
         let mut nap = DRAIN_NAP;
         let mut naps = Vec::new();
         for _ in 0..6 {
-            nap = drain_nap(0, nap).expect("an empty pass naps");
+            nap = drain_nap(0, nap, true).expect("an empty pass naps");
             naps.push(nap.as_micros());
         }
         assert_eq!(naps, [200, 400, 800, 1000, 1000, 1000]);
-        assert_eq!(drain_nap(1, DRAIN_NAP_LONG), Some(DRAIN_NAP));
-        assert_eq!(drain_nap(DRAIN_FLOOD - 1, DRAIN_NAP_LONG), Some(DRAIN_NAP));
-        assert_eq!(drain_nap(DRAIN_FLOOD, DRAIN_NAP), Some(DRAIN_NAP_FLOOD));
+        assert_eq!(drain_nap(1, DRAIN_NAP_LONG, true), Some(DRAIN_NAP));
         assert_eq!(
-            drain_nap(DRAIN_BUSY - 1, DRAIN_NAP_LONG),
+            drain_nap(DRAIN_FLOOD - 1, DRAIN_NAP_LONG, true),
+            Some(DRAIN_NAP)
+        );
+        assert_eq!(
+            drain_nap(DRAIN_FLOOD, DRAIN_NAP, true),
             Some(DRAIN_NAP_FLOOD)
         );
-        assert_eq!(drain_nap(DRAIN_BUSY, DRAIN_NAP_LONG), None);
+        assert_eq!(
+            drain_nap(DRAIN_BUSY - 1, DRAIN_NAP_LONG, true),
+            Some(DRAIN_NAP_FLOOD)
+        );
+        assert_eq!(drain_nap(DRAIN_BUSY, DRAIN_NAP_LONG, true), None);
+        // One CPU: no flood nap, and round at once only after a quarter of the queue.
+        assert_eq!(drain_nap(0, DRAIN_NAP, false), Some(2 * DRAIN_NAP));
+        assert_eq!(drain_nap(DRAIN_BUSY, DRAIN_NAP, false), Some(DRAIN_NAP));
+        assert_eq!(
+            drain_nap(DRAIN_BUSY_ONE_CPU - 1, DRAIN_NAP, false),
+            Some(DRAIN_NAP)
+        );
+        assert_eq!(drain_nap(DRAIN_BUSY_ONE_CPU, DRAIN_NAP, false), None);
     }
 
     /// `run_as_batch` changes the calling thread's policy only: a thread that asks runs as a
