@@ -192,13 +192,17 @@ mod tests {
     fn repeated_walks_follow_the_stack() {
         let in_fn = |pc: u64, f: usize| pc > f as u64 && pc < f as u64 + 4096;
         let mut first: Option<Vec<u64>> = None;
-        for _ in 0..3 {
+        for _ in 0..std::hint::black_box(3) {
             let (mut a, mut b) = ([0u64; MAX_DEPTH], [0u64; MAX_DEPTH]);
             // Twice from one call site: the second walk is answered by the memo, the same.
             let mut runs = [[0u64; MAX_DEPTH]; 2];
             let mut ns = [0usize; 2];
-            for (buf, n) in runs.iter_mut().zip(ns.iter_mut()) {
-                *n = via_a(buf);
+            // An opaque count and index: an unrolled or peeled loop would be two call sites.
+            let mut k = 0;
+            while std::hint::black_box(k) < 2 {
+                let i = std::hint::black_box(k);
+                ns[i] = via_a(&mut runs[i]);
+                k += 1;
             }
             assert_eq!(runs[0][..ns[0]], runs[1][..ns[1]]);
             let na = via_a(&mut a);
@@ -239,7 +243,8 @@ mod tests {
         let (mut a, mut b) = ([0u64; MAX_DEPTH], [0u64; MAX_DEPTH]);
         let mut ids = Vec::new();
         let mut frames: Vec<Vec<u64>> = Vec::new();
-        for i in 0..6 {
+        // An opaque trip count: an unrolled loop would make each call a call site of its own.
+        for i in 0..std::hint::black_box(6) {
             let (n, id) = if i % 3 == 2 {
                 id_via_b(&mut b)
             } else {
@@ -359,7 +364,8 @@ mod tests {
         #[test]
         fn a_callers_rbp_used_as_a_register_keeps_the_walk() {
             let mut walks: Vec<IdWalk> = Vec::new();
-            for i in 0..4u64 {
+            // An opaque trip count: an unrolled loop would be four call sites.
+            for i in 0..std::hint::black_box(4u64) {
                 let mut w = IdWalk {
                     n: 0,
                     id: 0,
