@@ -291,15 +291,17 @@ fn report_helpers_cpu(before: [Option<u64>; 2], after: [Option<u64>; 2], events:
 /// the thread encoded its full queue or waited) have the same mean and call for different
 /// causes.
 fn report_blocks(marks: &[u64], events: u64) {
-    let per_event = |ns: u64| ns as f64 / events as f64;
-    let mut blocks: Vec<u64> = marks.windows(2).map(|w| w[1] - w[0]).collect();
-    let in_order: Vec<String> = blocks
+    let per_event: Vec<f64> = marks
+        .windows(2)
+        .map(|w| (w[1] - w[0]) as f64 / events as f64)
+        .collect();
+    let in_order: Vec<String> = per_event
         .iter()
         .step_by(97)
-        .map(|&b| format!("{:.0}", per_event(b)))
+        .map(|b| format!("{b:.0}"))
         .collect();
-    blocks.sort_unstable();
-    let q = |f: f64| per_event(blocks[((blocks.len() - 1) as f64 * f) as usize]);
+    let blocks = sorted(per_event);
+    let q = |f: f64| q(&blocks, f);
     eprintln!(
         "flood blocks of 1000 zones, ns per event: p10 {:.1}, p50 {:.1}, p90 {:.1}, p99 {:.1}, \
          max {:.1}; every 97th in order: {}",

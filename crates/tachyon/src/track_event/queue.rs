@@ -555,23 +555,17 @@ fn lines_done(start: usize, end: usize) -> std::iter::StepBy<std::ops::Range<usi
 /// Whether the CPU has `clflushopt` (CPUID leaf 7, sub-leaf 0, EBX bit 23), asked once.
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 fn has_clflushopt() -> bool {
-    use std::sync::atomic::AtomicU8;
-    // 0: not asked yet; 1: no; 2: yes.
-    static HAS: AtomicU8 = AtomicU8::new(0);
-    match HAS.load(Ordering::Relaxed) {
-        0 => {
-            use std::arch::x86_64::{__cpuid_count, __get_cpuid_max};
-            // SAFETY: `cpuid` is on every x86-64 CPU and only reads identification registers;
-            // leaf 7 is asked only when the maximum basic leaf reaches it. (Safe to call since
-            // Rust 1.87; `unsafe` for the crate's older minimum version.)
-            #[allow(unused_unsafe)]
-            let has =
-                unsafe { __get_cpuid_max(0).0 >= 7 && __cpuid_count(7, 0).ebx & (1 << 23) != 0 };
-            HAS.store(if has { 2 } else { 1 }, Ordering::Relaxed);
-            has
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| {
+        use std::arch::x86_64::{__cpuid_count, __get_cpuid_max};
+        // SAFETY: `cpuid` is on every x86-64 CPU and only reads identification registers;
+        // leaf 7 is asked only when the maximum basic leaf reaches it. (Safe to call since
+        // Rust 1.87; `unsafe` for the crate's older minimum version.)
+        #[allow(unused_unsafe)]
+        unsafe {
+            __get_cpuid_max(0).0 >= 7 && __cpuid_count(7, 0).ebx & (1 << 23) != 0
         }
-        has => has == 2,
-    }
+    })
 }
 
 impl<S> Drop for Slot<S> {

@@ -422,12 +422,16 @@ const DRAIN_IDLE: Duration = Duration::from_millis(20);
 /// and goes round at once only after [`DRAIN_BUSY_ONE_CPU`] events: each of its wake-ups there
 /// is a switch away from the thread it drains.
 fn drain_nap(found: usize, nap: Duration, apart: bool) -> Option<Duration> {
+    // On one CPU the flood tier is empty: it starts where going round at once does.
+    let (flood, busy) = if apart {
+        (DRAIN_FLOOD, DRAIN_BUSY)
+    } else {
+        (DRAIN_BUSY_ONE_CPU, DRAIN_BUSY_ONE_CPU)
+    };
     match found {
         0 => Some((2 * nap).clamp(DRAIN_NAP, DRAIN_NAP_LONG)),
-        n if !apart && n < DRAIN_BUSY_ONE_CPU => Some(DRAIN_NAP),
-        _ if !apart => None,
-        n if n < DRAIN_FLOOD => Some(DRAIN_NAP),
-        n if n < DRAIN_BUSY => Some(DRAIN_NAP_FLOOD),
+        n if n < flood => Some(DRAIN_NAP),
+        n if n < busy => Some(DRAIN_NAP_FLOOD),
         _ => None,
     }
 }
