@@ -2,10 +2,15 @@
 //! process's own writers through a channel (std's unbounded `mpsc`, a lock-free hand-off: a
 //! sender never waits for the service), copies their chunks out of the process's shared memory
 //! buffer, streams the trace to its file when asked to, and writes the end of the trace at stop.
+//!
+//! The commits waiting in the channel may also be applied by another thread of the process,
+//! through a [`CommitPump`]: the SDK's drainer applies them after each of its passes, on the
+//! core it already runs on, instead of leaving them to the service thread's next turn (see
+//! [`CommitPump`] for why).
 
 use std::io;
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -17,7 +22,8 @@ use crate::trace_buffer::ProducerId;
 
 /// How long the service thread sleeps when no commit is waiting. The thread polls rather than
 /// blocks: a blocked receiver makes every sender pay a futex wake-up (10–30 ns per packet
-/// measured on the writer side), a polling one costs the writers nothing.
+/// measured on the writer side), a polling one costs the writers nothing. (While the SDK's
+/// drainer works, it applies the commits itself: [`CommitPump`].)
 const TICK: Duration = Duration::from_millis(2);
 
 /// Where the service thread gets commits from.
@@ -70,6 +76,84 @@ enum Control {
 pub struct InProcessService {
     control: Sender<Control>,
     thread: Option<JoinHandle<io::Result<Vec<u8>>>>,
+    pump: CommitPump,
+}
+
+/// What the service thread and the [`CommitPump`]s share: the core and the commits' receiving
+/// end, behind one lock, so that commits are applied one at a time and in the order they were
+/// sent, whoever applies them.
+struct Applier<C> {
+    /// `None` once the session has stopped (the service thread took it to finish the trace).
+    core: Option<ServiceCore>,
+    commits: C,
+    /// Whether a sender may still send (the channel has not reported every sender gone).
+    commits_open: bool,
+    producer: ProducerId,
+    smb: Arc<OwnedSmb>,
+}
+
+impl<C: CommitSource> Applier<C> {
+    /// Applies every commit waiting in the channel; how many.
+    fn apply_waiting(&mut self) -> usize {
+        let Some(core) = self.core.as_mut() else {
+            return 0;
+        };
+        let view = self.smb.service();
+        let mut n = 0;
+        while self.commits_open {
+            match self.commits.try_next() {
+                Ok(Some(req)) => {
+                    core.commit(self.producer, &view, &req);
+                    n += 1;
+                }
+                Ok(None) => break,
+                Err(()) => self.commits_open = false,
+            }
+        }
+        n
+    }
+}
+
+/// The applier behind a [`CommitPump`], its commit source's type erased.
+trait ApplyWaiting: Send + Sync {
+    fn apply_waiting_now(&self) -> usize;
+}
+
+impl<C: CommitSource> ApplyWaiting for Mutex<Applier<C>> {
+    fn apply_waiting_now(&self) -> usize {
+        // Busy (the service thread applies, flushes or streams) or poisoned: the service
+        // thread applies them at its next turn.
+        self.try_lock().map_or(0, |mut a| a.apply_waiting())
+    }
+}
+
+/// Applies an in-process session's waiting commits on the calling thread: for the thread that
+/// produces most of them. The SDK's drainer encodes the threads' queued events into chunks and
+/// commits them; left to the service thread, which wakes every [`TICK`], those commits are
+/// copied in bursts of 2 ms worth of events (about a millisecond of copying in a flood), while
+/// the drainer, which shares a core with the service thread on a machine with a core to spare,
+/// waits for it, and the traced threads' queues fill meanwhile and are encoded on the traced
+/// threads' own time. Applied by the drainer after each pass, the copying comes in small steps
+/// between its passes, with no thread switch (docs/data-path.md).
+///
+/// Cheap to clone; does nothing once the session stopped.
+#[derive(Clone)]
+pub struct CommitPump {
+    applier: Weak<dyn ApplyWaiting>,
+}
+
+impl CommitPump {
+    /// Applies the commits waiting now (none if the service thread is applying, flushing or
+    /// streaming at this moment: it applies them itself); how many.
+    pub fn apply_waiting(&self) -> usize {
+        self.applier.upgrade().map_or(0, |a| a.apply_waiting_now())
+    }
+}
+
+impl std::fmt::Debug for CommitPump {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CommitPump").finish_non_exhaustive()
+    }
 }
 
 impl InProcessService {
@@ -102,13 +186,29 @@ impl InProcessService {
         let mut core = ServiceCore::new(config)?;
         let producer = core.add_producer(identity);
         let (control, control_rx) = mpsc::channel();
+        let applier = Arc::new(Mutex::new(Applier {
+            core: Some(core),
+            commits,
+            commits_open: true,
+            producer,
+            smb,
+        }));
+        let weak: Weak<Mutex<Applier<_>>> = Arc::downgrade(&applier);
+        let pump = CommitPump { applier: weak };
         let thread = std::thread::Builder::new()
             .name("tachyon-service".into())
-            .spawn(move || run(core, producer, smb, commits, control_rx, hooks))?;
+            .spawn(move || run(applier, control_rx, hooks))?;
         Ok(InProcessService {
             control,
             thread: Some(thread),
+            pump,
         })
+    }
+
+    /// A handle that applies this session's waiting commits on the thread that calls it
+    /// ([`CommitPump`]).
+    pub fn commit_pump(&self) -> CommitPump {
+        self.pump.clone()
     }
 
     /// Applies every commit sent so far, optionally scrapes the shared memory buffer for
@@ -164,48 +264,52 @@ impl Drop for InProcessService {
     }
 }
 
-fn run(
-    mut core: ServiceCore,
-    producer: ProducerId,
-    smb: Arc<OwnedSmb>,
-    mut commits: impl CommitSource,
+fn lock<C>(applier: &Mutex<Applier<C>>) -> MutexGuard<'_, Applier<C>> {
+    // A panic while applying left the core as it was between two commits' steps: the session
+    // goes on with what it holds (a trace with what was recorded beats none).
+    applier.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn run<C: CommitSource>(
+    applier: Arc<Mutex<Applier<C>>>,
     control: Receiver<Control>,
     hooks: ProducerHooks,
 ) -> io::Result<Vec<u8>> {
-    let view = smb.service();
     let start = Instant::now();
-    let write_period = core
-        .config()
-        .write_into_file
-        .then(|| core.config().file_write_period);
+    let periods = lock(&applier).core.as_ref().map(|core| {
+        let config = core.config();
+        (
+            config.write_into_file.then_some(config.file_write_period),
+            config.flush_period,
+            config.incremental_state_clear_period,
+        )
+    });
+    let Some((write_period, flush_period, clear_period)) = periods else {
+        return Err(io::Error::other("the in-process session's core is gone"));
+    };
     let mut next_write = write_period.map(|p| start + p);
-    let flush_period = core.config().flush_period;
     let mut next_flush = flush_period.map(|p| start + p);
-    let clear_period = core.config().incremental_state_clear_period;
     let mut next_clear = clear_period.map(|p| start + p);
-    let mut commits_open = true;
     // A streaming pass under way (its steps alternate with the commits).
     let mut streaming = false;
     loop {
-        let mut busy = streaming;
-        while commits_open {
-            match commits.try_next() {
-                Ok(Some(req)) => {
-                    core.commit(producer, &view, &req);
-                    busy = true;
-                }
-                Ok(None) => break,
-                Err(()) => commits_open = false,
-            }
-        }
+        let busy = lock(&applier).apply_waiting() > 0 || streaming;
+        // Waits without the lock: a pump applies meanwhile.
         let msg = if busy {
             control.try_recv().ok()
         } else {
             control.recv_timeout(TICK).ok()
         };
+        let mut guard = lock(&applier);
+        let a = &mut *guard;
+        let producer = a.producer;
+        let view = a.smb.service();
+        let Some(core) = a.core.as_mut() else {
+            return Err(io::Error::other("the in-process session's core is gone"));
+        };
         if let Some(msg) = msg {
             // Everything committed before the request is applied first.
-            while let Ok(Some(req)) = commits.try_next() {
+            while let Ok(Some(req)) = a.commits.try_next() {
                 core.commit(producer, &view, &req);
             }
             match msg {
@@ -232,6 +336,8 @@ fn run(
                         core.record_final_flush(ok);
                     }
                     core.remove_producer(producer);
+                    let core = a.core.take().expect("checked above");
+                    drop(guard);
                     return core.finish();
                 }
             }
@@ -247,9 +353,10 @@ fn run(
         }
         if let (Some(at), Some(period)) = (next_flush, flush_period) {
             if Instant::now() >= at {
+                core.record_flush(true);
+                drop(guard);
                 // Writers commit at their next packet; their commits arrive in later turns.
                 (hooks.flush_writers)();
-                core.record_flush(true);
                 next_flush = Some(at + period);
             }
         }

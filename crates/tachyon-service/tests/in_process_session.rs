@@ -18,17 +18,25 @@ fn commit_packets(
     chunk_id: u32,
     packets: &[Vec<u8>],
 ) -> CommitRequest {
+    try_commit_packets(smb, writer, chunk_id, packets).expect("a free chunk")
+}
+
+/// [`commit_packets`], or `None` when no chunk is free.
+fn try_commit_packets(
+    smb: &OwnedSmb,
+    writer: u16,
+    chunk_id: u32,
+    packets: &[Vec<u8>],
+) -> Option<CommitRequest> {
     let abi = smb.producer();
-    let mut chunk = (0..abi.num_pages())
-        .find_map(|p| {
-            abi.try_acquire_any_chunk_for_writing(
-                p,
-                PageLayout::Div1,
-                ChunkHeader::new(writer, chunk_id),
-            )
-            .ok()
-        })
-        .expect("a free chunk");
+    let mut chunk = (0..abi.num_pages()).find_map(|p| {
+        abi.try_acquire_any_chunk_for_writing(
+            p,
+            PageLayout::Div1,
+            ChunkHeader::new(writer, chunk_id),
+        )
+        .ok()
+    })?;
     let mut off = 0;
     for p in packets {
         chunk.increment_packet_count().unwrap();
@@ -39,14 +47,14 @@ fn commit_packets(
     }
     let (page, idx) = (chunk.page_idx() as u32, chunk.chunk_idx() as u32);
     abi.release_chunk_as_complete(chunk).unwrap();
-    CommitRequest {
+    Some(CommitRequest {
         chunks_to_move: vec![ChunkToMove {
             page,
             chunk: idx,
             target_buffer: 0,
         }],
         ..Default::default()
-    }
+    })
 }
 
 fn packet(ts: u64) -> Vec<u8> {
@@ -162,6 +170,84 @@ fn streamed_to_file_while_tracing() {
     assert!(mem.is_empty(), "a file session returns nothing in memory");
     let bytes = std::fs::read(&path).unwrap();
     check_trace(&bytes, n);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Commits applied through a `CommitPump` from other threads, while the service thread applies
+/// some itself and streams: every packet in the trace once, in order, and the buffer's 64 chunks
+/// reused about five times over (a commit the pump dropped would leave its chunk taken, and the
+/// producer would find none free).
+#[test]
+fn commits_applied_by_pumps_on_other_threads_keep_order_and_free_their_chunks() {
+    let dir = std::env::temp_dir().join(format!("tachyon-pump-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("trace.pftrace");
+    let config = SessionConfig {
+        write_into_file: true,
+        file_write_period: Duration::from_millis(100),
+        output_path: Some(path.clone()),
+        ..SessionConfig::default()
+    };
+    let smb = Arc::new(OwnedSmb::new(64 * 4096, PageSize::Kib4).unwrap());
+    let (tx, rx) = mpsc::channel();
+    let identity = ProducerIdentity {
+        pid: 4242,
+        uid: 1000,
+    };
+    let service = InProcessService::start(config, smb.clone(), rx, identity).unwrap();
+    let pump = service.commit_pump();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let other = {
+        let (pump, done) = (pump.clone(), Arc::clone(&done));
+        std::thread::spawn(move || {
+            let mut applied = 0;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                applied += pump.apply_waiting();
+                std::thread::yield_now();
+            }
+            applied
+        })
+    };
+    const CHUNKS: u32 = 300;
+    let mut ts = 1;
+    let mut applied_here = 0;
+    for id in 0..CHUNKS {
+        let packets: Vec<Vec<u8>> = (0..10)
+            .map(|_| {
+                ts += 1;
+                packet(ts)
+            })
+            .collect();
+        // The chunks come free as their commits are applied, by whichever thread.
+        let request = loop {
+            if let Some(request) = try_commit_packets(&smb, 1, id, &packets) {
+                break request;
+            }
+            applied_here += pump.apply_waiting();
+            std::thread::yield_now();
+        };
+        tx.send(request).unwrap();
+        applied_here += pump.apply_waiting();
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let applied_there = other.join().unwrap();
+    assert!(
+        applied_here + applied_there <= CHUNKS as usize,
+        "a commit is applied once"
+    );
+    assert!(
+        applied_here + applied_there > 0,
+        "the pumps applied commits the service thread had not taken yet"
+    );
+    drop(tx);
+    let mem = service.stop(false).unwrap();
+    assert!(mem.is_empty());
+    assert_eq!(
+        pump.apply_waiting(),
+        0,
+        "a pump does nothing once the session stopped"
+    );
+    check_trace(&std::fs::read(&path).unwrap(), CHUNKS as usize * 10);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

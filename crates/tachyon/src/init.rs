@@ -675,6 +675,12 @@ impl Backend {
                 options,
                 Box::new(global::clear_incremental_state),
             )?;
+            // The drainer copies what it commits into the central buffer itself.
+            if let Some(pump) = session.commit_pump() {
+                state::set_after_pass(Some(Box::new(move || {
+                    pump.apply_waiting();
+                })));
+            }
             Ok(Backend::InProcess(session))
         }
     }
@@ -1013,6 +1019,7 @@ fn stop_in_process(
     global::end_session();
     state::release_thread_writer();
     state::drain_all(Drain::Release);
+    state::set_after_pass(None);
     let stop = session.stop();
     global::disable_callsites();
     drop(slot);

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use tachyon_abi::{CommitRequest, OwnedSmb, PageSize};
 use tachyon_service::{
-    CommitSource, InProcessService, ProducerHooks, ProducerIdentity, SessionConfig,
+    CommitPump, CommitSource, InProcessService, ProducerHooks, ProducerIdentity, SessionConfig,
 };
 
 use crate::track_event::state::{drain_all, request_flush_pass, Drain};
@@ -130,6 +130,12 @@ impl InProcessSession {
     /// The arbiter writers come from ([`SmbArbiter::with_thread_writer`] and friends).
     pub fn arbiter(&self) -> &Arc<SmbArbiter> {
         &self.arbiter
+    }
+
+    /// Applies the commits waiting for the service on the thread that calls it: for a thread
+    /// that commits many chunks, such as the SDK's drainer ([`CommitPump`]).
+    pub fn commit_pump(&self) -> Option<CommitPump> {
+        self.service.as_ref().map(InProcessService::commit_pump)
     }
 
     /// Asks every writer to flush at its next packet, flushes this thread's writers now, and

@@ -456,6 +456,31 @@ pub(crate) static OWNER_ENCODED: AtomicU64 = AtomicU64::new(0);
 /// Set by [`request_flush_pass`], taken by the drainer thread.
 static FLUSH_PASS: AtomicBool = AtomicBool::new(false);
 
+/// What the drainer thread runs after each pass, set while a session is on: the in-process
+/// service's commit pump (`tachyon_service::CommitPump`), which copies the chunks the pass
+/// committed into the central buffer on this thread, before it naps, rather than leaving them
+/// to the service thread's next turn (about a millisecond of copying every 2 ms in a flood,
+/// on the core the drainer runs on, which the drainer then waits for while the traced threads'
+/// queues fill).
+type AfterPass = Box<dyn Fn() + Send>;
+static AFTER_PASS: Mutex<Option<AfterPass>> = Mutex::new(None);
+
+/// Sets (or, with `None`, clears) what the drainer runs after each pass ([`AFTER_PASS`]).
+#[cfg_attr(not(feature = "in-process"), allow(dead_code))]
+pub(crate) fn set_after_pass(f: Option<AfterPass>) {
+    *AFTER_PASS.lock().unwrap_or_else(|e| e.into_inner()) = f;
+}
+
+fn after_pass() {
+    if let Some(f) = AFTER_PASS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+    {
+        f();
+    }
+}
+
 /// Asks the drainer thread for a [`Drain::Flush`] pass (within [`DRAIN_NAP`] while a session
 /// runs): the service's periodic flush, which must not encode on its own thread. (The
 /// in-process service and live capture ask for it; a daemon's flushes reach writers directly.)
@@ -498,12 +523,15 @@ fn drainer() {
     loop {
         if FLUSH_PASS.swap(false, Ordering::Relaxed) {
             drain_all(Drain::Flush);
+            after_pass();
         }
         if EPOCH.load(Ordering::Relaxed) == 0 {
             std::thread::sleep(DRAIN_IDLE);
             continue;
         }
-        match drain_nap(drain_all(Drain::Pass), nap, cpus_apart()) {
+        let found = drain_all(Drain::Pass);
+        after_pass();
+        match drain_nap(found, nap, cpus_apart()) {
             Some(n) if n > DRAIN_NAP => {
                 nap = n;
                 queue::DRAINER_NAPS_LONG.store(true, Ordering::Relaxed);
