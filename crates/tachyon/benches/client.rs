@@ -81,6 +81,15 @@
 //! loops back to back, then with the thread's queue emptied before each timed loop (the hot
 //! path alone, without the records this thread encodes itself when the drainer falls behind).
 //!
+//! With `TACHYON_CLIENT_LONG_FLOOD=S` the bench skips criterion and records zones without a
+//! pause for S seconds, as the shared peer bench's `span/tachyon` row does (an in-memory
+//! session, a 64 MiB buffer), in windows of 2 M zones; per window it prints the thread's time
+//! per zone as a ratio to two counter reads (timed first), the share of the events the thread
+//! encoded itself, the helpers' CPU per event and their sleeps and preemptions, and the thread's
+//! preemptions. Where the 40 ms flood above shows a session's first pass, this shows the state a
+//! flood settles in, and whether it changes on its way (docs/data-path.md, "The drainer applies
+//! the commits").
+//!
 //! With `TACHYON_CLIENT_CLOCK_PROBE=N` the bench skips criterion and times, as the fastest of N
 //! rounds of 2 000 iterations each, what the counter costs beside the atomics a lock uses:
 //! one raw read of the trace clock's counter, two, a locked read-modify-write (`fetch_add`),
@@ -908,6 +917,13 @@ fn main() {
         streamed(n);
         return;
     }
+    if let Some(secs) = std::env::var("TACHYON_CLIENT_LONG_FLOOD")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        long_flood(Duration::from_secs(secs));
+        return;
+    }
     if let Some(n) = std::env::var("TACHYON_CLIENT_CLOCK_PROBE")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -924,6 +940,108 @@ fn main() {
     }
     benches();
     Criterion::default().configure_from_args().final_summary();
+}
+
+/// Voluntary and involuntary context switches of this process's thread named `name` so far.
+fn thread_switches(name: &str) -> Option<(u64, u64)> {
+    let status = std::fs::read_to_string(thread_dir(name)?.join("status")).ok()?;
+    let field = |key: &str| -> Option<u64> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))?
+            .trim()
+            .parse()
+            .ok()
+    };
+    Some((
+        field("voluntary_ctxt_switches:")?,
+        field("nonvoluntary_ctxt_switches:")?,
+    ))
+}
+
+/// `TACHYON_CLIENT_LONG_FLOOD` (module docs).
+fn long_flood(length: Duration) {
+    const WINDOW: u64 = 2_000_000;
+    tachyon::start(Config {
+        output: None,
+        buffer_size: 64 << 20,
+        ..Config::in_memory()
+    })
+    .expect("start the session");
+    let clock = tachyon::clock::clock();
+    let pairs = 10_000_000u32;
+    let t = Instant::now();
+    for _ in 0..pairs {
+        black_box(clock.ticks());
+        black_box(clock.ticks());
+    }
+    let floor = t.elapsed().as_nanos() as f64 / f64::from(pairs);
+    eprintln!("two counter reads: {floor:.2} ns");
+    eprintln!(
+        "window end (ms), ns a zone, x two reads, events encoded on the thread, drainer and \
+         service CPU an event (ns), their sleeps/preemptions, the thread's preemptions"
+    );
+    let mut ratios = Vec::new();
+    let start = Instant::now();
+    while start.elapsed() < length {
+        let owner = tachyon::__rt::owner_encoded();
+        let cpu = helpers_cpu_ns();
+        let switches = HELPERS.map(thread_switches);
+        let preempted = this_thread_preemptions();
+        let t = Instant::now();
+        for _ in 0..WINDOW {
+            let _z = tachyon::zone!("span");
+        }
+        let zone = t.elapsed().as_nanos() as f64 / WINDOW as f64;
+        let events = 2 * WINDOW;
+        let owner = tachyon::__rt::owner_encoded() - owner;
+        let cpu: Vec<String> = cpu
+            .iter()
+            .zip(helpers_cpu_ns())
+            .map(|(b, a)| match (b, a) {
+                (Some(b), Some(a)) => format!("{:.2}", (a - b) as f64 / events as f64),
+                _ => "-".into(),
+            })
+            .collect();
+        let switches: Vec<String> = switches
+            .iter()
+            .zip(HELPERS.map(thread_switches))
+            .map(|(b, a)| match (b, a) {
+                (Some(b), Some(a)) => format!("{}/{}", a.0 - b.0, a.1 - b.1),
+                _ => "-".into(),
+            })
+            .collect();
+        let preempted = this_thread_preemptions()
+            .zip(preempted)
+            .map_or("-".into(), |(a, b)| (a - b).to_string());
+        ratios.push(zone / floor);
+        eprintln!(
+            "{:6} {zone:6.2} {:5.2}x {:5.1}% drain {} service {} | {} {} | {preempted}",
+            start.elapsed().as_millis(),
+            zone / floor,
+            100.0 * owner as f64 / events as f64,
+            cpu[0],
+            cpu[1],
+            switches[0],
+            switches[1],
+        );
+    }
+    let report = tachyon::shutdown()
+        .expect("stop the session")
+        .expect("a session was running");
+    // The first window holds the session's start and the buffer's first pages.
+    let settled = sorted(ratios.iter().skip(1).copied().collect());
+    if !settled.is_empty() {
+        eprintln!(
+            "windows after the first, x two reads: p10 {:.2}, median {:.2}, p90 {:.2}, max {:.2}; \
+             {} packets dropped",
+            q(&settled, 0.1),
+            q(&settled, 0.5),
+            q(&settled, 0.9),
+            q(&settled, 1.0),
+            report.writers.packets_dropped
+        );
+    }
 }
 
 /// `v` in ascending order.
