@@ -1,12 +1,12 @@
-//! The in-process service: a thread that owns a [`ServiceCore`], receives the commits of the
+//! The in-process service: a thread that drives a [`ServiceCore`], receives the commits of the
 //! process's own writers through a channel (std's unbounded `mpsc`, a lock-free hand-off: a
 //! sender never waits for the service), copies their chunks out of the process's shared memory
 //! buffer, streams the trace to its file when asked to, and writes the end of the trace at stop.
 //!
 //! The commits waiting in the channel may also be applied by another thread of the process,
-//! through a [`CommitPump`]: the SDK's drainer applies them after each of its passes, on the
-//! core it already runs on, instead of leaving them to the service thread's next turn (see
-//! [`CommitPump`] for why).
+//! through a [`CommitPump`] (the core and the channel's receiving end sit behind one lock): the
+//! SDK's drainer applies them after each of its passes, on the core it already runs on, instead
+//! of leaving them to the service thread's next turn (see [`CommitPump`] for why).
 
 use std::io;
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
@@ -25,6 +25,12 @@ use crate::trace_buffer::ProducerId;
 /// measured on the writer side), a polling one costs the writers nothing. (While the SDK's
 /// drainer works, it applies the commits itself: [`CommitPump`].)
 const TICK: Duration = Duration::from_millis(2);
+
+/// The most commits a [`CommitPump`] applies in one call (about 1 MiB of 4 KiB chunks): a
+/// thread that pumps between its own work (the drainer, between passes) gets back to it, and
+/// what is left waits for its next call or the service thread's turn. A drainer's pass in a
+/// flood commits a few dozen.
+pub const PUMP_STEP: usize = 256;
 
 /// Where the service thread gets commits from.
 pub trait CommitSource: Send + 'static {
@@ -93,14 +99,14 @@ struct Applier<C> {
 }
 
 impl<C: CommitSource> Applier<C> {
-    /// Applies every commit waiting in the channel; how many.
-    fn apply_waiting(&mut self) -> usize {
+    /// Applies the commits waiting in the channel, at most `max`; how many.
+    fn apply_waiting(&mut self, max: usize) -> usize {
         let Some(core) = self.core.as_mut() else {
             return 0;
         };
         let view = self.smb.service();
         let mut n = 0;
-        while self.commits_open {
+        while self.commits_open && n < max {
             match self.commits.try_next() {
                 Ok(Some(req)) => {
                     core.commit(self.producer, &view, &req);
@@ -123,7 +129,8 @@ impl<C: CommitSource> ApplyWaiting for Mutex<Applier<C>> {
     fn apply_waiting_now(&self) -> usize {
         // Busy (the service thread applies, flushes or streams) or poisoned: the service
         // thread applies them at its next turn.
-        self.try_lock().map_or(0, |mut a| a.apply_waiting())
+        self.try_lock()
+            .map_or(0, |mut a| a.apply_waiting(PUMP_STEP))
     }
 }
 
@@ -137,14 +144,17 @@ impl<C: CommitSource> ApplyWaiting for Mutex<Applier<C>> {
 /// between its passes, with no thread switch (docs/data-path.md).
 ///
 /// Cheap to clone; does nothing once the session stopped.
+///
+/// A panic while applying a commit (a bug in the service) unwinds into the caller and leaves
+/// the lock poisoned: pumps then do nothing, and the service thread goes on with the core.
 #[derive(Clone)]
 pub struct CommitPump {
     applier: Weak<dyn ApplyWaiting>,
 }
 
 impl CommitPump {
-    /// Applies the commits waiting now (none if the service thread is applying, flushing or
-    /// streaming at this moment: it applies them itself); how many.
+    /// Applies the commits waiting now, at most [`PUMP_STEP`] (none if the service thread is
+    /// applying, flushing or streaming at this moment: it applies them itself); how many.
     pub fn apply_waiting(&self) -> usize {
         self.applier.upgrade().map_or(0, |a| a.apply_waiting_now())
     }
@@ -265,8 +275,9 @@ impl Drop for InProcessService {
 }
 
 fn lock<C>(applier: &Mutex<Applier<C>>) -> MutexGuard<'_, Applier<C>> {
-    // A panic while applying left the core as it was between two commits' steps: the session
-    // goes on with what it holds (a trace with what was recorded beats none).
+    // A pump that panicked applying a commit (a bug) may have left that commit half applied;
+    // the session still goes on and ends with what the core holds (its read-out checks every
+    // chunk it reads, as it does a producer's), rather than losing the whole trace.
     applier.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -293,7 +304,7 @@ fn run<C: CommitSource>(
     // A streaming pass under way (its steps alternate with the commits).
     let mut streaming = false;
     loop {
-        let busy = lock(&applier).apply_waiting() > 0 || streaming;
+        let busy = lock(&applier).apply_waiting(usize::MAX) > 0 || streaming;
         // Waits without the lock: a pump applies meanwhile.
         let msg = if busy {
             control.try_recv().ok()
@@ -351,21 +362,23 @@ fn run<C: CommitSource>(
         if streaming {
             streaming = !core.drain_some(STREAM_STEP_CHUNKS)?;
         }
-        if let (Some(at), Some(period)) = (next_flush, flush_period) {
-            if Instant::now() >= at {
-                core.record_flush(true);
-                drop(guard);
-                // Writers commit at their next packet; their commits arrive in later turns.
-                (hooks.flush_writers)();
-                next_flush = Some(at + period);
-            }
+        let now = Instant::now();
+        let flush = next_flush.is_some_and(|at| now >= at);
+        let clear = next_clear.is_some_and(|at| now >= at);
+        if flush {
+            core.record_flush(true);
         }
-        if let (Some(at), Some(period)) = (next_clear, clear_period) {
-            if Instant::now() >= at {
-                // Producers re-emit interned data and descriptors at their next packet.
-                (hooks.clear_incremental_state)();
-                next_clear = Some(at + period);
-            }
+        // The hooks run without the lock: they are the producer side's code.
+        drop(guard);
+        if let (true, Some(at), Some(period)) = (flush, next_flush, flush_period) {
+            // Writers commit at their next packet; their commits arrive in later turns.
+            (hooks.flush_writers)();
+            next_flush = Some(at + period);
+        }
+        if let (true, Some(at), Some(period)) = (clear, next_clear, clear_period) {
+            // Producers re-emit interned data and descriptors at their next packet.
+            (hooks.clear_incremental_state)();
+            next_clear = Some(at + period);
         }
     }
 }

@@ -35,7 +35,7 @@ mod stats;
 mod trace_buffer;
 
 pub use commit::{apply_commit, scrape, scrape_with, CommitStats, ProducerState};
-pub use inprocess::{CommitPump, CommitSource, InProcessService, ProducerHooks};
+pub use inprocess::{CommitPump, CommitSource, InProcessService, ProducerHooks, PUMP_STEP};
 pub use readout::{
     validate_packet, write_record, InvalidPacket, PacketWriter, ProducerIdentity,
     RESERVED_PACKET_FIELDS, SERVICE_SEQUENCE_ID,

@@ -174,9 +174,9 @@ fn streamed_to_file_while_tracing() {
 }
 
 /// Commits applied through a `CommitPump` from other threads, while the service thread applies
-/// some itself and streams: every packet in the trace once, in order, and the buffer's 64 chunks
-/// reused about five times over (a commit the pump dropped would leave its chunk taken, and the
-/// producer would find none free).
+/// some itself and streams every millisecond: every packet in the trace once, in order, and the
+/// buffer's 64 chunks reused about five times over (a commit a pump took and dropped would leave
+/// its chunk taken: the producer then finds none free, and the test fails at its deadline).
 #[test]
 fn commits_applied_by_pumps_on_other_threads_keep_order_and_free_their_chunks() {
     let dir = std::env::temp_dir().join(format!("tachyon-pump-{}", std::process::id()));
@@ -184,7 +184,8 @@ fn commits_applied_by_pumps_on_other_threads_keep_order_and_free_their_chunks() 
     let path = dir.join("trace.pftrace");
     let config = SessionConfig {
         write_into_file: true,
-        file_write_period: Duration::from_millis(100),
+        // Below what a trace config may ask (100 ms): streaming steps between the pumps.
+        file_write_period: Duration::from_millis(1),
         output_path: Some(path.clone()),
         ..SessionConfig::default()
     };
@@ -219,13 +220,22 @@ fn commits_applied_by_pumps_on_other_threads_keep_order_and_free_their_chunks() 
             })
             .collect();
         // The chunks come free as their commits are applied, by whichever thread.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
         let request = loop {
             if let Some(request) = try_commit_packets(&smb, 1, id, &packets) {
                 break request;
             }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "chunk {id}: no chunk came free in 10 s"
+            );
             applied_here += pump.apply_waiting();
             std::thread::yield_now();
         };
+        if id % 50 == 49 {
+            // Room for the service thread's streaming steps.
+            std::thread::sleep(Duration::from_millis(2));
+        }
         tx.send(request).unwrap();
         applied_here += pump.apply_waiting();
     }

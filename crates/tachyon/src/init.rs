@@ -677,7 +677,7 @@ impl Backend {
             )?;
             // The drainer copies what it commits into the central buffer itself.
             if let Some(pump) = session.commit_pump() {
-                state::set_after_pass(Some(Box::new(move || {
+                state::set_after_pass(Some(std::sync::Arc::new(move || {
                     pump.apply_waiting();
                 })));
             }

@@ -462,22 +462,28 @@ static FLUSH_PASS: AtomicBool = AtomicBool::new(false);
 /// to the service thread's next turn (about a millisecond of copying every 2 ms in a flood,
 /// on the core the drainer runs on, which the drainer then waits for while the traced threads'
 /// queues fill).
-type AfterPass = Box<dyn Fn() + Send>;
+type AfterPass = Arc<dyn Fn() + Send + Sync>;
 static AFTER_PASS: Mutex<Option<AfterPass>> = Mutex::new(None);
 
-/// Sets (or, with `None`, clears) what the drainer runs after each pass ([`AFTER_PASS`]).
+/// Sets (or, with `None`, clears) what the drainer runs after each pass ([`AFTER_PASS`]). A
+/// call already under way may finish after it is cleared: what is set must stay safe to call
+/// once its session has stopped (a `CommitPump` then does nothing).
 #[cfg_attr(not(feature = "in-process"), allow(dead_code))]
 pub(crate) fn set_after_pass(f: Option<AfterPass>) {
     *AFTER_PASS.lock().unwrap_or_else(|e| e.into_inner()) = f;
 }
 
+/// Runs [`AFTER_PASS`], if set, outside its lock: a stop that clears it never waits for it.
+/// A panic in it (a bug in the service's commit path) is caught here: the drainer thread is
+/// started once per process and must outlive it.
 fn after_pass() {
-    if let Some(f) = AFTER_PASS
+    let f = AFTER_PASS
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .as_ref()
-    {
-        f();
+        .map(Arc::clone);
+    if let Some(f) = f {
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f()));
     }
 }
 
