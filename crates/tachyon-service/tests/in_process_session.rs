@@ -66,6 +66,42 @@ fn packet(ts: u64) -> Vec<u8> {
     buf.serialize().unwrap()
 }
 
+/// An in-process service writing `<temp>/<name>-<pid>/trace.pftrace` (every `period`, and at
+/// the stop), over a buffer of 64 one-chunk pages.
+struct FileSession {
+    dir: std::path::PathBuf,
+    path: std::path::PathBuf,
+    smb: Arc<OwnedSmb>,
+    tx: mpsc::Sender<CommitRequest>,
+    service: InProcessService,
+}
+
+fn file_session(name: &str, period: Duration) -> FileSession {
+    let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("trace.pftrace");
+    let config = SessionConfig {
+        write_into_file: true,
+        file_write_period: period,
+        output_path: Some(path.clone()),
+        ..SessionConfig::default()
+    };
+    let smb = Arc::new(OwnedSmb::new(64 * 4096, PageSize::Kib4).unwrap());
+    let (tx, rx) = mpsc::channel();
+    let identity = ProducerIdentity {
+        pid: 4242,
+        uid: 1000,
+    };
+    let service = InProcessService::start(config, smb.clone(), rx, identity).unwrap();
+    FileSession {
+        dir,
+        path,
+        smb,
+        tx,
+        service,
+    }
+}
+
 /// The packets after the service's own two at the start of every trace, which are checked:
 /// the trace's uuid, then its config.
 fn after_preamble<'p, 'b>(packets: &'p [TracePacketView<'b>]) -> &'p [TracePacketView<'b>] {
@@ -178,24 +214,16 @@ fn streamed_to_file_while_tracing() {
 /// buffer's 64 chunks reused about five times over (a commit a pump took and dropped would leave
 /// its chunk taken: the producer then finds none free, and the test fails at its deadline).
 #[test]
+#[cfg_attr(miri, ignore = "threads and files; too slow under Miri")]
 fn commits_applied_by_pumps_on_other_threads_keep_order_and_free_their_chunks() {
-    let dir = std::env::temp_dir().join(format!("tachyon-pump-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("trace.pftrace");
-    let config = SessionConfig {
-        write_into_file: true,
-        // Below what a trace config may ask (100 ms): streaming steps between the pumps.
-        file_write_period: Duration::from_millis(1),
-        output_path: Some(path.clone()),
-        ..SessionConfig::default()
-    };
-    let smb = Arc::new(OwnedSmb::new(64 * 4096, PageSize::Kib4).unwrap());
-    let (tx, rx) = mpsc::channel();
-    let identity = ProducerIdentity {
-        pid: 4242,
-        uid: 1000,
-    };
-    let service = InProcessService::start(config, smb.clone(), rx, identity).unwrap();
+    // Below what a trace config may ask (100 ms): streaming steps between the pumps.
+    let FileSession {
+        dir,
+        path,
+        smb,
+        tx,
+        service,
+    } = file_session("tachyon-pump", Duration::from_millis(1));
     let pump = service.commit_pump();
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let other = {
@@ -452,23 +480,14 @@ fn a_streaming_reader_hands_its_vectors_back() {
 #[test]
 #[cfg_attr(miri, ignore = "threads and files; too slow under Miri")]
 fn a_large_final_read_into_a_file_is_written_in_parts() {
-    let dir = std::env::temp_dir().join(format!("tachyon-session-large-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("trace.pftrace");
-    let config = SessionConfig {
-        // No periodic write during the run: the whole buffer is read at the stop.
-        write_into_file: true,
-        file_write_period: Duration::from_secs(3600),
-        output_path: Some(path.clone()),
-        ..SessionConfig::default()
-    };
-    let smb = Arc::new(OwnedSmb::new(64 * 4096, PageSize::Kib4).unwrap());
-    let (tx, rx) = mpsc::channel();
-    let identity = ProducerIdentity {
-        pid: 4242,
-        uid: 1000,
-    };
-    let service = InProcessService::start(config, smb.clone(), rx, identity).unwrap();
+    // No periodic write during the run: the whole buffer is read at the stop.
+    let FileSession {
+        dir,
+        path,
+        smb,
+        tx,
+        service,
+    } = file_session("tachyon-session-large", Duration::from_secs(3600));
     // 1 000 chunks of 400 packets: about 7 MiB of records, more than one part.
     let (chunks, per_chunk) = (1000u32, 400);
     let mut ts = 1;
