@@ -66,6 +66,19 @@ fn packet(ts: u64) -> Vec<u8> {
     buf.serialize().unwrap()
 }
 
+/// A service for `config` over a buffer of 64 one-chunk pages, its producer pid 4242 and uid
+/// 1000: the buffer, the commit sender and the service.
+fn start(config: SessionConfig) -> (Arc<OwnedSmb>, mpsc::Sender<CommitRequest>, InProcessService) {
+    let smb = Arc::new(OwnedSmb::new(64 * 4096, PageSize::Kib4).unwrap());
+    let (tx, rx) = mpsc::channel();
+    let identity = ProducerIdentity {
+        pid: 4242,
+        uid: 1000,
+    };
+    let service = InProcessService::start(config, smb.clone(), rx, identity).unwrap();
+    (smb, tx, service)
+}
+
 /// An in-process service writing `<temp>/<name>-<pid>/trace.pftrace` (every `period`, and at
 /// the stop), over a buffer of 64 one-chunk pages.
 struct FileSession {
@@ -86,13 +99,7 @@ fn file_session(name: &str, period: Duration) -> FileSession {
         output_path: Some(path.clone()),
         ..SessionConfig::default()
     };
-    let smb = Arc::new(OwnedSmb::new(64 * 4096, PageSize::Kib4).unwrap());
-    let (tx, rx) = mpsc::channel();
-    let identity = ProducerIdentity {
-        pid: 4242,
-        uid: 1000,
-    };
-    let service = InProcessService::start(config, smb.clone(), rx, identity).unwrap();
+    let (smb, tx, service) = start(config);
     FileSession {
         dir,
         path,
@@ -100,6 +107,16 @@ fn file_session(name: &str, period: Duration) -> FileSession {
         tx,
         service,
     }
+}
+
+/// `n` packets with the timestamps after `*ts`, which moves past them.
+fn next_packets(ts: &mut u64, n: usize) -> Vec<Vec<u8>> {
+    (0..n)
+        .map(|_| {
+            *ts += 1;
+            packet(*ts)
+        })
+        .collect()
 }
 
 /// The packets after the service's own two at the start of every trace, which are checked:
@@ -161,21 +178,10 @@ fn check_trace(bytes: &[u8], expected_packets: usize) {
 }
 
 fn run(config: SessionConfig, chunks: u32) -> (Vec<u8>, usize) {
-    let smb = Arc::new(OwnedSmb::new(64 * 4096, PageSize::Kib4).unwrap());
-    let (tx, rx) = mpsc::channel();
-    let identity = ProducerIdentity {
-        pid: 4242,
-        uid: 1000,
-    };
-    let service = InProcessService::start(config, smb.clone(), rx, identity).unwrap();
+    let (smb, tx, service) = start(config);
     let mut ts = 1;
     for id in 0..chunks {
-        let packets: Vec<Vec<u8>> = (0..10)
-            .map(|_| {
-                ts += 1;
-                packet(ts)
-            })
-            .collect();
+        let packets = next_packets(&mut ts, 10);
         tx.send(commit_packets(&smb, 1, id, &packets)).unwrap();
         if id % 10 == 9 {
             assert!(service.flush(false, Duration::from_secs(5)));
@@ -241,12 +247,7 @@ fn commits_applied_by_pumps_on_other_threads_keep_order_and_free_their_chunks() 
     let mut ts = 1;
     let mut applied_here = 0;
     for id in 0..CHUNKS {
-        let packets: Vec<Vec<u8>> = (0..10)
-            .map(|_| {
-                ts += 1;
-                packet(ts)
-            })
-            .collect();
+        let packets = next_packets(&mut ts, 10);
         // The chunks come free as their commits are applied, by whichever thread.
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         let request = loop {
@@ -451,12 +452,7 @@ fn a_streaming_reader_hands_its_vectors_back() {
     let mut given_before: Option<*const u8> = None;
     let mut ts = 1;
     for id in 0..20 {
-        let packets: Vec<Vec<u8>> = (0..10)
-            .map(|_| {
-                ts += 1;
-                packet(ts)
-            })
-            .collect();
+        let packets = next_packets(&mut ts, 10);
         core.commit(producer, &view, &commit_packets(&smb, 1, id, &packets));
         core.drain(false).unwrap();
         let given = spare.as_ptr();
