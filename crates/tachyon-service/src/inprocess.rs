@@ -312,6 +312,10 @@ fn run<C: CommitSource>(
             control.recv_timeout(TICK).ok()
         };
         let mut guard = lock(&applier);
+        if msg.is_some() {
+            // Everything committed before the request is applied first.
+            guard.apply_waiting(usize::MAX);
+        }
         let a = &mut *guard;
         let producer = a.producer;
         let view = a.smb.service();
@@ -319,10 +323,6 @@ fn run<C: CommitSource>(
             return Err(io::Error::other("the in-process session's core is gone"));
         };
         if let Some(msg) = msg {
-            // Everything committed before the request is applied first.
-            while let Ok(Some(req)) = a.commits.try_next() {
-                core.commit(producer, &view, &req);
-            }
             match msg {
                 Control::Flush { scrape, done } => {
                     if scrape {

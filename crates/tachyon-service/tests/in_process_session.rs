@@ -79,6 +79,28 @@ fn start(config: SessionConfig) -> (Arc<OwnedSmb>, mpsc::Sender<CommitRequest>, 
     (smb, tx, service)
 }
 
+/// Writes `packets` into the first chunk that comes free and returns its commit, calling `wait`
+/// between tries (chunks come free as the service, or a pump, applies their commits); fails
+/// if none does within 20 s.
+fn commit_when_free(
+    smb: &OwnedSmb,
+    chunk_id: u32,
+    packets: &[Vec<u8>],
+    mut wait: impl FnMut(),
+) -> CommitRequest {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(request) = try_commit_packets(smb, 1, chunk_id, packets) {
+            return request;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "chunk {chunk_id}: no chunk came free in 20 s"
+        );
+        wait();
+    }
+}
+
 /// An in-process service writing `<temp>/<name>-<pid>/trace.pftrace` (every `period`, and at
 /// the stop), over a buffer of 64 one-chunk pages.
 struct FileSession {
@@ -223,14 +245,8 @@ fn streamed_to_file_while_tracing() {
 #[cfg_attr(miri, ignore = "threads and files; too slow under Miri")]
 fn commits_applied_by_pumps_on_other_threads_keep_order_and_free_their_chunks() {
     // Below what a trace config may ask (100 ms): streaming steps between the pumps.
-    let FileSession {
-        dir,
-        path,
-        smb,
-        tx,
-        service,
-    } = file_session("tachyon-pump", Duration::from_millis(1));
-    let pump = service.commit_pump();
+    let session = file_session("tachyon-pump", Duration::from_millis(1));
+    let pump = session.service.commit_pump();
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let other = {
         let (pump, done) = (pump.clone(), Arc::clone(&done));
@@ -249,23 +265,15 @@ fn commits_applied_by_pumps_on_other_threads_keep_order_and_free_their_chunks() 
     for id in 0..CHUNKS {
         let packets = next_packets(&mut ts, 10);
         // The chunks come free as their commits are applied, by whichever thread.
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        let request = loop {
-            if let Some(request) = try_commit_packets(&smb, 1, id, &packets) {
-                break request;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "chunk {id}: no chunk came free in 10 s"
-            );
+        let request = commit_when_free(&session.smb, id, &packets, || {
             applied_here += pump.apply_waiting();
             std::thread::yield_now();
-        };
+        });
         if id % 50 == 49 {
             // Room for the service thread's streaming steps.
             std::thread::sleep(Duration::from_millis(2));
         }
-        tx.send(request).unwrap();
+        session.tx.send(request).unwrap();
         applied_here += pump.apply_waiting();
     }
     done.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -278,16 +286,16 @@ fn commits_applied_by_pumps_on_other_threads_keep_order_and_free_their_chunks() 
         applied_here + applied_there > 0,
         "the pumps applied commits the service thread had not taken yet"
     );
-    drop(tx);
-    let mem = service.stop(false).unwrap();
+    drop(session.tx);
+    let mem = session.service.stop(false).unwrap();
     assert!(mem.is_empty());
     assert_eq!(
         pump.apply_waiting(),
         0,
         "a pump does nothing once the session stopped"
     );
-    check_trace(&std::fs::read(&path).unwrap(), CHUNKS as usize * 10);
-    std::fs::remove_dir_all(&dir).unwrap();
+    check_trace(&std::fs::read(&session.path).unwrap(), CHUNKS as usize * 10);
+    std::fs::remove_dir_all(&session.dir).unwrap();
 }
 
 #[test]
@@ -477,39 +485,23 @@ fn a_streaming_reader_hands_its_vectors_back() {
 #[cfg_attr(miri, ignore = "threads and files; too slow under Miri")]
 fn a_large_final_read_into_a_file_is_written_in_parts() {
     // No periodic write during the run: the whole buffer is read at the stop.
-    let FileSession {
-        dir,
-        path,
-        smb,
-        tx,
-        service,
-    } = file_session("tachyon-session-large", Duration::from_secs(3600));
+    let session = file_session("tachyon-session-large", Duration::from_secs(3600));
     // 1 000 chunks of 400 packets: about 7 MiB of records, more than one part.
     let (chunks, per_chunk) = (1000u32, 400);
     let mut ts = 1;
     for id in 0..chunks {
-        let packets: Vec<Vec<u8>> = (0..per_chunk)
-            .map(|_| {
-                ts += 1;
-                packet(ts)
-            })
-            .collect();
+        let packets = next_packets(&mut ts, per_chunk);
         // The service gives chunks back as it copies them: wait for a free one.
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        let abi = smb.producer();
-        while !(0..abi.num_pages())
-            .any(|p| abi.is_page_free(p).unwrap_or(false) || abi.free_chunks(p).unwrap_or(0) > 0)
-        {
-            assert!(std::time::Instant::now() < deadline, "no chunk came back");
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        tx.send(commit_packets(&smb, 1, id, &packets)).unwrap();
+        let request = commit_when_free(&session.smb, id, &packets, || {
+            std::thread::sleep(Duration::from_millis(1))
+        });
+        session.tx.send(request).unwrap();
     }
-    drop(tx);
-    let mem = service.stop(false).unwrap();
+    drop(session.tx);
+    let mem = session.service.stop(false).unwrap();
     assert!(mem.is_empty(), "a file session returns nothing in memory");
-    let bytes = std::fs::read(&path).unwrap();
+    let bytes = std::fs::read(&session.path).unwrap();
     assert!(bytes.len() > 5 << 20, "{} bytes", bytes.len());
     check_trace(&bytes, chunks as usize * per_chunk);
-    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_dir_all(&session.dir).unwrap();
 }

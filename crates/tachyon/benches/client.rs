@@ -257,13 +257,7 @@ fn thread_minor_faults(name: &str) -> Option<u64> {
 /// Voluntary context switches of this process's thread named `name` so far (`status`'s
 /// `voluntary_ctxt_switches`): how often it went to sleep, so how often it was woken.
 fn thread_sleeps(name: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(thread_dir(name)?.join("status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))?
-        .trim()
-        .parse()
-        .ok()
+    thread_switches(name).map(|(voluntary, _)| voluntary)
 }
 
 /// Involuntary context switches of the calling thread so far (`status`'s
@@ -942,7 +936,8 @@ fn main() {
     Criterion::default().configure_from_args().final_summary();
 }
 
-/// Voluntary and involuntary context switches of this process's thread named `name` so far.
+/// Voluntary and involuntary context switches of this process's thread named `name` so far
+/// (`status`'s `voluntary_ctxt_switches` and `nonvoluntary_ctxt_switches`).
 fn thread_switches(name: &str) -> Option<(u64, u64)> {
     let status = std::fs::read_to_string(thread_dir(name)?.join("status")).ok()?;
     let field = |key: &str| -> Option<u64> {
@@ -962,19 +957,10 @@ fn thread_switches(name: &str) -> Option<(u64, u64)> {
 /// `TACHYON_CLIENT_LONG_FLOOD` (module docs).
 fn long_flood(length: Duration) {
     const WINDOW: u64 = 2_000_000;
-    tachyon::start(Config {
-        output: None,
-        buffer_size: 64 << 20,
-        ..Config::in_memory()
-    })
-    .expect("start the session");
-    let clock = tachyon::clock::clock();
+    start_session();
     let pairs = 10_000_000u32;
     let t = Instant::now();
-    for _ in 0..pairs {
-        black_box(clock.ticks());
-        black_box(clock.ticks());
-    }
+    probe::two_reads(tachyon::clock::clock(), pairs);
     let floor = t.elapsed().as_nanos() as f64 / f64::from(pairs);
     eprintln!("two counter reads: {floor:.2} ns");
     eprintln!(
