@@ -37,6 +37,7 @@ const AGREED: &[(&str, &str)] = &[
     ("process_tree", "thread"),
     ("slices_threads", "instant"),
     ("slices_threads", "slice"),
+    ("slices_threads", "tracks"),
     ("state_tracks", "args"),
     ("state_tracks", "state"),
     ("streaming_profile", "samples"),

@@ -757,7 +757,8 @@ impl Parser {
         Some(id)
     }
 
-    /// The `thread` track of a thread (one per utid).
+    /// The track of a thread's own slices (one per utid; Perfetto's type for it is
+    /// `thread_execution`, the track its thread-scoped root descriptor resolves to).
     fn thread_track(&mut self, utid: u32) -> u32 {
         if let Some(&t) = self.parse.thread_tracks.get(&utid) {
             return t;
@@ -768,7 +769,7 @@ impl Parser {
         let id = self.st.tracks.len() as u32;
         self.st.tracks.push(TrackRow {
             name: NONE,
-            kind: "thread",
+            kind: "thread_execution",
             event_type: EventType::Slice,
             dimension_arg_set: dims,
             parent: NONE,
