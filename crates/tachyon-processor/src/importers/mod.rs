@@ -170,6 +170,9 @@ pub(crate) struct Reservation {
     pub(crate) state: bool,
     /// `SIBLING_MERGE_BEHAVIOR_NONE`: the name is no merge key, later descriptors may change it.
     pub(crate) never_merged: bool,
+    /// `SIBLING_MERGE_BEHAVIOR_BY_SIBLING_MERGE_KEY`: the key siblings merge by (`NONE` when the
+    /// descriptor gives none) instead of their name.
+    pub(crate) merge_key: Option<StrId>,
     /// On the root track: processes (threads) are ordered by their tracks'
     /// `sibling_order_rank` (the `*_sort_index_hint` args).
     pub(crate) explicit_process_order: bool,

@@ -17,7 +17,9 @@
 //! Perfetto also merges sibling tracks with equal names into one UI track; we keep one track
 //! per uuid.
 
-use crate::importers::{Event, EventKind, Parser, LEGACY_SCOPE_GLOBAL, LEGACY_SCOPE_PROCESS};
+use crate::importers::{
+    Event, EventKind, Parser, Reservation, LEGACY_SCOPE_GLOBAL, LEGACY_SCOPE_PROCESS,
+};
 use crate::storage::profile::TrackEventCallstackRow;
 use crate::storage::stats::Stat;
 use crate::storage::strings::{FxHashMap, StrId};
@@ -32,7 +34,7 @@ const _: () = assert!(MAX_DEPTH <= u16::MAX as usize);
 const MAX_ANCESTORS: usize = 100;
 
 /// Where a track's events belong.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Scope {
     Thread(u32),
     Process(u32),
@@ -97,6 +99,109 @@ pub(crate) struct ParseState {
     flows_to_next: FxHashMap<u32, Vec<u64>>,
     /// (utid, track type) → the thread's `thread_time` / `thread_instructions` track.
     thread_counter_tracks: FxHashMap<(u32, &'static str), u32>,
+    /// Descriptor tracks merged with their siblings ([`Merged`]): uuid → how.
+    merged: FxHashMap<u64, Merged>,
+    /// (scope, parent uuid, merge key type, merge key) → index in `merge_sets`.
+    merge_index: FxHashMap<(Scope, u64, u32, StrId), u32>,
+    /// Each merge group's tracks.
+    merge_sets: Vec<MergeSet>,
+}
+
+/// A merge group's tracks, in the order they were made, with the indexes that keep an event's
+/// choice of track independent of the group's size (a trace can make a group of any size).
+#[derive(Debug, Default)]
+struct MergeSet {
+    tracks: Vec<MergedTrack>,
+    /// Cookie (uuid) → the track that holds it (at most one does).
+    by_cookie: FxHashMap<u64, u32>,
+    /// The tracks with nothing open, by index (the first is the one Perfetto picks).
+    free: std::collections::BTreeSet<u32>,
+}
+
+impl MergeSet {
+    /// The index of the track for an event of `cookie` that does `step` (see
+    /// [`Parser::merged_track`]), its open count updated.
+    fn pick(&mut self, cookie: u64, step: Step) -> usize {
+        let at = if step == Step::Default {
+            if self.tracks.is_empty() {
+                self.push(0);
+            }
+            0
+        } else if let Some(&at) = self.by_cookie.get(&cookie) {
+            at
+        } else if let Some(&at) = self.free.first() {
+            let t = &mut self.tracks[at as usize];
+            self.by_cookie.remove(&t.cookie);
+            t.cookie = cookie;
+            self.by_cookie.insert(cookie, at);
+            at
+        } else {
+            self.push(cookie)
+        } as usize;
+        let t = &mut self.tracks[at];
+        match step {
+            Step::Begin => {
+                t.open += 1;
+                self.free.remove(&(at as u32));
+            }
+            Step::End if t.open > 0 => {
+                t.open -= 1;
+                if t.open == 0 {
+                    self.free.insert(at as u32);
+                }
+            }
+            _ => {}
+        }
+        at
+    }
+
+    fn push(&mut self, cookie: u64) -> u32 {
+        let at = self.tracks.len() as u32;
+        self.tracks.push(MergedTrack {
+            cookie,
+            open: 0,
+            track: NONE,
+        });
+        self.by_cookie.insert(cookie, at);
+        self.free.insert(at);
+        at
+    }
+}
+
+/// A child track that Perfetto's track compressor merges with its siblings of the same name
+/// (or `sibling_merge_key`): every non-root track but counters, state tracks and those whose
+/// `sibling_merge_behavior` is `NONE`. The siblings share a group of tracks: a slice begins on
+/// the track its uuid holds, else on the first track with nothing open (which the uuid then
+/// holds), else on a new one; so uuids whose slices do not overlap in time share one track.
+#[derive(Clone, Copy, Debug)]
+struct Merged {
+    set: u32,
+    scope: Scope,
+    /// The name its tracks get: the descriptor's, else its first event's.
+    name: StrId,
+    merge_type: u32,
+    key: StrId,
+    parent_uuid: u64,
+    /// The parent's track, when the merged tracks link to it (`parent_id`).
+    parent_track: u32,
+}
+
+/// One track of a merge group: the uuid it holds and how many of that uuid's slices are open.
+#[derive(Clone, Copy, Debug)]
+struct MergedTrack {
+    cookie: u64,
+    open: u32,
+    track: u32,
+}
+
+/// What an event does to a merged track ([`Merged`]): Perfetto's begin, end, instant, or the
+/// group's first track (a counter, a log, a parent's link).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    Begin,
+    End,
+    Instant,
+    Default,
 }
 
 impl Parser {
@@ -192,7 +297,12 @@ impl Parser {
                 }
             }
             EventKind::SliceBegin | EventKind::Instant | EventKind::Complete => {
-                let Some(track) = self.event_track(ev, ev.name) else {
+                let step = if ev.kind == EventKind::SliceBegin {
+                    Step::Begin
+                } else {
+                    Step::Instant
+                };
+                let Some(track) = self.event_track_at(ev, ev.name, step) else {
                     return;
                 };
                 self.close_completed(track, ev.ts);
@@ -266,7 +376,7 @@ impl Parser {
                 }
             }
             EventKind::SliceEnd => {
-                let Some(track) = self.event_track(ev, NONE) else {
+                let Some(track) = self.event_track_at(ev, NONE, Step::End) else {
                     return;
                 };
                 self.close_completed(track, ev.ts);
@@ -326,12 +436,27 @@ impl Parser {
                 };
                 let had_name = r.name.is_some();
                 let fixed = had_name && !r.never_merged;
+                let name = ev.data as StrId;
+                if let Some(m) = self.parse.merged.get_mut(&ev.track) {
+                    // A merged uuid's tracks keep a name its descriptor gave; one taken from
+                    // its first event gives way, on the tracks the uuid holds.
+                    if !fixed {
+                        r.name = Some(name);
+                        m.name = name;
+                        for t in &self.parse.merge_sets[m.set as usize].tracks {
+                            if t.cookie == ev.track && t.track != NONE {
+                                self.st.tracks[t.track as usize].name = name;
+                            }
+                        }
+                    }
+                    return;
+                }
                 match self.parse.tracks.get(&ev.track) {
-                    None => r.name = Some(ev.data as StrId),
+                    None => r.name = Some(name),
                     Some(_) if fixed => {}
                     Some(&track) => {
-                        r.name = Some(ev.data as StrId);
-                        self.st.tracks[track as usize].name = ev.data as StrId;
+                        r.name = Some(name);
+                        self.st.tracks[track as usize].name = name;
                     }
                 }
             }
@@ -541,11 +666,19 @@ impl Parser {
 
     // === Tracks ===
 
-    /// The track id of an event: its legacy thread's track or its uuid's.
+    /// The track id of an event: its legacy thread's track or its uuid's (a merged uuid's
+    /// group's first track).
     #[inline]
     fn event_track(&mut self, ev: &Event, event_name: StrId) -> Option<u32> {
+        self.event_track_at(ev, event_name, Step::Default)
+    }
+
+    /// As [`Parser::event_track`], for a slice's begin, end or instant (which pick a merged
+    /// uuid's track, [`Merged`]).
+    #[inline]
+    fn event_track_at(&mut self, ev: &Event, event_name: StrId, step: Step) -> Option<u32> {
         if !ev.legacy_thread {
-            return self.intern_track(ev.track, event_name);
+            return self.intern_track_at(ev.track, event_name, step);
         }
         self.legacy_event_track(ev)
     }
@@ -613,13 +746,91 @@ impl Parser {
     /// event's but the first on it) is one map lookup, without a call.
     #[inline]
     fn intern_track(&mut self, uuid: u64, event_name: StrId) -> Option<u32> {
-        match self.parse.tracks.get(&uuid) {
-            Some(&t) => Some(t),
-            None => self.create_track(uuid, event_name),
-        }
+        self.intern_track_at(uuid, event_name, Step::Default)
     }
 
-    /// [`Parser::intern_track`] of a track not seen yet.
+    /// [`Parser::intern_track`] for an event that does `step`.
+    #[inline]
+    fn intern_track_at(&mut self, uuid: u64, event_name: StrId, step: Step) -> Option<u32> {
+        if let Some(&t) = self.parse.tracks.get(&uuid) {
+            return Some(t);
+        }
+        if !self.parse.merged.contains_key(&uuid) {
+            let t = self.create_track(uuid, event_name)?;
+            if t != NONE {
+                return Some(t);
+            }
+        }
+        self.merged_track(uuid, step)
+    }
+
+    /// The track of merged uuid `uuid` for an event that does `step` (Perfetto's track
+    /// compressor, with the uuid as its cookie): the group's track that holds the uuid, else
+    /// its first track with nothing open (the uuid holds it from now on), else a new one.
+    fn merged_track(&mut self, uuid: u64, step: Step) -> Option<u32> {
+        let m = *self.parse.merged.get(&uuid)?;
+        let set = &mut self.parse.merge_sets[m.set as usize];
+        let at = set.pick(uuid, step);
+        let track = set.tracks[at].track;
+        if track != NONE {
+            return Some(track);
+        }
+        let id = self.new_merged_track(uuid, m, at as u32);
+        self.parse.merge_sets[m.set as usize].tracks[at].track = id;
+        Some(id)
+    }
+
+    /// Track `index` of merged uuid `uuid`'s group, made for that uuid (as Perfetto's track
+    /// factory makes it: the group's dimensions and the index; the uuid's source args).
+    #[cold]
+    fn new_merged_track(&mut self, uuid: u64, m: Merged, index: u32) -> u32 {
+        let r = self.reservations.get(&uuid).cloned().unwrap_or_default();
+        let (kind, utid, upid) = match m.scope {
+            Scope::Thread(u) => ("thread_merged_track_event", u, NONE),
+            Scope::Process(p) => ("process_merged_track_event", NONE, p),
+            Scope::Global => ("global_merged_track_event", NONE, NONE),
+        };
+        let dims = self.st.new_arg_set();
+        if utid != NONE {
+            self.st
+                .push_arg_str_key(dims, "utid", ArgValue::Int(utid as i64));
+        }
+        if upid != NONE {
+            self.st
+                .push_arg_str_key(dims, "upid", ArgValue::Int(upid as i64));
+        }
+        self.st.push_arg_str_key(
+            dims,
+            "parent_track_uuid",
+            ArgValue::Int(m.parent_uuid as i64),
+        );
+        self.st
+            .push_arg_str_key(dims, "merge_key_type", ArgValue::Int(m.merge_type as i64));
+        if m.key != NONE {
+            self.st
+                .push_arg_str_key(dims, "merge_key_value", ArgValue::Str(m.key));
+        }
+        self.st
+            .push_arg_str_key(dims, "track_compressor_idx", ArgValue::Int(index as i64));
+        let src = self.descriptor_source_args(uuid, &r, false);
+        let id = self.st.tracks.len() as u32;
+        self.st.tracks.push(TrackRow {
+            name: m.name,
+            kind,
+            event_type: EventType::Slice,
+            dimension_arg_set: dims,
+            parent: m.parent_track,
+            source_arg_set: src,
+            utid,
+            upid,
+            unit: NONE,
+            description: r.description.unwrap_or(NONE),
+        });
+        id
+    }
+
+    /// [`Parser::intern_track`] of a track not seen yet: its track id, or `NONE` when the
+    /// uuid's tracks are merged with its siblings' ([`Merged`], registered here).
     #[cold]
     #[inline(never)]
     fn create_track(&mut self, uuid: u64, event_name: StrId) -> Option<u32> {
@@ -633,6 +844,46 @@ impl Parser {
             parent_is_root = self.parse.scopes.get(&parent_uuid).is_some_and(|s| s.1);
         }
         let is_counter = r.counter.is_some();
+        if !is_root && !is_counter && !r.state && !r.never_merged {
+            let name = match r.name {
+                Some(n) => n,
+                None if uuid == 0 && !self.reservations.contains_key(&0) => {
+                    self.st.strings.intern("Default Track")
+                }
+                None => event_name,
+            };
+            let (merge_type, key) = match r.merge_key {
+                Some(k) => (2, k),
+                None => (0, name),
+            };
+            let sets = &mut self.parse.merge_sets;
+            let set = *self
+                .parse
+                .merge_index
+                .entry((scope, parent_uuid, merge_type, key))
+                .or_insert_with(|| {
+                    sets.push(MergeSet::default());
+                    sets.len() as u32 - 1
+                });
+            let parent_track = if parent_uuid != 0 && !parent_is_root {
+                parent_track
+            } else {
+                NONE
+            };
+            self.parse.merged.insert(
+                uuid,
+                Merged {
+                    set,
+                    scope,
+                    name,
+                    merge_type,
+                    key,
+                    parent_uuid,
+                    parent_track,
+                },
+            );
+            return Some(NONE);
+        }
         let id = if is_root
             && !is_counter
             && !r.state
@@ -688,50 +939,7 @@ impl Parser {
             }
             self.st
                 .push_arg_str_key(dims, "track_uuid", ArgValue::Int(uuid as i64));
-            let src = self.st.new_arg_set();
-            let descriptor = self.st.strings.intern("descriptor");
-            self.st
-                .push_arg_str_key(src, "source", ArgValue::Str(descriptor));
-            self.st
-                .push_arg_str_key(src, "trace_id", ArgValue::Int(uuid as i64));
-            self.st.push_arg_str_key(
-                src,
-                "is_root_in_scope",
-                ArgValue::Bool(uuid == 0 || is_root),
-            );
-            if uuid != 0 && self.first_packet_seqs.contains_key(&r.seq_id) {
-                self.st
-                    .push_arg_str_key(src, "has_first_packet_on_sequence", ArgValue::Bool(true));
-            }
-            if let Some(c) = &r.counter {
-                if let Some(cat) = c.category {
-                    self.st
-                        .push_arg_str_key(src, "category", ArgValue::Str(cat));
-                }
-                if let Some(k) = c.y_axis_share_key {
-                    self.st
-                        .push_arg_str_key(src, "y_axis_share_key", ArgValue::Str(k));
-                }
-            }
-            let ordering = match r.child_ordering {
-                1 => Some("lexicographic"),
-                2 => Some("chronological"),
-                3 => Some("explicit"),
-                _ => None,
-            };
-            if let Some(o) = ordering {
-                let o = self.st.strings.intern(o);
-                self.st
-                    .push_arg_str_key(src, "child_ordering", ArgValue::Str(o));
-            }
-            if let Some(rank) = r.sibling_order_rank {
-                self.st
-                    .push_arg_str_key(src, "sibling_order_rank", ArgValue::Int(rank as i64));
-            }
-            if let Some(d) = r.description {
-                self.st
-                    .push_arg_str_key(src, "description", ArgValue::Str(d));
-            }
+            let src = self.descriptor_source_args(uuid, &r, is_root);
             let id = self.st.tracks.len() as u32;
             self.st.tracks.push(TrackRow {
                 name,
@@ -755,6 +963,55 @@ impl Parser {
         };
         self.parse.tracks.insert(uuid, id);
         Some(id)
+    }
+
+    /// A descriptor track's source args (as Perfetto's `AddTrackArgs`).
+    fn descriptor_source_args(&mut self, uuid: u64, r: &Reservation, is_root: bool) -> u32 {
+        let src = self.st.new_arg_set();
+        let descriptor = self.st.strings.intern("descriptor");
+        self.st
+            .push_arg_str_key(src, "source", ArgValue::Str(descriptor));
+        self.st
+            .push_arg_str_key(src, "trace_id", ArgValue::Int(uuid as i64));
+        self.st.push_arg_str_key(
+            src,
+            "is_root_in_scope",
+            ArgValue::Bool(uuid == 0 || is_root),
+        );
+        if uuid != 0 && self.first_packet_seqs.contains_key(&r.seq_id) {
+            self.st
+                .push_arg_str_key(src, "has_first_packet_on_sequence", ArgValue::Bool(true));
+        }
+        if let Some(c) = &r.counter {
+            if let Some(cat) = c.category {
+                self.st
+                    .push_arg_str_key(src, "category", ArgValue::Str(cat));
+            }
+            if let Some(k) = c.y_axis_share_key {
+                self.st
+                    .push_arg_str_key(src, "y_axis_share_key", ArgValue::Str(k));
+            }
+        }
+        let ordering = match r.child_ordering {
+            1 => Some("lexicographic"),
+            2 => Some("chronological"),
+            3 => Some("explicit"),
+            _ => None,
+        };
+        if let Some(o) = ordering {
+            let o = self.st.strings.intern(o);
+            self.st
+                .push_arg_str_key(src, "child_ordering", ArgValue::Str(o));
+        }
+        if let Some(rank) = r.sibling_order_rank {
+            self.st
+                .push_arg_str_key(src, "sibling_order_rank", ArgValue::Int(rank as i64));
+        }
+        if let Some(d) = r.description {
+            self.st
+                .push_arg_str_key(src, "description", ArgValue::Str(d));
+        }
+        src
     }
 
     /// The track of a thread's own slices (one per utid; Perfetto's type for it is
@@ -883,6 +1140,50 @@ fn flow_direction(slices: &[SliceRow], from: u32, to: u32) -> (u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Perfetto's track compressor as it reads (a linear search per event): what
+    /// [`MergeSet::pick`]'s indexes must agree with.
+    fn pick_linear(tracks: &mut Vec<(u64, u32)>, cookie: u64, step: Step) -> usize {
+        let at = if step == Step::Default {
+            if tracks.is_empty() {
+                tracks.push((0, 0));
+            }
+            0
+        } else if let Some(at) = tracks.iter().position(|t| t.0 == cookie) {
+            at
+        } else if let Some(at) = tracks.iter().position(|t| t.1 == 0) {
+            tracks[at].0 = cookie;
+            at
+        } else {
+            tracks.push((cookie, 0));
+            tracks.len() - 1
+        };
+        match step {
+            Step::Begin => tracks[at].1 += 1,
+            Step::End => tracks[at].1 = tracks[at].1.saturating_sub(1),
+            _ => {}
+        }
+        at
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn merge_set_picks_the_track_perfettos_compressor_picks(
+            events in proptest::collection::vec((0u64..6, 0u8..4), 0..200)
+        ) {
+            let mut set = MergeSet::default();
+            let mut model = Vec::new();
+            for (cookie, step) in events {
+                let step = [Step::Begin, Step::End, Step::Instant, Step::Default][step as usize];
+                let got = set.pick(cookie, step);
+                let want = pick_linear(&mut model, cookie, step);
+                proptest::prop_assert_eq!(got, want);
+                let opens: Vec<u32> = set.tracks.iter().map(|t| t.open).collect();
+                let model_opens: Vec<u32> = model.iter().map(|t| t.1).collect();
+                proptest::prop_assert_eq!(opens, model_opens);
+            }
+        }
+    }
 
     #[test]
     fn flows_go_from_the_earlier_slice() {

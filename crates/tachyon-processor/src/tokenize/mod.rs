@@ -851,7 +851,11 @@ impl Tokenizer {
         let mut ann = Vec::new();
         for e in d.debug_annotation_names() {
             let e = e.map_err(drop)?;
-            let name = self.parser.st.strings.intern_bytes(e.name_bytes());
+            let name = self
+                .parser
+                .st
+                .strings
+                .intern_bytes(&annotation_name(e.name_bytes()));
             ann.push((e.iid(), (name, self.top_key(name))));
         }
         let mut strs = Vec::new();
@@ -1101,6 +1105,18 @@ impl Tokenizer {
             disallow_merging: d.disallow_merging_with_system_tracks(),
             state: d.has_state(),
             never_merged: d.sibling_merge_behavior_raw() == 2,
+            merge_key: (d.sibling_merge_behavior_raw() == 3).then(|| {
+                if d.has_sibling_merge_key() {
+                    strings.intern_bytes(d.sibling_merge_key_bytes())
+                } else if d.has_sibling_merge_key_int() {
+                    strings.intern(&format!(
+                        "sibling_merge_key_int:{}",
+                        d.sibling_merge_key_int()
+                    ))
+                } else {
+                    NONE
+                }
+            }),
             explicit_process_order: d.process_ordering_raw() == 1,
             explicit_thread_order: d.thread_ordering_raw() == 1,
             seq_id,
@@ -1959,7 +1975,7 @@ impl Tokenizer {
                 continue;
             };
             let key = if let Some(name) = a.name {
-                let name = self.parser.st.strings.intern_bytes(name);
+                let name = self.parser.st.strings.intern_bytes(&annotation_name(name));
                 self.top_key(name)
             } else if let Some(&(_, key)) = self.seqs[&seq_id]
                 .annotation_names
@@ -2124,7 +2140,7 @@ impl Tokenizer {
                     continue;
                 };
                 let name = if e.has_name() {
-                    String::from_utf8_lossy(e.name_bytes()).into_owned()
+                    String::from_utf8_lossy(&annotation_name(e.name_bytes())).into_owned()
                 } else if let Some(&(n, _)) = self.seqs[&seq_id].annotation_names.get(&e.name_iid())
                 {
                     self.parser.st.strings.get(n).to_owned()
@@ -2176,7 +2192,7 @@ impl Tokenizer {
                 let keys: Vec<String> = n
                     .dict_keys()
                     .filter_map(Result::ok)
-                    .map(str::to_owned)
+                    .map(|k| String::from_utf8_lossy(&annotation_name(k.as_bytes())).into_owned())
                     .collect();
                 let values: Vec<_> = n.dict_values().collect();
                 for (name, v) in keys.iter().zip(values) {
@@ -2349,6 +2365,26 @@ fn capped_extend(arena: &mut Vec<u64>, ids: impl Iterator<Item = u64>) -> (u16, 
     arena.truncate(start + kept);
     (kept as u16, dropped)
 }
+
+/// A debug annotation's name as an arg key's part: `.`, `[` and `]` (which the key syntax
+/// uses) become `_`, as Perfetto's `SanitizeDebugAnnotationName` makes them.
+fn annotation_name(name: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    if !name.iter().any(|b| matches!(b, b'.' | b'[' | b']')) {
+        return std::borrow::Cow::Borrowed(name);
+    }
+    std::borrow::Cow::Owned(
+        name.iter()
+            .map(|&b| {
+                if matches!(b, b'.' | b'[' | b']') {
+                    b'_'
+                } else {
+                    b
+                }
+            })
+            .collect(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
