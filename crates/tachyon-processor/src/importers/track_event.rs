@@ -439,13 +439,15 @@ impl Parser {
                 let name = ev.data as StrId;
                 if let Some(m) = self.parse.merged.get_mut(&ev.track) {
                     // A merged uuid's tracks keep a name its descriptor gave; one taken from
-                    // its first event gives way, on the tracks the uuid holds.
+                    // its first event gives way, on the track the uuid holds.
                     if !fixed {
                         r.name = Some(name);
                         m.name = name;
-                        for t in &self.parse.merge_sets[m.set as usize].tracks {
-                            if t.cookie == ev.track && t.track != NONE {
-                                self.st.tracks[t.track as usize].name = name;
+                        let set = &self.parse.merge_sets[m.set as usize];
+                        if let Some(&at) = set.by_cookie.get(&ev.track) {
+                            let track = set.tracks[at as usize].track;
+                            if track != NONE {
+                                self.st.tracks[track as usize].name = name;
                             }
                         }
                     }
