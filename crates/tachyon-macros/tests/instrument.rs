@@ -293,7 +293,9 @@ fn arguments_are_recorded() {
                 "with_fields",
                 Some("calc"),
                 0,
-                &[("owned", "abc"), ("len", "3"), ("sum.total", "1.5")],
+                // The processor reads an annotation named `sum.total` as Perfetto does: `.`
+                // is the arg key's separator, so the name's becomes `_`.
+                &[("owned", "abc"), ("len", "3"), ("sum_total", "1.5")],
             ),
             slice("destructured", None, 0, &[("a", "1"), ("b", "2")]),
         ]
