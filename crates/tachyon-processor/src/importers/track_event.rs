@@ -7,15 +7,17 @@
 //! are merged into one arg set.
 //!
 //! Tracks are created the first time an event uses them, following Perfetto's
-//! `TrackEventTracker`: a descriptor with a thread is that thread's track (type `thread`), one
-//! with a process is a `process_track_event` track of that process, and a descriptor with
-//! neither inherits its parent's thread or process (`thread_track_event`,
-//! `process_track_event`), or is global (`global_track_event`) if no ancestor has one.
-//! Counter descriptors give the `*_counter_track_event` equivalents. As in Perfetto,
-//! `track.parent_id` is set only when the parent is itself a child track or a global track;
-//! children of a thread's or process's own track are tied to it through `utid`/`upid`.
-//! Perfetto also merges sibling tracks with equal names into one UI track; we keep one track
-//! per uuid.
+//! `TrackEventTracker`: a descriptor with a thread is that thread's track (type
+//! `thread_execution`), one with a process is a `process_track_event` track of that process,
+//! and a descriptor with neither inherits its parent's thread or process, or is global if no
+//! ancestor has one. Such a child track is merged with its siblings of the same name (or
+//! `sibling_merge_key`), as Perfetto's track compressor merges them ([`Merged`]:
+//! `*_merged_track_event` tracks, shared by uuids whose slices do not overlap), unless it is a
+//! counter (`*_counter_track_event`), a state track, or its `sibling_merge_behavior` is `NONE`
+//! (`thread_track_event`, `process_track_event`, `global_track_event`: one track per uuid). As
+//! in Perfetto, `track.parent_id` is set only when the parent is itself a child track or a
+//! global track; children of a thread's or process's own track are tied to it through
+//! `utid`/`upid`.
 
 use crate::importers::{
     Event, EventKind, Parser, Reservation, LEGACY_SCOPE_GLOBAL, LEGACY_SCOPE_PROCESS,
