@@ -789,20 +789,12 @@ impl Parser {
     #[cold]
     fn new_merged_track(&mut self, uuid: u64, m: Merged, index: u32) -> u32 {
         let r = self.reservations.get(&uuid).cloned().unwrap_or_default();
-        let (kind, utid, upid) = match m.scope {
-            Scope::Thread(u) => ("thread_merged_track_event", u, NONE),
-            Scope::Process(p) => ("process_merged_track_event", NONE, p),
-            Scope::Global => ("global_merged_track_event", NONE, NONE),
+        let kind = match m.scope {
+            Scope::Thread(_) => "thread_merged_track_event",
+            Scope::Process(_) => "process_merged_track_event",
+            Scope::Global => "global_merged_track_event",
         };
-        let dims = self.st.new_arg_set();
-        if utid != NONE {
-            self.st
-                .push_arg_str_key(dims, "utid", ArgValue::Int(utid as i64));
-        }
-        if upid != NONE {
-            self.st
-                .push_arg_str_key(dims, "upid", ArgValue::Int(upid as i64));
-        }
+        let (dims, utid, upid) = self.scope_dimensions(m.scope);
         self.st.push_arg_str_key(
             dims,
             "parent_track_uuid",
@@ -927,20 +919,7 @@ impl Parser {
             } else {
                 NONE
             };
-            let (utid, upid) = match scope {
-                Scope::Thread(u) => (u, NONE),
-                Scope::Process(p) => (NONE, p),
-                Scope::Global => (NONE, NONE),
-            };
-            let dims = self.st.new_arg_set();
-            if utid != NONE {
-                self.st
-                    .push_arg_str_key(dims, "utid", ArgValue::Int(utid as i64));
-            }
-            if upid != NONE {
-                self.st
-                    .push_arg_str_key(dims, "upid", ArgValue::Int(upid as i64));
-            }
+            let (dims, utid, upid) = self.scope_dimensions(scope);
             self.st
                 .push_arg_str_key(dims, "track_uuid", ArgValue::Int(uuid as i64));
             let src = self.descriptor_source_args(uuid, &r, is_root);
@@ -967,6 +946,26 @@ impl Parser {
         };
         self.parse.tracks.insert(uuid, id);
         Some(id)
+    }
+
+    /// A new dimension arg set holding a track's thread (`utid`) or process (`upid`), and those
+    /// ids (`NONE` where the scope has none).
+    fn scope_dimensions(&mut self, scope: Scope) -> (u32, u32, u32) {
+        let (utid, upid) = match scope {
+            Scope::Thread(u) => (u, NONE),
+            Scope::Process(p) => (NONE, p),
+            Scope::Global => (NONE, NONE),
+        };
+        let dims = self.st.new_arg_set();
+        if utid != NONE {
+            self.st
+                .push_arg_str_key(dims, "utid", ArgValue::Int(utid as i64));
+        }
+        if upid != NONE {
+            self.st
+                .push_arg_str_key(dims, "upid", ArgValue::Int(upid as i64));
+        }
+        (dims, utid, upid)
     }
 
     /// A descriptor track's source args (as Perfetto's `AddTrackArgs`).
