@@ -262,8 +262,11 @@ impl ClockTracker {
         let mut ns = Vec::with_capacity(readings.len());
         for r in readings {
             let unit = r.unit_multiplier_ns.max(1);
-            let v = (r.value as i128) * (unit as i128);
-            let v = i64::try_from(v).map_err(|_| InvalidSnapshot)?;
+            // Both factors are u64s from the trace: their product may not fit even an i128.
+            let v = (r.value as i128)
+                .checked_mul(unit as i128)
+                .and_then(|v| i64::try_from(v).ok())
+                .ok_or(InvalidSnapshot)?;
             if let Some(s) = existing {
                 let series = &self.series[s];
                 let col = series.column(r.id);
@@ -813,5 +816,10 @@ mod tests {
             Err(InvalidSnapshot)
         );
         assert_eq!(c.add_snapshot(&[]), Err(InvalidSnapshot));
+        // A reading and a unit whose product overflows even an i128 (a fuzzer's find).
+        assert_eq!(
+            c.add_snapshot(&[incremental(5, u64::MAX, u64::MAX), r(BOOTTIME, 2000)]),
+            Err(InvalidSnapshot)
+        );
     }
 }
