@@ -12,7 +12,7 @@
 //!   the name of the first event seen with that id. Within a group, each operation (id) gets a
 //!   track of its own while it is open: a begin takes the track already holding the id, else
 //!   the first idle one (nothing open on it), else a new one; an end leaves its track; an
-//!   instant does both. The track's index in its group is its `track_compressor_idx`
+//!   instant does both ([`TrackGroup`], the id as the cookie). The track's index in its group is its `track_compressor_idx`
 //!   dimension, so two overlapping operations never share a track and later ones reuse idle
 //!   tracks.
 //! - `b`/`S` begin a slice, `e`/`F` end the innermost one on the track, and `n`/`T`/`p` are
@@ -28,6 +28,7 @@
 //! event's track, tagged with [`ASYNC_TRACK`]); the track is chosen when the sorted events are
 //! parsed, in timestamp order, since the compressor's state depends on that order.
 
+use crate::importers::compressor::{Step, TrackGroup};
 use crate::importers::track_event::Scope;
 use crate::importers::{Event, Parser, PendingArg};
 use crate::storage::stats::Stat;
@@ -37,14 +38,6 @@ use crate::storage::{ArgValue, EventType, TrackRow, NONE};
 /// The tag, in an event's `track` (with `legacy_thread` set), of an index into
 /// [`LegacyState::events`].
 pub(crate) const ASYNC_TRACK: u64 = 1 << 63;
-
-/// What an async phase does to its track's open-operation count.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum CompressorStep {
-    Begin,
-    End,
-    Instant,
-}
 
 /// Who emitted an async event: which thread or track the event would have gone to.
 #[derive(Clone, Copy, Debug)]
@@ -62,7 +55,8 @@ pub(crate) struct AsyncEvent {
     id: i64,
     process_scoped: bool,
     scope: StrId,
-    step: CompressorStep,
+    /// What the event does to its track group (Perfetto's track compressor).
+    step: Step,
     /// The arena index of its `legacy_event.passthrough_utid` arg (key `NONE` until the thread
     /// is known at parse time), or `u32::MAX`.
     passthrough_arg: u32,
@@ -70,21 +64,13 @@ pub(crate) struct AsyncEvent {
     track: Option<u32>,
 }
 
-/// One track of a group: the operation it holds and how many of its slices are open.
-#[derive(Debug)]
-struct GroupTrack {
-    id: i64,
-    open: u32,
-    track: u32,
-}
-
 #[derive(Debug, Default)]
 pub(crate) struct LegacyState {
     events: Vec<AsyncEvent>,
     /// (upid of a process-scoped id or `NONE`, id) → the name of its first event.
     root_names: FxHashMap<(u32, i64), StrId>,
-    /// (upid or `NONE`, scope, root name) → the group's tracks.
-    groups: FxHashMap<(u32, StrId, StrId), Vec<GroupTrack>>,
+    /// (upid or `NONE`, scope, root name) → the group's tracks (the ids are the cookies).
+    groups: FxHashMap<(u32, StrId, StrId), TrackGroup>,
     /// Arena index of a `legacy_event.passthrough_utid` placeholder of an event on a
     /// described track → the (pid, tid) of its sequence's thread.
     passthrough: FxHashMap<u32, (Option<i64>, i64)>,
@@ -189,9 +175,9 @@ impl Parser {
             category
         };
         let step = match phase {
-            b'b' | b'S' => CompressorStep::Begin,
-            b'e' | b'T' => CompressorStep::End,
-            _ => CompressorStep::Instant,
+            b'b' | b'S' => Step::Begin,
+            b'e' | b'T' => Step::End,
+            _ => Step::Instant,
         };
         let index = self.legacy.events.len() as u64;
         self.legacy.events.push(AsyncEvent {
@@ -278,37 +264,15 @@ impl Parser {
             .entry((group_upid, e.scope, root))
             .or_default();
         // The track holding this id, else the first idle one (adopted for the id), else new.
-        let at = match group.iter().position(|t| t.id == e.id) {
-            Some(at) => at,
-            None => match group.iter().position(|t| t.open == 0) {
-                Some(at) => {
-                    group[at].id = e.id;
-                    at
-                }
-                None => {
-                    group.push(GroupTrack {
-                        id: e.id,
-                        open: 0,
-                        track: NONE,
-                    });
-                    group.len() - 1
-                }
-            },
-        };
-        let t = &mut group[at];
-        match e.step {
-            CompressorStep::Begin => t.open += 1,
-            CompressorStep::End => t.open = t.open.saturating_sub(1),
-            CompressorStep::Instant => {}
-        }
-        let id = match t.track {
+        let at = group.pick(e.id as u64, e.step);
+        let id = match group.track(at) {
             NONE => {
                 let id = self.new_async_track(name, group_upid, upid, &e, root, at as u32);
                 self.legacy
                     .groups
                     .get_mut(&(group_upid, e.scope, root))
-                    .expect("group")[at]
-                    .track = id;
+                    .expect("group")
+                    .set_track(at, id);
                 id
             }
             id => id,

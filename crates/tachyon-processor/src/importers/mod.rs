@@ -12,6 +12,7 @@
 //! * `arg_arena`: arguments waiting, as entry ids, for their event to be parsed.
 
 pub(crate) mod arg_arena;
+pub(crate) mod compressor;
 pub(crate) mod end_args;
 pub(crate) mod heap;
 pub(crate) mod legacy;

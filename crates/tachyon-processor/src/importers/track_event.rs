@@ -19,6 +19,7 @@
 //! global track; children of a thread's or process's own track are tied to it through
 //! `utid`/`upid`.
 
+use crate::importers::compressor::{Step, TrackGroup};
 use crate::importers::{
     Event, EventKind, Parser, Reservation, LEGACY_SCOPE_GLOBAL, LEGACY_SCOPE_PROCESS,
 };
@@ -105,76 +106,14 @@ pub(crate) struct ParseState {
     merged: FxHashMap<u64, Merged>,
     /// (scope, parent uuid, merge key type, merge key) → index in `merge_sets`.
     merge_index: FxHashMap<(Scope, u64, u32, StrId), u32>,
-    /// Each merge group's tracks.
-    merge_sets: Vec<MergeSet>,
-}
-
-/// A merge group's tracks, in the order they were made, with the indexes that keep an event's
-/// choice of track independent of the group's size (a trace can make a group of any size).
-#[derive(Debug, Default)]
-struct MergeSet {
-    tracks: Vec<MergedTrack>,
-    /// Cookie (uuid) → the track that holds it (at most one does).
-    by_cookie: FxHashMap<u64, u32>,
-    /// The tracks with nothing open, by index (the first is the one Perfetto picks).
-    free: std::collections::BTreeSet<u32>,
-}
-
-impl MergeSet {
-    /// The index of the track for an event of `cookie` that does `step` (see
-    /// [`Parser::merged_track`]), its open count updated.
-    fn pick(&mut self, cookie: u64, step: Step) -> usize {
-        let at = if step == Step::Default {
-            if self.tracks.is_empty() {
-                self.push(0);
-            }
-            0
-        } else if let Some(&at) = self.by_cookie.get(&cookie) {
-            at
-        } else if let Some(&at) = self.free.first() {
-            let t = &mut self.tracks[at as usize];
-            self.by_cookie.remove(&t.cookie);
-            t.cookie = cookie;
-            self.by_cookie.insert(cookie, at);
-            at
-        } else {
-            self.push(cookie)
-        } as usize;
-        let t = &mut self.tracks[at];
-        match step {
-            Step::Begin => {
-                t.open += 1;
-                self.free.remove(&(at as u32));
-            }
-            Step::End if t.open > 0 => {
-                t.open -= 1;
-                if t.open == 0 {
-                    self.free.insert(at as u32);
-                }
-            }
-            _ => {}
-        }
-        at
-    }
-
-    fn push(&mut self, cookie: u64) -> u32 {
-        let at = self.tracks.len() as u32;
-        self.tracks.push(MergedTrack {
-            cookie,
-            open: 0,
-            track: NONE,
-        });
-        self.by_cookie.insert(cookie, at);
-        self.free.insert(at);
-        at
-    }
+    /// Each merge group's tracks (the uuids are the cookies).
+    merge_sets: Vec<TrackGroup>,
 }
 
 /// A child track that Perfetto's track compressor merges with its siblings of the same name
 /// (or `sibling_merge_key`): every non-root track but counters, state tracks and those whose
-/// `sibling_merge_behavior` is `NONE`. The siblings share a group of tracks: a slice begins on
-/// the track its uuid holds, else on the first track with nothing open (which the uuid then
-/// holds), else on a new one; so uuids whose slices do not overlap in time share one track.
+/// `sibling_merge_behavior` is `NONE`. The siblings share a [`TrackGroup`], the uuid its
+/// cookie: uuids whose slices do not overlap in time share one track.
 #[derive(Clone, Copy, Debug)]
 struct Merged {
     set: u32,
@@ -186,24 +125,6 @@ struct Merged {
     parent_uuid: u64,
     /// The parent's track, when the merged tracks link to it (`parent_id`).
     parent_track: u32,
-}
-
-/// One track of a merge group: the uuid it holds and how many of that uuid's slices are open.
-#[derive(Clone, Copy, Debug)]
-struct MergedTrack {
-    cookie: u64,
-    open: u32,
-    track: u32,
-}
-
-/// What an event does to a merged track ([`Merged`]): Perfetto's begin, end, instant, or the
-/// group's first track (a counter, a log, a parent's link).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Step {
-    Begin,
-    End,
-    Instant,
-    Default,
 }
 
 impl Parser {
@@ -445,12 +366,9 @@ impl Parser {
                     if !fixed {
                         r.name = Some(name);
                         m.name = name;
-                        let set = &self.parse.merge_sets[m.set as usize];
-                        if let Some(&at) = set.by_cookie.get(&ev.track) {
-                            let track = set.tracks[at as usize].track;
-                            if track != NONE {
-                                self.st.tracks[track as usize].name = name;
-                            }
+                        if let Some(track) = self.parse.merge_sets[m.set as usize].held_by(ev.track)
+                        {
+                            self.st.tracks[track as usize].name = name;
                         }
                     }
                     return;
@@ -759,29 +677,24 @@ impl Parser {
         if let Some(&t) = self.parse.tracks.get(&uuid) {
             return Some(t);
         }
-        if !self.parse.merged.contains_key(&uuid) {
-            let t = self.create_track(uuid, event_name)?;
-            if t != NONE {
-                return Some(t);
-            }
+        match self.parse.merged.get(&uuid) {
+            Some(&m) => Some(self.merged_track(uuid, m, step)),
+            None => self.create_track(uuid, event_name, step),
         }
-        self.merged_track(uuid, step)
     }
 
-    /// The track of merged uuid `uuid` for an event that does `step` (Perfetto's track
-    /// compressor, with the uuid as its cookie): the group's track that holds the uuid, else
-    /// its first track with nothing open (the uuid holds it from now on), else a new one.
-    fn merged_track(&mut self, uuid: u64, step: Step) -> Option<u32> {
-        let m = *self.parse.merged.get(&uuid)?;
-        let set = &mut self.parse.merge_sets[m.set as usize];
-        let at = set.pick(uuid, step);
-        let track = set.tracks[at].track;
+    /// The track of merged uuid `uuid` (its group `m`) for an event that does `step`
+    /// ([`TrackGroup::pick`], with the uuid as the cookie), made if new.
+    fn merged_track(&mut self, uuid: u64, m: Merged, step: Step) -> u32 {
+        let group = &mut self.parse.merge_sets[m.set as usize];
+        let at = group.pick(uuid, step);
+        let track = group.track(at);
         if track != NONE {
-            return Some(track);
+            return track;
         }
         let id = self.new_merged_track(uuid, m, at as u32);
-        self.parse.merge_sets[m.set as usize].tracks[at].track = id;
-        Some(id)
+        self.parse.merge_sets[m.set as usize].set_track(at, id);
+        id
     }
 
     /// Track `index` of merged uuid `uuid`'s group, made for that uuid (as Perfetto's track
@@ -825,11 +738,11 @@ impl Parser {
         id
     }
 
-    /// [`Parser::intern_track`] of a track not seen yet: its track id, or `NONE` when the
-    /// uuid's tracks are merged with its siblings' ([`Merged`], registered here).
+    /// [`Parser::intern_track_at`] of a track not seen yet (a merged uuid is registered in its
+    /// group, [`Merged`], and the event's track picked there).
     #[cold]
     #[inline(never)]
-    fn create_track(&mut self, uuid: u64, event_name: StrId) -> Option<u32> {
+    fn create_track(&mut self, uuid: u64, event_name: StrId, step: Step) -> Option<u32> {
         let (scope, is_root) = self.resolve(uuid)?;
         let r = self.reservations.get(&uuid).cloned().unwrap_or_default();
         let parent_uuid = r.parent;
@@ -858,7 +771,7 @@ impl Parser {
                 .merge_index
                 .entry((scope, parent_uuid, merge_type, key))
                 .or_insert_with(|| {
-                    sets.push(MergeSet::default());
+                    sets.push(TrackGroup::default());
                     sets.len() as u32 - 1
                 });
             let parent_track = if parent_uuid != 0 && !parent_is_root {
@@ -866,19 +779,17 @@ impl Parser {
             } else {
                 NONE
             };
-            self.parse.merged.insert(
-                uuid,
-                Merged {
-                    set,
-                    scope,
-                    name,
-                    merge_type,
-                    key,
-                    parent_uuid,
-                    parent_track,
-                },
-            );
-            return Some(NONE);
+            let m = Merged {
+                set,
+                scope,
+                name,
+                merge_type,
+                key,
+                parent_uuid,
+                parent_track,
+            };
+            self.parse.merged.insert(uuid, m);
+            return Some(self.merged_track(uuid, m, step));
         }
         let id = if is_root
             && !is_counter
@@ -1143,50 +1054,6 @@ fn flow_direction(slices: &[SliceRow], from: u32, to: u32) -> (u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Perfetto's track compressor as it reads (a linear search per event): what
-    /// [`MergeSet::pick`]'s indexes must agree with.
-    fn pick_linear(tracks: &mut Vec<(u64, u32)>, cookie: u64, step: Step) -> usize {
-        let at = if step == Step::Default {
-            if tracks.is_empty() {
-                tracks.push((0, 0));
-            }
-            0
-        } else if let Some(at) = tracks.iter().position(|t| t.0 == cookie) {
-            at
-        } else if let Some(at) = tracks.iter().position(|t| t.1 == 0) {
-            tracks[at].0 = cookie;
-            at
-        } else {
-            tracks.push((cookie, 0));
-            tracks.len() - 1
-        };
-        match step {
-            Step::Begin => tracks[at].1 += 1,
-            Step::End => tracks[at].1 = tracks[at].1.saturating_sub(1),
-            _ => {}
-        }
-        at
-    }
-
-    proptest::proptest! {
-        #[test]
-        fn merge_set_picks_the_track_perfettos_compressor_picks(
-            events in proptest::collection::vec((0u64..6, 0u8..4), 0..200)
-        ) {
-            let mut set = MergeSet::default();
-            let mut model = Vec::new();
-            for (cookie, step) in events {
-                let step = [Step::Begin, Step::End, Step::Instant, Step::Default][step as usize];
-                let got = set.pick(cookie, step);
-                let want = pick_linear(&mut model, cookie, step);
-                proptest::prop_assert_eq!(got, want);
-                let opens: Vec<u32> = set.tracks.iter().map(|t| t.open).collect();
-                let model_opens: Vec<u32> = model.iter().map(|t| t.1).collect();
-                proptest::prop_assert_eq!(opens, model_opens);
-            }
-        }
-    }
 
     #[test]
     fn flows_go_from_the_earlier_slice() {
